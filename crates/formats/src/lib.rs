@@ -1,0 +1,18 @@
+//! Byte formats of the CMS DAQ as Tessera reads and writes them (FORMATS.md in the design
+//! documents; docs/formats.md in this repository).
+//!
+//! No I/O and no threads: parsers are views over `&[u8]` that check every field and never panic
+//! on any input; writers fill caller-provided buffers. Every error is a [`FormatError`] that says
+//! what was read, at which byte offset, and what was expected and found.
+
+#![warn(missing_docs)]
+
+pub mod bookkeeping;
+pub mod crc;
+pub mod error;
+pub mod fed;
+pub mod ferol;
+pub mod names;
+pub mod orbit;
+
+pub use error::{FormatError, Result, Value};
