@@ -249,14 +249,30 @@ fn word_at(bytes: &[u8], offset: usize) -> u64 {
 /// CRC-16/CMS of a whole fragment (header to trailer), with the trailer's CRC field and C, F, R
 /// bits taken as zero. `bytes` must be whole words, at least one.
 pub fn fragment_crc(bytes: &[u8]) -> u16 {
-    let words = bytes.len() / WORD_BYTES;
-    if words == 0 {
-        return Crc16Words::new().finish();
-    }
-    let last = (words - 1) * WORD_BYTES;
+    fragment_crc_pieces([bytes])
+}
+
+/// [`fragment_crc`] of a fragment held in several pieces (a fragment split over FEROL blocks):
+/// the trailer is the last word of the last non-empty piece. Each piece must be whole words.
+pub fn fragment_crc_pieces<'b>(pieces: impl IntoIterator<Item = &'b [u8]>) -> u16 {
     let mut crc = Crc16Words::new();
-    crc.update(&bytes[..last]);
-    crc.update_word(word_at(bytes, last) & !TRAILER_CRC_MASK);
+    // The last word seen is held back until we know whether it is the trailer.
+    let mut held: Option<u64> = None;
+    for piece in pieces {
+        let words = piece.len() / WORD_BYTES;
+        if words == 0 {
+            continue;
+        }
+        if let Some(word) = held.take() {
+            crc.update_word(word);
+        }
+        let last = (words - 1) * WORD_BYTES;
+        crc.update(&piece[..last]);
+        held = Some(word_at(piece, last));
+    }
+    if let Some(trailer) = held {
+        crc.update_word(trailer & !TRAILER_CRC_MASK);
+    }
     crc.finish()
 }
 
@@ -345,6 +361,13 @@ mod tests {
         v[9] ^= 1;
         let err = Fragment::parse(&v).unwrap().check_crc().unwrap_err();
         assert!(matches!(err, FormatError::Checksum { stored: 0x2F85, .. }), "{err}");
+    }
+
+    #[test]
+    fn crc_over_pieces_equals_crc_over_whole() {
+        let whole = fragment_crc(&VECTOR);
+        assert_eq!(fragment_crc_pieces([&VECTOR[..8], &[][..], &VECTOR[8..16], &VECTOR[16..]]), whole);
+        assert_eq!(fragment_crc_pieces([&VECTOR[..16], &VECTOR[16..]]), whole);
     }
 
     #[test]
