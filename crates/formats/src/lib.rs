@@ -12,7 +12,11 @@ pub mod crc;
 pub mod error;
 pub mod fed;
 pub mod ferol;
+pub mod frd;
 pub mod names;
 pub mod orbit;
+pub mod raw;
+pub mod seeded;
+pub mod tcds;
 
 pub use error::{FormatError, Result, Value};
