@@ -1,1 +1,211 @@
-fn main() {}
+//! `tessera`: every role and tool of the Tessera event builder behind one binary.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tessera_inspect::event::EventChecks;
+use tessera_inspect::{Target, inspect_path, render, verify};
+use tessera_rundir::sample::{SampleSpec, write_sample_run};
+
+/// Tessera: a software event builder and orbit builder for trigger/DAQ systems.
+#[derive(Parser)]
+#[command(name = "tessera", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show what a raw file, a FEROL or DTH stream capture, or a BU run directory holds, and flag
+    /// what is wrong with it (exit status 1 if anything is).
+    Inspect {
+        /// A raw file, a stream capture, or a run directory.
+        path: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// List every FED fragment of every event.
+        #[arg(long)]
+        feds: bool,
+        /// Do not check generated payloads against Tessera's seeded content (for data from other
+        /// emulators).
+        #[arg(long)]
+        no_seed_check: bool,
+    },
+    /// Check a BU run directory against every rule of the file contract; print each violation
+    /// with file and offset; exit status 1 if there is any.
+    Verify {
+        /// The run directory (`.../runRRRRRR`).
+        run_dir: PathBuf,
+        /// Print the violations as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Do not check generated payloads against Tessera's seeded content.
+        #[arg(long)]
+        no_seed_check: bool,
+    },
+    /// Write a run of seeded, emulated events as a BU would: raw files, JSON bookkeeping, EoLS
+    /// and EoR.
+    Sample(SampleArgs),
+    /// Write a sample run into a new directory, inspect it and verify it.
+    Demo {
+        /// Where to write (default: a new directory under the system's temporary directory).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Run a benchmark suite; every figure is printed with its ratio to a baseline measured in
+    /// the same run.
+    Bench {
+        /// The suite.
+        #[arg(value_enum)]
+        suite: BenchSuite,
+        /// Short measurements, for smoke tests (figures are noisier).
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BenchSuite {
+    /// CRC-16, CRC-32C and fragment validation.
+    Formats,
+}
+
+#[derive(Args)]
+struct SampleArgs {
+    /// BU directory to write the run directory into.
+    #[arg(long)]
+    output: PathBuf,
+    /// Run number.
+    #[arg(long, default_value_t = 1)]
+    run: u32,
+    /// Lumi sections.
+    #[arg(long, default_value_t = 3)]
+    lumi_sections: u32,
+    /// Events per lumi section.
+    #[arg(long, default_value_t = 20)]
+    events_per_ls: u32,
+    /// Events per raw file at most.
+    #[arg(long, default_value_t = 8)]
+    events_per_file: u32,
+    /// Data FEDs per event (ids 0..N; the trigger fragment, FED 1024, comes on top).
+    #[arg(long, default_value_t = 8)]
+    feds: u16,
+    /// Mean payload bytes per data fragment.
+    #[arg(long, default_value_t = 2048)]
+    fed_bytes: usize,
+    /// Number of the first event (2^24 − 5 = 16777211 shows the LV1 id wrap).
+    #[arg(long, default_value_t = 1)]
+    first_event: u64,
+}
+
+impl SampleArgs {
+    fn spec(&self) -> Result<SampleSpec> {
+        if self.feds > 1024 {
+            bail!("--feds {}: data FED ids must stay below 1024, the trigger fragment's", self.feds);
+        }
+        Ok(SampleSpec {
+            run: self.run,
+            lumi_sections: self.lumi_sections,
+            events_per_lumi_section: self.events_per_ls,
+            events_per_file: self.events_per_file,
+            fed_ids: (0..self.feds).collect(),
+            fed_payload_bytes_mean: self.fed_bytes,
+            first_event: self.first_event,
+            source: "sample-bu".into(),
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tessera: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn checks(no_seed_check: bool) -> EventChecks {
+    EventChecks { seeded_payloads: !no_seed_check }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Inspect { path, json, feds, no_seed_check } => {
+            let report = inspect_path(&path, checks(no_seed_check))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", render::target(&report, feds));
+            }
+            Ok(if report.problem_count() == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Verify { run_dir, json, no_seed_check } => {
+            let violations = verify::verify_run_dir(&run_dir, checks(no_seed_check))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&violations)?);
+            } else {
+                print!("{}", render::violations(&run_dir, &violations));
+            }
+            Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Sample(args) => {
+            let summary = write_sample(&args.output, &args.spec()?)?;
+            println!("{}", summary.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { output } => demo(output),
+        Command::Bench { suite: BenchSuite::Formats, quick } => {
+            let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
+            print!("{}", tessera_bench::formats::report(&tessera_bench::formats::run(budget)));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Writes a sample run and returns its run directory.
+fn write_sample(bu_dir: &Path, spec: &SampleSpec) -> Result<PathBuf> {
+    let run_dir = bu_dir.join(tessera_formats::names::run_dir_name(spec.run));
+    if run_dir.exists() {
+        bail!("{} exists already: remove it or choose another --output or --run", run_dir.display());
+    }
+    let summary = write_sample_run(bu_dir, spec).with_context(|| format!("writing a sample run into {}", bu_dir.display()))?;
+    eprintln!(
+        "wrote run {}: {} events in {} files, {} bytes",
+        spec.run,
+        summary.events,
+        summary.files.len(),
+        render::thousands(summary.bytes)
+    );
+    Ok(summary.run_dir)
+}
+
+fn demo(output: Option<PathBuf>) -> Result<ExitCode> {
+    let bu_dir = match output {
+        Some(dir) => dir,
+        None => std::env::temp_dir().join(format!("tessera-demo-{}", std::process::id())),
+    };
+    let spec = SampleSpec::default();
+    let run_dir = write_sample(&bu_dir, &spec)?;
+    println!("== tessera inspect {}\n", run_dir.display());
+    let report = inspect_path(&run_dir, EventChecks::default())?;
+    print!("{}", render::target(&report, false));
+    let first_raw = std::fs::read_dir(&run_dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "raw"))
+        .min();
+    if let Some(raw) = first_raw {
+        println!("\n== tessera inspect --feds {}\n", raw.display());
+        let report = inspect_path(&raw, EventChecks::default())?;
+        print!("{}", render::target(&report, true));
+        debug_assert!(matches!(report, Target::RawFile(_)));
+    }
+    println!("\n== tessera verify {}\n", run_dir.display());
+    let violations = verify::verify_run_dir(&run_dir, EventChecks::default())?;
+    print!("{}", render::violations(&run_dir, &violations));
+    Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

@@ -157,6 +157,13 @@ impl<'a> RawFile<'a> {
         Ok(RawFile { header, bytes })
     }
 
+    /// A view of `bytes` under an already parsed `header`, without checking the file size: for
+    /// tools that show what can be read of a truncated or overlong file. Reading records stays
+    /// bounds-checked.
+    pub fn from_header(header: RawFileHeader, bytes: &'a [u8]) -> Self {
+        RawFile { header, bytes }
+    }
+
     /// The whole file.
     pub fn as_bytes(&self) -> &'a [u8] {
         self.bytes

@@ -1,0 +1,162 @@
+//! `tessera bench formats`: checksums and fragment validation, against memcpy of the same bytes.
+//!
+//! Cases, all on one core over about 2 MiB of fragments (so the data sits in cache, as a
+//! just-received buffer does):
+//! - memcpy of the buffer: the baseline every GB/s figure is divided by;
+//! - CRC-32C and CRC-16/CMS (word-wise) over the buffer;
+//! - per fragment size: header-and-trailer checks walking an FRD payload backwards, the same with
+//!   CRC-16, and FEROL-stream parsing (block headers, FED header and trailer) with and without
+//!   CRC-16.
+
+use crate::timing::{Budget, gb_per_s, time_per_call};
+use std::hint::black_box;
+use tessera_formats::crc::{Crc16Words, crc32c};
+use tessera_formats::fed::Fragment;
+use tessera_formats::ferol::{FerolStream, ferol_wire_len, write_ferol_blocks};
+use tessera_formats::seeded::write_seeded_fragment;
+
+/// Fragment sizes measured, in bytes, header and trailer included.
+pub const FRAGMENT_SIZES: [usize; 4] = [256, 2048, 8192, 65536];
+/// Bytes of fragments per case.
+const BUFFER_BYTES: usize = 2 << 20;
+
+/// Targets of issue #2, checked against the figures.
+const CRC32C_TARGET_GB_S: f64 = 30.0;
+const FEROL_CRC16_TARGET_GB_S_AT_2K: f64 = 4.0;
+const HEADER_TRAILER_TARGET_NS: f64 = 20.0;
+
+/// One measured case.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// What was measured.
+    pub case: String,
+    /// Fragment size in bytes, where it applies.
+    pub fragment_bytes: Option<usize>,
+    /// Throughput in GB/s (10^9 bytes).
+    pub gb_s: f64,
+    /// Nanoseconds per fragment, where it applies.
+    pub ns_per_fragment: Option<f64>,
+}
+
+/// Contiguous fragments of `size` bytes (an FRD payload) and the same as a FEROL stream.
+fn fragments(size: usize) -> (Vec<u8>, Vec<u8>, usize) {
+    let count = (BUFFER_BYTES / size).max(1);
+    let mut payload = vec![0u8; count * size];
+    let mut stream = vec![0u8; count * ferol_wire_len(size)];
+    let mut at = 0;
+    for (i, frag) in payload.chunks_exact_mut(size).enumerate() {
+        write_seeded_fragment(frag, 1, 100, i as u64, 1, size - 16).expect("buffer sized for the fragment");
+        at += write_ferol_blocks(frag, &mut stream[at..]).expect("buffer sized for the stream");
+    }
+    (payload, stream, count)
+}
+
+/// Runs every case and returns the rows, memcpy first.
+pub fn run(budget: Budget) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let src = vec![0x5Au8; BUFFER_BYTES];
+    let mut dst = vec![0u8; BUFFER_BYTES];
+    let t = time_per_call(budget, || {
+        dst.copy_from_slice(black_box(&src));
+        black_box(&dst);
+    });
+    rows.push(Row { case: "memcpy (baseline)".into(), fragment_bytes: None, gb_s: gb_per_s(BUFFER_BYTES, t), ns_per_fragment: None });
+    let t = time_per_call(budget, || {
+        black_box(crc32c(black_box(&src)));
+    });
+    rows.push(Row { case: "CRC-32C".into(), fragment_bytes: None, gb_s: gb_per_s(BUFFER_BYTES, t), ns_per_fragment: None });
+    let t = time_per_call(budget, || {
+        let mut crc = Crc16Words::new();
+        crc.update(black_box(&src));
+        black_box(crc.finish());
+    });
+    rows.push(Row { case: "CRC-16/CMS (word-wise)".into(), fragment_bytes: None, gb_s: gb_per_s(BUFFER_BYTES, t), ns_per_fragment: None });
+
+    for size in FRAGMENT_SIZES {
+        let (payload, stream, count) = fragments(size);
+        let mut per_fragment = |case: &str, bytes: usize, work: &mut dyn FnMut()| {
+            let t = time_per_call(budget, work);
+            rows.push(Row {
+                case: case.into(),
+                fragment_bytes: Some(size),
+                gb_s: gb_per_s(bytes, t),
+                ns_per_fragment: Some(t.as_secs_f64() * 1e9 / count as f64),
+            });
+        };
+        per_fragment("header+trailer, FRD walk", payload.len(), &mut || {
+            black_box(walk_backwards(black_box(&payload), false));
+        });
+        per_fragment("header+trailer+CRC-16, FRD walk", payload.len(), &mut || {
+            black_box(walk_backwards(black_box(&payload), true));
+        });
+        per_fragment("FEROL stream, headers", stream.len(), &mut || {
+            black_box(walk_ferol(black_box(&stream), false));
+        });
+        per_fragment("FEROL stream, headers+CRC-16", stream.len(), &mut || {
+            black_box(walk_ferol(black_box(&stream), true));
+        });
+    }
+    rows
+}
+
+/// Checks every fragment of an FRD payload from its end; returns how many passed.
+fn walk_backwards(payload: &[u8], crc: bool) -> usize {
+    let mut end = payload.len();
+    let mut ok = 0;
+    while end > 0 {
+        let Ok((fragment, start)) = Fragment::parse_from_end(&payload[..end]) else { break };
+        ok += usize::from(!crc || fragment.check_crc().is_ok());
+        end = start;
+    }
+    ok
+}
+
+/// Parses every fragment of a FEROL stream; returns how many passed.
+fn walk_ferol(stream: &[u8], crc: bool) -> usize {
+    FerolStream::new(stream)
+        .map_while(|r| r.ok())
+        .filter(|(_, fragment)| !crc || fragment.check_crc().is_ok())
+        .count()
+}
+
+/// The rows as a table, with ratios to the memcpy baseline and the targets met or missed.
+pub fn report(rows: &[Row]) -> String {
+    use std::fmt::Write;
+    let baseline = rows.first().map_or(f64::NAN, |r| r.gb_s);
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<34} {:>9} {:>9} {:>11} {:>10}", "case", "fragment", "GB/s", "ns/fragment", "÷ memcpy");
+    for r in rows {
+        let size = r.fragment_bytes.map_or("-".into(), |s| s.to_string());
+        let ns = r.ns_per_fragment.map_or("-".into(), |n| format!("{n:.1}"));
+        let _ = writeln!(out, "{:<34} {:>9} {:>9.2} {:>11} {:>10.2}", r.case, size, r.gb_s, ns, r.gb_s / baseline);
+    }
+    let find = |case: &str, size: Option<usize>| rows.iter().find(|r| r.case == case && r.fragment_bytes == size);
+    let verdict = |met: bool| if met { "met" } else { "MISSED" };
+    let _ = writeln!(out, "\ntargets (issue #2, one core):");
+    if let Some(r) = find("CRC-32C", None) {
+        let _ = writeln!(out, "  CRC-32C >= {CRC32C_TARGET_GB_S} GB/s: {:.1} GB/s, {}", r.gb_s, verdict(r.gb_s >= CRC32C_TARGET_GB_S));
+    }
+    if let Some(r) = find("FEROL stream, headers+CRC-16", Some(2048)) {
+        let _ = writeln!(
+            out,
+            "  FEROL validation with CRC-16 at 2 kB >= {FEROL_CRC16_TARGET_GB_S_AT_2K} GB/s: {:.2} GB/s, {}",
+            r.gb_s,
+            verdict(r.gb_s >= FEROL_CRC16_TARGET_GB_S_AT_2K)
+        );
+    }
+    let worst = rows
+        .iter()
+        .filter(|r| r.case == "header+trailer, FRD walk" || r.case == "FEROL stream, headers")
+        .filter_map(|r| r.ns_per_fragment.map(|ns| (ns, r)))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some((ns, r)) = worst {
+        let _ = writeln!(
+            out,
+            "  header-and-trailer-only validation <= {HEADER_TRAILER_TARGET_NS} ns/fragment: worst {ns:.1} ns ({}, {} B), {}",
+            r.case,
+            r.fragment_bytes.unwrap_or(0),
+            verdict(ns <= HEADER_TRAILER_TARGET_NS)
+        );
+    }
+    out
+}

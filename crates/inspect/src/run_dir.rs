@@ -1,0 +1,221 @@
+//! A BU run directory: what is in it (shared by `inspect` and `verify`) and a report per lumi
+//! section.
+
+use crate::event::Problem;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, JsonDoc};
+use tessera_formats::names::{self, BuFileName};
+use tessera_formats::raw::RawFileHeader;
+
+/// The files of a run directory, sorted by kind.
+#[derive(Debug, Default)]
+pub struct RunDirScan {
+    /// Run number from the directory's name, if it follows the rule.
+    pub run: Option<u32>,
+    /// Raw files by (lumi section, index).
+    pub raw_files: BTreeMap<(u32, u32), PathBuf>,
+    /// Index JSON files by (lumi section, index).
+    pub index_jsons: BTreeMap<(u32, u32), PathBuf>,
+    /// End-of-lumi records by lumi section.
+    pub end_of_lumis: BTreeMap<u32, PathBuf>,
+    /// End-of-run records (one expected).
+    pub end_of_runs: Vec<PathBuf>,
+    /// Names that carry another run's number.
+    pub wrong_run: Vec<PathBuf>,
+    /// Temporary files left behind (`*.tmp`).
+    pub temporaries: Vec<PathBuf>,
+    /// Files whose names follow no rule.
+    pub unknown: Vec<PathBuf>,
+    /// Whether `open/` exists, and the files in it.
+    pub open_dir: Option<Vec<PathBuf>>,
+}
+
+/// Lists `dir` and sorts what it holds.
+pub fn scan_run_dir(dir: &Path) -> io::Result<RunDirScan> {
+    let mut scan = RunDirScan {
+        run: dir.file_name().and_then(|n| n.to_str()).and_then(|n| names::parse_run_dir_name(n).ok()),
+        ..RunDirScan::default()
+    };
+    let mut entries: Vec<_> = fs::read_dir(dir)?.collect::<io::Result<_>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type()?.is_dir() {
+            if name == names::OPEN_DIR {
+                let mut files: Vec<PathBuf> = fs::read_dir(&path)?.map(|e| e.map(|e| e.path())).collect::<io::Result<_>>()?;
+                files.sort();
+                scan.open_dir = Some(files);
+            } else if ![names::JSD_DIR, names::HLT_DIR, names::FU_DIR].contains(&name.as_str()) {
+                scan.unknown.push(path);
+            }
+            continue;
+        }
+        if name.ends_with(".tmp") {
+            scan.temporaries.push(path);
+            continue;
+        }
+        if name == names::FU_LOCK {
+            continue;
+        }
+        let Ok(parsed) = BuFileName::parse(&name) else {
+            scan.unknown.push(path);
+            continue;
+        };
+        if scan.run.is_some_and(|r| r != parsed.run()) {
+            scan.wrong_run.push(path);
+            continue;
+        }
+        match parsed {
+            BuFileName::Raw { ls, index, .. } => {
+                scan.raw_files.insert((ls, index), path);
+            }
+            BuFileName::IndexJson { ls, index, .. } => {
+                scan.index_jsons.insert((ls, index), path);
+            }
+            BuFileName::EndOfLumi { ls, .. } => {
+                scan.end_of_lumis.insert(ls, path);
+            }
+            BuFileName::EndOfRun { .. } => scan.end_of_runs.push(path),
+        }
+    }
+    Ok(scan)
+}
+
+/// Reads a JSON bookkeeping file into its typed form.
+pub fn read_doc<T>(path: &Path, from_doc: impl Fn(&JsonDoc) -> tessera_formats::Result<T>) -> Result<T, String> {
+    let text = fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let doc = JsonDoc::parse(&text).map_err(|e| e.to_string())?;
+    from_doc(&doc).map_err(|e| e.to_string())
+}
+
+/// One lumi section of a run directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LumiRow {
+    /// The lumi section.
+    pub ls: u32,
+    /// Raw files present.
+    pub files: u64,
+    /// Events in them, from their headers.
+    pub events: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Events lost, from the EoLS record.
+    pub lost: Option<u64>,
+    /// State of the end-of-lumi record: "complete", "missing", or what is wrong.
+    pub eols: String,
+}
+
+/// A run directory: one row per lumi section and the state of the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunDirReport {
+    /// The directory.
+    pub path: String,
+    /// Run number, from the directory's name.
+    pub run: Option<u32>,
+    /// Lumi sections in order.
+    pub lumi_sections: Vec<LumiRow>,
+    /// The end-of-run record as read, or why it could not be.
+    pub end_of_run: Option<Result<EorSummary, String>>,
+    /// Files left in `open/` (None: no `open/`).
+    pub open_files: Option<usize>,
+    /// What is wrong, as far as a listing shows (run `verify` for every rule).
+    pub problems: Vec<Problem>,
+}
+
+/// The end-of-run record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EorSummary {
+    /// Events built in the run.
+    pub events: u64,
+    /// Raw files in the run.
+    pub files: u64,
+    /// Lumi sections in the run.
+    pub lumis: u64,
+    /// The last lumi section.
+    pub last_lumi: u64,
+}
+
+impl From<EorDoc> for EorSummary {
+    fn from(d: EorDoc) -> Self {
+        EorSummary { events: d.events, files: d.files, lumis: d.lumis, last_lumi: d.last_lumi }
+    }
+}
+
+/// Reads the headers of a run directory's files and its bookkeeping into a table per lumi
+/// section. Only raw file headers are read, so this is quick on large runs.
+pub fn inspect_run_dir(dir: &Path) -> io::Result<RunDirReport> {
+    let scan = scan_run_dir(dir)?;
+    let mut rows: BTreeMap<u32, LumiRow> = BTreeMap::new();
+    let mut problems = Vec::new();
+    let row = |ls| LumiRow { ls, files: 0, events: 0, bytes: 0, lost: None, eols: "missing".into() };
+    for (&(ls, _), path) in &scan.raw_files {
+        let r = rows.entry(ls).or_insert_with(|| row(ls));
+        r.files += 1;
+        r.bytes += fs::metadata(path)?.len();
+        let mut head = [0u8; 32];
+        let n = read_prefix(path, &mut head)?;
+        match RawFileHeader::parse(&head[..n]) {
+            Ok(h) => r.events += u64::from(h.event_count),
+            Err(e) => problems.push(Problem::whole(format!("{}: {e}", file_name(path)))),
+        }
+    }
+    for (&ls, path) in &scan.end_of_lumis {
+        let r = rows.entry(ls).or_insert_with(|| row(ls));
+        match read_doc(path, EolsDoc::from_doc) {
+            Ok(d) => {
+                r.lost = Some(d.lost_events);
+                r.eols = if !d.is_complete() {
+                    format!("open: {} + {} lost != {}", d.events, d.lost_events, d.total_events)
+                } else if d.files != r.files || d.events != r.events {
+                    format!("says {} files, {} events", d.files, d.events)
+                } else {
+                    "complete".into()
+                };
+            }
+            Err(e) => r.eols = format!("unreadable: {e}"),
+        }
+    }
+    for path in scan.temporaries.iter().chain(&scan.unknown).chain(&scan.wrong_run) {
+        problems.push(Problem::whole(format!("{}: unexpected file", file_name(path))));
+    }
+    let end_of_run = scan.end_of_runs.first().map(|p| read_doc(p, EorDoc::from_doc).map(EorSummary::from));
+    Ok(RunDirReport {
+        path: dir.display().to_string(),
+        run: scan.run,
+        lumi_sections: rows.into_values().collect(),
+        end_of_run,
+        open_files: scan.open_dir.as_ref().map(Vec::len),
+        problems,
+    })
+}
+
+/// Reads up to `buf.len()` bytes from the start of `path`.
+fn read_prefix(path: &Path, buf: &mut [u8]) -> io::Result<usize> {
+    use std::io::Read;
+    let mut f = fs::File::open(path)?;
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// The last component of `path`, for messages.
+pub fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// Whether a raw file's `.jsn` agrees with the file: events and bytes.
+pub fn check_index_doc(doc: &IndexDoc, events: u64, bytes: u64) -> Option<String> {
+    (doc.events != events || doc.bytes != bytes).then(|| {
+        format!("says {} events and {} bytes; the raw file holds {events} events and {bytes} bytes", doc.events, doc.bytes)
+    })
+}

@@ -1,0 +1,226 @@
+//! `tessera verify`: a BU run directory against every rule of FORMATS.md §4–§7.
+//!
+//! Checked: names; raw file headers (magic, header size, run and lumi section equal to the
+//! name's, event count, file size); every event (CRC-32C, the backward walk, every fragment's
+//! CRC-16 and LV1 id, exactly one trigger fragment agreeing on run, lumi section and event number,
+//! seeded payloads); event numbers unique in the run; each raw file's `.jsn` present and equal to
+//! the file; indices contiguous from 0 in each lumi section; the `.jsd` definitions and
+//! `fu.lock`; an EoLS for every lumi section up to the last, closing
+//! (`NEvents + NLostEvents == TotalEvents`) and equal to its files; an EoR equal to the run; no
+//! `open/` and no temporary files after the run. What a listing cannot show, the order in time in
+//! which files appeared, is not checked.
+
+use crate::event::{EventChecks, Problem};
+use crate::raw_file::inspect_raw_file;
+use crate::run_dir::{check_index_doc, file_name, read_doc, scan_run_dir};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::Path;
+use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend};
+use tessera_formats::names::{self, FuLock};
+
+/// One broken rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// The file, relative to the run directory ("." for the directory itself).
+    pub file: String,
+    /// Byte offset in the file, where the rule concerns bytes.
+    pub offset: Option<u64>,
+    /// What rule is broken and how.
+    pub message: String,
+}
+
+/// Errors that stop `verify` before it can check anything.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The run directory cannot be listed.
+    #[error("cannot read run directory {path}: {source}")]
+    Unreadable {
+        /// The directory.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+struct Found(Vec<Violation>);
+
+impl Found {
+    fn add(&mut self, file: impl Into<String>, offset: Option<u64>, message: impl Into<String>) {
+        self.0.push(Violation { file: file.into(), offset, message: message.into() });
+    }
+
+    fn problem(&mut self, file: &str, p: &Problem) {
+        self.add(file, p.offset, p.message.clone());
+    }
+}
+
+/// Checks the run directory `dir`; returns every violation, sorted by file and offset.
+pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>, VerifyError> {
+    let unreadable = |source| VerifyError::Unreadable { path: dir.display().to_string(), source };
+    let scan = scan_run_dir(dir).map_err(unreadable)?;
+    let mut found = Found(Vec::new());
+    if scan.run.is_none() {
+        found.add(".", None, "directory name is not runRRRRRR (6 digits or more)");
+    }
+    for path in &scan.unknown {
+        found.add(file_name(path), None, "name follows no rule of the BU directory");
+    }
+    for path in &scan.wrong_run {
+        found.add(file_name(path), None, format!("belongs to another run than {}", scan.run.unwrap_or(0)));
+    }
+    for path in &scan.temporaries {
+        found.add(file_name(path), None, "temporary file left behind");
+    }
+    check_definitions(dir, &mut found);
+
+    // Raw files, their events and their .jsn.
+    let mut per_ls: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new(); // files, events, bytes
+    let mut events_seen: BTreeMap<u32, String> = BTreeMap::new();
+    for (&(ls, index), path) in &scan.raw_files {
+        let name = file_name(path);
+        let bytes = match fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                found.add(&name, None, format!("cannot read: {e}"));
+                continue;
+            }
+        };
+        let report = inspect_raw_file(&name, &bytes, checks);
+        for p in report.all_problems() {
+            found.problem(&name, p);
+        }
+        if let Some(h) = &report.header {
+            if h.lumi_section != ls {
+                found.add(&name, Some(20), format!("header says lumi section {}, the name {ls}", h.lumi_section));
+            }
+            if let (Some(run), Some(dir_run)) = (h.run, scan.run)
+                && run != dir_run
+            {
+                found.add(&name, Some(16), format!("header says run {run}, the directory {dir_run}"));
+            }
+        }
+        for ev in &report.events {
+            if let Some(first) = events_seen.insert(ev.event, name.clone()) {
+                found.add(&name, Some(ev.offset), format!("event {} is also in {first}: duplicated", ev.event));
+            }
+        }
+        let events = report.events.len() as u64;
+        let entry = per_ls.entry(ls).or_default();
+        *entry = (entry.0 + 1, entry.1 + events, entry.2 + bytes.len() as u64);
+        match scan.index_jsons.get(&(ls, index)) {
+            None => found.add(&name, None, "published without its .jsn"),
+            Some(jsn) => match read_doc(jsn, IndexDoc::from_doc) {
+                Err(e) => found.add(file_name(jsn), None, e),
+                Ok(doc) => {
+                    if let Some(m) = check_index_doc(&doc, events, bytes.len() as u64) {
+                        found.add(file_name(jsn), None, m);
+                    }
+                }
+            },
+        }
+    }
+    for (key, jsn) in &scan.index_jsons {
+        if !scan.raw_files.contains_key(key) {
+            found.add(file_name(jsn), None, "index JSON without its raw file");
+        }
+    }
+    let mut indices: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for &(ls, index) in scan.raw_files.keys() {
+        indices.entry(ls).or_default().push(index);
+    }
+    for (ls, list) in &indices {
+        if list.iter().enumerate().any(|(i, &index)| i as u32 != index) {
+            found.add(".", None, format!("lumi section {ls}: raw file indices {list:?} are not 0, 1, 2..."));
+        }
+    }
+
+    // End of lumi sections and of the run.
+    let last_ls = per_ls.keys().chain(scan.end_of_lumis.keys()).copied().max().unwrap_or(0);
+    for ls in 1..=last_ls {
+        let (files, events, bytes) = per_ls.get(&ls).copied().unwrap_or_default();
+        let Some(path) = scan.end_of_lumis.get(&ls) else {
+            found.add(".", None, format!("lumi section {ls}: no EoLS record"));
+            continue;
+        };
+        let name = file_name(path);
+        match read_doc(path, EolsDoc::from_doc) {
+            Err(e) => found.add(&name, None, e),
+            Ok(d) => {
+                if !d.is_complete() {
+                    found.add(
+                        &name,
+                        None,
+                        format!("NEvents {} + NLostEvents {} != TotalEvents {}", d.events, d.lost_events, d.total_events),
+                    );
+                }
+                for (field, says, actual) in [("NFiles", d.files, files), ("NEvents", d.events, events), ("NBytes", d.bytes, bytes)] {
+                    if says != actual {
+                        found.add(&name, None, format!("{field} says {says}, the lumi section's raw files hold {actual}"));
+                    }
+                }
+            }
+        }
+    }
+    match scan.end_of_runs.as_slice() {
+        [] => found.add(".", None, "no EoR record: the run did not end"),
+        [path] => {
+            let name = file_name(path);
+            match read_doc(path, EorDoc::from_doc) {
+                Err(e) => found.add(&name, None, e),
+                Ok(d) => {
+                    let files: u64 = per_ls.values().map(|v| v.0).sum();
+                    let events: u64 = per_ls.values().map(|v| v.1).sum();
+                    let lumis = scan.end_of_lumis.len() as u64;
+                    for (field, says, actual) in [
+                        ("NEvents", d.events, events),
+                        ("NFiles", d.files, files),
+                        ("NLumis", d.lumis, lumis),
+                        ("LastLumi", d.last_lumi, u64::from(last_ls)),
+                    ] {
+                        if says != actual {
+                            found.add(&name, None, format!("{field} says {says}, the run holds {actual}"));
+                        }
+                    }
+                }
+            }
+            if let Some(open) = &scan.open_dir {
+                let left: BTreeSet<String> = open.iter().map(|p| file_name(p)).collect();
+                found.add(names::OPEN_DIR, None, format!("open/ remains after the EoR, holding {} files {left:?}", left.len()));
+            }
+        }
+        more => found.add(".", None, format!("{} EoR records", more.len())),
+    }
+    let mut violations = found.0;
+    violations.sort_by(|a, b| (&a.file, a.offset).cmp(&(&b.file, b.offset)));
+    Ok(violations)
+}
+
+/// The `.jsd` definitions must be the standard ones, and `fu.lock` must be readable.
+fn check_definitions(dir: &Path, found: &mut Found) {
+    for (file, expected) in [
+        (names::RAW_DATA_JSD, Legend::raw_data()),
+        (names::EOLS_JSD, Legend::end_of_lumi()),
+        (names::EOR_JSD, Legend::end_of_run()),
+    ] {
+        match fs::read_to_string(dir.join(file)) {
+            Err(e) => found.add(file, None, format!("cannot read: {e}")),
+            Ok(text) => match Legend::parse(&text) {
+                Err(e) => found.add(file, None, e.to_string()),
+                Ok(legend) if legend != expected => {
+                    found.add(file, None, format!("legend differs from the standard one: {}", expected.to_json()))
+                }
+                Ok(_) => {}
+            },
+        }
+    }
+    match fs::read_to_string(dir.join(names::FU_LOCK)) {
+        Err(e) => found.add(names::FU_LOCK, None, format!("cannot read: {e}")),
+        Ok(text) => {
+            if let Err(e) = FuLock::parse(&text) {
+                found.add(names::FU_LOCK, None, e.to_string());
+            }
+        }
+    }
+}

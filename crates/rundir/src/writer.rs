@@ -1,0 +1,264 @@
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use tessera_formats::FormatError;
+use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend};
+use tessera_formats::frd::FrdHeader;
+use tessera_formats::names::{self, BuFileName, FuLock};
+use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader};
+
+/// What can go wrong while writing a run directory.
+#[derive(Debug, thiserror::Error)]
+pub enum RunDirError {
+    /// A file system operation failed.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was being done, e.g. "creating".
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// A record handed to the writer is not a valid FRD record.
+    #[error("record {index} of {path}: {source}")]
+    Record {
+        /// The raw file being written.
+        path: PathBuf,
+        /// Position of the record in the file.
+        index: u32,
+        /// What is wrong with it.
+        source: FormatError,
+    },
+    /// An end-of-lumi record whose counts do not close.
+    #[error("lumi section {ls}: {events} built + {lost} lost != {total} triggered; EoLS not written")]
+    LumiNotClosed {
+        /// The lumi section.
+        ls: u32,
+        /// Events built.
+        events: u64,
+        /// Events lost.
+        lost: u64,
+        /// Events triggered.
+        total: u64,
+    },
+    /// An end-of-lumi record written before all of its raw files exist.
+    #[error("lumi section {ls}: EoLS says {expected} files, {found} are published")]
+    LumiFilesMissing {
+        /// The lumi section.
+        ls: u32,
+        /// Files the record counts.
+        expected: u64,
+        /// Files published.
+        found: u64,
+    },
+    /// A raw file too large for its header fields.
+    #[error("{path}: {what} overflows its header field")]
+    TooLarge {
+        /// The raw file.
+        path: PathBuf,
+        /// The field, e.g. "event count".
+        what: &'static str,
+    },
+}
+
+type Result<T> = std::result::Result<T, RunDirError>;
+
+fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RunDirError + '_ {
+    move |source| RunDirError::Io { action, path: path.to_owned(), source }
+}
+
+/// Writes `bytes` to `path` atomically: to `path.tmp` first, then renamed over `path`.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    fs::write(&tmp, bytes).map_err(io_err("writing", &tmp))?;
+    fs::rename(&tmp, path).map_err(io_err("renaming into place", path))
+}
+
+/// A run directory `<bu_dir>/runRRRRRR` being written.
+#[derive(Debug)]
+pub struct RunDirectory {
+    path: PathBuf,
+    run: u32,
+    source: String,
+}
+
+impl RunDirectory {
+    /// Creates the run directory with `open/`, the `.jsd` definitions and `fu.lock`; `source`
+    /// names this BU in every JSON document it writes.
+    pub fn create(bu_dir: &Path, run: u32, source: &str) -> Result<Self> {
+        let path = bu_dir.join(names::run_dir_name(run));
+        for dir in [path.join(names::OPEN_DIR), path.join(names::JSD_DIR)] {
+            fs::create_dir_all(&dir).map_err(io_err("creating", &dir))?;
+        }
+        for (file, legend) in [
+            (names::RAW_DATA_JSD, Legend::raw_data()),
+            (names::EOLS_JSD, Legend::end_of_lumi()),
+            (names::EOR_JSD, Legend::end_of_run()),
+        ] {
+            write_atomically(&path.join(file), legend.to_json().as_bytes())?;
+        }
+        let lock = FuLock { next_ls: 1, next_index: 0 };
+        write_atomically(&path.join(names::FU_LOCK), lock.to_string().as_bytes())?;
+        Ok(RunDirectory { path, run, source: source.to_owned() })
+    }
+
+    /// The run directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The run number.
+    pub fn run(&self) -> u32 {
+        self.run
+    }
+
+    fn definition(&self, jsd: &str) -> String {
+        self.path.join(jsd).display().to_string()
+    }
+
+    /// Starts raw file `index` of lumi section `ls` under `open/`, with its header reserved.
+    pub fn open_raw_file(&self, ls: u32, index: u32, data_type: u16) -> Result<RawFileWriter> {
+        let name = BuFileName::Raw { run: self.run, ls, index }.to_string();
+        let open_path = self.path.join(names::OPEN_DIR).join(&name);
+        let file = File::create(&open_path).map_err(io_err("creating", &open_path))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        out.write_all(&[0u8; RAW_V2_HEADER_BYTES]).map_err(io_err("writing", &open_path))?;
+        Ok(RawFileWriter {
+            out,
+            open_path,
+            final_path: self.path.join(name),
+            run: self.run,
+            ls,
+            index,
+            data_type,
+            events: 0,
+            bytes: RAW_V2_HEADER_BYTES as u64,
+        })
+    }
+
+    /// Closes `file`: rewrites its header, renames it out of `open/`, then writes its `.jsn`.
+    pub fn publish(&self, file: RawFileWriter) -> Result<PublishedFile> {
+        let RawFileWriter { out, open_path, final_path, run, ls, index, data_type, events, bytes } = file;
+        let mut f = out.into_inner().map_err(|e| RunDirError::Io {
+            action: "flushing",
+            path: open_path.clone(),
+            source: e.into_error(),
+        })?;
+        let header = RawFileHeader::v2(data_type, events, run, ls, bytes);
+        f.seek(SeekFrom::Start(0)).map_err(io_err("seeking", &open_path))?;
+        f.write_all(&header.to_bytes()).map_err(io_err("writing", &open_path))?;
+        drop(f);
+        fs::rename(&open_path, &final_path).map_err(io_err("publishing", &final_path))?;
+        let doc = IndexDoc { events: events.into(), bytes }.to_doc(&self.definition(names::RAW_DATA_JSD), &self.source);
+        let jsn = self.path.join(BuFileName::IndexJson { run, ls, index }.to_string());
+        write_atomically(&jsn, doc.to_json().as_bytes())?;
+        Ok(PublishedFile { path: final_path, ls, index, events, bytes })
+    }
+
+    /// Writes the end-of-lumi record of `ls`, after checking that its counts close and that all
+    /// of its raw files are published.
+    pub fn end_lumi_section(&self, ls: u32, eols: &EolsDoc) -> Result<()> {
+        if !eols.is_complete() {
+            return Err(RunDirError::LumiNotClosed {
+                ls,
+                events: eols.events,
+                lost: eols.lost_events,
+                total: eols.total_events,
+            });
+        }
+        let found = (0..eols.files)
+            .take_while(|&i| {
+                let index = u32::try_from(i).unwrap_or(u32::MAX);
+                self.path.join(BuFileName::Raw { run: self.run, ls, index }.to_string()).exists()
+            })
+            .count() as u64;
+        if found != eols.files {
+            return Err(RunDirError::LumiFilesMissing { ls, expected: eols.files, found });
+        }
+        let doc = eols.to_doc(&self.definition(names::EOLS_JSD), &self.source);
+        let path = self.path.join(BuFileName::EndOfLumi { run: self.run, ls }.to_string());
+        write_atomically(&path, doc.to_json().as_bytes())
+    }
+
+    /// Writes the end-of-run record and removes `open/`.
+    pub fn end_run(&self, eor: &EorDoc) -> Result<()> {
+        let doc = eor.to_doc(&self.definition(names::EOR_JSD), &self.source);
+        let path = self.path.join(BuFileName::EndOfRun { run: self.run }.to_string());
+        write_atomically(&path, doc.to_json().as_bytes())?;
+        let open = self.path.join(names::OPEN_DIR);
+        fs::remove_dir(&open).map_err(io_err("removing", &open))
+    }
+}
+
+/// A raw file being written under `open/`.
+#[derive(Debug)]
+pub struct RawFileWriter {
+    out: BufWriter<File>,
+    open_path: PathBuf,
+    final_path: PathBuf,
+    run: u32,
+    ls: u32,
+    index: u32,
+    data_type: u16,
+    events: u32,
+    bytes: u64,
+}
+
+impl RawFileWriter {
+    /// Appends one FRD record (header and payload). Its header is checked, so that a file never
+    /// holds a record its readers could not walk past.
+    pub fn append(&mut self, record: &[u8]) -> Result<()> {
+        let header = FrdHeader::parse(record).map_err(|source| RunDirError::Record {
+            path: self.open_path.clone(),
+            index: self.events,
+            source,
+        })?;
+        if header.record_bytes() != record.len() {
+            return Err(RunDirError::Record {
+                path: self.open_path.clone(),
+                index: self.events,
+                source: FormatError::Truncated {
+                    what: "FRD event payload",
+                    offset: 0,
+                    needed: header.record_bytes(),
+                    available: record.len(),
+                },
+            });
+        }
+        self.events = self.events.checked_add(1).ok_or_else(|| RunDirError::TooLarge {
+            path: self.open_path.clone(),
+            what: "event count",
+        })?;
+        self.out.write_all(record).map_err(io_err("writing", &self.open_path))?;
+        self.bytes += record.len() as u64;
+        Ok(())
+    }
+
+    /// Records written so far.
+    pub fn events(&self) -> u32 {
+        self.events
+    }
+
+    /// Bytes written so far, header included.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// A raw file published in the run directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Its lumi section.
+    pub ls: u32,
+    /// Its index within the lumi section.
+    pub index: u32,
+    /// Records it holds.
+    pub events: u32,
+    /// Its size, header included.
+    pub bytes: u64,
+}
