@@ -1,1 +1,1073 @@
-//! (being written)
+//! Bookkeeping JSON of the BU directory and of the filter farm (FORMATS.md §7–§8): the `.jsd`
+//! definitions, the documents they describe, their merging, and the Adler-32 checksum that merged
+//! outputs carry.
+//!
+//! A document is `{"data":[...],"definition":"<path to .jsd>","source":"<producer>"}`. Its values
+//! are strings, as CMS writes them; their meaning and merge operation come from the legend of the
+//! `.jsd`, by position. [`JsonDoc`] is that untyped form, which mergers work on; [`IndexDoc`],
+//! [`EolsDoc`], [`EorDoc`] and [`FuOutputDoc`] are the typed forms that writers and checkers use.
+
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value as Json};
+
+use crate::error::{FormatError, Result};
+use crate::names::decimal;
+
+/// Declares an enum whose values have fixed names in JSON, with the conversions both ways.
+macro_rules! json_names {
+    ($(#[$meta:meta])* $ty:ident { $($(#[$vmeta:meta])* $variant:ident = $name:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $ty {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $ty {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            /// The name a `.jsd` uses.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name,)+
+                }
+            }
+
+            /// The value a `.jsd` name stands for.
+            pub fn from_name(name: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|v| v.name() == name)
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+    };
+}
+
+json_names! {
+    /// How a field combines when documents are merged (FORMATS.md §8).
+    MergeOp {
+        /// Unsigned sum.
+        Sum = "sum",
+        /// Bitwise OR of unsigned integers.
+        BinaryOr = "binaryOr",
+        /// One value kept; differing values give "N/A".
+        Same = "same",
+        /// Non-empty values joined with ",".
+        Cat = "cat",
+        /// A file list, rewritten to the merged file's name.
+        Merge = "merge",
+        /// Adler-32 of the concatenated files, combined from the inputs' checksums.
+        Adler32 = "adler32",
+    }
+}
+
+json_names! {
+    /// The type a `.jsd` declares for a field. Informative only: merging follows the operation.
+    FieldType {
+        /// A decimal integer (still written as a JSON string).
+        Integer = "integer",
+        /// Free text.
+        String = "string",
+    }
+}
+
+/// One field of a legend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LegendField {
+    /// Field name, e.g. "NEvents".
+    pub name: String,
+    /// How the field merges.
+    pub operation: MergeOp,
+    /// Declared type.
+    #[serde(rename = "type")]
+    pub field_type: FieldType,
+}
+
+/// A `.jsd` definition: the names, merge operations and types of a document's values, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Legend {
+    /// The fields, in the order of the documents' `data` values.
+    #[serde(rename = "legend")]
+    pub fields: Vec<LegendField>,
+}
+
+/// A field of a standard legend: name, operation, type.
+type Spec = (&'static str, MergeOp, FieldType);
+
+const fn int(name: &'static str, op: MergeOp) -> Spec {
+    (name, op, FieldType::Integer)
+}
+
+const fn text(name: &'static str, op: MergeOp) -> Spec {
+    (name, op, FieldType::String)
+}
+
+const RAW_DATA: &[Spec] = &[int("NEvents", MergeOp::Sum), int("NBytes", MergeOp::Sum)];
+
+const EOLS: &[Spec] = &[
+    int("NEvents", MergeOp::Sum),
+    int("NFiles", MergeOp::Sum),
+    int("TotalEvents", MergeOp::Sum),
+    int("NLostEvents", MergeOp::Sum),
+    int("NBytes", MergeOp::Sum),
+];
+
+/// NLumis and LastLumi describe the run, which every BU sees whole: merging the BUs' EoR
+/// documents keeps the one value (`same`), and a disagreement shows as "N/A" rather than as a
+/// sum that means nothing.
+const EOR: &[Spec] = &[
+    int("NEvents", MergeOp::Sum),
+    int("NFiles", MergeOp::Sum),
+    int("NLumis", MergeOp::Same),
+    int("LastLumi", MergeOp::Same),
+];
+
+const FU_OUTPUT: &[Spec] = &[
+    int("Processed", MergeOp::Sum),
+    int("Accepted", MergeOp::Sum),
+    int("ErrorEvents", MergeOp::Sum),
+    int("ReturnCodeMask", MergeOp::BinaryOr),
+    text("Filelist", MergeOp::Merge),
+    int("Filesize", MergeOp::Sum),
+    text("InputFiles", MergeOp::Cat),
+    int("FileAdler32", MergeOp::Adler32),
+    text("TransferDestination", MergeOp::Same),
+    text("MergeType", MergeOp::Same),
+    int("HLTErrorEvents", MergeOp::Sum),
+];
+
+impl Legend {
+    fn from_specs(specs: &[Spec]) -> Legend {
+        let field =
+            |&(name, operation, field_type): &Spec| LegendField { name: name.to_owned(), operation, field_type };
+        Legend { fields: specs.iter().map(field).collect() }
+    }
+
+    /// `rawData.jsd`: NEvents, NBytes of one raw file; both sum.
+    pub fn raw_data() -> Legend {
+        Legend::from_specs(RAW_DATA)
+    }
+
+    /// `EoLS.jsd`: NEvents, NFiles, TotalEvents, NLostEvents, NBytes of a lumi section; all sum.
+    pub fn eols() -> Legend {
+        Legend::from_specs(EOLS)
+    }
+
+    /// `EoR.jsd`: NEvents (sum), NFiles (sum), NLumis (same), LastLumi (same). The two lumi fields
+    /// are `same` because every BU of a run sees the same lumi sections.
+    pub fn eor() -> Legend {
+        Legend::from_specs(EOR)
+    }
+
+    /// The legend of a filter-farm output's `.jsn`, the 11 fields of FORMATS.md §8 in order.
+    pub fn fu_output() -> Legend {
+        Legend::from_specs(FU_OUTPUT)
+    }
+
+    /// Position of the field called `name`.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.fields.iter().position(|f| f.name == name)
+    }
+
+    /// The `.jsd` text, compact: `{"legend":[{"name":..,"operation":..,"type":..},...]}`.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("strings and unit enums always serialize")
+    }
+
+    /// Parses a `.jsd`. Keys other than `legend` and, in entries, other than `name`, `operation`
+    /// and `type` are ignored; duplicate names are refused because fields are looked up by name.
+    pub fn parse(text: &str) -> Result<Legend> {
+        const WHAT: &str = ".jsd legend";
+        let doc = parse_object(WHAT, text)?;
+        let entries = member(WHAT, &doc, "legend", "legend")?;
+        let entries = entries.as_array().ok_or_else(|| json_error(WHAT, "legend", expected("an array", entries)))?;
+        let mut fields: Vec<LegendField> = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
+            let at = format!("legend[{i}]");
+            let entry = entry.as_object().ok_or_else(|| json_error(WHAT, &at, expected("an object", entry)))?;
+            let key = |key: &str| {
+                let field = format!("{at}.{key}");
+                member(WHAT, entry, key, &field).and_then(|v| string(WHAT, &field, v)).map(|s| (s, field))
+            };
+            let (name, field) = key("name")?;
+            if fields.iter().any(|f| f.name == name) {
+                return Err(json_error(WHAT, field, format!("duplicate field name {name:?}")));
+            }
+            let (op, field) = key("operation")?;
+            let operation =
+                MergeOp::from_name(op).ok_or_else(|| unknown(WHAT, field, "operation", op, MergeOp::ALL))?;
+            let (ty, field) = key("type")?;
+            let field_type =
+                FieldType::from_name(ty).ok_or_else(|| unknown(WHAT, field, "type", ty, FieldType::ALL))?;
+            fields.push(LegendField { name: name.to_owned(), operation, field_type });
+        }
+        Ok(Legend { fields })
+    }
+}
+
+/// A bookkeeping document in its untyped form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JsonDoc {
+    /// The values, one per legend field, as decimal or plain strings.
+    pub data: Vec<String>,
+    /// Path of the `.jsd` that defines the values.
+    pub definition: String,
+    /// Who wrote the document (a host, a process).
+    pub source: String,
+}
+
+impl JsonDoc {
+    /// The document's text, compact, keys in the order `data`, `definition`, `source`.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("strings always serialize")
+    }
+
+    /// Parses a document; `what` names it in errors (e.g. "index JSON"). Values must be strings;
+    /// a JSON number is also taken, as its text, so that hand-written files are read too. Other
+    /// keys are ignored.
+    pub fn parse(what: &'static str, text: &str) -> Result<JsonDoc> {
+        let doc = parse_object(what, text)?;
+        let data = member(what, &doc, "data", "data")?;
+        let data = data.as_array().ok_or_else(|| json_error(what, "data", expected("an array", data)))?;
+        let data = data
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Json::String(s) => Ok(s.clone()),
+                Json::Number(n) => Ok(n.to_string()),
+                other => Err(json_error(what, format!("data[{i}]"), expected("a string", other))),
+            })
+            .collect::<Result<_>>()?;
+        let text = |key: &str| member(what, &doc, key, key).and_then(|v| string(what, key, v)).map(str::to_owned);
+        Ok(JsonDoc { data, definition: text("definition")?, source: text("source")? })
+    }
+}
+
+fn json_error(what: &'static str, field: impl Into<String>, problem: impl Into<String>) -> FormatError {
+    FormatError::Json { what, field: field.into(), problem: problem.into() }
+}
+
+/// "expected <wanted>, found <kind of v>".
+fn expected(wanted: &str, v: &Json) -> String {
+    let kind = match v {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(_) => "a number",
+        Json::String(_) => "a string",
+        Json::Array(_) => "an array",
+        Json::Object(_) => "an object",
+    };
+    format!("expected {wanted}, found {kind}")
+}
+
+fn unknown<T: fmt::Display>(what: &'static str, field: String, kind: &str, found: &str, all: &[T]) -> FormatError {
+    let all: Vec<String> = all.iter().map(T::to_string).collect();
+    json_error(what, field, format!("unknown {kind} {found:?}; expected one of {}", all.join(", ")))
+}
+
+/// Parses `text` as a JSON object; serde's message gives the line and column of a syntax error.
+fn parse_object(what: &'static str, text: &str) -> Result<Map<String, Json>> {
+    match serde_json::from_str(text) {
+        Ok(Json::Object(map)) => Ok(map),
+        Ok(other) => Err(json_error(what, "(document)", expected("an object", &other))),
+        Err(e) => Err(json_error(what, "(document)", e.to_string())),
+    }
+}
+
+fn member<'a>(what: &'static str, obj: &'a Map<String, Json>, key: &str, field: &str) -> Result<&'a Json> {
+    obj.get(key).ok_or_else(|| json_error(what, field, "missing"))
+}
+
+fn string<'a>(what: &'static str, field: &str, v: &'a Json) -> Result<&'a str> {
+    v.as_str().ok_or_else(|| json_error(what, field, expected("a string", v)))
+}
+
+/// A type a `data` value is read as.
+trait FieldValue: Sized {
+    /// The value of `s`, or what is wrong with it (a phrase that follows the quoted value).
+    fn read(s: &str) -> std::result::Result<Self, &'static str>;
+}
+
+impl FieldValue for u64 {
+    fn read(s: &str) -> std::result::Result<Self, &'static str> {
+        decimal(s).ok_or(if decimal::<u128>(s).is_some() {
+            "does not fit in 64 bits"
+        } else {
+            "is not an unsigned integer"
+        })
+    }
+}
+
+impl FieldValue for String {
+    fn read(s: &str) -> std::result::Result<Self, &'static str> {
+        Ok(s.to_owned())
+    }
+}
+
+/// A FileAdler32 value: a 32-bit checksum, or -1 for no data.
+struct Checksum(Option<u32>);
+
+impl FieldValue for Checksum {
+    fn read(s: &str) -> std::result::Result<Self, &'static str> {
+        match s {
+            "-1" => Ok(Checksum(None)),
+            _ => decimal(s).map(|c| Checksum(Some(c))).ok_or("is not -1 or a 32-bit checksum"),
+        }
+    }
+}
+
+/// Reads the value `s` of `field`.
+fn value<T: FieldValue>(what: &'static str, field: impl fmt::Display, s: &str) -> Result<T> {
+    T::read(s).map_err(|problem| json_error(what, field.to_string(), format!("{s:?} {problem}")))
+}
+
+fn count_error(what: &'static str, field: String, names: &[&str], found: usize) -> FormatError {
+    json_error(what, field, format!("expected {} values ({}), found {found}", names.len(), names.join(", ")))
+}
+
+/// The values of a typed document, checked to be one per field of its standard legend.
+struct Fields<'a> {
+    what: &'static str,
+    specs: &'static [Spec],
+    data: &'a [String],
+}
+
+impl<'a> Fields<'a> {
+    fn of(what: &'static str, specs: &'static [Spec], doc: &'a JsonDoc) -> Result<Self> {
+        if doc.data.len() != specs.len() {
+            let names: Vec<&str> = specs.iter().map(|s| s.0).collect();
+            return Err(count_error(what, "data".into(), &names, doc.data.len()));
+        }
+        Ok(Fields { what, specs, data: &doc.data })
+    }
+
+    /// Reads the field called `name`: its position in the legend is its index in `data`.
+    fn get<T: FieldValue>(&self, name: &str) -> Result<T> {
+        let s = self.specs.iter().position(|s| s.0 == name).and_then(|i| self.data.get(i));
+        let s = s.ok_or_else(|| json_error(self.what, name, "not in the legend"))?;
+        value(self.what, name, s)
+    }
+}
+
+fn doc(definition: &str, source: &str, data: Vec<String>) -> JsonDoc {
+    JsonDoc { data, definition: definition.to_owned(), source: source.to_owned() }
+}
+
+/// The `.jsn` of one raw file (`rawData.jsd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IndexDoc {
+    /// Events in the file.
+    pub events: u64,
+    /// Size of the file in bytes.
+    pub bytes: u64,
+}
+
+impl IndexDoc {
+    /// Name of the document in errors.
+    pub const WHAT: &'static str = "index JSON";
+
+    /// The document, with `definition` (path of the `.jsd`) and `source` (the writer).
+    pub fn to_doc(&self, definition: &str, source: &str) -> JsonDoc {
+        doc(definition, source, vec![self.events.to_string(), self.bytes.to_string()])
+    }
+
+    /// Reads the values of a parsed document.
+    pub fn from_doc(doc: &JsonDoc) -> Result<Self> {
+        let f = Fields::of(Self::WHAT, RAW_DATA, doc)?;
+        Ok(IndexDoc { events: f.get("NEvents")?, bytes: f.get("NBytes")? })
+    }
+
+    /// Parses the text of a document.
+    pub fn parse(text: &str) -> Result<Self> {
+        Self::from_doc(&JsonDoc::parse(Self::WHAT, text)?)
+    }
+}
+
+/// The end-of-lumi-section `.jsn` of a BU (`EoLS.jsd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EolsDoc {
+    /// Events written into files of this lumi section.
+    pub events: u64,
+    /// Raw files of this lumi section.
+    pub files: u64,
+    /// Events the trigger assigned to this BU in this lumi section.
+    pub total_events: u64,
+    /// Events counted as lost.
+    pub lost_events: u64,
+    /// Bytes written into files of this lumi section.
+    pub bytes: u64,
+}
+
+impl EolsDoc {
+    /// Name of the document in errors.
+    pub const WHAT: &'static str = "EoLS JSON";
+
+    /// Whether every event is accounted for (`events + lost_events == total_events`), the
+    /// condition under which a BU may write the document (FORMATS.md §7).
+    pub fn is_complete(&self) -> bool {
+        self.events.checked_add(self.lost_events) == Some(self.total_events)
+    }
+
+    /// The document, with `definition` (path of the `.jsd`) and `source` (the writer).
+    pub fn to_doc(&self, definition: &str, source: &str) -> JsonDoc {
+        let v = [self.events, self.files, self.total_events, self.lost_events, self.bytes];
+        doc(definition, source, v.iter().map(u64::to_string).collect())
+    }
+
+    /// Reads the values of a parsed document.
+    pub fn from_doc(doc: &JsonDoc) -> Result<Self> {
+        let f = Fields::of(Self::WHAT, EOLS, doc)?;
+        Ok(EolsDoc {
+            events: f.get("NEvents")?,
+            files: f.get("NFiles")?,
+            total_events: f.get("TotalEvents")?,
+            lost_events: f.get("NLostEvents")?,
+            bytes: f.get("NBytes")?,
+        })
+    }
+
+    /// Parses the text of a document.
+    pub fn parse(text: &str) -> Result<Self> {
+        Self::from_doc(&JsonDoc::parse(Self::WHAT, text)?)
+    }
+}
+
+/// The end-of-run `.jsn` of a BU (`EoR.jsd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EorDoc {
+    /// Events written in the run.
+    pub events: u64,
+    /// Raw files written in the run.
+    pub files: u64,
+    /// Lumi sections in the run.
+    pub lumis: u64,
+    /// The last lumi section.
+    pub last_lumi: u64,
+}
+
+impl EorDoc {
+    /// Name of the document in errors.
+    pub const WHAT: &'static str = "EoR JSON";
+
+    /// The document, with `definition` (path of the `.jsd`) and `source` (the writer).
+    pub fn to_doc(&self, definition: &str, source: &str) -> JsonDoc {
+        let v = [self.events, self.files, self.lumis, self.last_lumi];
+        doc(definition, source, v.iter().map(u64::to_string).collect())
+    }
+
+    /// Reads the values of a parsed document.
+    pub fn from_doc(doc: &JsonDoc) -> Result<Self> {
+        let f = Fields::of(Self::WHAT, EOR, doc)?;
+        Ok(EorDoc {
+            events: f.get("NEvents")?,
+            files: f.get("NFiles")?,
+            lumis: f.get("NLumis")?,
+            last_lumi: f.get("LastLumi")?,
+        })
+    }
+
+    /// Parses the text of a document.
+    pub fn parse(text: &str) -> Result<Self> {
+        Self::from_doc(&JsonDoc::parse(Self::WHAT, text)?)
+    }
+}
+
+/// The `.jsn` of a filter-farm output file, per process (or merger), stream and lumi section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FuOutputDoc {
+    /// Events processed.
+    pub processed: u64,
+    /// Events accepted into this stream.
+    pub accepted: u64,
+    /// Events that failed processing.
+    pub error_events: u64,
+    /// OR of the processes' return codes.
+    pub return_code_mask: u64,
+    /// The data file ("" when empty).
+    pub file_list: String,
+    /// Size of the data file in bytes.
+    pub file_size: u64,
+    /// Input files, joined with ",".
+    pub input_files: String,
+    /// Adler-32 of the data file, or -1 when there is none (hence signed).
+    pub file_adler32: i64,
+    /// Where the file goes.
+    pub transfer_destination: String,
+    /// How the file is merged.
+    pub merge_type: String,
+    /// Events the HLT flagged as errors.
+    pub hlt_error_events: u64,
+}
+
+impl FuOutputDoc {
+    /// Name of the document in errors.
+    pub const WHAT: &'static str = "FU output JSON";
+
+    /// A lumi section without output: Filelist "", Filesize 0, FileAdler32 -1, every other count
+    /// 0 and text "". Set other fields with struct update syntax.
+    pub fn empty(processed: u64) -> Self {
+        FuOutputDoc {
+            processed,
+            accepted: 0,
+            error_events: 0,
+            return_code_mask: 0,
+            file_list: String::new(),
+            file_size: 0,
+            input_files: String::new(),
+            file_adler32: -1,
+            transfer_destination: String::new(),
+            merge_type: String::new(),
+            hlt_error_events: 0,
+        }
+    }
+
+    /// The document, with `definition` (path of the `.jsd`) and `source` (the writer).
+    pub fn to_doc(&self, definition: &str, source: &str) -> JsonDoc {
+        let data = vec![
+            self.processed.to_string(),
+            self.accepted.to_string(),
+            self.error_events.to_string(),
+            self.return_code_mask.to_string(),
+            self.file_list.clone(),
+            self.file_size.to_string(),
+            self.input_files.clone(),
+            self.file_adler32.to_string(),
+            self.transfer_destination.clone(),
+            self.merge_type.clone(),
+            self.hlt_error_events.to_string(),
+        ];
+        doc(definition, source, data)
+    }
+
+    /// Reads the values of a parsed document; FileAdler32 must be -1 or fit in 32 bits.
+    pub fn from_doc(doc: &JsonDoc) -> Result<Self> {
+        let f = Fields::of(Self::WHAT, FU_OUTPUT, doc)?;
+        Ok(FuOutputDoc {
+            processed: f.get("Processed")?,
+            accepted: f.get("Accepted")?,
+            error_events: f.get("ErrorEvents")?,
+            return_code_mask: f.get("ReturnCodeMask")?,
+            file_list: f.get("Filelist")?,
+            file_size: f.get("Filesize")?,
+            input_files: f.get("InputFiles")?,
+            file_adler32: f.get::<Checksum>("FileAdler32")?.0.map_or(-1, i64::from),
+            transfer_destination: f.get("TransferDestination")?,
+            merge_type: f.get("MergeType")?,
+            hlt_error_events: f.get("HLTErrorEvents")?,
+        })
+    }
+
+    /// Parses the text of a document.
+    pub fn parse(text: &str) -> Result<Self> {
+        Self::from_doc(&JsonDoc::parse(Self::WHAT, text)?)
+    }
+}
+
+/// Merges documents of one legend into the document of the merged file, applying each field's
+/// operation across `inputs` in order (see [`MergeOp`]). A `merge` field becomes
+/// `merged_file_name`, or "" when every input's is empty. An `adler32` field combines the inputs'
+/// checksums using their `Filesize` field as lengths, skipping inputs with checksum -1 or size 0;
+/// it is -1 when all are skipped.
+///
+/// The result's definition is the first input's; its source is left empty for the caller to set
+/// to the merger's own name.
+pub fn merge_docs(legend: &Legend, inputs: &[JsonDoc], merged_file_name: &str) -> Result<JsonDoc> {
+    const WHAT: &str = "merge input";
+    let Some(first) = inputs.first() else { return Err(json_error(WHAT, "(inputs)", "nothing to merge")) };
+    let names: Vec<&str> = legend.fields.iter().map(|f| f.name.as_str()).collect();
+    if let Some((i, doc)) = inputs.iter().enumerate().find(|(_, d)| d.data.len() != names.len()) {
+        return Err(count_error(WHAT, format!("inputs[{i}].data"), &names, doc.data.len()));
+    }
+    let mut data = Vec::with_capacity(names.len());
+    for (k, field) in legend.fields.iter().enumerate() {
+        // Every input has a value at k: the counts were checked above.
+        let values = || inputs.iter().map(move |d| d.data[k].as_str()).enumerate();
+        let at = |i: usize| format!("inputs[{i}].{}", field.name);
+        let merged = match field.operation {
+            MergeOp::Sum => {
+                let mut sum = 0u64;
+                for (i, s) in values() {
+                    sum = sum
+                        .checked_add(value(WHAT, at(i), s)?)
+                        .ok_or_else(|| json_error(WHAT, at(i), "sum overflows 64 bits"))?;
+                }
+                sum.to_string()
+            }
+            MergeOp::BinaryOr => {
+                let mut or = 0u64;
+                for (i, s) in values() {
+                    or |= value::<u64>(WHAT, at(i), s)?;
+                }
+                or.to_string()
+            }
+            MergeOp::Same => {
+                let one = first.data[k].as_str();
+                if values().all(|(_, s)| s == one) { one } else { "N/A" }.to_owned()
+            }
+            MergeOp::Cat => values().map(|(_, s)| s).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(","),
+            MergeOp::Merge => if values().all(|(_, s)| s.is_empty()) { "" } else { merged_file_name }.to_owned(),
+            MergeOp::Adler32 => {
+                let size_at = legend.position("Filesize").ok_or_else(|| {
+                    json_error(WHAT, field.name.as_str(), "an adler32 field needs a Filesize field in the legend")
+                })?;
+                let mut merged: Option<u32> = None;
+                for (i, s) in values() {
+                    let Checksum(checksum) = value(WHAT, at(i), s)?;
+                    let size: u64 = value(WHAT, format!("inputs[{i}].Filesize"), &inputs[i].data[size_at])?;
+                    if let Some(checksum) = checksum.filter(|_| size > 0) {
+                        merged = Some(merged.map_or(checksum, |m| adler32_combine(m, checksum, size)));
+                    }
+                }
+                merged.map_or(-1, i64::from).to_string()
+            }
+        };
+        data.push(merged);
+    }
+    Ok(JsonDoc { data, definition: first.definition.clone(), source: String::new() })
+}
+
+/// The Adler-32 modulus: the largest prime below 2^16.
+const ADLER_MOD: u32 = 65521;
+
+/// Bytes summed between reductions. Starting from sums below the modulus, after n bytes of 255
+/// the second sum is at most (n+1)(MOD-1) + 255·n(n+1)/2, which stays below 2^32 up to n = 5552.
+const ADLER_CHUNK: usize = 5552;
+
+const _: () = {
+    let n = ADLER_CHUNK as u64;
+    assert!((n + 1) * (ADLER_MOD as u64 - 1) + 255 * n * (n + 1) / 2 <= u32::MAX as u64);
+};
+
+/// Incremental Adler-32 (zlib's checksum), for data that arrives in pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adler32 {
+    a: u32,
+    b: u32,
+}
+
+impl Default for Adler32 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Adler32 {
+    /// The checksum of no data (1).
+    pub fn new() -> Self {
+        Adler32 { a: 1, b: 0 }
+    }
+
+    /// Feeds bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(ADLER_CHUNK) {
+            for &byte in chunk {
+                self.a += u32::from(byte);
+                self.b += self.a;
+            }
+            self.a %= ADLER_MOD;
+            self.b %= ADLER_MOD;
+        }
+    }
+
+    /// The checksum of everything fed so far.
+    pub fn finish(&self) -> u32 {
+        (self.b << 16) | self.a
+    }
+}
+
+/// Adler-32 of `bytes`.
+pub fn adler32(bytes: &[u8]) -> u32 {
+    let mut sum = Adler32::new();
+    sum.update(bytes);
+    sum.finish()
+}
+
+/// The Adler-32 of the concatenation of two byte strings, from their checksums and the length of
+/// the second.
+///
+/// With A = 1 + Σ bytes and B = Σ of A after each byte, appending n2 bytes adds their sum to A
+/// and, to B, their own B plus n2 times the bytes summed before them (A1 − 1):
+/// A = A1 + A2 − 1, B = B1 + B2 + n2·(A1 − 1), all mod 65521.
+pub fn adler32_combine(adler1: u32, adler2: u32, len2: u64) -> u32 {
+    let m = u64::from(ADLER_MOD);
+    // Reduce first so that malformed halves (≥ the modulus) cannot overflow anything.
+    let (a1, b1) = (u64::from(adler1 & 0xFFFF) % m, u64::from(adler1 >> 16) % m);
+    let (a2, b2) = (u64::from(adler2 & 0xFFFF) % m, u64::from(adler2 >> 16) % m);
+    // Every term is below 2m² < 2^34: no overflow in u64.
+    let a = (a1 + a2 + m - 1) % m;
+    let b = (b1 + b2 + (len2 % m) * (a1 + m - 1)) % m;
+    // Both halves are below 2^16.
+    ((b << 16) | a) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn json_problem<T: fmt::Debug>(r: Result<T>) -> (&'static str, String, String) {
+        match r {
+            Err(FormatError::Json { what, field, problem }) => (what, field, problem),
+            other => panic!("expected a JSON error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn legends_are_written_exactly() {
+        assert_eq!(
+            Legend::raw_data().to_json(),
+            r#"{"legend":[{"name":"NEvents","operation":"sum","type":"integer"},{"name":"NBytes","operation":"sum","type":"integer"}]}"#
+        );
+        assert_eq!(
+            Legend::eols().to_json(),
+            concat!(
+                r#"{"legend":[{"name":"NEvents","operation":"sum","type":"integer"},"#,
+                r#"{"name":"NFiles","operation":"sum","type":"integer"},"#,
+                r#"{"name":"TotalEvents","operation":"sum","type":"integer"},"#,
+                r#"{"name":"NLostEvents","operation":"sum","type":"integer"},"#,
+                r#"{"name":"NBytes","operation":"sum","type":"integer"}]}"#
+            )
+        );
+        assert_eq!(
+            Legend::eor().to_json(),
+            concat!(
+                r#"{"legend":[{"name":"NEvents","operation":"sum","type":"integer"},"#,
+                r#"{"name":"NFiles","operation":"sum","type":"integer"},"#,
+                r#"{"name":"NLumis","operation":"same","type":"integer"},"#,
+                r#"{"name":"LastLumi","operation":"same","type":"integer"}]}"#
+            )
+        );
+        assert_eq!(
+            Legend::fu_output().to_json(),
+            concat!(
+                r#"{"legend":[{"name":"Processed","operation":"sum","type":"integer"},"#,
+                r#"{"name":"Accepted","operation":"sum","type":"integer"},"#,
+                r#"{"name":"ErrorEvents","operation":"sum","type":"integer"},"#,
+                r#"{"name":"ReturnCodeMask","operation":"binaryOr","type":"integer"},"#,
+                r#"{"name":"Filelist","operation":"merge","type":"string"},"#,
+                r#"{"name":"Filesize","operation":"sum","type":"integer"},"#,
+                r#"{"name":"InputFiles","operation":"cat","type":"string"},"#,
+                r#"{"name":"FileAdler32","operation":"adler32","type":"integer"},"#,
+                r#"{"name":"TransferDestination","operation":"same","type":"string"},"#,
+                r#"{"name":"MergeType","operation":"same","type":"string"},"#,
+                r#"{"name":"HLTErrorEvents","operation":"sum","type":"integer"}]}"#
+            )
+        );
+        for legend in [Legend::raw_data(), Legend::eols(), Legend::eor(), Legend::fu_output()] {
+            assert_eq!(Legend::parse(&legend.to_json()).unwrap(), legend);
+        }
+    }
+
+    #[test]
+    fn legend_errors_name_the_entry() {
+        let cases = [
+            (
+                r#"{"legend":[{"name":"A","operation":"sum","type":"integer"},{"name":"B","operation":"max","type":"integer"}]}"#,
+                "legend[1].operation",
+                r#"unknown operation "max"; expected one of sum, binaryOr, same, cat, merge, adler32"#,
+            ),
+            (r#"{"legend":[{"name":"A","operation":"sum"}]}"#, "legend[0].type", "missing"),
+            (
+                r#"{"legend":[{"name":"A","operation":"sum","type":"float"}]}"#,
+                "legend[0].type",
+                r#"unknown type "float"; expected one of integer, string"#,
+            ),
+            (
+                r#"{"legend":[{"name":7,"operation":"sum","type":"integer"}]}"#,
+                "legend[0].name",
+                "expected a string, found a number",
+            ),
+            (
+                r#"{"legend":[{"name":"A","operation":"sum","type":"integer"},{"name":"A","operation":"sum","type":"integer"}]}"#,
+                "legend[1].name",
+                r#"duplicate field name "A""#,
+            ),
+            (r#"{"legend":["A"]}"#, "legend[0]", "expected an object, found a string"),
+            (r#"{"legend":{}}"#, "legend", "expected an array, found an object"),
+            (r#"{}"#, "legend", "missing"),
+            (r#"[]"#, "(document)", "expected an object, found an array"),
+        ];
+        for (text, field, problem) in cases {
+            assert_eq!(
+                json_problem(Legend::parse(text)),
+                (".jsd legend", field.to_owned(), problem.to_owned()),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn index_doc_is_written_exactly() {
+        let doc = IndexDoc { events: 12, bytes: 4096 }.to_doc("/fff/ramdisk/run000001/jsd/rawData.jsd", "bu-c2e18-01");
+        let text = doc.to_json();
+        assert_eq!(
+            text,
+            r#"{"data":["12","4096"],"definition":"/fff/ramdisk/run000001/jsd/rawData.jsd","source":"bu-c2e18-01"}"#
+        );
+        assert_eq!(JsonDoc::parse(IndexDoc::WHAT, &text).unwrap(), doc);
+        assert_eq!(IndexDoc::parse(&text).unwrap(), IndexDoc { events: 12, bytes: 4096 });
+    }
+
+    #[test]
+    fn bu_docs_are_written_exactly() {
+        let eols = EolsDoc { events: 90, files: 3, total_events: 100, lost_events: 10, bytes: 123456 };
+        assert!(eols.is_complete());
+        assert!(!EolsDoc { lost_events: 9, ..eols }.is_complete());
+        assert!(!EolsDoc { events: u64::MAX, ..eols }.is_complete());
+        let text = eols.to_doc("jsd/EoLS.jsd", "bu").to_json();
+        assert_eq!(text, r#"{"data":["90","3","100","10","123456"],"definition":"jsd/EoLS.jsd","source":"bu"}"#);
+        assert_eq!(EolsDoc::parse(&text).unwrap(), eols);
+
+        let eor = EorDoc { events: 1000, files: 30, lumis: 7, last_lumi: 7 };
+        let text = eor.to_doc("jsd/EoR.jsd", "bu").to_json();
+        assert_eq!(text, r#"{"data":["1000","30","7","7"],"definition":"jsd/EoR.jsd","source":"bu"}"#);
+        assert_eq!(EorDoc::parse(&text).unwrap(), eor);
+    }
+
+    #[test]
+    fn fu_output_doc_is_written_exactly() {
+        let out = FuOutputDoc {
+            accepted: 5,
+            return_code_mask: 2,
+            file_list: "run000001_ls0001_streamA_pid01234.dat".into(),
+            file_size: 1000,
+            input_files: "run000001_ls0001_index000000.raw".into(),
+            file_adler32: 0x11E60398,
+            transfer_destination: "Tier0".into(),
+            merge_type: "DAT".into(),
+            ..FuOutputDoc::empty(10)
+        };
+        let text = out.to_doc("/fff/output/run000001/jsd/streamA.jsd", "pid01234").to_json();
+        assert_eq!(
+            text,
+            concat!(
+                r#"{"data":["10","5","0","2","run000001_ls0001_streamA_pid01234.dat","1000","#,
+                r#""run000001_ls0001_index000000.raw","300286872","Tier0","DAT","0"],"#,
+                r#""definition":"/fff/output/run000001/jsd/streamA.jsd","source":"pid01234"}"#
+            )
+        );
+        assert_eq!(FuOutputDoc::parse(&text).unwrap(), out);
+        let empty = FuOutputDoc::empty(7).to_doc("d", "s");
+        assert_eq!(empty.data, ["7", "0", "0", "0", "", "0", "", "-1", "", "", "0"]);
+        assert_eq!(FuOutputDoc::from_doc(&empty).unwrap(), FuOutputDoc::empty(7));
+    }
+
+    #[test]
+    fn doc_errors_name_the_field() {
+        let cases = [
+            (
+                r#"{"data":["12"],"definition":"d","source":"s"}"#,
+                "data",
+                "expected 2 values (NEvents, NBytes), found 1",
+            ),
+            (r#"{"data":["12","12x"],"definition":"d","source":"s"}"#, "NBytes", r#""12x" is not an unsigned integer"#),
+            (r#"{"data":["-1","12"],"definition":"d","source":"s"}"#, "NEvents", r#""-1" is not an unsigned integer"#),
+            (r#"{"data":[""," 1"],"definition":"d","source":"s"}"#, "NEvents", r#""" is not an unsigned integer"#),
+            (
+                r#"{"data":["1","18446744073709551616"],"definition":"d","source":"s"}"#,
+                "NBytes",
+                r#""18446744073709551616" does not fit in 64 bits"#,
+            ),
+            (r#"{"definition":"d","source":"s"}"#, "data", "missing"),
+            (r#"{"data":"12","definition":"d","source":"s"}"#, "data", "expected an array, found a string"),
+            (r#"{"data":["1",null],"definition":"d","source":"s"}"#, "data[1]", "expected a string, found null"),
+            (r#"{"data":["1","2"],"source":"s"}"#, "definition", "missing"),
+            (r#"{"data":["1","2"],"definition":"d","source":3}"#, "source", "expected a string, found a number"),
+            ("12", "(document)", "expected an object, found a number"),
+        ];
+        for (text, field, problem) in cases {
+            assert_eq!(
+                json_problem(IndexDoc::parse(text)),
+                ("index JSON", field.to_owned(), problem.to_owned()),
+                "{text}"
+            );
+        }
+        let (what, field, problem) = json_problem(IndexDoc::parse("{\"data\": [\"1\",\n  \"2\""));
+        assert_eq!((what, field.as_str()), ("index JSON", "(document)"));
+        assert_eq!(problem, "EOF while parsing a list at line 2 column 5");
+        let err = IndexDoc::parse(r#"{"data":["12"],"definition":"d","source":"s"}"#).unwrap_err();
+        assert_eq!(err.to_string(), "index JSON: field data: expected 2 values (NEvents, NBytes), found 1");
+        // Numbers are read as their text.
+        assert_eq!(IndexDoc::parse(r#"{"data":[12,4096],"definition":"d","source":"s"}"#).unwrap().bytes, 4096);
+
+        let mut out = FuOutputDoc::empty(1).to_doc("d", "s");
+        out.data[7] = "4294967296".into();
+        assert_eq!(
+            json_problem(FuOutputDoc::from_doc(&out)),
+            ("FU output JSON", "FileAdler32".to_owned(), r#""4294967296" is not -1 or a 32-bit checksum"#.to_owned())
+        );
+    }
+
+    #[test]
+    fn adler32_check_values() {
+        assert_eq!(adler32(b"Wikipedia"), 0x11E6_0398);
+        assert_eq!(adler32(b""), 1);
+        assert_eq!(adler32(b"a"), 0x0062_0062);
+        // A long run of 0xFF crosses many reductions with the sums near their bound.
+        let ones = vec![0xFFu8; 100_000];
+        let mut piecewise = Adler32::new();
+        for piece in ones.chunks(777) {
+            piecewise.update(piece);
+        }
+        assert_eq!(piecewise.finish(), adler32(&ones));
+        assert_eq!(adler32(&ones), naive_adler32(&ones));
+    }
+
+    /// The definition, with the sums kept exact in u128.
+    fn naive_adler32(bytes: &[u8]) -> u32 {
+        let (mut a, mut b) = (1u128, 0u128);
+        for &x in bytes {
+            a += u128::from(x);
+            b += a;
+        }
+        ((b % 65521) << 16 | (a % 65521)) as u32
+    }
+
+    #[test]
+    fn adler32_combine_with_huge_second_length() {
+        // n2 zero bytes have checksum (A = 1, B = n2); appended to data, each leaves A at A1 and
+        // adds A1 to B, so the concatenation has (A1, B1 + n2·A1).
+        let first = adler32(b"some data");
+        let (a1, b1) = (u128::from(first & 0xFFFF), u128::from(first >> 16));
+        for n2 in [1u64 << 40, u64::MAX, 65521 * 12345, 65520] {
+            let zeros = ((u128::from(n2) % 65521) << 16 | 1) as u32;
+            let b = (b1 + u128::from(n2) * a1) % 65521;
+            assert_eq!(adler32_combine(first, zeros, n2), ((b << 16) | a1) as u32, "{n2}");
+        }
+        assert_eq!(adler32_combine(first, 1, 0), first);
+        assert_eq!(adler32_combine(1, first, 9), first);
+    }
+
+    fn fu_input(content: &[u8], name: &str, input: &str, mask: u64, destination: &str) -> JsonDoc {
+        FuOutputDoc {
+            accepted: 2,
+            error_events: 1,
+            return_code_mask: mask,
+            file_list: name.into(),
+            file_size: content.len() as u64,
+            input_files: input.into(),
+            file_adler32: adler32(content).into(),
+            transfer_destination: destination.into(),
+            merge_type: "DAT".into(),
+            hlt_error_events: 3,
+            ..FuOutputDoc::empty(10)
+        }
+        .to_doc("jsd/streamA.jsd", "pid00001")
+    }
+
+    #[test]
+    fn merges_fu_outputs() {
+        let files: [&[u8]; 3] = [b"first file, ", b"second file and ", b"third"];
+        let empty =
+            FuOutputDoc { input_files: "".into(), transfer_destination: "Tier0".into(), ..FuOutputDoc::empty(4) };
+        let inputs = [
+            fu_input(files[0], "a.dat", "i0.raw", 1, "Tier0"),
+            empty.to_doc("jsd/streamA.jsd", "pid00002"),
+            fu_input(files[1], "b.dat", "i1.raw,i2.raw", 4, "Tier0"),
+            fu_input(files[2], "c.dat", "i3.raw", 1, "Tier0"),
+        ];
+        let merged = merge_docs(&Legend::fu_output(), &inputs, "run000001_ls0001_streamA_StorageManager.dat").unwrap();
+        assert_eq!((merged.definition.as_str(), merged.source.as_str()), ("jsd/streamA.jsd", ""));
+        let out = FuOutputDoc::from_doc(&merged).unwrap();
+        let all = files.concat();
+        assert_eq!(
+            out,
+            FuOutputDoc {
+                processed: 34,
+                accepted: 6,
+                error_events: 3,
+                return_code_mask: 5,
+                file_list: "run000001_ls0001_streamA_StorageManager.dat".into(),
+                file_size: all.len() as u64,
+                input_files: "i0.raw,i1.raw,i2.raw,i3.raw".into(),
+                file_adler32: adler32(&all).into(),
+                transfer_destination: "Tier0".into(),
+                merge_type: "N/A".into(),
+                hlt_error_events: 9,
+            }
+        );
+
+        // Only empty inputs: an empty merged output.
+        let merged =
+            merge_docs(&Legend::fu_output(), &[empty.to_doc("d", "s"), empty.to_doc("d", "t")], "x.dat").unwrap();
+        let out = FuOutputDoc::from_doc(&merged).unwrap();
+        assert_eq!((out.file_list.as_str(), out.file_size, out.file_adler32), ("", 0, -1));
+        assert_eq!(out.transfer_destination, "Tier0");
+    }
+
+    #[test]
+    fn merges_bu_docs() {
+        let eor = |events, lumis| EorDoc { events, files: 2, lumis, last_lumi: lumis }.to_doc("jsd/EoR.jsd", "bu");
+        let merged = merge_docs(&Legend::eor(), &[eor(10, 5), eor(20, 5)], "").unwrap();
+        assert_eq!(EorDoc::from_doc(&merged).unwrap(), EorDoc { events: 30, files: 4, lumis: 5, last_lumi: 5 });
+        let merged = merge_docs(&Legend::eor(), &[eor(10, 5), eor(20, 6)], "").unwrap();
+        assert_eq!(merged.data, ["30", "4", "N/A", "N/A"]);
+    }
+
+    #[test]
+    fn merge_errors() {
+        let legend = Legend::raw_data();
+        let raw = |data: &[&str]| doc("d", "s", data.iter().map(|s| s.to_string()).collect());
+        let cases = [
+            (vec![], "(inputs)", "nothing to merge"),
+            (vec![raw(&["1", "2"]), raw(&["1"])], "inputs[1].data", "expected 2 values (NEvents, NBytes), found 1"),
+            (vec![raw(&["1", "2"]), raw(&["1", "x"])], "inputs[1].NBytes", r#""x" is not an unsigned integer"#),
+            (vec![raw(&["18446744073709551615", "2"]), raw(&["1", "2"])], "inputs[1].NEvents", "sum overflows 64 bits"),
+        ];
+        for (inputs, field, problem) in cases {
+            assert_eq!(
+                json_problem(merge_docs(&legend, &inputs, "m")),
+                ("merge input", field.to_owned(), problem.to_owned())
+            );
+        }
+        let no_size = Legend { fields: vec![Legend::fu_output().fields[7].clone()] };
+        assert_eq!(
+            json_problem(merge_docs(&no_size, &[raw(&["1"])], "m")).2,
+            "an adler32 field needs a Filesize field in the legend"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn adler32_combines(a in proptest::collection::vec(any::<u8>(), 0..3000),
+                            b in proptest::collection::vec(any::<u8>(), 0..9000)) {
+            let whole = [a.as_slice(), b.as_slice()].concat();
+            prop_assert_eq!(adler32_combine(adler32(&a), adler32(&b), b.len() as u64), adler32(&whole));
+            prop_assert_eq!(adler32(&whole), naive_adler32(&whole));
+        }
+
+        #[test]
+        fn parsers_never_panic(
+            s in "\\PC{0,60}",
+            t in r#"\{("(data|legend)":(\[(("[0-9a-z-]{0,4}"|[0-9.-]{1,4}|null|\{\}),?){0,12}\]?|"x"|1))?,?("definition":"d")?,?("source":"s")?\}?"#,
+        ) {
+            for s in [&s, &t] {
+                let _ = Legend::parse(s);
+                let _ = JsonDoc::parse("test", s);
+                let _ = IndexDoc::parse(s);
+                let _ = EolsDoc::parse(s);
+                let _ = EorDoc::parse(s);
+                let _ = FuOutputDoc::parse(s);
+            }
+        }
+
+        #[test]
+        fn merge_never_panics(data in proptest::collection::vec(
+            proptest::collection::vec("-1|0|[0-9]{1,20}|N/A|[a-z.]{0,5}", 10..=12), 0..5)) {
+            let inputs: Vec<JsonDoc> = data.into_iter().map(|data| doc("d", "s", data)).collect();
+            let _ = merge_docs(&Legend::fu_output(), &inputs, "m.dat");
+        }
+    }
+}
