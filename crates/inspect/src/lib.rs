@@ -2,10 +2,83 @@
 //!
 //! `inspect` shows what a file or directory holds and flags what is wrong; `verify` checks a BU
 //! run directory against every rule of the file contract and lists each violation with its file
-//! and byte offset. Both share the per-event checks of [`event::check_event`].
+//! and byte offset. Both share the per-event checks of [`event::check_event`] and the directory
+//! listing of [`run_dir::scan_run_dir`].
 
 #![warn(missing_docs)]
 
 pub mod event;
 pub mod raw_file;
 pub mod render;
+pub mod run_dir;
+pub mod stream;
+pub mod verify;
+
+use event::EventChecks;
+use serde::Serialize;
+use std::path::Path;
+use tessera_formats::orbit::looks_like_dth_stream;
+
+/// What `inspect` found at a path.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Target {
+    /// A raw file (`RAW_0001` or `RAW_0002`).
+    RawFile(raw_file::RawFileReport),
+    /// A capture of a FEROL TCP stream or a DTH orbit stream.
+    Stream(stream::StreamReport),
+    /// A BU run directory.
+    RunDir(run_dir::RunDirReport),
+}
+
+impl Target {
+    /// Problems found, in total.
+    pub fn problem_count(&self) -> usize {
+        match self {
+            Target::RawFile(r) => r.all_problems().count(),
+            Target::Stream(s) => s.problems.len(),
+            Target::RunDir(d) => d.problems.len(),
+        }
+    }
+}
+
+/// Errors that keep `inspect` from reading a path at all.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    /// The path cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Unreadable {
+        /// The path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is none of the kinds `inspect` knows.
+    #[error("{path}: not a raw file (RAW_0001/RAW_0002), a FEROL or DTH stream capture (47 5A), nor a run directory; first bytes {first:02x?}")]
+    Unknown {
+        /// The path.
+        path: String,
+        /// Its first bytes.
+        first: Vec<u8>,
+    },
+}
+
+/// Reads `path` and reports on it, telling raw files, stream captures and run directories apart
+/// by their content.
+pub fn inspect_path(path: &Path, checks: EventChecks) -> Result<Target, InspectError> {
+    let name = path.display().to_string();
+    let unreadable = |source| InspectError::Unreadable { path: name.clone(), source };
+    if path.is_dir() {
+        return run_dir::inspect_run_dir(path).map(Target::RunDir).map_err(unreadable);
+    }
+    let bytes = std::fs::read(path).map_err(unreadable)?;
+    if bytes.starts_with(b"RAW_000") {
+        Ok(Target::RawFile(raw_file::inspect_raw_file(&name, &bytes, checks)))
+    } else if looks_like_dth_stream(&bytes) {
+        Ok(Target::Stream(stream::inspect_dth_stream(&name, &bytes)))
+    } else if bytes.starts_with(&[0x47, 0x5A]) {
+        Ok(Target::Stream(stream::inspect_ferol_stream(&name, &bytes)))
+    } else {
+        Err(InspectError::Unknown { path: name, first: bytes.iter().take(8).copied().collect() })
+    }
+}

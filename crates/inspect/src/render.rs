@@ -121,3 +121,105 @@ fn event_line(out: &mut String, ev: &EventReport, feds: bool) {
         problem_line(out, "      ", p);
     }
 }
+
+/// Any report as text.
+pub fn target(t: &crate::Target, feds: bool) -> String {
+    match t {
+        crate::Target::RawFile(r) => raw_file(r, feds),
+        crate::Target::Stream(s) => stream(s, feds),
+        crate::Target::RunDir(d) => run_dir(d),
+    }
+}
+
+/// A run directory as a table per lumi section.
+pub fn run_dir(d: &crate::run_dir::RunDirReport) -> String {
+    let mut out = String::new();
+    let run = d.run.map_or("? (name is not runRRRRRR)".into(), |r| r.to_string());
+    let _ = writeln!(out, "{}  run {run}", d.path);
+    let _ = writeln!(out, "  {:>6} {:>6} {:>8} {:>14} {:>6}  EoLS", "LS", "files", "events", "bytes", "lost");
+    let mut totals = (0, 0, 0, 0);
+    for r in &d.lumi_sections {
+        let lost = r.lost.map_or("-".into(), |l| l.to_string());
+        let _ = writeln!(out, "  {:>6} {:>6} {:>8} {:>14} {:>6}  {}", r.ls, r.files, r.events, thousands(r.bytes), lost, r.eols);
+        totals = (totals.0 + r.files, totals.1 + r.events, totals.2 + r.bytes, totals.3 + r.lost.unwrap_or(0));
+    }
+    let _ = writeln!(out, "  {:>6} {:>6} {:>8} {:>14} {:>6}", "total", totals.0, totals.1, thousands(totals.2), totals.3);
+    match &d.end_of_run {
+        None => {
+            let _ = writeln!(out, "  EoR: none (run not ended)");
+        }
+        Some(Ok(e)) => {
+            let _ = writeln!(
+                out,
+                "  EoR: {} events, {} files, {} lumi sections, last {}",
+                e.events, e.files, e.lumis, e.last_lumi
+            );
+        }
+        Some(Err(e)) => {
+            let _ = writeln!(out, "  EoR: unreadable: {e}");
+        }
+    }
+    if let Some(n) = d.open_files {
+        let _ = writeln!(out, "  open/: {n} files being written");
+    }
+    for p in &d.problems {
+        problem_line(&mut out, "  ", p);
+    }
+    out
+}
+
+/// `verify`'s verdict: each violation with file and offset, then a count.
+pub fn violations(run_dir: &std::path::Path, v: &[crate::verify::Violation]) -> String {
+    let mut out = String::new();
+    for x in v {
+        let at = x.offset.map_or(String::new(), |o| format!(" at byte {o}"));
+        let _ = writeln!(out, "{}/{}{at}: {}", run_dir.display(), x.file, x.message);
+    }
+    if v.is_empty() {
+        let _ = writeln!(out, "{}: OK, every rule holds", run_dir.display());
+    } else {
+        let _ = writeln!(out, "{}: {} violations", run_dir.display(), v.len());
+    }
+    out
+}
+
+/// A stream capture: totals per source, and with `all` every fragment or orbit.
+pub fn stream(s: &crate::stream::StreamReport, all: bool) -> String {
+    let mut out = String::new();
+    let what = if s.protocol == "DTH" { "orbits" } else { "fragments" };
+    let _ = writeln!(out, "{}  {} stream capture  {} bytes", s.path, s.protocol, thousands(s.bytes));
+    let _ = writeln!(out, "  {:>8} {:>10} {:>14} {:>10} {:>10} {:>6}", "source", what, "bytes", "first", "last", "gaps");
+    for (id, x) in &s.sources {
+        let _ = writeln!(
+            out,
+            "  {:>8} {:>10} {:>14} {:>10} {:>10} {:>6}",
+            id,
+            x.units,
+            thousands(x.bytes),
+            x.first,
+            x.last,
+            x.gaps
+        );
+    }
+    if all {
+        let _ = writeln!(out, "  {:>12} {:>8} {:>10} {:>6} {:>10} {:>6}  CRC", "offset", "source", "number", "blocks", "bytes", "events");
+        for u in &s.units {
+            let _ = writeln!(
+                out,
+                "  {:>12} {:>8} {:>10} {:>6} {:>10} {:>6}  {}",
+                u.offset,
+                u.source_id,
+                u.number,
+                u.blocks,
+                thousands(u.bytes as u64),
+                u.events,
+                if u.crc_ok { "ok" } else { "BAD" }
+            );
+        }
+    }
+    for p in &s.problems {
+        problem_line(&mut out, "  ", p);
+    }
+    let _ = writeln!(out, "  {} {what}, {} problems", s.units.len(), s.problems.len());
+    out
+}

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, JsonDoc};
+use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc};
 use tessera_formats::names::{self, BuFileName};
 use tessera_formats::raw::RawFileHeader;
 
@@ -87,10 +87,9 @@ pub fn scan_run_dir(dir: &Path) -> io::Result<RunDirScan> {
 }
 
 /// Reads a JSON bookkeeping file into its typed form.
-pub fn read_doc<T>(path: &Path, from_doc: impl Fn(&JsonDoc) -> tessera_formats::Result<T>) -> Result<T, String> {
-    let text = fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let doc = JsonDoc::parse(&text).map_err(|e| e.to_string())?;
-    from_doc(&doc).map_err(|e| e.to_string())
+pub fn read_doc<T>(path: &Path, parse: impl Fn(&str) -> tessera_formats::Result<T>) -> Result<T, String> {
+    let text = fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+    parse(&text).map_err(|e| e.to_string())
 }
 
 /// One lumi section of a run directory.
@@ -166,7 +165,7 @@ pub fn inspect_run_dir(dir: &Path) -> io::Result<RunDirReport> {
     }
     for (&ls, path) in &scan.end_of_lumis {
         let r = rows.entry(ls).or_insert_with(|| row(ls));
-        match read_doc(path, EolsDoc::from_doc) {
+        match read_doc(path, EolsDoc::parse) {
             Ok(d) => {
                 r.lost = Some(d.lost_events);
                 r.eols = if !d.is_complete() {
@@ -183,7 +182,7 @@ pub fn inspect_run_dir(dir: &Path) -> io::Result<RunDirReport> {
     for path in scan.temporaries.iter().chain(&scan.unknown).chain(&scan.wrong_run) {
         problems.push(Problem::whole(format!("{}: unexpected file", file_name(path))));
     }
-    let end_of_run = scan.end_of_runs.first().map(|p| read_doc(p, EorDoc::from_doc).map(EorSummary::from));
+    let end_of_run = scan.end_of_runs.first().map(|p| read_doc(p, EorDoc::parse).map(EorSummary::from));
     Ok(RunDirReport {
         path: dir.display().to_string(),
         run: scan.run,

@@ -111,7 +111,7 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
         *entry = (entry.0 + 1, entry.1 + events, entry.2 + bytes.len() as u64);
         match scan.index_jsons.get(&(ls, index)) {
             None => found.add(&name, None, "published without its .jsn"),
-            Some(jsn) => match read_doc(jsn, IndexDoc::from_doc) {
+            Some(jsn) => match read_doc(jsn, IndexDoc::parse) {
                 Err(e) => found.add(file_name(jsn), None, e),
                 Ok(doc) => {
                     if let Some(m) = check_index_doc(&doc, events, bytes.len() as u64) {
@@ -145,7 +145,7 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
             continue;
         };
         let name = file_name(path);
-        match read_doc(path, EolsDoc::from_doc) {
+        match read_doc(path, EolsDoc::parse) {
             Err(e) => found.add(&name, None, e),
             Ok(d) => {
                 if !d.is_complete() {
@@ -167,7 +167,7 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
         [] => found.add(".", None, "no EoR record: the run did not end"),
         [path] => {
             let name = file_name(path);
-            match read_doc(path, EorDoc::from_doc) {
+            match read_doc(path, EorDoc::parse) {
                 Err(e) => found.add(&name, None, e),
                 Ok(d) => {
                     let files: u64 = per_ls.values().map(|v| v.0).sum();
@@ -201,8 +201,8 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
 fn check_definitions(dir: &Path, found: &mut Found) {
     for (file, expected) in [
         (names::RAW_DATA_JSD, Legend::raw_data()),
-        (names::EOLS_JSD, Legend::end_of_lumi()),
-        (names::EOR_JSD, Legend::end_of_run()),
+        (names::EOLS_JSD, Legend::eols()),
+        (names::EOR_JSD, Legend::eor()),
     ] {
         match fs::read_to_string(dir.join(file)) {
             Err(e) => found.add(file, None, format!("cannot read: {e}")),

@@ -64,7 +64,7 @@ pub enum RunDirError {
 
 type Result<T> = std::result::Result<T, RunDirError>;
 
-fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> RunDirError + '_ {
+fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> RunDirError + 'p {
     move |source| RunDirError::Io { action, path: path.to_owned(), source }
 }
 
@@ -95,8 +95,8 @@ impl RunDirectory {
         }
         for (file, legend) in [
             (names::RAW_DATA_JSD, Legend::raw_data()),
-            (names::EOLS_JSD, Legend::end_of_lumi()),
-            (names::EOR_JSD, Legend::end_of_run()),
+            (names::EOLS_JSD, Legend::eols()),
+            (names::EOR_JSD, Legend::eor()),
         ] {
             write_atomically(&path.join(file), legend.to_json().as_bytes())?;
         }
