@@ -60,17 +60,32 @@ pub fn run(budget: Budget) -> Vec<Row> {
         dst.copy_from_slice(black_box(&src));
         black_box(&dst);
     });
-    rows.push(Row { case: "memcpy (baseline)".into(), fragment_bytes: None, gb_s: gb_per_s(BUFFER_BYTES, t), ns_per_fragment: None });
+    rows.push(Row {
+        case: "memcpy (baseline)".into(),
+        fragment_bytes: None,
+        gb_s: gb_per_s(BUFFER_BYTES, t),
+        ns_per_fragment: None,
+    });
     let t = time_per_call(budget, || {
         black_box(crc32c(black_box(&src)));
     });
-    rows.push(Row { case: "CRC-32C".into(), fragment_bytes: None, gb_s: gb_per_s(BUFFER_BYTES, t), ns_per_fragment: None });
+    rows.push(Row {
+        case: "CRC-32C".into(),
+        fragment_bytes: None,
+        gb_s: gb_per_s(BUFFER_BYTES, t),
+        ns_per_fragment: None,
+    });
     let t = time_per_call(budget, || {
         let mut crc = Crc16Words::new();
         crc.update(black_box(&src));
         black_box(crc.finish());
     });
-    rows.push(Row { case: "CRC-16/CMS (word-wise)".into(), fragment_bytes: None, gb_s: gb_per_s(BUFFER_BYTES, t), ns_per_fragment: None });
+    rows.push(Row {
+        case: "CRC-16/CMS (word-wise)".into(),
+        fragment_bytes: None,
+        gb_s: gb_per_s(BUFFER_BYTES, t),
+        ns_per_fragment: None,
+    });
 
     for size in FRAGMENT_SIZES {
         let (payload, stream, count) = fragments(size);
@@ -113,10 +128,7 @@ fn walk_backwards(payload: &[u8], crc: bool) -> usize {
 
 /// Parses every fragment of a FEROL stream; returns how many passed.
 fn walk_ferol(stream: &[u8], crc: bool) -> usize {
-    FerolStream::new(stream)
-        .map_while(|r| r.ok())
-        .filter(|(_, fragment)| !crc || fragment.check_crc().is_ok())
-        .count()
+    FerolStream::new(stream).map_while(|r| r.ok()).filter(|(_, fragment)| !crc || fragment.check_crc().is_ok()).count()
 }
 
 /// The rows as a table, with ratios to the memcpy baseline and the targets met or missed.
@@ -134,7 +146,12 @@ pub fn report(rows: &[Row]) -> String {
     let verdict = |met: bool| if met { "met" } else { "MISSED" };
     let _ = writeln!(out, "\ntargets (issue #2, one core):");
     if let Some(r) = find("CRC-32C", None) {
-        let _ = writeln!(out, "  CRC-32C >= {CRC32C_TARGET_GB_S} GB/s: {:.1} GB/s, {}", r.gb_s, verdict(r.gb_s >= CRC32C_TARGET_GB_S));
+        let _ = writeln!(
+            out,
+            "  CRC-32C >= {CRC32C_TARGET_GB_S} GB/s: {:.1} GB/s, {}",
+            r.gb_s,
+            verdict(r.gb_s >= CRC32C_TARGET_GB_S)
+        );
     }
     if let Some(r) = find("FEROL stream, headers+CRC-16", Some(2048)) {
         let _ = writeln!(

@@ -173,7 +173,8 @@ fn write_sample(bu_dir: &Path, spec: &SampleSpec) -> Result<PathBuf> {
     if run_dir.exists() {
         bail!("{} exists already: remove it or choose another --output or --run", run_dir.display());
     }
-    let summary = write_sample_run(bu_dir, spec).with_context(|| format!("writing a sample run into {}", bu_dir.display()))?;
+    let summary =
+        write_sample_run(bu_dir, spec).with_context(|| format!("writing a sample run into {}", bu_dir.display()))?;
     eprintln!(
         "wrote run {}: {} events in {} files, {} bytes",
         spec.run,

@@ -173,7 +173,8 @@ pub fn check_event(event: &FrdEvent<'_>, offset: u64, checks: EventChecks) -> Ev
                         ));
                     }
                     if let Err(e) = t.check_lumi_section() {
-                        problems.push(Problem::at(at + e.offset().unwrap_or(0) as u64, format!("event {}: {e}", h.event)));
+                        problems
+                            .push(Problem::at(at + e.offset().unwrap_or(0) as u64, format!("event {}: {e}", h.event)));
                     }
                     trigger = Some(TriggerReport {
                         run: t.run,
@@ -205,7 +206,10 @@ pub fn check_event(event: &FrdEvent<'_>, offset: u64, checks: EventChecks) -> Ev
     feds.reverse();
     let triggers: Vec<&FedReport> = feds.iter().filter(|f| is_tcds_fed(f.source_id)).collect();
     if triggers.len() != 1 {
-        problems.push(Problem::at(offset, format!("event {}: {} trigger fragments, expected exactly 1", h.event, triggers.len())));
+        problems.push(Problem::at(
+            offset,
+            format!("event {}: {} trigger fragments, expected exactly 1", h.event, triggers.len()),
+        ));
     }
     let full_event = triggers.first().and_then(|t| t.trigger.as_ref()).map(|t| t.event_number);
     let full_event = full_event.filter(|&n| n as u32 == h.event).unwrap_or(u64::from(h.event));
@@ -220,7 +224,8 @@ pub fn check_event(event: &FrdEvent<'_>, offset: u64, checks: EventChecks) -> Ev
     let mut seen = std::collections::BTreeSet::new();
     for f in &feds {
         if !seen.insert(f.source_id) {
-            problems.push(Problem::at(f.offset, format!("event {}: FED {} appears more than once", h.event, f.source_id)));
+            problems
+                .push(Problem::at(f.offset, format!("event {}: FED {} appears more than once", h.event, f.source_id)));
         }
     }
     EventReport {

@@ -54,7 +54,9 @@ pub enum InspectError {
         source: std::io::Error,
     },
     /// The file is none of the kinds `inspect` knows.
-    #[error("{path}: not a raw file (RAW_0001/RAW_0002), a FEROL or DTH stream capture (47 5A), nor a run directory; first bytes {first:02x?}")]
+    #[error(
+        "{path}: not a raw file (RAW_0001/RAW_0002), a FEROL or DTH stream capture (47 5A), nor a run directory; first bytes {first:02x?}"
+    )]
     Unknown {
         /// The path.
         path: String,

@@ -58,8 +58,13 @@ impl RawFileReport {
 
 /// Reads and checks a whole raw file held in `bytes`.
 pub fn inspect_raw_file(path: &str, bytes: &[u8], checks: EventChecks) -> RawFileReport {
-    let mut report =
-        RawFileReport { path: path.to_owned(), actual_bytes: bytes.len() as u64, header: None, events: Vec::new(), problems: Vec::new() };
+    let mut report = RawFileReport {
+        path: path.to_owned(),
+        actual_bytes: bytes.len() as u64,
+        header: None,
+        events: Vec::new(),
+        problems: Vec::new(),
+    };
     let header = match RawFileHeader::parse(bytes) {
         Ok(h) => h,
         Err(e) => {
@@ -69,7 +74,9 @@ pub fn inspect_raw_file(path: &str, bytes: &[u8], checks: EventChecks) -> RawFil
     };
     report.header = Some((&header).into());
     if header.data_type != data_type::FRD_EVENTS {
-        report.problems.push(Problem::at(10, format!("data type {} holds no FRD events; records not read", header.data_type)));
+        report
+            .problems
+            .push(Problem::at(10, format!("data type {} holds no FRD events; records not read", header.data_type)));
         return report;
     }
     if let Err(e) = RawFile::parse(bytes) {
@@ -82,11 +89,17 @@ pub fn inspect_raw_file(path: &str, bytes: &[u8], checks: EventChecks) -> RawFil
                 if ev.lumi_section != header.lumi_section {
                     ev.problems.push(Problem::at(
                         offset as u64,
-                        format!("event {}: lumi section {} in a file of lumi section {}", ev.event, ev.lumi_section, header.lumi_section),
+                        format!(
+                            "event {}: lumi section {} in a file of lumi section {}",
+                            ev.event, ev.lumi_section, header.lumi_section
+                        ),
                     ));
                 }
                 if let Some(run) = header.run.filter(|&r| r != ev.run) {
-                    ev.problems.push(Problem::at(offset as u64, format!("event {}: run {} in a file of run {run}", ev.event, ev.run)));
+                    ev.problems.push(Problem::at(
+                        offset as u64,
+                        format!("event {}: run {} in a file of run {run}", ev.event, ev.run),
+                    ));
                 }
                 report.events.push(ev);
             }

@@ -70,7 +70,11 @@ pub fn raw_file(report: &RawFileReport, feds: bool) -> String {
         );
     }
     if !report.events.is_empty() {
-        let _ = writeln!(out, "  {:>10} {:>12} {:>5} {:<12} {:>10} {:<8} FEDs", "event", "offset", "LS", "flags", "bytes", "CRC-32C");
+        let _ = writeln!(
+            out,
+            "  {:>10} {:>12} {:>5} {:<12} {:>10} {:<8} FEDs",
+            "event", "offset", "LS", "flags", "bytes", "CRC-32C"
+        );
     }
     for ev in &report.events {
         event_line(&mut out, ev, feds);
@@ -140,10 +144,20 @@ pub fn run_dir(d: &crate::run_dir::RunDirReport) -> String {
     let mut totals = (0, 0, 0, 0);
     for r in &d.lumi_sections {
         let lost = r.lost.map_or("-".into(), |l| l.to_string());
-        let _ = writeln!(out, "  {:>6} {:>6} {:>8} {:>14} {:>6}  {}", r.ls, r.files, r.events, thousands(r.bytes), lost, r.eols);
+        let _ = writeln!(
+            out,
+            "  {:>6} {:>6} {:>8} {:>14} {:>6}  {}",
+            r.ls,
+            r.files,
+            r.events,
+            thousands(r.bytes),
+            lost,
+            r.eols
+        );
         totals = (totals.0 + r.files, totals.1 + r.events, totals.2 + r.bytes, totals.3 + r.lost.unwrap_or(0));
     }
-    let _ = writeln!(out, "  {:>6} {:>6} {:>8} {:>14} {:>6}", "total", totals.0, totals.1, thousands(totals.2), totals.3);
+    let _ =
+        writeln!(out, "  {:>6} {:>6} {:>8} {:>14} {:>6}", "total", totals.0, totals.1, thousands(totals.2), totals.3);
     match &d.end_of_run {
         None => {
             let _ = writeln!(out, "  EoR: none (run not ended)");
@@ -188,7 +202,8 @@ pub fn stream(s: &crate::stream::StreamReport, all: bool) -> String {
     let mut out = String::new();
     let what = if s.protocol == "DTH" { "orbits" } else { "fragments" };
     let _ = writeln!(out, "{}  {} stream capture  {} bytes", s.path, s.protocol, thousands(s.bytes));
-    let _ = writeln!(out, "  {:>8} {:>10} {:>14} {:>10} {:>10} {:>6}", "source", what, "bytes", "first", "last", "gaps");
+    let _ =
+        writeln!(out, "  {:>8} {:>10} {:>14} {:>10} {:>10} {:>6}", "source", what, "bytes", "first", "last", "gaps");
     for (id, x) in &s.sources {
         let _ = writeln!(
             out,
@@ -202,7 +217,11 @@ pub fn stream(s: &crate::stream::StreamReport, all: bool) -> String {
         );
     }
     if all {
-        let _ = writeln!(out, "  {:>12} {:>8} {:>10} {:>6} {:>10} {:>6}  CRC", "offset", "source", "number", "blocks", "bytes", "events");
+        let _ = writeln!(
+            out,
+            "  {:>12} {:>8} {:>10} {:>6} {:>10} {:>6}  CRC",
+            "offset", "source", "number", "blocks", "bytes", "events"
+        );
         for u in &s.units {
             let _ = writeln!(
                 out,

@@ -47,7 +47,8 @@ pub fn scan_run_dir(dir: &Path) -> io::Result<RunDirScan> {
         let name = entry.file_name().to_string_lossy().into_owned();
         if entry.file_type()?.is_dir() {
             if name == names::OPEN_DIR {
-                let mut files: Vec<PathBuf> = fs::read_dir(&path)?.map(|e| e.map(|e| e.path())).collect::<io::Result<_>>()?;
+                let mut files: Vec<PathBuf> =
+                    fs::read_dir(&path)?.map(|e| e.map(|e| e.path())).collect::<io::Result<_>>()?;
                 files.sort();
                 scan.open_dir = Some(files);
             } else if ![names::JSD_DIR, names::HLT_DIR, names::FU_DIR].contains(&name.as_str()) {
@@ -215,6 +216,9 @@ pub fn file_name(path: &Path) -> String {
 /// Whether a raw file's `.jsn` agrees with the file: events and bytes.
 pub fn check_index_doc(doc: &IndexDoc, events: u64, bytes: u64) -> Option<String> {
     (doc.events != events || doc.bytes != bytes).then(|| {
-        format!("says {} events and {} bytes; the raw file holds {events} events and {bytes} bytes", doc.events, doc.bytes)
+        format!(
+            "says {} events and {} bytes; the raw file holds {events} events and {bytes} bytes",
+            doc.events, doc.bytes
+        )
     })
 }

@@ -152,12 +152,21 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
                     found.add(
                         &name,
                         None,
-                        format!("NEvents {} + NLostEvents {} != TotalEvents {}", d.events, d.lost_events, d.total_events),
+                        format!(
+                            "NEvents {} + NLostEvents {} != TotalEvents {}",
+                            d.events, d.lost_events, d.total_events
+                        ),
                     );
                 }
-                for (field, says, actual) in [("NFiles", d.files, files), ("NEvents", d.events, events), ("NBytes", d.bytes, bytes)] {
+                for (field, says, actual) in
+                    [("NFiles", d.files, files), ("NEvents", d.events, events), ("NBytes", d.bytes, bytes)]
+                {
                     if says != actual {
-                        found.add(&name, None, format!("{field} says {says}, the lumi section's raw files hold {actual}"));
+                        found.add(
+                            &name,
+                            None,
+                            format!("{field} says {says}, the lumi section's raw files hold {actual}"),
+                        );
                     }
                 }
             }
@@ -187,7 +196,11 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
             }
             if let Some(open) = &scan.open_dir {
                 let left: BTreeSet<String> = open.iter().map(|p| file_name(p)).collect();
-                found.add(names::OPEN_DIR, None, format!("open/ remains after the EoR, holding {} files {left:?}", left.len()));
+                found.add(
+                    names::OPEN_DIR,
+                    None,
+                    format!("open/ remains after the EoR, holding {} files {left:?}", left.len()),
+                );
             }
         }
         more => found.add(".", None, format!("{} EoR records", more.len())),
@@ -199,11 +212,9 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
 
 /// The `.jsd` definitions must be the standard ones, and `fu.lock` must be readable.
 fn check_definitions(dir: &Path, found: &mut Found) {
-    for (file, expected) in [
-        (names::RAW_DATA_JSD, Legend::raw_data()),
-        (names::EOLS_JSD, Legend::eols()),
-        (names::EOR_JSD, Legend::eor()),
-    ] {
+    for (file, expected) in
+        [(names::RAW_DATA_JSD, Legend::raw_data()), (names::EOLS_JSD, Legend::eols()), (names::EOR_JSD, Legend::eor())]
+    {
         match fs::read_to_string(dir.join(file)) {
             Err(e) => found.add(file, None, format!("cannot read: {e}")),
             Ok(text) => match Legend::parse(&text) {

@@ -151,7 +151,8 @@ mod tests {
     #[test]
     fn writes_a_closed_run() {
         let tmp = tempfile::tempdir().unwrap();
-        let spec = SampleSpec { lumi_sections: 2, events_per_lumi_section: 5, events_per_file: 2, ..SampleSpec::default() };
+        let spec =
+            SampleSpec { lumi_sections: 2, events_per_lumi_section: 5, events_per_file: 2, ..SampleSpec::default() };
         let summary = write_sample_run(tmp.path(), &spec).unwrap();
         assert_eq!(summary.events, 10);
         assert_eq!(summary.files.len(), 6, "3 files of at most 2 events per LS");

@@ -228,10 +228,10 @@ impl RawFileWriter {
                 },
             });
         }
-        self.events = self.events.checked_add(1).ok_or_else(|| RunDirError::TooLarge {
-            path: self.open_path.clone(),
-            what: "event count",
-        })?;
+        self.events = self
+            .events
+            .checked_add(1)
+            .ok_or_else(|| RunDirError::TooLarge { path: self.open_path.clone(), what: "event count" })?;
         self.out.write_all(record).map_err(io_err("writing", &self.open_path))?;
         self.bytes += record.len() as u64;
         Ok(())
