@@ -256,22 +256,15 @@ pub fn fragment_crc(bytes: &[u8]) -> u16 {
 /// the trailer is the last word of the last non-empty piece. Each piece must be whole words.
 pub fn fragment_crc_pieces<'b>(pieces: impl IntoIterator<Item = &'b [u8]>) -> u16 {
     let mut crc = Crc16Words::new();
-    // The last word seen is held back until we know whether it is the trailer.
-    let mut held: Option<u64> = None;
-    for piece in pieces {
-        let words = piece.len() / WORD_BYTES;
-        if words == 0 {
-            continue;
+    // Each piece is fed once it is known not to be the last, whose final word is the trailer.
+    let mut held: Option<&[u8]> = None;
+    for piece in pieces.into_iter().filter(|p| p.len() >= WORD_BYTES) {
+        if let Some(previous) = held.replace(piece) {
+            crc.update(previous);
         }
-        if let Some(word) = held.take() {
-            crc.update_word(word);
-        }
-        let last = (words - 1) * WORD_BYTES;
-        crc.update(&piece[..last]);
-        held = Some(word_at(piece, last));
     }
-    if let Some(trailer) = held {
-        crc.update_word(trailer & !TRAILER_CRC_MASK);
+    if let Some(last) = held {
+        crc.update_masking_last(last, TRAILER_CRC_MASK);
     }
     crc.finish()
 }

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod event;
+pub mod json;
 pub mod raw_file;
 pub mod render;
 pub mod run_dir;
@@ -29,6 +30,8 @@ pub enum Target {
     Stream(stream::StreamReport),
     /// A BU run directory.
     RunDir(run_dir::RunDirReport),
+    /// A JSON bookkeeping file or definition.
+    Json(json::JsonReport),
 }
 
 impl Target {
@@ -38,6 +41,7 @@ impl Target {
             Target::RawFile(r) => r.all_problems().count(),
             Target::Stream(s) => s.problems.len(),
             Target::RunDir(d) => d.problems.len(),
+            Target::Json(j) => j.problems.len(),
         }
     }
 }
@@ -55,7 +59,7 @@ pub enum InspectError {
     },
     /// The file is none of the kinds `inspect` knows.
     #[error(
-        "{path}: not a raw file (RAW_0001/RAW_0002), a FEROL or DTH stream capture (47 5A), nor a run directory; first bytes {first:02x?}"
+        "{path}: not a raw file (RAW_0001/RAW_0002), a FEROL or DTH stream capture (47 5A), a JSON bookkeeping file, nor a run directory; first bytes {first:02x?}"
     )]
     Unknown {
         /// The path.
@@ -72,6 +76,10 @@ pub fn inspect_path(path: &Path, checks: EventChecks) -> Result<Target, InspectE
     let unreadable = |source| InspectError::Unreadable { path: name.clone(), source };
     if path.is_dir() {
         return run_dir::inspect_run_dir(path).map(Target::RunDir).map_err(unreadable);
+    }
+    if path.extension().is_some_and(|x| x == "jsn" || x == "jsd") {
+        let text = std::fs::read_to_string(path).map_err(unreadable)?;
+        return Ok(Target::Json(json::inspect_json(&name, &text)));
     }
     let bytes = std::fs::read(path).map_err(unreadable)?;
     if bytes.starts_with(b"RAW_000") {

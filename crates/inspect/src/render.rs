@@ -132,6 +132,7 @@ pub fn target(t: &crate::Target, feds: bool) -> String {
         crate::Target::RawFile(r) => raw_file(r, feds),
         crate::Target::Stream(s) => stream(s, feds),
         crate::Target::RunDir(d) => run_dir(d),
+        crate::Target::Json(j) => json(j),
     }
 }
 
@@ -240,5 +241,18 @@ pub fn stream(s: &crate::stream::StreamReport, all: bool) -> String {
         problem_line(&mut out, "  ", p);
     }
     let _ = writeln!(out, "  {} {what}, {} problems", s.units.len(), s.problems.len());
+    out
+}
+
+/// A bookkeeping file: its kind and fields.
+pub fn json(j: &crate::json::JsonReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}  {}", j.path, j.kind);
+    for (name, value) in &j.fields {
+        let _ = writeln!(out, "  {name:<20} {value}");
+    }
+    for p in &j.problems {
+        problem_line(&mut out, "  ", p);
+    }
     out
 }
