@@ -2,6 +2,8 @@
 //! counts them as violations).
 
 use serde::Serialize;
+use std::fmt::Display;
+use tessera_formats::FormatError;
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::frd::{FrdEvent, flags};
 use tessera_formats::seeded::first_payload_mismatch;
@@ -25,6 +27,13 @@ impl Problem {
     /// A problem of a whole file or directory.
     pub fn whole(message: impl Into<String>) -> Self {
         Problem { offset: None, message: message.into() }
+    }
+
+    /// A problem from `error`, whose offsets count from byte `base` of the file: the problem's
+    /// offset and the byte its message names are both file offsets (`base` if it has none).
+    pub fn from_error(base: u64, context: impl Display, error: FormatError) -> Self {
+        let error = error.shifted(base as usize);
+        Problem { offset: Some(error.offset().map_or(base, |o| o as u64)), message: format!("{context}: {error}") }
     }
 }
 
@@ -111,7 +120,7 @@ pub fn check_event(event: &FrdEvent<'_>, offset: u64, checks: EventChecks) -> Ev
     let crc32c_ok = match event.check_crc() {
         Ok(()) => true,
         Err(e) => {
-            problems.push(Problem::at(offset, format!("event {}: {e}", h.event)));
+            problems.push(Problem::from_error(offset, format_args!("event {}", h.event), e));
             false
         }
     };
@@ -121,8 +130,7 @@ pub fn check_event(event: &FrdEvent<'_>, offset: u64, checks: EventChecks) -> Ev
         let (at, fragment) = match item {
             Ok(x) => x,
             Err(e) => {
-                let at = offset + e.offset().unwrap_or(0) as u64;
-                problems.push(Problem::at(at, format!("event {}: {e}", h.event)));
+                problems.push(Problem::from_error(offset, format_args!("event {}", h.event), e));
                 break;
             }
         };
@@ -131,7 +139,7 @@ pub fn check_event(event: &FrdEvent<'_>, offset: u64, checks: EventChecks) -> Ev
         let crc16_ok = match fragment.check_crc() {
             Ok(()) => true,
             Err(e) => {
-                problems.push(Problem::at(at, format!("event {} FED {}: {e}", h.event, fh.source_id)));
+                problems.push(Problem::from_error(at, format_args!("event {} FED {}", h.event, fh.source_id), e));
                 false
             }
         };
@@ -173,8 +181,7 @@ pub fn check_event(event: &FrdEvent<'_>, offset: u64, checks: EventChecks) -> Ev
                         ));
                     }
                     if let Err(e) = t.check_lumi_section() {
-                        problems
-                            .push(Problem::at(at + e.offset().unwrap_or(0) as u64, format!("event {}: {e}", h.event)));
+                        problems.push(Problem::from_error(at, format_args!("event {}", h.event), e));
                     }
                     trigger = Some(TriggerReport {
                         run: t.run,
@@ -184,9 +191,7 @@ pub fn check_event(event: &FrdEvent<'_>, offset: u64, checks: EventChecks) -> Ev
                         event_number: t.event_number,
                     });
                 }
-                Err(e) => {
-                    problems.push(Problem::at(at + e.offset().unwrap_or(0) as u64, format!("event {}: {e}", h.event)))
-                }
+                Err(e) => problems.push(Problem::from_error(at, format_args!("event {}", h.event), e)),
             }
         } else if checks.seeded_payloads && h.flags & flags::GENERATED != 0 {
             // The FRD event number holds the low 32 bits; seeds use the full number, whose

@@ -213,12 +213,16 @@ pub fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
-/// Whether a raw file's `.jsn` agrees with the file: events and bytes.
-pub fn check_index_doc(doc: &IndexDoc, events: u64, bytes: u64) -> Option<String> {
-    (doc.events != events || doc.bytes != bytes).then(|| {
-        format!(
-            "says {} events and {} bytes; the raw file holds {events} events and {bytes} bytes",
-            doc.events, doc.bytes
-        )
-    })
+/// Whether a raw file's `.jsn` agrees with the file: events (unless they could not be counted,
+/// `None`) and bytes.
+pub fn check_index_doc(doc: &IndexDoc, events: Option<u64>, bytes: u64) -> Option<String> {
+    match events {
+        Some(events) => (doc.events != events || doc.bytes != bytes).then(|| {
+            format!(
+                "says {} events and {} bytes; the raw file holds {events} events and {bytes} bytes",
+                doc.events, doc.bytes
+            )
+        }),
+        None => (doc.bytes != bytes).then(|| format!("says {} bytes; the raw file holds {bytes} bytes", doc.bytes)),
+    }
 }

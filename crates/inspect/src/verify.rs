@@ -19,6 +19,7 @@ use std::fs;
 use std::path::Path;
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend};
 use tessera_formats::names::{self, FuLock};
+use tessera_formats::raw::data_type;
 
 /// One broken rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -75,8 +76,9 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
     }
     check_definitions(dir, &mut found);
 
-    // Raw files, their events and their .jsn.
-    let mut per_ls: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new(); // files, events, bytes
+    // Raw files, their events and their .jsn. A file whose header cannot be read, or that holds
+    // no FRD events, has its events not counted (None): counts are not checked against it.
+    let mut per_ls: BTreeMap<u32, (u64, Option<u64>, u64)> = BTreeMap::new(); // files, events, bytes
     let mut events_seen: BTreeMap<u32, String> = BTreeMap::new();
     for (&(ls, index), path) in &scan.raw_files {
         let name = file_name(path);
@@ -106,9 +108,10 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
                 found.add(&name, Some(ev.offset), format!("event {} is also in {first}: duplicated", ev.event));
             }
         }
-        let events = report.events.len() as u64;
-        let entry = per_ls.entry(ls).or_default();
-        *entry = (entry.0 + 1, entry.1 + events, entry.2 + bytes.len() as u64);
+        let counted = report.header.as_ref().is_some_and(|h| h.data_type == data_type::FRD_EVENTS);
+        let events = counted.then_some(report.events.len() as u64);
+        let entry = per_ls.entry(ls).or_insert((0, Some(0), 0));
+        *entry = (entry.0 + 1, entry.1.zip(events).map(|(a, b)| a + b), entry.2 + bytes.len() as u64);
         match scan.index_jsons.get(&(ls, index)) {
             None => found.add(&name, None, "published without its .jsn"),
             Some(jsn) => match read_doc(jsn, IndexDoc::parse) {
@@ -139,7 +142,7 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
     // End of lumi sections and of the run.
     let last_ls = per_ls.keys().chain(scan.end_of_lumis.keys()).copied().max().unwrap_or(0);
     for ls in 1..=last_ls {
-        let (files, events, bytes) = per_ls.get(&ls).copied().unwrap_or_default();
+        let (files, events, bytes) = per_ls.get(&ls).copied().unwrap_or((0, Some(0), 0));
         let Some(path) = scan.end_of_lumis.get(&ls) else {
             found.add(".", None, format!("lumi section {ls}: no EoLS record"));
             continue;
@@ -159,9 +162,11 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
                     );
                 }
                 for (field, says, actual) in
-                    [("NFiles", d.files, files), ("NEvents", d.events, events), ("NBytes", d.bytes, bytes)]
+                    [("NFiles", d.files, Some(files)), ("NEvents", d.events, events), ("NBytes", d.bytes, Some(bytes))]
                 {
-                    if says != actual {
+                    if let Some(actual) = actual
+                        && says != actual
+                    {
                         found.add(
                             &name,
                             None,
@@ -180,15 +185,18 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
                 Err(e) => found.add(&name, None, e),
                 Ok(d) => {
                     let files: u64 = per_ls.values().map(|v| v.0).sum();
-                    let events: u64 = per_ls.values().map(|v| v.1).sum();
-                    let lumis = scan.end_of_lumis.len() as u64;
+                    let events: Option<u64> = per_ls.values().map(|v| v.1).sum();
+                    // Lumi sections with raw files or an EoLS; a missing EoLS is reported above.
+                    let lumis = per_ls.keys().chain(scan.end_of_lumis.keys()).collect::<BTreeSet<_>>().len() as u64;
                     for (field, says, actual) in [
                         ("NEvents", d.events, events),
-                        ("NFiles", d.files, files),
-                        ("NLumis", d.lumis, lumis),
-                        ("LastLumi", d.last_lumi, u64::from(last_ls)),
+                        ("NFiles", d.files, Some(files)),
+                        ("NLumis", d.lumis, Some(lumis)),
+                        ("LastLumi", d.last_lumi, Some(u64::from(last_ls))),
                     ] {
-                        if says != actual {
+                        if let Some(actual) = actual
+                            && says != actual
+                        {
                             found.add(&name, None, format!("{field} says {says}, the run holds {actual}"));
                         }
                     }
@@ -219,9 +227,11 @@ fn check_definitions(dir: &Path, found: &mut Found) {
             Err(e) => found.add(file, None, format!("cannot read: {e}")),
             Ok(text) => match Legend::parse(&text) {
                 Err(e) => found.add(file, None, e.to_string()),
-                Ok(legend) if legend != expected => {
-                    found.add(file, None, format!("legend differs from the standard one: {}", expected.to_json()))
-                }
+                Ok(legend) if legend != expected => found.add(
+                    file,
+                    None,
+                    format!("legend differs from the standard one; expected {}", expected.to_json()),
+                ),
                 Ok(_) => {}
             },
         }
@@ -230,7 +240,7 @@ fn check_definitions(dir: &Path, found: &mut Found) {
         Err(e) => found.add(names::FU_LOCK, None, format!("cannot read: {e}")),
         Ok(text) => {
             if let Err(e) = FuLock::parse(&text) {
-                found.add(names::FU_LOCK, None, e.to_string());
+                found.add(names::FU_LOCK, e.offset().map(|o| o as u64), e.to_string());
             }
         }
     }
