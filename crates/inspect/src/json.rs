@@ -22,12 +22,17 @@ pub struct JsonReport {
 /// Reads the bookkeeping file `text` named `path`.
 pub fn inspect_json(path: &str, text: &str) -> JsonReport {
     let name = path.rsplit('/').next().unwrap_or(path);
-    let mut report = JsonReport { path: path.to_owned(), kind: String::new(), fields: Vec::new(), problems: Vec::new() };
+    let mut report =
+        JsonReport { path: path.to_owned(), kind: String::new(), fields: Vec::new(), problems: Vec::new() };
     if name.ends_with(".jsd") {
         report.kind = "definition (.jsd)".into();
         match Legend::parse(text) {
             Ok(legend) => {
-                report.fields = legend.fields.iter().map(|f| (f.name.clone(), format!("{} {}", f.operation, f.field_type))).collect()
+                report.fields = legend
+                    .fields
+                    .iter()
+                    .map(|f| (f.name.clone(), format!("{} {}", f.operation, f.field_type)))
+                    .collect()
             }
             Err(e) => report.problems.push(Problem::whole(e.to_string())),
         }
@@ -35,7 +40,9 @@ pub fn inspect_json(path: &str, text: &str) -> JsonReport {
     }
     type Check = fn(&str) -> tessera_formats::Result<()>;
     let (kind, legend, check): (&str, Option<Legend>, Check) = match BuFileName::parse(name) {
-        Ok(BuFileName::IndexJson { .. }) => (IndexDoc::WHAT, Some(Legend::raw_data()), |t| IndexDoc::parse(t).map(drop)),
+        Ok(BuFileName::IndexJson { .. }) => {
+            (IndexDoc::WHAT, Some(Legend::raw_data()), |t| IndexDoc::parse(t).map(drop))
+        }
         Ok(BuFileName::EndOfLumi { .. }) => (EolsDoc::WHAT, Some(Legend::eols()), |t| EolsDoc::parse(t).map(drop)),
         Ok(BuFileName::EndOfRun { .. }) => (EorDoc::WHAT, Some(Legend::eor()), |t| EorDoc::parse(t).map(drop)),
         _ if StreamFileName::parse(name).is_ok() => {

@@ -99,6 +99,7 @@ pub fn inspect_ferol_stream(path: &str, bytes: &[u8]) -> StreamReport {
                 let crc_ok = match f.check_crc() {
                     Ok(()) => true,
                     Err(e) => {
+                        let e = e.shifted(offset);
                         r.problems.push(Problem::at(offset as u64, format!("FED {}: {e}", f.header.source_id)));
                         false
                     }

@@ -69,31 +69,181 @@ type Builder = fn() -> Vec<u8>;
 
 /// Every malformed input: file name, builder, the first problem `inspect` must report.
 const CASES: &[(&str, Builder, &str)] = &[
-    ("raw_truncated.raw", || raw_file()[..70].to_vec(), "TBD"),
-    ("raw_bad_magic.raw", || { let mut f = raw_file(); f[..8].copy_from_slice(b"RAW_0003"); f }, "TBD"),
-    ("raw_wrong_header_size.raw", || { let mut f = raw_file(); f[8] = 24; f }, "TBD"),
-    ("raw_file_size_too_small.raw", || { let mut f = raw_file(); f[24] = 72; f }, "TBD"),
-    ("raw_event_count_wrong.raw", || { let mut f = raw_file(); f[12] = 2; f }, "TBD"),
-    ("raw_frd_bad_version.raw", || { let mut f = raw_file(); f[32] = 7; f }, "TBD"),
-    ("raw_frd_payload_past_end.raw", || { let mut f = raw_file(); f[48] = 32; f }, "TBD"),
-    ("raw_bad_crc32c.raw", || { let mut f = raw_file(); f[52] ^= 0xFF; f }, "TBD"),
-    ("raw_bad_crc16.raw", || raw_with_payload(|p| p[9] ^= 0x01), "TBD"),
-    ("raw_wrong_boe_marker.raw", || raw_with_payload(|p| p[7] = 0x41), "TBD"),
-    ("raw_wrong_eoe_marker.raw", || raw_with_payload(|p| p[23] = 0xB0), "TBD"),
-    ("raw_fragment_length_past_start.raw", || raw_with_payload(|p| p[20] = 100), "TBD"),
-    ("raw_fragment_length_wrong.raw", || raw_with_payload(|p| p[20] = 2), "TBD"),
-    ("ferol_truncated.ferol", || { let s = ferol_stream(); s[..s.len() - 100].to_vec() }, "TBD"),
-    ("ferol_bad_signature.ferol", || { let mut s = ferol_stream(); s[2072] = 0x48; s }, "TBD"),
-    ("ferol_wrong_fed_id.ferol", || { let mut s = ferol_stream(); s[8] = 0x00; s[9] = 0x09; s }, "TBD"),
-    ("ferol_bad_crc16.ferol", || { let mut s = ferol_stream(); s[100] ^= 0x01; s }, "TBD"),
-    ("ferol_missing_block.ferol", || { let s = ferol_stream(); [&s[..2080], &s[2080 + 4096..]].concat() }, "TBD"),
-    ("dth_bad_orbit_crc32c.dth", || { let mut s = dth_stream(); s[100] ^= 0x01; s }, "TBD"),
-    ("dth_truncated.dth", || { let s = dth_stream(); s[..s.len() - 20].to_vec() }, "TBD"),
-    ("run000001_ls0001_index000000.jsn", || br#"{"data":["12"],"definition":"jsd/rawData.jsd","source":"bu"}"#.to_vec(), "TBD"),
-    ("run000001_ls0002_index000000.jsn", || br#"{"data":["12","4x"],"definition":"jsd/rawData.jsd","source":"bu"}"#.to_vec(), "TBD"),
-    ("run000001_ls0001_EoLS.jsn", || br#"{"data":["1","1","2","0","80"],"definition":"jsd/EoLS.jsd"}"#.to_vec(), "TBD"),
-    ("run000001_ls0000_EoR.jsn", || br#"{"data":["1","1","1"#.to_vec(), "TBD"),
-    ("rawData.jsd", || br#"{"legend":[{"name":"NEvents","operation":"add","type":"integer"}]}"#.to_vec(), "TBD"),
+    ("raw_truncated.raw", || raw_file()[..70].to_vec(), "raw file truncated at byte 0: needs 80 bytes, 70 available"),
+    (
+        "raw_bad_magic.raw",
+        || {
+            let mut f = raw_file();
+            f[..8].copy_from_slice(b"RAW_0003");
+            f
+        },
+        "raw file header: bad magic at byte 0: expected \"RAW_0002\" or \"RAW_0001\", found \"RAW_0003\"",
+    ),
+    (
+        "raw_wrong_header_size.raw",
+        || {
+            let mut f = raw_file();
+            f[8] = 24;
+            f
+        },
+        "raw file header: bad header size at byte 8: expected 32, found 24",
+    ),
+    (
+        "raw_file_size_too_small.raw",
+        || {
+            let mut f = raw_file();
+            f[24] = 72;
+            f
+        },
+        "raw file header: bad file size at byte 24: expected 80 (the file's size), found 72",
+    ),
+    (
+        "raw_event_count_wrong.raw",
+        || {
+            let mut f = raw_file();
+            f[12] = 2;
+            f
+        },
+        "raw file header: bad event count at byte 12: expected 1 (records in the file), found 2",
+    ),
+    (
+        "raw_frd_bad_version.raw",
+        || {
+            let mut f = raw_file();
+            f[32] = 7;
+            f
+        },
+        "FRD header: bad version at byte 32: expected 6 (u16) or 5 (u32), found 7",
+    ),
+    (
+        "raw_frd_payload_past_end.raw",
+        || {
+            let mut f = raw_file();
+            f[48] = 32;
+            f
+        },
+        "FRD event payload truncated at byte 56: needs 32 bytes, 24 available",
+    ),
+    (
+        "raw_bad_crc32c.raw",
+        || {
+            let mut f = raw_file();
+            f[52] ^= 0xFF;
+            f
+        },
+        "event 1: FRD event: CRC-32C mismatch at byte 32: stored 0x71a1db2, computed 0x71a1d4d",
+    ),
+    (
+        "raw_bad_crc16.raw",
+        || raw_with_payload(|p| p[9] ^= 0x01),
+        "event 1 FED 1: FED fragment: CRC-16 mismatch at byte 56: stored 0x2f85, computed 0xcf92",
+    ),
+    (
+        "raw_wrong_boe_marker.raw",
+        || raw_with_payload(|p| p[7] = 0x41),
+        "event 1: FED header: bad BOE marker at byte 56: expected 0x5, found 0x4",
+    ),
+    (
+        "raw_wrong_eoe_marker.raw",
+        || raw_with_payload(|p| p[23] = 0xB0),
+        "event 1: FED trailer: bad EOE marker at byte 72: expected 0xa, found 0xb",
+    ),
+    (
+        "raw_fragment_length_past_start.raw",
+        || raw_with_payload(|p| p[20] = 100),
+        "event 1: FED fragment: bad trailer length (words) at byte 72: expected 2..=3, found 100",
+    ),
+    (
+        "raw_fragment_length_wrong.raw",
+        || raw_with_payload(|p| p[20] = 2),
+        "event 1: FED header: bad BOE marker at byte 64: expected 0x5, found 0x0",
+    ),
+    (
+        "ferol_truncated.ferol",
+        || {
+            let s = ferol_stream();
+            s[..s.len() - 100].to_vec()
+        },
+        "FEROL block truncated at byte 6176: needs 1952 bytes, 1852 available",
+    ),
+    (
+        "ferol_bad_signature.ferol",
+        || {
+            let mut s = ferol_stream();
+            s[2080] = 0x48;
+            s
+        },
+        "FEROL block header: bad signature at byte 2080: expected 0x475a, found 0x485a",
+    ),
+    (
+        "ferol_wrong_fed_id.ferol",
+        || {
+            let mut s = ferol_stream();
+            s[8] = 0x00;
+            s[9] = 0x09;
+            s
+        },
+        "FEROL block header: bad FED id at byte 0: expected 5, found 9",
+    ),
+    (
+        "ferol_bad_crc16.ferol",
+        || {
+            let mut s = ferol_stream();
+            s[100] ^= 0x01;
+            s
+        },
+        "FED 5: FED fragment: CRC-16 mismatch at byte 16: stored 0xaad3, computed 0x2c4a",
+    ),
+    (
+        "ferol_missing_block.ferol",
+        || {
+            let s = ferol_stream();
+            [&s[..2080], &s[2080 + 4096..]].concat()
+        },
+        "FEROL block header: bad first-block flag at byte 2080: expected 1, found 0",
+    ),
+    (
+        "dth_bad_orbit_crc32c.dth",
+        || {
+            let mut s = dth_stream();
+            s[100] ^= 0x01;
+            s
+        },
+        "orbit block: CRC-32C mismatch at byte 0: stored 0x722b25b1, computed 0xf0280bb3",
+    ),
+    (
+        "dth_truncated.dth",
+        || {
+            let s = dth_stream();
+            s[..s.len() - 20].to_vec()
+        },
+        "DTH block truncated at byte 512: needs 48 bytes, 28 available",
+    ),
+    (
+        "run000001_ls0001_index000000.jsn",
+        || br#"{"data":["12"],"definition":"jsd/rawData.jsd","source":"bu"}"#.to_vec(),
+        "index JSON: field data: expected 2 values (NEvents, NBytes), found 1",
+    ),
+    (
+        "run000001_ls0002_index000000.jsn",
+        || br#"{"data":["12","4x"],"definition":"jsd/rawData.jsd","source":"bu"}"#.to_vec(),
+        "index JSON: field NBytes: \"4x\" is not an unsigned integer",
+    ),
+    (
+        "run000001_ls0001_EoLS.jsn",
+        || br#"{"data":["1","1","2","0","80"],"definition":"jsd/EoLS.jsd"}"#.to_vec(),
+        "EoLS JSON: field source: missing",
+    ),
+    (
+        "run000001_ls0000_EoR.jsn",
+        || br#"{"data":["1","1","1"#.to_vec(),
+        "EoR JSON: field (document): EOF while parsing a string at line 1 column 19",
+    ),
+    (
+        "rawData.jsd",
+        || br#"{"legend":[{"name":"NEvents","operation":"add","type":"integer"}]}"#.to_vec(),
+        ".jsd legend: field legend[0].operation: unknown operation \"add\"; expected one of sum, binaryOr, same, cat, merge, adler32",
+    ),
 ];
 
 fn folder() -> PathBuf {
@@ -153,9 +303,14 @@ fn each_malformed_input_gives_its_exact_error() {
 #[test]
 fn valid_inputs_give_no_problem() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, bytes) in [("ok.raw", raw_file()), ("ok.ferol", ferol_stream()), ("ok.dth", dth_stream())] {
+    for (name, bytes) in [("ok.ferol", ferol_stream()), ("ok.dth", dth_stream())] {
         let path = dir.path().join(name);
         std::fs::write(&path, bytes).unwrap();
         assert_eq!(first_problem(&path), "no problem reported", "{name}");
     }
+    // The FORMATS.md vector is a valid file whose one event lacks a trigger fragment: only the
+    // event-builder rule fails.
+    let path = dir.path().join("vector.raw");
+    std::fs::write(&path, raw_file()).unwrap();
+    assert_eq!(first_problem(&path), "event 1: 0 trigger fragments, expected exactly 1");
 }
