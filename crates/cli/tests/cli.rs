@@ -1,0 +1,76 @@
+//! The `tessera` binary as a user meets it: the README's command, exit statuses, and errors that
+//! name the bad input.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("tessera runs")
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn demo_writes_inspects_and_verifies_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tessera(&["demo", "--output", dir.path().to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("wrote run 1: 60 events in 9 files"), "{stderr}");
+    assert!(stdout.contains("EoR: 60 events, 9 files, 3 lumi sections, last 3"), "{stdout}");
+    assert!(stdout.contains("OK, every rule holds"), "{stdout}");
+}
+
+#[test]
+fn verify_fails_with_the_file_and_offset_of_a_corrupt_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tessera(&["sample", "--output", dir.path().to_str().unwrap(), "--run", "42", "--lumi-sections", "1"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let run_dir = dir.path().join("run000042");
+    let raw = run_dir.join("run000042_ls0001_index000000.raw");
+    let mut bytes = std::fs::read(&raw).unwrap();
+    bytes[2000] ^= 0x40; // inside the first event's first data FED
+    std::fs::write(&raw, bytes).unwrap();
+    let out = tessera(&["verify", run_dir.to_str().unwrap()]);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("run000042_ls0001_index000000.raw at byte 32: event 1: FRD event: CRC-32C mismatch"), "{stdout}");
+    assert!(stdout.contains("payload differs from its seeded content"), "{stdout}");
+    let json = tessera(&["verify", "--json", run_dir.to_str().unwrap()]);
+    let parsed: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(parsed.as_array().unwrap().iter().any(|v| v["offset"] == 32));
+}
+
+#[test]
+fn sample_refuses_to_overwrite_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["sample", "--output", dir.path().to_str().unwrap(), "--lumi-sections", "1"];
+    assert!(tessera(&args).status.success());
+    let out = tessera(&args);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("run000001 exists already"), "{:?}", text(&out));
+}
+
+#[test]
+fn inspect_names_what_it_cannot_read() {
+    let out = tessera(&["inspect", "/nonexistent/file.raw"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("cannot read /nonexistent/file.raw"), "{:?}", text(&out));
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.bin");
+    std::fs::write(&junk, b"hello world").unwrap();
+    let out = tessera(&["inspect", junk.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("first bytes [68, 65, 6c, 6c"), "{:?}", text(&out));
+}
+
+#[test]
+fn inspect_reports_a_malformed_input_and_exits_1() {
+    let malformed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../inspect/tests/malformed/raw_bad_crc16.raw");
+    let out = tessera(&["inspect", malformed.to_str().unwrap()]);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("!! at byte 56: event 1 FED 1: FED fragment: CRC-16 mismatch at byte 56"), "{stdout}");
+}
