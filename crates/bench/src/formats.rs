@@ -161,17 +161,25 @@ pub fn report(rows: &[Row]) -> String {
             verdict(r.gb_s >= FEROL_CRC16_TARGET_GB_S_AT_2K)
         );
     }
-    let worst = rows
-        .iter()
-        .filter(|r| r.case == "header+trailer, FRD walk" || r.case == "FEROL stream, headers")
-        .filter_map(|r| r.ns_per_fragment.map(|ns| (ns, r)))
-        .max_by(|a, b| a.0.total_cmp(&b.0));
-    if let Some((ns, r)) = worst {
+    let worst = |case: &str| {
+        rows.iter()
+            .filter(|r| r.case == case)
+            .filter_map(|r| r.ns_per_fragment.map(|ns| (ns, r.fragment_bytes.unwrap_or(0))))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+    };
+    if let Some((ns, size)) = worst("header+trailer, FRD walk") {
         let _ = writeln!(
             out,
-            "  header-and-trailer-only validation <= {HEADER_TRAILER_TARGET_NS} ns/fragment: worst {ns:.1} ns ({}, {} B), {}",
-            r.case,
-            r.fragment_bytes.unwrap_or(0),
+            "  header-and-trailer-only validation <= {HEADER_TRAILER_TARGET_NS} ns/fragment: worst {ns:.1} ns ({size} B), {}",
+            verdict(ns <= HEADER_TRAILER_TARGET_NS)
+        );
+    }
+    if let Some((ns, size)) = worst("FEROL stream, headers") {
+        let blocks = ferol_wire_len(size).div_ceil(tessera_formats::ferol::BLOCK_BYTES);
+        let _ = writeln!(
+            out,
+            "  FEROL stream, block headers + FED header and trailer: worst {ns:.1} ns/fragment ({size} B, {blocks} blocks, {:.1} ns/block), {} against the same {HEADER_TRAILER_TARGET_NS} ns",
+            ns / blocks as f64,
             verdict(ns <= HEADER_TRAILER_TARGET_NS)
         );
     }
