@@ -1,0 +1,139 @@
+//! Messages between units. Each carries many events: requests, assignments and data are batched,
+//! and commits and buffer releases ride on messages that are sent anyway.
+
+use crate::types::{BuId, Epoch, EventNumber, EventRange, FedId, FileId, RuId};
+
+/// Trigger information that the EVM's RU reads from the trigger fragment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TriggerInfo {
+    /// Lumi section of the event.
+    pub lumi_section: u32,
+    /// Orbit number.
+    pub orbit: u64,
+    /// Bunch crossing.
+    pub bx: u16,
+}
+
+/// A fragment held by an RU, as the protocol sees it: its bytes stay in the RU's buffer, named by
+/// `buffer`, until the event is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragmentRef {
+    /// FED id.
+    pub fed: FedId,
+    /// LV1 id as received (24 bits).
+    pub lv1: u32,
+    /// Size in bytes.
+    pub bytes: u32,
+    /// The fragment failed a check (CRC, length, source id) and is passed on as received.
+    pub corrupt: bool,
+    /// Handle of the receive buffer that holds it, meaningful to the driver only.
+    pub buffer: u64,
+    /// Trigger information, for the trigger fragment.
+    pub trigger: Option<TriggerInfo>,
+}
+
+/// One RU's part of one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuperFragment {
+    /// The event.
+    pub event: EventNumber,
+    /// The fragments the RU holds for it.
+    pub fragments: Vec<FragmentRef>,
+    /// FEDs of this RU that gave no fragment in time.
+    pub missing: Vec<FedId>,
+}
+
+/// A file a BU has written and closed, reported to the EVM so that it can be committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltFile {
+    /// The file.
+    pub file: FileId,
+    /// The events in it.
+    pub events: Vec<EventRange>,
+}
+
+/// A protocol message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// BU → EVM, when the BU (re)starts: the complete files it holds unpublished.
+    Hello {
+        /// The BU.
+        bu: BuId,
+        /// Its new incarnation.
+        epoch: Epoch,
+        /// Files written and closed but not published before the restart.
+        unpublished: Vec<FileId>,
+    },
+    /// EVM → BU, answering Hello: which of its unpublished files to publish (committed before the
+    /// restart) and which to discard (their events were given to others).
+    Welcome {
+        /// The incarnation this answers.
+        epoch: Epoch,
+        /// Committed: publish them.
+        publish: Vec<FileId>,
+        /// Not committed: discard them.
+        discard: Vec<FileId>,
+    },
+    /// BU → EVM: ask for `credits` more events, report built files and acknowledge published
+    /// ones.
+    Request {
+        /// The BU.
+        bu: BuId,
+        /// Its incarnation.
+        epoch: Epoch,
+        /// Events it can take now.
+        credits: u32,
+        /// Files written and closed since the last request.
+        built: Vec<BuiltFile>,
+        /// Files published since the last request.
+        published: Vec<FileId>,
+    },
+    /// EVM → RU: send these events to `bu`; release the buffers of `release` (committed).
+    Assign {
+        /// Destination BU.
+        bu: BuId,
+        /// Its incarnation.
+        epoch: Epoch,
+        /// Events to send it.
+        events: Vec<EventRange>,
+        /// Events committed since the last message: their buffers can be reused.
+        release: Vec<EventRange>,
+    },
+    /// RU → BU: super-fragments, many events per message. From the EVM's node it also carries
+    /// the commits for that BU.
+    Data {
+        /// The sending RU.
+        ru: RuId,
+        /// The BU incarnation the events were assigned to.
+        epoch: Epoch,
+        /// The super-fragments.
+        parts: Vec<SuperFragment>,
+        /// Files committed (EVM node only).
+        commits: Vec<FileId>,
+    },
+    /// EVM → BU, when no data message is due: files committed.
+    Commit {
+        /// The BU incarnation.
+        epoch: Epoch,
+        /// Files committed.
+        files: Vec<FileId>,
+    },
+    /// EVM → RU, when no assignment is due: buffers to release.
+    Release {
+        /// Events committed.
+        events: Vec<EventRange>,
+    },
+    /// EVM → everyone: no more triggers; BUs close their files once their events are built.
+    Drain {
+        /// The last event that will be assigned, if any was triggered.
+        last_event: Option<EventNumber>,
+    },
+}
+
+impl Message {
+    /// True for messages that carry no event data: requests, assignments, commits, releases and
+    /// the rest. The protocol's cost is counted in these per event.
+    pub fn is_control(&self) -> bool {
+        !matches!(self, Message::Data { .. })
+    }
+}
