@@ -36,7 +36,10 @@ fn verify_fails_with_the_file_and_offset_of_a_corrupt_byte() {
     let out = tessera(&["verify", run_dir.to_str().unwrap()]);
     let (stdout, _) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("run000042_ls0001_index000000.raw at byte 32: event 1: FRD event: CRC-32C mismatch"), "{stdout}");
+    assert!(
+        stdout.contains("run000042_ls0001_index000000.raw at byte 32: event 1: FRD event: CRC-32C mismatch"),
+        "{stdout}"
+    );
     assert!(stdout.contains("payload differs from its seeded content"), "{stdout}");
     let json = tessera(&["verify", "--json", run_dir.to_str().unwrap()]);
     let parsed: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();

@@ -1,0 +1,383 @@
+//! The builder unit: asks the EVM for events up to its free capacity, assembles each event from
+//! the super-fragments of every RU, writes events into raw files, and publishes a file only once
+//! the EVM has committed it.
+
+use crate::msg::{BuiltFile, Message, SuperFragment};
+use crate::ru::message_name;
+use crate::types::{BuId, Epoch, EventNumber, EventRange, FileId, Nanos, Peer, push_event};
+use crate::unit::{BuiltEvent, Input, Notice, Output};
+use std::collections::{BTreeMap, VecDeque};
+use tessera_formats::fed::LV1_MASK;
+use tessera_formats::frd::flags;
+
+/// Configuration of a builder unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuConfig {
+    /// This BU's index.
+    pub bu: BuId,
+    /// Readout units, each of which sends a part of every event.
+    pub n_ru: u16,
+    /// Events the BU holds at most, from request to publication (its RAM-disk budget). Default 1024.
+    pub max_events_in_flight: u32,
+    /// Free slots that make a request. Default 128.
+    pub request_batch_events: u32,
+    /// Events per raw file at most. Default 64.
+    pub max_events_per_file: u32,
+    /// Longest an open file waits for more events before it is closed, in nanoseconds. Default 1 s.
+    pub file_timeout_ns: Nanos,
+    /// Longest a built or published file waits to ride on a request before one is sent for it
+    /// alone, in nanoseconds. Default 1 ms.
+    pub report_delay_ns: Nanos,
+    /// Files open for writing at once (one per lumi section in flight). Default 4.
+    pub max_open_files: usize,
+    /// Test-only: a deliberate protocol bug, for the simulator's self-check.
+    pub bug: Option<BuBug>,
+}
+
+impl BuConfig {
+    /// Defaults for BU `bu` in a system of `n_ru` RUs.
+    pub fn new(bu: BuId, n_ru: u16) -> Self {
+        BuConfig {
+            bu,
+            n_ru,
+            max_events_in_flight: 1024,
+            request_batch_events: 128,
+            max_events_per_file: 64,
+            file_timeout_ns: 1_000_000_000,
+            report_delay_ns: 1_000_000,
+            max_open_files: 4,
+            bug: None,
+        }
+    }
+}
+
+/// Deliberate BU bugs that the simulator must catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuBug {
+    /// Report a file built when it is closed, before its data is written.
+    CommitBeforeWritten,
+}
+
+#[derive(Debug)]
+struct Building {
+    parts: Vec<Option<SuperFragment>>,
+    have: u16,
+}
+
+#[derive(Debug)]
+struct OpenFile {
+    file: FileId,
+    lumi_section: u32,
+    events: Vec<BuiltEvent>,
+    opened_at: Nanos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileState {
+    Writing { committed: bool },
+    Written,
+    Publishing,
+}
+
+#[derive(Debug)]
+struct FileEntry {
+    state: FileState,
+    events: Vec<EventRange>,
+    count: u32,
+}
+
+/// Counters of a builder unit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BuCounters {
+    /// Events built.
+    pub events_built: u64,
+    /// Events built with FEDs missing.
+    pub incomplete_events: u64,
+    /// Events with a corrupt or inconsistent fragment.
+    pub error_events: u64,
+    /// Files written.
+    pub files_written: u64,
+    /// Files published.
+    pub files_published: u64,
+    /// Requests sent.
+    pub requests: u64,
+    /// Parts dropped as duplicates or from an earlier incarnation.
+    pub parts_dropped: u64,
+}
+
+/// The builder unit's state machine.
+#[derive(Debug)]
+pub struct Bu {
+    cfg: BuConfig,
+    epoch: Epoch,
+    welcomed: bool,
+    next_seq: u64,
+    /// Events asked for and not yet seen.
+    outstanding: u32,
+    building: BTreeMap<EventNumber, Building>,
+    open: Vec<OpenFile>,
+    files: BTreeMap<FileId, FileEntry>,
+    built: Vec<BuiltFile>,
+    published: Vec<FileId>,
+    report_since: Option<Nanos>,
+    draining: bool,
+    out: VecDeque<Output>,
+    counters: BuCounters,
+}
+
+impl Bu {
+    /// A builder unit starting as incarnation `epoch`, holding `unpublished` complete files from
+    /// an earlier incarnation (their fate is the EVM's answer) and numbering new files from
+    /// `next_seq`. It says Hello to the EVM.
+    pub fn new(cfg: BuConfig, epoch: Epoch, unpublished: Vec<FileId>, next_seq: u64) -> Self {
+        let mut bu = Bu {
+            epoch,
+            welcomed: false,
+            next_seq,
+            outstanding: 0,
+            building: BTreeMap::new(),
+            open: Vec::new(),
+            files: BTreeMap::new(),
+            built: Vec::new(),
+            published: Vec::new(),
+            report_since: None,
+            draining: false,
+            out: VecDeque::new(),
+            counters: BuCounters::default(),
+            cfg,
+        };
+        let msg = Message::Hello { bu: bu.cfg.bu, epoch, unpublished };
+        bu.out.push_back(Output::Send { to: Peer::Evm, msg });
+        bu
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> BuCounters {
+        self.counters
+    }
+
+    /// Events held, from request to publication: never more than `max_events_in_flight`.
+    pub fn events_in_flight(&self) -> u32 {
+        let in_files: u32 = self.files.values().map(|f| f.count).sum();
+        let in_open: usize = self.open.iter().map(|f| f.events.len()).sum();
+        self.outstanding + self.building.len() as u32 + in_open as u32 + in_files
+    }
+
+    /// Whether the BU has nothing under way: no event being built and no file unpublished.
+    pub fn idle(&self) -> bool {
+        self.building.is_empty() && self.open.is_empty() && self.files.is_empty()
+    }
+
+    /// Handles one input.
+    pub fn handle(&mut self, now: Nanos, input: Input) {
+        match input {
+            Input::Message { from: Peer::Evm, msg: Message::Welcome { epoch, publish, discard } }
+                if epoch == self.epoch =>
+            {
+                self.welcomed = true;
+                for file in publish {
+                    self.files.insert(file, FileEntry { state: FileState::Publishing, events: Vec::new(), count: 0 });
+                    self.out.push_back(Output::PublishFile(file));
+                }
+                for file in discard {
+                    self.out.push_back(Output::DiscardFile(file));
+                }
+            }
+            Input::Message { msg: Message::Data { ru, epoch, parts, commits }, .. } => {
+                self.commits(commits);
+                if epoch == self.epoch {
+                    for part in parts {
+                        self.part(now, usize::from(ru), part);
+                    }
+                } else {
+                    self.counters.parts_dropped += parts.len() as u64;
+                }
+            }
+            Input::Message { from: Peer::Evm, msg: Message::Commit { files, .. } } => self.commits(files),
+            Input::Message { from: Peer::Evm, msg: Message::Drain { .. } } => {
+                self.draining = true;
+                self.close_if_drained(now);
+            }
+            Input::FileWritten(file) => {
+                if let Some(entry) = self.files.get_mut(&file) {
+                    self.counters.files_written += 1;
+                    let committed = matches!(entry.state, FileState::Writing { committed: true });
+                    entry.state = FileState::Written;
+                    if committed {
+                        entry.state = FileState::Publishing;
+                        self.out.push_back(Output::PublishFile(file));
+                    } else if self.cfg.bug != Some(BuBug::CommitBeforeWritten) {
+                        self.built.push(BuiltFile { file, events: entry.events.clone() });
+                        self.report_since.get_or_insert(now);
+                    }
+                }
+            }
+            Input::FilePublished(file) if self.files.remove(&file).is_some() => {
+                self.counters.files_published += 1;
+                self.published.push(file);
+                self.report_since.get_or_insert(now);
+            }
+            Input::Tick => {
+                let stale: Vec<usize> = (0..self.open.len())
+                    .filter(|&i| now >= self.open[i].opened_at.saturating_add(self.cfg.file_timeout_ns))
+                    .collect();
+                for i in stale.into_iter().rev() {
+                    self.close(i);
+                }
+                self.close_if_drained(now);
+            }
+            Input::Message { from, msg } => self.out.push_back(Output::Notice(Notice::ProtocolError {
+                what: format!("BU {}: unexpected {} from {from:?}", self.cfg.bu, message_name(&msg)),
+            })),
+            _ => {}
+        }
+        self.maybe_request(now);
+    }
+
+    fn commits(&mut self, files: Vec<FileId>) {
+        for file in files {
+            let Some(entry) = self.files.get_mut(&file) else { continue };
+            match entry.state {
+                FileState::Written => {
+                    entry.state = FileState::Publishing;
+                    self.out.push_back(Output::PublishFile(file));
+                }
+                FileState::Writing { .. } if self.cfg.bug == Some(BuBug::CommitBeforeWritten) => {
+                    entry.state = FileState::Publishing;
+                    self.out.push_back(Output::PublishFile(file));
+                }
+                FileState::Writing { .. } => entry.state = FileState::Writing { committed: true },
+                FileState::Publishing => {}
+            }
+        }
+    }
+
+    fn part(&mut self, now: Nanos, ru: usize, part: SuperFragment) {
+        let n_ru = usize::from(self.cfg.n_ru);
+        let event = part.event;
+        if !self.building.contains_key(&event) {
+            if self.outstanding == 0 {
+                self.counters.parts_dropped += 1;
+                self.out.push_back(Output::Notice(Notice::ProtocolError {
+                    what: format!("BU {}: part of event {event} it did not ask for", self.cfg.bu),
+                }));
+                return;
+            }
+            self.outstanding -= 1;
+            self.building.insert(event, Building { parts: vec![None; n_ru], have: 0 });
+        }
+        let b = self.building.get_mut(&event).expect("inserted above");
+        match b.parts.get_mut(ru) {
+            Some(slot @ None) => {
+                *slot = Some(part);
+                b.have += 1;
+            }
+            _ => {
+                self.counters.parts_dropped += 1;
+                return;
+            }
+        }
+        if usize::from(b.have) == n_ru {
+            let b = self.building.remove(&event).expect("present");
+            self.complete(now, event, b.parts.into_iter().flatten().collect());
+        }
+    }
+
+    fn complete(&mut self, now: Nanos, event: EventNumber, parts: Vec<SuperFragment>) {
+        let mut frd_flags = 0;
+        let trigger = parts.iter().flat_map(|p| &p.fragments).find_map(|f| f.trigger);
+        if trigger.is_none() {
+            frd_flags |= flags::NO_TRIGGER;
+        }
+        if parts.iter().any(|p| !p.missing.is_empty()) {
+            frd_flags |= flags::INCOMPLETE;
+            self.counters.incomplete_events += 1;
+        }
+        let lv1 = (event as u32) & LV1_MASK;
+        if parts.iter().flat_map(|p| &p.fragments).any(|f| f.corrupt || f.lv1 != lv1) {
+            frd_flags |= flags::FRAGMENT_ERROR;
+            self.counters.error_events += 1;
+        }
+        self.counters.events_built += 1;
+        let lumi_section = trigger.map_or(0, |t| t.lumi_section);
+        let built = BuiltEvent { event, lumi_section, flags: frd_flags, parts };
+        let index = match self.open.iter().position(|f| f.lumi_section == lumi_section) {
+            Some(i) => i,
+            None => {
+                if self.open.len() >= self.cfg.max_open_files.max(1) {
+                    self.close(0);
+                }
+                let file = FileId { bu: self.cfg.bu, seq: self.next_seq };
+                self.next_seq += 1;
+                self.open.push(OpenFile { file, lumi_section, events: Vec::new(), opened_at: now });
+                self.open.len() - 1
+            }
+        };
+        self.open[index].events.push(built);
+        if self.open[index].events.len() >= self.cfg.max_events_per_file.max(1) as usize {
+            self.close(index);
+        }
+        self.close_if_drained(now);
+    }
+
+    fn close(&mut self, index: usize) {
+        let f = self.open.remove(index);
+        let mut ranges = Vec::new();
+        let mut sorted: Vec<EventNumber> = f.events.iter().map(|e| e.event).collect();
+        sorted.sort_unstable();
+        for e in sorted {
+            push_event(&mut ranges, e);
+        }
+        let count = f.events.len() as u32;
+        if self.cfg.bug == Some(BuBug::CommitBeforeWritten) {
+            self.built.push(BuiltFile { file: f.file, events: ranges.clone() });
+        }
+        self.files.insert(f.file, FileEntry { state: FileState::Writing { committed: false }, events: ranges, count });
+        self.out.push_back(Output::WriteFile { file: f.file, lumi_section: f.lumi_section, events: f.events });
+    }
+
+    fn close_if_drained(&mut self, _now: Nanos) {
+        if self.draining && self.building.is_empty() {
+            while !self.open.is_empty() {
+                self.close(0);
+            }
+        }
+    }
+
+    /// Asks for more events when a batch of slots is free, and reports built and published
+    /// files on the request (or alone, once they have waited `report_delay_ns`).
+    fn maybe_request(&mut self, now: Nanos) {
+        if !self.welcomed {
+            return;
+        }
+        let free = self.cfg.max_events_in_flight.saturating_sub(self.events_in_flight());
+        let credits = if free >= self.cfg.request_batch_events { free } else { 0 };
+        let reports_due = self.report_since.is_some_and(|t| now >= t.saturating_add(self.cfg.report_delay_ns));
+        if credits == 0 && !reports_due {
+            return;
+        }
+        self.outstanding += credits;
+        self.counters.requests += 1;
+        self.report_since = None;
+        let msg = Message::Request {
+            bu: self.cfg.bu,
+            epoch: self.epoch,
+            credits,
+            built: std::mem::take(&mut self.built),
+            published: std::mem::take(&mut self.published),
+        };
+        self.out.push_back(Output::Send { to: Peer::Evm, msg });
+    }
+
+    /// The earliest time at which a tick has work.
+    pub fn next_timeout(&self) -> Option<Nanos> {
+        let files = self.open.iter().map(|f| f.opened_at.saturating_add(self.cfg.file_timeout_ns)).min();
+        let report = self.report_since.map(|t| t.saturating_add(self.cfg.report_delay_ns));
+        [files, report].into_iter().flatten().min()
+    }
+
+    /// The next output, if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+}

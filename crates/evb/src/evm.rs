@@ -1,0 +1,368 @@
+//! The event manager: owns the event sequence, gives events to BUs that ask for them, commits the
+//! files BUs have built, and tells RUs when buffers can be reused.
+
+use crate::msg::{BuiltFile, Message, TriggerInfo};
+use crate::ru::message_name;
+use crate::types::{BuId, Epoch, EventNumber, EventRange, FileId, Nanos, Peer, RuId, push_event};
+use crate::unit::{Input, LostReason, Notice, Output};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Configuration of the event manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvmConfig {
+    /// Readout units, RU 0 being the one next to the EVM.
+    pub n_ru: u16,
+    /// Builder units.
+    pub n_bu: u16,
+    /// Events given to a BU in one assignment at least, when that many are triggered and the BU
+    /// asked for that many. Default 128.
+    pub assign_batch_events: u32,
+    /// Longest wait to fill an assignment batch, in nanoseconds. Default 1 ms.
+    pub assign_delay_ns: Nanos,
+    /// Longest wait before commits or releases that found no message to ride on are sent alone,
+    /// in nanoseconds. Default 1 ms.
+    pub flush_delay_ns: Nanos,
+    /// Events a BU may hold assigned and uncommitted at once, whatever it asks. Default 4096.
+    pub max_assigned_per_bu: usize,
+    /// Test-only: a deliberate protocol bug, for the simulator's self-check.
+    pub bug: Option<EvmBug>,
+}
+
+impl EvmConfig {
+    /// Defaults for a system of `n_ru` RUs and `n_bu` BUs.
+    pub fn new(n_ru: u16, n_bu: u16) -> Self {
+        EvmConfig {
+            n_ru,
+            n_bu,
+            assign_batch_events: 128,
+            assign_delay_ns: 1_000_000,
+            flush_delay_ns: 1_000_000,
+            max_assigned_per_bu: 4096,
+            bug: None,
+        }
+    }
+}
+
+/// Deliberate EVM bugs that the simulator must catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvmBug {
+    /// When a BU is lost, leave its uncommitted events where they are instead of reassigning.
+    ForgetReassign,
+}
+
+#[derive(Debug, Default)]
+struct BuState {
+    epoch: Epoch,
+    alive: bool,
+    /// Events it asked for and has not been given yet.
+    credits: u32,
+    /// Events assigned and not yet committed.
+    assigned: BTreeSet<EventNumber>,
+    /// Files committed and not yet reported published, with their events.
+    committed: BTreeMap<FileId, Vec<EventRange>>,
+    /// Commits not yet sent, and since when.
+    pending_commits: Vec<FileId>,
+    pending_since: Option<Nanos>,
+}
+
+/// Counters of the event manager.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EvmCounters {
+    /// Events triggered.
+    pub triggered: u64,
+    /// Events assigned (reassignments included).
+    pub assigned: u64,
+    /// Events reassigned after their BU was lost.
+    pub reassigned: u64,
+    /// Events committed.
+    pub committed: u64,
+    /// Files committed.
+    pub files_committed: u64,
+}
+
+/// The event manager's state machine.
+#[derive(Debug)]
+pub struct Evm {
+    cfg: EvmConfig,
+    bus: Vec<BuState>,
+    /// Triggered events not yet assigned, oldest first, with when they arrived.
+    triggered: VecDeque<(EventNumber, Nanos)>,
+    /// Events of lost BUs, to assign before new ones.
+    reassign: BTreeSet<EventNumber>,
+    /// Events committed and not yet released at the RUs, and since when.
+    pending_release: Vec<EventRange>,
+    release_since: Option<Nanos>,
+    /// Lumi section of each triggered, uncommitted event.
+    lumi: BTreeMap<EventNumber, u32>,
+    next_bu: usize,
+    stopped: bool,
+    drain_sent: bool,
+    last_triggered: Option<EventNumber>,
+    out: VecDeque<Output>,
+    counters: EvmCounters,
+}
+
+impl Evm {
+    /// An event manager at the start of a run; every BU is expected to say Hello.
+    pub fn new(cfg: EvmConfig) -> Self {
+        Evm {
+            bus: (0..cfg.n_bu).map(|_| BuState::default()).collect(),
+            cfg,
+            triggered: VecDeque::new(),
+            reassign: BTreeSet::new(),
+            pending_release: Vec::new(),
+            release_since: None,
+            lumi: BTreeMap::new(),
+            next_bu: 0,
+            stopped: false,
+            drain_sent: false,
+            last_triggered: None,
+            out: VecDeque::new(),
+            counters: EvmCounters::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> EvmCounters {
+        self.counters
+    }
+
+    /// Events triggered and not yet committed: the EVM's table size.
+    pub fn events_in_flight(&self) -> usize {
+        self.lumi.len()
+    }
+
+    /// Whether every triggered event is committed and every committed file published.
+    pub fn drained(&self) -> bool {
+        self.stopped
+            && self.triggered.is_empty()
+            && self.reassign.is_empty()
+            && self.bus.iter().all(|b| b.assigned.is_empty() && b.committed.is_empty())
+    }
+
+    /// The EVM's RU saw the trigger of `event`.
+    pub fn triggered(&mut self, now: Nanos, event: EventNumber, info: TriggerInfo) {
+        self.counters.triggered += 1;
+        self.triggered.push_back((event, now));
+        self.lumi.insert(event, info.lumi_section);
+        self.last_triggered = Some(event);
+        self.assign(now);
+    }
+
+    /// Handles one input.
+    pub fn handle(&mut self, now: Nanos, input: Input) {
+        match input {
+            Input::Message { from, msg } => self.message(now, from, msg),
+            Input::PeerLost(Peer::Bu(bu)) => self.lose_bu(bu),
+            Input::StopTrigger => {
+                self.stopped = true;
+                self.assign(now);
+            }
+            Input::Tick => {
+                self.assign(now);
+                self.flush(now, false);
+            }
+            _ => {}
+        }
+        self.maybe_drain();
+    }
+
+    fn message(&mut self, now: Nanos, from: Peer, msg: Message) {
+        match (from, msg) {
+            (Peer::Bu(bu), Message::Hello { bu: claimed, epoch, unpublished }) if bu == claimed => {
+                self.hello(bu, epoch, unpublished)
+            }
+            (Peer::Bu(bu), Message::Request { bu: claimed, epoch, credits, built, published }) if bu == claimed => {
+                let Some(state) = self.bus.get_mut(usize::from(bu)) else { return };
+                if !state.alive || state.epoch != epoch {
+                    return; // from an earlier incarnation
+                }
+                for file in published {
+                    state.committed.remove(&file);
+                }
+                state.credits = state.credits.saturating_add(credits);
+                for file in built {
+                    self.commit(now, bu, file);
+                }
+                self.assign(now);
+            }
+            (from, msg) => self.out.push_back(Output::Notice(Notice::ProtocolError {
+                what: format!("EVM: unexpected {} from {from:?}", message_name(&msg)),
+            })),
+        }
+    }
+
+    /// A BU (re)started: whatever its earlier incarnation held uncommitted goes to others; its
+    /// committed files it publishes, the others it discards.
+    fn hello(&mut self, bu: BuId, epoch: Epoch, unpublished: Vec<FileId>) {
+        let Some(state) = self.bus.get(usize::from(bu)) else { return };
+        if state.alive && epoch <= state.epoch {
+            return;
+        }
+        self.lose_bu(bu);
+        let state = &mut self.bus[usize::from(bu)];
+        state.epoch = epoch;
+        state.alive = true;
+        let (publish, discard): (Vec<FileId>, Vec<FileId>) =
+            unpublished.into_iter().partition(|f| state.committed.contains_key(f));
+        // Files committed to an earlier incarnation that the BU no longer holds: their events
+        // are lost, and counted so.
+        let gone: Vec<FileId> = state.committed.keys().filter(|f| !publish.contains(f)).copied().collect();
+        for file in gone {
+            for event in state.committed.remove(&file).into_iter().flatten().flat_map(|r| r.iter()) {
+                self.out.push_back(Output::Notice(Notice::Lost { event, reason: LostReason::BuLostAfterCommit }));
+            }
+        }
+        self.out.push_back(Output::Send { to: Peer::Bu(bu), msg: Message::Welcome { epoch, publish, discard } });
+        if self.drain_sent {
+            self.out
+                .push_back(Output::Send { to: Peer::Bu(bu), msg: Message::Drain { last_event: self.last_triggered } });
+        }
+    }
+
+    fn lose_bu(&mut self, bu: BuId) {
+        let forget = self.cfg.bug == Some(EvmBug::ForgetReassign);
+        let Some(state) = self.bus.get_mut(usize::from(bu)) else { return };
+        state.alive = false;
+        state.credits = 0;
+        state.pending_commits.clear();
+        state.pending_since = None;
+        if !forget {
+            let events = std::mem::take(&mut state.assigned);
+            self.counters.reassigned += events.len() as u64;
+            self.reassign.extend(events);
+        }
+    }
+
+    fn commit(&mut self, now: Nanos, bu: BuId, file: BuiltFile) {
+        let state = &mut self.bus[usize::from(bu)];
+        if state.committed.contains_key(&file.file) {
+            return; // reported again: already committed
+        }
+        let foreign = file.events.iter().flat_map(|r| r.iter()).find(|e| !state.assigned.contains(e));
+        if let Some(event) = foreign {
+            self.out.push_back(Output::Notice(Notice::ProtocolError {
+                what: format!("EVM: BU {bu} built file {} with event {event}, not assigned to it", file.file.seq),
+            }));
+            return;
+        }
+        for event in file.events.iter().flat_map(|r| r.iter()) {
+            state.assigned.remove(&event);
+            self.lumi.remove(&event);
+            push_event(&mut self.pending_release, event);
+            self.counters.committed += 1;
+        }
+        self.release_since.get_or_insert(now);
+        state.committed.insert(file.file, file.events);
+        state.pending_commits.push(file.file);
+        state.pending_since.get_or_insert(now);
+        self.counters.files_committed += 1;
+    }
+
+    /// Gives triggered events to BUs with credits, in batches.
+    fn assign(&mut self, now: Nanos) {
+        let n = self.bus.len();
+        for _ in 0..n {
+            let available = self.reassign.len() + self.triggered.len();
+            if available == 0 {
+                return;
+            }
+            let b = self.next_bu % n;
+            self.next_bu = (self.next_bu + 1) % n;
+            let state = &self.bus[b];
+            let room = self.cfg.max_assigned_per_bu.saturating_sub(state.assigned.len());
+            let want = (state.credits as usize).min(room);
+            if !state.alive || want == 0 {
+                continue;
+            }
+            // Wait to fill a batch unless the oldest event has waited long enough, the run is
+            // stopping, or events of a lost BU are waiting.
+            let batch = want.min(self.cfg.assign_batch_events as usize);
+            let oldest_waited =
+                self.triggered.front().is_some_and(|&(_, at)| now >= at.saturating_add(self.cfg.assign_delay_ns));
+            if available < batch && !oldest_waited && !self.stopped && self.reassign.is_empty() {
+                continue;
+            }
+            let mut events = Vec::new();
+            let mut count = 0;
+            while count < want {
+                let event = if let Some(e) = self.reassign.pop_first() {
+                    e
+                } else if let Some((e, _)) = self.triggered.pop_front() {
+                    e
+                } else {
+                    break;
+                };
+                push_event(&mut events, event);
+                self.bus[b].assigned.insert(event);
+                count += 1;
+            }
+            let state = &mut self.bus[b];
+            state.credits -= count as u32;
+            self.counters.assigned += count as u64;
+            let release = std::mem::take(&mut self.pending_release);
+            self.release_since = None;
+            let (bu, epoch) = (b as BuId, state.epoch);
+            for ru in 0..self.cfg.n_ru {
+                let msg = Message::Assign { bu, epoch, events: events.clone(), release: release.clone() };
+                self.out.push_back(Output::Send { to: Peer::Ru(ru), msg });
+            }
+        }
+    }
+
+    /// Sends commits and releases that have waited `flush_delay_ns` (or all, with `force`).
+    fn flush(&mut self, now: Nanos, force: bool) {
+        let due =
+            |since: Option<Nanos>| since.is_some_and(|t| force || now >= t.saturating_add(self.cfg.flush_delay_ns));
+        if due(self.release_since) && !self.pending_release.is_empty() {
+            let events = std::mem::take(&mut self.pending_release);
+            self.release_since = None;
+            for ru in 0..self.cfg.n_ru {
+                self.out.push_back(Output::Send { to: Peer::Ru(ru), msg: Message::Release { events: events.clone() } });
+            }
+        }
+        for b in 0..self.bus.len() {
+            if due(self.bus[b].pending_since) {
+                let state = &mut self.bus[b];
+                let files = std::mem::take(&mut state.pending_commits);
+                state.pending_since = None;
+                let msg = Message::Commit { epoch: state.epoch, files };
+                self.out.push_back(Output::Send { to: Peer::Bu(b as BuId), msg });
+            }
+        }
+    }
+
+    /// Takes the commits waiting for BU `bu`, to ride on a data message from the EVM's RU.
+    pub fn take_commits(&mut self, bu: BuId) -> Vec<FileId> {
+        let Some(state) = self.bus.get_mut(usize::from(bu)) else { return Vec::new() };
+        state.pending_since = None;
+        std::mem::take(&mut state.pending_commits)
+    }
+
+    /// Once the trigger has stopped and every event is assigned, tells everyone.
+    fn maybe_drain(&mut self) {
+        if self.stopped && !self.drain_sent && self.triggered.is_empty() && self.reassign.is_empty() {
+            self.drain_sent = true;
+            for b in 0..self.cfg.n_bu {
+                let msg = Message::Drain { last_event: self.last_triggered };
+                self.out.push_back(Output::Send { to: Peer::Bu(b), msg });
+            }
+        }
+    }
+
+    /// The earliest time at which a tick has work: a batch to give out or something to flush.
+    pub fn next_timeout(&self) -> Option<Nanos> {
+        let assign = self.triggered.front().map(|&(_, at)| at.saturating_add(self.cfg.assign_delay_ns));
+        let release = self.release_since.map(|t| t + self.cfg.flush_delay_ns);
+        let commits = self.bus.iter().filter_map(|b| b.pending_since).min().map(|t| t + self.cfg.flush_delay_ns);
+        [assign, release, commits].into_iter().flatten().min()
+    }
+
+    /// The next output, if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// Index of the RU next to the EVM.
+    pub const LOCAL_RU: RuId = 0;
+}

@@ -1,0 +1,377 @@
+//! The readout unit: takes the fragments of its FEDs, holds them until their event is committed,
+//! and sends each assigned event's super-fragment to its BU.
+
+use crate::msg::{FragmentRef, Message, SuperFragment};
+use crate::types::{BuId, Epoch, EventNumber, EventRange, FedId, Lv1Unwrapper, Nanos, Peer, RuId};
+use crate::unit::{Input, Notice, Output};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Configuration of a readout unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuConfig {
+    /// This RU's index; RU 0 sits with the EVM and holds the trigger FED.
+    pub ru: RuId,
+    /// The FEDs whose streams this RU reads.
+    pub feds: Vec<FedId>,
+    /// Number of the run's first event.
+    pub first_event: EventNumber,
+    /// Events whose fragments the RU may hold at once (its buffer pool); past it, it stops
+    /// reading its FED streams. Default 4096.
+    pub max_events_buffered: usize,
+    /// How long an assigned event waits for a missing fragment before it is sent without it, in
+    /// nanoseconds. Default 100 ms.
+    pub fragment_timeout_ns: Nanos,
+    /// Super-fragments per data message at most. Default 256.
+    pub max_parts_per_message: usize,
+    /// Test-only: a deliberate protocol bug, for the simulator's self-check.
+    pub bug: Option<RuBug>,
+}
+
+impl RuConfig {
+    /// Defaults for RU `ru` reading `feds`.
+    pub fn new(ru: RuId, feds: Vec<FedId>) -> Self {
+        RuConfig {
+            ru,
+            feds,
+            first_event: 1,
+            max_events_buffered: 4096,
+            fragment_timeout_ns: 100_000_000,
+            max_parts_per_message: 256,
+            bug: None,
+        }
+    }
+}
+
+/// Deliberate RU bugs that the simulator must catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuBug {
+    /// Free an event's buffers as soon as its super-fragment is sent, before the commit.
+    ReleaseBeforeCommit,
+}
+
+/// Refusal of a fragment: the RU's buffer is full; offer it again later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackPressure;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FedState {
+    Normal,
+    /// Stopped sending at `since`: events after it do not wait for it.
+    Stalled,
+    /// Sent an event out of sequence: ignored for the rest of the run.
+    SyncLost,
+}
+
+#[derive(Debug)]
+struct Fed {
+    id: FedId,
+    lv1: Lv1Unwrapper,
+    state: FedState,
+}
+
+#[derive(Debug, Default)]
+struct RuEvent {
+    fragments: Vec<FragmentRef>,
+    /// (BU, its epoch, when) of the current assignment.
+    assigned: Option<(BuId, Epoch, Nanos)>,
+    sent: bool,
+}
+
+/// Counters of a readout unit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuCounters {
+    /// Fragments accepted.
+    pub fragments: u64,
+    /// Fragments flagged corrupt.
+    pub corrupt_fragments: u64,
+    /// Fragments dropped because their event had been sent on.
+    pub late_fragments: u64,
+    /// Fragments refused for a full buffer.
+    pub refused: u64,
+    /// Super-fragments sent (resends included).
+    pub parts_sent: u64,
+    /// Super-fragments sent with FEDs missing.
+    pub incomplete_parts: u64,
+    /// Events released after commit.
+    pub released: u64,
+}
+
+/// The readout unit's state machine.
+#[derive(Debug)]
+pub struct Ru {
+    cfg: RuConfig,
+    feds: Vec<Fed>,
+    events: BTreeMap<EventNumber, RuEvent>,
+    /// Assigned events not yet sent, in event order.
+    waiting: BTreeSet<EventNumber>,
+    /// Per destination, assigned events not yet sent: a batch is sent when it reaches zero.
+    unsent: BTreeMap<(BuId, Epoch), usize>,
+    /// Per destination, super-fragments ready to send.
+    ready: BTreeMap<(BuId, Epoch), Vec<SuperFragment>>,
+    /// Events at or below this are released (or were never held).
+    released_below: EventNumber,
+    out: VecDeque<Output>,
+    counters: RuCounters,
+}
+
+impl Ru {
+    /// A readout unit at the start of a run.
+    pub fn new(cfg: RuConfig) -> Self {
+        let feds = cfg
+            .feds
+            .iter()
+            .map(|&id| Fed { id, lv1: Lv1Unwrapper::new(cfg.first_event), state: FedState::Normal })
+            .collect();
+        Ru {
+            released_below: cfg.first_event,
+            cfg,
+            feds,
+            events: BTreeMap::new(),
+            waiting: BTreeSet::new(),
+            unsent: BTreeMap::new(),
+            ready: BTreeMap::new(),
+            out: VecDeque::new(),
+            counters: RuCounters::default(),
+        }
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> RuCounters {
+        self.counters
+    }
+
+    /// Events whose fragments are held now.
+    pub fn events_buffered(&self) -> usize {
+        self.events.values().filter(|e| !e.fragments.is_empty()).count()
+    }
+
+    /// Whether a fragment for the next event of `fed_index` would be taken now.
+    pub fn accepts(&self, fed_index: usize) -> bool {
+        let Some(fed) = self.feds.get(fed_index) else { return false };
+        let event = fed.lv1.expected();
+        self.events.contains_key(&event) || self.held_events() < self.cfg.max_events_buffered
+    }
+
+    fn held_events(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Takes the next fragment of the FED at `fed_index` in this RU's list. A full buffer refuses
+    /// it; the driver stops reading that stream and offers it again later.
+    pub fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
+        if !self.accepts(fed_index) {
+            self.counters.refused += 1;
+            return Err(BackPressure);
+        }
+        let fed = &mut self.feds[fed_index];
+        if fed.state == FedState::SyncLost {
+            self.out.push_back(Output::FreeBuffers(vec![fragment]));
+            return Ok(());
+        }
+        let event = match fed.lv1.accept(fragment.lv1) {
+            Ok(event) => event,
+            Err(expected) => {
+                fed.state = FedState::SyncLost;
+                let notice = Notice::SyncLoss { fed: fed.id, expected, found_lv1: fragment.lv1 };
+                self.out.push_back(Output::Notice(notice));
+                self.out.push_back(Output::FreeBuffers(vec![fragment]));
+                // Events waiting for this FED no longer do.
+                let waiting: Vec<EventNumber> = self.waiting.iter().copied().collect();
+                self.try_send(now, waiting);
+                self.flush_complete_batches();
+                return Ok(());
+            }
+        };
+        self.counters.fragments += 1;
+        self.counters.corrupt_fragments += u64::from(fragment.corrupt);
+        let fed_id = fed.id;
+        let caught_up = fed.state == FedState::Stalled;
+        if event < self.released_below || self.events.get(&event).is_some_and(|e| e.sent) {
+            self.counters.late_fragments += 1;
+            self.out.push_back(Output::Notice(Notice::LateFragment { fed: fed_id, event }));
+            self.out.push_back(Output::FreeBuffers(vec![fragment]));
+            return Ok(());
+        }
+        if caught_up {
+            self.feds[fed_index].state = FedState::Normal;
+        }
+        if let Some(info) = fragment.trigger {
+            self.out.push_back(Output::Triggered { event, info });
+        }
+        self.events.entry(event).or_default().fragments.push(fragment);
+        if self.waiting.contains(&event) {
+            self.try_send(now, [event]);
+            self.flush_complete_batches();
+        }
+        Ok(())
+    }
+
+    /// Handles one input.
+    pub fn handle(&mut self, now: Nanos, input: Input) {
+        match input {
+            Input::Message { msg: Message::Assign { bu, epoch, events, release }, .. } => {
+                self.release(&release);
+                let mut assigned = Vec::new();
+                for range in events {
+                    for event in range.iter() {
+                        if event < self.released_below && !self.events.contains_key(&event) {
+                            self.out.push_back(Output::Notice(Notice::ProtocolError {
+                                what: format!(
+                                    "RU {}: event {event} assigned to BU {bu} after its release",
+                                    self.cfg.ru
+                                ),
+                            }));
+                            continue;
+                        }
+                        let e = self.events.entry(event).or_default();
+                        if let Some(previous) = e.assigned.filter(|_| !e.sent) {
+                            // Reassigned before it was sent: it no longer counts for the old batch.
+                            self.unsent.entry((previous.0, previous.1)).and_modify(|n| *n = n.saturating_sub(1));
+                        }
+                        e.assigned = Some((bu, epoch, now));
+                        e.sent = false;
+                        self.waiting.insert(event);
+                        *self.unsent.entry((bu, epoch)).or_default() += 1;
+                        assigned.push(event);
+                    }
+                }
+                self.try_send(now, assigned);
+                self.flush_complete_batches();
+            }
+            Input::Message { msg: Message::Release { events }, .. } => self.release(&events),
+            Input::Tick => {
+                let waiting: Vec<EventNumber> = self.waiting.iter().copied().collect();
+                self.try_send(now, waiting);
+                self.flush(|_| true);
+            }
+            Input::Message { from, msg } => self.out.push_back(Output::Notice(Notice::ProtocolError {
+                what: format!("RU {}: unexpected message from {from:?}: {}", self.cfg.ru, message_name(&msg)),
+            })),
+            _ => {}
+        }
+    }
+
+    fn release(&mut self, ranges: &[EventRange]) {
+        let mut freed = Vec::new();
+        for range in ranges {
+            for event in range.iter() {
+                if let Some(e) = self.events.remove(&event) {
+                    if let Some((bu, epoch, _)) = e.assigned.filter(|_| !e.sent) {
+                        self.unsent.entry((bu, epoch)).and_modify(|n| *n = n.saturating_sub(1));
+                    }
+                    freed.extend(e.fragments);
+                    self.counters.released += 1;
+                }
+                self.waiting.remove(&event);
+            }
+        }
+        // Everything below the oldest held event is gone for good.
+        self.released_below = self.events.keys().next().copied().unwrap_or_else(|| self.next_expected());
+        if !freed.is_empty() {
+            self.out.push_back(Output::FreeBuffers(freed));
+        }
+    }
+
+    /// The lowest event any FED has yet to send.
+    fn next_expected(&self) -> EventNumber {
+        self.feds.iter().map(|f| f.lv1.expected()).min().unwrap_or(self.cfg.first_event).max(self.released_below)
+    }
+
+    /// Moves each of `events` that is assigned, unsent, and complete or timed out to its
+    /// destination's ready batch.
+    fn try_send(&mut self, now: Nanos, events: impl IntoIterator<Item = EventNumber>) {
+        for event in events {
+            let Some(e) = self.events.get(&event) else { continue };
+            let Some((bu, epoch, at)) = e.assigned.filter(|_| !e.sent) else { continue };
+            let timed_out = now >= at.saturating_add(self.cfg.fragment_timeout_ns);
+            let mut missing = Vec::new();
+            let mut wait = false;
+            for fed in &self.feds {
+                if e.fragments.iter().any(|f| f.fed == fed.id) {
+                    continue;
+                }
+                // A FED that is past this event, stalled or out of sync will not send it.
+                let gave_up = fed.state != FedState::Normal || fed.lv1.expected() > event;
+                if gave_up || timed_out {
+                    missing.push(fed.id);
+                } else {
+                    wait = true;
+                }
+            }
+            if wait {
+                continue;
+            }
+            let part = SuperFragment { event, fragments: e.fragments.clone(), missing: missing.clone() };
+            self.waiting.remove(&event);
+            if let Some(e) = self.events.get_mut(&event) {
+                e.sent = true;
+            }
+            self.unsent.entry((bu, epoch)).and_modify(|n| *n = n.saturating_sub(1));
+            self.ready.entry((bu, epoch)).or_default().push(part);
+            self.counters.parts_sent += 1;
+            if !missing.is_empty() {
+                self.counters.incomplete_parts += 1;
+                for &fed in &missing {
+                    if let Some(f) = self.feds.iter_mut().find(|f| f.id == fed && f.state == FedState::Normal) {
+                        f.state = FedState::Stalled;
+                        self.out.push_back(Output::Notice(Notice::FedStalled { fed, event }));
+                    }
+                }
+                self.out.push_back(Output::Notice(Notice::MissingFragments { event, feds: missing }));
+            }
+        }
+    }
+
+    /// Sends the batches whose assigned events are all ready, and any batch that is full.
+    fn flush_complete_batches(&mut self) {
+        let max = self.cfg.max_parts_per_message.max(1);
+        let unsent = std::mem::take(&mut self.unsent);
+        self.flush(|(dest, parts)| parts.len() >= max || unsent.get(dest).is_none_or(|&n| n == 0));
+        self.unsent = unsent.into_iter().filter(|&(_, n)| n > 0).collect();
+    }
+
+    /// Sends the ready batches that `pick` selects.
+    fn flush(&mut self, pick: impl Fn((&(BuId, Epoch), &Vec<SuperFragment>)) -> bool) {
+        let dests: Vec<(BuId, Epoch)> = self.ready.iter().filter(|(d, p)| pick((d, p))).map(|(d, _)| *d).collect();
+        for (bu, epoch) in dests {
+            let Some(parts) = self.ready.remove(&(bu, epoch)) else { continue };
+            if self.cfg.bug == Some(RuBug::ReleaseBeforeCommit) {
+                let ranges: Vec<EventRange> = parts.iter().map(|p| EventRange { first: p.event, count: 1 }).collect();
+                self.release(&ranges);
+            }
+            for chunk in parts.chunks(self.cfg.max_parts_per_message.max(1)) {
+                let msg = Message::Data { ru: self.cfg.ru, epoch, parts: chunk.to_vec(), commits: Vec::new() };
+                self.out.push_back(Output::Send { to: Peer::Bu(bu), msg });
+            }
+        }
+    }
+
+    /// The earliest time at which a tick could send a timed-out event.
+    pub fn next_timeout(&self) -> Option<Nanos> {
+        self.waiting
+            .iter()
+            .filter_map(|e| {
+                self.events.get(e)?.assigned.map(|(_, _, at)| at.saturating_add(self.cfg.fragment_timeout_ns))
+            })
+            .min()
+    }
+
+    /// The next output, if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+}
+
+/// A message's name, for error reports.
+pub(crate) fn message_name(msg: &Message) -> &'static str {
+    match msg {
+        Message::Hello { .. } => "Hello",
+        Message::Welcome { .. } => "Welcome",
+        Message::Request { .. } => "Request",
+        Message::Assign { .. } => "Assign",
+        Message::Data { .. } => "Data",
+        Message::Commit { .. } => "Commit",
+        Message::Release { .. } => "Release",
+        Message::Drain { .. } => "Drain",
+    }
+}

@@ -1,0 +1,129 @@
+//! What goes into and comes out of every unit.
+
+use crate::msg::{FragmentRef, Message, SuperFragment, TriggerInfo};
+use crate::types::{EventNumber, FedId, FileId, Peer};
+
+/// An input to a unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// A message from a peer.
+    Message {
+        /// Who sent it.
+        from: Peer,
+        /// The message.
+        msg: Message,
+    },
+    /// A file the unit asked to write is written and closed (BU).
+    FileWritten(FileId),
+    /// A file the unit asked to publish is renamed into place with its JSON (BU).
+    FilePublished(FileId),
+    /// The connection to a peer is lost, or the peer stopped answering.
+    PeerLost(Peer),
+    /// Run control: no more triggers (EVM).
+    StopTrigger,
+    /// Time passed: check time-outs.
+    Tick,
+}
+
+/// Why an event is counted as lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LostReason {
+    /// Its BU left for good after the event was committed and before the file was published.
+    BuLostAfterCommit,
+}
+
+/// Something an operator should see, with a stable key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A FED sent an event out of sequence: it is ignored from then on.
+    SyncLoss {
+        /// The FED.
+        fed: FedId,
+        /// The event it should have sent.
+        expected: EventNumber,
+        /// The LV1 id it sent.
+        found_lv1: u32,
+    },
+    /// An event was sent on without some FEDs, after the fragment time-out.
+    MissingFragments {
+        /// The event.
+        event: EventNumber,
+        /// The FEDs missing.
+        feds: Vec<FedId>,
+    },
+    /// A fragment arrived after its event had been sent on; it was dropped.
+    LateFragment {
+        /// The FED.
+        fed: FedId,
+        /// The event.
+        event: EventNumber,
+    },
+    /// A FED stopped sending: events no longer wait for it until it catches up.
+    FedStalled {
+        /// The FED.
+        fed: FedId,
+        /// The first event it missed.
+        event: EventNumber,
+    },
+    /// A message that breaks the protocol (a bug, or a peer that sends garbage); it was dropped.
+    ProtocolError {
+        /// What was wrong.
+        what: String,
+    },
+    /// An event counted as lost.
+    Lost {
+        /// The event.
+        event: EventNumber,
+        /// Why.
+        reason: LostReason,
+    },
+}
+
+/// One complete event as a BU writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltEvent {
+    /// The event.
+    pub event: EventNumber,
+    /// Its lumi section (from the trigger fragment).
+    pub lumi_section: u32,
+    /// FRD flags (see `tessera_formats::frd::flags`).
+    pub flags: u16,
+    /// The parts, one per RU, in RU order.
+    pub parts: Vec<SuperFragment>,
+}
+
+/// An output of a unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send a message.
+    Send {
+        /// To whom.
+        to: Peer,
+        /// The message.
+        msg: Message,
+    },
+    /// The EVM's RU saw a trigger: the event exists (delivered to the EVM next to it).
+    Triggered {
+        /// The event.
+        event: EventNumber,
+        /// What the trigger fragment says.
+        info: TriggerInfo,
+    },
+    /// Receive buffers that can be reused (RU).
+    FreeBuffers(Vec<FragmentRef>),
+    /// Write these events into a new raw file under `open/` and close it (BU).
+    WriteFile {
+        /// The file.
+        file: FileId,
+        /// Its lumi section.
+        lumi_section: u32,
+        /// The events, in the order to write them.
+        events: Vec<BuiltEvent>,
+    },
+    /// Rename the file out of `open/` and write its JSON (BU).
+    PublishFile(FileId),
+    /// Delete the file from `open/`: its events were given to another BU (BU).
+    DiscardFile(FileId),
+    /// Something for monitoring.
+    Notice(Notice),
+}
