@@ -7,4 +7,5 @@
 #![warn(missing_docs)]
 
 pub mod formats;
+pub mod protocol;
 pub mod timing;

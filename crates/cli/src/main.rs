@@ -55,6 +55,20 @@ enum Command {
         #[arg(long)]
         output: Option<PathBuf>,
     },
+    /// Simulate whole systems under faults, deterministically, and check the protocol's
+    /// invariants after every step; exit status 1 on any violation.
+    Sim {
+        /// Scenario to run (default: all). Names: 1x1_lv1_wrap, 2x2_bu_crash, 4x4_slow_bu,
+        /// 2x2_missing_fed, 8x8_random.
+        #[arg(long)]
+        scenario: Vec<String>,
+        /// Seeds per scenario.
+        #[arg(long, default_value_t = 100)]
+        seeds: u64,
+        /// First seed.
+        #[arg(long, default_value_t = 0)]
+        first_seed: u64,
+    },
     /// Run a benchmark suite; every figure is printed with its ratio to a baseline measured in
     /// the same run.
     Bench {
@@ -71,6 +85,8 @@ enum Command {
 enum BenchSuite {
     /// CRC-16, CRC-32C and fragment validation.
     Formats,
+    /// CPU cost and control messages of the event-building protocol, cores alone.
+    Protocol,
 }
 
 #[derive(Args)]
@@ -159,9 +175,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { output } => demo(output),
-        Command::Bench { suite: BenchSuite::Formats, quick } => {
+        Command::Sim { scenario, seeds, first_seed } => sim(&scenario, seeds, first_seed),
+        Command::Bench { suite, quick } => {
             let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
-            print!("{}", tessera_bench::formats::report(&tessera_bench::formats::run(budget)));
+            match suite {
+                BenchSuite::Formats => {
+                    print!("{}", tessera_bench::formats::report(&tessera_bench::formats::run(budget)))
+                }
+                BenchSuite::Protocol => {
+                    print!("{}", tessera_bench::protocol::report(&tessera_bench::protocol::run(budget)))
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -209,4 +233,69 @@ fn demo(output: Option<PathBuf>) -> Result<ExitCode> {
     let violations = verify::verify_run_dir(&run_dir, EventChecks::default())?;
     print!("{}", render::violations(&run_dir, &violations));
     Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
+    let all = tessera_sim::scenarios();
+    let chosen: Vec<tessera_sim::Scenario> = if names.is_empty() {
+        all
+    } else {
+        names
+            .iter()
+            .map(|n| {
+                tessera_sim::scenario(n).with_context(|| {
+                    let known: Vec<&str> = all.iter().map(|s| s.name).collect();
+                    format!("no scenario {n:?}; known: {}", known.join(", "))
+                })
+            })
+            .collect::<Result<_>>()?
+    };
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let mut failed = false;
+    println!(
+        "{:<18} {:>6} {:>10} {:>8} {:>6} {:>6} {:>6} {:>8}  result",
+        "scenario", "seeds", "events", "crashes", "slow", "FED", "corrupt", "steps"
+    );
+    for sc in &chosen {
+        // Seeds are independent: run them on every core, report in seed order.
+        let reports: Vec<tessera_sim::SimReport> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..jobs)
+                .map(|j| {
+                    s.spawn(move || {
+                        (first_seed..first_seed + seeds)
+                            .filter(|seed| seed % jobs == j)
+                            .map(|seed| tessera_sim::run(sc, seed))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let mut all: Vec<_> = handles.into_iter().flat_map(|h| h.join().expect("simulation thread")).collect();
+            all.sort_by_key(|r| r.seed);
+            all
+        });
+        let sum = |f: fn(&tessera_sim::SimReport) -> u64| reports.iter().map(f).sum::<u64>();
+        let bad: Vec<&tessera_sim::SimReport> = reports.iter().filter(|r| !r.violations.is_empty()).collect();
+        println!(
+            "{:<18} {:>6} {:>10} {:>8} {:>6} {:>6} {:>6} {:>8}  {}",
+            sc.name,
+            reports.len(),
+            sum(|r| r.events_checked),
+            sum(|r| r.tally.bu_crashes),
+            sum(|r| r.tally.slow_bus),
+            sum(|r| r.tally.fed_faults),
+            sum(|r| r.tally.corrupt_fragments),
+            sum(|r| r.tally.steps),
+            if bad.is_empty() { "ok".to_string() } else { format!("{} FAILED", bad.len()) }
+        );
+        for r in bad.iter().take(3) {
+            failed = true;
+            println!("  seed {} broke an invariant:", r.seed);
+            for v in r.violations.iter().take(5) {
+                println!("    {v}");
+            }
+            println!("  replay: {}", tessera_sim::replay_command(sc.name, r.seed));
+        }
+        failed |= !bad.is_empty();
+    }
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

@@ -222,7 +222,7 @@ impl Bu {
                     .filter(|&i| now >= self.open[i].opened_at.saturating_add(self.cfg.file_timeout_ns))
                     .collect();
                 for i in stale.into_iter().rev() {
-                    self.close(i);
+                    self.close(now, i);
                 }
                 self.close_if_drained(now);
             }
@@ -305,7 +305,7 @@ impl Bu {
             Some(i) => i,
             None => {
                 if self.open.len() >= self.cfg.max_open_files.max(1) {
-                    self.close(0);
+                    self.close(now, 0);
                 }
                 let file = FileId { bu: self.cfg.bu, seq: self.next_seq };
                 self.next_seq += 1;
@@ -315,12 +315,12 @@ impl Bu {
         };
         self.open[index].events.push(built);
         if self.open[index].events.len() >= self.cfg.max_events_per_file.max(1) as usize {
-            self.close(index);
+            self.close(now, index);
         }
         self.close_if_drained(now);
     }
 
-    fn close(&mut self, index: usize) {
+    fn close(&mut self, now: Nanos, index: usize) {
         let f = self.open.remove(index);
         let mut ranges = Vec::new();
         let mut sorted: Vec<EventNumber> = f.events.iter().map(|e| e.event).collect();
@@ -331,15 +331,16 @@ impl Bu {
         let count = f.events.len() as u32;
         if self.cfg.bug == Some(BuBug::CommitBeforeWritten) {
             self.built.push(BuiltFile { file: f.file, events: ranges.clone() });
+            self.report_since.get_or_insert(now);
         }
         self.files.insert(f.file, FileEntry { state: FileState::Writing { committed: false }, events: ranges, count });
         self.out.push_back(Output::WriteFile { file: f.file, lumi_section: f.lumi_section, events: f.events });
     }
 
-    fn close_if_drained(&mut self, _now: Nanos) {
+    fn close_if_drained(&mut self, now: Nanos) {
         if self.draining && self.building.is_empty() {
             while !self.open.is_empty() {
-                self.close(0);
+                self.close(now, 0);
             }
         }
     }

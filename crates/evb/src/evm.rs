@@ -4,7 +4,7 @@
 use crate::msg::{BuiltFile, Message, TriggerInfo};
 use crate::ru::message_name;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FileId, Nanos, Peer, RuId, push_event};
-use crate::unit::{Input, LostReason, Notice, Output};
+use crate::unit::{Input, Notice, Output};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Configuration of the event manager.
@@ -205,14 +205,9 @@ impl Evm {
         state.alive = true;
         let (publish, discard): (Vec<FileId>, Vec<FileId>) =
             unpublished.into_iter().partition(|f| state.committed.contains_key(f));
-        // Files committed to an earlier incarnation that the BU no longer holds: their events
-        // are lost, and counted so.
-        let gone: Vec<FileId> = state.committed.keys().filter(|f| !publish.contains(f)).copied().collect();
-        for file in gone {
-            for event in state.committed.remove(&file).into_iter().flatten().flat_map(|r| r.iter()) {
-                self.out.push_back(Output::Notice(Notice::Lost { event, reason: LostReason::BuLostAfterCommit }));
-            }
-        }
+        // A committed file no longer in `open/` was renamed into place before the restart:
+        // publishing is one rename, so it is done.
+        state.committed.retain(|f, _| publish.contains(f));
         self.out.push_back(Output::Send { to: Peer::Bu(bu), msg: Message::Welcome { epoch, publish, discard } });
         if self.drain_sent {
             self.out
@@ -352,7 +347,10 @@ impl Evm {
 
     /// The earliest time at which a tick has work: a batch to give out or something to flush.
     pub fn next_timeout(&self) -> Option<Nanos> {
-        let assign = self.triggered.front().map(|&(_, at)| at.saturating_add(self.cfg.assign_delay_ns));
+        // A batch waits only while some BU has asked for events.
+        let asking = self.bus.iter().any(|b| b.alive && b.credits > 0);
+        let assign =
+            self.triggered.front().filter(|_| asking).map(|&(_, at)| at.saturating_add(self.cfg.assign_delay_ns));
         let release = self.release_since.map(|t| t + self.cfg.flush_delay_ns);
         let commits = self.bus.iter().filter_map(|b| b.pending_since).min().map(|t| t + self.cfg.flush_delay_ns);
         [assign, release, commits].into_iter().flatten().min()

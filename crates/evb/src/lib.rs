@@ -25,6 +25,7 @@ pub mod bu;
 pub mod evm;
 pub mod msg;
 pub mod node;
+mod ring;
 pub mod ru;
 pub mod types;
 pub mod unit;

@@ -2,6 +2,7 @@
 //! and sends each assigned event's super-fragment to its BU.
 
 use crate::msg::{FragmentRef, Message, SuperFragment};
+use crate::ring::EventRing;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FedId, Lv1Unwrapper, Nanos, Peer, RuId};
 use crate::unit::{Input, Notice, Output};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -101,15 +102,13 @@ pub struct RuCounters {
 pub struct Ru {
     cfg: RuConfig,
     feds: Vec<Fed>,
-    events: BTreeMap<EventNumber, RuEvent>,
-    /// Assigned events not yet sent, in event order.
-    waiting: BTreeSet<EventNumber>,
+    events: EventRing<RuEvent>,
+    /// Assigned events not yet sent, by assignment time.
+    waiting: BTreeSet<(Nanos, EventNumber)>,
     /// Per destination, assigned events not yet sent: a batch is sent when it reaches zero.
     unsent: BTreeMap<(BuId, Epoch), usize>,
     /// Per destination, super-fragments ready to send.
     ready: BTreeMap<(BuId, Epoch), Vec<SuperFragment>>,
-    /// Events at or below this are released (or were never held).
-    released_below: EventNumber,
     out: VecDeque<Output>,
     counters: RuCounters,
 }
@@ -123,10 +122,9 @@ impl Ru {
             .map(|&id| Fed { id, lv1: Lv1Unwrapper::new(cfg.first_event), state: FedState::Normal })
             .collect();
         Ru {
-            released_below: cfg.first_event,
+            events: EventRing::new(cfg.first_event),
             cfg,
             feds,
-            events: BTreeMap::new(),
             waiting: BTreeSet::new(),
             unsent: BTreeMap::new(),
             ready: BTreeMap::new(),
@@ -142,18 +140,15 @@ impl Ru {
 
     /// Events whose fragments are held now.
     pub fn events_buffered(&self) -> usize {
-        self.events.values().filter(|e| !e.fragments.is_empty()).count()
+        self.events.live()
     }
 
     /// Whether a fragment for the next event of `fed_index` would be taken now.
     pub fn accepts(&self, fed_index: usize) -> bool {
         let Some(fed) = self.feds.get(fed_index) else { return false };
         let event = fed.lv1.expected();
-        self.events.contains_key(&event) || self.held_events() < self.cfg.max_events_buffered
-    }
-
-    fn held_events(&self) -> usize {
-        self.events.len()
+        // The ring's window, not only its live events, is what memory holds.
+        event < self.events.end() || self.events.window() < self.cfg.max_events_buffered
     }
 
     /// Takes the next fragment of the FED at `fed_index` in this RU's list. A full buffer refuses
@@ -176,7 +171,7 @@ impl Ru {
                 self.out.push_back(Output::Notice(notice));
                 self.out.push_back(Output::FreeBuffers(vec![fragment]));
                 // Events waiting for this FED no longer do.
-                let waiting: Vec<EventNumber> = self.waiting.iter().copied().collect();
+                let waiting: Vec<EventNumber> = self.waiting.iter().map(|&(_, e)| e).collect();
                 self.try_send(now, waiting);
                 self.flush_complete_batches();
                 return Ok(());
@@ -186,7 +181,7 @@ impl Ru {
         self.counters.corrupt_fragments += u64::from(fragment.corrupt);
         let fed_id = fed.id;
         let caught_up = fed.state == FedState::Stalled;
-        if event < self.released_below || self.events.get(&event).is_some_and(|e| e.sent) {
+        if self.events.was_removed(event) || self.events.get(event).is_some_and(|e| e.sent) {
             self.counters.late_fragments += 1;
             self.out.push_back(Output::Notice(Notice::LateFragment { fed: fed_id, event }));
             self.out.push_back(Output::FreeBuffers(vec![fragment]));
@@ -198,8 +193,12 @@ impl Ru {
         if let Some(info) = fragment.trigger {
             self.out.push_back(Output::Triggered { event, info });
         }
-        self.events.entry(event).or_default().fragments.push(fragment);
-        if self.waiting.contains(&event) {
+        let e = self.events.entry(event).expect("not removed: checked above");
+        if e.fragments.is_empty() {
+            e.fragments.reserve_exact(self.feds.len());
+        }
+        e.fragments.push(fragment);
+        if e.assigned.is_some() {
             self.try_send(now, [event]);
             self.flush_complete_batches();
         }
@@ -214,7 +213,7 @@ impl Ru {
                 let mut assigned = Vec::new();
                 for range in events {
                     for event in range.iter() {
-                        if event < self.released_below && !self.events.contains_key(&event) {
+                        let Some(e) = self.events.entry(event) else {
                             self.out.push_back(Output::Notice(Notice::ProtocolError {
                                 what: format!(
                                     "RU {}: event {event} assigned to BU {bu} after its release",
@@ -222,15 +221,15 @@ impl Ru {
                                 ),
                             }));
                             continue;
-                        }
-                        let e = self.events.entry(event).or_default();
+                        };
                         if let Some(previous) = e.assigned.filter(|_| !e.sent) {
                             // Reassigned before it was sent: it no longer counts for the old batch.
                             self.unsent.entry((previous.0, previous.1)).and_modify(|n| *n = n.saturating_sub(1));
+                            self.waiting.remove(&(previous.2, event));
                         }
                         e.assigned = Some((bu, epoch, now));
                         e.sent = false;
-                        self.waiting.insert(event);
+                        self.waiting.insert((now, event));
                         *self.unsent.entry((bu, epoch)).or_default() += 1;
                         assigned.push(event);
                     }
@@ -240,7 +239,13 @@ impl Ru {
             }
             Input::Message { msg: Message::Release { events }, .. } => self.release(&events),
             Input::Tick => {
-                let waiting: Vec<EventNumber> = self.waiting.iter().copied().collect();
+                let timeout = self.cfg.fragment_timeout_ns;
+                let waiting: Vec<EventNumber> = self
+                    .waiting
+                    .iter()
+                    .take_while(|&&(at, _)| now >= at.saturating_add(timeout))
+                    .map(|&(_, e)| e)
+                    .collect();
                 self.try_send(now, waiting);
                 self.flush(|_| true);
             }
@@ -255,38 +260,33 @@ impl Ru {
         let mut freed = Vec::new();
         for range in ranges {
             for event in range.iter() {
-                if let Some(e) = self.events.remove(&event) {
-                    if let Some((bu, epoch, _)) = e.assigned.filter(|_| !e.sent) {
+                if let Some(e) = self.events.remove(event) {
+                    if let Some((bu, epoch, at)) = e.assigned.filter(|_| !e.sent) {
                         self.unsent.entry((bu, epoch)).and_modify(|n| *n = n.saturating_sub(1));
+                        self.waiting.remove(&(at, event));
                     }
                     freed.extend(e.fragments);
                     self.counters.released += 1;
                 }
-                self.waiting.remove(&event);
             }
         }
-        // Everything below the oldest held event is gone for good.
-        self.released_below = self.events.keys().next().copied().unwrap_or_else(|| self.next_expected());
         if !freed.is_empty() {
             self.out.push_back(Output::FreeBuffers(freed));
         }
-    }
-
-    /// The lowest event any FED has yet to send.
-    fn next_expected(&self) -> EventNumber {
-        self.feds.iter().map(|f| f.lv1.expected()).min().unwrap_or(self.cfg.first_event).max(self.released_below)
     }
 
     /// Moves each of `events` that is assigned, unsent, and complete or timed out to its
     /// destination's ready batch.
     fn try_send(&mut self, now: Nanos, events: impl IntoIterator<Item = EventNumber>) {
         for event in events {
-            let Some(e) = self.events.get(&event) else { continue };
+            let Some(e) = self.events.get(event) else { continue };
             let Some((bu, epoch, at)) = e.assigned.filter(|_| !e.sent) else { continue };
             let timed_out = now >= at.saturating_add(self.cfg.fragment_timeout_ns);
             let mut missing = Vec::new();
             let mut wait = false;
-            for fed in &self.feds {
+            // Each FED gives at most one fragment per event: all there is the common case.
+            let complete = e.fragments.len() == self.feds.len();
+            for fed in self.feds.iter().filter(|_| !complete) {
                 if e.fragments.iter().any(|f| f.fed == fed.id) {
                     continue;
                 }
@@ -302,8 +302,8 @@ impl Ru {
                 continue;
             }
             let part = SuperFragment { event, fragments: e.fragments.clone(), missing: missing.clone() };
-            self.waiting.remove(&event);
-            if let Some(e) = self.events.get_mut(&event) {
+            self.waiting.remove(&(at, event));
+            if let Some(e) = self.events.get_mut(event) {
                 e.sent = true;
             }
             self.unsent.entry((bu, epoch)).and_modify(|n| *n = n.saturating_sub(1));
@@ -348,12 +348,7 @@ impl Ru {
 
     /// The earliest time at which a tick could send a timed-out event.
     pub fn next_timeout(&self) -> Option<Nanos> {
-        self.waiting
-            .iter()
-            .filter_map(|e| {
-                self.events.get(e)?.assigned.map(|(_, _, at)| at.saturating_add(self.cfg.fragment_timeout_ns))
-            })
-            .min()
+        self.waiting.first().map(|&(at, _)| at.saturating_add(self.cfg.fragment_timeout_ns))
     }
 
     /// The next output, if any.
@@ -373,5 +368,56 @@ pub(crate) fn message_name(msg: &Message) -> &'static str {
         Message::Commit { .. } => "Commit",
         Message::Release { .. } => "Release",
         Message::Drain { .. } => "Drain",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fragment(fed: FedId, lv1: u32) -> FragmentRef {
+        FragmentRef { fed, lv1, bytes: 64, corrupt: false, buffer: u64::from(lv1), trigger: None }
+    }
+
+    #[test]
+    fn a_full_buffer_refuses_and_a_release_makes_room() {
+        let mut ru = Ru::new(RuConfig { max_events_buffered: 2, ..RuConfig::new(1, vec![7]) });
+        assert_eq!(ru.offer_fragment(0, 0, fragment(7, 1)), Ok(()));
+        assert_eq!(ru.offer_fragment(0, 0, fragment(7, 2)), Ok(()));
+        assert_eq!(ru.offer_fragment(0, 0, fragment(7, 3)), Err(BackPressure));
+        assert_eq!(ru.counters().refused, 1);
+        let assign =
+            Message::Assign { bu: 0, epoch: 1, events: vec![EventRange { first: 1, count: 1 }], release: vec![] };
+        ru.handle(0, Input::Message { from: Peer::Evm, msg: assign });
+        ru.handle(
+            0,
+            Input::Message {
+                from: Peer::Evm,
+                msg: Message::Release { events: vec![EventRange { first: 1, count: 1 }] },
+            },
+        );
+        assert_eq!(ru.offer_fragment(0, 0, fragment(7, 3)), Ok(()));
+        let outputs: Vec<Output> = std::iter::from_fn(|| ru.poll_output()).collect();
+        assert!(outputs.iter().any(
+            |o| matches!(o, Output::Send { to: Peer::Bu(0), msg: Message::Data { parts, .. } } if parts[0].event == 1)
+        ));
+        assert!(outputs.iter().any(|o| matches!(o, Output::FreeBuffers(f) if f[0].lv1 == 1)));
+    }
+
+    #[test]
+    fn an_event_out_of_sequence_is_a_sync_loss_and_the_fed_is_given_up() {
+        let mut ru = Ru::new(RuConfig::new(1, vec![7, 8]));
+        ru.offer_fragment(0, 0, fragment(7, 1)).unwrap();
+        ru.offer_fragment(0, 1, fragment(8, 2)).unwrap(); // FED 8 skipped event 1
+        let assign =
+            Message::Assign { bu: 0, epoch: 1, events: vec![EventRange { first: 1, count: 1 }], release: vec![] };
+        ru.handle(0, Input::Message { from: Peer::Evm, msg: assign });
+        let outputs: Vec<Output> = std::iter::from_fn(|| ru.poll_output()).collect();
+        assert!(outputs.contains(&Output::Notice(Notice::SyncLoss { fed: 8, expected: 1, found_lv1: 2 })));
+        let sent = outputs.iter().find_map(|o| match o {
+            Output::Send { msg: Message::Data { parts, .. }, .. } => Some(parts[0].clone()),
+            _ => None,
+        });
+        assert_eq!(sent.map(|p| (p.event, p.missing)), Some((1, vec![8])), "sent at once, FED 8 missing");
     }
 }

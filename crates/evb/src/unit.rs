@@ -25,13 +25,6 @@ pub enum Input {
     Tick,
 }
 
-/// Why an event is counted as lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LostReason {
-    /// Its BU left for good after the event was committed and before the file was published.
-    BuLostAfterCommit,
-}
-
 /// Something an operator should see, with a stable key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
@@ -69,13 +62,6 @@ pub enum Notice {
     ProtocolError {
         /// What was wrong.
         what: String,
-    },
-    /// An event counted as lost.
-    Lost {
-        /// The event.
-        event: EventNumber,
-        /// Why.
-        reason: LostReason,
     },
 }
 

@@ -1,0 +1,126 @@
+//! What to simulate: a topology, a run length, and the faults to inject.
+
+/// A system's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Topology {
+    /// Readout units; RU 0 also reads the trigger.
+    pub n_ru: u16,
+    /// Data FEDs per RU.
+    pub feds_per_ru: u16,
+    /// Builder units.
+    pub n_bu: u16,
+}
+
+/// Faults to inject, each drawn from the seed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Faults {
+    /// BU crashes over the run (each restarts after a while).
+    pub bu_crashes: u32,
+    /// BUs that write files 20 times slower than the others.
+    pub slow_bus: u16,
+    /// FEDs that stop sending for a while, then resume.
+    pub stalled_feds: u16,
+    /// FEDs that stop sending for good.
+    pub dead_feds: u16,
+    /// FEDs that skip one event (a sync loss).
+    pub sync_losses: u16,
+    /// Probability that a fragment is corrupt.
+    pub corrupt_fragment_probability: f64,
+    /// Largest extra network delay, in nanoseconds (reordering between connections).
+    pub network_jitter_ns: u64,
+}
+
+impl Faults {
+    /// No faults and little jitter.
+    pub const NONE: Faults = Faults {
+        bu_crashes: 0,
+        slow_bus: 0,
+        stalled_feds: 0,
+        dead_feds: 0,
+        sync_losses: 0,
+        corrupt_fragment_probability: 0.0,
+        network_jitter_ns: 20_000,
+    };
+}
+
+/// A deliberate protocol bug, switched on to show that the simulator catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// The BU reports a file built before its data is written.
+    CommitBeforeWritten,
+    /// The EVM forgets to reassign a lost BU's events.
+    ForgetReassign,
+    /// The RU frees an event's buffers when it sends it, before the commit.
+    ReleaseBeforeCommit,
+}
+
+/// A named simulation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// Name, after topology and fault: `2x2_bu_crash`.
+    pub name: &'static str,
+    /// The system.
+    pub topology: Topology,
+    /// Events triggered in the run.
+    pub events: u64,
+    /// Number of the first event.
+    pub first_event: u64,
+    /// Mean time between triggers, in nanoseconds.
+    pub trigger_interval_ns: u64,
+    /// Events per lumi section.
+    pub events_per_lumi_section: u64,
+    /// Faults.
+    pub faults: Faults,
+    /// A deliberate bug, for the mutation check.
+    pub bug: Option<Bug>,
+}
+
+impl Scenario {
+    /// Whether every event must come out complete (no FED fault injected).
+    pub fn expects_complete_events(&self) -> bool {
+        self.faults.stalled_feds == 0 && self.faults.dead_feds == 0 && self.faults.sync_losses == 0
+    }
+}
+
+const fn base(name: &'static str, n_ru: u16, feds_per_ru: u16, n_bu: u16, events: u64) -> Scenario {
+    Scenario {
+        name,
+        topology: Topology { n_ru, feds_per_ru, n_bu },
+        events,
+        first_event: 1,
+        trigger_interval_ns: 10_000,
+        events_per_lumi_section: 400,
+        faults: Faults::NONE,
+        bug: None,
+    }
+}
+
+/// The built-in scenarios, run by CI and by `tessera sim`.
+pub fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario { first_event: (1 << 24) - 700, ..base("1x1_lv1_wrap", 1, 4, 1, 1500) },
+        Scenario { faults: Faults { bu_crashes: 2, ..Faults::NONE }, ..base("2x2_bu_crash", 2, 4, 2, 1500) },
+        Scenario { faults: Faults { slow_bus: 1, ..Faults::NONE }, ..base("4x4_slow_bu", 4, 16, 4, 1200) },
+        Scenario {
+            faults: Faults { stalled_feds: 1, dead_feds: 1, ..Faults::NONE },
+            ..base("2x2_missing_fed", 2, 4, 2, 1200)
+        },
+        Scenario {
+            faults: Faults {
+                bu_crashes: 3,
+                slow_bus: 2,
+                stalled_feds: 1,
+                dead_feds: 0,
+                sync_losses: 1,
+                corrupt_fragment_probability: 0.001,
+                network_jitter_ns: 200_000,
+            },
+            ..base("8x8_random", 8, 4, 8, 2000)
+        },
+    ]
+}
+
+/// The scenario called `name`.
+pub fn scenario(name: &str) -> Option<Scenario> {
+    scenarios().into_iter().find(|s| s.name == name)
+}

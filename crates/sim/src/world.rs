@@ -1,0 +1,679 @@
+//! One simulated system, driven event by event on one thread.
+
+use crate::rng::Rng;
+use crate::scenario::{Bug, Scenario};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use tessera_evb::bu::BuBug;
+use tessera_evb::evm::EvmBug;
+use tessera_evb::msg::{FragmentRef, Message, TriggerInfo};
+use tessera_evb::ru::RuBug;
+use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
+use tessera_evb::unit::{BuiltEvent, Input, Notice, Output};
+use tessera_evb::{Bu, BuConfig, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_formats::fed::LV1_MASK;
+use tessera_formats::frd::flags;
+use tessera_formats::tcds::{TCDS_FED_ID, orbit_in_lumi_section};
+
+/// Counts of what a run injected and saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Fragments accepted by RUs.
+    pub fragments: u64,
+    /// Times an RU refused a fragment for a full buffer.
+    pub back_pressure: u64,
+    /// BU crashes injected.
+    pub bu_crashes: u64,
+    /// BUs made slow.
+    pub slow_bus: u64,
+    /// FEDs stalled, dead or made to skip an event.
+    pub fed_faults: u64,
+    /// Corrupt fragments injected.
+    pub corrupt_fragments: u64,
+    /// Events published with FEDs missing.
+    pub incomplete_events: u64,
+    /// Sync losses seen by RUs.
+    pub sync_losses: u64,
+    /// Late fragments dropped by RUs.
+    pub late_fragments: u64,
+    /// Messages sent, and of them control messages.
+    pub messages: u64,
+    /// Control messages (everything but data).
+    pub control_messages: u64,
+    /// Steps simulated.
+    pub steps: u64,
+}
+
+#[derive(Debug)]
+enum Ev {
+    FedReady { ru: usize, fed: usize },
+    Deliver { from: Peer, to: Peer, msg: Message, incarnation: u32 },
+    Tick { node: Peer, generation: u64 },
+    WriteDone { bu: usize, file: FileId, incarnation: u32 },
+    PublishDone { bu: usize, file: FileId, incarnation: u32 },
+    BuCrash { bu: usize },
+    BuLost { bu: usize },
+    BuRestart { bu: usize },
+    StopTrigger,
+}
+
+struct FedSource {
+    id: FedId,
+    next_event: EventNumber,
+    stall: Option<(Nanos, Nanos)>,
+    skip: Option<EventNumber>,
+}
+
+struct SimFile {
+    lumi_section: u32,
+    events: Vec<BuiltEvent>,
+    written: bool,
+}
+
+struct BuSlot {
+    unit: Option<Bu>,
+    incarnation: u32,
+    slow: bool,
+    files: BTreeMap<FileId, SimFile>,
+    next_seq: u64,
+}
+
+/// The simulated system.
+pub struct World {
+    sc: Scenario,
+    rng: Rng,
+    now: Nanos,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(Nanos, u64)>>,
+    pending: HashMap<u64, Ev>,
+    evm: EvmNode,
+    rus: Vec<Ru>,
+    ru_cfgs: Vec<RuConfig>,
+    bus: Vec<BuSlot>,
+    bu_cfgs: Vec<BuConfig>,
+    sources: Vec<Vec<FedSource>>,
+    trigger_times: Vec<Nanos>,
+    last_delivery: HashMap<(Peer, Peer), Nanos>,
+    tick_generation: HashMap<Peer, (u64, Nanos)>,
+    buffers: BTreeSet<u64>,
+    next_buffer: u64,
+    corrupt: BTreeSet<(FedId, EventNumber)>,
+    published: BTreeMap<EventNumber, FileId>,
+    stop_sent: bool,
+    last_progress: Nanos,
+    /// Every broken invariant, in the order found.
+    pub violations: Vec<String>,
+    /// What the run injected and saw.
+    pub tally: Tally,
+}
+
+impl World {
+    /// A system for `sc`, with every random choice drawn from `seed`.
+    pub fn new(sc: &Scenario, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let t = sc.topology;
+        let ru_cfgs: Vec<RuConfig> = (0..t.n_ru)
+            .map(|r| {
+                let mut feds: Vec<FedId> = (0..t.feds_per_ru).map(|i| r * t.feds_per_ru + i).collect();
+                if r == 0 {
+                    feds.insert(0, TCDS_FED_ID);
+                }
+                RuConfig {
+                    first_event: sc.first_event,
+                    max_events_buffered: 1024,
+                    fragment_timeout_ns: 2_000_000,
+                    bug: (sc.bug == Some(Bug::ReleaseBeforeCommit)).then_some(RuBug::ReleaseBeforeCommit),
+                    ..RuConfig::new(r, feds)
+                }
+            })
+            .collect();
+        let evm_cfg = EvmConfig {
+            assign_batch_events: 32,
+            assign_delay_ns: 500_000,
+            bug: (sc.bug == Some(Bug::ForgetReassign)).then_some(EvmBug::ForgetReassign),
+            ..EvmConfig::new(t.n_ru, t.n_bu)
+        };
+        let bu_cfgs: Vec<BuConfig> = (0..t.n_bu)
+            .map(|b| BuConfig {
+                max_events_in_flight: 256,
+                request_batch_events: 32,
+                max_events_per_file: 16,
+                file_timeout_ns: 20_000_000,
+                bug: (sc.bug == Some(Bug::CommitBeforeWritten)).then_some(BuBug::CommitBeforeWritten),
+                ..BuConfig::new(b, t.n_ru)
+            })
+            .collect();
+        let mut trigger_times = Vec::with_capacity(sc.events as usize);
+        let mut at = 100_000;
+        for _ in 0..sc.events {
+            at += rng.between(sc.trigger_interval_ns / 2, sc.trigger_interval_ns * 3 / 2);
+            trigger_times.push(at);
+        }
+        let run_end = at;
+        let mut sources: Vec<Vec<FedSource>> = ru_cfgs
+            .iter()
+            .map(|c| {
+                c.feds.iter().map(|&id| FedSource { id, next_event: sc.first_event, stall: None, skip: None }).collect()
+            })
+            .collect();
+        let mut tally = Tally::default();
+        // FED faults never touch the trigger FED: without a trigger there is no event.
+        let pick_fed = |rng: &mut Rng| loop {
+            let r = rng.below(u64::from(t.n_ru)) as usize;
+            let f = rng.below(sources[r].len() as u64) as usize;
+            if sources[r][f].id != TCDS_FED_ID {
+                break (r, f);
+            }
+        };
+        let mut fed_faults = Vec::new();
+        for _ in 0..sc.faults.stalled_feds {
+            let (r, f) = pick_fed(&mut rng);
+            let from = rng.between(run_end / 5, run_end / 2);
+            fed_faults.push((r, f, Some((from, from + rng.between(5_000_000, 20_000_000))), None));
+        }
+        for _ in 0..sc.faults.dead_feds {
+            let (r, f) = pick_fed(&mut rng);
+            fed_faults.push((r, f, Some((rng.between(run_end / 5, run_end / 2), Nanos::MAX)), None));
+        }
+        for _ in 0..sc.faults.sync_losses {
+            let (r, f) = pick_fed(&mut rng);
+            fed_faults.push((r, f, None, Some(sc.first_event + rng.between(sc.events / 5, sc.events / 2))));
+        }
+        for (r, f, stall, skip) in fed_faults {
+            let s = &mut sources[r][f];
+            s.stall = s.stall.or(stall);
+            s.skip = s.skip.or(skip);
+            tally.fed_faults += 1;
+        }
+        let mut bus: Vec<BuSlot> = (0..t.n_bu)
+            .map(|_| BuSlot { unit: None, incarnation: 1, slow: false, files: BTreeMap::new(), next_seq: 0 })
+            .collect();
+        for _ in 0..sc.faults.slow_bus.min(t.n_bu) {
+            let b = rng.below(u64::from(t.n_bu)) as usize;
+            tally.slow_bus += u64::from(!bus[b].slow);
+            bus[b].slow = true;
+        }
+        let mut world = World {
+            evm: EvmNode::new(evm_cfg, ru_cfgs[0].clone()),
+            rus: ru_cfgs.iter().skip(1).map(|c| Ru::new(c.clone())).collect(),
+            ru_cfgs,
+            bus,
+            bu_cfgs,
+            sources,
+            trigger_times,
+            rng,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            pending: HashMap::new(),
+            last_delivery: HashMap::new(),
+            tick_generation: HashMap::new(),
+            buffers: BTreeSet::new(),
+            next_buffer: 0,
+            corrupt: BTreeSet::new(),
+            published: BTreeMap::new(),
+            stop_sent: false,
+            last_progress: 0,
+            violations: Vec::new(),
+            tally,
+            sc: sc.clone(),
+        };
+        for b in 0..world.bus.len() {
+            world.start_bu(b);
+        }
+        for r in 0..world.sources.len() {
+            for f in 0..world.sources[r].len() {
+                world.schedule(world.trigger_times[0], Ev::FedReady { ru: r, fed: f });
+            }
+        }
+        for _ in 0..sc.faults.bu_crashes {
+            let at = world.rng.between(run_end / 10, run_end);
+            let bu = world.rng.below(u64::from(t.n_bu)) as usize;
+            world.schedule(at, Ev::BuCrash { bu });
+        }
+        world.schedule(run_end + 1_000, Ev::StopTrigger);
+        world
+    }
+
+    fn schedule(&mut self, at: Nanos, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at.max(self.now), self.seq)));
+        self.pending.insert(self.seq, ev);
+    }
+
+    fn violation(&mut self, what: String) {
+        if self.violations.len() < 20 {
+            self.violations.push(format!("t={} µs: {what}", self.now / 1000));
+        }
+    }
+
+    /// Runs until the system drains, an invariant breaks, or time runs out. Returns the simulated
+    /// time at the end.
+    pub fn run(&mut self) -> Nanos {
+        let end = self.trigger_times.last().copied().unwrap_or(0);
+        // A run that publishes nothing for a second of simulated time after its last trigger is
+        // stuck (deadlock or livelock).
+        let patience = 1_000_000_000;
+        let max_steps = 200 * self.sc.events * u64::from(self.sc.topology.n_ru + self.sc.topology.n_bu) + 1_000_000;
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            let Some(ev) = self.pending.remove(&seq) else { continue };
+            self.now = at;
+            self.tally.steps += 1;
+            self.step(ev);
+            self.check_bounds();
+            if !self.violations.is_empty() {
+                return self.now;
+            }
+            if self.stop_sent && self.drained() {
+                self.check_end();
+                return self.now;
+            }
+            if (self.now > end && self.now > self.last_progress + patience) || self.tally.steps > max_steps {
+                break;
+            }
+        }
+        let stuck = self.describe_stuck();
+        self.violation(format!(
+            "no progress: {} of {} events published when the run stopped ({stuck})",
+            self.published.len(),
+            self.sc.events
+        ));
+        self.now
+    }
+
+    /// Events published so far.
+    pub fn published_count(&self) -> u64 {
+        self.published.len() as u64
+    }
+
+    fn drained(&self) -> bool {
+        self.published.len() as u64 == self.sc.events
+            && self.evm.evm.drained()
+            && self.bus.iter().all(|b| b.unit.as_ref().is_some_and(|u| u.idle()))
+            && self.buffers.is_empty()
+    }
+
+    fn describe_stuck(&self) -> String {
+        let bus: Vec<String> = self
+            .bus
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match &b.unit {
+                Some(u) => format!("BU {i}: {} in flight", u.events_in_flight()),
+                None => format!("BU {i}: down"),
+            })
+            .collect();
+        format!(
+            "EVM {} in flight; buffers held {}; {}",
+            self.evm.evm.events_in_flight(),
+            self.buffers.len(),
+            bus.join(", ")
+        )
+    }
+
+    fn step(&mut self, ev: Ev) {
+        match ev {
+            Ev::FedReady { ru, fed } => self.fed_ready(ru, fed),
+            Ev::Deliver { from, to, msg, incarnation } => {
+                let input = Input::Message { from, msg };
+                match to {
+                    Peer::Evm | Peer::Ru(0) => self.feed(Peer::Evm, input),
+                    Peer::Ru(r) => self.feed(Peer::Ru(r), input),
+                    Peer::Bu(b) => {
+                        let slot = &self.bus[usize::from(b)];
+                        if slot.unit.is_some() && slot.incarnation == incarnation {
+                            self.feed(to, input);
+                        }
+                    }
+                }
+            }
+            Ev::Tick { node, generation } => {
+                if self.tick_generation.get(&node).is_some_and(|&(g, _)| g == generation) {
+                    self.tick_generation.remove(&node);
+                    self.feed(node, Input::Tick);
+                }
+            }
+            Ev::WriteDone { bu, file, incarnation } => {
+                if self.bus[bu].incarnation == incarnation && self.bus[bu].unit.is_some() {
+                    if let Some(f) = self.bus[bu].files.get_mut(&file) {
+                        f.written = true;
+                    }
+                    self.feed(Peer::Bu(bu as u16), Input::FileWritten(file));
+                }
+            }
+            Ev::PublishDone { bu, file, incarnation } => {
+                if self.bus[bu].incarnation == incarnation && self.bus[bu].unit.is_some() {
+                    self.feed(Peer::Bu(bu as u16), Input::FilePublished(file));
+                }
+            }
+            Ev::BuCrash { bu } => {
+                if self.bus[bu].unit.take().is_some() {
+                    self.tally.bu_crashes += 1;
+                    self.bus[bu].incarnation += 1;
+                    self.tick_generation.remove(&Peer::Bu(bu as u16));
+                    self.schedule(self.now + 3_000_000, Ev::BuLost { bu });
+                    let back = self.now + self.rng.between(1_000_000, 30_000_000);
+                    self.schedule(back, Ev::BuRestart { bu });
+                }
+            }
+            Ev::BuLost { bu } => {
+                if self.bus[bu].unit.is_none() {
+                    self.feed(Peer::Evm, Input::PeerLost(Peer::Bu(bu as u16)));
+                }
+            }
+            Ev::BuRestart { bu } => self.start_bu(bu),
+            Ev::StopTrigger => {
+                self.stop_sent = true;
+                self.feed(Peer::Evm, Input::StopTrigger);
+            }
+        }
+    }
+
+    /// Starts (or restarts) BU `bu`: partial files in `open/` are deleted; complete, unpublished
+    /// ones are offered to the EVM.
+    fn start_bu(&mut self, bu: usize) {
+        let slot = &mut self.bus[bu];
+        if slot.unit.is_some() {
+            return;
+        }
+        slot.files.retain(|_, f| f.written);
+        let unpublished: Vec<FileId> = slot.files.keys().copied().collect();
+        slot.unit = Some(Bu::new(self.bu_cfgs[bu].clone(), slot.incarnation, unpublished, slot.next_seq));
+        self.drain_outputs(Peer::Bu(bu as u16));
+    }
+
+    fn fed_ready(&mut self, ru: usize, fed: usize) {
+        let first = self.sc.first_event;
+        let last = first + self.sc.events;
+        let s = &mut self.sources[ru][fed];
+        if s.skip == Some(s.next_event) {
+            s.next_event += 1;
+        }
+        let event = s.next_event;
+        if event >= last {
+            return;
+        }
+        let due = self.trigger_times[(event - first) as usize] + 2_000 * fed as u64;
+        if self.now < due {
+            self.schedule(due, Ev::FedReady { ru, fed });
+            return;
+        }
+        if let Some((from, to)) = s.stall
+            && self.now >= from
+            && self.now < to
+        {
+            if to != Nanos::MAX {
+                self.schedule(to, Ev::FedReady { ru, fed });
+            }
+            return;
+        }
+        let id = s.id;
+        let corrupt = self.rng.chance(self.sc.faults.corrupt_fragment_probability);
+        let trigger = (id == TCDS_FED_ID).then(|| self.trigger_info(event));
+        let fragment = FragmentRef {
+            fed: id,
+            lv1: (event as u32) & LV1_MASK,
+            bytes: 1024,
+            corrupt,
+            buffer: self.next_buffer,
+            trigger,
+        };
+        let offered = if ru == 0 {
+            self.evm.offer_fragment(self.now, fed, fragment)
+        } else {
+            self.rus[ru - 1].offer_fragment(self.now, fed, fragment)
+        };
+        match offered {
+            Ok(()) => {
+                self.next_buffer += 1;
+                self.buffers.insert(fragment.buffer);
+                self.tally.fragments += 1;
+                if corrupt {
+                    self.tally.corrupt_fragments += 1;
+                    self.corrupt.insert((id, event));
+                }
+                self.sources[ru][fed].next_event += 1;
+                self.schedule(self.now, Ev::FedReady { ru, fed });
+            }
+            Err(_) => {
+                self.tally.back_pressure += 1;
+                self.schedule(self.now + 50_000, Ev::FedReady { ru, fed });
+            }
+        }
+        self.drain_outputs(if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) });
+    }
+
+    fn trigger_info(&self, event: EventNumber) -> TriggerInfo {
+        let index = event - self.sc.first_event;
+        let ls = (index / self.sc.events_per_lumi_section) as u32 + 1;
+        TriggerInfo {
+            lumi_section: ls,
+            orbit: orbit_in_lumi_section(ls, index % self.sc.events_per_lumi_section),
+            bx: (event % 3564) as u16,
+        }
+    }
+
+    /// Gives `input` to `node` and carries out what it outputs.
+    fn feed(&mut self, node: Peer, input: Input) {
+        match node {
+            Peer::Evm | Peer::Ru(0) => self.evm.handle(self.now, input),
+            Peer::Ru(r) => self.rus[usize::from(r) - 1].handle(self.now, input),
+            Peer::Bu(b) => match self.bus[usize::from(b)].unit.as_mut() {
+                Some(unit) => unit.handle(self.now, input),
+                None => return,
+            },
+        }
+        self.drain_outputs(node);
+    }
+
+    fn poll(&mut self, node: Peer) -> Option<Output> {
+        match node {
+            Peer::Evm | Peer::Ru(0) => self.evm.poll_output(),
+            Peer::Ru(r) => self.rus[usize::from(r) - 1].poll_output(),
+            Peer::Bu(b) => self.bus[usize::from(b)].unit.as_mut()?.poll_output(),
+        }
+    }
+
+    fn next_timeout(&self, node: Peer) -> Option<Nanos> {
+        match node {
+            Peer::Evm | Peer::Ru(0) => self.evm.next_timeout(),
+            Peer::Ru(r) => self.rus[usize::from(r) - 1].next_timeout(),
+            Peer::Bu(b) => self.bus[usize::from(b)].unit.as_ref()?.next_timeout(),
+        }
+    }
+
+    fn drain_outputs(&mut self, node: Peer) {
+        while let Some(out) = self.poll(node) {
+            self.output(node, out);
+        }
+        if let Some(at) = self.next_timeout(node) {
+            // One tick per node at a time, never sooner than 10 µs from now.
+            let at = at.max(self.now + 10_000);
+            let scheduled = self.tick_generation.get(&node).map(|&(_, t)| t);
+            if scheduled.is_none_or(|t| at < t) {
+                let generation = self.seq + 1;
+                self.tick_generation.insert(node, (generation, at));
+                self.seq += 1;
+                self.queue.push(Reverse((at, generation)));
+                self.pending.insert(generation, Ev::Tick { node, generation });
+            }
+        }
+    }
+
+    fn output(&mut self, node: Peer, out: Output) {
+        match out {
+            Output::Send { to, msg } => self.send(node, to, msg),
+            Output::Triggered { .. } => {}
+            Output::FreeBuffers(fragments) => {
+                for f in fragments {
+                    if !self.buffers.remove(&f.buffer) {
+                        self.violation(format!("{node:?} freed buffer {} twice", f.buffer));
+                    }
+                }
+            }
+            Output::WriteFile { file, lumi_section, events } => {
+                let Peer::Bu(b) = node else { return };
+                let slot = &mut self.bus[usize::from(b)];
+                slot.next_seq = slot.next_seq.max(file.seq + 1);
+                let cost = if slot.slow { 20 } else { 1 } * (200_000 + 5_000 * events.len() as u64);
+                let incarnation = slot.incarnation;
+                if slot.files.insert(file, SimFile { lumi_section, events, written: false }).is_some() {
+                    self.violation(format!("BU {b} wrote file {} twice", file.seq));
+                }
+                self.schedule(self.now + cost, Ev::WriteDone { bu: usize::from(b), file, incarnation });
+            }
+            Output::PublishFile(file) => self.publish(node, file),
+            Output::DiscardFile(file) => {
+                let Peer::Bu(b) = node else { return };
+                if self.bus[usize::from(b)].files.remove(&file).is_none() {
+                    self.violation(format!("BU {b} discarded file {} that it does not hold", file.seq));
+                }
+            }
+            Output::Notice(Notice::ProtocolError { what }) => self.violation(format!("protocol error: {what}")),
+            Output::Notice(Notice::SyncLoss { .. }) => self.tally.sync_losses += 1,
+            Output::Notice(Notice::LateFragment { .. }) => self.tally.late_fragments += 1,
+            Output::Notice(_) => {}
+        }
+    }
+
+    fn send(&mut self, from: Peer, to: Peer, msg: Message) {
+        self.tally.messages += 1;
+        self.tally.control_messages += u64::from(msg.is_control());
+        let incarnation = match to {
+            Peer::Bu(b) => {
+                let slot = &self.bus[usize::from(b)];
+                if slot.unit.is_none() {
+                    return; // the connection is gone
+                }
+                slot.incarnation
+            }
+            _ => 0,
+        };
+        // Order is kept within a connection, as TCP does; connections overtake each other.
+        let delay = 20_000 + self.rng.below(self.sc.faults.network_jitter_ns + 1);
+        let at = (self.now + delay).max(self.last_delivery.get(&(from, to)).copied().unwrap_or(0));
+        self.last_delivery.insert((from, to), at);
+        self.schedule(at, Ev::Deliver { from, to, msg, incarnation });
+    }
+
+    /// A BU renames a file into place: it must be written, and each of its events must be new,
+    /// whole and correctly flagged.
+    fn publish(&mut self, node: Peer, file: FileId) {
+        let Peer::Bu(b) = node else { return };
+        let bu = usize::from(b);
+        let Some(f) = self.bus[bu].files.remove(&file) else {
+            self.violation(format!("BU {b} published file {} that it does not hold", file.seq));
+            return;
+        };
+        if !f.written {
+            self.violation(format!("BU {b} published file {} before its data was written", file.seq));
+            return;
+        }
+        self.last_progress = self.now;
+        for event in &f.events {
+            if let Some(other) = self.published.insert(event.event, file) {
+                self.violation(format!(
+                    "event {} published twice: BU {} file {} and BU {b} file {}",
+                    event.event, other.bu, other.seq, file.seq
+                ));
+            }
+            if event.lumi_section != f.lumi_section {
+                self.violation(format!(
+                    "event {} of lumi section {} in a file of {}",
+                    event.event, event.lumi_section, f.lumi_section
+                ));
+            }
+            self.check_event(event);
+        }
+        let incarnation = self.bus[bu].incarnation;
+        self.schedule(self.now + 10_000, Ev::PublishDone { bu, file, incarnation });
+    }
+
+    fn check_event(&mut self, e: &BuiltEvent) {
+        let lv1 = (e.event as u32) & LV1_MASK;
+        let mut missing_any = false;
+        let mut corrupt_any = false;
+        if e.parts.len() != self.ru_cfgs.len() {
+            self.violation(format!("event {} has {} parts for {} RUs", e.event, e.parts.len(), self.ru_cfgs.len()));
+            return;
+        }
+        let mut problems = Vec::new();
+        for (r, part) in e.parts.iter().enumerate() {
+            let mut seen: Vec<FedId> =
+                part.fragments.iter().map(|f| f.fed).chain(part.missing.iter().copied()).collect();
+            seen.sort_unstable();
+            let mut expected = self.ru_cfgs[r].feds.clone();
+            expected.sort_unstable();
+            if seen != expected || part.event != e.event {
+                problems.push(format!("RU {r} part holds FEDs {seen:?}, expected {expected:?}"));
+            }
+            for f in &part.fragments {
+                if f.lv1 != lv1 {
+                    problems.push(format!("FED {} sent LV1 {:#x} in event {}", f.fed, f.lv1, e.event));
+                }
+                corrupt_any |= self.corrupt.contains(&(f.fed, e.event));
+                if f.fed == TCDS_FED_ID {
+                    let expected_ls = self.trigger_info(e.event).lumi_section;
+                    if e.lumi_section != expected_ls {
+                        problems.push(format!("lumi section {} instead of {expected_ls}", e.lumi_section));
+                    }
+                }
+            }
+            missing_any |= !part.missing.is_empty();
+        }
+        if missing_any {
+            self.tally.incomplete_events += 1;
+            if self.sc.expects_complete_events() {
+                problems.push("FEDs missing though no FED fault was injected".into());
+            }
+        }
+        if (e.flags & flags::INCOMPLETE != 0) != missing_any {
+            problems
+                .push(format!("INCOMPLETE flag {} but missing FEDs {missing_any}", e.flags & flags::INCOMPLETE != 0));
+        }
+        if corrupt_any && e.flags & flags::FRAGMENT_ERROR == 0 {
+            problems.push("a corrupt fragment without the FRAGMENT_ERROR flag".into());
+        }
+        for p in problems {
+            self.violation(format!("event {}: {p}", e.event));
+        }
+    }
+
+    fn check_bounds(&mut self) {
+        let mut found = Vec::new();
+        let rus = std::iter::once(&self.evm.ru).chain(self.rus.iter());
+        for (r, ru) in rus.enumerate() {
+            let max = self.ru_cfgs[r].max_events_buffered;
+            if ru.events_buffered() > max {
+                found.push(format!("RU {r} holds {} events, bound {max}", ru.events_buffered()));
+            }
+        }
+        for (b, slot) in self.bus.iter().enumerate() {
+            if let Some(u) = &slot.unit
+                && u.events_in_flight() > self.bu_cfgs[b].max_events_in_flight
+            {
+                found.push(format!(
+                    "BU {b} holds {} events, bound {}",
+                    u.events_in_flight(),
+                    self.bu_cfgs[b].max_events_in_flight
+                ));
+            }
+        }
+        let evm_bound = self.ru_cfgs[0].max_events_buffered;
+        if self.evm.evm.events_in_flight() > evm_bound {
+            found.push(format!("EVM tracks {} events, bound {evm_bound}", self.evm.evm.events_in_flight()));
+        }
+        for f in found {
+            self.violation(f);
+        }
+    }
+
+    fn check_end(&mut self) {
+        let first = self.sc.first_event;
+        let missing: Vec<EventNumber> =
+            (first..first + self.sc.events).filter(|e| !self.published.contains_key(e)).take(5).collect();
+        if !missing.is_empty() {
+            self.violation(format!("events never published, e.g. {missing:?}"));
+        }
+    }
+}
