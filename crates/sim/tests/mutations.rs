@@ -7,7 +7,11 @@ use tessera_sim::{Bug, run, scenario};
 /// broke an invariant with its first violation.
 fn first_catch(scenario_name: &str, bug: Bug, seeds: u64) -> Option<(u64, String)> {
     let sc = tessera_sim::Scenario { bug: Some(bug), ..scenario(scenario_name).expect("built-in scenario") };
-    (0..seeds).find_map(|seed| run(&sc, seed).violations.first().map(|v| (seed, v.clone())))
+    let caught = (0..seeds).find_map(|seed| run(&sc, seed).violations.first().map(|v| (seed, v.clone())));
+    if let Some((seed, v)) = &caught {
+        eprintln!("{bug:?} in {scenario_name}: caught at seed {seed}: {v}");
+    }
+    caught
 }
 
 #[test]
