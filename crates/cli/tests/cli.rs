@@ -77,3 +77,15 @@ fn inspect_reports_a_malformed_input_and_exits_1() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("!! at byte 56: event 1 FED 1: FED fragment: CRC-16 mismatch at byte 56"), "{stdout}");
 }
+
+#[test]
+fn verify_points_from_a_bu_directory_to_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(tessera(&["sample", "--output", dir.path().to_str().unwrap(), "--lumi-sections", "1"]).status.success());
+    let out = tessera(&["verify", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("is not a run directory (runRRRRRR); it holds run000001"), "{:?}", text(&out));
+    let out = tessera(&["verify", "/nonexistent/run000001"]);
+    let stderr = text(&out).1;
+    assert_eq!(stderr.matches("No such file").count(), 1, "the cause once: {stderr}");
+}

@@ -50,13 +50,16 @@ impl Target {
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
     /// The path cannot be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Unreadable {
         /// The path.
         path: String,
         /// Why.
         source: std::io::Error,
     },
+    /// A directory that is not a run directory.
+    #[error(transparent)]
+    NotARunDir(#[from] run_dir::NotARunDir),
     /// The file is none of the kinds `inspect` knows.
     #[error(
         "{path}: not a raw file (RAW_0001/RAW_0002), a FEROL or DTH stream capture (47 5A), a JSON bookkeeping file, nor a run directory; first bytes {first:02x?}"
@@ -75,6 +78,7 @@ pub fn inspect_path(path: &Path, checks: EventChecks) -> Result<Target, InspectE
     let name = path.display().to_string();
     let unreadable = |source| InspectError::Unreadable { path: name.clone(), source };
     if path.is_dir() {
+        run_dir::require_run_dir(path)?;
         return run_dir::inspect_run_dir(path).map(Target::RunDir).map_err(unreadable);
     }
     if path.extension().is_some_and(|x| x == "jsn" || x == "jsd") {

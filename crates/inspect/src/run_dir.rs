@@ -34,6 +34,42 @@ pub struct RunDirScan {
     pub open_dir: Option<Vec<PathBuf>>,
 }
 
+/// A directory that is not a run directory (`runRRRRRR`), with the run directories it holds, if
+/// it is a BU directory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path} is not a run directory (runRRRRRR){}", hint(.runs))]
+pub struct NotARunDir {
+    /// The directory.
+    pub path: String,
+    /// Run directories inside it.
+    pub runs: Vec<String>,
+}
+
+fn hint(runs: &[String]) -> String {
+    match runs {
+        [] => String::new(),
+        [one] => format!("; it holds {one}: name that"),
+        many => format!("; it holds {}: name one of them", many.join(", ")),
+    }
+}
+
+/// Checks that `dir` is named like a run directory; if not, says which run directories it holds.
+pub fn require_run_dir(dir: &Path) -> Result<(), NotARunDir> {
+    let is_run = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| names::parse_run_dir_name(n).is_ok());
+    if is_run {
+        return Ok(());
+    }
+    let mut runs: Vec<String> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .filter(|n| names::parse_run_dir_name(n).is_ok())
+        .collect();
+    runs.sort();
+    Err(NotARunDir { path: dir.display().to_string(), runs })
+}
+
 /// Lists `dir` and sorts what it holds.
 pub fn scan_run_dir(dir: &Path) -> io::Result<RunDirScan> {
     let mut scan = RunDirScan {

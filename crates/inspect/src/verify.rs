@@ -36,13 +36,16 @@ pub struct Violation {
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     /// The run directory cannot be listed.
-    #[error("cannot read run directory {path}: {source}")]
+    #[error("cannot read run directory {path}")]
     Unreadable {
         /// The directory.
         path: String,
         /// Why.
         source: std::io::Error,
     },
+    /// The directory is not a run directory.
+    #[error(transparent)]
+    NotARunDir(#[from] crate::run_dir::NotARunDir),
 }
 
 struct Found(Vec<Violation>);
@@ -60,11 +63,11 @@ impl Found {
 /// Checks the run directory `dir`; returns every violation, sorted by file and offset.
 pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>, VerifyError> {
     let unreadable = |source| VerifyError::Unreadable { path: dir.display().to_string(), source };
+    if dir.is_dir() {
+        crate::run_dir::require_run_dir(dir)?;
+    }
     let scan = scan_run_dir(dir).map_err(unreadable)?;
     let mut found = Found(Vec::new());
-    if scan.run.is_none() {
-        found.add(".", None, "directory name is not runRRRRRR (6 digits or more)");
-    }
     for path in &scan.unknown {
         found.add(file_name(path), None, "name follows no rule of the BU directory");
     }

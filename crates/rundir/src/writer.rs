@@ -11,7 +11,7 @@ use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader};
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {
     /// A file system operation failed.
-    #[error("{action} {path}: {source}")]
+    #[error("{action} {path}")]
     Io {
         /// What was being done, e.g. "creating".
         action: &'static str,
@@ -21,7 +21,7 @@ pub enum RunDirError {
         source: io::Error,
     },
     /// A record handed to the writer is not a valid FRD record.
-    #[error("record {index} of {path}: {source}")]
+    #[error("record {index} of {path}")]
     Record {
         /// The raw file being written.
         path: PathBuf,
