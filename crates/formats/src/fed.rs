@@ -227,18 +227,22 @@ impl<'a> Fragment<'a> {
 
     /// Checks the stored CRC-16 against the computed one.
     pub fn check_crc(&self) -> Result<()> {
-        let computed = self.computed_crc();
-        if computed != self.trailer.crc {
-            return Err(FormatError::Checksum {
-                what: "FED fragment",
-                checksum: "CRC-16",
-                offset: 0,
-                stored: self.trailer.crc.into(),
-                computed: computed.into(),
-            });
-        }
-        Ok(())
+        compare_crc(self.trailer.crc, self.computed_crc(), 0)
     }
+}
+
+/// A FED fragment's stored CRC-16 against the computed one; `offset` locates the fragment.
+pub(crate) fn compare_crc(stored: u16, computed: u16, offset: usize) -> Result<()> {
+    if computed != stored {
+        return Err(FormatError::Checksum {
+            what: "FED fragment",
+            checksum: "CRC-16",
+            offset,
+            stored: stored.into(),
+            computed: computed.into(),
+        });
+    }
+    Ok(())
 }
 
 /// Little-endian word at byte `offset`; the caller has checked the bounds.

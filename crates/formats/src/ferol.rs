@@ -295,17 +295,7 @@ impl<'a> FerolFragment<'a> {
     /// Checks the trailer's CRC-16 against the computed one. The error's offset is that of the
     /// FED header, just after the first block header.
     pub fn check_crc(&self) -> Result<()> {
-        let computed = self.computed_crc();
-        if computed != self.trailer.crc {
-            return Err(FormatError::Checksum {
-                what: "FED fragment",
-                checksum: "CRC-16",
-                offset: HEADER_BYTES,
-                stored: self.trailer.crc.into(),
-                computed: computed.into(),
-            });
-        }
-        Ok(())
+        fed::compare_crc(self.trailer.crc, self.computed_crc(), HEADER_BYTES)
     }
 }
 
