@@ -1,7 +1,7 @@
 //! The event manager: owns the event sequence, gives events to BUs that ask for them, commits the
 //! files BUs have built, and tells RUs when buffers can be reused.
 
-use crate::msg::{BuiltFile, Message, TriggerInfo};
+use crate::msg::{BuiltFile, Message};
 use crate::ru::message_name;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FileId, Nanos, Peer, RuId, push_event};
 use crate::unit::{Input, Notice, Output};
@@ -92,8 +92,8 @@ pub struct Evm {
     /// Events committed and not yet released at the RUs, and since when.
     pending_release: Vec<EventRange>,
     release_since: Option<Nanos>,
-    /// Lumi section of each triggered, uncommitted event.
-    lumi: BTreeMap<EventNumber, u32>,
+    /// Events triggered and not yet committed.
+    in_flight: usize,
     next_bu: usize,
     stopped: bool,
     drain_sent: bool,
@@ -112,7 +112,7 @@ impl Evm {
             reassign: BTreeSet::new(),
             pending_release: Vec::new(),
             release_since: None,
-            lumi: BTreeMap::new(),
+            in_flight: 0,
             next_bu: 0,
             stopped: false,
             drain_sent: false,
@@ -129,7 +129,7 @@ impl Evm {
 
     /// Events triggered and not yet committed: the EVM's table size.
     pub fn events_in_flight(&self) -> usize {
-        self.lumi.len()
+        self.in_flight
     }
 
     /// Whether every triggered event is committed and every committed file published.
@@ -141,10 +141,10 @@ impl Evm {
     }
 
     /// The EVM's RU saw the trigger of `event`.
-    pub fn triggered(&mut self, now: Nanos, event: EventNumber, info: TriggerInfo) {
+    pub fn triggered(&mut self, now: Nanos, event: EventNumber) {
         self.counters.triggered += 1;
         self.triggered.push_back((event, now));
-        self.lumi.insert(event, info.lumi_section);
+        self.in_flight += 1;
         self.last_triggered = Some(event);
         self.assign(now);
     }
@@ -243,7 +243,7 @@ impl Evm {
         }
         for event in file.events.iter().flat_map(|r| r.iter()) {
             state.assigned.remove(&event);
-            self.lumi.remove(&event);
+            self.in_flight -= 1;
             push_event(&mut self.pending_release, event);
             self.counters.committed += 1;
         }

@@ -190,8 +190,8 @@ impl Ru {
         if caught_up {
             self.feds[fed_index].state = FedState::Normal;
         }
-        if let Some(info) = fragment.trigger {
-            self.out.push_back(Output::Triggered { event, info });
+        if fragment.trigger.is_some() {
+            self.out.push_back(Output::Triggered(event));
         }
         let e = self.events.entry(event).expect("not removed: checked above");
         if e.fragments.is_empty() {

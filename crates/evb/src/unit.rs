@@ -1,6 +1,6 @@
 //! What goes into and comes out of every unit.
 
-use crate::msg::{FragmentRef, Message, SuperFragment, TriggerInfo};
+use crate::msg::{FragmentRef, Message, SuperFragment};
 use crate::types::{EventNumber, FedId, FileId, Peer};
 
 /// An input to a unit.
@@ -89,12 +89,7 @@ pub enum Output {
         msg: Message,
     },
     /// The EVM's RU saw a trigger: the event exists (delivered to the EVM next to it).
-    Triggered {
-        /// The event.
-        event: EventNumber,
-        /// What the trigger fragment says.
-        info: TriggerInfo,
-    },
+    Triggered(EventNumber),
     /// Receive buffers that can be reused (RU).
     FreeBuffers(Vec<FragmentRef>),
     /// Write these events into a new raw file under `open/` and close it (BU).

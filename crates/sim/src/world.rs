@@ -503,7 +503,7 @@ impl World {
     fn output(&mut self, node: Peer, out: Output) {
         match out {
             Output::Send { to, msg } => self.send(node, to, msg),
-            Output::Triggered { .. } => {}
+            Output::Triggered(_) => {}
             Output::FreeBuffers(fragments) => {
                 for f in fragments {
                     if !self.buffers.remove(&f.buffer) {
