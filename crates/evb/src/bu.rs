@@ -279,7 +279,9 @@ impl Bu {
         }
         if usize::from(b.have) == n_ru {
             let b = self.building.remove(&event).expect("present");
-            self.complete(now, event, b.parts.into_iter().flatten().collect());
+            // Every slot is filled (have == n_ru); collecting in place reuses the allocation.
+            let parts = b.parts.into_iter().map(|p| p.expect("every RU's part is present")).collect();
+            self.complete(now, event, parts);
         }
     }
 

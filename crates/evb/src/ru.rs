@@ -5,7 +5,7 @@ use crate::msg::{FragmentRef, Message, SuperFragment};
 use crate::ring::EventRing;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FedId, Lv1Unwrapper, Nanos, Peer, RuId};
 use crate::unit::{Input, Notice, Output};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Configuration of a readout unit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,8 +103,10 @@ pub struct Ru {
     cfg: RuConfig,
     feds: Vec<Fed>,
     events: EventRing<RuEvent>,
-    /// Assigned events not yet sent, by assignment time.
-    waiting: BTreeSet<(Nanos, EventNumber)>,
+    /// Assigned events by assignment time (time only grows, so the queue stays sorted). An
+    /// entry whose event was sent, released or assigned again since is stale: it is dropped when
+    /// it reaches the front.
+    waiting: VecDeque<(Nanos, EventNumber)>,
     /// Per destination, assigned events not yet sent: a batch is sent when it reaches zero.
     unsent: BTreeMap<(BuId, Epoch), usize>,
     /// Per destination, super-fragments ready to send.
@@ -125,7 +127,7 @@ impl Ru {
             events: EventRing::new(cfg.first_event),
             cfg,
             feds,
-            waiting: BTreeSet::new(),
+            waiting: VecDeque::new(),
             unsent: BTreeMap::new(),
             ready: BTreeMap::new(),
             out: VecDeque::new(),
@@ -225,11 +227,10 @@ impl Ru {
                         if let Some(previous) = e.assigned.filter(|_| !e.sent) {
                             // Reassigned before it was sent: it no longer counts for the old batch.
                             self.unsent.entry((previous.0, previous.1)).and_modify(|n| *n = n.saturating_sub(1));
-                            self.waiting.remove(&(previous.2, event));
                         }
                         e.assigned = Some((bu, epoch, now));
                         e.sent = false;
-                        self.waiting.insert((now, event));
+                        self.waiting.push_back((now, event));
                         *self.unsent.entry((bu, epoch)).or_default() += 1;
                         assigned.push(event);
                     }
@@ -261,9 +262,8 @@ impl Ru {
         for range in ranges {
             for event in range.iter() {
                 if let Some(e) = self.events.remove(event) {
-                    if let Some((bu, epoch, at)) = e.assigned.filter(|_| !e.sent) {
+                    if let Some((bu, epoch, _)) = e.assigned.filter(|_| !e.sent) {
                         self.unsent.entry((bu, epoch)).and_modify(|n| *n = n.saturating_sub(1));
-                        self.waiting.remove(&(at, event));
                     }
                     freed.extend(e.fragments);
                     self.counters.released += 1;
@@ -273,6 +273,7 @@ impl Ru {
         if !freed.is_empty() {
             self.out.push_back(Output::FreeBuffers(freed));
         }
+        self.trim_waiting();
     }
 
     /// Moves each of `events` that is assigned, unsent, and complete or timed out to its
@@ -302,7 +303,6 @@ impl Ru {
                 continue;
             }
             let part = SuperFragment { event, fragments: e.fragments.clone(), missing: missing.clone() };
-            self.waiting.remove(&(at, event));
             if let Some(e) = self.events.get_mut(event) {
                 e.sent = true;
             }
@@ -319,6 +319,18 @@ impl Ru {
                 }
                 self.out.push_back(Output::Notice(Notice::MissingFragments { event, feds: missing }));
             }
+        }
+        self.trim_waiting();
+    }
+
+    /// Drops stale entries from the front of `waiting`.
+    fn trim_waiting(&mut self) {
+        while let Some(&(at, event)) = self.waiting.front() {
+            let live = self.events.get(event).is_some_and(|e| !e.sent && e.assigned.is_some_and(|a| a.2 == at));
+            if live {
+                return;
+            }
+            self.waiting.pop_front();
         }
     }
 
@@ -339,8 +351,16 @@ impl Ru {
                 let ranges: Vec<EventRange> = parts.iter().map(|p| EventRange { first: p.event, count: 1 }).collect();
                 self.release(&ranges);
             }
-            for chunk in parts.chunks(self.cfg.max_parts_per_message.max(1)) {
-                let msg = Message::Data { ru: self.cfg.ru, epoch, parts: chunk.to_vec(), commits: Vec::new() };
+            // Moved, not copied, into messages of at most `max_parts_per_message`.
+            let max = self.cfg.max_parts_per_message.max(1);
+            let mut parts = parts.into_iter().peekable();
+            while parts.peek().is_some() {
+                let msg = Message::Data {
+                    ru: self.cfg.ru,
+                    epoch,
+                    parts: parts.by_ref().take(max).collect(),
+                    commits: Vec::new(),
+                };
                 self.out.push_back(Output::Send { to: Peer::Bu(bu), msg });
             }
         }
@@ -348,7 +368,7 @@ impl Ru {
 
     /// The earliest time at which a tick could send a timed-out event.
     pub fn next_timeout(&self) -> Option<Nanos> {
-        self.waiting.first().map(|&(at, _)| at.saturating_add(self.cfg.fragment_timeout_ns))
+        self.waiting.front().map(|&(at, _)| at.saturating_add(self.cfg.fragment_timeout_ns))
     }
 
     /// The next output, if any.
