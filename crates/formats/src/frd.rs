@@ -28,7 +28,7 @@ pub mod flags {
 }
 
 /// The header of an FRD event record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct FrdHeader {
     /// 5 or 6.
     pub version: u16,

@@ -5,7 +5,7 @@ use serde::Serialize;
 use std::fmt::Display;
 use tessera_formats::FormatError;
 use tessera_formats::fed::LV1_MASK;
-use tessera_formats::frd::{FrdEvent, flags};
+use tessera_formats::frd::{FrdEvent, FrdHeader, flags};
 use tessera_formats::seeded::first_payload_mismatch;
 use tessera_formats::tcds::{TcdsRecord, is_tcds_fed};
 
@@ -76,18 +76,9 @@ pub struct FedReport {
 pub struct EventReport {
     /// Byte offset of the record in the file.
     pub offset: u64,
-    /// FRD version.
-    pub version: u16,
-    /// FRD flags.
-    pub flags: u16,
-    /// Run number.
-    pub run: u32,
-    /// Lumi section.
-    pub lumi_section: u32,
-    /// Event number.
-    pub event: u32,
-    /// Payload size in bytes.
-    pub payload_bytes: u32,
+    /// The FRD header as found.
+    #[serde(flatten)]
+    pub header: FrdHeader,
     /// Whether the stored CRC-32C matches.
     pub crc32c_ok: bool,
     /// Fragments in payload order.
@@ -233,16 +224,5 @@ pub fn check_event(event: &FrdEvent<'_>, offset: u64, checks: EventChecks) -> Ev
                 .push(Problem::at(f.offset, format!("event {}: FED {} appears more than once", h.event, f.source_id)));
         }
     }
-    EventReport {
-        offset,
-        version: h.version,
-        flags: h.flags,
-        run: h.run,
-        lumi_section: h.lumi_section,
-        event: h.event,
-        payload_bytes: h.payload_bytes,
-        crc32c_ok,
-        feds,
-        problems,
-    }
+    EventReport { offset, header: h, crc32c_ok, feds, problems }
 }

@@ -86,19 +86,19 @@ pub fn inspect_raw_file(path: &str, bytes: &[u8], checks: EventChecks) -> RawFil
         match item {
             Ok((offset, event)) => {
                 let mut ev = check_event(&event, offset as u64, checks);
-                if ev.lumi_section != header.lumi_section {
+                if ev.header.lumi_section != header.lumi_section {
                     ev.problems.push(Problem::at(
                         offset as u64,
                         format!(
                             "event {}: lumi section {} in a file of lumi section {}",
-                            ev.event, ev.lumi_section, header.lumi_section
+                            ev.header.event, ev.header.lumi_section, header.lumi_section
                         ),
                     ));
                 }
-                if let Some(run) = header.run.filter(|&r| r != ev.run) {
+                if let Some(run) = header.run.filter(|&r| r != ev.header.run) {
                     ev.problems.push(Problem::at(
                         offset as u64,
-                        format!("event {}: run {} in a file of run {run}", ev.event, ev.run),
+                        format!("event {}: run {} in a file of run {run}", ev.header.event, ev.header.run),
                     ));
                 }
                 report.events.push(ev);

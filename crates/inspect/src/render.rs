@@ -99,11 +99,11 @@ fn event_line(out: &mut String, ev: &EventReport, feds: bool) {
     let _ = writeln!(
         out,
         "  {:>10} {:>12} {:>5} {:<12} {:>10} {:<8} {fed_summary}",
-        ev.event,
+        ev.header.event,
         ev.offset,
-        ev.lumi_section,
-        flag_names(ev.flags),
-        thousands(ev.payload_bytes.into()),
+        ev.header.lumi_section,
+        flag_names(ev.header.flags),
+        thousands(ev.header.payload_bytes.into()),
         if ev.crc32c_ok { "ok" } else { "BAD" },
     );
     if feds {

@@ -107,8 +107,8 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
             }
         }
         for ev in &report.events {
-            if let Some(first) = events_seen.insert(ev.event, name.clone()) {
-                found.add(&name, Some(ev.offset), format!("event {} is also in {first}: duplicated", ev.event));
+            if let Some(first) = events_seen.insert(ev.header.event, name.clone()) {
+                found.add(&name, Some(ev.offset), format!("event {} is also in {first}: duplicated", ev.header.event));
             }
         }
         let counted = report.header.as_ref().is_some_and(|h| h.data_type == data_type::FRD_EVENTS);
