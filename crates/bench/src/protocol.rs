@@ -64,7 +64,7 @@ impl System {
         System {
             evm: EvmNode::new(EvmConfig::new(n_ru, n_bu), RuConfig::new(0, feds(0))),
             rus: (1..n_ru).map(|r| Ru::new(RuConfig::new(r, feds(r)))).collect(),
-            bus: (0..n_bu).map(|b| Bu::new(BuConfig::new(b, n_ru), 1, Vec::new(), 0)).collect(),
+            bus: (0..n_bu).map(|b| Bu::new(BuConfig::new(b, n_ru), 1, Vec::new(), Default::default())).collect(),
             queue: VecDeque::new(),
             inputs: VecDeque::new(),
             control: 0,

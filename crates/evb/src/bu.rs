@@ -111,7 +111,8 @@ pub struct Bu {
     cfg: BuConfig,
     epoch: Epoch,
     welcomed: bool,
-    next_seq: u64,
+    /// Next file index per lumi section.
+    next_index: BTreeMap<u32, u32>,
     /// Events asked for and not yet seen.
     outstanding: u32,
     building: BTreeMap<EventNumber, Building>,
@@ -127,13 +128,13 @@ pub struct Bu {
 
 impl Bu {
     /// A builder unit starting as incarnation `epoch`, holding `unpublished` complete files from
-    /// an earlier incarnation (their fate is the EVM's answer) and numbering new files from
-    /// `next_seq`. It says Hello to the EVM.
-    pub fn new(cfg: BuConfig, epoch: Epoch, unpublished: Vec<FileId>, next_seq: u64) -> Self {
+    /// an earlier incarnation (their fate is the EVM's answer) and numbering new files of each
+    /// lumi section from `next_index` (0 for a lumi section not in it). It says Hello to the EVM.
+    pub fn new(cfg: BuConfig, epoch: Epoch, unpublished: Vec<FileId>, next_index: BTreeMap<u32, u32>) -> Self {
         let mut bu = Bu {
             epoch,
             welcomed: false,
-            next_seq,
+            next_index,
             outstanding: 0,
             building: BTreeMap::new(),
             open: Vec::new(),
@@ -309,8 +310,9 @@ impl Bu {
                 if self.open.len() >= self.cfg.max_open_files.max(1) {
                     self.close(now, 0);
                 }
-                let file = FileId { bu: self.cfg.bu, seq: self.next_seq };
-                self.next_seq += 1;
+                let next = self.next_index.entry(lumi_section).or_default();
+                let file = FileId { bu: self.cfg.bu, lumi_section, index: *next };
+                *next += 1;
                 self.open.push(OpenFile { file, lumi_section, events: Vec::new(), opened_at: now });
                 self.open.len() - 1
             }

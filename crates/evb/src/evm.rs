@@ -237,7 +237,7 @@ impl Evm {
         let foreign = file.events.iter().flat_map(|r| r.iter()).find(|e| !state.assigned.contains(e));
         if let Some(event) = foreign {
             self.out.push_back(Output::Notice(Notice::ProtocolError {
-                what: format!("EVM: BU {bu} built file {} with event {event}, not assigned to it", file.file.seq),
+                what: format!("EVM: BU {bu} built file {} with event {event}, not assigned to it", file.file),
             }));
             return;
         }

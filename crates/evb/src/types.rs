@@ -21,13 +21,23 @@ pub type BuId = u16;
 /// incarnation are recognised and dropped.
 pub type Epoch = u32;
 
-/// A raw file of a BU, unique within the BU across restarts: (BU, file sequence number).
+/// A raw file of a BU: its lumi section and index within it, as in the file's name
+/// (`runRRRRRR_lsLLLL_indexIIIIII.raw`). Never reused by the BU, across restarts too: a
+/// restarted BU numbers on from the files it finds on its disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FileId {
     /// The BU that writes the file.
     pub bu: BuId,
-    /// Sequence number of the file within that BU, never reused.
-    pub seq: u64,
+    /// Lumi section of the file.
+    pub lumi_section: u32,
+    /// Index of the file within its lumi section at this BU, from 0.
+    pub index: u32,
+}
+
+impl std::fmt::Display for FileId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LS {} index {}", self.lumi_section, self.index)
+    }
 }
 
 /// A peer of a unit on the network.

@@ -75,7 +75,7 @@ struct BuSlot {
     incarnation: u32,
     slow: bool,
     files: BTreeMap<FileId, SimFile>,
-    next_seq: u64,
+    next_index: BTreeMap<u32, u32>,
 }
 
 /// The simulated system.
@@ -186,7 +186,13 @@ impl World {
             tally.fed_faults += 1;
         }
         let mut bus: Vec<BuSlot> = (0..t.n_bu)
-            .map(|_| BuSlot { unit: None, incarnation: 1, slow: false, files: BTreeMap::new(), next_seq: 0 })
+            .map(|_| BuSlot {
+                unit: None,
+                incarnation: 1,
+                slow: false,
+                files: BTreeMap::new(),
+                next_index: BTreeMap::new(),
+            })
             .collect();
         for _ in 0..sc.faults.slow_bus.min(t.n_bu) {
             let b = rng.below(u64::from(t.n_bu)) as usize;
@@ -378,7 +384,7 @@ impl World {
         }
         slot.files.retain(|_, f| f.written);
         let unpublished: Vec<FileId> = slot.files.keys().copied().collect();
-        slot.unit = Some(Bu::new(self.bu_cfgs[bu].clone(), slot.incarnation, unpublished, slot.next_seq));
+        slot.unit = Some(Bu::new(self.bu_cfgs[bu].clone(), slot.incarnation, unpublished, slot.next_index.clone()));
         self.drain_outputs(Peer::Bu(bu as u16));
     }
 
@@ -514,11 +520,13 @@ impl World {
             Output::WriteFile { file, lumi_section, events } => {
                 let Peer::Bu(b) = node else { return };
                 let slot = &mut self.bus[usize::from(b)];
-                slot.next_seq = slot.next_seq.max(file.seq + 1);
+                // What a restarted BU learns from the names of the files on its disk.
+                let next = slot.next_index.entry(file.lumi_section).or_default();
+                *next = (*next).max(file.index + 1);
                 let cost = if slot.slow { 20 } else { 1 } * (200_000 + 5_000 * events.len() as u64);
                 let incarnation = slot.incarnation;
                 if slot.files.insert(file, SimFile { lumi_section, events, written: false }).is_some() {
-                    self.violation(format!("BU {b} wrote file {} twice", file.seq));
+                    self.violation(format!("BU {b} wrote file {file} twice"));
                 }
                 self.schedule(self.now + cost, Ev::WriteDone { bu: usize::from(b), file, incarnation });
             }
@@ -526,7 +534,7 @@ impl World {
             Output::DiscardFile(file) => {
                 let Peer::Bu(b) = node else { return };
                 if self.bus[usize::from(b)].files.remove(&file).is_none() {
-                    self.violation(format!("BU {b} discarded file {} that it does not hold", file.seq));
+                    self.violation(format!("BU {b} discarded file {file} that it does not hold"));
                 }
             }
             Output::Notice(Notice::ProtocolError { what }) => self.violation(format!("protocol error: {what}")),
@@ -562,11 +570,11 @@ impl World {
         let Peer::Bu(b) = node else { return };
         let bu = usize::from(b);
         let Some(f) = self.bus[bu].files.remove(&file) else {
-            self.violation(format!("BU {b} published file {} that it does not hold", file.seq));
+            self.violation(format!("BU {b} published file {file} that it does not hold"));
             return;
         };
         if !f.written {
-            self.violation(format!("BU {b} published file {} before its data was written", file.seq));
+            self.violation(format!("BU {b} published file {file} before its data was written"));
             return;
         }
         self.last_progress = self.now;
@@ -574,7 +582,7 @@ impl World {
             if let Some(other) = self.published.insert(event.event, file) {
                 self.violation(format!(
                     "event {} published twice: BU {} file {} and BU {b} file {}",
-                    event.event, other.bu, other.seq, file.seq
+                    event.event, other.bu, other, file
                 ));
             }
             if event.lumi_section != f.lumi_section {
