@@ -10,4 +10,4 @@
 pub mod sample;
 mod writer;
 
-pub use writer::{PublishedFile, RawFileWriter, RunDirError, RunDirectory, write_atomically};
+pub use writer::{ClosedFile, PublishedFile, RawFileWriter, Recovery, RunDirError, RunDirectory, write_atomically};

@@ -91,7 +91,8 @@ pub fn write_sample_run(bu_dir: &Path, spec: &SampleSpec) -> Result<SampleSummar
                 event += 1;
             }
             remaining -= file.events();
-            let published = dir.publish(file)?;
+            let closed = dir.close(file)?;
+            let published = dir.publish(closed.ls, closed.index)?;
             ls_files += 1;
             ls_bytes += published.bytes;
             files.push(published);
@@ -147,6 +148,7 @@ fn build_event(spec: &SampleSpec, ls: u32, event: u64, record: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use tessera_formats::raw::RawFile;
+    use tessera_formats::raw::data_type;
 
     #[test]
     fn writes_a_closed_run() {
@@ -167,6 +169,33 @@ mod tests {
             ev.check_crc().unwrap();
             assert_eq!(ev.fragments().count(), 9);
         }
+    }
+
+    #[test]
+    fn a_restarted_bu_finds_its_complete_files_and_loses_its_partial_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = SampleSpec { fed_ids: vec![1, 2], ..SampleSpec::default() };
+        let dir = RunDirectory::create(tmp.path(), 9, "bu").unwrap();
+        let mut record = Vec::new();
+        build_event(&spec, 1, 1, &mut record);
+        let mut done = dir.open_raw_file(1, 0, data_type::FRD_EVENTS).unwrap();
+        done.append(&record).unwrap();
+        let closed = dir.close(done).unwrap();
+        let mut published = dir.open_raw_file(1, 1, data_type::FRD_EVENTS).unwrap();
+        published.append(&record).unwrap();
+        let c = dir.close(published).unwrap();
+        dir.publish(c.ls, c.index).unwrap();
+        let mut partial = dir.open_raw_file(2, 0, data_type::FRD_EVENTS).unwrap();
+        partial.append(&record).unwrap();
+        drop(partial); // the crash: never closed
+        let (dir, recovery) = RunDirectory::reopen(tmp.path(), 9, "bu").unwrap();
+        assert_eq!(recovery.unpublished, vec![(1, 0)]);
+        assert_eq!(recovery.removed_partial.len(), 1);
+        assert_eq!(recovery.next_index, [(1, 2), (2, 1)].into_iter().collect());
+        let p = dir.publish(closed.ls, closed.index).unwrap();
+        assert_eq!((p.events, p.bytes), (1, closed.bytes));
+        assert!(dir.path().join("run000009_ls0001_index000000.jsn").exists());
+        assert!(matches!(dir.publish(2, 0), Err(RunDirError::Io { .. })), "the partial file is gone");
     }
 
     #[test]

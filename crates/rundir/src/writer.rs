@@ -52,6 +52,12 @@ pub enum RunDirError {
         /// Files published.
         found: u64,
     },
+    /// A file asked to be published is not complete.
+    #[error("{path}: not a complete raw file; it cannot be published")]
+    Incomplete {
+        /// The file in `open/`.
+        path: PathBuf,
+    },
     /// A raw file too large for its header fields.
     #[error("{path}: {what} overflows its header field")]
     TooLarge {
@@ -129,7 +135,6 @@ impl RunDirectory {
         Ok(RawFileWriter {
             out,
             open_path,
-            final_path: self.path.join(name),
             run: self.run,
             ls,
             index,
@@ -139,9 +144,10 @@ impl RunDirectory {
         })
     }
 
-    /// Closes `file`: rewrites its header, renames it out of `open/`, then writes its `.jsn`.
-    pub fn publish(&self, file: RawFileWriter) -> Result<PublishedFile> {
-        let RawFileWriter { out, open_path, final_path, run, ls, index, data_type, events, bytes } = file;
+    /// Closes `file`: writes its final header and leaves it complete in `open/`, unpublished
+    /// (the BU publishes it once the EVM has committed it).
+    pub fn close(&self, file: RawFileWriter) -> Result<ClosedFile> {
+        let RawFileWriter { out, open_path, run, ls, index, data_type, events, bytes, .. } = file;
         let mut f = out.into_inner().map_err(|e| RunDirError::Io {
             action: "flushing",
             path: open_path.clone(),
@@ -150,12 +156,64 @@ impl RunDirectory {
         let header = RawFileHeader::v2(data_type, events, run, ls, bytes);
         f.seek(SeekFrom::Start(0)).map_err(io_err("seeking", &open_path))?;
         f.write_all(&header.to_bytes()).map_err(io_err("writing", &open_path))?;
-        drop(f);
+        Ok(ClosedFile { ls, index, events, bytes })
+    }
+
+    /// Publishes the closed file `ls`/`index` from `open/`: renames it into the run directory,
+    /// then writes its `.jsn`. Its counts come from its header, so a file closed by an earlier
+    /// incarnation of the BU publishes the same way.
+    pub fn publish(&self, ls: u32, index: u32) -> Result<PublishedFile> {
+        let name = BuFileName::Raw { run: self.run, ls, index }.to_string();
+        let open_path = self.path.join(names::OPEN_DIR).join(&name);
+        let header =
+            read_complete_header(&open_path)?.ok_or_else(|| RunDirError::Incomplete { path: open_path.clone() })?;
+        let final_path = self.path.join(&name);
         fs::rename(&open_path, &final_path).map_err(io_err("publishing", &final_path))?;
+        let (events, bytes) = (header.event_count, header.file_bytes);
         let doc = IndexDoc { events: events.into(), bytes }.to_doc(&self.definition(names::RAW_DATA_JSD), &self.source);
-        let jsn = self.path.join(BuFileName::IndexJson { run, ls, index }.to_string());
+        let jsn = self.path.join(BuFileName::IndexJson { run: self.run, ls, index }.to_string());
         write_atomically(&jsn, doc.to_json().as_bytes())?;
         Ok(PublishedFile { path: final_path, ls, index, events, bytes })
+    }
+
+    /// Deletes the unpublished file `ls`/`index` from `open/` (its events went to another BU).
+    pub fn discard(&self, ls: u32, index: u32) -> Result<()> {
+        let path = self.path.join(names::OPEN_DIR).join(BuFileName::Raw { run: self.run, ls, index }.to_string());
+        fs::remove_file(&path).map_err(io_err("discarding", &path))
+    }
+
+    /// Reopens the run directory of a BU that restarted: deletes the partial files in `open/`
+    /// (a crash cut them short) and returns what a restarted BU needs to know: its complete,
+    /// unpublished files, and for each lumi section the next free file index.
+    pub fn reopen(bu_dir: &Path, run: u32, source: &str) -> Result<(Self, Recovery)> {
+        let path = bu_dir.join(names::run_dir_name(run));
+        let open = path.join(names::OPEN_DIR);
+        fs::create_dir_all(&open).map_err(io_err("creating", &open))?;
+        let mut recovery = Recovery::default();
+        for dir in [&path, &open] {
+            for entry in fs::read_dir(dir).map_err(io_err("listing", dir))? {
+                let entry = entry.map_err(io_err("listing", dir))?;
+                let Ok(BuFileName::Raw { run: r, ls, index }) = BuFileName::parse(&entry.file_name().to_string_lossy())
+                else {
+                    continue;
+                };
+                if r != run {
+                    continue;
+                }
+                let next = recovery.next_index.entry(ls).or_default();
+                *next = (*next).max(index + 1);
+                if dir == &open {
+                    if read_complete_header(&entry.path())?.is_some() {
+                        recovery.unpublished.push((ls, index));
+                    } else {
+                        fs::remove_file(entry.path()).map_err(io_err("removing partial file", &entry.path()))?;
+                        recovery.removed_partial.push(entry.path());
+                    }
+                }
+            }
+        }
+        recovery.unpublished.sort_unstable();
+        Ok((RunDirectory { path, run, source: source.to_owned() }, recovery))
     }
 
     /// Writes the end-of-lumi record of `ls`, after checking that its counts close and that all
@@ -198,7 +256,6 @@ impl RunDirectory {
 pub struct RawFileWriter {
     out: BufWriter<File>,
     open_path: PathBuf,
-    final_path: PathBuf,
     run: u32,
     ls: u32,
     index: u32,
@@ -246,6 +303,43 @@ impl RawFileWriter {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+}
+
+/// A raw file closed in `open/`, complete and unpublished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClosedFile {
+    /// Its lumi section.
+    pub ls: u32,
+    /// Its index within the lumi section.
+    pub index: u32,
+    /// Records it holds.
+    pub events: u32,
+    /// Its size, header included.
+    pub bytes: u64,
+}
+
+/// What a restarted BU finds in its run directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Complete, unpublished files in `open/`, as (lumi section, index).
+    pub unpublished: Vec<(u32, u32)>,
+    /// Partial files deleted from `open/`.
+    pub removed_partial: Vec<PathBuf>,
+    /// Next free file index per lumi section.
+    pub next_index: std::collections::BTreeMap<u32, u32>,
+}
+
+/// The header of a raw file if the file is complete: a header that parses and announces the
+/// file's actual size. A file still being written has a zeroed header.
+fn read_complete_header(path: &Path) -> Result<Option<RawFileHeader>> {
+    use std::io::Read;
+    let mut head = [0u8; RAW_V2_HEADER_BYTES];
+    let mut f = File::open(path).map_err(io_err("opening", path))?;
+    let size = f.metadata().map_err(io_err("reading the size of", path))?.len();
+    if f.read_exact(&mut head).is_err() {
+        return Ok(None);
+    }
+    Ok(RawFileHeader::parse(&head).ok().filter(|h| h.file_bytes == size))
 }
 
 /// A raw file published in the run directory.
