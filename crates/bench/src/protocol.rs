@@ -1,22 +1,21 @@
 //! `tessera bench protocol`: the cost of the pull protocol inside the cores alone (no I/O), for
 //! 1×1, 4×4 and 8×8 systems.
 //!
-//! A tight driver hands every unit its inputs in order: each event's fragments to the RUs,
-//! messages through one queue with no delay, files written and published at once. The figure is
+//! The ideal driver of `tessera_sim::ideal` hands every unit its inputs in order: each event's
+//! fragments to the RUs, messages through one queue with no delay, files written and published
+//! at once. The figure is
 //! CPU time per event and per fragment, and control messages (everything but data) per event.
 //! Baseline, in the same run: handing the same fragment descriptors to a vector and clearing it,
 //! the least a unit can do with a fragment.
 
 use crate::timing::{Budget, time_per_call};
-use std::collections::VecDeque;
 use std::hint::black_box;
 use std::time::Instant;
-use tessera_evb::msg::{FragmentRef, Message, TriggerInfo};
-use tessera_evb::types::{FedId, Nanos, Peer};
-use tessera_evb::unit::{Input, Output};
-use tessera_evb::{Bu, BuConfig, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_evb::msg::{FragmentRef, TriggerInfo};
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::tcds::TCDS_FED_ID;
+use tessera_sim::ideal::{IdealSystem, NoFiles};
+use tessera_sim::scenario::Topology;
 
 /// Data FEDs per RU in every topology.
 const FEDS_PER_RU: u16 = 8;
@@ -42,151 +41,24 @@ pub struct Cost {
     pub baseline_ns_per_fragment: f64,
 }
 
-struct System {
-    evm: EvmNode,
-    rus: Vec<Ru>,
-    bus: Vec<Bu>,
-    queue: VecDeque<(Peer, Peer, Message)>,
-    inputs: VecDeque<(Peer, Input)>,
-    control: u64,
-    data: u64,
-}
-
-impl System {
-    fn new(n_ru: u16, n_bu: u16) -> Self {
-        let feds = |r: u16| {
-            let mut f: Vec<FedId> = (0..FEDS_PER_RU).map(|i| r * FEDS_PER_RU + i).collect();
-            if r == 0 {
-                f.insert(0, TCDS_FED_ID);
-            }
-            f
-        };
-        System {
-            evm: EvmNode::new(EvmConfig::new(n_ru, n_bu), RuConfig::new(0, feds(0))),
-            rus: (1..n_ru).map(|r| Ru::new(RuConfig::new(r, feds(r)))).collect(),
-            bus: (0..n_bu).map(|b| Bu::new(BuConfig::new(b, n_ru), 1, Vec::new(), Default::default())).collect(),
-            queue: VecDeque::new(),
-            inputs: VecDeque::new(),
-            control: 0,
-            data: 0,
-        }
-    }
-
-    fn outputs(&mut self, node: Peer) {
-        loop {
-            let out = match node {
-                Peer::Evm | Peer::Ru(0) => self.evm.poll_output(),
-                Peer::Ru(r) => self.rus[usize::from(r) - 1].poll_output(),
-                Peer::Bu(b) => self.bus[usize::from(b)].poll_output(),
-            };
-            let Some(out) = out else { return };
-            match out {
-                Output::Send { to, msg } => {
-                    if msg.is_control() {
-                        self.control += 1;
-                    } else {
-                        self.data += 1;
-                    }
-                    self.queue.push_back((node, to, msg));
-                }
-                Output::WriteFile { file, .. } => self.inputs.push_back((node, Input::FileWritten(file))),
-                Output::PublishFile(file) => self.inputs.push_back((node, Input::FilePublished(file))),
-                _ => {}
-            }
-        }
-    }
-
-    fn feed(&mut self, now: Nanos, node: Peer, input: Input) {
-        match node {
-            Peer::Evm | Peer::Ru(0) => self.evm.handle(now, input),
-            Peer::Ru(r) => self.rus[usize::from(r) - 1].handle(now, input),
-            Peer::Bu(b) => self.bus[usize::from(b)].handle(now, input),
-        }
-        self.outputs(node);
-    }
-
-    fn pump(&mut self, now: Nanos) {
-        loop {
-            if let Some((from, to, msg)) = self.queue.pop_front() {
-                self.feed(now, to, Input::Message { from, msg });
-            } else if let Some((node, input)) = self.inputs.pop_front() {
-                self.feed(now, node, input);
-            } else {
-                return;
-            }
-        }
-    }
-
-    fn tick_all(&mut self, now: Nanos) {
-        self.feed(now, Peer::Evm, Input::Tick);
-        for r in 1..=self.rus.len() {
-            self.feed(now, Peer::Ru(r as u16), Input::Tick);
-        }
-        for b in 0..self.bus.len() {
-            self.feed(now, Peer::Bu(b as u16), Input::Tick);
-        }
-        self.pump(now);
-    }
-
-    /// Runs `events` events through the system; returns the fragments handled.
-    fn run(&mut self, events: u64) -> u64 {
-        for b in 0..self.bus.len() {
-            self.outputs(Peer::Bu(b as u16));
-        }
-        self.pump(0);
-        let mut fragments = 0;
-        let mut now = 0;
-        for event in 1..=events {
-            now = now.max(event * 1_000);
-            let lv1 = (event as u32) & LV1_MASK;
-            for r in 0..=self.rus.len() {
-                let n_feds = if r == 0 { FEDS_PER_RU + 1 } else { FEDS_PER_RU } as usize;
-                for f in 0..n_feds {
-                    let trigger = (r == 0 && f == 0).then_some(TriggerInfo { lumi_section: 1, orbit: event, bx: 1 });
-                    let fragment =
-                        FragmentRef { fed: f as u16, lv1, bytes: 2048, corrupt: false, buffer: fragments, trigger };
-                    loop {
-                        let accepted = if r == 0 {
-                            self.evm.offer_fragment(now, f, fragment).is_ok()
-                        } else {
-                            self.rus[r - 1].offer_fragment(now, f, fragment).is_ok()
-                        };
-                        self.outputs(if r == 0 { Peer::Evm } else { Peer::Ru(r as u16) });
-                        if accepted {
-                            break;
-                        }
-                        // A full buffer waits for commits, which wait for time-outs.
-                        now += 100_000;
-                        self.tick_all(now);
-                    }
-                    fragments += 1;
-                }
-            }
-            self.pump(now);
-        }
-        self.feed(now, Peer::Evm, Input::StopTrigger);
-        for _ in 0..100 {
-            now += 2_000_000;
-            self.tick_all(now);
-            if self.evm.evm.drained() {
-                break;
-            }
-        }
-        assert!(self.evm.evm.drained(), "the benchmark's system did not drain");
-        fragments
-    }
-}
-
 /// Measures one topology.
 pub fn measure(n_ru: u16, n_bu: u16, budget: Budget) -> Cost {
     let mut best = f64::MAX;
     let mut counts = (0, 0, 0);
+    let topology = Topology { n_ru, feds_per_ru: FEDS_PER_RU, n_bu };
     for _ in 0..budget.samples.max(1) {
-        let mut system = System::new(n_ru, n_bu);
+        let mut system = IdealSystem::new(topology, 1, NoFiles);
         let start = Instant::now();
-        let fragments = system.run(EVENTS);
+        let c = system.run(EVENTS, |_, fed, event| FragmentRef {
+            fed,
+            lv1: (event as u32) & LV1_MASK,
+            bytes: 2048,
+            corrupt: false,
+            buffer: event,
+            trigger: (fed == TCDS_FED_ID).then_some(TriggerInfo { lumi_section: 1, orbit: event, bx: 1 }),
+        });
         best = best.min(start.elapsed().as_secs_f64());
-        counts = (fragments, system.control, system.data);
+        counts = (c.fragments, c.control, c.data);
     }
     let (fragments, control, data) = counts;
     let descriptors: Vec<FragmentRef> = (0..1024)

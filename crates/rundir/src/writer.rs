@@ -3,7 +3,8 @@ use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use tessera_formats::FormatError;
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend};
-use tessera_formats::frd::FrdHeader;
+use tessera_formats::crc::Crc32c;
+use tessera_formats::frd::{FRD_VERSION, FrdHeader};
 use tessera_formats::names::{self, BuFileName, FuLock};
 use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader};
 
@@ -285,12 +286,45 @@ impl RawFileWriter {
                 },
             });
         }
+        self.write_record(&[record])
+    }
+
+    /// Appends one event as an FRD v6 record built from its fragments, given as byte slices in
+    /// payload order (written straight from where they are, no assembly buffer): the header's
+    /// size and CRC-32C are computed here, run and lumi section are the file's.
+    pub fn append_event(&mut self, flags: u16, event: u32, fragments: &[&[u8]]) -> Result<()> {
+        let payload: usize = fragments.iter().map(|f| f.len()).sum();
+        let payload_bytes = u32::try_from(payload)
+            .map_err(|_| RunDirError::TooLarge { path: self.open_path.clone(), what: "FRD payload size" })?;
+        let mut crc = Crc32c::new();
+        for f in fragments {
+            crc.update(f);
+        }
+        let header = FrdHeader {
+            version: FRD_VERSION,
+            flags,
+            run: self.run,
+            lumi_section: self.ls,
+            event,
+            payload_bytes,
+            crc32c: crc.finish(),
+        };
+        let head = header.to_bytes();
+        let mut pieces = Vec::with_capacity(fragments.len() + 1);
+        pieces.push(&head[..]);
+        pieces.extend_from_slice(fragments);
+        self.write_record(&pieces)
+    }
+
+    fn write_record(&mut self, pieces: &[&[u8]]) -> Result<()> {
         self.events = self
             .events
             .checked_add(1)
             .ok_or_else(|| RunDirError::TooLarge { path: self.open_path.clone(), what: "event count" })?;
-        self.out.write_all(record).map_err(io_err("writing", &self.open_path))?;
-        self.bytes += record.len() as u64;
+        for piece in pieces {
+            self.out.write_all(piece).map_err(io_err("writing", &self.open_path))?;
+            self.bytes += piece.len() as u64;
+        }
         Ok(())
     }
 

@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod ideal;
 pub mod rng;
 pub mod scenario;
 pub mod world;
