@@ -87,9 +87,9 @@ pub enum End {
 pub struct StreamSummary {
     /// FED id.
     pub fed: u16,
-    /// Events generated (triggers taken), skipped ones included.
+    /// Events taken (skipped ones included; not the one a disconnect came before).
     pub events: u64,
-    /// Events that got a fault.
+    /// Events that got a fault, a disconnect included.
     pub faults: u64,
     /// Bytes written to the stream.
     pub bytes: u64,
@@ -304,6 +304,11 @@ fn send_stream(
             break;
         }
         let event = generator.next_event()?;
+        if matches!(event.wire, Wire::Disconnect) {
+            faults += 1;
+            end = End::Disconnect;
+            break;
+        }
         if paced {
             let due = start + Duration::from_secs_f64(event.trigger.time_seconds);
             let now = Instant::now();
@@ -320,11 +325,7 @@ fn send_stream(
         events += 1;
         faults += u64::from(event.fault.is_some());
         let complete = match &event.wire {
-            Wire::Disconnect => {
-                end = End::Disconnect;
-                break;
-            }
-            Wire::Nothing => Ok(true),
+            Wire::Nothing | Wire::Disconnect => Ok(true),
             Wire::Raw => write_all(&mut out, &mut [IoSlice::new(event.bytes)], &mut m),
             Wire::Blocks(blocks) => {
                 let mut count = 0;
@@ -413,4 +414,22 @@ fn flush(out: &mut BufWriter<Box<dyn Write + Send>>, m: &mut Meter) -> io::Resul
     };
     m.write += t.elapsed();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_time_counts_overlapping_late_triggers_once() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut m =
+            Meter { start, deadline: None, bytes: 0, write: Duration::ZERO, dead: Duration::ZERO, dead_until: start };
+        m.late(at(10), at(30)); // busy from trigger at 10 ms until 30 ms: 20 ms
+        m.late(at(20), at(40)); // fired at 20, but 20..30 is counted already: 10 ms more
+        m.late(at(50), at(50)); // on time: nothing
+        m.late(at(60), at(65)); // 5 ms
+        assert_eq!(m.dead, Duration::from_millis(35));
+    }
 }
