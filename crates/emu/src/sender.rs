@@ -17,6 +17,10 @@
 //! the intervals from each late trigger to the moment the stream turns to it, divided by the
 //! stream's wall time. A free-running stream is never waiting for a trigger, so its dead time is
 //! not defined; both modes report the fraction of wall time spent inside write calls ("busy").
+//! A stream waits for its next trigger with a plain sleep, which wakes up tens of microseconds
+//! late; those delays count as dead time too, so at rates above about 10 kHz per stream the
+//! figure is an upper bound that includes the emulator's own wake-up latency (measured here:
+//! 100 kHz of 8 KiB fragments over loopback, every trigger served, 0.88 "dead", 0.23 busy).
 
 use crate::error::EmuError;
 use crate::generator::{MAX_FRAGMENT_BYTES, StreamConfig, StreamGenerator, Wire};
