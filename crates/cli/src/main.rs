@@ -69,6 +69,10 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         first_seed: u64,
     },
+    /// Emulate FED readout boards: send FEROL streams of seeded fragments (and trigger fragments
+    /// for FED 1024), one per FED, over TCP to an RU or into capture files; print per FED and in
+    /// total the events, bytes, GB/s and dead time.
+    Ferol(FerolArgs),
     /// Run a benchmark suite; every figure is printed with its ratio to a baseline measured in
     /// the same run.
     Bench {
@@ -135,6 +139,153 @@ impl SampleArgs {
     }
 }
 
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("sink").required(true).args(["connect", "output"])))]
+#[command(group(clap::ArgGroup::new("limit").required(true).multiple(true).args(["events", "seconds"])))]
+struct FerolArgs {
+    /// FED ids and ranges, e.g. 0-7,1024 (1024 sends the 952-byte trigger fragment).
+    #[arg(long, default_value = "0-7,1024")]
+    feds: String,
+    /// Run number.
+    #[arg(long, default_value_t = 1)]
+    run: u32,
+    /// Number of the first event (16777211 crosses the 24-bit LV1 wrap after 5 events).
+    #[arg(long, default_value_t = 1)]
+    first_event: u64,
+    /// Stop after this many events per FED.
+    #[arg(long)]
+    events: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Poisson triggers at this mean rate (all FEDs of an event share the trigger time); free
+    /// running when absent (orbits and BXs then come from a 100 kHz clock that nobody waits for).
+    #[arg(long)]
+    rate_hz: Option<f64>,
+    /// Fixed fragment size in bytes, header and trailer included (16..=1048576, rounded up to
+    /// whole 8-byte words).
+    #[arg(long, conflicts_with_all = ["size_mean", "size_sigma"])]
+    size: Option<usize>,
+    /// Mean of log-normal fragment sizes in bytes (with --size-sigma).
+    #[arg(long, requires = "size_sigma")]
+    size_mean: Option<f64>,
+    /// Standard deviation of log-normal fragment sizes in bytes (with --size-mean).
+    #[arg(long, requires = "size_mean")]
+    size_sigma: Option<f64>,
+    /// Inject a fault: NAME@EVENT or NAME:PROBABILITY, optionally /FED; names bad-crc,
+    /// wrong-fed-id, skip, truncate, garbage, disconnect. Repeatable.
+    #[arg(long)]
+    fault: Vec<String>,
+    /// Orbits per lumi section (2^18 = 262144 for real data; fewer for short emulated sections).
+    #[arg(long, default_value_t = 1 << 18)]
+    orbits_per_ls: u64,
+    /// Seed of trigger times and fault draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Send to an RU at HOST:PORT, one TCP connection per FED.
+    #[arg(long)]
+    connect: Option<String>,
+    /// Write one capture file per FED, DIR/fed<ID>.ferol (created if missing).
+    #[arg(long)]
+    output: Option<PathBuf>,
+}
+
+/// Parses `0-7,1024`: ids and inclusive ranges, each at most 4095, none twice.
+fn parse_fed_list(list: &str) -> Result<Vec<u16>> {
+    let bad = |why: String| anyhow::anyhow!("--feds {list}: {why}");
+    let number = |s: &str| -> Result<u16> {
+        let n: u32 = s.trim().parse().map_err(|_| bad(format!("{s:?} is not a FED id")))?;
+        u16::try_from(n).ok().filter(|&n| n <= 4095).ok_or_else(|| bad(format!("FED id {n} is above 4095")))
+    };
+    let mut feds = Vec::new();
+    for item in list.split(',') {
+        let (lo, hi) = match item.split_once('-') {
+            Some((lo, hi)) => (number(lo)?, number(hi)?),
+            None => (number(item)?, number(item)?),
+        };
+        if lo > hi {
+            return Err(bad(format!("range {item} runs backwards")));
+        }
+        for fed in lo..=hi {
+            if feds.contains(&fed) {
+                return Err(bad(format!("FED {fed} is listed twice")));
+            }
+            feds.push(fed);
+        }
+        if feds.len() > tessera_emu::sender::MAX_STREAMS {
+            return Err(bad(format!("more than {} FEDs for one process", tessera_emu::sender::MAX_STREAMS)));
+        }
+    }
+    Ok(feds)
+}
+
+fn ferol(args: FerolArgs) -> Result<ExitCode> {
+    use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig, TriggerClock};
+    use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
+    let feds = parse_fed_list(&args.feds)?;
+    let size = match (args.size, args.size_mean, args.size_sigma) {
+        (_, Some(mean_bytes), Some(sigma_bytes)) => SizeModel::LogNormal { mean_bytes, sigma_bytes },
+        (size, _, _) => SizeModel::Fixed(size.unwrap_or(2048)),
+    };
+    size.validate().with_context(|| match size {
+        SizeModel::Fixed(b) => format!("--size {b}"),
+        SizeModel::LogNormal { mean_bytes, sigma_bytes } => {
+            format!("--size-mean {mean_bytes} --size-sigma {sigma_bytes}")
+        }
+    })?;
+    let clock = ClockSpec {
+        rate_hz: args.rate_hz.unwrap_or(100_000.0),
+        seed: args.seed,
+        orbits_per_lumi_section: args.orbits_per_ls,
+    };
+    TriggerClock::new(clock).context("--rate-hz or --orbits-per-ls")?;
+    let faults = args
+        .fault
+        .iter()
+        .map(|spec| match spec.parse() {
+            Ok(f) => Ok(f),
+            Err(tessera_emu::EmuError::BadFault { reason, .. }) => bail!("--fault {spec}: {reason}"),
+            Err(e) => Err(e.into()),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let streams = feds
+        .iter()
+        .map(|&fed| {
+            let fed = FedSpec { fed, size };
+            fed.validate().with_context(|| format!("--feds {}", args.feds))?;
+            Ok(StreamConfig {
+                run: args.run,
+                fed,
+                first_event: args.first_event,
+                clock,
+                faults: faults.clone(),
+                seed: args.seed,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let sink = match (args.connect, args.output) {
+        (Some(address), _) => Sink::Connect(address),
+        (None, Some(dir)) => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("--output {}: cannot create it", dir.display()))?;
+            Sink::Directory(dir)
+        }
+        (None, None) => bail!("give --connect HOST:PORT or --output DIR"),
+    };
+    eprintln!(
+        "sending {} FED streams ({})",
+        streams.len(),
+        if args.rate_hz.is_some() { "paced" } else { "free running" }
+    );
+    let summary = sender::run(SenderConfig {
+        streams,
+        sink,
+        paced: args.rate_hz.is_some(),
+        limits: Limits { events: args.events, seconds: args.seconds },
+    })?;
+    print!("{summary}");
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
@@ -176,6 +327,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Demo { output } => demo(output),
         Command::Sim { scenario, seeds, first_seed } => sim(&scenario, seeds, first_seed),
+        Command::Ferol(args) => ferol(args),
         Command::Bench { suite, quick } => {
             let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
             match suite {

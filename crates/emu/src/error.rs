@@ -1,0 +1,73 @@
+//! What can go wrong in the emulator: a configuration it refuses, or an I/O failure that names
+//! the FED and the address or file.
+
+use std::path::PathBuf;
+
+/// An emulator error.
+#[derive(Debug, thiserror::Error)]
+pub enum EmuError {
+    /// A FED id that the emulator cannot send.
+    #[error("FED id {fed}: {reason}")]
+    BadFedId {
+        /// The id.
+        fed: u32,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// A size model outside the emulator's bounds.
+    #[error("fragment size: {0}")]
+    BadSize(String),
+    /// A trigger clock setting outside its bounds.
+    #[error("trigger clock: {0}")]
+    BadClock(String),
+    /// A fault specification that cannot be read.
+    #[error("fault {spec:?}: {reason}")]
+    BadFault {
+        /// The specification as given.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A sender configuration that cannot run (no FEDs, too many, no bound).
+    #[error("sender: {0}")]
+    BadSender(String),
+    /// Writing a fragment failed in the formats layer (a bug if it ever happens: sizes are
+    /// checked before).
+    #[error("FED {fed}: {source}")]
+    Format {
+        /// The FED.
+        fed: u16,
+        /// The error.
+        source: tessera_formats::FormatError,
+    },
+    /// Connecting a FED's stream failed.
+    #[error("FED {fed}: cannot connect to {address}")]
+    Connect {
+        /// The FED.
+        fed: u16,
+        /// The address.
+        address: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Creating a FED's capture file failed.
+    #[error("FED {fed}: cannot create {}", path.display())]
+    Create {
+        /// The FED.
+        fed: u16,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Writing a FED's stream failed.
+    #[error("FED {fed}: write failed after {bytes} bytes")]
+    Write {
+        /// The FED.
+        fed: u16,
+        /// Bytes written before the failure.
+        bytes: u64,
+        /// Why.
+        source: std::io::Error,
+    },
+}

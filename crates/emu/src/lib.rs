@@ -1,0 +1,21 @@
+//! Front-end emulator: the FEROL TCP streams that FED readout boards send into a readout unit.
+//!
+//! [`generator`] is pure (no I/O, no clock, no thread): for event *n* of one FED it writes the
+//! FED fragment (a seeded payload, or the 952-byte trigger fragment for FED 1024) and plans its
+//! FEROL blocks, with the trigger time, orbit, BX and lumi section from a deterministic
+//! [`generator::TriggerClock`] and the faults that [`fault::FaultSpec`]s ask for. Every FED of an
+//! event computes the same trigger from the same seed, so streams need not talk to each other,
+//! and every byte can be recomputed downstream.
+//!
+//! [`sender`] drives one generator per FED on its own thread and writes the streams over TCP or
+//! into capture files, paced by the trigger clock or free running, and measures dead time.
+
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod fault;
+pub mod generator;
+mod rng;
+pub mod sender;
+
+pub use error::EmuError;

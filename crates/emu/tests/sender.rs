@@ -1,0 +1,125 @@
+//! The sender over real sockets and files: a loopback TCP receiver checks every fragment of one
+//! FED's stream; capture files hold each FED's stream; bounded runs end by themselves.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::time::Duration;
+use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig};
+use tessera_emu::sender::{self, End, Limits, SenderConfig, Sink, capture_path};
+use tessera_formats::ferol::FerolStream;
+use tessera_formats::seeded::first_payload_mismatch;
+use tessera_inspect::stream::inspect_ferol_stream;
+
+fn stream(fed: u16, size: SizeModel) -> StreamConfig {
+    StreamConfig {
+        run: 77,
+        fed: FedSpec { fed, size },
+        first_event: 1,
+        clock: ClockSpec::default(),
+        faults: Vec::new(),
+        seed: 1,
+    }
+}
+
+#[test]
+fn loopback_tcp_receiver_checks_every_fragment() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let receiver = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut bytes = Vec::new();
+        conn.read_to_end(&mut bytes).unwrap();
+        bytes
+    });
+    let size = SizeModel::LogNormal { mean_bytes: 6000.0, sigma_bytes: 4000.0 };
+    let summary = sender::run(SenderConfig {
+        streams: vec![stream(12, size)],
+        sink: Sink::Connect(address),
+        paced: false,
+        limits: Limits { events: Some(500), seconds: None },
+    })
+    .unwrap();
+    let bytes = receiver.join().unwrap();
+    assert_eq!(summary.streams[0].bytes, bytes.len() as u64);
+    assert_eq!((summary.streams[0].events, summary.streams[0].end), (500, End::Events));
+    let mut frag = vec![0u8; 1 << 21];
+    let mut n = 0u64;
+    for item in FerolStream::new(&bytes) {
+        let (offset, f) = item.unwrap();
+        f.check_crc().unwrap_or_else(|e| panic!("at {offset}: {e}"));
+        let len = f.copy_to(&mut frag).unwrap();
+        assert_eq!(len, size.fragment_bytes(77, 12, n + 1), "size recomputed downstream");
+        assert_eq!(first_payload_mismatch(77, 12, n + 1, &frag[8..len - 8]), None);
+        n += 1;
+    }
+    assert_eq!(n, 500);
+}
+
+#[test]
+fn capture_files_hold_each_fed_and_faults_end_or_mark_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut faulty = stream(2, SizeModel::Fixed(1024));
+    faulty.faults = vec!["disconnect@31".parse().unwrap(), "bad-crc@7".parse().unwrap()];
+    let summary = sender::run(SenderConfig {
+        streams: vec![stream(0, SizeModel::Fixed(300_000)), faulty, stream(1024, SizeModel::Fixed(64))],
+        sink: Sink::Directory(dir.path().to_owned()),
+        paced: false,
+        limits: Limits { events: Some(50), seconds: None },
+    })
+    .unwrap();
+    let ends: Vec<(u16, u64, u64, End)> = summary.streams.iter().map(|s| (s.fed, s.events, s.faults, s.end)).collect();
+    assert_eq!(ends, [(0, 50, 0, End::Events), (2, 30, 2, End::Disconnect), (1024, 50, 0, End::Events)]);
+    for (fed, units, problems) in [(0, 50, 0), (2, 30, 1), (1024, 50, 0)] {
+        let bytes = std::fs::read(capture_path(dir.path(), fed)).unwrap();
+        assert_eq!(bytes.len() as u64, summary.streams.iter().find(|s| s.fed == fed).unwrap().bytes);
+        let report = inspect_ferol_stream("capture", &bytes);
+        assert_eq!(report.sources[&u32::from(fed)].units, units, "FED {fed}");
+        assert_eq!(report.problems.len(), problems, "FED {fed}: {:?}", report.problems);
+    }
+    let table = summary.to_string();
+    assert!(table.contains("Disconnect") && table.contains("free running"), "{table}");
+}
+
+#[test]
+fn a_paced_run_with_a_time_limit_ends_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = stream(4, SizeModel::Fixed(512));
+    config.clock.rate_hz = 1000.0;
+    let summary = sender::run(SenderConfig {
+        streams: vec![config],
+        sink: Sink::Directory(dir.path().to_owned()),
+        paced: true,
+        limits: Limits { events: None, seconds: Some(0.3) },
+    })
+    .unwrap();
+    let s = &summary.streams[0];
+    assert_eq!(s.end, End::Deadline);
+    // About 300 triggers in 0.3 s at 1 kHz; the bounds only catch a sender that ignores pacing.
+    assert!((150..=450).contains(&s.events), "{} events", s.events);
+    assert!(summary.seconds < 5.0);
+    assert!(summary.to_string().lines().last().unwrap().contains(" s"));
+}
+
+#[test]
+fn bad_configurations_are_refused_before_anything_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |streams, sink, limits| sender::run(SenderConfig { streams, sink, paced: false, limits });
+    let one = vec![stream(1, SizeModel::Fixed(64))];
+    let events = Limits { events: Some(1), seconds: None };
+    let msg = |r: Result<_, tessera_emu::EmuError>| r.unwrap_err().to_string();
+    assert_eq!(
+        msg(run(one.clone(), Sink::Directory(dir.path().into()), Limits::default())),
+        "sender: no limit: give a number of events or seconds"
+    );
+    assert_eq!(msg(run(vec![], Sink::Directory(dir.path().into()), events)), "sender: no FED streams");
+    let missing = dir.path().join("missing");
+    assert_eq!(
+        msg(run(one.clone(), Sink::Directory(missing.clone()), events)),
+        format!("FED 1: cannot create {}", missing.join("fed1.ferol").display())
+    );
+    // A port nobody listens on: bind one, then free it.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    assert_eq!(msg(run(one, Sink::Connect(address.clone()), events)), format!("FED 1: cannot connect to {address}"));
+}
