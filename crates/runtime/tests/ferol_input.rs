@@ -1,0 +1,111 @@
+//! The RU's receive memory for a FEROL stream: fragments come out whole whatever the read sizes,
+//! stay put until released, and a full pool stops the reading until releases make room.
+
+use tessera_formats::ferol::{FerolFragment, ferol_wire_len, write_ferol_blocks};
+use tessera_formats::seeded::write_seeded_fragment;
+use tessera_runtime::ferol_input::{ConfigError, StreamBuffer};
+
+/// A stream of FED 7: `count` fragments whose sizes cycle from 64 bytes to 12 kB (three blocks).
+fn stream(count: u64) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let mut wire = Vec::new();
+    let mut fragments = Vec::new();
+    for event in 1..=count {
+        let payload = (64 + (event as usize * 1_337) % 12_000) / 8 * 8;
+        let mut f = vec![0u8; payload + 16];
+        let n = write_seeded_fragment(&mut f, 1, 7, event, 3, payload).unwrap();
+        f.truncate(n);
+        let mut blocks = vec![0u8; ferol_wire_len(n)];
+        write_ferol_blocks(&f, &mut blocks).unwrap();
+        wire.extend_from_slice(&blocks);
+        fragments.push(f);
+    }
+    (wire, fragments)
+}
+
+/// Reads `wire` into `buf` in pieces of the sizes `sizes` cycles through, taking fragments as
+/// they complete; releases each `keep` fragments after it arrives. Returns the fragments'
+/// contiguous bytes in order and how often the buffer was full.
+fn receive(buf: &mut StreamBuffer, wire: &[u8], sizes: &[usize], keep: usize) -> (Vec<Vec<u8>>, usize) {
+    let mut at = 0;
+    let mut out = Vec::new();
+    let mut held = std::collections::VecDeque::new();
+    let mut full = 0;
+    let mut i = 0;
+    loop {
+        while let Some(r) = buf.next_fragment() {
+            let r = r.unwrap();
+            assert!(r.problem.is_none(), "{:?}", r.problem);
+            out.push(buf.segments(r.handle).flatten().copied().collect::<Vec<u8>>());
+            assert_eq!(out.last().unwrap().len(), r.fragment_len);
+            held.push_back(r.handle);
+            if held.len() > keep {
+                buf.release(held.pop_front().unwrap());
+            }
+        }
+        if at == wire.len() {
+            return (out, full);
+        }
+        let Some(spare) = buf.spare() else {
+            full += 1;
+            buf.release(held.pop_front().expect("a full buffer holds fragments"));
+            continue;
+        };
+        let n = sizes[i % sizes.len()].min(spare.len()).min(wire.len() - at);
+        i += 1;
+        spare[..n].copy_from_slice(&wire[at..at + n]);
+        buf.filled(n);
+        at += n;
+    }
+}
+
+#[test]
+fn fragments_come_out_whole_whatever_the_read_sizes() {
+    let (wire, fragments) = stream(300);
+    for sizes in [&[1usize, 7, 4096][..], &[65536], &[13, 100_000, 3]] {
+        let mut buf = StreamBuffer::new(7, 64 * 1024, 8, ferol_wire_len(12_100)).unwrap();
+        let (out, _) = receive(&mut buf, &wire, sizes, 4);
+        assert_eq!(out, fragments, "read sizes {sizes:?}");
+    }
+}
+
+#[test]
+fn a_full_pool_stops_reading_until_fragments_are_released() {
+    let (wire, fragments) = stream(200);
+    let mut buf = StreamBuffer::new(7, 32 * 1024, 3, ferol_wire_len(12_100)).unwrap();
+    let (out, full) = receive(&mut buf, &wire, &[8192], 50);
+    assert_eq!(out, fragments);
+    assert!(full > 0, "holding 50 fragments must fill three 32 kB chunks");
+}
+
+#[test]
+fn a_bad_crc_is_flagged_and_garbage_ends_the_stream_with_its_offset() {
+    let (mut wire, _) = stream(3);
+    let first = FerolFragment::parse(&wire).unwrap().wire_len();
+    wire[40] ^= 1; // inside the first fragment's payload
+    let second = FerolFragment::parse(&wire[first..]).unwrap().wire_len();
+    wire[first + second] = 0x00; // the third fragment's signature
+    let mut buf = StreamBuffer::new(7, 64 * 1024, 2, ferol_wire_len(12_100)).unwrap();
+    let spare = buf.spare().unwrap();
+    spare[..wire.len()].copy_from_slice(&wire);
+    buf.filled(wire.len());
+    let r1 = buf.next_fragment().unwrap().unwrap();
+    let problem = r1.problem.expect("CRC-16 mismatch flagged").to_string();
+    assert!(problem.starts_with("FED fragment: CRC-16 mismatch at byte 16"), "{problem}");
+    assert!(buf.next_fragment().unwrap().unwrap().problem.is_none());
+    let err = buf.next_fragment().unwrap().unwrap_err();
+    assert_eq!(err.stream_offset, (first + second) as u64);
+    assert!(
+        err.to_string()
+            .starts_with(&format!("FED 7 stream, byte {}: FEROL block header: bad signature", first + second))
+    );
+    assert!(buf.next_fragment().is_none(), "nothing more is read from a failed stream");
+}
+
+#[test]
+fn impossible_pools_are_refused() {
+    assert_eq!(
+        StreamBuffer::new(7, 4096, 4, 8192).err(),
+        Some(ConfigError::ChunkTooSmall { chunk_bytes: 4096, max_wire_bytes: 8192 })
+    );
+    assert_eq!(StreamBuffer::new(7, 8192, 1, 4096).err(), Some(ConfigError::TooFewChunks(1)));
+}
