@@ -51,6 +51,19 @@ impl BuConfig {
     }
 }
 
+/// What a BU finds on its disk when it (re)starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuDisk {
+    /// Complete, unpublished files in `open/`, with their event counts.
+    pub unpublished: Vec<(FileId, u32)>,
+    /// Next free file index per lumi section.
+    pub next_index: BTreeMap<u32, u32>,
+    /// Events in published files, per lumi section whose end-of-lumi record is not written.
+    pub published_events: BTreeMap<u32, u64>,
+    /// Lumi sections whose end-of-lumi record is written.
+    pub lumis_done: Vec<u32>,
+}
+
 /// Deliberate BU bugs that the simulator must catch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BuBug {
@@ -113,6 +126,17 @@ pub struct Bu {
     welcomed: bool,
     /// Next file index per lumi section.
     next_index: BTreeMap<u32, u32>,
+    /// Events published per lumi section not yet ended.
+    published_events: BTreeMap<u32, u64>,
+    /// Lumi sections the EVM ended, with the events this BU must have published.
+    lumis_due: BTreeMap<u32, u64>,
+    /// Lumi sections whose end-of-lumi record is written.
+    lumis_written: std::collections::BTreeSet<u32>,
+    /// End-of-lumi records written since the last request.
+    lumis_done: Vec<u32>,
+    /// The end of the run, once the EVM announced it: (last lumi section, lumi sections).
+    ending: Option<(u32, u32)>,
+    ended: bool,
     /// Events asked for and not yet seen.
     outstanding: u32,
     building: BTreeMap<EventNumber, Building>,
@@ -127,18 +151,30 @@ pub struct Bu {
 }
 
 impl Bu {
-    /// A builder unit starting as incarnation `epoch`, holding `unpublished` complete files from
-    /// an earlier incarnation (their fate is the EVM's answer) and numbering new files of each
-    /// lumi section from `next_index` (0 for a lumi section not in it). It says Hello to the EVM.
-    pub fn new(cfg: BuConfig, epoch: Epoch, unpublished: Vec<FileId>, next_index: BTreeMap<u32, u32>) -> Self {
+    /// A builder unit starting as incarnation `epoch` with what it finds on its disk: complete
+    /// unpublished files from an earlier incarnation (their fate is the EVM's answer), the next
+    /// file index of each lumi section, and its lumi sections' state. It says Hello to the EVM.
+    pub fn new(cfg: BuConfig, epoch: Epoch, disk: BuDisk) -> Self {
+        let BuDisk { unpublished, next_index, published_events, lumis_done } = disk;
+        let files = unpublished
+            .iter()
+            .map(|&(file, count)| (file, FileEntry { state: FileState::Written, events: Vec::new(), count }))
+            .collect();
+        let unpublished: Vec<FileId> = unpublished.into_iter().map(|(f, _)| f).collect();
         let mut bu = Bu {
             epoch,
             welcomed: false,
             next_index,
+            published_events,
+            lumis_due: BTreeMap::new(),
+            lumis_written: lumis_done.iter().copied().collect(),
+            lumis_done: Vec::new(),
+            ending: None,
+            ended: false,
             outstanding: 0,
             building: BTreeMap::new(),
             open: Vec::new(),
-            files: BTreeMap::new(),
+            files,
             built: Vec::new(),
             published: Vec::new(),
             report_since: None,
@@ -177,11 +213,15 @@ impl Bu {
             {
                 self.welcomed = true;
                 for file in publish {
-                    self.files.insert(file, FileEntry { state: FileState::Publishing, events: Vec::new(), count: 0 });
-                    self.out.push_back(Output::PublishFile(file));
+                    if let Some(entry) = self.files.get_mut(&file) {
+                        entry.state = FileState::Publishing;
+                        self.out.push_back(Output::PublishFile(file));
+                    }
                 }
                 for file in discard {
-                    self.out.push_back(Output::DiscardFile(file));
+                    if self.files.remove(&file).is_some() {
+                        self.out.push_back(Output::DiscardFile(file));
+                    }
                 }
             }
             Input::Message { msg: Message::Data { ru, epoch, parts, commits }, .. } => {
@@ -213,10 +253,28 @@ impl Bu {
                     }
                 }
             }
-            Input::FilePublished(file) if self.files.remove(&file).is_some() => {
-                self.counters.files_published += 1;
-                self.published.push(file);
-                self.report_since.get_or_insert(now);
+            Input::FilePublished(file) => {
+                if let Some(entry) = self.files.remove(&file) {
+                    self.counters.files_published += 1;
+                    self.published.push(file);
+                    self.report_since.get_or_insert(now);
+                    *self.published_events.entry(file.lumi_section).or_default() += u64::from(entry.count);
+                    self.end_lumis(now);
+                }
+            }
+            Input::Message { from: Peer::Evm, msg: Message::EndOfLumi { lumi_section, events } } => {
+                if self.lumis_written.contains(&lumi_section) {
+                    // Told again after a restart: acknowledge again.
+                    self.lumis_done.push(lumi_section);
+                    self.report_since.get_or_insert(now);
+                } else {
+                    self.lumis_due.insert(lumi_section, events);
+                    self.end_lumis(now);
+                }
+            }
+            Input::Message { from: Peer::Evm, msg: Message::EndOfRun { last_lumi_section, lumi_sections } } => {
+                self.ending = Some((last_lumi_section, lumi_sections));
+                self.end_lumis(now);
             }
             Input::Tick => {
                 let stale: Vec<usize> = (0..self.open.len())
@@ -233,6 +291,41 @@ impl Bu {
             _ => {}
         }
         self.maybe_request(now);
+    }
+
+    /// Writes the end-of-lumi record of every ended lumi section whose events are all published,
+    /// then the end-of-run record once the run is over and nothing is left.
+    fn end_lumis(&mut self, now: Nanos) {
+        let ready: Vec<(u32, u64)> = self
+            .lumis_due
+            .iter()
+            .filter(|&(ls, &due)| self.published_events.get(ls).copied().unwrap_or(0) >= due)
+            .map(|(&ls, &due)| (ls, due))
+            .collect();
+        for (ls, due) in ready {
+            self.lumis_due.remove(&ls);
+            let published = self.published_events.remove(&ls).unwrap_or(0);
+            if published != due {
+                self.out.push_back(Output::Notice(Notice::ProtocolError {
+                    what: format!(
+                        "BU {}: lumi section {ls} has {published} events published, the EVM says {due}",
+                        self.cfg.bu
+                    ),
+                }));
+            }
+            self.lumis_written.insert(ls);
+            self.lumis_done.push(ls);
+            self.report_since.get_or_insert(now);
+            self.out.push_back(Output::EndOfLumi { lumi_section: ls, events: published });
+        }
+        if let Some((last_lumi_section, lumi_sections)) = self.ending
+            && !self.ended
+            && self.lumis_due.is_empty()
+            && self.idle()
+        {
+            self.ended = true;
+            self.out.push_back(Output::EndOfRun { last_lumi_section, lumi_sections });
+        }
     }
 
     fn commits(&mut self, files: Vec<FileId>) {
@@ -370,6 +463,7 @@ impl Bu {
             credits,
             built: std::mem::take(&mut self.built),
             published: std::mem::take(&mut self.published),
+            lumis_done: std::mem::take(&mut self.lumis_done),
         };
         self.out.push_back(Output::Send { to: Peer::Evm, msg });
     }

@@ -60,9 +60,22 @@ struct BuState {
     assigned: BTreeSet<EventNumber>,
     /// Files committed and not yet reported published, with their events.
     committed: BTreeMap<FileId, Vec<EventRange>>,
+    /// End-of-lumi notices sent and not yet acknowledged: lumi section → events.
+    unacked_lumis: BTreeMap<u32, u64>,
     /// Commits not yet sent, and since when.
     pending_commits: Vec<FileId>,
     pending_since: Option<Nanos>,
+}
+
+/// A lumi section being triggered or committed.
+#[derive(Debug)]
+struct Lumi {
+    /// Triggers may still come for it.
+    open: bool,
+    /// Events triggered and not yet committed.
+    uncommitted: u64,
+    /// Events committed, per BU.
+    per_bu: Vec<u64>,
 }
 
 /// Counters of the event manager.
@@ -94,7 +107,15 @@ pub struct Evm {
     release_since: Option<Nanos>,
     /// Events triggered and not yet committed.
     in_flight: usize,
+    /// Lumi sections with events not yet all committed, or still being triggered.
+    lumis: BTreeMap<u32, Lumi>,
+    last_lumi: Option<u32>,
+    lumi_count: u32,
+    end_sent: bool,
     next_bu: usize,
+    /// Run control stopped the trigger; the last event it issued.
+    stop_at: Option<Option<EventNumber>>,
+    /// Every event up to the last one issued has been seen.
     stopped: bool,
     drain_sent: bool,
     last_triggered: Option<EventNumber>,
@@ -113,7 +134,12 @@ impl Evm {
             pending_release: Vec::new(),
             release_since: None,
             in_flight: 0,
+            lumis: BTreeMap::new(),
+            last_lumi: None,
+            lumi_count: 0,
+            end_sent: false,
             next_bu: 0,
+            stop_at: None,
             stopped: false,
             drain_sent: false,
             last_triggered: None,
@@ -137,15 +163,59 @@ impl Evm {
         self.stopped
             && self.triggered.is_empty()
             && self.reassign.is_empty()
-            && self.bus.iter().all(|b| b.assigned.is_empty() && b.committed.is_empty())
+            && self.bus.iter().all(|b| b.assigned.is_empty() && b.committed.is_empty() && b.unacked_lumis.is_empty())
+            && self.lumis.is_empty()
     }
 
-    /// The EVM's RU saw the trigger of `event`.
-    pub fn triggered(&mut self, now: Nanos, event: EventNumber) {
+    /// What keeps the EVM from having drained, for a report on a stuck run.
+    pub fn pending(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.triggered.is_empty() || !self.reassign.is_empty() {
+            parts.push(format!("{} unassigned, {} to reassign", self.triggered.len(), self.reassign.len()));
+        }
+        for (b, s) in self.bus.iter().enumerate() {
+            if !s.assigned.is_empty() || !s.committed.is_empty() || !s.unacked_lumis.is_empty() {
+                parts.push(format!(
+                    "BU {b}: {} assigned, {} files unpublished, end-of-lumi unacknowledged {:?}",
+                    s.assigned.len(),
+                    s.committed.len(),
+                    s.unacked_lumis.keys().collect::<Vec<_>>()
+                ));
+            }
+        }
+        for (ls, l) in &self.lumis {
+            parts.push(format!(
+                "lumi section {ls}: {} uncommitted{}",
+                l.uncommitted,
+                if l.open { ", open" } else { "" }
+            ));
+        }
+        parts.join("; ")
+    }
+
+    /// The EVM's RU saw the trigger of `event`, in lumi section `lumi_section`. Lumi sections
+    /// come in order: a trigger of a later one ends the earlier ones.
+    pub fn triggered(&mut self, now: Nanos, event: EventNumber, lumi_section: u32) {
         self.counters.triggered += 1;
         self.triggered.push_back((event, now));
         self.in_flight += 1;
+        if self.last_lumi != Some(lumi_section) {
+            self.lumi_count += 1;
+        }
+        self.last_lumi = Some(self.last_lumi.map_or(lumi_section, |l| l.max(lumi_section)));
+        let n_bu = self.bus.len();
+        for (_, lumi) in self.lumis.range_mut(..lumi_section) {
+            lumi.open = false;
+        }
+        let lumi = self.lumis.entry(lumi_section).or_insert_with(|| Lumi {
+            open: true,
+            uncommitted: 0,
+            per_bu: vec![0; n_bu],
+        });
+        lumi.uncommitted += 1;
         self.last_triggered = Some(event);
+        self.close_lumis();
+        self.stop_if_complete();
         self.assign(now);
     }
 
@@ -154,8 +224,9 @@ impl Evm {
         match input {
             Input::Message { from, msg } => self.message(now, from, msg),
             Input::PeerLost(Peer::Bu(bu)) => self.lose_bu(bu),
-            Input::StopTrigger => {
-                self.stopped = true;
+            Input::StopTrigger { last_event } => {
+                self.stop_at = Some(last_event);
+                self.stop_if_complete();
                 self.assign(now);
             }
             Input::Tick => {
@@ -172,7 +243,9 @@ impl Evm {
             (Peer::Bu(bu), Message::Hello { bu: claimed, epoch, unpublished }) if bu == claimed => {
                 self.hello(bu, epoch, unpublished)
             }
-            (Peer::Bu(bu), Message::Request { bu: claimed, epoch, credits, built, published }) if bu == claimed => {
+            (Peer::Bu(bu), Message::Request { bu: claimed, epoch, credits, built, published, lumis_done })
+                if bu == claimed =>
+            {
                 let Some(state) = self.bus.get_mut(usize::from(bu)) else { return };
                 if !state.alive || state.epoch != epoch {
                     return; // from an earlier incarnation
@@ -180,10 +253,14 @@ impl Evm {
                 for file in published {
                     state.committed.remove(&file);
                 }
+                for ls in lumis_done {
+                    state.unacked_lumis.remove(&ls);
+                }
                 state.credits = state.credits.saturating_add(credits);
                 for file in built {
                     self.commit(now, bu, file);
                 }
+                self.close_lumis();
                 self.assign(now);
             }
             (from, msg) => self.out.push_back(Output::Notice(Notice::ProtocolError {
@@ -212,6 +289,13 @@ impl Evm {
         if self.drain_sent {
             self.out
                 .push_back(Output::Send { to: Peer::Bu(bu), msg: Message::Drain { last_event: self.last_triggered } });
+        }
+        let unacked: Vec<(u32, u64)> = self.bus[usize::from(bu)].unacked_lumis.iter().map(|(&l, &n)| (l, n)).collect();
+        for (lumi_section, events) in unacked {
+            self.out.push_back(Output::Send { to: Peer::Bu(bu), msg: Message::EndOfLumi { lumi_section, events } });
+        }
+        if self.end_sent {
+            self.send_end_of_run(bu);
         }
     }
 
@@ -248,6 +332,12 @@ impl Evm {
             self.counters.committed += 1;
         }
         self.release_since.get_or_insert(now);
+        let n: u64 = file.events.iter().map(|r| u64::from(r.count)).sum();
+        if let Some(lumi) = self.lumis.get_mut(&file.file.lumi_section) {
+            lumi.uncommitted = lumi.uncommitted.saturating_sub(n);
+            lumi.per_bu[usize::from(bu)] += n;
+        }
+        let state = &mut self.bus[usize::from(bu)];
         state.committed.insert(file.file, file.events);
         state.pending_commits.push(file.file);
         state.pending_since.get_or_insert(now);
@@ -325,6 +415,56 @@ impl Evm {
                 self.out.push_back(Output::Send { to: Peer::Bu(b as BuId), msg });
             }
         }
+    }
+
+    /// Ends every lumi section that no trigger can add to and whose events are all committed:
+    /// each BU is told how many of its events it must have published before its end-of-lumi
+    /// record. Once the run has stopped and everything is closed, the end of the run follows.
+    fn close_lumis(&mut self) {
+        let done: Vec<u32> =
+            self.lumis.iter().filter(|(_, l)| !l.open && l.uncommitted == 0).map(|(&ls, _)| ls).collect();
+        for ls in done {
+            let Some(lumi) = self.lumis.remove(&ls) else { continue };
+            for (b, &events) in lumi.per_bu.iter().enumerate() {
+                let state = &mut self.bus[b];
+                state.unacked_lumis.insert(ls, events);
+                if state.alive {
+                    let msg = Message::EndOfLumi { lumi_section: ls, events };
+                    self.out.push_back(Output::Send { to: Peer::Bu(b as BuId), msg });
+                }
+            }
+        }
+        if self.stopped
+            && !self.end_sent
+            && self.lumis.is_empty()
+            && self.triggered.is_empty()
+            && self.reassign.is_empty()
+        {
+            self.end_sent = true;
+            for b in 0..self.cfg.n_bu {
+                if self.bus[usize::from(b)].alive {
+                    self.send_end_of_run(b);
+                }
+            }
+        }
+    }
+
+    /// Once the trigger is off and its last event seen, no lumi section can grow any more.
+    fn stop_if_complete(&mut self) {
+        let Some(last) = self.stop_at else { return };
+        if self.stopped || last.is_some_and(|l| self.last_triggered.is_none_or(|t| t < l)) {
+            return;
+        }
+        self.stopped = true;
+        for lumi in self.lumis.values_mut() {
+            lumi.open = false;
+        }
+        self.close_lumis();
+    }
+
+    fn send_end_of_run(&mut self, bu: BuId) {
+        let msg = Message::EndOfRun { last_lumi_section: self.last_lumi.unwrap_or(0), lumi_sections: self.lumi_count };
+        self.out.push_back(Output::Send { to: Peer::Bu(bu), msg });
     }
 
     /// Takes the commits waiting for BU `bu`, to ride on a data message from the EVM's RU.

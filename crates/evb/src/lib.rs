@@ -30,7 +30,7 @@ pub mod ru;
 pub mod types;
 pub mod unit;
 
-pub use bu::{Bu, BuConfig};
+pub use bu::{Bu, BuConfig, BuDisk};
 pub use evm::{Evm, EvmConfig};
 pub use node::EvmNode;
 pub use ru::{Ru, RuConfig};

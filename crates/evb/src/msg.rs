@@ -87,6 +87,8 @@ pub enum Message {
         built: Vec<BuiltFile>,
         /// Files published since the last request.
         published: Vec<FileId>,
+        /// Lumi sections whose end-of-lumi record the BU has written since the last request.
+        lumis_done: Vec<u32>,
     },
     /// EVM → RU: send these events to `bu`; release the buffers of `release` (committed).
     Assign {
@@ -127,6 +129,23 @@ pub enum Message {
     Drain {
         /// The last event that will be assigned, if any was triggered.
         last_event: Option<EventNumber>,
+    },
+    /// EVM → BU: a lumi section is over and every one of its events is committed; this BU was
+    /// given `events` of them. The BU writes its end-of-lumi record once it has published them
+    /// all, and acknowledges it on a request.
+    EndOfLumi {
+        /// The lumi section.
+        lumi_section: u32,
+        /// Events of it committed to this BU.
+        events: u64,
+    },
+    /// EVM → BU: the run is over and every lumi section closed; the BU writes its end-of-run
+    /// record once its end-of-lumi records are written.
+    EndOfRun {
+        /// The last lumi section of the run.
+        last_lumi_section: u32,
+        /// Lumi sections in the run.
+        lumi_sections: u32,
     },
 }
 

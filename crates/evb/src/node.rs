@@ -57,7 +57,7 @@ impl EvmNode {
             while let Some(o) = self.ru.poll_output() {
                 moved = true;
                 match o {
-                    Output::Triggered(event) => self.evm.triggered(now, event),
+                    Output::Triggered { event, lumi_section } => self.evm.triggered(now, event, lumi_section),
                     Output::Send { to: Peer::Bu(bu), msg: Message::Data { ru, epoch, parts, mut commits } } => {
                         commits.extend(self.evm.take_commits(bu));
                         self.out.push_back(Output::Send {

@@ -192,8 +192,8 @@ impl Ru {
         if caught_up {
             self.feds[fed_index].state = FedState::Normal;
         }
-        if fragment.trigger.is_some() {
-            self.out.push_back(Output::Triggered(event));
+        if let Some(info) = fragment.trigger {
+            self.out.push_back(Output::Triggered { event, lumi_section: info.lumi_section });
         }
         let e = self.events.entry(event).expect("not removed: checked above");
         if e.fragments.is_empty() {
@@ -388,6 +388,8 @@ pub(crate) fn message_name(msg: &Message) -> &'static str {
         Message::Commit { .. } => "Commit",
         Message::Release { .. } => "Release",
         Message::Drain { .. } => "Drain",
+        Message::EndOfLumi { .. } => "EndOfLumi",
+        Message::EndOfRun { .. } => "EndOfRun",
     }
 }
 

@@ -19,8 +19,12 @@ pub enum Input {
     FilePublished(FileId),
     /// The connection to a peer is lost, or the peer stopped answering.
     PeerLost(Peer),
-    /// Run control: no more triggers (EVM).
-    StopTrigger,
+    /// Run control: the trigger is off (EVM).
+    StopTrigger {
+        /// The last event the trigger issued (none if it issued none): the EVM ends the run
+        /// once it has seen it.
+        last_event: Option<EventNumber>,
+    },
     /// Time passed: check time-outs.
     Tick,
 }
@@ -89,7 +93,12 @@ pub enum Output {
         msg: Message,
     },
     /// The EVM's RU saw a trigger: the event exists (delivered to the EVM next to it).
-    Triggered(EventNumber),
+    Triggered {
+        /// The event.
+        event: EventNumber,
+        /// Its lumi section, from the trigger fragment.
+        lumi_section: u32,
+    },
     /// Receive buffers that can be reused (RU).
     FreeBuffers(Vec<FragmentRef>),
     /// Write these events into a new raw file under `open/` and close it (BU).
@@ -105,6 +114,21 @@ pub enum Output {
     PublishFile(FileId),
     /// Delete the file from `open/`: its events were given to another BU (BU).
     DiscardFile(FileId),
+    /// Write the end-of-lumi record of a lumi section: all of its events given to this BU are
+    /// published (BU).
+    EndOfLumi {
+        /// The lumi section.
+        lumi_section: u32,
+        /// Events of it in this BU's files.
+        events: u64,
+    },
+    /// Write the end-of-run record: every lumi section is closed (BU).
+    EndOfRun {
+        /// The last lumi section.
+        last_lumi_section: u32,
+        /// Lumi sections in the run.
+        lumi_sections: u32,
+    },
     /// Something for monitoring.
     Notice(Notice),
 }

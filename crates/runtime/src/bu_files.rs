@@ -23,6 +23,16 @@ pub enum BuFilesError {
     /// The run directory refused an operation.
     #[error(transparent)]
     RunDir(#[from] RunDirError),
+    /// The protocol's count of a lumi section's events differs from the published files'.
+    #[error("lumi section {lumi_section}: {published} events published, the protocol says {expected}")]
+    LumiCount {
+        /// The lumi section.
+        lumi_section: u32,
+        /// Events in the published files.
+        published: u64,
+        /// Events the EVM committed to this BU.
+        expected: u64,
+    },
     /// The bytes of a fragment to write are gone: a bug in the buffer handling.
     #[error("event {event}: the bytes of FED {fed}'s fragment are not held")]
     MissingBytes {
@@ -101,21 +111,25 @@ impl BuFiles {
         Ok(self.dir.discard(file.lumi_section, file.index)?)
     }
 
-    /// Ends the run: an EoLS for every lumi section up to `last_lumi_section` (from this BU's
-    /// published files; a BU of the pull protocol loses no event it was given, so its lost count
-    /// is zero and every section closes), then the EoR, which removes `open/`.
-    pub fn end_run(self, last_lumi_section: u32) -> Result<(), BuFilesError> {
-        let mut total = LumiCount::default();
-        for ls in 1..=last_lumi_section {
-            let c = self.lumis.get(&ls).copied().unwrap_or_default();
-            let eols =
-                EolsDoc { events: c.events, files: c.files, total_events: c.events, lost_events: 0, bytes: c.bytes };
-            self.dir.end_lumi_section(ls, &eols)?;
-            total.files += c.files;
-            total.events += c.events;
+    /// Writes the end-of-lumi record of `lumi_section` (the BU core's `EndOfLumi` output): its
+    /// counts are this BU's published files of that section, which must hold `events` events. A
+    /// BU of the pull protocol loses no event it was given, so its lost count is zero.
+    pub fn end_lumi(&mut self, lumi_section: u32, events: u64) -> Result<(), BuFilesError> {
+        let c = self.lumis.get(&lumi_section).copied().unwrap_or_default();
+        if c.events != events {
+            return Err(BuFilesError::LumiCount { lumi_section, published: c.events, expected: events });
         }
-        let lumis = u64::from(last_lumi_section);
-        self.dir.end_run(&EorDoc { events: total.events, files: total.files, lumis, last_lumi: lumis })?;
+        let eols = EolsDoc { events, files: c.files, total_events: events, lost_events: 0, bytes: c.bytes };
+        self.dir.end_lumi_section(lumi_section, &eols)?;
+        Ok(())
+    }
+
+    /// Writes the end-of-run record (the BU core's `EndOfRun` output), which removes `open/`.
+    pub fn end_run(&mut self, last_lumi_section: u32, lumi_sections: u32) -> Result<(), BuFilesError> {
+        let events = self.lumis.values().map(|c| c.events).sum();
+        let files = self.lumis.values().map(|c| c.files).sum();
+        let eor = EorDoc { events, files, lumis: lumi_sections.into(), last_lumi: last_lumi_section.into() };
+        self.dir.end_run(&eor)?;
         Ok(())
     }
 }

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use tessera_evb::msg::{FragmentRef, Message};
 use tessera_evb::types::{BuId, EventNumber, FedId, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuiltEvent, Input, Output};
-use tessera_evb::{Bu, BuConfig, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_evb::{Bu, BuConfig, BuDisk, EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::tcds::TCDS_FED_ID;
 
 /// What the driver does with a BU's file actions; each completes at once.
@@ -16,6 +16,10 @@ pub trait FileActions {
     fn write(&mut self, bu: BuId, file: FileId, events: &[BuiltEvent]);
     /// Publishes `file` of BU `bu`.
     fn publish(&mut self, bu: BuId, file: FileId);
+    /// Writes the end-of-lumi record of `lumi_section` at BU `bu`.
+    fn end_lumi(&mut self, _bu: BuId, _lumi_section: u32, _events: u64) {}
+    /// Writes the end-of-run record at BU `bu`.
+    fn end_run(&mut self, _bu: BuId, _last_lumi_section: u32, _lumi_sections: u32) {}
 }
 
 /// File actions that do nothing: the cores alone.
@@ -58,6 +62,7 @@ pub struct IdealSystem<F> {
     bus: Vec<Bu>,
     files: F,
     queue: VecDeque<(Peer, Peer, Message)>,
+    ended: Vec<bool>,
     inputs: VecDeque<(Peer, Input)>,
     counts: Counts,
 }
@@ -69,13 +74,12 @@ impl<F: FileActions> IdealSystem<F> {
         IdealSystem {
             evm: EvmNode::new(EvmConfig::new(topology.n_ru, topology.n_bu), ru_cfg(0)),
             rus: (1..topology.n_ru).map(|r| Ru::new(ru_cfg(r))).collect(),
-            bus: (0..topology.n_bu)
-                .map(|b| Bu::new(BuConfig::new(b, topology.n_ru), 1, Vec::new(), Default::default()))
-                .collect(),
+            bus: (0..topology.n_bu).map(|b| Bu::new(BuConfig::new(b, topology.n_ru), 1, BuDisk::default())).collect(),
             topology,
             first_event,
             files,
             queue: VecDeque::new(),
+            ended: vec![false; usize::from(topology.n_bu)],
             inputs: VecDeque::new(),
             counts: Counts::default(),
         }
@@ -110,6 +114,13 @@ impl<F: FileActions> IdealSystem<F> {
                 (Peer::Bu(b), Output::PublishFile(file)) => {
                     self.files.publish(b, file);
                     self.inputs.push_back((node, Input::FilePublished(file)));
+                }
+                (Peer::Bu(b), Output::EndOfLumi { lumi_section, events }) => {
+                    self.files.end_lumi(b, lumi_section, events)
+                }
+                (Peer::Bu(b), Output::EndOfRun { last_lumi_section, lumi_sections }) => {
+                    self.files.end_run(b, last_lumi_section, lumi_sections);
+                    self.ended[usize::from(b)] = true;
                 }
                 _ => {}
             }
@@ -181,11 +192,12 @@ impl<F: FileActions> IdealSystem<F> {
             }
             self.pump(now);
         }
-        self.feed(now, Peer::Evm, Input::StopTrigger);
+        let last_event = (events > 0).then(|| self.first_event + events - 1);
+        self.feed(now, Peer::Evm, Input::StopTrigger { last_event });
         for _ in 0..100 {
             now += 2_000_000;
             self.tick_all(now);
-            if self.evm.evm.drained() && self.bus.iter().all(Bu::idle) {
+            if self.evm.evm.drained() && self.ended.iter().all(|&e| e) {
                 return self.counts;
             }
         }

@@ -10,7 +10,7 @@ use tessera_evb::msg::{FragmentRef, Message, TriggerInfo};
 use tessera_evb::ru::RuBug;
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuiltEvent, Input, Notice, Output};
-use tessera_evb::{Bu, BuConfig, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_evb::{Bu, BuConfig, BuDisk, EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::frd::flags;
 use tessera_formats::tcds::{TCDS_FED_ID, orbit_in_lumi_section};
@@ -76,6 +76,11 @@ struct BuSlot {
     slow: bool,
     files: BTreeMap<FileId, SimFile>,
     next_index: BTreeMap<u32, u32>,
+    /// Events published per lumi section whose end-of-lumi record is not written.
+    published_events: BTreeMap<u32, u64>,
+    /// End-of-lumi records written: lumi section → events.
+    end_of_lumis: BTreeMap<u32, u64>,
+    ended: bool,
 }
 
 /// The simulated system.
@@ -192,6 +197,9 @@ impl World {
                 slow: false,
                 files: BTreeMap::new(),
                 next_index: BTreeMap::new(),
+                published_events: BTreeMap::new(),
+                end_of_lumis: BTreeMap::new(),
+                ended: false,
             })
             .collect();
         for _ in 0..sc.faults.slow_bus.min(t.n_bu) {
@@ -295,7 +303,7 @@ impl World {
     fn drained(&self) -> bool {
         self.published.len() as u64 == self.sc.events
             && self.evm.evm.drained()
-            && self.bus.iter().all(|b| b.unit.as_ref().is_some_and(|u| u.idle()))
+            && self.bus.iter().all(|b| b.ended && b.unit.as_ref().is_some_and(|u| u.idle()))
             && self.buffers.is_empty()
     }
 
@@ -305,13 +313,19 @@ impl World {
             .iter()
             .enumerate()
             .map(|(i, b)| match &b.unit {
-                Some(u) => format!("BU {i}: {} in flight", u.events_in_flight()),
+                Some(u) => format!(
+                    "BU {i}: {} in flight{}{}",
+                    u.events_in_flight(),
+                    if u.idle() { ", idle" } else { "" },
+                    if b.ended { ", ended" } else { "" }
+                ),
                 None => format!("BU {i}: down"),
             })
             .collect();
         format!(
-            "EVM {} in flight; buffers held {}; {}",
+            "EVM {} in flight, pending [{}]; buffers held {}; {}",
             self.evm.evm.events_in_flight(),
+            self.evm.evm.pending(),
             self.buffers.len(),
             bus.join(", ")
         )
@@ -370,7 +384,8 @@ impl World {
             Ev::BuRestart { bu } => self.start_bu(bu),
             Ev::StopTrigger => {
                 self.stop_sent = true;
-                self.feed(Peer::Evm, Input::StopTrigger);
+                let last_event = (self.sc.events > 0).then(|| self.sc.first_event + self.sc.events - 1);
+                self.feed(Peer::Evm, Input::StopTrigger { last_event });
             }
         }
     }
@@ -383,8 +398,14 @@ impl World {
             return;
         }
         slot.files.retain(|_, f| f.written);
-        let unpublished: Vec<FileId> = slot.files.keys().copied().collect();
-        slot.unit = Some(Bu::new(self.bu_cfgs[bu].clone(), slot.incarnation, unpublished, slot.next_index.clone()));
+        // What the BU reads off its disk: names, headers, and the records it has written.
+        let disk = BuDisk {
+            unpublished: slot.files.iter().map(|(&id, f)| (id, f.events.len() as u32)).collect(),
+            next_index: slot.next_index.clone(),
+            published_events: slot.published_events.clone(),
+            lumis_done: slot.end_of_lumis.keys().copied().collect(),
+        };
+        slot.unit = Some(Bu::new(self.bu_cfgs[bu].clone(), slot.incarnation, disk));
         self.drain_outputs(Peer::Bu(bu as u16));
     }
 
@@ -509,7 +530,7 @@ impl World {
     fn output(&mut self, node: Peer, out: Output) {
         match out {
             Output::Send { to, msg } => self.send(node, to, msg),
-            Output::Triggered(_) => {}
+            Output::Triggered { .. } => {}
             Output::FreeBuffers(fragments) => {
                 for f in fragments {
                     if !self.buffers.remove(&f.buffer) {
@@ -535,6 +556,31 @@ impl World {
                 let Peer::Bu(b) = node else { return };
                 if self.bus[usize::from(b)].files.remove(&file).is_none() {
                     self.violation(format!("BU {b} discarded file {file} that it does not hold"));
+                }
+            }
+            Output::EndOfLumi { lumi_section, events } => {
+                let Peer::Bu(b) = node else { return };
+                let slot = &mut self.bus[usize::from(b)];
+                let published = slot.published_events.remove(&lumi_section).unwrap_or(0);
+                let again = slot.end_of_lumis.insert(lumi_section, events).is_some();
+                if again {
+                    self.violation(format!("BU {b} wrote the EoLS of lumi section {lumi_section} twice"));
+                } else if published != events {
+                    self.violation(format!(
+                        "BU {b} EoLS of lumi section {lumi_section} says {events} events, it published {published}"
+                    ));
+                }
+            }
+            Output::EndOfRun { last_lumi_section, .. } => {
+                let Peer::Bu(b) = node else { return };
+                let slot = &mut self.bus[usize::from(b)];
+                let missing: Vec<u32> =
+                    (1..=last_lumi_section).filter(|ls| !slot.end_of_lumis.contains_key(ls)).collect();
+                let again = std::mem::replace(&mut slot.ended, true);
+                if again {
+                    self.violation(format!("BU {b} wrote the EoR twice"));
+                } else if !missing.is_empty() {
+                    self.violation(format!("BU {b} wrote the EoR without the EoLS of lumi sections {missing:?}"));
                 }
             }
             Output::Notice(Notice::ProtocolError { what }) => self.violation(format!("protocol error: {what}")),
@@ -578,6 +624,7 @@ impl World {
             return;
         }
         self.last_progress = self.now;
+        *self.bus[bu].published_events.entry(f.lumi_section).or_default() += f.events.len() as u64;
         for event in &f.events {
             if let Some(other) = self.published.insert(event.event, file) {
                 self.violation(format!(
@@ -682,6 +729,19 @@ impl World {
             (first..first + self.sc.events).filter(|e| !self.published.contains_key(e)).take(5).collect();
         if !missing.is_empty() {
             self.violation(format!("events never published, e.g. {missing:?}"));
+        }
+        // Each lumi section's EoLS records, summed over BUs, account for every event of it.
+        let mut per_ls: BTreeMap<u32, u64> = BTreeMap::new();
+        for e in first..first + self.sc.events {
+            *per_ls.entry(self.trigger_info(e).lumi_section).or_default() += 1;
+        }
+        for (ls, triggered) in per_ls {
+            let recorded: u64 = self.bus.iter().filter_map(|b| b.end_of_lumis.get(&ls)).sum();
+            if recorded != triggered {
+                self.violation(format!(
+                    "lumi section {ls}: EoLS records count {recorded} events, {triggered} were triggered"
+                ));
+            }
         }
     }
 }
