@@ -2,6 +2,7 @@
 //! files BUs have built, and tells RUs when buffers can be reused.
 
 use crate::msg::{BuiltFile, Message};
+use crate::ring::EventRing;
 use crate::ru::message_name;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FileId, Nanos, Peer, RuId, push_event};
 use crate::unit::{Input, Notice, Output};
@@ -56,8 +57,8 @@ struct BuState {
     alive: bool,
     /// Events it asked for and has not been given yet.
     credits: u32,
-    /// Events assigned and not yet committed.
-    assigned: BTreeSet<EventNumber>,
+    /// Events assigned and not yet committed (which ones: `Evm::owner`).
+    assigned: usize,
     /// Files committed and not yet reported published, with their events.
     committed: BTreeMap<FileId, Vec<EventRange>>,
     /// End-of-lumi notices sent and not yet acknowledged: lumi section → events.
@@ -107,6 +108,8 @@ pub struct Evm {
     release_since: Option<Nanos>,
     /// Events triggered and not yet committed.
     in_flight: usize,
+    /// The BU each assigned, uncommitted event is assigned to, by event number.
+    owner: EventRing<Option<BuId>>,
     /// Lumi sections with events not yet all committed, or still being triggered.
     lumis: BTreeMap<u32, Lumi>,
     last_lumi: Option<u32>,
@@ -134,6 +137,7 @@ impl Evm {
             pending_release: Vec::new(),
             release_since: None,
             in_flight: 0,
+            owner: EventRing::new(0),
             lumis: BTreeMap::new(),
             last_lumi: None,
             lumi_count: 0,
@@ -163,7 +167,7 @@ impl Evm {
         self.stopped
             && self.triggered.is_empty()
             && self.reassign.is_empty()
-            && self.bus.iter().all(|b| b.assigned.is_empty() && b.committed.is_empty() && b.unacked_lumis.is_empty())
+            && self.bus.iter().all(|b| b.assigned == 0 && b.committed.is_empty() && b.unacked_lumis.is_empty())
             && self.lumis.is_empty()
     }
 
@@ -174,10 +178,10 @@ impl Evm {
             parts.push(format!("{} unassigned, {} to reassign", self.triggered.len(), self.reassign.len()));
         }
         for (b, s) in self.bus.iter().enumerate() {
-            if !s.assigned.is_empty() || !s.committed.is_empty() || !s.unacked_lumis.is_empty() {
+            if s.assigned > 0 || !s.committed.is_empty() || !s.unacked_lumis.is_empty() {
                 parts.push(format!(
                     "BU {b}: {} assigned, {} files unpublished, end-of-lumi unacknowledged {:?}",
-                    s.assigned.len(),
+                    s.assigned,
                     s.committed.len(),
                     s.unacked_lumis.keys().collect::<Vec<_>>()
                 ));
@@ -197,6 +201,10 @@ impl Evm {
     /// come in order: a trigger of a later one ends the earlier ones.
     pub fn triggered(&mut self, now: Nanos, event: EventNumber, lumi_section: u32) {
         self.counters.triggered += 1;
+        if self.in_flight == 0 {
+            // Nothing older is uncommitted: the ring of owners may start here.
+            self.owner.rebase_if_empty(event);
+        }
         self.triggered.push_back((event, now));
         self.in_flight += 1;
         if self.last_lumi != Some(lumi_section) {
@@ -307,9 +315,14 @@ impl Evm {
         state.pending_commits.clear();
         state.pending_since = None;
         if !forget {
-            let events = std::mem::take(&mut state.assigned);
-            self.counters.reassigned += events.len() as u64;
-            self.reassign.extend(events);
+            state.assigned = 0;
+            for (event, owner) in self.owner.iter_mut() {
+                if *owner == Some(bu) {
+                    *owner = None;
+                    self.reassign.insert(event);
+                    self.counters.reassigned += 1;
+                }
+            }
         }
     }
 
@@ -318,7 +331,8 @@ impl Evm {
         if state.committed.contains_key(&file.file) {
             return; // reported again: already committed
         }
-        let foreign = file.events.iter().flat_map(|r| r.iter()).find(|e| !state.assigned.contains(e));
+        let owner = &self.owner;
+        let foreign = file.events.iter().flat_map(|r| r.iter()).find(|&e| owner.get(e) != Some(&Some(bu)));
         if let Some(event) = foreign {
             self.out.push_back(Output::Notice(Notice::ProtocolError {
                 what: format!("EVM: BU {bu} built file {} with event {event}, not assigned to it", file.file),
@@ -326,7 +340,8 @@ impl Evm {
             return;
         }
         for event in file.events.iter().flat_map(|r| r.iter()) {
-            state.assigned.remove(&event);
+            self.owner.remove(event);
+            state.assigned -= 1;
             self.in_flight -= 1;
             push_event(&mut self.pending_release, event);
             self.counters.committed += 1;
@@ -355,7 +370,7 @@ impl Evm {
             let b = self.next_bu % n;
             self.next_bu = (self.next_bu + 1) % n;
             let state = &self.bus[b];
-            let room = self.cfg.max_assigned_per_bu.saturating_sub(state.assigned.len());
+            let room = self.cfg.max_assigned_per_bu.saturating_sub(state.assigned);
             let want = (state.credits as usize).min(room);
             if !state.alive || want == 0 {
                 continue;
@@ -379,7 +394,10 @@ impl Evm {
                     break;
                 };
                 push_event(&mut events, event);
-                self.bus[b].assigned.insert(event);
+                if let Some(owner) = self.owner.entry(event) {
+                    *owner = Some(b as BuId);
+                }
+                self.bus[b].assigned += 1;
                 count += 1;
             }
             let state = &mut self.bus[b];

@@ -65,6 +65,20 @@ impl<T: Default> EventRing<T> {
         self.slots[i].as_mut()
     }
 
+    /// Moves an empty ring to start at `event`: for a user that meets its first event late (the
+    /// EVM learns the run's first event from the first trigger).
+    pub fn rebase_if_empty(&mut self, event: EventNumber) {
+        if self.slots.is_empty() {
+            self.base = event;
+        }
+    }
+
+    /// Live events in order, with their state.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (EventNumber, &mut T)> {
+        let base = self.base;
+        self.slots.iter_mut().enumerate().filter_map(move |(i, s)| s.as_mut().map(|t| (base + i as u64, t)))
+    }
+
     /// Removes `event`, dropping the holes at the front.
     pub fn remove(&mut self, event: EventNumber) -> Option<T> {
         let i = self.index(event)?;
