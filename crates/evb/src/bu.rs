@@ -349,7 +349,7 @@ impl Bu {
     fn part(&mut self, now: Nanos, ru: usize, part: SuperFragment) {
         let n_ru = usize::from(self.cfg.n_ru);
         let event = part.event;
-        if !self.building.contains_key(&event) {
+        let Some(b) = self.building.get_mut(&event) else {
             if self.outstanding == 0 {
                 self.counters.parts_dropped += 1;
                 self.out.push_back(Output::Notice(Notice::ProtocolError {
@@ -358,9 +358,18 @@ impl Bu {
                 return;
             }
             self.outstanding -= 1;
-            self.building.insert(event, Building { parts: vec![None; n_ru], have: 0 });
-        }
-        let b = self.building.get_mut(&event).expect("inserted above");
+            if n_ru == 1 && ru == 0 {
+                // The only part: the event is complete without waiting in the table.
+                self.complete(now, event, vec![part]);
+            } else if ru < n_ru {
+                let mut parts = vec![None; n_ru];
+                parts[ru] = Some(part);
+                self.building.insert(event, Building { parts, have: 1 });
+            } else {
+                self.counters.parts_dropped += 1;
+            }
+            return;
+        };
         match b.parts.get_mut(ru) {
             Some(slot @ None) => {
                 *slot = Some(part);
