@@ -29,6 +29,7 @@ mod ring;
 pub mod ru;
 pub mod types;
 pub mod unit;
+pub mod wire;
 
 pub use bu::{Bu, BuConfig};
 pub use evm::{Evm, EvmConfig};
