@@ -9,3 +9,4 @@
 pub mod formats;
 pub mod protocol;
 pub mod timing;
+pub mod wire;

@@ -29,6 +29,7 @@ mod ring;
 pub mod ru;
 pub mod types;
 pub mod unit;
+pub mod wire;
 
 pub use bu::{Bu, BuConfig, BuDisk};
 pub use evm::{Evm, EvmConfig};
