@@ -91,6 +91,8 @@ enum BenchSuite {
     Formats,
     /// CPU cost and control messages of the event-building protocol, cores alone.
     Protocol,
+    /// Encoding and decoding of the event-building wire frames.
+    Wire,
 }
 
 #[derive(Args)]
@@ -337,6 +339,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 BenchSuite::Protocol => {
                     print!("{}", tessera_bench::protocol::report(&tessera_bench::protocol::run(budget)))
                 }
+                BenchSuite::Wire => print!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget))),
             }
             Ok(ExitCode::SUCCESS)
         }
