@@ -14,7 +14,7 @@ use std::time::Instant;
 use tessera_evb::msg::{FragmentRef, TriggerInfo};
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::tcds::TCDS_FED_ID;
-use tessera_sim::ideal::{IdealSystem, NoFiles};
+use tessera_sim::ideal::{IdealSystem, NoEffects};
 use tessera_sim::scenario::Topology;
 
 /// Data FEDs per RU in every topology.
@@ -47,7 +47,7 @@ pub fn measure(n_ru: u16, n_bu: u16, budget: Budget) -> Cost {
     let mut counts = (0, 0, 0);
     let topology = Topology { n_ru, feds_per_ru: FEDS_PER_RU, n_bu };
     for _ in 0..budget.samples.max(1) {
-        let mut system = IdealSystem::new(topology, 1, NoFiles);
+        let mut system = IdealSystem::new(topology, 1, NoEffects);
         let start = Instant::now();
         let c = system.run(EVENTS, |_, fed, event| FragmentRef {
             fed,

@@ -1,8 +1,9 @@
 //! Tessera's units on real I/O: the sans-IO cores of `tessera-evb` driven by files, sockets and
-//! threads. This crate grows with the event builder; today it holds the BU's file side and the
-//! RU's receive memory for FEROL streams.
+//! threads. This crate grows with the event builder; today it holds the BU's file side and its
+//! store of received data, and the RU's receive memory for FEROL streams.
 
 #![warn(missing_docs)]
 
 pub mod bu_files;
 pub mod ferol_input;
+pub mod frame_store;

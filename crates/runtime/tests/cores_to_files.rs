@@ -1,13 +1,15 @@
 //! The protocol cores running into real files: a 2×2 system builds seeded events across the
 //! 24-bit LV1 wrap, its BUs write run directories, and `tessera verify` accepts every one of
-//! them byte for byte, each event being in exactly one of them.
+//! them byte for byte, each event being in exactly one of them. Run once with messages handed
+//! over as they are, and once through the wire format, fragment bytes and all.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
-use tessera_evb::msg::{FragmentRef, TriggerInfo};
-use tessera_evb::types::{BuId, FileId};
+use tessera_evb::msg::{FragmentRef, Message, TriggerInfo};
+use tessera_evb::types::{BuId, FileId, Peer};
 use tessera_evb::unit::BuiltEvent;
+use tessera_evb::wire::{FrameDecoder, encode, encode_data_header};
 use tessera_formats::fed::{LV1_MASK, event_type};
 use tessera_formats::raw::RawFile;
 use tessera_formats::seeded::write_seeded_fragment;
@@ -15,7 +17,8 @@ use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord, orbit_in_lumi_section};
 use tessera_inspect::event::EventChecks;
 use tessera_inspect::verify::verify_run_dir;
 use tessera_runtime::bu_files::{BuFiles, FragmentBytes};
-use tessera_sim::ideal::{FileActions, IdealSystem};
+use tessera_runtime::frame_store::FrameStore;
+use tessera_sim::ideal::{Effects, IdealSystem};
 use tessera_sim::scenario::Topology;
 
 const RUN: u32 = 4242;
@@ -30,14 +33,49 @@ impl FragmentBytes for Buffers {
     }
 }
 
+/// The BUs' disks, and, with `stores`, the wire: every message is encoded and decoded, data
+/// frames carry the fragments' bytes, and each BU keeps what it received in its frame store.
 struct Disk {
     bus: Vec<BuFiles>,
     buffers: Rc<RefCell<Buffers>>,
+    stores: Option<Vec<FrameStore>>,
 }
 
-impl FileActions for Disk {
+impl Effects for Disk {
     fn write(&mut self, bu: BuId, file: FileId, events: &[BuiltEvent]) {
-        self.bus[usize::from(bu)].write(file, events, &*self.buffers.borrow()).unwrap();
+        let b = usize::from(bu);
+        match &mut self.stores {
+            Some(stores) => {
+                self.bus[b].write(file, events, &stores[b]).unwrap();
+                stores[b].written(events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments));
+            }
+            None => self.bus[b].write(file, events, &*self.buffers.borrow()).unwrap(),
+        }
+    }
+    fn carry(&mut self, _from: Peer, to: Peer, msg: Message) -> Message {
+        let Some(stores) = &mut self.stores else { return msg };
+        let mut frame = Vec::new();
+        match &msg {
+            Message::Data { ru, epoch, parts, commits } => {
+                let buffers = self.buffers.borrow();
+                let slices: Vec<&[u8]> =
+                    parts.iter().flat_map(|p| &p.fragments).map(|f| buffers.bytes(f).unwrap()).collect();
+                encode_data_header(*ru, *epoch, parts, commits, &slices, &mut frame).unwrap();
+                for s in slices {
+                    frame.extend_from_slice(s);
+                }
+            }
+            other => encode(other, &mut frame).unwrap(),
+        }
+        let mut decoder = FrameDecoder::new();
+        assert_eq!(decoder.push(&frame), frame.len());
+        let received = decoder.next_frame().unwrap().expect("one whole frame");
+        let decoded = received.decode().unwrap();
+        let body = received.body().to_vec();
+        match to {
+            Peer::Bu(b) => stores[usize::from(b)].insert(decoded, body).unwrap(),
+            _ => decoded.message,
+        }
     }
     fn publish(&mut self, bu: BuId, file: FileId) {
         self.bus[usize::from(bu)].publish(file).unwrap();
@@ -52,6 +90,15 @@ impl FileActions for Disk {
 
 #[test]
 fn a_2x2_system_writes_run_directories_that_verify_byte_for_byte() {
+    run_2x2(false);
+}
+
+#[test]
+fn the_same_over_the_wire_format_with_the_bus_frame_stores() {
+    run_2x2(true);
+}
+
+fn run_2x2(wire: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let topology = Topology { n_ru: 2, feds_per_ru: 3, n_bu: 2 };
     let first_event = (1 << 24) - 150;
@@ -60,7 +107,8 @@ fn a_2x2_system_writes_run_directories_that_verify_byte_for_byte() {
     let bus = (0..topology.n_bu)
         .map(|b| BuFiles::create(&tmp.path().join(format!("bu{b}")), RUN, &format!("bu-{b}"), true).unwrap())
         .collect();
-    let mut system = IdealSystem::new(topology, first_event, Disk { bus, buffers: buffers.clone() });
+    let stores = wire.then(|| (0..topology.n_bu).map(|_| FrameStore::new(64 << 20)).collect());
+    let mut system = IdealSystem::new(topology, first_event, Disk { bus, buffers: buffers.clone(), stores });
     let mut next_buffer = 0u64;
     system.run(events, |_, fed, event| {
         let index = event - first_event;
@@ -95,7 +143,11 @@ fn a_2x2_system_writes_run_directories_that_verify_byte_for_byte() {
         }
     });
     let mut seen = BTreeSet::new();
-    for bu in system.into_files().bus {
+    let disk = system.into_files();
+    for store in disk.stores.iter().flatten() {
+        assert_eq!((store.frames(), store.held()), (0, 0), "every frame freed once written");
+    }
+    for bu in disk.bus {
         let dir = bu.path().to_owned();
         let violations = verify_run_dir(&dir, EventChecks::default()).unwrap();
         assert!(violations.is_empty(), "{}: {violations:#?}", dir.display());

@@ -10,8 +10,9 @@ use tessera_evb::unit::{BuiltEvent, Input, Output};
 use tessera_evb::{Bu, BuConfig, BuDisk, EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::tcds::TCDS_FED_ID;
 
-/// What the driver does with a BU's file actions; each completes at once.
-pub trait FileActions {
+/// What the driver does with the units' effects on the world: a BU's file actions (each
+/// completes at once) and how a message travels.
+pub trait Effects {
     /// Writes `events` as `file` of BU `bu`.
     fn write(&mut self, bu: BuId, file: FileId, events: &[BuiltEvent]);
     /// Publishes `file` of BU `bu`.
@@ -20,13 +21,17 @@ pub trait FileActions {
     fn end_lumi(&mut self, _bu: BuId, _lumi_section: u32, _events: u64) {}
     /// Writes the end-of-run record at BU `bu`.
     fn end_run(&mut self, _bu: BuId, _last_lumi_section: u32, _lumi_sections: u32) {}
+    /// Carries `msg` from `from` to `to` and returns it as it arrives: by default, as it is.
+    fn carry(&mut self, _from: Peer, _to: Peer, msg: Message) -> Message {
+        msg
+    }
 }
 
-/// File actions that do nothing: the cores alone.
+/// Effects that do nothing: the cores alone.
 #[derive(Debug, Default)]
-pub struct NoFiles;
+pub struct NoEffects;
 
-impl FileActions for NoFiles {
+impl Effects for NoEffects {
     fn write(&mut self, _: BuId, _: FileId, _: &[BuiltEvent]) {}
     fn publish(&mut self, _: BuId, _: FileId) {}
 }
@@ -67,7 +72,7 @@ pub struct IdealSystem<F> {
     counts: Counts,
 }
 
-impl<F: FileActions> IdealSystem<F> {
+impl<F: Effects> IdealSystem<F> {
     /// A system of `topology` with default configurations, numbering events from `first_event`.
     pub fn new(topology: Topology, first_event: EventNumber, files: F) -> Self {
         let ru_cfg = |r| RuConfig { first_event, ..RuConfig::new(r, fed_ids(topology, r)) };
@@ -85,7 +90,7 @@ impl<F: FileActions> IdealSystem<F> {
         }
     }
 
-    /// The file actions, after a run.
+    /// The effects, after a run.
     pub fn into_files(self) -> F {
         self.files
     }
@@ -139,6 +144,7 @@ impl<F: FileActions> IdealSystem<F> {
     fn pump(&mut self, now: Nanos) {
         loop {
             if let Some((from, to, msg)) = self.queue.pop_front() {
+                let msg = self.files.carry(from, to, msg);
                 self.feed(now, to, Input::Message { from, msg });
             } else if let Some((node, input)) = self.inputs.pop_front() {
                 self.feed(now, node, input);

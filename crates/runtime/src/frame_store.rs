@@ -1,0 +1,107 @@
+//! The data a BU has received: each data frame kept whole, as it arrived, until every fragment
+//! it carries has been written into a file. Fragments are named by (frame, index), so the core's
+//! super-fragments point straight into the frames and writing them needs no copy.
+
+use crate::bu_files::FragmentBytes;
+use std::collections::HashMap;
+use std::ops::Range;
+use tessera_evb::msg::{FragmentRef, Message};
+use tessera_evb::wire::Decoded;
+
+/// A data frame that would take the store past its byte budget: the BU stops reading its RU
+/// connections until files are written and frames freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the BU's data store holds {held} bytes; a frame of {frame} would pass its budget of {budget}")]
+pub struct StoreFull {
+    /// Bytes held now.
+    pub held: usize,
+    /// Bytes of the refused frame.
+    pub frame: usize,
+    /// The budget.
+    pub budget: usize,
+}
+
+struct StoredFrame {
+    body: Vec<u8>,
+    ranges: Vec<Range<usize>>,
+    /// Fragments not yet written.
+    live: usize,
+}
+
+/// Received data frames, by frame number.
+pub struct FrameStore {
+    frames: HashMap<u32, StoredFrame>,
+    next: u32,
+    held: usize,
+    budget: usize,
+}
+
+/// A fragment's `buffer` in the store: frame number in the high 32 bits, index in the low.
+fn handle(frame: u32, index: usize) -> u64 {
+    (u64::from(frame) << 32) | index as u64
+}
+
+impl FrameStore {
+    /// A store that holds at most `budget` bytes of frames.
+    pub fn new(budget: usize) -> Self {
+        FrameStore { frames: HashMap::new(), next: 0, held: 0, budget }
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Frames held now.
+    pub fn frames(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Keeps a decoded data frame (`body` as received) and returns its message with every
+    /// fragment's `buffer` naming its bytes in the store. Other messages pass through.
+    pub fn insert(&mut self, decoded: Decoded, body: Vec<u8>) -> Result<Message, StoreFull> {
+        let Decoded { mut message, fragments } = decoded;
+        let Message::Data { parts, .. } = &mut message else { return Ok(message) };
+        if self.held + body.len() > self.budget {
+            return Err(StoreFull { held: self.held, frame: body.len(), budget: self.budget });
+        }
+        let frame = self.next;
+        self.next = self.next.wrapping_add(1);
+        for fragment in parts.iter_mut().flat_map(|p| p.fragments.iter_mut()) {
+            // The decoder numbered the fragments 0, 1, 2... within the frame.
+            fragment.buffer = handle(frame, fragment.buffer as usize);
+        }
+        self.held += body.len();
+        self.frames.insert(frame, StoredFrame { live: fragments.len(), body, ranges: fragments });
+        if self.frames[&frame].live == 0 {
+            self.free(frame);
+        }
+        Ok(message)
+    }
+
+    /// Marks fragments as written; a frame whose fragments are all written is freed.
+    pub fn written<'a>(&mut self, fragments: impl IntoIterator<Item = &'a FragmentRef>) {
+        for f in fragments {
+            let frame = (f.buffer >> 32) as u32;
+            let Some(stored) = self.frames.get_mut(&frame) else { continue };
+            stored.live = stored.live.saturating_sub(1);
+            if stored.live == 0 {
+                self.free(frame);
+            }
+        }
+    }
+
+    fn free(&mut self, frame: u32) {
+        if let Some(stored) = self.frames.remove(&frame) {
+            self.held -= stored.body.len();
+        }
+    }
+}
+
+impl FragmentBytes for FrameStore {
+    fn bytes(&self, fragment: &FragmentRef) -> Option<&[u8]> {
+        let stored = self.frames.get(&((fragment.buffer >> 32) as u32))?;
+        let range = stored.ranges.get((fragment.buffer & 0xFFFF_FFFF) as usize)?;
+        stored.body.get(range.clone())
+    }
+}
