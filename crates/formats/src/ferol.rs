@@ -27,6 +27,7 @@
 //! The block-chain machinery here (splitting, gathering, walking a stream) is shared with the DTH
 //! orbit streams of [`crate::orbit`], whose headers differ but whose chaining rules are the same.
 
+use std::marker::PhantomData;
 use std::ops::Range;
 
 use crate::error::{FormatError, Result, dec, hex, le_u64, need_space, take};
@@ -299,32 +300,61 @@ impl<'a> FerolFragment<'a> {
     }
 }
 
-/// The fragments of a buffer holding a FEROL stream, back to back: yields each fragment with its
-/// offset in the buffer. Errors carry stream offsets; the iterator ends after the first one. A
-/// buffer that ends inside a fragment yields a [`FormatError::Truncated`] error, and
-/// [`FerolStream::position`] says where the incomplete fragment starts.
-#[derive(Debug, Clone)]
-pub struct FerolStream<'a> {
-    walk: Walk<'a>,
+/// A unit that a block stream carries back to back: a FEROL fragment, a DTH orbit.
+pub trait StreamUnit<'a>: Sized {
+    /// Reads the unit at the start of `buf`; returns it and the bytes it takes on the stream.
+    fn read(buf: &'a [u8]) -> Result<(Self, usize)>;
 }
 
-impl<'a> FerolStream<'a> {
+/// The units of a buffer holding a block stream, back to back: yields each with its offset in
+/// the buffer. Errors carry stream offsets; the iterator ends after the first one. A buffer that
+/// ends inside a unit yields a [`FormatError::Truncated`] error, and
+/// [`BlockStream::position`] says where the incomplete unit starts.
+#[derive(Debug, Clone)]
+pub struct BlockStream<'a, U> {
+    buf: &'a [u8],
+    pos: usize,
+    done: bool,
+    unit: PhantomData<U>,
+}
+
+/// A reader of a FEROL stream's fragments.
+pub type FerolStream<'a> = BlockStream<'a, FerolFragment<'a>>;
+
+impl<'a, U: StreamUnit<'a>> BlockStream<'a, U> {
     /// A reader over the stream bytes in `buf`.
     pub fn new(buf: &'a [u8]) -> Self {
-        FerolStream { walk: Walk::new(buf) }
+        BlockStream { buf, pos: 0, done: false, unit: PhantomData }
     }
 
-    /// Offset just past the last fragment read: where the next one starts.
+    /// Offset just past the last unit read: where the next one starts.
     pub fn position(&self) -> usize {
-        self.walk.pos
+        self.pos
     }
 }
 
-impl<'a> Iterator for FerolStream<'a> {
-    type Item = Result<(usize, FerolFragment<'a>)>;
+impl<'a, U: StreamUnit<'a>> Iterator for BlockStream<'a, U> {
+    type Item = Result<(usize, U)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.walk.next(|b| FerolFragment::parse(b).map(|f| (f, f.wire_len())))
+        let rest = self.buf.get(self.pos..).filter(|r| !r.is_empty() && !self.done)?;
+        match U::read(rest) {
+            Ok((unit, len)) => {
+                let at = self.pos;
+                self.pos += len;
+                Some(Ok((at, unit)))
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e.shifted(self.pos)))
+            }
+        }
+    }
+}
+
+impl<'a> StreamUnit<'a> for FerolFragment<'a> {
+    fn read(buf: &'a [u8]) -> Result<(Self, usize)> {
+        FerolFragment::parse(buf).map(|f| (f, f.wire_len()))
     }
 }
 
@@ -532,37 +562,6 @@ pub(crate) fn copy_segments<'a>(
         pos = end;
     }
     Ok(pos)
-}
-
-/// Walks back-to-back units of a stream buffer, shifting errors to stream offsets and stopping
-/// after the first.
-#[derive(Debug, Clone)]
-pub(crate) struct Walk<'a> {
-    buf: &'a [u8],
-    pub pos: usize,
-    done: bool,
-}
-
-impl<'a> Walk<'a> {
-    pub fn new(buf: &'a [u8]) -> Self {
-        Walk { buf, pos: 0, done: false }
-    }
-
-    /// Reads the next unit with `parse`, which returns it and the bytes it takes.
-    pub fn next<T>(&mut self, parse: impl FnOnce(&'a [u8]) -> Result<(T, usize)>) -> Option<Result<(usize, T)>> {
-        let rest = self.buf.get(self.pos..).filter(|r| !r.is_empty() && !self.done)?;
-        match parse(rest) {
-            Ok((unit, len)) => {
-                let at = self.pos;
-                self.pos += len;
-                Some(Ok((at, unit)))
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e.shifted(self.pos)))
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -48,7 +48,7 @@ use std::ops::Range;
 
 use crate::crc::{Crc16Words, crc32c};
 use crate::error::{FormatError, Result, dec, hex, le_u16, le_u32, le_u64, need_space, take};
-use crate::ferol::{self, ChainHeader, Piece, Split, Walk};
+use crate::ferol::{self, BlockStream, ChainHeader, Piece, Split, StreamUnit};
 
 /// Size of the orbit header.
 pub const ORBIT_HEADER_BYTES: usize = 32;
@@ -1070,30 +1070,12 @@ impl<'a> DthOrbit<'a> {
     }
 }
 
-/// The orbits of a buffer holding a DTH stream, back to back: yields each with its offset in the
-/// buffer. Errors carry stream offsets; the iterator ends after the first one.
-#[derive(Debug, Clone)]
-pub struct DthStream<'a> {
-    walk: Walk<'a>,
-}
+/// A reader of a DTH stream's orbits (see [`BlockStream`]).
+pub type DthStream<'a> = BlockStream<'a, DthOrbit<'a>>;
 
-impl<'a> DthStream<'a> {
-    /// A reader over the stream bytes in `buf`.
-    pub fn new(buf: &'a [u8]) -> Self {
-        DthStream { walk: Walk::new(buf) }
-    }
-
-    /// Offset just past the last orbit read: where the next one starts.
-    pub fn position(&self) -> usize {
-        self.walk.pos
-    }
-}
-
-impl<'a> Iterator for DthStream<'a> {
-    type Item = Result<(usize, DthOrbit<'a>)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.walk.next(|b| DthOrbit::parse(b).map(|o| (o, o.wire_len())))
+impl<'a> StreamUnit<'a> for DthOrbit<'a> {
+    fn read(buf: &'a [u8]) -> Result<(Self, usize)> {
+        DthOrbit::parse(buf).map(|o| (o, o.wire_len()))
     }
 }
 
