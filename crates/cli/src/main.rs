@@ -187,7 +187,7 @@ struct FerolArgs {
     /// Send to an RU at HOST:PORT, one TCP connection per FED.
     #[arg(long)]
     connect: Option<String>,
-    /// Write one capture file per FED, DIR/fed<ID>.ferol (created if missing).
+    /// Write one capture file per FED, `DIR/fed<ID>.ferol` (created if missing).
     #[arg(long)]
     output: Option<PathBuf>,
 }
