@@ -7,3 +7,4 @@
 pub mod bu_files;
 pub mod ferol_input;
 pub mod frame_store;
+pub mod transport;
