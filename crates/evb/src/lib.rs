@@ -14,6 +14,11 @@
 //!    delay); only then does the BU publish it, and the RUs free the events' buffers (released on
 //!    the next assignment). A BU lost before the commit has its events given to others; when it
 //!    restarts, the EVM tells it which of its unpublished files to publish and which to discard.
+//! 6. When a lumi section is over and all its events are committed, the EVM tells each BU how
+//!    many it was given ([`msg::Message::EndOfLumi`]); the BU writes its end-of-lumi record once
+//!    it has published them, and acknowledges it. [`msg::Message::EndOfRun`] follows the last.
+//!
+//! [`wire`] gives every message its frame on TCP.
 //!
 //! Every queue and table is bounded: an RU refuses fragments past its buffer
 //! ([`ru::BackPressure`]), a BU never holds more than its configured events, and the EVM never
