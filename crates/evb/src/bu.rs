@@ -146,6 +146,8 @@ pub struct Bu {
     published: Vec<FileId>,
     report_since: Option<Nanos>,
     draining: bool,
+    /// Why the BU asks for no events now (its RAM disk is full, ...), if it does not.
+    throttle: Option<&'static str>,
     out: VecDeque<Output>,
     counters: BuCounters,
 }
@@ -179,6 +181,7 @@ impl Bu {
             published: Vec::new(),
             report_since: None,
             draining: false,
+            throttle: None,
             out: VecDeque::new(),
             counters: BuCounters::default(),
             cfg,
@@ -203,6 +206,18 @@ impl Bu {
     /// Whether the BU has nothing under way: no event being built and no file unpublished.
     pub fn idle(&self) -> bool {
         self.building.is_empty() && self.open.is_empty() && self.files.is_empty()
+    }
+
+    /// Stops asking for events, for `reason` (a stable key such as `RAMDISK_HIGH_WATER`), or
+    /// resumes with `None`. Built and published files are still reported while throttled.
+    pub fn set_throttle(&mut self, now: Nanos, reason: Option<&'static str>) {
+        self.throttle = reason;
+        self.maybe_request(now);
+    }
+
+    /// Why the BU asks for no events now, if it does not.
+    pub fn throttle(&self) -> Option<&'static str> {
+        self.throttle
     }
 
     /// Handles one input.
@@ -409,6 +424,12 @@ impl Bu {
         let index = match self.open.iter().position(|f| f.lumi_section == lumi_section) {
             Some(i) => i,
             None => {
+                // The first event of a newer lumi section: the older sections' files will
+                // hardly grow any more, and waiting for their time-out would hold their events
+                // (and the RUs' buffers) uncommitted. A straggler opens a file of its own.
+                while let Some(i) = self.open.iter().position(|f| f.lumi_section < lumi_section) {
+                    self.close(now, i);
+                }
                 if self.open.len() >= self.cfg.max_open_files.max(1) {
                     self.close(now, 0);
                 }
@@ -458,7 +479,7 @@ impl Bu {
             return;
         }
         let free = self.cfg.max_events_in_flight.saturating_sub(self.events_in_flight());
-        let credits = if free >= self.cfg.request_batch_events { free } else { 0 };
+        let credits = if free >= self.cfg.request_batch_events && self.throttle.is_none() { free } else { 0 };
         let reports_due = self.report_since.is_some_and(|t| now >= t.saturating_add(self.cfg.report_delay_ns));
         if credits == 0 && !reports_due {
             return;

@@ -157,6 +157,11 @@ impl Evm {
         self.counters
     }
 
+    /// The last event triggered, if any.
+    pub fn last_triggered(&self) -> Option<EventNumber> {
+        self.last_triggered
+    }
+
     /// Events triggered and not yet committed: the EVM's table size.
     pub fn events_in_flight(&self) -> usize {
         self.in_flight

@@ -132,3 +132,24 @@ pub enum Output {
     /// Something for monitoring.
     Notice(Notice),
 }
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::SyncLoss { fed, expected, found_lv1 } => write!(
+                f,
+                "FED {fed} lost sync: expected event {expected}, it sent LV1 {found_lv1:#08x}; it is ignored from then on"
+            ),
+            Notice::MissingFragments { event, feds } => {
+                write!(f, "event {event} sent on without FEDs {feds:?} after the fragment time-out")
+            }
+            Notice::LateFragment { fed, event } => {
+                write!(f, "FED {fed}'s fragment of event {event} came after the event was sent on; dropped")
+            }
+            Notice::FedStalled { fed, event } => {
+                write!(f, "FED {fed} stalled at event {event}: events no longer wait for it")
+            }
+            Notice::ProtocolError { what } => write!(f, "protocol error: {what}"),
+        }
+    }
+}

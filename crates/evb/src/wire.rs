@@ -203,6 +203,14 @@ pub enum WireError {
         /// Length of its slice.
         given: usize,
     },
+    /// The pieces given to [`encode_data_header_pieces`] do not add up to the fragments' sizes.
+    #[error("Data: the fragments are declared {declared} bytes long, the pieces hold {given}")]
+    PieceBytes {
+        /// Sum of the fragments' `bytes` fields.
+        declared: u64,
+        /// Sum of the pieces' lengths.
+        given: u64,
+    },
     /// A count or length does not fit the u32 the wire gives it.
     #[error("{what}: {field} of {length} does not fit in 32 bits")]
     TooLarge {
@@ -264,15 +272,33 @@ pub fn encode_data_header<S: Deref<Target = [u8]>>(
             return Err(WireError::FragmentLength { index, declared: fragment.bytes, given: slice.len() });
         }
     }
+    encode_data_header_pieces(ru, epoch, parts, commits, fragments, out)
+}
+
+/// As [`encode_data_header`], for fragments held in pieces (a fragment received in several FEROL
+/// blocks): `pieces` are the bytes of every fragment of `parts`, in order, cut anywhere; only
+/// their total length is checked against the fragments' declared sizes.
+pub fn encode_data_header_pieces<S: Deref<Target = [u8]>>(
+    ru: RuId,
+    epoch: Epoch,
+    parts: &[SuperFragment],
+    commits: &[FileId],
+    pieces: &[S],
+    out: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    let declared = parts.iter().flat_map(|p| &p.fragments).map(|f| u64::from(f.bytes)).sum::<u64>();
+    let given = pieces.iter().map(|s| s.len() as u64).sum::<u64>();
+    if declared != given {
+        return Err(WireError::PieceBytes { declared, given });
+    }
     let start = out.len();
     out.extend_from_slice(&[0; HEADER_BYTES]);
     let result = put_data_descriptors(ru, epoch, parts, commits, out).and_then(|()| {
         let descriptors = &out[start + HEADER_BYTES..];
-        let fragment_bytes = fragments.iter().map(|s| s.len() as u64).sum::<u64>();
-        let length = body_length(descriptors.len() as u64 + fragment_bytes)?;
+        let length = body_length(descriptors.len() as u64 + given)?;
         let mut crc = Crc32c::new();
         crc.update(descriptors);
-        for slice in fragments {
+        for slice in pieces {
             crc.update(slice);
         }
         write_header(&mut out[start..start + HEADER_BYTES], MessageType::Data, length, crc.finish());
