@@ -29,6 +29,8 @@ use std::fs::File;
 use std::io::{self, BufWriter, IoSlice, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_formats::ferol::{HEADER_BYTES, MAX_DATA_BYTES};
 
@@ -63,7 +65,7 @@ pub struct Limits {
 }
 
 /// A whole emulator run.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct SenderConfig {
     /// One generator configuration per FED stream.
     pub streams: Vec<StreamConfig>,
@@ -73,6 +75,8 @@ pub struct SenderConfig {
     pub paced: bool,
     /// When to stop.
     pub limits: Limits,
+    /// Run control's stop, shared by every stream of the run (and of other senders' runs).
+    pub stop: Option<Arc<StopLine>>,
 }
 
 /// Why a stream ended.
@@ -84,6 +88,52 @@ pub enum End {
     Deadline,
     /// A [`crate::fault::Fault::Disconnect`] closed it.
     Disconnect,
+    /// Run control stopped every stream at the same event (see [`StopLine`]).
+    Stopped,
+}
+
+/// Stops every stream of a run after the same event, so that no FED ends short of the others: a
+/// stop at a moment's notice (a time limit, Ctrl-C) sets one event count for all streams, a
+/// margin beyond the furthest, and the streams behind catch up to it before they close.
+#[derive(Debug, Default)]
+pub struct StopLine {
+    limit: AtomicU64,
+    progress: Mutex<Vec<Arc<AtomicU64>>>,
+}
+
+impl StopLine {
+    /// A line not yet drawn.
+    pub fn new() -> Arc<Self> {
+        Arc::new(StopLine { limit: AtomicU64::new(u64::MAX), progress: Mutex::new(Vec::new()) })
+    }
+
+    fn register(&self) -> Arc<AtomicU64> {
+        let p = Arc::new(AtomicU64::new(0));
+        self.progress.lock().unwrap_or_else(|e| e.into_inner()).push(p.clone());
+        p
+    }
+
+    /// Draws the line `margin` events beyond the furthest stream and returns the number of events
+    /// every stream will have sent. A stream more than `margin` events ahead of the furthest seen
+    /// here would already be past it: keep the margin above what a stream sends in a
+    /// microsecond.
+    pub fn stop(&self, margin: u64) -> u64 {
+        let furthest = self
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|p| p.load(Ordering::SeqCst))
+            .max()
+            .unwrap_or(0);
+        let limit = furthest.saturating_add(margin);
+        self.limit.fetch_min(limit, Ordering::SeqCst);
+        self.limit.load(Ordering::SeqCst)
+    }
+
+    fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Relaxed)
+    }
 }
 
 /// What one stream did.
@@ -194,14 +244,14 @@ impl fmt::Display for RunSummary {
 /// anything is sent), then sends each on its own thread until the limits; returns when all
 /// streams have ended. The first stream error is returned.
 pub fn run(config: SenderConfig) -> Result<RunSummary, EmuError> {
-    let SenderConfig { streams, sink, paced, limits } = config;
+    let SenderConfig { streams, sink, paced, limits, stop } = config;
     if streams.is_empty() {
         return Err(EmuError::BadSender("no FED streams".into()));
     }
     if streams.len() > MAX_STREAMS {
         return Err(EmuError::BadSender(format!("{} streams; at most {MAX_STREAMS} per process", streams.len())));
     }
-    if limits.events.is_none() && limits.seconds.is_none() {
+    if limits.events.is_none() && limits.seconds.is_none() && stop.is_none() {
         return Err(EmuError::BadSender("no limit: give a number of events or seconds".into()));
     }
     if let Some(s) = limits.seconds
@@ -218,7 +268,10 @@ pub fn run(config: SenderConfig) -> Result<RunSummary, EmuError> {
         let handles: Vec<_> = generators
             .into_iter()
             .zip(writers)
-            .map(|(generator, writer)| scope.spawn(move || send_stream(generator, writer, start, paced, limits)))
+            .map(|(generator, writer)| {
+                let stop = stop.as_ref().map(|line| (line.clone(), line.register()));
+                scope.spawn(move || send_stream(generator, writer, start, paced, limits, stop))
+            })
             .collect();
         handles.into_iter().map(|h| h.join().expect("stream thread panicked")).collect()
     });
@@ -293,6 +346,7 @@ fn send_stream(
     start: Instant,
     paced: bool,
     limits: Limits,
+    stop: Option<(Arc<StopLine>, Arc<AtomicU64>)>,
 ) -> Result<StreamSummary, EmuError> {
     let fed = generator.fed();
     let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, writer);
@@ -306,6 +360,13 @@ fn send_stream(
         if m.past_deadline() {
             end = End::Deadline;
             break;
+        }
+        if let Some((line, progress)) = &stop {
+            if events >= line.limit() {
+                end = End::Stopped;
+                break;
+            }
+            progress.store(events, Ordering::Relaxed);
         }
         let event = generator.next_event()?;
         if matches!(event.wire, Wire::Disconnect) {

@@ -38,6 +38,7 @@ fn loopback_tcp_receiver_checks_every_fragment() {
         sink: Sink::Connect(address),
         paced: false,
         limits: Limits { events: Some(500), seconds: None },
+        stop: None,
     })
     .unwrap();
     let bytes = receiver.join().unwrap();
@@ -66,6 +67,7 @@ fn capture_files_hold_each_fed_and_faults_end_or_mark_streams() {
         sink: Sink::Directory(dir.path().to_owned()),
         paced: false,
         limits: Limits { events: Some(50), seconds: None },
+        stop: None,
     })
     .unwrap();
     let ends: Vec<(u16, u64, u64, End)> = summary.streams.iter().map(|s| (s.fed, s.events, s.faults, s.end)).collect();
@@ -91,6 +93,7 @@ fn a_paced_run_with_a_time_limit_ends_by_itself() {
         sink: Sink::Directory(dir.path().to_owned()),
         paced: true,
         limits: Limits { events: None, seconds: Some(0.3) },
+        stop: None,
     })
     .unwrap();
     let s = &summary.streams[0];
@@ -104,7 +107,7 @@ fn a_paced_run_with_a_time_limit_ends_by_itself() {
 #[test]
 fn bad_configurations_are_refused_before_anything_is_sent() {
     let dir = tempfile::tempdir().unwrap();
-    let run = |streams, sink, limits| sender::run(SenderConfig { streams, sink, paced: false, limits });
+    let run = |streams, sink, limits| sender::run(SenderConfig { streams, sink, paced: false, limits, stop: None });
     let one = vec![stream(1, SizeModel::Fixed(64))];
     let events = Limits { events: Some(1), seconds: None };
     let msg = |r: Result<_, tessera_emu::EmuError>| r.unwrap_err().to_string();
