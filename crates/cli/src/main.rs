@@ -283,6 +283,7 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
         sink,
         paced: args.rate_hz.is_some(),
         limits: Limits { events: args.events, seconds: args.seconds },
+        stop: None,
     })?;
     print!("{summary}");
     Ok(ExitCode::SUCCESS)

@@ -2,13 +2,17 @@
 //! `DiscardFile` outputs mean on disk, and the end-of-lumi and end-of-run records.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
+use tessera_evb::BuDisk;
 use tessera_evb::msg::FragmentRef;
 use tessera_evb::types::FileId;
 use tessera_evb::unit::BuiltEvent;
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc};
 use tessera_formats::frd::flags;
-use tessera_formats::raw::data_type;
+use tessera_formats::names::{self, BuFileName};
+use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader, data_type};
 use tessera_rundir::{PublishedFile, RunDirError, RunDirectory};
 
 /// Where the bytes of a fragment are: the receive buffers a BU's data arrived in.
@@ -33,6 +37,9 @@ pub enum BuFilesError {
         /// Events the EVM committed to this BU.
         expected: u64,
     },
+    /// What a restarted BU found in its run directory makes no sense.
+    #[error("recovering the run directory: {0}")]
+    Recovery(String),
     /// The bytes of a fragment to write are gone: a bug in the buffer handling.
     #[error("event {event}: the bytes of FED {fed}'s fragment are not held")]
     MissingBytes {
@@ -53,33 +60,22 @@ struct LumiCount {
 /// The files of one BU in one run.
 #[derive(Debug)]
 pub struct BuFiles {
-    dir: RunDirectory,
-    /// FRD flags added to every event (the "generated" bit for emulated data).
-    extra_flags: u16,
+    writer: RawWriter,
     lumis: BTreeMap<u32, LumiCount>,
 }
 
-impl BuFiles {
-    /// Creates the run directory `<bu_dir>/runRRRRRR` for BU `source`. With `generated`, every
-    /// event carries FRD flag bit 0 (emulated data).
-    pub fn create(bu_dir: &Path, run: u32, source: &str, generated: bool) -> Result<Self, BuFilesError> {
-        let extra_flags = if generated { flags::GENERATED } else { 0 };
-        Ok(BuFiles { dir: RunDirectory::create(bu_dir, run, source)?, extra_flags, lumis: BTreeMap::new() })
-    }
+/// The part of a BU's files that writes raw files: shared by its writer threads.
+#[derive(Debug, Clone)]
+pub struct RawWriter {
+    dir: Arc<RunDirectory>,
+    /// FRD flags added to every event (the "generated" bit for emulated data).
+    extra_flags: u16,
+}
 
-    /// The run directory.
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
+impl RawWriter {
     /// Writes `events` as `file` under `open/` and closes it: each event an FRD v6 record of its
     /// fragments in RU order, written straight from where `bytes` holds them.
-    pub fn write(
-        &mut self,
-        file: FileId,
-        events: &[BuiltEvent],
-        bytes: &impl FragmentBytes,
-    ) -> Result<(), BuFilesError> {
+    pub fn write(&self, file: FileId, events: &[BuiltEvent], bytes: &impl FragmentBytes) -> Result<(), BuFilesError> {
         let mut out = self.dir.open_raw_file(file.lumi_section, file.index, data_type::FRD_EVENTS)?;
         let mut pieces: Vec<&[u8]> = Vec::new();
         for event in events {
@@ -95,10 +91,86 @@ impl BuFiles {
         self.dir.close(out)?;
         Ok(())
     }
+}
+
+impl BuFiles {
+    /// Creates the run directory `<bu_dir>/runRRRRRR` for BU `source`. With `generated`, every
+    /// event carries FRD flag bit 0 (emulated data).
+    pub fn create(bu_dir: &Path, run: u32, source: &str, generated: bool) -> Result<Self, BuFilesError> {
+        let extra_flags = if generated { flags::GENERATED } else { 0 };
+        let dir = Arc::new(RunDirectory::create(bu_dir, run, source)?);
+        Ok(BuFiles { writer: RawWriter { dir, extra_flags }, lumis: BTreeMap::new() })
+    }
+
+    /// Reopens the run directory of a BU that restarted (see `RunDirectory::reopen`): partial
+    /// files are deleted, and what the BU core needs to know comes back as a [`BuDisk`]: its
+    /// complete unpublished files with their event counts, the next file index of each lumi
+    /// section, its published events per lumi section, and the lumi sections it has closed.
+    /// `bu` is this BU's index, which names its files in the protocol.
+    pub fn reopen(
+        bu_dir: &Path,
+        run: u32,
+        source: &str,
+        generated: bool,
+        bu: u16,
+    ) -> Result<(Self, BuDisk), BuFilesError> {
+        let extra_flags = if generated { flags::GENERATED } else { 0 };
+        let (dir, recovery) = RunDirectory::reopen(bu_dir, run, source)?;
+        let mut disk = BuDisk { next_index: recovery.next_index, ..BuDisk::default() };
+        let mut lumis: BTreeMap<u32, LumiCount> = BTreeMap::new();
+        let read_header = |path: &Path| -> Result<RawFileHeader, BuFilesError> {
+            let io = |source| RunDirError::Io { action: "reading", path: path.to_owned(), source };
+            let mut head = [0u8; RAW_V2_HEADER_BYTES];
+            std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).map_err(io)?;
+            RawFileHeader::parse(&head).map_err(|e| BuFilesError::Recovery(format!("{}: {e}", path.display())))
+        };
+        for &(ls, index) in &recovery.unpublished {
+            let name = BuFileName::Raw { run, ls, index }.to_string();
+            let header = read_header(&dir.path().join(names::OPEN_DIR).join(name))?;
+            disk.unpublished.push((FileId { bu, lumi_section: ls, index }, header.event_count));
+        }
+        let listing = std::fs::read_dir(dir.path()).map_err(|source| RunDirError::Io {
+            action: "listing",
+            path: dir.path().to_owned(),
+            source,
+        })?;
+        for entry in listing.flatten() {
+            match BuFileName::parse(&entry.file_name().to_string_lossy()) {
+                Ok(BuFileName::Raw { run: r, ls, .. }) if r == run => {
+                    let header = read_header(&entry.path())?;
+                    let c = lumis.entry(ls).or_default();
+                    c.files += 1;
+                    c.events += u64::from(header.event_count);
+                    c.bytes += header.file_bytes;
+                }
+                Ok(BuFileName::EndOfLumi { run: r, ls }) if r == run => disk.lumis_done.push(ls),
+                _ => {}
+            }
+        }
+        disk.lumis_done.sort_unstable();
+        disk.published_events = lumis.iter().map(|(&ls, c)| (ls, c.events)).collect();
+        let writer = RawWriter { dir: Arc::new(dir), extra_flags };
+        Ok((BuFiles { writer, lumis }, disk))
+    }
+
+    /// The run directory.
+    pub fn path(&self) -> &Path {
+        self.writer.dir.path()
+    }
+
+    /// The raw-file writer, for writer threads.
+    pub fn writer(&self) -> RawWriter {
+        self.writer.clone()
+    }
+
+    /// Writes `events` as `file` under `open/` and closes it (see [`RawWriter::write`]).
+    pub fn write(&self, file: FileId, events: &[BuiltEvent], bytes: &impl FragmentBytes) -> Result<(), BuFilesError> {
+        self.writer.write(file, events, bytes)
+    }
 
     /// Publishes `file` (after its commit): rename, then `.jsn`.
     pub fn publish(&mut self, file: FileId) -> Result<PublishedFile, BuFilesError> {
-        let p = self.dir.publish(file.lumi_section, file.index)?;
+        let p = self.writer.dir.publish(file.lumi_section, file.index)?;
         let c = self.lumis.entry(file.lumi_section).or_default();
         c.files += 1;
         c.events += u64::from(p.events);
@@ -108,7 +180,7 @@ impl BuFiles {
 
     /// Deletes the unpublished `file` (its events went to another BU).
     pub fn discard(&mut self, file: FileId) -> Result<(), BuFilesError> {
-        Ok(self.dir.discard(file.lumi_section, file.index)?)
+        Ok(self.writer.dir.discard(file.lumi_section, file.index)?)
     }
 
     /// Writes the end-of-lumi record of `lumi_section` (the BU core's `EndOfLumi` output): its
@@ -120,7 +192,7 @@ impl BuFiles {
             return Err(BuFilesError::LumiCount { lumi_section, published: c.events, expected: events });
         }
         let eols = EolsDoc { events, files: c.files, total_events: events, lost_events: 0, bytes: c.bytes };
-        self.dir.end_lumi_section(lumi_section, &eols)?;
+        self.writer.dir.end_lumi_section(lumi_section, &eols)?;
         Ok(())
     }
 
@@ -129,7 +201,7 @@ impl BuFiles {
         let events = self.lumis.values().map(|c| c.events).sum();
         let files = self.lumis.values().map(|c| c.files).sum();
         let eor = EorDoc { events, files, lumis: lumi_sections.into(), last_lumi: last_lumi_section.into() };
-        self.dir.end_run(&eor)?;
+        self.writer.dir.end_run(&eor)?;
         Ok(())
     }
 }

@@ -191,7 +191,9 @@ impl StreamBuffer {
     /// block): what a BU writes, without a copy.
     pub fn segments(&self, handle: FragmentHandle) -> impl Iterator<Item = &[u8]> {
         let data = self.chunks.get(handle.chunk as usize).map(|c| &c.data[..]).unwrap_or_default();
-        let blocks = data.get(handle.offset as usize..(handle.offset + handle.wire_len) as usize).unwrap_or_default();
+        // A `wire_len` past the chunk's end means "as long as the fragment is".
+        let end = (handle.offset as usize).saturating_add(handle.wire_len as usize).min(data.len());
+        let blocks = data.get(handle.offset as usize..end).unwrap_or_default();
         FerolFragment::parse(blocks).into_iter().flat_map(|f| f.segments())
     }
 
@@ -202,6 +204,16 @@ impl StreamBuffer {
         if chunk.live == 0 && handle.chunk != self.current {
             self.free.push_back(handle.chunk);
         }
+    }
+
+    /// Whether [`StreamBuffer::spare`] would give room to read into.
+    pub fn has_room(&self) -> bool {
+        self.end < self.chunks[self.current as usize].data.len() || !self.free.is_empty()
+    }
+
+    /// Bytes received and not yet taken as fragments: a fragment still arriving.
+    pub fn pending_bytes(&self) -> usize {
+        self.end - self.start
     }
 
     /// Chunks holding unreleased fragments, of the pool's total: the occupancy to monitor.

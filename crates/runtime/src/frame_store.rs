@@ -5,7 +5,9 @@
 use crate::bu_files::FragmentBytes;
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 use tessera_evb::msg::{FragmentRef, Message};
+use tessera_evb::unit::BuiltEvent;
 use tessera_evb::wire::Decoded;
 
 /// A data frame that would take the store past its byte budget: the BU stops reading its RU
@@ -21,9 +23,22 @@ pub struct StoreFull {
     pub budget: usize,
 }
 
-struct StoredFrame {
+/// A frame's bytes as received and where its fragments are in them; shared with the writer
+/// threads that write the fragments into files.
+struct FrameBytes {
     body: Vec<u8>,
     ranges: Vec<Range<usize>>,
+}
+
+impl FrameBytes {
+    fn fragment(&self, buffer: u64) -> Option<&[u8]> {
+        let range = self.ranges.get((buffer & 0xFFFF_FFFF) as usize)?;
+        self.body.get(range.clone())
+    }
+}
+
+struct StoredFrame {
+    bytes: Arc<FrameBytes>,
     /// Fragments not yet written.
     live: usize,
 }
@@ -72,7 +87,8 @@ impl FrameStore {
             fragment.buffer = handle(frame, fragment.buffer as usize);
         }
         self.held += body.len();
-        self.frames.insert(frame, StoredFrame { live: fragments.len(), body, ranges: fragments });
+        let live = fragments.len();
+        self.frames.insert(frame, StoredFrame { live, bytes: Arc::new(FrameBytes { body, ranges: fragments }) });
         if self.frames[&frame].live == 0 {
             self.free(frame);
         }
@@ -93,15 +109,35 @@ impl FrameStore {
 
     fn free(&mut self, frame: u32) {
         if let Some(stored) = self.frames.remove(&frame) {
-            self.held -= stored.body.len();
+            self.held -= stored.bytes.body.len();
         }
+    }
+
+    /// The frames that hold the fragments of `events`, shared, for a writer thread: they stay
+    /// alive until it drops them, even once the store has freed them.
+    pub fn share(&self, events: &[BuiltEvent]) -> SharedFrames {
+        let mut frames = HashMap::new();
+        for f in events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments) {
+            let frame = (f.buffer >> 32) as u32;
+            if let Some(stored) = self.frames.get(&frame) {
+                frames.entry(frame).or_insert_with(|| stored.bytes.clone());
+            }
+        }
+        SharedFrames(frames)
     }
 }
 
 impl FragmentBytes for FrameStore {
     fn bytes(&self, fragment: &FragmentRef) -> Option<&[u8]> {
-        let stored = self.frames.get(&((fragment.buffer >> 32) as u32))?;
-        let range = stored.ranges.get((fragment.buffer & 0xFFFF_FFFF) as usize)?;
-        stored.body.get(range.clone())
+        self.frames.get(&((fragment.buffer >> 32) as u32))?.bytes.fragment(fragment.buffer)
+    }
+}
+
+/// Frames of the store shared with a writer thread (see [`FrameStore::share`]).
+pub struct SharedFrames(HashMap<u32, Arc<FrameBytes>>);
+
+impl FragmentBytes for SharedFrames {
+    fn bytes(&self, fragment: &FragmentRef) -> Option<&[u8]> {
+        self.0.get(&((fragment.buffer >> 32) as u32))?.fragment(fragment.buffer)
     }
 }

@@ -5,6 +5,12 @@
 #![warn(missing_docs)]
 
 pub mod bu_files;
+pub mod bu_node;
+pub mod conn;
 pub mod ferol_input;
 pub mod frame_store;
+pub mod link;
+pub mod ru_node;
+pub mod stats;
+pub mod system;
 pub mod transport;

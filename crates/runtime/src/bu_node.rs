@@ -1,0 +1,524 @@
+//! A builder unit on real I/O.
+//!
+//! One thread runs the protocol: it reads the data frames of every RU (and of the EVM's node,
+//! whose connection also carries the EVM's messages) into the frame store, hands the messages to
+//! the core, and carries out the core's file actions. Writing raw files, the bulk of the work,
+//! goes to a few writer threads through a bounded queue; each job carries shared handles to the
+//! frames that hold its fragments, so nothing is copied between receipt and file. Publishing,
+//! discarding and the end-of-lumi and end-of-run records are small and stay on the loop, in the
+//! order the core asks for them.
+//!
+//! Bounds: the store holds at most its budget of frames (the loop stops reading data while it is
+//! full, and TCP holds the RUs back); the writer queue holds two jobs per thread; the core holds
+//! at most `max_events_in_flight` events. Above the RAM disk's high-water mark the BU asks for
+//! no events (`RAMDISK_HIGH_WATER`) until it is below the low-water mark.
+
+use crate::bu_files::{BuFiles, BuFilesError, RawWriter};
+use crate::conn::{Conn, NoPieces};
+use crate::frame_store::{FrameStore, SharedFrames};
+use crate::ru_node::{Control, NodeError, WAKER, connect, io_err, poller};
+use crate::stats::{Throttle, UnitStats};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tessera_evb::types::{Epoch, FileId, Nanos, Peer};
+use tessera_evb::unit::{BuiltEvent, Input, Output};
+use tessera_evb::wire::encode;
+use tessera_evb::{Bu, BuConfig, BuDisk};
+
+/// How a BU node runs.
+#[derive(Debug)]
+pub struct BuNodeConfig {
+    /// The run number, which every peer's link must name.
+    pub run: u32,
+    /// The BU core.
+    pub bu: BuConfig,
+    /// Where RUs connect to send data.
+    pub data_listener: std::net::TcpListener,
+    /// The EVM's address.
+    pub evm: SocketAddr,
+    /// The BU's output directory (on its RAM disk): the run directory goes under it.
+    pub directory: PathBuf,
+    /// The BU's name in its JSON documents.
+    pub name: String,
+    /// Restarting after a crash: reopen the run directory instead of creating it.
+    pub restart: bool,
+    /// Emulated data: set the FRD "generated" flag on every event.
+    pub generated: bool,
+    /// Threads that write raw files.
+    pub writer_threads: usize,
+    /// Bound on received data held until it is written, in bytes.
+    pub frame_store_bytes: usize,
+    /// Stop asking for events above this fullness of the RAM disk, in percent.
+    pub ramdisk_high_water_percent: u8,
+    /// Ask again below this fullness, in percent.
+    pub ramdisk_low_water_percent: u8,
+    /// How long to keep trying to reach the EVM at start-up.
+    pub connect_timeout: Duration,
+    /// Largest protocol frame accepted, in bytes.
+    pub max_frame_bytes: u32,
+}
+
+/// How a BU node ended.
+#[derive(Debug, Clone, Default)]
+pub struct BuReport {
+    /// The core's counters.
+    pub counters: tessera_evb::bu::BuCounters,
+    /// Events published in files by this incarnation.
+    pub events_published: u64,
+    /// Its run directory.
+    pub run_dir: PathBuf,
+    /// Its incarnation.
+    pub epoch: Epoch,
+}
+
+const DATA_LISTENER: Token = Token(1);
+const EVM_CONN: Token = Token(2);
+const CONN_BASE: usize = 16;
+const MAX_SLEEP: Duration = Duration::from_millis(10);
+/// How long a BU that has written its end-of-run record waits for the EVM to close.
+const FINAL_ACK_WAIT: Duration = Duration::from_secs(10);
+/// How often the RAM disk's fullness is looked at.
+const RAMDISK_CHECK: Duration = Duration::from_millis(200);
+
+struct Job {
+    file: FileId,
+    events: Vec<BuiltEvent>,
+    frames: SharedFrames,
+}
+
+type Done = (FileId, Vec<BuiltEvent>, Result<(), BuFilesError>);
+
+/// A BU node, ready to run.
+pub struct BuNode {
+    cfg: BuNodeConfig,
+    stats: Arc<UnitStats>,
+    control: Control,
+    poll: Poll,
+}
+
+/// The file a BU keeps its incarnation number in, beside its run directory.
+fn epoch_path(directory: &Path, run: u32) -> PathBuf {
+    directory.join(format!(".epoch-run{run:06}"))
+}
+
+/// The next incarnation of the BU: one more than the last, kept on disk across crashes.
+fn next_epoch(directory: &Path, run: u32, restart: bool) -> Result<Epoch, NodeError> {
+    let path = epoch_path(directory, run);
+    let last: Epoch =
+        if restart { std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0) } else { 0 };
+    let epoch = last + 1;
+    std::fs::create_dir_all(directory).map_err(io_err(format!("creating {}", directory.display())))?;
+    tessera_rundir::write_atomically(&path, epoch.to_string().as_bytes())
+        .map_err(|e| NodeError::Bu(format!("recording the BU's incarnation: {e}")))?;
+    Ok(epoch)
+}
+
+/// Fullness of the file system that holds `path`, in percent.
+fn fullness_percent(path: &Path) -> Option<u8> {
+    let s = rustix::fs::statvfs(path).ok()?;
+    let total = s.f_blocks;
+    (total > 0).then(|| (100 - (s.f_bavail.min(total) * 100 / total)) as u8)
+}
+
+impl BuNode {
+    /// Sets up the node's poller.
+    pub fn new(cfg: BuNodeConfig) -> Result<Self, NodeError> {
+        let (poll, control) = poller()?;
+        Ok(BuNode { cfg, stats: Arc::new(UnitStats::default()), control, poll })
+    }
+
+    /// The unit's live figures.
+    pub fn stats(&self) -> Arc<UnitStats> {
+        self.stats.clone()
+    }
+
+    /// The run-control handle.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// Runs the BU until it has written its end-of-run record.
+    pub fn run(self) -> Result<BuReport, NodeError> {
+        let BuNode { cfg, stats, control, poll } = self;
+        let generated = cfg.generated;
+        let (files, disk) = if cfg.restart {
+            BuFiles::reopen(&cfg.directory, cfg.run, &cfg.name, generated, cfg.bu.bu)?
+        } else {
+            (BuFiles::create(&cfg.directory, cfg.run, &cfg.name, generated)?, BuDisk::default())
+        };
+        let epoch = next_epoch(&cfg.directory, cfg.run, cfg.restart)?;
+        let (job_tx, job_rx) = sync_channel::<Job>(2 * cfg.writer_threads.max(1));
+        let (done_tx, done_rx) = sync_channel::<Done>(2 * cfg.writer_threads.max(1) + 1);
+        let job_rx = Arc::new(std::sync::Mutex::new(job_rx));
+        let waker = control.waker();
+        let writers: Vec<JoinHandle<()>> = (0..cfg.writer_threads.max(1))
+            .map(|i| {
+                let (jobs, done, writer, waker) = (job_rx.clone(), done_tx.clone(), files.writer(), waker.clone());
+                std::thread::Builder::new()
+                    .name(format!("bu{}-writer{i}", cfg.bu.bu))
+                    .spawn(move || write_files(jobs, done, writer, waker))
+                    .expect("spawning a writer thread")
+            })
+            .collect();
+        drop(done_tx);
+        let core = Bu::new(cfg.bu.clone(), epoch, disk);
+        let store = FrameStore::new(cfg.frame_store_bytes);
+        let mut lp = BuLoop {
+            start: Instant::now(),
+            run_dir: files.path().to_owned(),
+            files,
+            core,
+            store,
+            conns: BTreeMap::new(),
+            next_conn: CONN_BASE,
+            scratch: vec![0u8; 256 << 10],
+            jobs: Some(job_tx),
+            backlog: VecDeque::new(),
+            done: done_rx,
+            writing: 0,
+            ended: false,
+            published: 0,
+            stats,
+            control,
+            poll,
+            epoch,
+            cfg,
+        };
+        let result = lp.run();
+        lp.jobs = None; // the writers end when the queue closes
+        for w in writers {
+            let _ = w.join();
+        }
+        result
+    }
+}
+
+fn write_files(
+    jobs: Arc<std::sync::Mutex<Receiver<Job>>>,
+    done: SyncSender<Done>,
+    writer: RawWriter,
+    waker: Arc<Waker>,
+) {
+    loop {
+        let job = match jobs.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        let result = writer.write(job.file, &job.events, &job.frames);
+        drop(job.frames);
+        if done.send((job.file, job.events, result)).is_err() {
+            return;
+        }
+        let _ = waker.wake();
+    }
+}
+
+struct BuLoop {
+    cfg: BuNodeConfig,
+    core: Bu,
+    files: BuFiles,
+    store: FrameStore,
+    stats: Arc<UnitStats>,
+    control: Control,
+    poll: Poll,
+    start: Instant,
+    conns: BTreeMap<Token, Conn>,
+    next_conn: usize,
+    scratch: Vec<u8>,
+    jobs: Option<SyncSender<Job>>,
+    /// Files to write that wait for room in the writers' queue.
+    backlog: VecDeque<Job>,
+    done: Receiver<Done>,
+    /// Files handed to the writers and not yet back.
+    writing: usize,
+    ended: bool,
+    published: u64,
+    run_dir: PathBuf,
+    epoch: Epoch,
+}
+
+impl BuLoop {
+    fn now(&self) -> Nanos {
+        self.start.elapsed().as_nanos() as Nanos
+    }
+
+    fn run(&mut self) -> Result<BuReport, NodeError> {
+        let me = Peer::Bu(self.cfg.bu.bu);
+        let evm = connect(self.cfg.evm, Peer::Evm, self.cfg.connect_timeout)?;
+        let mut conn =
+            Conn::opened(TcpStream::from_std(evm), EVM_CONN, Peer::Evm, me, self.cfg.run, self.cfg.max_frame_bytes);
+        conn.register(self.poll.registry()).map_err(io_err("registering the EVM connection"))?;
+        self.conns.insert(EVM_CONN, conn);
+        let l = self.cfg.data_listener.try_clone().map_err(io_err("data listener"))?;
+        l.set_nonblocking(true).map_err(io_err("data listener"))?;
+        let mut listener = TcpListener::from_std(l);
+        self.poll
+            .registry()
+            .register(&mut listener, DATA_LISTENER, Interest::READABLE)
+            .map_err(io_err("data listener"))?;
+        let mut events = Events::with_capacity(256);
+        let mut throttled = false;
+        let mut last_check: Option<Instant> = None;
+        let mut ended_at: Option<Instant> = None;
+        loop {
+            if self.control.aborted() {
+                return Err(NodeError::Aborted(format!("{} events in flight", self.core.events_in_flight())));
+            }
+            if last_check.is_none_or(|t| t.elapsed() >= RAMDISK_CHECK) {
+                last_check = Some(Instant::now());
+                if let Some(full) = fullness_percent(&self.run_dir) {
+                    let now = self.now();
+                    if !throttled && full >= self.cfg.ramdisk_high_water_percent {
+                        throttled = true;
+                        self.core.set_throttle(now, Some(Throttle::RamdiskHighWater.key()));
+                        self.stats.problem(format!("BU {}: RAM disk {full}% full: RAMDISK_HIGH_WATER", self.cfg.bu.bu));
+                    } else if throttled && full <= self.cfg.ramdisk_low_water_percent {
+                        throttled = false;
+                        self.core.set_throttle(now, None);
+                    }
+                }
+            }
+            let now = self.now();
+            if self.core.next_timeout().is_some_and(|t| now >= t) {
+                self.core.handle(now, Input::Tick);
+            }
+            self.dispatch()?;
+            self.collect_written()?;
+            let busy = self.read_conns()?;
+            self.dispatch()?;
+            self.flush_conns();
+            self.publish_stats(throttled);
+            // After its end-of-run record the BU still acknowledges its last end-of-lumi
+            // records; the EVM closes the connection once it has them all.
+            if self.ended {
+                let since = *ended_at.get_or_insert_with(Instant::now);
+                if !self.conns.contains_key(&EVM_CONN) || since.elapsed() > FINAL_ACK_WAIT {
+                    return Ok(BuReport {
+                        counters: self.core.counters(),
+                        events_published: self.published,
+                        run_dir: self.run_dir.clone(),
+                        epoch: self.epoch,
+                    });
+                }
+            } else if !self.conns.contains_key(&EVM_CONN) {
+                return Err(NodeError::Bu(format!(
+                    "BU {}: the EVM closed the connection before the end of run",
+                    self.cfg.bu.bu
+                )));
+            }
+            let wait = if busy {
+                Duration::ZERO
+            } else {
+                let until = self.core.next_timeout().map(|t| Duration::from_nanos(t.saturating_sub(self.now())));
+                until.map_or(MAX_SLEEP, |u| u.min(MAX_SLEEP))
+            };
+            match self.poll.poll(&mut events, Some(wait)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(NodeError::Io { what: "polling".into(), source: e }),
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => {}
+                    DATA_LISTENER => {
+                        while let Ok((stream, _)) = listener.accept() {
+                            let _ = stream.set_nodelay(true);
+                            let token = Token(self.next_conn);
+                            self.next_conn += 1;
+                            let mut c = Conn::accepted(stream, token, self.cfg.max_frame_bytes);
+                            c.register(self.poll.registry()).map_err(io_err("registering a connection"))?;
+                            self.conns.insert(token, c);
+                        }
+                    }
+                    token => {
+                        if let Some(c) = self.conns.get_mut(&token) {
+                            c.readable = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn publish_stats(&self, throttled: bool) {
+        let c = self.core.counters();
+        self.stats.events_built.set(c.events_built);
+        self.stats.incomplete_events.set(c.incomplete_events);
+        self.stats.events_published.set(self.published);
+        self.stats.store_bytes.set(self.store.held() as u64);
+        self.stats.events_in_flight.set(u64::from(self.core.events_in_flight()));
+        let full = self.store.held() + self.cfg.max_frame_bytes as usize > self.cfg.frame_store_bytes;
+        self.stats.set_throttle(if throttled {
+            Throttle::RamdiskHighWater
+        } else if full {
+            Throttle::StoreFull
+        } else {
+            Throttle::None
+        });
+    }
+
+    /// Reads the connections while the store has room for a frame; true if some have more.
+    fn read_conns(&mut self) -> Result<bool, NodeError> {
+        let mut more = false;
+        let tokens: Vec<Token> = self.conns.iter().filter(|(_, c)| c.readable).map(|(t, _)| *t).collect();
+        for token in tokens {
+            if self.store.held() + self.cfg.max_frame_bytes as usize > self.cfg.frame_store_bytes {
+                // Room comes back as the writers finish; their completion wakes the loop.
+                return Ok(false);
+            }
+            let mut inputs = Vec::new();
+            let mut refused = None;
+            let conn = self.conns.get_mut(&token).expect("listed");
+            let store = &mut self.store;
+            let pass = conn.read(&mut self.scratch, self.cfg.run, |peer, decoded, body| {
+                let body = if decoded.fragments.is_empty() { Vec::new() } else { body.to_vec() };
+                match store.insert(decoded, body) {
+                    Ok(msg) => inputs.push((peer, msg)),
+                    Err(e) => refused = Some(e),
+                }
+            });
+            more |= pass.more;
+            if let Some(peer) = pass.linked
+                && !matches!(peer, Peer::Ru(r) if r > 0 && r < self.cfg.bu.n_ru)
+            {
+                let address = self.conns[&token].address.clone();
+                self.stats.problem(format!("BU {}: refused {peer:?} calling from {address}", self.cfg.bu.bu));
+                if let Some(mut c) = self.conns.remove(&token) {
+                    c.deregister(self.poll.registry());
+                }
+                continue;
+            }
+            if let Some(e) = refused {
+                return Err(NodeError::Bu(format!("BU {}: {e}", self.cfg.bu.bu)));
+            }
+            self.stats.data_messages.add(inputs.iter().filter(|(_, m)| !m.is_control()).count() as u64);
+            let now = self.now();
+            for (from, msg) in inputs {
+                self.core.handle(now, Input::Message { from, msg });
+            }
+            if let Some(why) = pass.closed
+                && let Some(mut c) = self.conns.remove(&token)
+            {
+                c.deregister(self.poll.registry());
+                if token == EVM_CONN {
+                    if self.ended {
+                        continue;
+                    }
+                    return Err(NodeError::Bu(format!(
+                        "BU {}: lost the EVM before the end of run{}",
+                        self.cfg.bu.bu,
+                        why.map(|w| format!(": {w}")).unwrap_or_default()
+                    )));
+                }
+                if let Some(w) = why {
+                    self.stats.problem(format!("BU {}: {w}", self.cfg.bu.bu));
+                }
+            }
+        }
+        Ok(more)
+    }
+
+    /// Carries out the core's outputs.
+    fn dispatch(&mut self) -> Result<(), NodeError> {
+        while let Some(out) = self.core.poll_output() {
+            match out {
+                Output::Send { to: Peer::Evm, msg } => {
+                    let mut frame = Vec::new();
+                    encode(&msg, &mut frame).map_err(|e| NodeError::Bu(format!("encoding a request: {e}")))?;
+                    self.stats.control_messages.add(1);
+                    if let Some(c) = self.conns.get_mut(&EVM_CONN) {
+                        c.queue(frame);
+                    }
+                }
+                Output::WriteFile { file, events, .. } => {
+                    let frames = self.store.share(&events);
+                    // Waits here while the writers are busy: the frames stay held, the store
+                    // fills, and the loop stops reading data. The BU goes no faster than its
+                    // disk, and the loop never blocks on its writers (which wait for it).
+                    self.backlog.push_back(Job { file, events, frames });
+                    self.writing += 1;
+                    self.hand_to_writers()?;
+                }
+                Output::PublishFile(file) => {
+                    let p = self.files.publish(file)?;
+                    self.published += u64::from(p.events);
+                    self.stats.files_published.add(1);
+                    self.stats.bytes_published.add(p.bytes);
+                    let now = self.now();
+                    self.core.handle(now, Input::FilePublished(file));
+                }
+                Output::DiscardFile(file) => self.files.discard(file)?,
+                Output::EndOfLumi { lumi_section, events } => self.files.end_lumi(lumi_section, events)?,
+                Output::EndOfRun { last_lumi_section, lumi_sections } => {
+                    self.files.end_run(last_lumi_section, lumi_sections)?;
+                    self.ended = true;
+                }
+                Output::Notice(n) => self.stats.problem(format!("BU {}: {n}", self.cfg.bu.bu)),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves jobs from the backlog to the writers' queue while it has room.
+    fn hand_to_writers(&mut self) -> Result<(), NodeError> {
+        let jobs = self.jobs.as_ref().expect("writers run while the loop does");
+        while let Some(job) = self.backlog.pop_front() {
+            match jobs.try_send(job) {
+                Ok(()) => {}
+                Err(TrySendError::Full(job)) => {
+                    self.backlog.push_front(job);
+                    break;
+                }
+                Err(TrySendError::Disconnected(_)) => return Err(NodeError::Bu("the writer threads are gone".into())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the writers' finished files: their frames are freed and the core told.
+    fn collect_written(&mut self) -> Result<(), NodeError> {
+        loop {
+            match self.done.try_recv() {
+                Ok((file, events, result)) => {
+                    result?;
+                    self.writing -= 1;
+                    self.store.written(events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments));
+                    let now = self.now();
+                    self.core.handle(now, Input::FileWritten(file));
+                    self.hand_to_writers()?;
+                    self.dispatch()?;
+                }
+                Err(TryRecvError::Empty) => return Ok(()),
+                Err(TryRecvError::Disconnected) if self.writing == 0 => return Ok(()),
+                Err(TryRecvError::Disconnected) => return Err(NodeError::Bu("a writer thread died".into())),
+            }
+        }
+    }
+
+    fn flush_conns(&mut self) {
+        let registry = self.poll.registry();
+        let mut broken = Vec::new();
+        for (token, conn) in self.conns.iter_mut() {
+            if conn.queued_bytes() > 0
+                && let Err(e) = conn.flush(&NoPieces, registry)
+            {
+                broken.push((*token, e));
+            }
+        }
+        for (token, e) in broken {
+            if let Some(mut c) = self.conns.remove(&token) {
+                c.deregister(self.poll.registry());
+                self.stats.problem(format!("BU {}: {}: {e}", self.cfg.bu.bu, c.address));
+            }
+        }
+    }
+}

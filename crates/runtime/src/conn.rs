@@ -1,0 +1,265 @@
+//! One protocol connection of a unit's event loop: a non-blocking TCP stream, the frames read
+//! from it, and the frames waiting to be written to it.
+//!
+//! Nothing here blocks. A unit's loop reads a connection when the poller says it is readable and
+//! writes when it has frames queued; a write that would block leaves the rest queued and asks the
+//! poller for writability. Data frames are queued as a header and the handles of their
+//! fragments, and written with vectored writes straight from the memory the fragments were
+//! received into (a [`PieceSource`]), which holds them until the event is committed.
+
+use crate::link::{LINK_BYTES, encode_link, parse_link};
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use tessera_evb::types::Peer;
+use tessera_evb::wire::{Decoded, FrameDecoder};
+
+/// Where the bytes of a queued fragment are.
+pub trait PieceSource {
+    /// Appends the pieces of the fragment named by `handle`, in order, to `out`.
+    fn pieces<'a>(&'a self, handle: u64, out: &mut Vec<&'a [u8]>);
+}
+
+/// A source that holds no fragments: for connections that carry control messages only.
+pub struct NoPieces;
+
+impl PieceSource for NoPieces {
+    fn pieces<'a>(&'a self, _: u64, _: &mut Vec<&'a [u8]>) {}
+}
+
+enum OutFrame {
+    Owned(Vec<u8>),
+    Data { header: Vec<u8>, fragments: Vec<u64> },
+}
+
+/// Most slices handed to one vectored write (the kernel's limit is 1024).
+const MAX_SLICES: usize = 512;
+/// Most bytes read from one connection before the loop turns to the others.
+const READ_TURN_BYTES: usize = 4 << 20;
+
+/// What a read pass produced.
+#[derive(Debug, Default)]
+pub struct ReadPass {
+    /// The connection may have more bytes: read it again (when the unit can take them).
+    pub more: bool,
+    /// The peer named itself with its link opening in this pass.
+    pub linked: Option<Peer>,
+    /// The connection ended: `None` when the peer closed it between frames, otherwise what broke
+    /// it.
+    pub closed: Option<Option<String>>,
+}
+
+/// A protocol connection.
+pub struct Conn {
+    stream: TcpStream,
+    token: Token,
+    /// Who is at the other end, once known.
+    pub peer: Option<Peer>,
+    /// Address of the other end, for messages.
+    pub address: String,
+    link: [u8; LINK_BYTES],
+    link_got: usize,
+    decoder: FrameDecoder,
+    out: VecDeque<(OutFrame, usize)>,
+    /// Bytes of the front frame already written.
+    out_offset: usize,
+    queued_bytes: usize,
+    want_write: bool,
+    /// The poller said readable and the last read did not say it would block.
+    pub readable: bool,
+}
+
+impl Conn {
+    /// A connection accepted by this unit: its first 16 bytes must be the peer's link opening.
+    pub fn accepted(stream: TcpStream, token: Token, max_body_bytes: u32) -> Self {
+        let address = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        Conn {
+            stream,
+            token,
+            peer: None,
+            address,
+            link: [0; LINK_BYTES],
+            link_got: 0,
+            decoder: FrameDecoder::with_max_body_bytes(max_body_bytes),
+            out: VecDeque::new(),
+            out_offset: 0,
+            queued_bytes: 0,
+            want_write: false,
+            readable: true,
+        }
+    }
+
+    /// A connection this unit opened to `peer`: it starts by naming `me` in run `run`.
+    pub fn opened(stream: TcpStream, token: Token, peer: Peer, me: Peer, run: u32, max_body_bytes: u32) -> Self {
+        let mut conn = Conn::accepted(stream, token, max_body_bytes);
+        conn.peer = Some(peer);
+        conn.link_got = LINK_BYTES; // the other side reads the link; this side reads frames at once
+        conn.queue(encode_link(me, run).to_vec());
+        conn
+    }
+
+    /// Registers the stream with the poller for reading.
+    pub fn register(&mut self, registry: &Registry) -> io::Result<()> {
+        registry.register(&mut self.stream, self.token, Interest::READABLE)
+    }
+
+    /// Removes the stream from the poller.
+    pub fn deregister(&mut self, registry: &Registry) {
+        let _ = registry.deregister(&mut self.stream);
+    }
+
+    /// The poller's token of this connection.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+
+    /// Queues an encoded frame.
+    pub fn queue(&mut self, frame: Vec<u8>) {
+        self.queued_bytes += frame.len();
+        let len = frame.len();
+        self.out.push_back((OutFrame::Owned(frame), len));
+    }
+
+    /// Queues a data frame: `header` from `encode_data_header_pieces`, then the pieces of
+    /// `fragments` (handles for the [`PieceSource`] given to [`Conn::flush`]), `fragment_bytes`
+    /// in all.
+    pub fn queue_data(&mut self, header: Vec<u8>, fragments: Vec<u64>, fragment_bytes: usize) {
+        let len = header.len() + fragment_bytes;
+        self.queued_bytes += len;
+        self.out.push_back((OutFrame::Data { header, fragments }, len));
+    }
+
+    /// Writes what is queued until done or the socket would block; then asks the poller for
+    /// writability (or stops asking once done).
+    pub fn flush(&mut self, source: &impl PieceSource, registry: &Registry) -> io::Result<()> {
+        while !self.out.is_empty() {
+            let mut pieces: Vec<&[u8]> = Vec::new();
+            let mut frames = 0;
+            for (frame, _) in &self.out {
+                match frame {
+                    OutFrame::Owned(bytes) => pieces.push(bytes),
+                    OutFrame::Data { header, fragments } => {
+                        pieces.push(header);
+                        for &f in fragments {
+                            source.pieces(f, &mut pieces);
+                        }
+                    }
+                }
+                frames += 1;
+                if pieces.len() >= MAX_SLICES {
+                    break;
+                }
+            }
+            let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+            let mut view = &mut slices[..];
+            IoSlice::advance_slices(&mut view, self.out_offset);
+            let result = (&self.stream).write_vectored(view);
+            drop(slices);
+            drop(pieces);
+            let written = match result {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.queued_bytes -= written;
+            let mut done = self.out_offset + written;
+            for _ in 0..frames {
+                let len = self.out.front().expect("counted").1;
+                if done < len {
+                    break;
+                }
+                done -= len;
+                self.out.pop_front();
+            }
+            self.out_offset = done;
+        }
+        let want = !self.out.is_empty();
+        if want != self.want_write {
+            let interest = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+            registry.reregister(&mut self.stream, self.token, interest)?;
+            self.want_write = want;
+        }
+        Ok(())
+    }
+
+    /// Reads from the stream into `scratch` and hands every complete frame to `on_frame`, for at
+    /// most a turn's worth of bytes. `run` is this unit's run, which a peer's link opening must
+    /// name.
+    pub fn read(&mut self, scratch: &mut [u8], run: u32, mut on_frame: impl FnMut(Peer, Decoded, &[u8])) -> ReadPass {
+        let mut pass = ReadPass::default();
+        let mut taken = 0;
+        while taken < READ_TURN_BYTES {
+            let n = match self.stream.read(scratch) {
+                Ok(0) => {
+                    let broken = (self.decoder.buffered() > 0 || (self.link_got > 0 && self.link_got < LINK_BYTES))
+                        .then(|| format!("{}: connection closed inside a frame", self.address));
+                    pass.closed = Some(broken);
+                    self.readable = false;
+                    return pass;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.readable = false;
+                    return pass;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    pass.closed = Some(Some(format!("{}: {e}", self.address)));
+                    self.readable = false;
+                    return pass;
+                }
+            };
+            taken += n;
+            let mut bytes = &scratch[..n];
+            if self.link_got < LINK_BYTES {
+                let k = bytes.len().min(LINK_BYTES - self.link_got);
+                self.link[self.link_got..self.link_got + k].copy_from_slice(&bytes[..k]);
+                self.link_got += k;
+                bytes = &bytes[k..];
+                if self.link_got == LINK_BYTES {
+                    match parse_link(&self.link, run) {
+                        Ok(peer) => {
+                            self.peer = Some(peer);
+                            pass.linked = Some(peer);
+                        }
+                        Err(e) => {
+                            pass.closed = Some(Some(format!("{}: {e}", self.address)));
+                            return pass;
+                        }
+                    }
+                }
+            }
+            let Some(peer) = self.peer else { continue };
+            while !bytes.is_empty() {
+                let pushed = self.decoder.push(bytes);
+                bytes = &bytes[pushed..];
+                loop {
+                    match self.decoder.next_frame() {
+                        Ok(Some(frame)) => match frame.decode() {
+                            Ok(decoded) => on_frame(peer, decoded, frame.body()),
+                            Err(e) => {
+                                pass.closed = Some(Some(format!("{}: {e}", self.address)));
+                                return pass;
+                            }
+                        },
+                        Ok(None) => break,
+                        Err(e) => {
+                            pass.closed = Some(Some(format!("{}: {e}", self.address)));
+                            return pass;
+                        }
+                    }
+                }
+            }
+        }
+        pass.more = true;
+        pass
+    }
+}

@@ -1,0 +1,946 @@
+//! A readout unit on real I/O, and the EVM's node (the EVM with RU 0) on the same loop.
+//!
+//! **One thread** runs the unit: it reads every FEROL stream into that stream's receive memory,
+//! offers each fragment to the core, hands the core the messages of its peers, and writes the
+//! core's messages, data frames straight from the receive memory. Everything is non-blocking and
+//! driven by one poller, so a slow BU delays only the frames queued for it, and back-pressure is
+//! the core refusing fragments: the loop stops reading those streams and TCP stops the front
+//! end. Two cores of a laptop are better spent on one such thread per unit than on a thread per
+//! stream that would hand fragments across.
+//!
+//! Connections: front ends connect to the FEROL port (each stream is named by the FED id in its
+//! first block header); the EVM connects to each RU's control port; each RU connects to each
+//! BU's data port; each BU connects to the EVM's port, and RU 0's data for that BU travels back
+//! on that connection, in order with the EVM's messages.
+
+use crate::conn::{Conn, NoPieces, PieceSource};
+use crate::ferol_input::{FragmentHandle, Received, StreamBuffer};
+use crate::stats::{Throttle, UnitStats};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tessera_evb::msg::{FragmentRef, Message, TriggerInfo};
+use tessera_evb::ru::BackPressure;
+use tessera_evb::types::{EventNumber, FedId, Nanos, Peer};
+use tessera_evb::unit::{Input, Output};
+use tessera_evb::wire::{encode, encode_data_header_pieces};
+use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
+use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord};
+
+/// What a stream that cannot be read on does to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnCorruptStream {
+    /// Count it, report it, close the stream: its FED's events go on flagged incomplete.
+    #[default]
+    Continue,
+    /// Fail the unit with the error, which names the FED, the event and the byte offset.
+    Fail,
+}
+
+/// The protocol core an RU node drives: a plain RU, or the EVM's node.
+pub trait RuCore: Send {
+    /// See [`Ru::offer_fragment`].
+    fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure>;
+    /// See [`Ru::accepts`].
+    fn accepts(&self, fed_index: usize) -> bool;
+    /// See [`Ru::handle`].
+    fn handle(&mut self, now: Nanos, input: Input);
+    /// See [`Ru::next_timeout`].
+    fn next_timeout(&self) -> Option<Nanos>;
+    /// See [`Ru::poll_output`].
+    fn poll_output(&mut self) -> Option<Output>;
+    /// The RU.
+    fn ru(&self) -> &Ru;
+    /// The EVM, on the EVM's node.
+    fn evm(&self) -> Option<&Evm>;
+}
+
+impl RuCore for Ru {
+    fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
+        Ru::offer_fragment(self, now, fed_index, fragment)
+    }
+    fn accepts(&self, fed_index: usize) -> bool {
+        Ru::accepts(self, fed_index)
+    }
+    fn handle(&mut self, now: Nanos, input: Input) {
+        Ru::handle(self, now, input)
+    }
+    fn next_timeout(&self) -> Option<Nanos> {
+        Ru::next_timeout(self)
+    }
+    fn poll_output(&mut self) -> Option<Output> {
+        Ru::poll_output(self)
+    }
+    fn ru(&self) -> &Ru {
+        self
+    }
+    fn evm(&self) -> Option<&Evm> {
+        None
+    }
+}
+
+impl RuCore for EvmNode {
+    fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
+        EvmNode::offer_fragment(self, now, fed_index, fragment)
+    }
+    fn accepts(&self, fed_index: usize) -> bool {
+        EvmNode::accepts(self, fed_index)
+    }
+    fn handle(&mut self, now: Nanos, input: Input) {
+        EvmNode::handle(self, now, input)
+    }
+    fn next_timeout(&self) -> Option<Nanos> {
+        EvmNode::next_timeout(self)
+    }
+    fn poll_output(&mut self) -> Option<Output> {
+        EvmNode::poll_output(self)
+    }
+    fn ru(&self) -> &Ru {
+        &self.ru
+    }
+    fn evm(&self) -> Option<&Evm> {
+        Some(&self.evm)
+    }
+}
+
+/// How an RU node runs: its core's configuration, where it listens and whom it calls.
+#[derive(Debug)]
+pub struct RuNodeConfig {
+    /// The run number, which every peer's link must name.
+    pub run: u32,
+    /// The RU core.
+    pub ru: RuConfig,
+    /// The EVM core, for RU 0 (the EVM's node).
+    pub evm: Option<EvmConfig>,
+    /// Where front ends connect, one connection per FED.
+    pub ferol_listener: std::net::TcpListener,
+    /// RU: where the EVM connects. EVM's node: where BUs connect.
+    pub control_listener: std::net::TcpListener,
+    /// RU other than RU 0: each BU's data address, by BU index.
+    pub bu_data: Vec<SocketAddr>,
+    /// EVM's node: each RU's control address, for RUs 1, 2, ...
+    pub ru_control: Vec<SocketAddr>,
+    /// Receive memory per FED stream: chunk size in bytes.
+    pub chunk_bytes: usize,
+    /// Receive memory per FED stream: chunks.
+    pub chunks_per_fed: usize,
+    /// Largest fragment on the wire, FEROL block headers included.
+    pub max_wire_bytes: usize,
+    /// What a stream that cannot be read on does to the run.
+    pub on_corrupt_stream: OnCorruptStream,
+    /// How long to keep trying to reach a peer at start-up.
+    pub connect_timeout: Duration,
+    /// Largest protocol frame accepted, in bytes.
+    pub max_frame_bytes: u32,
+}
+
+/// What ended an RU node with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A socket could not be set up.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// A peer could not be reached in time.
+    #[error("{peer:?} at {address} could not be reached within {seconds} s: {source}")]
+    Unreachable {
+        /// The peer.
+        peer: Peer,
+        /// Its address.
+        address: SocketAddr,
+        /// How long we tried.
+        seconds: u64,
+        /// The last error.
+        source: io::Error,
+    },
+    /// A FEROL stream could not be read on, and the configuration says to fail.
+    #[error(
+        "RU {ru}: FED {fed} stream, byte {stream_offset} (after {fragments} fragments, last LV1 {last_lv1:?}): {error}"
+    )]
+    Stream {
+        /// The RU.
+        ru: u16,
+        /// The FED.
+        fed: FedId,
+        /// Byte offset in the stream.
+        stream_offset: u64,
+        /// Fragments read before it.
+        fragments: u64,
+        /// The LV1 id of the last good fragment.
+        last_lv1: Option<u32>,
+        /// What is there.
+        error: tessera_formats::FormatError,
+    },
+    /// The EVM went away before the run was drained.
+    #[error("the connection to the EVM was lost before the run ended: {0}")]
+    EvmLost(String),
+    /// Run control aborted the unit; what it still held.
+    #[error("aborted{}", if .0.is_empty() { String::new() } else { format!(" while waiting for: {}", .0) })]
+    Aborted(String),
+    /// A BU's file operation failed.
+    #[error(transparent)]
+    Files(#[from] crate::bu_files::BuFilesError),
+    /// Something else that stops a BU.
+    #[error("{0}")]
+    Bu(String),
+}
+
+/// Tells a running node what run control wants.
+#[derive(Clone)]
+pub struct Control {
+    waker: Arc<Waker>,
+    stop_trigger: Arc<AtomicBool>,
+    abort: Arc<AtomicBool>,
+}
+
+impl Control {
+    /// EVM: the trigger is off (as when the trigger stream ends): drain and end the run.
+    pub fn stop_trigger(&self) {
+        self.stop_trigger.store(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
+    }
+
+    /// Stops the unit now, whatever it holds.
+    pub fn abort(&self) {
+        self.abort.store(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
+    }
+}
+
+/// A node's poller and the run-control handle that wakes it.
+pub(crate) fn poller() -> Result<(Poll, Control), NodeError> {
+    let poll = Poll::new().map_err(io_err("creating a poller"))?;
+    let waker = Waker::new(poll.registry(), WAKER).map_err(io_err("creating a waker"))?;
+    let control = Control {
+        waker: Arc::new(waker),
+        stop_trigger: Arc::new(AtomicBool::new(false)),
+        abort: Arc::new(AtomicBool::new(false)),
+    };
+    Ok((poll, control))
+}
+
+impl Control {
+    /// The poller's one waker, for threads that hand the unit work.
+    pub(crate) fn waker(&self) -> Arc<Waker> {
+        self.waker.clone()
+    }
+
+    pub(crate) fn aborted(&self) -> bool {
+        self.abort.load(Ordering::SeqCst)
+    }
+}
+
+/// How an RU node ended.
+#[derive(Debug, Clone, Default)]
+pub struct RuReport {
+    /// The RU core's counters.
+    pub ru: tessera_evb::ru::RuCounters,
+    /// The EVM's counters, on the EVM's node.
+    pub evm: Option<tessera_evb::evm::EvmCounters>,
+    /// The last event triggered (EVM).
+    pub last_event: Option<EventNumber>,
+}
+
+pub(crate) const WAKER: Token = Token(0);
+const FEROL_LISTENER: Token = Token(1);
+const CONTROL_LISTENER: Token = Token(2);
+/// FEROL streams from here, one per configured FED.
+const STREAM_BASE: usize = 1 << 16;
+/// Protocol connections from here.
+const CONN_BASE: usize = 1 << 20;
+/// Longest the loop sleeps without looking at the clock.
+const MAX_SLEEP: Duration = Duration::from_millis(10);
+/// Bytes read from one FEROL stream before the loop turns to the others.
+const STREAM_TURN_BYTES: usize = 1 << 20;
+/// How long the EVM's node keeps flushing its last messages once the run has drained.
+const FINAL_FLUSH: Duration = Duration::from_secs(5);
+
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> NodeError {
+    let what = what.into();
+    move |source| NodeError::Io { what, source }
+}
+
+/// Packs where a fragment is into its `buffer` handle: stream index, chunk, offset.
+fn pack(stream: usize, handle: FragmentHandle) -> u64 {
+    ((stream as u64) << 48) | (u64::from(handle.chunk) << 32) | u64::from(handle.offset)
+}
+
+fn unpack(buffer: u64) -> (usize, FragmentHandle) {
+    let handle = FragmentHandle { chunk: ((buffer >> 32) & 0xFFFF) as u32, offset: buffer as u32, wire_len: u32::MAX };
+    ((buffer >> 48) as usize, handle)
+}
+
+/// The receive memory of every FEROL stream of the RU, by FED index.
+struct Buffers(Vec<StreamBuffer>);
+
+impl PieceSource for Buffers {
+    fn pieces<'a>(&'a self, handle: u64, out: &mut Vec<&'a [u8]>) {
+        let (stream, h) = unpack(handle);
+        if let Some(b) = self.0.get(stream) {
+            out.extend(b.segments(h));
+        }
+    }
+}
+
+/// One FEROL stream's connection.
+struct FerolConn {
+    stream: TcpStream,
+    readable: bool,
+    ended: bool,
+    /// The stream cannot be read on: garbage, or closed inside a fragment.
+    broken: bool,
+    fragments: u64,
+    last_lv1: Option<u32>,
+}
+
+/// Connects to `address` as `me`, retrying until `timeout`.
+pub(crate) fn connect(address: SocketAddr, peer: Peer, timeout: Duration) -> Result<std::net::TcpStream, NodeError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)) {
+            Ok(s) => {
+                s.set_nodelay(true).map_err(io_err(format!("setting TCP_NODELAY to {address}")))?;
+                s.set_nonblocking(true).map_err(io_err(format!("making {address} non-blocking")))?;
+                return Ok(s);
+            }
+            Err(source) if Instant::now() >= deadline => {
+                return Err(NodeError::Unreachable { peer, address, seconds: timeout.as_secs(), source });
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// An RU node, ready to run.
+pub struct RuNode {
+    cfg: RuNodeConfig,
+    core: Box<dyn RuCore>,
+    stats: Arc<UnitStats>,
+    control: Control,
+    poll: Poll,
+}
+
+impl RuNode {
+    /// Sets up the node: its core, its poller, and its receive memory, allocated and touched now.
+    pub fn new(cfg: RuNodeConfig) -> Result<Self, NodeError> {
+        let core: Box<dyn RuCore> = match cfg.evm.clone() {
+            Some(evm) => Box::new(EvmNode::new(evm, cfg.ru.clone())),
+            None => Box::new(Ru::new(cfg.ru.clone())),
+        };
+        let (poll, control) = poller()?;
+        Ok(RuNode { cfg, core, stats: Arc::new(UnitStats::default()), control, poll })
+    }
+
+    /// The unit's live figures.
+    pub fn stats(&self) -> Arc<UnitStats> {
+        self.stats.clone()
+    }
+
+    /// The run-control handle.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// Runs the unit until the run ends: for an RU, when the EVM closes its connection after the
+    /// drain; for the EVM's node, when every event is committed, every lumi section closed and
+    /// the end of run sent.
+    pub fn run(self) -> Result<RuReport, NodeError> {
+        let RuNode { cfg, core, stats, control, poll } = self;
+        let buffers = cfg
+            .ru
+            .feds
+            .iter()
+            .map(|&fed| StreamBuffer::new(fed, cfg.chunk_bytes, cfg.chunks_per_fed, cfg.max_wire_bytes))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
+        stats.chunks_total.set((cfg.chunks_per_fed * cfg.ru.feds.len()) as u64);
+        let mut lp = RuLoop {
+            start: Instant::now(),
+            streams: (0..cfg.ru.feds.len()).map(|_| None).collect(),
+            buffers: Buffers(buffers),
+            conns: BTreeMap::new(),
+            next_conn: CONN_BASE,
+            scratch: vec![0u8; 256 << 10],
+            drain_seen: false,
+            trigger_stopped: false,
+            last_trigger: None,
+            stats,
+            control,
+            core,
+            poll,
+            cfg,
+        };
+        lp.run()
+    }
+}
+
+struct RuLoop {
+    cfg: RuNodeConfig,
+    core: Box<dyn RuCore>,
+    stats: Arc<UnitStats>,
+    control: Control,
+    poll: Poll,
+    start: Instant,
+    streams: Vec<Option<FerolConn>>,
+    buffers: Buffers,
+    conns: BTreeMap<Token, Conn>,
+    next_conn: usize,
+    scratch: Vec<u8>,
+    drain_seen: bool,
+    trigger_stopped: bool,
+    /// The trigger information of the last trigger fragment that parsed.
+    last_trigger: Option<TriggerInfo>,
+}
+
+impl RuLoop {
+    fn now(&self) -> Nanos {
+        self.start.elapsed().as_nanos() as Nanos
+    }
+
+    fn is_evm(&self) -> bool {
+        self.cfg.evm.is_some()
+    }
+
+    fn me(&self) -> Peer {
+        if self.is_evm() { Peer::Evm } else { Peer::Ru(self.cfg.ru.ru) }
+    }
+
+    fn add_conn(&mut self, stream: TcpStream, peer: Option<Peer>) -> Result<Token, NodeError> {
+        let token = Token(self.next_conn);
+        self.next_conn += 1;
+        let mut conn = match peer {
+            Some(p) => Conn::opened(stream, token, p, self.me(), self.cfg.run, self.cfg.max_frame_bytes),
+            None => Conn::accepted(stream, token, self.cfg.max_frame_bytes),
+        };
+        conn.register(self.poll.registry()).map_err(io_err("registering a connection"))?;
+        self.conns.insert(token, conn);
+        Ok(token)
+    }
+
+    fn conn_to(&mut self, peer: Peer) -> Option<&mut Conn> {
+        self.conns.values_mut().find(|c| c.peer == Some(peer))
+    }
+
+    fn run(&mut self) -> Result<RuReport, NodeError> {
+        let registry = self.poll.registry().try_clone().map_err(io_err("cloning the registry"))?;
+        let listener = |l: &std::net::TcpListener, what: &str| -> Result<TcpListener, NodeError> {
+            let l = l.try_clone().map_err(io_err(what))?;
+            l.set_nonblocking(true).map_err(io_err(what))?;
+            Ok(TcpListener::from_std(l))
+        };
+        let mut ferol = listener(&self.cfg.ferol_listener, "FEROL listener")?;
+        let mut control = listener(&self.cfg.control_listener, "control listener")?;
+        registry.register(&mut ferol, FEROL_LISTENER, Interest::READABLE).map_err(io_err("FEROL listener"))?;
+        registry.register(&mut control, CONTROL_LISTENER, Interest::READABLE).map_err(io_err("control listener"))?;
+        // Calls out: the EVM to every RU, every RU to every BU.
+        let timeout = self.cfg.connect_timeout;
+        for (i, &address) in self.cfg.ru_control.clone().iter().enumerate() {
+            let peer = Peer::Ru(i as u16 + 1);
+            let s = connect(address, peer, timeout)?;
+            self.add_conn(TcpStream::from_std(s), Some(peer))?;
+        }
+        for (b, &address) in self.cfg.bu_data.clone().iter().enumerate() {
+            let peer = Peer::Bu(b as u16);
+            let s = connect(address, peer, timeout)?;
+            self.add_conn(TcpStream::from_std(s), Some(peer))?;
+        }
+        let mut events = Events::with_capacity(1024);
+        let mut drained_at: Option<Instant> = None;
+        loop {
+            if self.control.aborted() {
+                let pending = self.core.evm().map(Evm::pending).unwrap_or_default();
+                return Err(NodeError::Aborted(pending));
+            }
+            if self.control.stop_trigger.swap(false, Ordering::SeqCst) {
+                self.stop_trigger();
+            }
+            let now = self.now();
+            if self.core.next_timeout().is_some_and(|t| now >= t) {
+                self.core.handle(now, Input::Tick);
+            }
+            self.dispatch(now);
+            let busy = self.read_streams(now)?;
+            let busy = self.read_conns(now)? || busy;
+            self.dispatch(self.now());
+            self.flush_conns();
+            self.publish_stats();
+            if let Some(evm) = self.core.evm()
+                && evm.drained()
+            {
+                if drained_at.is_none() {
+                    // The RUs' cores need no drain; their loops take it as the run's end, so
+                    // that a connection closed without it means the EVM was lost.
+                    let mut frame = Vec::new();
+                    encode(&Message::Drain { last_event: evm.last_triggered() }, &mut frame).expect("encodable");
+                    for c in self.conns.values_mut().filter(|c| matches!(c.peer, Some(Peer::Ru(_)))) {
+                        c.queue(frame.clone());
+                    }
+                    self.flush_conns();
+                }
+                let at = *drained_at.get_or_insert_with(Instant::now);
+                if self.conns.values().all(|c| c.queued_bytes() == 0) || at.elapsed() > FINAL_FLUSH {
+                    return Ok(self.report());
+                }
+            }
+            if !self.is_evm() && self.drain_seen && !self.conns.values().any(|c| c.peer == Some(Peer::Evm)) {
+                return Ok(self.report());
+            }
+            let wait = if busy {
+                Duration::ZERO
+            } else {
+                let now = self.now();
+                let until = self.core.next_timeout().map(|t| Duration::from_nanos(t.saturating_sub(now)));
+                until.map_or(MAX_SLEEP, |u| u.min(MAX_SLEEP))
+            };
+            match self.poll.poll(&mut events, Some(wait)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(NodeError::Io { what: "polling".into(), source: e }),
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => {}
+                    FEROL_LISTENER => self.accept_ferol(&ferol),
+                    CONTROL_LISTENER => self.accept_control(&control)?,
+                    Token(t) if (STREAM_BASE..CONN_BASE).contains(&t) => {
+                        if let Some(Some(s)) = self.streams.get_mut(t - STREAM_BASE) {
+                            s.readable = true;
+                        }
+                    }
+                    token => {
+                        if let Some(c) = self.conns.get_mut(&token)
+                            && (ev.is_readable() || ev.is_read_closed() || ev.is_error())
+                        {
+                            c.readable = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn report(&self) -> RuReport {
+        RuReport {
+            ru: self.core.ru().counters(),
+            evm: self.core.evm().map(Evm::counters),
+            last_event: self.core.evm().and_then(Evm::last_triggered),
+        }
+    }
+
+    fn publish_stats(&self) {
+        let c = self.core.ru().counters();
+        self.stats.events_buffered.set(self.core.ru().events_buffered() as u64);
+        self.stats.fragments.set(c.fragments);
+        self.stats.corrupt_fragments.set(c.corrupt_fragments);
+        let used: usize = self.buffers.0.iter().map(|b| b.occupancy().0).sum();
+        self.stats.chunks_used.set(used as u64);
+        if let Some(evm) = self.core.evm() {
+            let e = evm.counters();
+            self.stats.triggered.set(e.triggered);
+            self.stats.committed.set(e.committed);
+            self.stats.reassigned.set(e.reassigned);
+        }
+    }
+
+    fn stop_trigger(&mut self) {
+        if self.trigger_stopped || !self.is_evm() {
+            return;
+        }
+        self.trigger_stopped = true;
+        let last_event = self.core.evm().and_then(Evm::last_triggered);
+        let now = self.now();
+        self.core.handle(now, Input::StopTrigger { last_event });
+    }
+
+    /// Accepts front ends; each stream is named by the FED id of its first block header.
+    fn accept_ferol(&mut self, listener: &TcpListener) {
+        // Bounded by the backlog; each accepted stream waits below until it names its FED.
+        while let Ok((mut stream, addr)) = listener.accept() {
+            let _ = stream.set_nodelay(true);
+            let mut head = [0u8; HEADER_BYTES];
+            // The first block header is usually there at once; give it a moment otherwise.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            let fed = loop {
+                match stream.peek(&mut head) {
+                    Ok(HEADER_BYTES) => {
+                        break FerolBlockHeader::parse(&head, 0).map(|h| h.fed_id).map_err(|e| e.to_string());
+                    }
+                    Ok(0) => break Err("closed before its first block header".into()),
+                    Ok(_) | Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+                    Ok(n) => break Err(format!("sent {n} bytes, less than a block header, in 2 s")),
+                    Err(e) => break Err(e.to_string()),
+                }
+            };
+            let refused = |why: String| format!("RU {}: FEROL connection from {addr} refused: {why}", self.cfg.ru.ru);
+            let index = match fed {
+                Ok(fed) => match self.cfg.ru.feds.iter().position(|&f| f == fed) {
+                    Some(i) if self.streams[i].is_none() => Ok(i),
+                    Some(_) => Err(refused(format!("FED {fed} is already connected"))),
+                    None => Err(refused(format!("FED {fed} is not one of this RU's {:?}", self.cfg.ru.feds))),
+                },
+                Err(e) => Err(refused(e)),
+            };
+            match index {
+                Ok(i) => {
+                    let token = Token(STREAM_BASE + i);
+                    if let Err(e) = self.poll.registry().register(&mut stream, token, Interest::READABLE) {
+                        self.stats.problem(refused(e.to_string()));
+                        continue;
+                    }
+                    self.streams[i] = Some(FerolConn {
+                        stream,
+                        readable: true,
+                        ended: false,
+                        broken: false,
+                        fragments: 0,
+                        last_lv1: None,
+                    });
+                }
+                Err(why) => self.stats.problem(why),
+            }
+        }
+    }
+
+    fn accept_control(&mut self, listener: &TcpListener) -> Result<(), NodeError> {
+        while let Ok((stream, _)) = listener.accept() {
+            let _ = stream.set_nodelay(true);
+            self.add_conn(stream, None)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the FEROL streams that have bytes and room; true if some have more to give.
+    fn read_streams(&mut self, now: Nanos) -> Result<bool, NodeError> {
+        let mut more = false;
+        let mut blocked = false;
+        let ru = self.cfg.ru.ru;
+        // A stream whose memory is full holds back the streams that are ahead of it: they would
+        // otherwise bring (with the trigger) events that it cannot deliver in time. Streams
+        // behind it go on: the events it waits to have committed need them.
+        let full_at = (0..self.streams.len())
+            .filter_map(|i| {
+                self.streams[i].as_ref().filter(|s| !s.ended && !self.buffers.0[i].has_room()).map(|s| s.fragments)
+            })
+            .min();
+        for i in 0..self.streams.len() {
+            let Some(s) = &mut self.streams[i] else { continue };
+            let fed = self.cfg.ru.feds[i];
+            let buffer = &mut self.buffers.0[i];
+            let mut taken = 0;
+            loop {
+                // Fragments already received go first, as far as the core takes them.
+                while !s.broken && self.core.accepts(i) {
+                    match buffer.next_fragment() {
+                        None => {
+                            if s.ended && buffer.pending_bytes() > 0 {
+                                s.broken = true;
+                                self.stats.broken_streams.add(1);
+                                self.stats.problem(format!(
+                                    "RU {ru}: FED {fed} stream closed inside a fragment, {} bytes after its fragment {} (last LV1 {:?})",
+                                    buffer.pending_bytes(),
+                                    s.fragments,
+                                    s.last_lv1
+                                ));
+                            }
+                            break;
+                        }
+                        Some(Ok(r)) => {
+                            s.fragments += 1;
+                            s.last_lv1 = Some(r.header.lv1_id);
+                            self.stats.fragment_bytes.add(r.fragment_len as u64);
+                            let fragment = to_fragment_ref(i, fed, &r, buffer, &mut self.last_trigger);
+                            if let Some(p) = &r.problem {
+                                self.stats.problem(format!("RU {ru}: {p}"));
+                            }
+                            let accepted = self.core.offer_fragment(now, i, fragment);
+                            debug_assert!(accepted.is_ok(), "accepts() said yes");
+                        }
+                        Some(Err(e)) => {
+                            self.stats.broken_streams.add(1);
+                            let err = NodeError::Stream {
+                                ru,
+                                fed: e.fed,
+                                stream_offset: e.stream_offset,
+                                fragments: s.fragments,
+                                last_lv1: s.last_lv1,
+                                error: e.error,
+                            };
+                            if self.cfg.on_corrupt_stream == OnCorruptStream::Fail {
+                                return Err(err);
+                            }
+                            self.stats.problem(format!("{err}; the stream is closed"));
+                            s.broken = true;
+                            s.ended = true;
+                            let _ = self.poll.registry().deregister(&mut s.stream);
+                        }
+                    }
+                }
+                if s.ended {
+                    break;
+                }
+                if !self.core.accepts(i) {
+                    blocked = true;
+                    break;
+                }
+                if full_at.is_some_and(|n| s.fragments >= n) {
+                    blocked = true;
+                    break;
+                }
+                if !s.readable || taken >= STREAM_TURN_BYTES {
+                    more |= s.readable;
+                    break;
+                }
+                let Some(spare) = buffer.spare() else {
+                    blocked = true;
+                    break;
+                };
+                match s.stream.read(spare) {
+                    Ok(0) => {
+                        s.ended = true;
+                        let _ = self.poll.registry().deregister(&mut s.stream);
+                    }
+                    Ok(n) => {
+                        taken += n;
+                        buffer.filled(n)
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.readable = false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        self.stats.problem(format!("RU {ru}: FED {fed} stream: {e}"));
+                        s.ended = true;
+                        let _ = self.poll.registry().deregister(&mut s.stream);
+                    }
+                }
+            }
+            // The trigger stream's end is the trigger's end: drain once all of it is offered.
+            let finished = s.ended && (s.broken || buffer.pending_bytes() == 0);
+            if finished && fed == TCDS_FED_ID && self.is_evm() && !self.trigger_stopped {
+                self.stop_trigger();
+            }
+        }
+        self.stats.set_throttle(if blocked { Throttle::BuffersFull } else { Throttle::None });
+        Ok(more)
+    }
+
+    /// Reads the protocol connections; true if some have more to give.
+    fn read_conns(&mut self, now: Nanos) -> Result<bool, NodeError> {
+        let mut more = false;
+        let tokens: Vec<Token> = self.conns.iter().filter(|(_, c)| c.readable).map(|(t, _)| *t).collect();
+        for token in tokens {
+            let mut inputs = Vec::new();
+            let conn = self.conns.get_mut(&token).expect("listed");
+            let pass = conn.read(&mut self.scratch, self.cfg.run, |peer, decoded, _body| {
+                inputs.push((peer, decoded.message));
+            });
+            more |= pass.more;
+            if let Some(peer) = pass.linked {
+                self.linked(token, peer);
+            }
+            for (from, msg) in inputs {
+                if matches!(msg, Message::Drain { .. }) && !self.is_evm() {
+                    self.drain_seen = true;
+                    continue;
+                }
+                self.core.handle(now, Input::Message { from, msg });
+            }
+            if let Some(why) = pass.closed {
+                self.close_conn(token, why)?;
+            }
+        }
+        Ok(more)
+    }
+
+    /// A peer named itself: check that it may call this unit.
+    fn linked(&mut self, token: Token, peer: Peer) {
+        let allowed = match peer {
+            Peer::Evm => !self.is_evm(),
+            Peer::Bu(b) => self.cfg.evm.as_ref().is_some_and(|e| b < e.n_bu),
+            Peer::Ru(_) => false,
+        };
+        let address = self.conns[&token].address.clone();
+        if !allowed {
+            self.stats.problem(format!("RU {}: refused {peer:?} calling from {address}", self.cfg.ru.ru));
+            if let Some(mut c) = self.conns.remove(&token) {
+                c.deregister(self.poll.registry());
+            }
+            return;
+        }
+        // A peer that calls again (a restarted BU) replaces its old connection.
+        let old: Vec<Token> =
+            self.conns.iter().filter(|(t, c)| **t != token && c.peer == Some(peer)).map(|(t, _)| *t).collect();
+        for t in old {
+            if let Some(mut c) = self.conns.remove(&t) {
+                c.deregister(self.poll.registry());
+                let now = self.now();
+                self.core.handle(now, Input::PeerLost(peer));
+            }
+        }
+    }
+
+    fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
+        let Some(mut conn) = self.conns.remove(&token) else { return Ok(()) };
+        conn.deregister(self.poll.registry());
+        let Some(peer) = conn.peer else { return Ok(()) };
+        match peer {
+            Peer::Evm if !self.drain_seen => {
+                return Err(NodeError::EvmLost(why.unwrap_or_else(|| "closed by the EVM".into())));
+            }
+            Peer::Evm => {}
+            Peer::Bu(b) => {
+                self.stats.problem(format!(
+                    "{}: lost BU {b}{}",
+                    if self.is_evm() { "EVM".to_string() } else { format!("RU {}", self.cfg.ru.ru) },
+                    why.map(|w| format!(": {w}")).unwrap_or_default()
+                ));
+                if self.is_evm() {
+                    let now = self.now();
+                    self.core.handle(now, Input::PeerLost(peer));
+                }
+            }
+            Peer::Ru(r) => {
+                self.stats.problem(format!("EVM: lost RU {r}{}", why.map(|w| format!(": {w}")).unwrap_or_default()))
+            }
+        }
+        Ok(())
+    }
+
+    /// Carries out the core's outputs.
+    fn dispatch(&mut self, _now: Nanos) {
+        while let Some(out) = self.core.poll_output() {
+            match out {
+                Output::Send { to, msg: Message::Data { ru, epoch, parts, commits } } => {
+                    let handles: Vec<u64> = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer).collect();
+                    let bytes: usize = parts.iter().flat_map(|p| &p.fragments).map(|f| f.bytes as usize).sum();
+                    let mut pieces: Vec<&[u8]> = Vec::with_capacity(handles.len());
+                    for &h in &handles {
+                        self.buffers.pieces(h, &mut pieces);
+                    }
+                    let mut header = Vec::with_capacity(256);
+                    if let Err(e) = encode_data_header_pieces(ru, epoch, &parts, &commits, &pieces, &mut header) {
+                        self.stats.problem(format!("RU {}: data message not sent: {e}", self.cfg.ru.ru));
+                        continue;
+                    }
+                    drop(pieces);
+                    self.stats.data_messages.add(1);
+                    match self.route(to) {
+                        Some(c) => c.queue_data(header, handles, bytes),
+                        None => {
+                            self.stats.problem(format!("RU {}: no connection to {to:?}; data dropped", self.cfg.ru.ru))
+                        }
+                    }
+                }
+                Output::Send { to, msg } => {
+                    let mut frame = Vec::new();
+                    if let Err(e) = encode(&msg, &mut frame) {
+                        self.stats.problem(format!("{:?}: message not sent: {e}", self.me()));
+                        continue;
+                    }
+                    self.stats.control_messages.add(1);
+                    if let Some(c) = self.route(to) {
+                        c.queue(frame);
+                    }
+                }
+                Output::FreeBuffers(fragments) => {
+                    for f in fragments {
+                        let (stream, handle) = unpack(f.buffer);
+                        if let Some(b) = self.buffers.0.get_mut(stream) {
+                            b.release(handle);
+                        }
+                    }
+                }
+                Output::Notice(n) => self.stats.problem(format!("{:?}: {n}", self.me())),
+                _ => {}
+            }
+        }
+    }
+
+    /// The connection that carries messages to `to`, reconnecting to a BU whose data connection
+    /// was lost (a restarted BU listens again on the same port).
+    fn route(&mut self, to: Peer) -> Option<&mut Conn> {
+        if self.conn_to(to).is_none()
+            && let Peer::Bu(b) = to
+            && let Some(&address) = self.cfg.bu_data.get(usize::from(b))
+        {
+            // One short try: a BU that is down gets its events reassigned by the EVM.
+            if let Ok(s) = std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200))
+                && s.set_nodelay(true).is_ok()
+                && s.set_nonblocking(true).is_ok()
+            {
+                let _ = self.add_conn(TcpStream::from_std(s), Some(to));
+            }
+        }
+        self.conn_to(to)
+    }
+
+    fn flush_conns(&mut self) {
+        let registry = self.poll.registry();
+        let mut broken = Vec::new();
+        for (token, conn) in self.conns.iter_mut() {
+            if conn.queued_bytes() == 0 {
+                continue;
+            }
+            let result = if conn.peer.is_some_and(|p| matches!(p, Peer::Bu(_))) {
+                conn.flush(&self.buffers, registry)
+            } else {
+                conn.flush(&NoPieces, registry)
+            };
+            if let Err(e) = result {
+                broken.push((*token, format!("{}: {e}", conn.address)));
+            }
+        }
+        for (token, why) in broken {
+            // A broken connection to the EVM is found by its reader; to a BU, the EVM reassigns.
+            let _ = self.close_conn(token, Some(why));
+        }
+    }
+}
+
+/// The protocol's view of a received fragment: the FED the stream is configured for, its LV1,
+/// where its bytes are, and for the trigger FED the lumi section, orbit and BX.
+fn to_fragment_ref(
+    stream: usize,
+    fed: FedId,
+    r: &Received,
+    buffer: &StreamBuffer,
+    last: &mut Option<TriggerInfo>,
+) -> FragmentRef {
+    let mut corrupt = r.problem.is_some();
+    let trigger = (fed == TCDS_FED_ID).then(|| {
+        let mut bytes = Vec::with_capacity(r.fragment_len);
+        for piece in buffer.segments(r.handle) {
+            bytes.extend_from_slice(piece);
+        }
+        match TcdsRecord::parse(&bytes) {
+            Ok((rec, _)) => {
+                let info = TriggerInfo { lumi_section: rec.lumi_section, orbit: rec.orbit, bx: rec.bx };
+                *last = Some(info);
+                info
+            }
+            // A trigger fragment that does not parse still makes an event: it is flagged corrupt
+            // and takes the lumi section of the trigger before it.
+            Err(_) => {
+                corrupt = true;
+                let previous = last.unwrap_or(TriggerInfo { lumi_section: 1, orbit: 0, bx: 0 });
+                TriggerInfo { bx: r.header.bx_id, ..previous }
+            }
+        }
+    });
+    FragmentRef {
+        fed,
+        lv1: r.header.lv1_id,
+        bytes: r.fragment_len as u32,
+        corrupt,
+        buffer: pack(stream, r.handle),
+        trigger,
+    }
+}

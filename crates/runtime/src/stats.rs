@@ -1,0 +1,146 @@
+//! Live figures of a running unit, shared with whoever shows progress: plain atomics that the
+//! unit's loop stores and a monitor loads, so that neither waits for the other.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Most problem reports a unit keeps; later ones are only counted.
+pub const MAX_PROBLEMS_KEPT: usize = 100;
+
+/// Why a unit holds back, as a stable key for operators and monitoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Throttle {
+    /// Nothing holds the unit back.
+    None = 0,
+    /// BU: its RAM disk is above the high-water mark; it asks for no events until below the low
+    /// mark.
+    RamdiskHighWater = 1,
+    /// RU: its receive buffers are full, waiting for events to be committed.
+    BuffersFull = 2,
+    /// BU: its store of received data is full, waiting for files to be written.
+    StoreFull = 3,
+}
+
+impl Throttle {
+    /// The stable key.
+    pub fn key(self) -> &'static str {
+        match self {
+            Throttle::None => "",
+            Throttle::RamdiskHighWater => "RAMDISK_HIGH_WATER",
+            Throttle::BuffersFull => "RU_BUFFERS_FULL",
+            Throttle::StoreFull => "BU_STORE_FULL",
+        }
+    }
+
+    fn from_code(code: u64) -> Self {
+        match code {
+            1 => Throttle::RamdiskHighWater,
+            2 => Throttle::BuffersFull,
+            3 => Throttle::StoreFull,
+            _ => Throttle::None,
+        }
+    }
+}
+
+/// A counter or gauge.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    /// Its value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    /// Sets it.
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed)
+    }
+    /// Adds to it.
+    pub fn add(&self, v: u64) {
+        self.0.fetch_add(v, Ordering::Relaxed);
+    }
+}
+
+/// The figures of one unit. RUs fill the fragment figures, the EVM the event figures, BUs the
+/// file figures.
+#[derive(Debug, Default)]
+pub struct UnitStats {
+    /// FED fragments received.
+    pub fragments: Gauge,
+    /// Their bytes, FED header to trailer.
+    pub fragment_bytes: Gauge,
+    /// Fragments that failed a check (CRC-16, FED id) and were passed on flagged.
+    pub corrupt_fragments: Gauge,
+    /// FEROL streams that could not be read on (garbage, a fragment cut short).
+    pub broken_streams: Gauge,
+    /// Events whose fragments the RU holds.
+    pub events_buffered: Gauge,
+    /// Receive chunks holding fragments, and the pool's size.
+    pub chunks_used: Gauge,
+    /// The pool's size.
+    pub chunks_total: Gauge,
+    /// Events triggered (EVM).
+    pub triggered: Gauge,
+    /// Events committed (EVM).
+    pub committed: Gauge,
+    /// Events reassigned after a BU was lost (EVM).
+    pub reassigned: Gauge,
+    /// Events built (BU).
+    pub events_built: Gauge,
+    /// Events built with a part missing (BU).
+    pub incomplete_events: Gauge,
+    /// Events published in files (BU).
+    pub events_published: Gauge,
+    /// Files published (BU).
+    pub files_published: Gauge,
+    /// Bytes of published files (BU).
+    pub bytes_published: Gauge,
+    /// Bytes of received data held until written (BU).
+    pub store_bytes: Gauge,
+    /// Events the BU holds, from request to publication.
+    pub events_in_flight: Gauge,
+    /// Data messages sent or received.
+    pub data_messages: Gauge,
+    /// Control messages sent.
+    pub control_messages: Gauge,
+    throttle: Gauge,
+    failed: Gauge,
+    problems: Mutex<(Vec<String>, u64)>,
+}
+
+impl UnitStats {
+    /// Sets why the unit holds back.
+    pub fn set_throttle(&self, t: Throttle) {
+        self.throttle.set(t as u64)
+    }
+
+    /// Why the unit holds back now.
+    pub fn throttle(&self) -> Throttle {
+        Throttle::from_code(self.throttle.get())
+    }
+
+    /// Marks the unit as ended by an error.
+    pub fn set_failed(&self) {
+        self.failed.set(1)
+    }
+
+    /// Whether the unit ended with an error.
+    pub fn failed(&self) -> bool {
+        self.failed.get() != 0
+    }
+
+    /// Records a problem for the run's report (the first [`MAX_PROBLEMS_KEPT`] are kept).
+    pub fn problem(&self, what: String) {
+        let mut p = self.problems.lock().unwrap_or_else(|e| e.into_inner());
+        p.1 += 1;
+        if p.0.len() < MAX_PROBLEMS_KEPT {
+            p.0.push(what);
+        }
+    }
+
+    /// The problems kept, and how many there were in all.
+    pub fn problems(&self) -> (Vec<String>, u64) {
+        self.problems.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}

@@ -1,0 +1,286 @@
+//! A whole system in one process: the front-end emulators, every RU (the first one with the
+//! EVM) and every BU, each on its own threads, talking over loopback TCP exactly as they would
+//! between hosts. This is what `tessera run` starts; the per-unit commands start the same nodes
+//! one per process.
+
+use crate::bu_node::{BuNode, BuNodeConfig, BuReport};
+use crate::ru_node::{Control, NodeError, RuNode, RuNodeConfig, RuReport};
+use crate::stats::{Throttle, UnitStats};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tessera_emu::error::EmuError;
+use tessera_emu::sender::{self, RunSummary, SenderConfig, StopLine};
+
+/// Events past the furthest FED at which a stop takes effect: far more than a stream sends in
+/// the microseconds between looking at the streams and drawing the line.
+pub const STOP_MARGIN_EVENTS: u64 = 1000;
+
+/// What to start.
+#[derive(Debug)]
+pub struct SystemPlan {
+    /// The RU nodes; the first is the EVM's.
+    pub rus: Vec<RuNodeConfig>,
+    /// The BU nodes.
+    pub bus: Vec<BuNodeConfig>,
+    /// The front-end emulators (their stop line is set here).
+    pub emulators: Vec<SenderConfig>,
+}
+
+/// A system that runs.
+pub struct RunningSystem {
+    /// Live figures of each RU, the EVM's first.
+    pub ru_stats: Vec<Arc<UnitStats>>,
+    /// Live figures of each BU.
+    pub bu_stats: Vec<Arc<UnitStats>>,
+    controls: Vec<Control>,
+    stop_line: Arc<StopLine>,
+    rus: Vec<JoinHandle<Result<RuReport, NodeError>>>,
+    bus: Vec<JoinHandle<Result<BuReport, NodeError>>>,
+    emulators: Vec<JoinHandle<Result<RunSummary, EmuError>>>,
+    started: Instant,
+}
+
+/// Figures for a progress line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// Seconds since the start.
+    pub seconds: f64,
+    /// Events triggered.
+    pub triggered: u64,
+    /// Events published by the BUs.
+    pub built: u64,
+    /// Fragment bytes received by the RUs.
+    pub fragment_bytes: u64,
+    /// Receive chunks in use, of the total, over all RUs.
+    pub chunks: (u64, u64),
+    /// Bytes held in the BUs' frame stores.
+    pub store_bytes: u64,
+    /// Why units hold back, if any do.
+    pub throttles: Vec<&'static str>,
+    /// Problems reported so far.
+    pub problems: u64,
+}
+
+/// How a system's run ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Each RU's end, the EVM's first.
+    pub rus: Vec<Result<RuReport, String>>,
+    /// Each BU's end.
+    pub bus: Vec<Result<BuReport, String>>,
+    /// Each emulator's end.
+    pub emulators: Vec<Result<RunSummary, String>>,
+    /// Problems the units reported, the first ones of each unit.
+    pub problems: Vec<String>,
+    /// Problems reported in all.
+    pub problem_count: u64,
+    /// Wall time of the run.
+    pub seconds: f64,
+    /// The figures at the end.
+    pub progress: Progress,
+}
+
+/// The conservation check of a run: every triggered event is built or counted lost by reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Conservation {
+    /// Events the trigger issued (the EVM saw).
+    pub triggered: u64,
+    /// Events published in BU files.
+    pub built: u64,
+    /// Of those, events built with a part missing (flagged incomplete in their FRD header).
+    pub built_incomplete: u64,
+    /// Events lost, by reason key.
+    pub lost: BTreeMap<String, u64>,
+    /// Events published per BU.
+    pub per_bu: Vec<u64>,
+    /// Whether triggered = built + lost.
+    pub holds: bool,
+}
+
+impl Outcome {
+    /// Whether every unit ended without an error.
+    pub fn clean(&self) -> bool {
+        self.rus.iter().all(Result::is_ok)
+            && self.bus.iter().all(Result::is_ok)
+            && self.emulators.iter().all(Result::is_ok)
+    }
+
+    /// The conservation figures. A unit that failed leaves events neither built nor accounted
+    /// for: they are counted under `UNIT_FAILED`, and the check says whether that explains all.
+    pub fn conservation(&self) -> Conservation {
+        let triggered = self.progress.triggered;
+        let per_bu: Vec<u64> = self.bus.iter().map(|b| b.as_ref().map_or(0, |r| r.events_published)).collect();
+        let built: u64 = self.progress.built;
+        let built_incomplete = self.bus.iter().flatten().map(|b| b.counters.incomplete_events).sum();
+        let mut lost = BTreeMap::new();
+        if !self.clean() && triggered > built {
+            lost.insert("UNIT_FAILED".to_string(), triggered - built);
+        }
+        let accounted = built + lost.values().sum::<u64>();
+        Conservation { triggered, built, built_incomplete, lost, per_bu, holds: accounted == triggered }
+    }
+}
+
+impl RunningSystem {
+    /// Starts every node and emulator. Listeners are bound already (in the plan), so the order
+    /// does not matter: every unit keeps calling its peers until they answer.
+    pub fn start(plan: SystemPlan) -> Result<Self, NodeError> {
+        let stop_line = StopLine::new();
+        let mut ru_stats = Vec::new();
+        let mut controls = Vec::new();
+        let mut rus = Vec::new();
+        for (i, cfg) in plan.rus.into_iter().enumerate() {
+            let node = RuNode::new(cfg)?;
+            let stats = node.stats();
+            ru_stats.push(stats.clone());
+            controls.push(node.control());
+            rus.push(spawn(format!("ru{i}"), move || flag_failure(&stats, || node.run())));
+        }
+        let mut bu_stats = Vec::new();
+        let mut bus = Vec::new();
+        for (i, cfg) in plan.bus.into_iter().enumerate() {
+            let node = BuNode::new(cfg)?;
+            let stats = node.stats();
+            bu_stats.push(stats.clone());
+            controls.push(node.control());
+            bus.push(spawn(format!("bu{i}"), move || flag_failure(&stats, || node.run())));
+        }
+        let emulators = plan
+            .emulators
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut cfg)| {
+                cfg.stop = Some(stop_line.clone());
+                spawn(format!("ferol{i}"), move || sender::run(cfg))
+            })
+            .collect();
+        Ok(RunningSystem { ru_stats, bu_stats, controls, stop_line, rus, bus, emulators, started: Instant::now() })
+    }
+
+    /// Stops the trigger: every FED stream ends after the same event, the EVM sees the trigger
+    /// stream end and drains the run. Returns the events each stream will have sent.
+    pub fn stop(&self) -> u64 {
+        self.stop_line.stop(STOP_MARGIN_EVENTS)
+    }
+
+    /// Whether every node has ended.
+    pub fn finished(&self) -> bool {
+        self.rus.iter().all(JoinHandle::is_finished) && self.bus.iter().all(JoinHandle::is_finished)
+    }
+
+    /// Whether some node has ended with an error or every emulator has ended.
+    pub fn emulators_finished(&self) -> bool {
+        self.emulators.iter().all(JoinHandle::is_finished)
+    }
+
+    /// The figures now.
+    pub fn progress(&self) -> Progress {
+        let sum = |units: &[Arc<UnitStats>], f: fn(&UnitStats) -> u64| units.iter().map(|s| f(s)).sum::<u64>();
+        let mut throttles: Vec<&'static str> = self
+            .ru_stats
+            .iter()
+            .chain(&self.bu_stats)
+            .map(|s| s.throttle())
+            .filter(|&t| t != Throttle::None)
+            .map(Throttle::key)
+            .collect();
+        throttles.sort_unstable();
+        throttles.dedup();
+        Progress {
+            seconds: self.started.elapsed().as_secs_f64(),
+            triggered: self.ru_stats.first().map_or(0, |s| s.triggered.get()),
+            built: sum(&self.bu_stats, |s| s.events_published.get()),
+            fragment_bytes: sum(&self.ru_stats, |s| s.fragment_bytes.get()),
+            chunks: (sum(&self.ru_stats, |s| s.chunks_used.get()), sum(&self.ru_stats, |s| s.chunks_total.get())),
+            store_bytes: sum(&self.bu_stats, |s| s.store_bytes.get()),
+            throttles,
+            problems: self.ru_stats.iter().chain(&self.bu_stats).map(|s| s.problems().1).sum(),
+        }
+    }
+
+    /// Waits for the run to end, at most `timeout`; units still running then are aborted, and
+    /// the outcome says so.
+    pub fn wait(self, timeout: Duration) -> Outcome {
+        let deadline = Instant::now() + timeout;
+        while !self.finished() && Instant::now() < deadline {
+            // A node that failed leaves the others waiting for it: stop them all.
+            if self.ru_stats.iter().chain(&self.bu_stats).any(|s| s.failed()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let timed_out = !self.finished();
+        if timed_out {
+            for c in &self.controls {
+                c.abort();
+            }
+        }
+        // Emulators end when their streams are closed, which aborting the RUs does.
+        let _ = self.stop_line.stop(0);
+        let progress = self.progress();
+        let mut problems = Vec::new();
+        let mut problem_count = 0;
+        for s in self.ru_stats.iter().chain(&self.bu_stats) {
+            let (p, n) = s.problems();
+            problems.extend(p);
+            problem_count += n;
+        }
+        let seconds = self.started.elapsed().as_secs_f64();
+        let note = |what: &str| {
+            if timed_out {
+                format!("{what} (the run did not end within {} s)", timeout.as_secs())
+            } else {
+                what.to_string()
+            }
+        };
+        Outcome {
+            rus: self.rus.into_iter().map(|h| join_unit(h, &note)).collect(),
+            bus: self.bus.into_iter().map(|h| join_unit(h, &note)).collect(),
+            emulators: self
+                .emulators
+                .into_iter()
+                .map(|h| match h.join() {
+                    Ok(Ok(r)) => Ok(r),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err("the emulator's thread panicked".into()),
+                })
+                .collect(),
+            problems,
+            problem_count,
+            seconds,
+            progress,
+        }
+    }
+}
+
+fn join_unit<T>(h: JoinHandle<Result<T, NodeError>>, note: &dyn Fn(&str) -> String) -> Result<T, String> {
+    match h.join() {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(note(&e.to_string())),
+        Err(_) => Err("the unit's thread panicked".into()),
+    }
+}
+
+/// Runs a unit, marking its figures as failed when it ends with an error or a panic (a bug,
+/// which then fails the run instead of leaving the other units waiting).
+fn flag_failure<T>(stats: &UnitStats, run: impl FnOnce() -> Result<T, NodeError>) -> Result<T, NodeError> {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(NodeError::Bu(format!("the unit panicked: {what}")))
+    });
+    if result.is_err() {
+        stats.set_failed();
+    }
+    result
+}
+
+fn spawn<T: Send + 'static>(name: String, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
+    std::thread::Builder::new().name(name).spawn(f).expect("spawning a unit thread")
+}
