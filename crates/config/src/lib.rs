@@ -44,6 +44,10 @@ use std::path::Path;
 impl SystemConfig {
     /// Reads a system from `text`, the contents of the file `origin` (named in errors), and
     /// [validates](SystemConfig::validate) it.
+    ///
+    /// A validation error is placed at the line of the key it names; a key left at its default
+    /// is not in the text, so the line is that of its nearest written ancestor (`ru` for
+    /// `ru.chunk_bytes`), or unknown when there is none.
     pub fn from_yaml(text: &str, origin: &Path) -> Result<SystemConfig, ConfigError> {
         let place = |at: Option<(u64, u64)>, key: Option<String>| Place {
             file: origin.to_owned(),
@@ -59,8 +63,12 @@ impl SystemConfig {
         };
         let system: SystemConfig = serde_saphyr::from_str(text).map_err(|e| {
             let at = error_position(&e);
-            let key = at.and_then(|at| keys.path_at(at)).map(str::to_owned);
-            ConfigError::Schema { place: place(at, key), message: message(&e) }
+            let message = message(&e);
+            // serde words it "unknown field `NAME`, expected ...".
+            let unknown =
+                message.strip_prefix("unknown field `").and_then(|rest| rest.split_once('`')).map(|(name, _)| name);
+            let key = at.and_then(|at| keys.path_at(at, unknown)).map(str::to_owned);
+            ConfigError::Schema { place: place(at, key), message }
         })?;
         system.validate().map_err(|e| {
             // Validation knows the key, not the place; the key map finds the line where the key,

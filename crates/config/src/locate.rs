@@ -68,10 +68,18 @@ impl KeyMap {
         }
     }
 
-    /// The key path of what is at `at`: the outermost value that starts there, else a key that
-    /// is there, else the last key before it. `None` when `at` is before every key.
-    pub(crate) fn path_at(&self, at: Position) -> Option<&str> {
-        let found = self.entries.iter().find(|e| e.value == at).or_else(|| self.entries.iter().find(|e| e.key == at));
+    /// The key path of what is at `at`: the key `unknown` if the error is about that unknown
+    /// key and it is there, else the outermost value that starts there, else a key that is
+    /// there, else the last key before it. `None` for the whole document.
+    ///
+    /// The unknown key's name is needed because the first key of a mapping is where the mapping
+    /// starts: at `rus[0]`'s place, "missing field" is about `rus[0]`, "unknown field `fedz`"
+    /// about `rus[0].fedz`.
+    pub(crate) fn path_at(&self, at: Position, unknown: Option<&str>) -> Option<&str> {
+        let named = |e: &&Entry| unknown.is_some_and(|name| e.key == at && e.path.rsplit('.').next() == Some(name));
+        let found = self.entries.iter().find(named);
+        let found = found.or_else(|| self.entries.iter().find(|e| e.value == at));
+        let found = found.or_else(|| self.entries.iter().find(|e| e.key == at));
         let found = found.or_else(|| self.entries.iter().rev().find(|e| e.key <= at));
         found.map(|e| e.path.as_str()).filter(|path| !path.is_empty())
     }
@@ -244,9 +252,12 @@ mod tests {
     #[test]
     fn finds_the_key_path_at_a_place() {
         let map = KeyMap::read(TEXT).unwrap();
-        assert_eq!(map.path_at((7, 11)), Some("rus[1].feds"));
-        assert_eq!(map.path_at((5, 5)), Some("rus[0].feds"));
-        assert_eq!(map.path_at((6, 5)), Some("rus[1]"));
-        assert_eq!(map.path_at((2, 20)), Some("run.number"));
+        assert_eq!(map.path_at((7, 11), None), Some("rus[1].feds"));
+        assert_eq!(map.path_at((5, 5), None), Some("rus[0].feds"));
+        assert_eq!(map.path_at((6, 5), None), Some("rus[1]"));
+        assert_eq!(map.path_at((6, 5), Some("name")), Some("rus[1].name"));
+        assert_eq!(map.path_at((2, 20), None), Some("run.number"));
+        assert_eq!(map.path_at((1, 1), None), None);
+        assert_eq!(map.path_at((1, 1), Some("run")), Some("run"));
     }
 }

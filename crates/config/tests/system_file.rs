@@ -96,6 +96,14 @@ fn unknown_key_names_the_file_line_path_and_the_keys_allowed() {
 }
 
 #[test]
+fn unknown_key_on_the_first_line_is_named_too() {
+    assert_eq!(
+        error(&format!("defaults: {{}}\n{BASE}")),
+        "conf/bad.yaml:1:1: defaults: unknown field `defaults`, expected one of run, trigger, evm, rus, bus, ru, bu"
+    );
+}
+
+#[test]
 fn wrong_type_names_the_line_path_and_type() {
     let text = format!("{BASE}ru:\n  chunks_per_fed: many\n");
     assert_eq!(error(&text), "conf/bad.yaml:9:19: ru.chunks_per_fed: invalid u32");
