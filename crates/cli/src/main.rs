@@ -192,39 +192,13 @@ struct FerolArgs {
     output: Option<PathBuf>,
 }
 
-/// Parses `0-7,1024`: ids and inclusive ranges, each at most 4095, none twice.
-fn parse_fed_list(list: &str) -> Result<Vec<u16>> {
-    let bad = |why: String| anyhow::anyhow!("--feds {list}: {why}");
-    let number = |s: &str| -> Result<u16> {
-        let n: u32 = s.trim().parse().map_err(|_| bad(format!("{s:?} is not a FED id")))?;
-        u16::try_from(n).ok().filter(|&n| n <= 4095).ok_or_else(|| bad(format!("FED id {n} is above 4095")))
-    };
-    let mut feds = Vec::new();
-    for item in list.split(',') {
-        let (lo, hi) = match item.split_once('-') {
-            Some((lo, hi)) => (number(lo)?, number(hi)?),
-            None => (number(item)?, number(item)?),
-        };
-        if lo > hi {
-            return Err(bad(format!("range {item} runs backwards")));
-        }
-        for fed in lo..=hi {
-            if feds.contains(&fed) {
-                return Err(bad(format!("FED {fed} is listed twice")));
-            }
-            feds.push(fed);
-        }
-        if feds.len() > tessera_emu::sender::MAX_STREAMS {
-            return Err(bad(format!("more than {} FEDs for one process", tessera_emu::sender::MAX_STREAMS)));
-        }
-    }
-    Ok(feds)
-}
-
 fn ferol(args: FerolArgs) -> Result<ExitCode> {
     use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig, TriggerClock};
     use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
-    let feds = parse_fed_list(&args.feds)?;
+    let feds = tessera_config::parse_fed_list(&args.feds).with_context(|| format!("--feds {}", args.feds))?;
+    if feds.len() > sender::MAX_STREAMS {
+        bail!("--feds {}: more than {} FEDs for one process", args.feds, sender::MAX_STREAMS);
+    }
     let size = match (args.size, args.size_mean, args.size_sigma) {
         (_, Some(mean_bytes), Some(sigma_bytes)) => SizeModel::LogNormal { mean_bytes, sigma_bytes },
         (size, _, _) => SizeModel::Fixed(size.unwrap_or(2048)),

@@ -55,8 +55,9 @@ fn ferol_faults_show_in_inspect() {
 fn ferol_errors_name_the_bad_argument() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--feds", "0-5000"], "tessera: --feds 0-5000: FED id 5000 is above 4095\n"),
+        (&["--feds", "0-600"], "tessera: --feds 0-600: more than 512 FEDs for one process\n"),
         (&["--feds", "7-3"], "tessera: --feds 7-3: range 7-3 runs backwards\n"),
         (
             &["--fault", "bogus@1"],

@@ -1,0 +1,96 @@
+//! What can be wrong with a system file. Every error names the file and, where known, the line,
+//! the column and the key path (`rus[1].feds`), then says what was expected.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Where in a system file a problem is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// The file, as it was given.
+    pub file: PathBuf,
+    /// Line, from 1, when known.
+    pub line: Option<u64>,
+    /// Column, from 1, when known (only with a line).
+    pub column: Option<u64>,
+    /// Key path such as `rus[1].feds`, when known.
+    pub key: Option<String>,
+}
+
+impl fmt::Display for Place {
+    /// `system.yaml:12:5: rus[1].feds`, leaving out what is not known.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(column) = self.column {
+                write!(f, ":{column}")?;
+            }
+        }
+        if let Some(key) = &self.key {
+            write!(f, ": {key}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A system file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("{}: cannot read it", file.display())]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The text is not YAML.
+    #[error("{place}: not valid YAML: {message}")]
+    Syntax {
+        /// Where.
+        place: Place,
+        /// What the YAML parser expected.
+        message: String,
+    },
+    /// The YAML does not have the shape of a system: an unknown key (the message lists the
+    /// keys allowed there), a value of the wrong type, a missing required key.
+    #[error("{place}: {message}")]
+    Schema {
+        /// Where.
+        place: Place,
+        /// What was expected.
+        message: String,
+    },
+    /// Each value has the right type but together they do not make a system that can run.
+    #[error("{place}: {message}")]
+    Invalid {
+        /// Where.
+        place: Place,
+        /// What is wrong and what would be right.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// Where the problem is, or `None` for a file that cannot be read.
+    pub fn place(&self) -> Option<&Place> {
+        match self {
+            ConfigError::Read { .. } => None,
+            ConfigError::Syntax { place, .. }
+            | ConfigError::Schema { place, .. }
+            | ConfigError::Invalid { place, .. } => Some(place),
+        }
+    }
+}
+
+/// A semantic problem found by [`SystemConfig::validate`](crate::SystemConfig::validate), before
+/// it is tied to a file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct ValidationError {
+    /// Key path of the value at fault, such as `rus[1].feds`.
+    pub key: String,
+    /// What is wrong and what would be right.
+    pub message: String,
+}

@@ -1,0 +1,568 @@
+//! The sections of the system file: one struct per unit, with units in the field names and
+//! the defaults of the laptop system.
+
+use crate::fed_list::{format_fed_list, parse_fed_list};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::path::{Path, PathBuf};
+use tessera_emu::EmuError;
+use tessera_emu::fault::FaultSpec;
+use tessera_emu::generator::{ClockSpec, MAX_FRAGMENT_BYTES, SizeModel};
+use tessera_formats::ferol::ferol_wire_len;
+use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
+
+/// A whole Tessera system: what runs where, and how each kind of unit is tuned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemConfig {
+    /// The run: its number, its first event and when it stops.
+    #[serde(default)]
+    pub run: RunSection,
+    /// The emulated trigger.
+    #[serde(default)]
+    pub trigger: TriggerSection,
+    /// The event manager, which runs beside RU 0.
+    #[serde(default)]
+    pub evm: EvmParams,
+    /// The readout units, at least one; `rus[0]` reads the trigger FED and hosts the EVM.
+    pub rus: Vec<RuSection>,
+    /// The builder units, at least one.
+    pub bus: Vec<BuSection>,
+    /// Tuning shared by every RU (an RU may override some of it in its `params`).
+    #[serde(default)]
+    pub ru: RuParams,
+    /// Tuning shared by every BU.
+    #[serde(default)]
+    pub bu: BuParams,
+}
+
+impl Default for SystemConfig {
+    /// The laptop system: two RUs (`ru0` with the trigger FED 1024 and FEDs 0–3, `ru1` with FEDs
+    /// 4–7), two BUs, everything on 127.0.0.1 on any free port, 100 kHz for 10 seconds.
+    fn default() -> Self {
+        SystemConfig {
+            run: RunSection::default(),
+            trigger: TriggerSection::default(),
+            evm: EvmParams::default(),
+            rus: vec![RuSection::new("ru0", vec![TCDS_FED_ID, 0, 1, 2, 3]), RuSection::new("ru1", vec![4, 5, 6, 7])],
+            bus: vec![BuSection::new("bu0"), BuSection::new("bu1")],
+            ru: RuParams::default(),
+            bu: BuParams::default(),
+        }
+    }
+}
+
+impl SystemConfig {
+    /// Every FED of the system: those of `rus[0]` in the order listed, then `rus[1]`'s, and so on.
+    pub fn all_feds(&self) -> Vec<u16> {
+        self.rus.iter().flat_map(|ru| ru.feds.iter().copied()).collect()
+    }
+
+    /// The tuning of RU `ru_index`: the shared `ru` section with that RU's `params` on top.
+    ///
+    /// # Panics
+    /// If there is no RU `ru_index`.
+    pub fn ru_params(&self, ru_index: usize) -> RuParams {
+        self.rus[ru_index].params.apply(&self.ru)
+    }
+
+    /// The directory in which BU `bu_index` writes its run directory: its `directory` if set,
+    /// else `output/<name>`, where `output` is the run's output directory (`run.output`, or what
+    /// the command line put in its place). A relative `directory` is used as written, relative
+    /// to the working directory of the process.
+    ///
+    /// # Panics
+    /// If there is no BU `bu_index`.
+    pub fn bu_directory(&self, bu_index: usize, output: &Path) -> PathBuf {
+        let bu = &self.bus[bu_index];
+        bu.directory.clone().unwrap_or_else(|| output.join(&bu.name))
+    }
+
+    /// The emulated trigger clock of this system.
+    pub fn clock_spec(&self) -> ClockSpec {
+        ClockSpec {
+            rate_hz: self.trigger.clock_rate_hz(),
+            seed: self.trigger.seed,
+            orbits_per_lumi_section: self.run.orbits_per_lumi_section,
+        }
+    }
+}
+
+/// The run: its number, its first event, when it stops and where its files go.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "RunFile")]
+pub struct RunSection {
+    /// Run number, 1..=999999.
+    pub number: u32,
+    /// Number of the first event, at least 1 (16777211 crosses the 24-bit LV1 wrap after 5
+    /// events).
+    pub first_event: u64,
+    /// Stop after this many events per FED stream.
+    pub events: Option<u64>,
+    /// Stop after this many seconds. When the file gives neither `events` nor `seconds`, this
+    /// is 10; when it gives `events` only, there is no time limit.
+    pub seconds: Option<f64>,
+    /// Orbits per lumi section, 1..=262144 (2^18 is real data, about 23.3 s; 16384 is about
+    /// 1.46 s).
+    pub orbits_per_lumi_section: u64,
+    /// Directory under which every unit's files go (`tessera run --output` overrides it).
+    pub output: Option<PathBuf>,
+}
+
+/// Seconds a run lasts when the file says nothing about when it stops.
+pub const DEFAULT_RUN_SECONDS: f64 = 10.0;
+
+impl Default for RunSection {
+    fn default() -> Self {
+        RunSection {
+            number: 1,
+            first_event: 1,
+            events: None,
+            seconds: Some(DEFAULT_RUN_SECONDS),
+            orbits_per_lumi_section: 16_384,
+            output: None,
+        }
+    }
+}
+
+/// The `run` section as written: `seconds` distinguishes absent from `null`, because an absent
+/// `seconds` means 10 s only when `events` is absent too.
+#[derive(Deserialize)]
+#[serde(rename = "RunSection", deny_unknown_fields)]
+struct RunFile {
+    #[serde(default = "one_u32")]
+    number: u32,
+    #[serde(default = "one_u64")]
+    first_event: u64,
+    #[serde(default)]
+    events: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    seconds: Option<Option<f64>>,
+    #[serde(default = "default_orbits_per_lumi_section")]
+    orbits_per_lumi_section: u64,
+    #[serde(default)]
+    output: Option<PathBuf>,
+}
+
+impl From<RunFile> for RunSection {
+    fn from(f: RunFile) -> Self {
+        let seconds = match (f.seconds, f.events) {
+            (Some(seconds), _) => seconds,
+            (None, Some(_)) => None,
+            (None, None) => Some(DEFAULT_RUN_SECONDS),
+        };
+        RunSection {
+            number: f.number,
+            first_event: f.first_event,
+            events: f.events,
+            seconds,
+            orbits_per_lumi_section: f.orbits_per_lumi_section,
+            output: f.output,
+        }
+    }
+}
+
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+fn one_u64() -> u64 {
+    1
+}
+
+fn default_orbits_per_lumi_section() -> u64 {
+    RunSection::default().orbits_per_lumi_section
+}
+
+/// The emulated trigger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TriggerSection {
+    /// Mean rate of Poisson triggers in Hz; `null` means free running.
+    pub rate_hz: Option<f64>,
+    /// Send as fast as the units take the data; orbits and BXs are still stamped from a clock at
+    /// `rate_hz` (or 100 kHz) that nobody waits for.
+    pub free_running: bool,
+    /// Seed of trigger times and fault draws.
+    pub seed: u64,
+}
+
+/// The trigger rate when none is given (the CMS level-1 rate).
+pub const DEFAULT_RATE_HZ: f64 = 100_000.0;
+
+impl Default for TriggerSection {
+    fn default() -> Self {
+        TriggerSection { rate_hz: Some(DEFAULT_RATE_HZ), free_running: false, seed: 1 }
+    }
+}
+
+impl TriggerSection {
+    /// The rate at which triggers are paced, or `None` when free running.
+    pub fn paced_rate_hz(&self) -> Option<f64> {
+        self.rate_hz.filter(|_| !self.free_running)
+    }
+
+    /// The rate of the clock that stamps orbits and BXs, paced or not.
+    pub fn clock_rate_hz(&self) -> f64 {
+        self.rate_hz.unwrap_or(DEFAULT_RATE_HZ)
+    }
+}
+
+/// The event manager's tuning. The EVM runs on the host of `rus[0]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvmParams {
+    /// TCP port on which BUs connect to the EVM; 0 takes any free port, which only works when
+    /// one `tessera run` starts every unit.
+    pub port: u16,
+    /// Events per assignment message, at least 1.
+    pub assign_batch_events: u32,
+    /// Most events assigned to one BU and not yet committed, at least 1.
+    pub max_assigned_per_bu: u32,
+    /// Longest an assignment waits for its batch to fill, in microseconds.
+    pub assign_delay_us: u64,
+}
+
+impl Default for EvmParams {
+    fn default() -> Self {
+        EvmParams { port: 0, assign_batch_events: 64, max_assigned_per_bu: 4096, assign_delay_us: 100 }
+    }
+}
+
+/// The host everything binds to unless told otherwise (guarantee 5: loopback by default).
+pub const DEFAULT_HOST: &str = "127.0.0.1";
+
+fn default_host() -> String {
+    DEFAULT_HOST.to_owned()
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// One readout unit: where it runs, which FEDs it reads, and their emulation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuSection {
+    /// Name, unique across all units, of letters, digits, `_` and `-`.
+    pub name: String,
+    /// Address it binds to and is reached at.
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// Port the FEROL streams connect to; 0 takes any free port.
+    #[serde(default)]
+    pub ferol_port: u16,
+    /// Port the EVM connects to for assignments; 0 takes any free port.
+    #[serde(default)]
+    pub control_port: u16,
+    /// Its FEDs, written as a FED list (`1024,0-3`); unique across the system, the trigger FED
+    /// 1024 only on `rus[0]`.
+    #[serde(deserialize_with = "fed_list_from_yaml", serialize_with = "fed_list_to_yaml")]
+    pub feds: Vec<u16>,
+    /// Size of its FEDs' fragments (not of the trigger FED's, which is always 952 bytes).
+    #[serde(default)]
+    pub fragment_size: FragmentSize,
+    /// Emulator fault specifications as on the command line (`bad-crc@100/3`).
+    #[serde(default)]
+    pub faults: Vec<String>,
+    /// Whether `tessera run` starts an emulator for these FEDs.
+    #[serde(default = "yes")]
+    pub emulated: bool,
+    /// This RU's own values for some of the shared `ru` tuning.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub params: RuParamsOverride,
+}
+
+impl RuSection {
+    /// An RU called `name` reading `feds` on 127.0.0.1, with every other field at its default.
+    pub fn new(name: &str, feds: Vec<u16>) -> Self {
+        RuSection {
+            name: name.to_owned(),
+            host: default_host(),
+            ferol_port: 0,
+            control_port: 0,
+            feds,
+            fragment_size: FragmentSize::default(),
+            faults: Vec::new(),
+            emulated: true,
+            params: RuParamsOverride::default(),
+        }
+    }
+
+    /// Its fault specifications, read with the emulator's parser.
+    pub fn fault_specs(&self) -> Result<Vec<FaultSpec>, EmuError> {
+        self.faults.iter().map(|spec| spec.parse()).collect()
+    }
+
+    /// Bytes of the largest fragment one of its FEDs can send, FEROL block headers included.
+    pub fn max_wire_fragment_bytes(&self) -> usize {
+        self.feds
+            .iter()
+            .map(|&fed| match fed {
+                TCDS_FED_ID => TCDS_FRAGMENT_BYTES,
+                _ => self.fragment_size.max_fragment_bytes(),
+            })
+            .map(ferol_wire_len)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn fed_list_from_yaml<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u16>, D::Error> {
+    struct FedList;
+    impl serde::de::Visitor<'_> for FedList {
+        type Value = Vec<u16>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a FED list such as \"1024,0-3\"")
+        }
+        fn visit_str<E: serde::de::Error>(self, list: &str) -> Result<Vec<u16>, E> {
+            parse_fed_list(list).map_err(E::custom)
+        }
+        // `feds: 5` is a YAML number where `feds: 0-3` is a string: take both.
+        fn visit_u64<E: serde::de::Error>(self, fed: u64) -> Result<Vec<u16>, E> {
+            self.visit_str(&fed.to_string())
+        }
+    }
+    d.deserialize_any(FedList)
+}
+
+fn fed_list_to_yaml<S: Serializer>(feds: &[u16], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_fed_list(feds))
+}
+
+/// How big a FED's fragments are, header and trailer included: `{bytes: N}` or
+/// `{mean_bytes: M, sigma_bytes: S}`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "FragmentSizeFile", into = "FragmentSizeFile")]
+pub enum FragmentSize {
+    /// Every fragment has this many bytes (rounded up to whole 8-byte words).
+    Fixed {
+        /// Bytes, 16..=1048576.
+        bytes: usize,
+    },
+    /// Sizes drawn from a log-normal distribution, clamped to 16..=1048576 bytes.
+    LogNormal {
+        /// Mean in bytes.
+        mean_bytes: f64,
+        /// Standard deviation in bytes.
+        sigma_bytes: f64,
+    },
+}
+
+impl Default for FragmentSize {
+    /// Log-normal, 2048 ± 512 bytes.
+    fn default() -> Self {
+        FragmentSize::LogNormal { mean_bytes: 2048.0, sigma_bytes: 512.0 }
+    }
+}
+
+impl FragmentSize {
+    /// The emulator's size model.
+    pub fn model(&self) -> SizeModel {
+        match *self {
+            FragmentSize::Fixed { bytes } => SizeModel::Fixed(bytes),
+            FragmentSize::LogNormal { mean_bytes, sigma_bytes } => SizeModel::LogNormal { mean_bytes, sigma_bytes },
+        }
+    }
+
+    /// The largest fragment the model gives, in bytes. Log-normal draws have no upper bound
+    /// before the emulator clamps them, so this is the clamp, [`MAX_FRAGMENT_BYTES`], whatever
+    /// the mean and sigma: a rare large draw must still fit in a receive chunk.
+    pub fn max_fragment_bytes(&self) -> usize {
+        match *self {
+            // The emulator's own rounding to whole words; a fixed size is the same for every event.
+            FragmentSize::Fixed { .. } => self.model().fragment_bytes(1, 0, 1),
+            FragmentSize::LogNormal { .. } => MAX_FRAGMENT_BYTES,
+        }
+    }
+}
+
+/// `fragment_size` as written: either key set, checked when converted.
+#[derive(Serialize, Deserialize)]
+#[serde(rename = "FragmentSize", deny_unknown_fields)]
+struct FragmentSizeFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bytes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mean_bytes: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sigma_bytes: Option<f64>,
+}
+
+impl TryFrom<FragmentSizeFile> for FragmentSize {
+    type Error = &'static str;
+
+    fn try_from(f: FragmentSizeFile) -> Result<Self, &'static str> {
+        match (f.bytes, f.mean_bytes, f.sigma_bytes) {
+            (Some(bytes), None, None) => Ok(FragmentSize::Fixed { bytes }),
+            (None, Some(mean_bytes), Some(sigma_bytes)) => Ok(FragmentSize::LogNormal { mean_bytes, sigma_bytes }),
+            _ => Err("expected either `bytes` or both `mean_bytes` and `sigma_bytes`"),
+        }
+    }
+}
+
+impl From<FragmentSize> for FragmentSizeFile {
+    fn from(size: FragmentSize) -> Self {
+        match size {
+            FragmentSize::Fixed { bytes } => {
+                FragmentSizeFile { bytes: Some(bytes), mean_bytes: None, sigma_bytes: None }
+            }
+            FragmentSize::LogNormal { mean_bytes, sigma_bytes } => {
+                FragmentSizeFile { bytes: None, mean_bytes: Some(mean_bytes), sigma_bytes: Some(sigma_bytes) }
+            }
+        }
+    }
+}
+
+/// One builder unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuSection {
+    /// Name, unique across all units, of letters, digits, `_` and `-`.
+    pub name: String,
+    /// Address it binds to and is reached at.
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// Port the RUs connect to; 0 takes any free port.
+    #[serde(default)]
+    pub data_port: u16,
+    /// Where its run directory goes (its RAM disk); `<run output>/<name>` when absent.
+    #[serde(default)]
+    pub directory: Option<PathBuf>,
+}
+
+impl BuSection {
+    /// A BU called `name` on 127.0.0.1, with every other field at its default.
+    pub fn new(name: &str) -> Self {
+        BuSection { name: name.to_owned(), host: default_host(), data_port: 0, directory: None }
+    }
+}
+
+/// What a FED stream that stops parsing does to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CorruptStreamPolicy {
+    /// The stream is closed and counted; its events go on flagged incomplete.
+    #[default]
+    Continue,
+    /// The RU fails its state machine, which ends the run.
+    Fail,
+}
+
+/// Tuning shared by every RU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuParams {
+    /// Events whose fragments an RU holds before it stops reading its streams.
+    pub max_events_buffered: u32,
+    /// How long an event waits for a missing FED before it is sent flagged incomplete, in ms.
+    pub fragment_timeout_ms: u64,
+    /// Super-fragments per data message.
+    pub max_parts_per_message: u32,
+    /// Receive memory per FED stream comes in chunks of this many bytes; one chunk must hold the
+    /// largest fragment on the wire.
+    pub chunk_bytes: usize,
+    /// Chunks per FED stream, at least 2 (one filling while the other is still referenced).
+    pub chunks_per_fed: u32,
+    /// What a stream that stops parsing does to the run.
+    pub on_corrupt_stream: CorruptStreamPolicy,
+}
+
+impl Default for RuParams {
+    fn default() -> Self {
+        RuParams {
+            max_events_buffered: 8192,
+            fragment_timeout_ms: 1000,
+            max_parts_per_message: 64,
+            chunk_bytes: 4 << 20,
+            chunks_per_fed: 16,
+            on_corrupt_stream: CorruptStreamPolicy::Continue,
+        }
+    }
+}
+
+/// The `params` of one RU: the keys of [`RuParams`] that this RU sets for itself.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuParamsOverride {
+    /// See [`RuParams::max_events_buffered`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_events_buffered: Option<u32>,
+    /// See [`RuParams::fragment_timeout_ms`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragment_timeout_ms: Option<u64>,
+    /// See [`RuParams::max_parts_per_message`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_parts_per_message: Option<u32>,
+    /// See [`RuParams::chunk_bytes`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk_bytes: Option<usize>,
+    /// See [`RuParams::chunks_per_fed`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunks_per_fed: Option<u32>,
+    /// See [`RuParams::on_corrupt_stream`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_corrupt_stream: Option<CorruptStreamPolicy>,
+}
+
+impl RuParamsOverride {
+    /// `shared` with the values set here put in its place.
+    pub fn apply(&self, shared: &RuParams) -> RuParams {
+        RuParams {
+            max_events_buffered: self.max_events_buffered.unwrap_or(shared.max_events_buffered),
+            fragment_timeout_ms: self.fragment_timeout_ms.unwrap_or(shared.fragment_timeout_ms),
+            max_parts_per_message: self.max_parts_per_message.unwrap_or(shared.max_parts_per_message),
+            chunk_bytes: self.chunk_bytes.unwrap_or(shared.chunk_bytes),
+            chunks_per_fed: self.chunks_per_fed.unwrap_or(shared.chunks_per_fed),
+            on_corrupt_stream: self.on_corrupt_stream.unwrap_or(shared.on_corrupt_stream),
+        }
+    }
+}
+
+/// Tuning shared by every BU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BuParams {
+    /// Most events a BU has asked for and not yet written.
+    pub max_events_in_flight: u32,
+    /// Events per request to the EVM, at most `max_events_in_flight`.
+    pub request_batch_events: u32,
+    /// Events per raw file.
+    pub max_events_per_file: u32,
+    /// A file that is not full is closed this long after it was opened, in ms.
+    pub file_timeout_ms: u64,
+    /// Threads writing files, 1..=16.
+    pub writer_threads: u32,
+    /// Bound on received data held before it is written, in bytes.
+    pub frame_store_bytes: u64,
+    /// Stop asking for events when the file system of the BU's directory is fuller than this, in
+    /// percent.
+    pub ramdisk_high_water_percent: u8,
+    /// Ask again once it is below this, in percent; below the high-water mark.
+    pub ramdisk_low_water_percent: u8,
+    /// A lumi section is closed this long after its last event when triggers pause, in seconds.
+    pub lumi_section_timeout_s: u64,
+}
+
+impl Default for BuParams {
+    fn default() -> Self {
+        BuParams {
+            max_events_in_flight: 4096,
+            request_batch_events: 64,
+            max_events_per_file: 1000,
+            file_timeout_ms: 2000,
+            writer_threads: 2,
+            frame_store_bytes: 256 << 20,
+            ramdisk_high_water_percent: 90,
+            ramdisk_low_water_percent: 80,
+            lumi_section_timeout_s: 30,
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! The checks that a well-typed system file must still pass before anything starts.
+
+use crate::error::ValidationError;
+use crate::system::{FragmentSize, RuParams, SystemConfig};
+use std::collections::HashMap;
+use tessera_emu::EmuError;
+use tessera_emu::generator::{FedSpec, SizeModel, TriggerClock};
+use tessera_emu::sender::MAX_STREAMS;
+use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID};
+
+/// Largest run number (six decimal digits, as in CMS run numbers and Tessera's file names).
+pub const MAX_RUN_NUMBER: u32 = 999_999;
+/// Most writer threads of one BU.
+pub const MAX_WRITER_THREADS: u32 = 16;
+
+fn fail(key: impl Into<String>, message: impl Into<String>) -> Result<(), ValidationError> {
+    Err(ValidationError { key: key.into(), message: message.into() })
+}
+
+fn at_least_one(key: &str, value: u64) -> Result<(), ValidationError> {
+    if value == 0 {
+        return fail(key, "must be at least 1");
+    }
+    Ok(())
+}
+
+/// The reason of an emulator error without the emulator's own prefix, which names its
+/// command-line context rather than the key.
+fn reason(e: EmuError) -> String {
+    match e {
+        EmuError::BadFault { reason, .. } | EmuError::BadSize(reason) | EmuError::BadClock(reason) => reason,
+        other => other.to_string(),
+    }
+}
+
+impl SystemConfig {
+    /// Checks everything that the types alone do not: counts, ranges, unique names, FEDs and
+    /// ports, and that the tuning fits the fragments. Stops at the first problem.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.validate_run()?;
+        self.validate_units()?;
+        self.validate_feds()?;
+        self.validate_ports()?;
+        self.validate_params()
+    }
+
+    fn validate_run(&self) -> Result<(), ValidationError> {
+        let run = &self.run;
+        if !(1..=MAX_RUN_NUMBER).contains(&run.number) {
+            return fail("run.number", format!("{} is outside 1..={MAX_RUN_NUMBER}", run.number));
+        }
+        at_least_one("run.first_event", run.first_event)?;
+        if let Some(events) = run.events {
+            at_least_one("run.events", events)?;
+        }
+        match run.seconds {
+            Some(s) if !(s.is_finite() && s > 0.0) => {
+                return fail("run.seconds", format!("{s} is not a number of seconds > 0"));
+            }
+            // Only an explicit `seconds: null` gets here: an absent one defaults to 10 s.
+            None if run.events.is_none() => {
+                return fail("run.seconds", "null, and so is run.events: the run needs at least one stop condition");
+            }
+            _ => {}
+        }
+        if !(1..=ORBITS_PER_LUMI_SECTION).contains(&run.orbits_per_lumi_section) {
+            return fail(
+                "run.orbits_per_lumi_section",
+                format!("{} is outside 1..={ORBITS_PER_LUMI_SECTION}", run.orbits_per_lumi_section),
+            );
+        }
+        // The emulator's own check of the rate, so the file refuses what the emulator would.
+        if let Err(e) = TriggerClock::new(self.clock_spec()) {
+            return fail("trigger.rate_hz", reason(e));
+        }
+        Ok(())
+    }
+
+    fn validate_units(&self) -> Result<(), ValidationError> {
+        if self.rus.is_empty() {
+            return fail("rus", "at least one RU is needed");
+        }
+        if self.bus.is_empty() {
+            return fail("bus", "at least one BU is needed");
+        }
+        let names = self.rus.iter().enumerate().map(|(i, ru)| (format!("rus[{i}]"), &ru.name, &ru.host));
+        let names = names.chain(self.bus.iter().enumerate().map(|(i, bu)| (format!("bus[{i}]"), &bu.name, &bu.host)));
+        let mut seen: HashMap<&str, String> = HashMap::new();
+        for (unit, name, host) in names {
+            let ok = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+            if name.is_empty() || !name.chars().all(ok) {
+                return fail(format!("{unit}.name"), format!("{name:?} is not a name of letters, digits, `_` and `-`"));
+            }
+            if let Some(first) = seen.insert(name, unit.clone()) {
+                return fail(format!("{unit}.name"), format!("{name:?} is already the name of {first}"));
+            }
+            if host.trim().is_empty() {
+                return fail(format!("{unit}.host"), "is empty");
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_feds(&self) -> Result<(), ValidationError> {
+        let mut owner: HashMap<u16, usize> = HashMap::new();
+        for (i, ru) in self.rus.iter().enumerate() {
+            let key = |field: &str| format!("rus[{i}].{field}");
+            if let Err(e) = ru.fragment_size.model().validate() {
+                return fail(key("fragment_size"), reason(e));
+            }
+            if ru.feds.is_empty() {
+                return fail(key("feds"), "an RU needs at least one FED");
+            }
+            for &fed in &ru.feds {
+                // The size model is checked above; this refuses the other trigger FED ids.
+                if let Err(EmuError::BadFedId { reason, .. }) =
+                    (FedSpec { fed, size: SizeModel::Fixed(1024) }).validate()
+                {
+                    return fail(key("feds"), format!("FED {fed}: {reason}"));
+                }
+                if let Some(first) = owner.insert(fed, i) {
+                    return fail(key("feds"), format!("FED {fed} is already read by rus[{first}]"));
+                }
+                if fed == TCDS_FED_ID && i != 0 {
+                    return fail(key("feds"), format!("the trigger FED {TCDS_FED_ID} belongs on rus[0], the EVM's RU"));
+                }
+            }
+            if i == 0 && !ru.feds.contains(&TCDS_FED_ID) {
+                return fail(key("feds"), format!("rus[0] hosts the EVM and must read the trigger FED {TCDS_FED_ID}"));
+            }
+            if ru.emulated && ru.feds.len() > MAX_STREAMS {
+                return fail(
+                    key("feds"),
+                    format!("{} FEDs; one emulator process sends at most {MAX_STREAMS}", ru.feds.len()),
+                );
+            }
+            for (j, spec) in ru.faults.iter().enumerate() {
+                let fault = match spec.parse::<tessera_emu::fault::FaultSpec>() {
+                    Ok(fault) => fault,
+                    Err(e) => return fail(key(&format!("faults[{j}]")), format!("{spec:?}: {}", reason(e))),
+                };
+                if let Some(fed) = fault.fed.filter(|fed| !ru.feds.contains(fed)) {
+                    return fail(
+                        key(&format!("faults[{j}]")),
+                        format!("{spec:?} hits FED {fed}, which this RU does not read"),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_ports(&self) -> Result<(), ValidationError> {
+        // The EVM listens on the host of rus[0].
+        let mut ports = vec![("evm.port".to_owned(), self.rus[0].host.as_str(), self.evm.port)];
+        for (i, ru) in self.rus.iter().enumerate() {
+            ports.push((format!("rus[{i}].ferol_port"), &ru.host, ru.ferol_port));
+            ports.push((format!("rus[{i}].control_port"), &ru.host, ru.control_port));
+        }
+        for (i, bu) in self.bus.iter().enumerate() {
+            ports.push((format!("bus[{i}].data_port"), &bu.host, bu.data_port));
+        }
+        let mut seen: HashMap<(&str, u16), &str> = HashMap::new();
+        for (key, host, port) in &ports {
+            if *port == 0 {
+                continue;
+            }
+            if let Some(first) = seen.insert((host, *port), key) {
+                return fail(key.clone(), format!("port {port} on {host} is already taken by {first}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_params(&self) -> Result<(), ValidationError> {
+        let evm = &self.evm;
+        at_least_one("evm.assign_batch_events", evm.assign_batch_events.into())?;
+        at_least_one("evm.max_assigned_per_bu", evm.max_assigned_per_bu.into())?;
+        if evm.assign_batch_events > evm.max_assigned_per_bu {
+            return fail(
+                "evm.assign_batch_events",
+                format!("{} is above evm.max_assigned_per_bu ({})", evm.assign_batch_events, evm.max_assigned_per_bu),
+            );
+        }
+        validate_ru_params(&self.ru, "ru")?;
+        for (i, ru) in self.rus.iter().enumerate() {
+            let params = self.ru_params(i);
+            let own = format!("rus[{i}].params");
+            if ru.params != Default::default() {
+                validate_ru_params(&params, &own)?;
+            }
+            // A chunk holds whole fragments: the largest one this RU can receive must fit.
+            let largest = ru.max_wire_fragment_bytes();
+            if params.chunk_bytes < largest {
+                let key = if ru.params.chunk_bytes.is_some() {
+                    format!("{own}.chunk_bytes")
+                } else {
+                    "ru.chunk_bytes".into()
+                };
+                let why = match ru.fragment_size {
+                    FragmentSize::LogNormal { .. } => ", as log-normal sizes can reach the emulator's 1 MiB clamp",
+                    FragmentSize::Fixed { .. } => "",
+                };
+                return fail(
+                    key,
+                    format!(
+                        "{} bytes cannot hold the largest fragment of rus[{i}] on the wire, {largest} bytes \
+                         with FEROL block headers{why}",
+                        params.chunk_bytes
+                    ),
+                );
+            }
+        }
+        let bu = &self.bu;
+        at_least_one("bu.max_events_in_flight", bu.max_events_in_flight.into())?;
+        at_least_one("bu.request_batch_events", bu.request_batch_events.into())?;
+        if bu.request_batch_events > bu.max_events_in_flight {
+            return fail(
+                "bu.request_batch_events",
+                format!("{} is above bu.max_events_in_flight ({})", bu.request_batch_events, bu.max_events_in_flight),
+            );
+        }
+        at_least_one("bu.max_events_per_file", bu.max_events_per_file.into())?;
+        at_least_one("bu.file_timeout_ms", bu.file_timeout_ms)?;
+        if !(1..=MAX_WRITER_THREADS).contains(&bu.writer_threads) {
+            return fail("bu.writer_threads", format!("{} is outside 1..={MAX_WRITER_THREADS}", bu.writer_threads));
+        }
+        at_least_one("bu.frame_store_bytes", bu.frame_store_bytes)?;
+        if bu.ramdisk_high_water_percent > 100 {
+            return fail("bu.ramdisk_high_water_percent", format!("{}% is above 100%", bu.ramdisk_high_water_percent));
+        }
+        if bu.ramdisk_low_water_percent >= bu.ramdisk_high_water_percent {
+            return fail(
+                "bu.ramdisk_low_water_percent",
+                format!(
+                    "{}% must be below bu.ramdisk_high_water_percent ({}%)",
+                    bu.ramdisk_low_water_percent, bu.ramdisk_high_water_percent
+                ),
+            );
+        }
+        at_least_one("bu.lumi_section_timeout_s", bu.lumi_section_timeout_s)
+    }
+}
+
+fn validate_ru_params(p: &RuParams, prefix: &str) -> Result<(), ValidationError> {
+    at_least_one(&format!("{prefix}.max_events_buffered"), p.max_events_buffered.into())?;
+    at_least_one(&format!("{prefix}.fragment_timeout_ms"), p.fragment_timeout_ms)?;
+    at_least_one(&format!("{prefix}.max_parts_per_message"), p.max_parts_per_message.into())?;
+    if p.chunks_per_fed < 2 {
+        return fail(
+            format!("{prefix}.chunks_per_fed"),
+            format!("{} is below 2: a stream needs a chunk to fill while another is still in use", p.chunks_per_fed),
+        );
+    }
+    Ok(())
+}

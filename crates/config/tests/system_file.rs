@@ -1,0 +1,303 @@
+//! The system file: defaults, the example files, and the errors that must point at the problem.
+
+use std::path::{Path, PathBuf};
+use tessera_config::{ConfigError, CorruptStreamPolicy, FragmentSize, SystemConfig};
+use tessera_emu::generator::SizeModel;
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name)
+}
+
+/// A valid system, two RUs and one BU; the negative tests change one thing in it.
+/// Lines: 1 `rus:`, 2 `- name: ru0`, 3 its feds, 4 `- name: ru1`, 5 its feds, 6 `bus:`, 7 `- name: bu0`.
+const BASE: &str = "rus:\n  - name: ru0\n    feds: \"1024,0-3\"\n  - name: ru1\n    feds: 4-7\nbus:\n  - name: bu0\n";
+
+fn parse(text: &str) -> Result<SystemConfig, ConfigError> {
+    SystemConfig::from_yaml(text, Path::new("conf/bad.yaml"))
+}
+
+fn error(text: &str) -> String {
+    match parse(text) {
+        Ok(system) => panic!("accepted:\n{text}\nas {system:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_base_text_is_valid() {
+    let system = parse(BASE).unwrap();
+    assert_eq!(system.all_feds(), [1024, 0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(system.bus.len(), 1);
+}
+
+#[test]
+fn default_is_the_laptop_system_and_round_trips() {
+    let system = SystemConfig::default();
+    system.validate().unwrap();
+    assert_eq!(system.rus.len(), 2);
+    assert_eq!(system.bus.len(), 2);
+    assert_eq!(system.all_feds(), [1024, 0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(system.run.seconds, Some(10.0));
+    assert_eq!(system.trigger.paced_rate_hz(), Some(100_000.0));
+    let yaml = system.to_yaml();
+    assert!(yaml.contains("feds: 1024,0-3"), "{yaml}");
+    assert_eq!(parse(&yaml).unwrap(), system);
+}
+
+#[test]
+fn laptop_example_parses_with_defaults_filled_in() {
+    let system = SystemConfig::load(&example("laptop-2x2.yaml")).unwrap();
+    assert_eq!(system.rus[0].fragment_size, FragmentSize::LogNormal { mean_bytes: 2048.0, sigma_bytes: 512.0 });
+    assert_eq!(system.rus[1].fragment_size.model(), SizeModel::Fixed(4096));
+    assert_eq!(system.ru_params(1).chunk_bytes, 4 << 20);
+    assert_eq!(system.bu_directory(1, Path::new("/tmp/out")), Path::new("/tmp/out/bu1"));
+    assert!(system.rus.iter().all(|ru| ru.emulated && ru.host == "127.0.0.1"));
+    // Apart from ru1's fixed size, the example spells out the defaults.
+    let mut expected = SystemConfig::default();
+    expected.rus[1].fragment_size = FragmentSize::Fixed { bytes: 4096 };
+    assert_eq!(system, expected);
+}
+
+#[test]
+fn two_hosts_example_parses_and_round_trips() {
+    let system = SystemConfig::load(&example("two-hosts.yaml")).unwrap();
+    assert_eq!((system.run.events, system.run.seconds), (Some(1_000_000), None));
+    assert_eq!(system.rus[1].host, "10.0.0.2");
+    assert_eq!(system.rus[1].fault_specs().unwrap()[0].fed, Some(9));
+    assert_eq!(system.ru_params(1).fragment_timeout_ms, 2000);
+    assert_eq!(system.ru_params(0).fragment_timeout_ms, 1000);
+    assert_eq!(system.ru_params(1).on_corrupt_stream, CorruptStreamPolicy::Continue);
+    assert_eq!(system.bu_directory(0, Path::new("/data/tessera")), Path::new("/dev/shm/tessera"));
+    assert_eq!(parse(&system.to_yaml()).unwrap(), system);
+}
+
+#[test]
+fn stop_condition_defaults_to_ten_seconds_only_without_an_event_count() {
+    let events_only = format!("run:\n  events: 500\n{BASE}");
+    assert_eq!(parse(&events_only).unwrap().run.seconds, None);
+    assert_eq!(parse(BASE).unwrap().run.seconds, Some(10.0));
+    let both = format!("run:\n  events: 500\n  seconds: 2.5\n{BASE}");
+    assert_eq!(parse(&both).unwrap().run.seconds, Some(2.5));
+}
+
+#[test]
+fn a_single_fed_may_be_a_yaml_number() {
+    let system = parse(&BASE.replace("feds: 4-7", "feds: 4")).unwrap();
+    assert_eq!(system.rus[1].feds, [4]);
+}
+
+#[test]
+fn unknown_key_names_the_file_line_path_and_the_keys_allowed() {
+    assert_eq!(
+        error(&BASE.replace("    feds: \"1024,0-3\"", "    fedz: \"1024,0-3\"")),
+        "conf/bad.yaml:3:5: rus[0].fedz: unknown field `fedz`, expected one of name, host, ferol_port, control_port, \
+         feds, fragment_size, faults, emulated, params"
+    );
+}
+
+#[test]
+fn unknown_key_on_the_first_line_is_named_too() {
+    assert_eq!(
+        error(&format!("defaults: {{}}\n{BASE}")),
+        "conf/bad.yaml:1:1: defaults: unknown field `defaults`, expected one of run, trigger, evm, rus, bus, ru, bu"
+    );
+}
+
+#[test]
+fn wrong_type_names_the_line_path_and_type() {
+    let text = format!("{BASE}ru:\n  chunks_per_fed: many\n");
+    assert_eq!(error(&text), "conf/bad.yaml:9:19: ru.chunks_per_fed: invalid u32");
+}
+
+#[test]
+fn missing_required_key_names_the_unit() {
+    let msg = error("rus:\n  - name: ru0\nbus:\n  - name: bu0\n");
+    assert_eq!(msg, "conf/bad.yaml:2:5: rus[0]: missing field `feds`");
+    assert_eq!(error("rus:\n  - {name: ru0, feds: 1024}\n"), "conf/bad.yaml:1:1: missing field `bus`");
+}
+
+#[test]
+fn fed_read_by_two_rus_is_refused_at_the_second() {
+    assert_eq!(
+        error(&BASE.replace("feds: 4-7", "feds: 3-7")),
+        "conf/bad.yaml:5:5: rus[1].feds: FED 3 is already read by rus[0]"
+    );
+}
+
+#[test]
+fn trigger_fed_belongs_on_rus_0_only() {
+    assert_eq!(
+        error(&BASE.replace("feds: 4-7", "feds: 4-7,1024").replace("\"1024,0-3\"", "0-3")),
+        "conf/bad.yaml:3:5: rus[0].feds: rus[0] hosts the EVM and must read the trigger FED 1024"
+    );
+    assert_eq!(
+        error(&BASE.replace("feds: 4-7", "feds: 4-7,1024")),
+        "conf/bad.yaml:5:5: rus[1].feds: FED 1024 is already read by rus[0]"
+    );
+    assert_eq!(
+        error(&BASE.replace("feds: 4-7", "feds: \"1024,4-7\"").replace("\"1024,0-3\"", "0-3")),
+        "conf/bad.yaml:3:5: rus[0].feds: rus[0] hosts the EVM and must read the trigger FED 1024"
+    );
+    let text = "rus:\n  - name: ru0\n    feds: 1024\n  - name: ru1\n    feds: \"0,1024\"\nbus:\n  - name: bu0\n";
+    assert!(error(text).starts_with("conf/bad.yaml:5:5: rus[1].feds: FED 1024 is already read by rus[0]"));
+}
+
+#[test]
+fn trigger_fed_on_rus_1_alone_is_refused_there() {
+    // rus[0] keeps a trigger FED so that the check on rus[1] is the one that fires; 1024 on two
+    // RUs is a duplicate first, so rus[1] gets another trigger id, refused by the emulator.
+    assert_eq!(
+        error(&BASE.replace("feds: 4-7", "feds: 4-7,1030")),
+        "conf/bad.yaml:5:5: rus[1].feds: FED 1030: 1025..=1099 are trigger FED ids; the emulator's trigger is 1024"
+    );
+}
+
+#[test]
+fn bad_fed_list_names_the_item() {
+    assert_eq!(
+        error(&BASE.replace("feds: 4-7", "feds: 7-4")),
+        "conf/bad.yaml:5:11: rus[1].feds: range 7-4 runs backwards"
+    );
+    assert_eq!(
+        error(&BASE.replace("feds: 4-7", "feds: 4-5000")),
+        "conf/bad.yaml:5:11: rus[1].feds: FED id 5000 is above 4095"
+    );
+}
+
+#[test]
+fn bad_fault_spec_names_its_index_and_reason() {
+    let text = BASE.replace("feds: 4-7", "feds: 4-7\n    faults: [\"skip@3\", \"bogus@1\"]");
+    assert_eq!(
+        error(&text),
+        "conf/bad.yaml:6:24: rus[1].faults[1]: \"bogus@1\": unknown fault \"bogus\"; known: bad-crc, wrong-fed-id, \
+         skip, truncate, garbage, disconnect"
+    );
+    let text = BASE.replace("feds: 4-7", "feds: 4-7\n    faults:\n      - bad-crc@100/3");
+    assert_eq!(
+        error(&text),
+        "conf/bad.yaml:7:9: rus[1].faults[0]: \"bad-crc@100/3\" hits FED 3, which this RU does not read"
+    );
+}
+
+#[test]
+fn low_water_must_be_below_high_water() {
+    let text = format!("{BASE}bu:\n  ramdisk_high_water_percent: 80\n  ramdisk_low_water_percent: 80\n");
+    assert_eq!(
+        error(&text),
+        "conf/bad.yaml:10:3: bu.ramdisk_low_water_percent: 80% must be below bu.ramdisk_high_water_percent (80%)"
+    );
+    let text = format!("{BASE}bu:\n  ramdisk_high_water_percent: 101\n");
+    assert_eq!(error(&text), "conf/bad.yaml:9:3: bu.ramdisk_high_water_percent: 101% is above 100%");
+}
+
+#[test]
+fn a_run_needs_a_stop_condition() {
+    let text = format!("run:\n  number: 7\n  seconds: null\n{BASE}");
+    assert_eq!(
+        error(&text),
+        "conf/bad.yaml:3:3: run.seconds: null, and so is run.events: the run needs at least one stop condition"
+    );
+    assert_eq!(
+        error(&format!("run:\n  seconds: .nan\n{BASE}")),
+        "conf/bad.yaml:2:3: run.seconds: NaN is not a number of seconds > 0"
+    );
+}
+
+#[test]
+fn yaml_syntax_error_names_the_line() {
+    let text = BASE.replace("    feds: 4-7", "    feds: [4-7");
+    let e = parse(&text).unwrap_err();
+    assert!(matches!(e, ConfigError::Syntax { .. }), "{e:?}");
+    let place = e.place().unwrap();
+    assert_eq!((place.file.as_path(), place.key.as_deref()), (Path::new("conf/bad.yaml"), None));
+    // The parser notices the missing `]` at the next entry of the outer mapping.
+    assert_eq!(place.line, Some(6), "{e}");
+    assert!(e.to_string().starts_with("conf/bad.yaml:6:"), "{e}");
+    assert!(e.to_string().contains("not valid YAML"), "{e}");
+}
+
+#[test]
+fn unit_names_are_unique_and_plain() {
+    assert_eq!(
+        error(&BASE.replace("name: bu0", "name: ru1")),
+        "conf/bad.yaml:7:5: bus[0].name: \"ru1\" is already the name of rus[1]"
+    );
+    assert_eq!(
+        error(&BASE.replace("name: bu0", "name: \"bu 0\"")),
+        "conf/bad.yaml:7:5: bus[0].name: \"bu 0\" is not a name of letters, digits, `_` and `-`"
+    );
+}
+
+#[test]
+fn ports_are_unique_per_host_unless_zero() {
+    let text = BASE
+        .replace("name: ru1", "name: ru1\n    control_port: 9000")
+        .replace("name: bu0", "name: bu0\n    data_port: 9000");
+    assert_eq!(
+        error(&text),
+        "conf/bad.yaml:9:5: bus[0].data_port: port 9000 on 127.0.0.1 is already taken by rus[1].control_port"
+    );
+    let other_host = text.replace("name: bu0", "name: bu0\n    host: 10.0.0.2");
+    parse(&other_host).unwrap();
+}
+
+#[test]
+fn chunks_must_hold_the_largest_fragment() {
+    // rus[0] has log-normal sizes and so needs its own larger chunks; rus[1] uses the shared ones.
+    let text = BASE
+        .replace("\"1024,0-3\"", "\"1024,0-3\"\n    params: {chunk_bytes: 1052704}")
+        .replace("feds: 4-7", "feds: 4-7\n    fragment_size: {bytes: 65536}")
+        + "ru:\n  chunk_bytes: 65536\n";
+    assert_eq!(
+        error(&text),
+        "conf/bad.yaml:11:3: ru.chunk_bytes: 65536 bytes cannot hold the largest fragment of rus[1] on the wire, \
+         65808 bytes with FEROL block headers"
+    );
+    // Log-normal sizes are bounded only by the emulator's clamp.
+    let text = BASE.to_owned() + "ru:\n  chunk_bytes: 1052703\n";
+    assert!(error(&text).contains("1052704 bytes with FEROL block headers, as log-normal"), "{}", error(&text));
+    let text = BASE.replace("feds: 4-7", "feds: 4-7\n    params: {chunks_per_fed: 1}");
+    assert_eq!(
+        error(&text),
+        "conf/bad.yaml:6:14: rus[1].params.chunks_per_fed: 1 is below 2: a stream needs a chunk to fill while another \
+         is still in use"
+    );
+}
+
+#[test]
+fn fragment_size_takes_one_form() {
+    let text = BASE.replace("feds: 4-7", "feds: 4-7\n    fragment_size: {bytes: 2048, sigma_bytes: 3}");
+    assert_eq!(
+        error(&text),
+        "conf/bad.yaml:6:20: rus[1].fragment_size: expected either `bytes` or both `mean_bytes` and `sigma_bytes`"
+    );
+    let text = BASE.replace("feds: 4-7", "feds: 4-7\n    fragment_size: {bytes: 8}");
+    assert_eq!(error(&text), "conf/bad.yaml:6:5: rus[1].fragment_size: 8 bytes is outside 16..=1048576");
+}
+
+#[test]
+fn ranges_of_run_and_bu_numbers() {
+    assert_eq!(error(&format!("run:\n  number: 0\n{BASE}")), "conf/bad.yaml:2:3: run.number: 0 is outside 1..=999999");
+    assert_eq!(
+        error(&format!("run:\n  orbits_per_lumi_section: 262145\n{BASE}")),
+        "conf/bad.yaml:2:3: run.orbits_per_lumi_section: 262145 is outside 1..=262144"
+    );
+    assert_eq!(
+        error(&format!("{BASE}bu:\n  writer_threads: 17\n")),
+        "conf/bad.yaml:9:3: bu.writer_threads: 17 is outside 1..=16"
+    );
+    // A default that is not written is reported at its nearest written ancestor's line.
+    assert_eq!(error("rus: []\nbus:\n  - name: bu0\n"), "conf/bad.yaml:1:1: rus: at least one RU is needed");
+}
+
+#[test]
+fn an_unreadable_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("none.yaml");
+    let e = SystemConfig::load(&missing).unwrap_err();
+    assert_eq!(e.to_string(), format!("{}: cannot read it", missing.display()));
+    let written = dir.path().join("system.yaml");
+    std::fs::write(&written, BASE.replace("name: bu0", "name: bu0\n    colour: red")).unwrap();
+    let e = SystemConfig::load(&written).unwrap_err().to_string();
+    assert!(e.starts_with(&format!("{}:8:5: bus[0].colour: unknown field `colour`", written.display())), "{e}");
+}
