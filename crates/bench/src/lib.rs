@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod formats;
+pub mod net;
 pub mod protocol;
 pub mod scan;
 pub mod timing;
@@ -26,6 +27,9 @@ pub enum BenchError {
         #[source]
         source: std::io::Error,
     },
+    /// The front-end emulator failed.
+    #[error("front-end emulator: {0}")]
+    Emulator(#[from] tessera_emu::EmuError),
     /// A run did not end within its bound.
     #[error("timed out: {0}")]
     Timeout(String),
