@@ -8,6 +8,7 @@
 
 pub mod formats;
 pub mod net;
+pub mod net_suite;
 pub mod protocol;
 pub mod scan;
 pub mod timing;
