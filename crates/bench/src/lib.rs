@@ -7,6 +7,42 @@
 #![warn(missing_docs)]
 
 pub mod formats;
+pub mod net;
+pub mod net_suite;
 pub mod protocol;
+pub mod scan;
 pub mod timing;
 pub mod wire;
+
+use std::path::PathBuf;
+
+/// Why a benchmark could not run or could not write its results.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The front-end emulator failed.
+    #[error("front-end emulator: {0}")]
+    Emulator(#[from] tessera_emu::EmuError),
+    /// A run did not end within its bound.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// A case's parameters make no sense.
+    #[error("bad case: {0}")]
+    BadCase(String),
+    /// A plot could not be drawn.
+    #[error("plot {path}: {reason}")]
+    Plot {
+        /// The SVG file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}

@@ -82,6 +82,12 @@ enum Command {
         /// Short measurements, for smoke tests (figures are noisier).
         #[arg(long)]
         quick: bool,
+        /// Where suites that write files (scans as CSV and SVG) put them.
+        #[arg(long, default_value = "bench-out")]
+        out: PathBuf,
+        /// Print the results as one JSON object (suite `net` only).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -93,6 +99,9 @@ enum BenchSuite {
     Protocol,
     /// Encoding and decoding of the event-building wire frames.
     Wire,
+    /// Raw TCP baselines on loopback: emulator into a discarding receiver, and through a relay;
+    /// a scan over fragment size written as CSV and SVG to --out.
+    Net,
 }
 
 #[derive(Args)]
@@ -305,7 +314,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo { output } => demo(output),
         Command::Sim { scenario, seeds, first_seed } => sim(&scenario, seeds, first_seed),
         Command::Ferol(args) => ferol(args),
-        Command::Bench { suite, quick } => {
+        Command::Bench { suite, quick, out, json } => {
+            if json && !matches!(suite, BenchSuite::Net) {
+                bail!("--json is supported by the net suite only");
+            }
             let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
             match suite {
                 BenchSuite::Formats => {
@@ -315,10 +327,57 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     print!("{}", tessera_bench::protocol::report(&tessera_bench::protocol::run(budget)))
                 }
                 BenchSuite::Wire => print!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget))),
+                BenchSuite::Net => bench_net(quick, &out, json)?,
             }
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn bench_net(quick: bool, out: &Path, json: bool) -> Result<()> {
+    use tessera_bench::net::Measured;
+    use tessera_bench::net_suite;
+    eprintln!(
+        "bench net: raw TCP over loopback{}; writing the scan to {}",
+        if quick { " (quick)" } else { "" },
+        out.display()
+    );
+    let suite = net_suite::run(quick, out)?;
+    if !json {
+        print!("{}", net_suite::report(&suite));
+        return Ok(());
+    }
+    let case = |m: &Measured| {
+        serde_json::json!({
+            "streams": m.streams,
+            "fragment_bytes": m.fragment_bytes,
+            "wire_bytes_per_fragment": m.wire_bytes_per_fragment,
+            "bytes": m.bytes,
+            "fragments": m.fragments,
+            "seconds": m.seconds,
+            "gb_per_s": m.gb_per_s(),
+            "fragments_per_s": m.fragments_per_s(),
+            "events_per_s": m.events_per_s(),
+            "worker_cpu_seconds": m.worker_cpu_seconds,
+            "receiver_cpu_seconds": m.receiver_cpu_seconds,
+            "process_cpu_seconds": m.process_cpu_seconds,
+            "cpu_ns_per_fragment": m.cpu_ns_per_fragment(),
+            "process_cpu_ns_per_fragment": m.process_cpu_ns_per_fragment(),
+        })
+    };
+    let cases = |ms: &[Measured]| ms.iter().map(case).collect::<Vec<_>>();
+    let report = serde_json::json!({
+        "suite": "net",
+        "quick": quick,
+        "relay_outputs": net_suite::RELAY_OUTPUTS,
+        "raw_ingest": case(&suite.ingest),
+        "raw_relay": case(&suite.relay),
+        "relay_over_ingest": suite.relay.gb_per_s() / suite.ingest.gb_per_s().max(1e-12),
+        "scan": { "raw_ingest": cases(&suite.scan_ingest), "raw_relay": cases(&suite.scan_relay) },
+        "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
 }
 
 /// Writes a sample run and returns its run directory.

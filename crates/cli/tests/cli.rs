@@ -89,3 +89,42 @@ fn verify_points_from_a_bu_directory_to_its_runs() {
     let stderr = text(&out).1;
     assert_eq!(stderr.matches("No such file").count(), 1, "the cause once: {stderr}");
 }
+
+#[test]
+fn bench_net_quick_prints_every_case_and_writes_the_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("scan");
+    let out = tessera(&["bench", "net", "--quick", "--out", out_dir.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for row in ["case ", "(a) raw ingest           8     2048", "(e) raw relay ->2        8     2048"] {
+        assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
+    }
+    for size in ["256", "2048", "16384"] {
+        let rows = stdout.lines().filter(|l| l.contains(&format!("      12 {size:>8} "))).count();
+        assert_eq!(rows, 2, "(a) and (e) at {size} bytes in\n{stdout}");
+    }
+    for (file, series) in [("raw-ingest-vs-size", "(e) raw relay"), ("raw-cpu-vs-size", "(e) relay thread")] {
+        let csv = std::fs::read_to_string(out_dir.join(format!("{file}.csv"))).unwrap();
+        assert!(csv.starts_with("series,fragment bytes,"), "{csv}");
+        assert_eq!(csv.lines().filter(|l| l.contains(series)).count(), 3, "{csv}");
+        let svg = std::fs::read_to_string(out_dir.join(format!("{file}.svg"))).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains(series), "{file}.svg");
+    }
+}
+
+#[test]
+fn bench_net_json_is_one_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tessera(&["bench", "net", "--quick", "--json", "--out", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    let parsed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(parsed["suite"], "net");
+    assert_eq!(parsed["raw_ingest"]["streams"], 8);
+    assert!(parsed["raw_relay"]["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(parsed["scan"]["raw_relay"].as_array().unwrap().len(), 3);
+    assert_eq!(parsed["files"].as_array().unwrap().len(), 4);
+    let refused = tessera(&["bench", "wire", "--quick", "--json"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(text(&refused).1.contains("--json is supported by the net suite only"));
+}

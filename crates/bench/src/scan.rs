@@ -1,0 +1,247 @@
+//! Scans: a figure measured over one parameter, written as CSV and plotted as SVG, beside
+//! reference figures from papers when there are any.
+//!
+//! A scan is a list of [`Series`], each a named list of (x, y) points. [`write_csv`] writes them
+//! in long form, one row per point, so that series need not share their x values; [`plot_svg`]
+//! draws measured series as lines with points and reference series as markers only (figures
+//! read off a paper's plot are points, not a curve Tessera measured).
+//!
+//! The SVG is drawn by `plotters` without any font library: text is left to the SVG viewer, and
+//! label widths are estimated, so labels may sit a little off where a viewer's font is wide.
+
+use crate::BenchError;
+use plotters::coord::Shift;
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Width and height of a plot, in SVG pixels.
+pub const PLOT_SIZE: (u32, u32) = (900, 560);
+/// Most points one plot draws; a scan is a handful of points per series, so more is a mistake.
+pub const MAX_POINTS: usize = 100_000;
+
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeriesKind {
+    /// Measured by Tessera: a line through the points, with small dots.
+    Measured,
+    /// Figures from elsewhere (a paper's plot): markers only.
+    Reference,
+}
+
+/// One named curve of a scan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Legend and CSV name.
+    pub name: String,
+    /// The (x, y) points, in the order to draw them.
+    pub points: Vec<(f64, f64)>,
+    /// How to draw it.
+    pub kind: SeriesKind,
+}
+
+impl Series {
+    /// A series measured by Tessera.
+    pub fn measured(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series { name: name.into(), points, kind: SeriesKind::Measured }
+    }
+
+    /// Reference figures (e.g. read off a paper's plot), drawn as markers.
+    pub fn reference(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series { name: name.into(), points, kind: SeriesKind::Reference }
+    }
+}
+
+/// A CSV field: quoted (with doubled quotes) when it holds a comma, a quote or a line break.
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
+}
+
+/// The CSV text of a scan: a header `series,<x_label>,<y_label>,kind`, then one row per point,
+/// series after series; numbers in Rust's shortest round-trip form.
+pub fn csv_text(x_label: &str, y_label: &str, series: &[Series]) -> String {
+    let mut out = format!("series,{},{},kind\n", csv_field(x_label), csv_field(y_label));
+    for s in series {
+        let kind = match s.kind {
+            SeriesKind::Measured => "measured",
+            SeriesKind::Reference => "reference",
+        };
+        for (x, y) in &s.points {
+            // Writing into a String cannot fail.
+            let _ = writeln!(out, "{},{x},{y},{kind}", csv_field(&s.name));
+        }
+    }
+    out
+}
+
+/// Writes [`csv_text`] to `path` (created or truncated).
+pub fn write_csv(path: &Path, x_label: &str, y_label: &str, series: &[Series]) -> Result<(), BenchError> {
+    std::fs::write(path, csv_text(x_label, y_label, series))
+        .map_err(|source| BenchError::Io { what: format!("writing {}", path.display()), source })
+}
+
+/// The range of `values` with a margin: a factor 1.3 either side on a log axis, 5 % of the span
+/// on a linear one (or ±1 when every value is the same).
+fn padded(values: impl Iterator<Item = f64> + Clone, log: bool) -> (f64, f64) {
+    let lo = values.clone().fold(f64::INFINITY, f64::min);
+    let hi = values.fold(f64::NEG_INFINITY, f64::max);
+    if log {
+        (lo / 1.3, hi * 1.3)
+    } else if hi > lo {
+        let pad = (hi - lo) * 0.05;
+        (lo - pad, hi + pad)
+    } else {
+        (lo - 1.0, hi + 1.0)
+    }
+}
+
+/// Plots `series` into an SVG file at `path`: measured series as lines with dots, reference
+/// series as triangles, a legend, axes from the points (y from 0 unless a value is negative; x
+/// logarithmic with `log_x`, which needs every x > 0).
+pub fn plot_svg(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    log_x: bool,
+) -> Result<(), BenchError> {
+    let bad = |reason: String| BenchError::Plot { path: path.to_path_buf(), reason };
+    let points = || series.iter().flat_map(|s| s.points.iter().copied());
+    let count = points().count();
+    if count == 0 {
+        return Err(bad("no points to plot".into()));
+    }
+    if count > MAX_POINTS {
+        return Err(bad(format!("{count} points; at most {MAX_POINTS}")));
+    }
+    if let Some((x, y)) = points().find(|(x, y)| !x.is_finite() || !y.is_finite()) {
+        return Err(bad(format!("point ({x}, {y}) is not finite")));
+    }
+    if log_x && let Some((x, _)) = points().find(|&(x, _)| x <= 0.0) {
+        return Err(bad(format!("x = {x} on a logarithmic axis")));
+    }
+    let (x0, x1) = padded(points().map(|p| p.0), log_x);
+    let (y0, y1) = padded(points().map(|p| p.1).chain([0.0]), false);
+    let y0 = if y0 < 0.0 && points().all(|p| p.1 >= 0.0) { 0.0 } else { y0 };
+    let root = SVGBackend::new(path, PLOT_SIZE).into_drawing_area();
+    let drawn = if log_x {
+        draw::<LogCoord<f64>>(&root, title, x_label, y_label, series, (x0..x1).log_scale(), y0..y1)
+    } else {
+        draw::<RangedCoordf64>(&root, title, x_label, y_label, series, x0..x1, y0..y1)
+    };
+    drawn.and_then(|()| root.present().map_err(|e| e.to_string())).map_err(bad)
+}
+
+/// Draws the chart on `root`; errors as text.
+fn draw<X>(
+    root: &DrawingArea<SVGBackend<'_>, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    x: impl Into<X>,
+    y: std::ops::Range<f64>,
+) -> Result<(), String>
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let text = |e: &dyn std::fmt::Display| e.to_string();
+    root.fill(&WHITE).map_err(|e| text(&e))?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(20)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x.into(), RangedCoordf64::from(y))
+        .map_err(|e| text(&e))?;
+    chart
+        .configure_mesh()
+        .x_labels(12)
+        .x_label_formatter(&|v| format!("{v}"))
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| text(&e))?;
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let points = s.points.iter().copied();
+        let drawn = match s.kind {
+            SeriesKind::Measured => {
+                chart.draw_series(points.clone().map(|p| Circle::new(p, 3, color.filled()))).map_err(|e| text(&e))?;
+                chart.draw_series(LineSeries::new(points, color.stroke_width(2))).map_err(|e| text(&e))?
+            }
+            SeriesKind::Reference => {
+                chart.draw_series(points.map(|p| TriangleMarker::new(p, 7, color.filled()))).map_err(|e| text(&e))?
+            }
+        };
+        drawn.label(s.name.as_str()).legend(move |(x, y)| TriangleMarker::new((x + 10, y), 5, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| text(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan() -> Vec<Series> {
+        vec![
+            Series::measured("raw TCP ingest", vec![(256.0, 1.5), (2048.0, 3.25)]),
+            Series::reference("CMS, \"Run 2\", Fig. 2", vec![(4096.0, 4.0)]),
+        ]
+    }
+
+    #[test]
+    fn csv_is_one_row_per_point_with_quoted_names() {
+        assert_eq!(
+            csv_text("fragment bytes", "GB/s", &scan()),
+            "series,fragment bytes,GB/s,kind\n\
+             raw TCP ingest,256,1.5,measured\n\
+             raw TCP ingest,2048,3.25,measured\n\
+             \"CMS, \"\"Run 2\"\", Fig. 2\",4096,4,reference\n"
+        );
+    }
+
+    #[test]
+    fn csv_file_holds_the_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scan.csv");
+        write_csv(&path, "x", "y", &scan()).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), csv_text("x", "y", &scan()));
+    }
+
+    #[test]
+    fn svg_is_written_with_title_and_series_names() {
+        let dir = tempfile::tempdir().unwrap();
+        for log_x in [false, true] {
+            let path = dir.path().join(format!("scan-{log_x}.svg"));
+            plot_svg(&path, "ingest vs size", "fragment bytes", "GB/s", &scan(), log_x).unwrap();
+            let svg = std::fs::read_to_string(&path).unwrap();
+            assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
+            assert!(svg.trim_end().ends_with("</svg>"));
+            assert!(svg.contains("ingest vs size"));
+            assert!(svg.contains("raw TCP ingest"));
+            assert!(svg.contains("<polyline"), "the measured series is a line");
+        }
+    }
+
+    #[test]
+    fn plot_refuses_what_it_cannot_draw() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.svg");
+        let none = plot_svg(&path, "t", "x", "y", &[Series::measured("empty", vec![])], false);
+        assert!(none.unwrap_err().to_string().contains("no points"));
+        let zero = plot_svg(&path, "t", "x", "y", &[Series::measured("s", vec![(0.0, 1.0)])], true);
+        assert!(zero.unwrap_err().to_string().contains("logarithmic"));
+        let nan = plot_svg(&path, "t", "x", "y", &[Series::measured("s", vec![(1.0, f64::NAN)])], false);
+        assert!(nan.unwrap_err().to_string().contains("not finite"));
+    }
+}
