@@ -147,6 +147,7 @@ impl NetCase {
             sink: Sink::Connect(address.to_string()),
             paced: false,
             limits: Limits { events: Some(per_stream.max(1)), seconds: Some(self.budget.seconds) },
+            stop: None,
         }
     }
 }

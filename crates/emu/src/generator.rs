@@ -414,7 +414,7 @@ mod tests {
         let wide = SizeModel::LogNormal { mean_bytes: 64.0, sigma_bytes: 1e6 };
         for e in 0..2000 {
             let n = wide.fragment_bytes(1, 2, e);
-            assert!((MIN_FRAGMENT_BYTES..=MAX_FRAGMENT_BYTES).contains(&n) && n % 8 == 0, "{n}");
+            assert!((MIN_FRAGMENT_BYTES..=MAX_FRAGMENT_BYTES).contains(&n) && n.is_multiple_of(8), "{n}");
         }
         assert!(SizeModel::Fixed(8).validate().is_err());
         assert!(SizeModel::LogNormal { mean_bytes: 100.0, sigma_bytes: -1.0 }.validate().is_err());

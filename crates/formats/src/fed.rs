@@ -164,7 +164,7 @@ impl<'a> Fragment<'a> {
         if bytes.len() < MIN_FRAGMENT_BYTES {
             return Err(FormatError::truncated(WHAT, 0, MIN_FRAGMENT_BYTES, bytes.len()));
         }
-        if bytes.len() % WORD_BYTES != 0 {
+        if !bytes.len().is_multiple_of(WORD_BYTES) {
             return Err(FormatError::bad(WHAT, "size", 0, "a multiple of 8 bytes", dec(bytes.len())));
         }
         let last = bytes.len() - WORD_BYTES;
@@ -284,7 +284,7 @@ pub fn fragment_len(payload_len: usize) -> usize {
 pub fn seal_fragment(fragment: &mut [u8], header: &FedHeader, trailer: &FedTrailer) -> Result<FedTrailer> {
     const WHAT: &str = "FED fragment";
     let len = fragment.len();
-    if len < MIN_FRAGMENT_BYTES || len % WORD_BYTES != 0 {
+    if len < MIN_FRAGMENT_BYTES || !len.is_multiple_of(WORD_BYTES) {
         return Err(FormatError::bad(WHAT, "size", 0, "a multiple of 8 bytes, at least 16", dec(len)));
     }
     let words = len / WORD_BYTES;
@@ -303,7 +303,7 @@ pub fn seal_fragment(fragment: &mut [u8], header: &FedHeader, trailer: &FedTrail
 /// Writes a whole fragment (header, a copy of `payload`, trailer with CRC) at the start of `out`
 /// and returns its length. `payload` must be whole words.
 pub fn write_fragment(out: &mut [u8], header: &FedHeader, payload: &[u8], trailer: &FedTrailer) -> Result<usize> {
-    if payload.len() % WORD_BYTES != 0 {
+    if !payload.len().is_multiple_of(WORD_BYTES) {
         return Err(FormatError::bad("FED fragment payload", "size", 0, "a multiple of 8 bytes", dec(payload.len())));
     }
     let len = fragment_len(payload.len());

@@ -142,7 +142,7 @@ impl FerolBlocks {
     pub fn new(fragment: &[u8]) -> Result<Self> {
         const WHAT: &str = "FED fragment";
         let len = fragment.len();
-        if len < MIN_FRAGMENT_BYTES || len % WORD_BYTES != 0 {
+        if len < MIN_FRAGMENT_BYTES || !len.is_multiple_of(WORD_BYTES) {
             return Err(FormatError::bad(WHAT, "size", 0, "a multiple of 8 bytes, at least 16", dec(len)));
         }
         if len / WORD_BYTES > MAX_FRAGMENT_WORDS as usize {

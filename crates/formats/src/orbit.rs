@@ -813,7 +813,7 @@ impl DthBlockHeader {
             return Err(FormatError::bad(WHAT, "version", offset, dec(DTH_HEADER_VERSION), dec(version)));
         }
         let data_len = (word0 & 0xFF_FFFF) as u32;
-        if data_len == 0 || data_len as usize % UNIT_BYTES != 0 {
+        if data_len == 0 || !(data_len as usize).is_multiple_of(UNIT_BYTES) {
             return Err(FormatError::bad(WHAT, "data length", offset, "a non-zero multiple of 16", dec(data_len)));
         }
         Ok(DthBlockHeader {
