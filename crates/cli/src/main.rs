@@ -8,6 +8,8 @@ use tessera_inspect::event::EventChecks;
 use tessera_inspect::{Target, inspect_path, render, verify};
 use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
+mod run;
+
 /// Tessera: a software event builder and orbit builder for trigger/DAQ systems.
 #[derive(Parser)]
 #[command(name = "tessera", version, about, long_about = None)]
@@ -68,6 +70,54 @@ enum Command {
         /// First seed.
         #[arg(long, default_value_t = 0)]
         first_seed: u64,
+    },
+    /// Run a whole event builder on this machine: emulated front ends, the RUs (the first one
+    /// with the EVM) and the BUs; show progress; stop after the configured events or seconds or
+    /// on Ctrl-C, drain, and print a summary ending with the conservation check (exit status 1
+    /// if any unit failed or it does not hold).
+    Run {
+        /// The system file (default: 2 RUs, one of them the EVM, and 2 BUs on this machine).
+        system: Option<PathBuf>,
+        #[command(flatten)]
+        args: run::SystemArgs,
+        /// Print the system (the default one, or the file with its defaults filled in) as YAML,
+        /// a starting point for a system file, and exit.
+        #[arg(long)]
+        print_config: bool,
+    },
+    /// Run the EVM and the first RU of a system file in this process.
+    Evm {
+        /// The system file.
+        #[arg(long)]
+        system: PathBuf,
+        #[command(flatten)]
+        args: run::SystemArgs,
+    },
+    /// Run one RU (not the EVM's) of a system file in this process.
+    Ru {
+        /// The system file.
+        #[arg(long)]
+        system: PathBuf,
+        /// The RU's name in the system file.
+        #[arg(long)]
+        name: String,
+        #[command(flatten)]
+        args: run::SystemArgs,
+    },
+    /// Run one BU of a system file in this process.
+    Bu {
+        /// The system file.
+        #[arg(long)]
+        system: PathBuf,
+        /// The BU's name in the system file.
+        #[arg(long)]
+        name: String,
+        /// Restart after a crash: reopen the run directory, discard partial files, and let the
+        /// EVM say which complete files to publish.
+        #[arg(long)]
+        restart: bool,
+        #[command(flatten)]
+        args: run::SystemArgs,
     },
     /// Emulate FED readout boards: send FEROL streams of seeded fragments (and trigger fragments
     /// for FED 1024), one per FED, over TCP to an RU or into capture files; print per FED and in
@@ -151,9 +201,16 @@ impl SampleArgs {
 }
 
 #[derive(Args)]
-#[command(group(clap::ArgGroup::new("sink").required(true).args(["connect", "output"])))]
-#[command(group(clap::ArgGroup::new("limit").required(true).multiple(true).args(["events", "seconds"])))]
+#[command(group(clap::ArgGroup::new("sink").required(true).args(["connect", "output", "system"])))]
+#[command(group(clap::ArgGroup::new("limit").required(true).multiple(true).args(["events", "seconds", "system"])))]
 struct FerolArgs {
+    /// Emulate the FEDs of one RU of this system file (with --ru), sending to its FEROL port;
+    /// the run's number, first event, sizes, trigger and limits come from the file.
+    #[arg(long, requires = "ru", conflicts_with_all = ["connect", "output", "feds", "run", "first_event", "size", "size_mean", "size_sigma", "rate_hz", "fault", "orbits_per_ls", "seed"])]
+    system: Option<PathBuf>,
+    /// The RU whose FEDs to emulate (with --system).
+    #[arg(long, requires = "system")]
+    ru: Option<String>,
     /// FED ids and ranges, e.g. 0-7,1024 (1024 sends the 952-byte trigger fragment).
     #[arg(long, default_value = "0-7,1024")]
     feds: String,
@@ -204,6 +261,13 @@ struct FerolArgs {
 fn ferol(args: FerolArgs) -> Result<ExitCode> {
     use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig, TriggerClock};
     use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
+    if let (Some(system), Some(ru)) = (&args.system, &args.ru) {
+        let limits = run::SystemArgs { events: args.events, seconds: args.seconds, output: None };
+        let cfg = run::ferol_for(system, ru, &limits)?;
+        eprintln!("sending {} FED streams of {ru} to {:?}", cfg.streams.len(), cfg.sink);
+        print!("{}", sender::run(cfg)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let feds = tessera_config::parse_fed_list(&args.feds).with_context(|| format!("--feds {}", args.feds))?;
     if feds.len() > sender::MAX_STREAMS {
         bail!("--feds {}: more than {} FEDs for one process", args.feds, sender::MAX_STREAMS);
@@ -314,6 +378,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo { output } => demo(output),
         Command::Sim { scenario, seeds, first_seed } => sim(&scenario, seeds, first_seed),
         Command::Ferol(args) => ferol(args),
+        Command::Run { system, args, print_config } => run::run(system.as_deref(), &args, print_config),
+        Command::Evm { system, args } => run::unit(run::Role::Evm, &system, None, &args, false),
+        Command::Ru { system, name, args } => run::unit(run::Role::Ru, &system, Some(&name), &args, false),
+        Command::Bu { system, name, restart, args } => run::unit(run::Role::Bu, &system, Some(&name), &args, restart),
         Command::Bench { suite, quick, out, json } => {
             if json && !matches!(suite, BenchSuite::Net) {
                 bail!("--json is supported by the net suite only");

@@ -481,8 +481,8 @@ impl Default for RuParams {
             max_events_buffered: 8192,
             fragment_timeout_ms: 1000,
             max_parts_per_message: 64,
-            chunk_bytes: 4 << 20,
-            chunks_per_fed: 16,
+            chunk_bytes: 2 << 20,
+            chunks_per_fed: 8,
             on_corrupt_stream: CorruptStreamPolicy::Continue,
         }
     }

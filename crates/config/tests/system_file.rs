@@ -49,7 +49,7 @@ fn laptop_example_parses_with_defaults_filled_in() {
     let system = SystemConfig::load(&example("laptop-2x2.yaml")).unwrap();
     assert_eq!(system.rus[0].fragment_size, FragmentSize::LogNormal { mean_bytes: 2048.0, sigma_bytes: 512.0 });
     assert_eq!(system.rus[1].fragment_size.model(), SizeModel::Fixed(4096));
-    assert_eq!(system.ru_params(1).chunk_bytes, 4 << 20);
+    assert_eq!(system.ru_params(1).chunk_bytes, 2 << 20);
     assert_eq!(system.bu_directory(1, Path::new("/tmp/out")), Path::new("/tmp/out/bu1"));
     assert!(system.rus.iter().all(|ru| ru.emulated && ru.host == "127.0.0.1"));
     // Apart from ru1's fixed size, the example spells out the defaults.

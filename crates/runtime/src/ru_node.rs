@@ -179,7 +179,7 @@ pub enum NodeError {
         /// The LV1 id of the last good fragment.
         last_lv1: Option<u32>,
         /// What is there.
-        error: tessera_formats::FormatError,
+        error: Box<tessera_formats::FormatError>,
     },
     /// The EVM went away before the run was drained.
     #[error("the connection to the EVM was lost before the run ended: {0}")]
@@ -673,7 +673,7 @@ impl RuLoop {
                                 stream_offset: e.stream_offset,
                                 fragments: s.fragments,
                                 last_lv1: s.last_lv1,
-                                error: e.error,
+                                error: Box::new(e.error),
                             };
                             if self.cfg.on_corrupt_stream == OnCorruptStream::Fail {
                                 return Err(err);

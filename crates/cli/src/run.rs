@@ -1,0 +1,603 @@
+//! `tessera run` (a whole system in this process) and `tessera evm|ru|bu` (one unit of a system
+//! per process, so that the same binary spans hosts): the system file turned into nodes.
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+use std::io::{IsTerminal, Write};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use tessera_config::{CorruptStreamPolicy, SystemConfig};
+use tessera_emu::generator::{FedSpec, StreamConfig};
+use tessera_emu::sender::{Limits, SenderConfig, Sink};
+use tessera_evb::{BuConfig, EvmConfig, RuConfig};
+use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
+use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
+use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
+
+/// How long a unit keeps calling a peer that does not answer yet.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest protocol frame accepted.
+const MAX_FRAME_BYTES: u32 = 64 << 20;
+/// How long a stopped run may take to drain before its units are aborted.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The options `tessera run` and the unit commands share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SystemArgs {
+    /// Stop after this many events (per FED stream); overrides the system file.
+    #[arg(long)]
+    pub events: Option<u64>,
+    /// Stop after this many seconds; overrides the system file.
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Put every unit's files under this directory; overrides the system file.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+/// Loads the system file (or the default system) and applies the command line.
+pub fn load(system: Option<&Path>, args: &SystemArgs) -> Result<SystemConfig> {
+    let mut cfg = match system {
+        Some(path) => SystemConfig::load(path)?,
+        None => SystemConfig::default(),
+    };
+    if args.events.is_some() || args.seconds.is_some() {
+        cfg.run.events = args.events;
+        cfg.run.seconds = args.seconds;
+    }
+    if let Some(s) = cfg.run.seconds
+        && !(s.is_finite() && s > 0.0)
+    {
+        bail!("--seconds {s}: expected a number of seconds above 0");
+    }
+    if args.output.is_some() {
+        cfg.run.output = args.output.clone();
+    }
+    cfg.validate().map_err(|e| {
+        anyhow::anyhow!("{}: {e}", system.map_or("the default system".into(), |p| p.display().to_string()))
+    })?;
+    Ok(cfg)
+}
+
+/// The run's output directory: the one given, or a new one under the current directory.
+fn output_dir(cfg: &SystemConfig) -> PathBuf {
+    cfg.run.output.clone().unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        PathBuf::from(format!("tessera-run{:06}-{secs}", cfg.run.number))
+    })
+}
+
+fn bind(host: &str, port: u16, what: &str) -> Result<TcpListener> {
+    TcpListener::bind((host, port)).with_context(|| format!("{what}: cannot listen on {host}:{port}"))
+}
+
+fn resolve(host: &str, port: u16, what: &str) -> Result<SocketAddr> {
+    if port == 0 {
+        bail!(
+            "{what}: port 0 means \"any free port\", which only one `tessera run` can use; give a port in the system file"
+        );
+    }
+    (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("{what}: cannot resolve {host}:{port}"))?
+        .next()
+        .with_context(|| format!("{what}: {host}:{port} resolves to nothing"))
+}
+
+/// Every listener of a system, bound: the single-process case, where port 0 works.
+struct Listeners {
+    ferol: Vec<TcpListener>,
+    control: Vec<TcpListener>,
+    data: Vec<TcpListener>,
+}
+
+impl Listeners {
+    fn bind_all(cfg: &SystemConfig) -> Result<Self> {
+        let mut control = Vec::new();
+        let mut ferol = Vec::new();
+        for (i, ru) in cfg.rus.iter().enumerate() {
+            ferol.push(bind(&ru.host, ru.ferol_port, &format!("{} FEROL port", ru.name))?);
+            // RU 0's control port is the EVM's: BUs connect to it.
+            let port = if i == 0 { cfg.evm.port } else { ru.control_port };
+            control.push(bind(&ru.host, port, &format!("{} control port", ru.name))?);
+        }
+        let data = cfg
+            .bus
+            .iter()
+            .map(|bu| bind(&bu.host, bu.data_port, &format!("{} data port", bu.name)))
+            .collect::<Result<_>>()?;
+        Ok(Listeners { ferol, control, data })
+    }
+}
+
+fn addr(l: &TcpListener) -> SocketAddr {
+    l.local_addr().expect("a bound listener has an address")
+}
+
+/// The configuration of RU `i`'s node.
+fn ru_node(
+    cfg: &SystemConfig,
+    i: usize,
+    ferol_listener: TcpListener,
+    control_listener: TcpListener,
+    bu_data: Vec<SocketAddr>,
+    ru_control: Vec<SocketAddr>,
+) -> RuNodeConfig {
+    let section = &cfg.rus[i];
+    let p = cfg.ru_params(i);
+    let n_ru = cfg.rus.len() as u16;
+    let n_bu = cfg.bus.len() as u16;
+    let evm = (i == 0).then(|| EvmConfig {
+        assign_batch_events: cfg.evm.assign_batch_events,
+        assign_delay_ns: cfg.evm.assign_delay_us * 1000,
+        max_assigned_per_bu: cfg.evm.max_assigned_per_bu as usize,
+        ..EvmConfig::new(n_ru, n_bu)
+    });
+    RuNodeConfig {
+        run: cfg.run.number,
+        ru: RuConfig {
+            first_event: cfg.run.first_event,
+            max_events_buffered: p.max_events_buffered as usize,
+            fragment_timeout_ns: p.fragment_timeout_ms * 1_000_000,
+            max_parts_per_message: p.max_parts_per_message as usize,
+            ..RuConfig::new(i as u16, section.feds.clone())
+        },
+        evm,
+        ferol_listener,
+        control_listener,
+        bu_data,
+        ru_control,
+        chunk_bytes: p.chunk_bytes,
+        chunks_per_fed: p.chunks_per_fed as usize,
+        max_wire_bytes: section.max_wire_fragment_bytes(),
+        on_corrupt_stream: match p.on_corrupt_stream {
+            CorruptStreamPolicy::Continue => OnCorruptStream::Continue,
+            CorruptStreamPolicy::Fail => OnCorruptStream::Fail,
+        },
+        connect_timeout: CONNECT_TIMEOUT,
+        max_frame_bytes: MAX_FRAME_BYTES,
+    }
+}
+
+/// The configuration of BU `i`'s node.
+fn bu_node(
+    cfg: &SystemConfig,
+    i: usize,
+    output: &Path,
+    data_listener: TcpListener,
+    evm: SocketAddr,
+    restart: bool,
+) -> BuNodeConfig {
+    let p = &cfg.bu;
+    BuNodeConfig {
+        run: cfg.run.number,
+        bu: BuConfig {
+            max_events_in_flight: p.max_events_in_flight,
+            request_batch_events: p.request_batch_events,
+            max_events_per_file: p.max_events_per_file,
+            file_timeout_ns: p.file_timeout_ms * 1_000_000,
+            ..BuConfig::new(i as u16, cfg.rus.len() as u16)
+        },
+        data_listener,
+        evm,
+        directory: cfg.bu_directory(i, output),
+        name: cfg.bus[i].name.clone(),
+        restart,
+        generated: cfg.rus.iter().any(|r| r.emulated),
+        writer_threads: p.writer_threads as usize,
+        frame_store_bytes: p.frame_store_bytes as usize,
+        ramdisk_high_water_percent: p.ramdisk_high_water_percent,
+        ramdisk_low_water_percent: p.ramdisk_low_water_percent,
+        connect_timeout: CONNECT_TIMEOUT,
+        max_frame_bytes: MAX_FRAME_BYTES,
+    }
+}
+
+/// The emulator of RU `i`'s FEDs, sending to `to`.
+fn emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<SenderConfig> {
+    let section = &cfg.rus[i];
+    let faults = section.fault_specs().with_context(|| format!("rus[{i}].faults"))?;
+    Ok(SenderConfig {
+        streams: section
+            .feds
+            .iter()
+            .map(|&fed| StreamConfig {
+                run: cfg.run.number,
+                fed: FedSpec { fed, size: section.fragment_size.model() },
+                first_event: cfg.run.first_event,
+                clock: cfg.clock_spec(),
+                faults: faults.clone(),
+                seed: cfg.trigger.seed,
+            })
+            .collect(),
+        sink: Sink::Connect(to.to_string()),
+        paced: cfg.trigger.paced_rate_hz().is_some(),
+        limits: Limits { events: cfg.run.events, seconds: None },
+        stop: None,
+    })
+}
+
+/// `tessera run`: the whole system in this process.
+pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Result<ExitCode> {
+    let cfg = load(system, args)?;
+    if print_config {
+        print!("{}", cfg.to_yaml());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let output = output_dir(&cfg);
+    for i in 0..cfg.bus.len() {
+        let run_dir = cfg.bu_directory(i, &output).join(format!("run{:06}", cfg.run.number));
+        if run_dir.exists() {
+            bail!(
+                "{} exists: run {} was already written there; choose another --output or remove it",
+                run_dir.display(),
+                cfg.run.number
+            );
+        }
+    }
+    std::fs::create_dir_all(&output).with_context(|| format!("creating {}", output.display()))?;
+    let l = Listeners::bind_all(&cfg)?;
+    let bu_data: Vec<SocketAddr> = l.data.iter().map(addr).collect();
+    let ru_control: Vec<SocketAddr> = l.control.iter().skip(1).map(addr).collect();
+    let evm = addr(&l.control[0]);
+    let emulators = (0..cfg.rus.len())
+        .filter(|&i| cfg.rus[i].emulated)
+        .map(|i| emulator(&cfg, i, addr(&l.ferol[i])))
+        .collect::<Result<Vec<_>>>()?;
+    let rus = l
+        .ferol
+        .into_iter()
+        .zip(l.control)
+        .enumerate()
+        .map(|(i, (f, c))| {
+            let (data, control) = if i == 0 { (Vec::new(), ru_control.clone()) } else { (bu_data.clone(), Vec::new()) };
+            ru_node(&cfg, i, f, c, data, control)
+        })
+        .collect();
+    let bus = l.data.into_iter().enumerate().map(|(i, d)| bu_node(&cfg, i, &output, d, evm, false)).collect();
+    let limit = match (cfg.run.events, cfg.run.seconds) {
+        (Some(n), Some(s)) => format!("{n} events or {s} s"),
+        (Some(n), None) => format!("{n} events"),
+        (None, Some(s)) => format!("{s} s"),
+        (None, None) => "Ctrl-C".into(),
+    };
+    eprintln!(
+        "tessera run {}: {} RUs ({} FEDs), {} BUs, {}; until {limit} (Ctrl-C drains and stops); output in {}",
+        cfg.run.number,
+        cfg.rus.len(),
+        cfg.all_feds().len(),
+        cfg.bus.len(),
+        cfg.trigger.paced_rate_hz().map_or("free running".into(), |r| format!("{r} Hz Poisson trigger")),
+        output.display()
+    );
+    let interrupts = Arc::new(AtomicU32::new(0));
+    let counter = interrupts.clone();
+    ctrlc::set_handler(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+    })
+    .context("installing the Ctrl-C handler")?;
+    let system = RunningSystem::start(SystemPlan { rus, bus, emulators })?;
+    let started = Instant::now();
+    let mut stopped = false;
+    let mut last = Progress::default();
+    let tty = std::io::stderr().is_terminal();
+    // Bounded: the run ends by its limit or Ctrl-C, then within DRAIN_TIMEOUT.
+    while !system.finished() {
+        std::thread::sleep(Duration::from_millis(if tty { 250 } else { 1000 }));
+        let p = system.progress();
+        show(&p, &last, tty);
+        last = p;
+        let time_up = cfg.run.seconds.is_some_and(|s| started.elapsed().as_secs_f64() >= s);
+        let interrupted = interrupts.load(Ordering::SeqCst);
+        if !stopped && (time_up || interrupted > 0) {
+            stopped = true;
+            let n = system.stop();
+            eprintln!("{}stopping: every FED ends after event {n} of the run; draining", if tty { "\n" } else { "" });
+        }
+        if interrupted > 1 || system_failed(&system) {
+            break;
+        }
+        if stopped && started.elapsed() > Duration::from_secs_f64(cfg.run.seconds.unwrap_or(0.0)) + DRAIN_TIMEOUT * 2 {
+            break;
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    let outcome = system.wait(if interrupts.load(Ordering::SeqCst) > 1 { Duration::ZERO } else { DRAIN_TIMEOUT });
+    let ok = summarize(&cfg, &output, &outcome)?;
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn system_failed(system: &RunningSystem) -> bool {
+    system.ru_stats.iter().chain(&system.bu_stats).any(|s| s.failed())
+}
+
+fn show(p: &Progress, last: &Progress, tty: bool) {
+    let dt = (p.seconds - last.seconds).max(1e-9);
+    let rate = (p.triggered - last.triggered) as f64 / dt;
+    let gbs = (p.fragment_bytes - last.fragment_bytes) as f64 / dt / 1e9;
+    let occupancy = if p.chunks.1 > 0 { 100.0 * p.chunks.0 as f64 / p.chunks.1 as f64 } else { 0.0 };
+    let line = format!(
+        "{:7.1} s  triggered {:>10}  built {:>10}  {:>8.1} kHz  {:>6.2} GB/s  RU buffers {:>3.0}%  BU store {:>5.1} MB  throttle {}  problems {}",
+        p.seconds,
+        p.triggered,
+        p.built,
+        rate / 1e3,
+        gbs,
+        occupancy,
+        p.store_bytes as f64 / 1e6,
+        if p.throttles.is_empty() { "-".to_string() } else { p.throttles.join(",") },
+        p.problems
+    );
+    let mut err = std::io::stderr();
+    if tty {
+        let _ = write!(err, "\r{line}");
+    } else {
+        let _ = writeln!(err, "{line}");
+    }
+    let _ = err.flush();
+}
+
+/// Prints the run's summary, ending with the conservation check, and writes
+/// `<output>/summary.json`. True if every unit ended cleanly and conservation holds.
+fn summarize(cfg: &SystemConfig, output: &Path, outcome: &Outcome) -> Result<bool> {
+    let c = outcome.conservation();
+    let p = &outcome.progress;
+    println!("run {} ended after {:.1} s", cfg.run.number, outcome.seconds);
+    for (i, r) in outcome.rus.iter().enumerate() {
+        match r {
+            Ok(r) => println!(
+                "  {:<10} {:>10} fragments, {:>6} corrupt, {:>6} late, {:>8} super-fragments sent, {:>6} incomplete",
+                cfg.rus[i].name,
+                r.ru.fragments,
+                r.ru.corrupt_fragments,
+                r.ru.late_fragments,
+                r.ru.parts_sent,
+                r.ru.incomplete_parts
+            ),
+            Err(e) => println!("  {:<10} FAILED: {e}", cfg.rus[i].name),
+        }
+    }
+    for (i, b) in outcome.bus.iter().enumerate() {
+        match b {
+            Ok(b) => println!(
+                "  {:<10} {:>10} events in {:>6} files, {:>6} incomplete, {:>6} with a fragment error  {}",
+                cfg.bus[i].name,
+                b.events_published,
+                b.counters.files_published,
+                b.counters.incomplete_events,
+                b.counters.error_events,
+                b.run_dir.display()
+            ),
+            Err(e) => println!("  {:<10} FAILED: {e}", cfg.bus[i].name),
+        }
+    }
+    for (i, e) in outcome.emulators.iter().enumerate() {
+        if let Err(e) = e {
+            println!("  emulator {i} FAILED: {e}");
+        }
+    }
+    if outcome.problem_count > 0 {
+        println!("  {} problems reported; the first ones:", outcome.problem_count);
+        for p in outcome.problems.iter().take(10) {
+            println!("    {p}");
+        }
+    }
+    let gb = p.fragment_bytes as f64 / 1e9;
+    println!(
+        "  {:.3} GB of fragments, {:.2} GB/s, {:.1} kHz",
+        gb,
+        gb / outcome.seconds.max(1e-9),
+        c.built as f64 / outcome.seconds.max(1e-9) / 1e3
+    );
+    let lost: u64 = c.lost.values().sum();
+    let reasons: Vec<String> = c.lost.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    println!(
+        "conservation: triggered {} = built {} + lost {}{}  {}",
+        c.triggered,
+        c.built,
+        lost,
+        if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
+        if c.holds { "holds" } else { "DOES NOT HOLD" }
+    );
+    let summary = json!({
+        "run": cfg.run.number,
+        "seconds": outcome.seconds,
+        "triggered": c.triggered,
+        "built": c.built,
+        "built_incomplete": c.built_incomplete,
+        "lost": c.lost,
+        "conservation_holds": c.holds,
+        "per_bu": cfg.bus.iter().zip(&outcome.bus).map(|(s, b)| json!({
+            "name": s.name,
+            "events": b.as_ref().map_or(0, |b| b.events_published),
+            "run_dir": b.as_ref().ok().map(|b| b.run_dir.display().to_string()),
+            "error": b.as_ref().err(),
+        })).collect::<Vec<_>>(),
+        "per_ru": cfg.rus.iter().zip(&outcome.rus).map(|(s, r)| json!({
+            "name": s.name,
+            "fragments": r.as_ref().map_or(0, |r| r.ru.fragments),
+            "corrupt_fragments": r.as_ref().map_or(0, |r| r.ru.corrupt_fragments),
+            "error": r.as_ref().err(),
+        })).collect::<Vec<_>>(),
+        "fragment_bytes": p.fragment_bytes,
+        "problems": outcome.problem_count,
+        "first_problems": outcome.problems.iter().take(20).collect::<Vec<_>>(),
+    });
+    let path = output.join("summary.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("summary: {}", path.display());
+    Ok(outcome.clean() && c.holds)
+}
+
+/// Which unit a process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The EVM with RU 0.
+    Evm,
+    /// Another RU.
+    Ru,
+    /// A BU.
+    Bu,
+}
+
+/// `tessera evm|ru|bu`: one unit of the system, in this process.
+pub fn unit(role: Role, system: &Path, name: Option<&str>, args: &SystemArgs, restart: bool) -> Result<ExitCode> {
+    let cfg = load(Some(system), args)?;
+    let output = cfg.run.output.clone().unwrap_or_else(|| PathBuf::from("."));
+    let evm = resolve(&cfg.rus[0].host, cfg.evm.port, "evm.port")?;
+    let find_ru = |name: &str| cfg.rus.iter().position(|r| r.name == name);
+    let interrupts = Arc::new(AtomicU32::new(0));
+    let counter = interrupts.clone();
+    ctrlc::set_handler(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+    })
+    .context("installing the Ctrl-C handler")?;
+    match role {
+        Role::Evm | Role::Ru => {
+            let i = match (role, name) {
+                (Role::Evm, _) => 0,
+                (_, Some(n)) => match find_ru(n) {
+                    Some(0) => bail!("{n} is the EVM's RU: run it with `tessera evm`"),
+                    Some(i) => i,
+                    None => bail!("no RU named {n} in {}", system.display()),
+                },
+                (_, None) => bail!("--name: which RU of {} to run", system.display()),
+            };
+            let ru = &cfg.rus[i];
+            let ferol = bind(&ru.host, ru.ferol_port, &format!("{} FEROL port", ru.name))?;
+            let control = if i == 0 {
+                bind(&ru.host, cfg.evm.port, "the EVM's port")?
+            } else {
+                bind(&ru.host, ru.control_port, &format!("{} control port", ru.name))?
+            };
+            let (bu_data, ru_control) = if i == 0 {
+                let rus = cfg.rus[1..]
+                    .iter()
+                    .map(|r| resolve(&r.host, r.control_port, &format!("{} control port", r.name)))
+                    .collect::<Result<Vec<_>>>()?;
+                (Vec::new(), rus)
+            } else {
+                let bus = cfg
+                    .bus
+                    .iter()
+                    .map(|b| resolve(&b.host, b.data_port, &format!("{} data port", b.name)))
+                    .collect::<Result<Vec<_>>>()?;
+                (bus, Vec::new())
+            };
+            let node = RuNode::new(ru_node(&cfg, i, ferol, control, bu_data, ru_control))?;
+            let control = node.control();
+            let stats = node.stats();
+            eprintln!(
+                "{}: {} FEDs {:?}, run {}",
+                ru.name,
+                if i == 0 { "EVM and RU 0," } else { "RU," },
+                ru.feds,
+                cfg.run.number
+            );
+            let handle = std::thread::spawn(move || node.run());
+            let mut asked = 0;
+            while !handle.is_finished() {
+                std::thread::sleep(Duration::from_millis(100));
+                let n = interrupts.load(Ordering::SeqCst);
+                if n > asked {
+                    asked = n;
+                    if n == 1 && i == 0 {
+                        eprintln!("{}: stopping the trigger and draining (Ctrl-C again aborts)", ru.name);
+                        control.stop_trigger();
+                    } else {
+                        control.abort();
+                    }
+                }
+            }
+            let result = handle.join().map_err(|_| anyhow::anyhow!("the unit panicked"))?;
+            let (problems, count) = stats.problems();
+            for p in problems.iter().take(10) {
+                eprintln!("  {p}");
+            }
+            match result {
+                Ok(r) => {
+                    println!(
+                        "{}: {} fragments ({} corrupt), {} super-fragments sent, {} problems{}",
+                        ru.name,
+                        r.ru.fragments,
+                        r.ru.corrupt_fragments,
+                        r.ru.parts_sent,
+                        count,
+                        r.evm
+                            .map(|e| format!("; triggered {}, committed {}", e.triggered, e.committed))
+                            .unwrap_or_default()
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("{}: {e}", ru.name);
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Role::Bu => {
+            let name = name.context("--name: which BU to run")?;
+            let i = cfg
+                .bus
+                .iter()
+                .position(|b| b.name == name)
+                .with_context(|| format!("no BU named {name} in {}", system.display()))?;
+            let bu = &cfg.bus[i];
+            let data = bind(&bu.host, bu.data_port, &format!("{} data port", bu.name))?;
+            let node = BuNode::new(bu_node(&cfg, i, &output, data, evm, restart))?;
+            let control = node.control();
+            eprintln!(
+                "{}: BU {i}, run {}, files under {}",
+                bu.name,
+                cfg.run.number,
+                cfg.bu_directory(i, &output).display()
+            );
+            let handle = std::thread::spawn(move || node.run());
+            while !handle.is_finished() {
+                std::thread::sleep(Duration::from_millis(100));
+                if interrupts.load(Ordering::SeqCst) > 0 {
+                    control.abort();
+                }
+            }
+            match handle.join().map_err(|_| anyhow::anyhow!("the unit panicked"))? {
+                Ok(r) => {
+                    println!(
+                        "{}: {} events published in {} files (incarnation {}), {}",
+                        bu.name,
+                        r.events_published,
+                        r.counters.files_published,
+                        r.epoch,
+                        r.run_dir.display()
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("{}: {e}", bu.name);
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+    }
+}
+
+/// `tessera ferol --system FILE --ru NAME`: the emulator of one RU's FEDs as the system file
+/// describes them.
+pub fn ferol_for(system: &Path, ru_name: &str, args: &SystemArgs) -> Result<SenderConfig> {
+    let cfg = load(Some(system), args)?;
+    let i = cfg
+        .rus
+        .iter()
+        .position(|r| r.name == ru_name)
+        .with_context(|| format!("no RU named {ru_name} in {}", system.display()))?;
+    let to = resolve(&cfg.rus[i].host, cfg.rus[i].ferol_port, &format!("{} FEROL port", ru_name))?;
+    let mut s = emulator(&cfg, i, to)?;
+    s.limits = Limits { events: cfg.run.events, seconds: cfg.run.seconds.filter(|_| cfg.run.events.is_none()) };
+    Ok(s)
+}
