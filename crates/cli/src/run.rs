@@ -135,6 +135,7 @@ fn ru_node(
         assign_batch_events: cfg.evm.assign_batch_events,
         assign_delay_ns: cfg.evm.assign_delay_us * 1000,
         max_assigned_per_bu: cfg.evm.max_assigned_per_bu as usize,
+        lumi_section_timeout_ns: Some((cfg.evm.lumi_section_timeout_s * 1e9) as u64),
         ..EvmConfig::new(n_ru, n_bu)
     });
     RuNodeConfig {

@@ -212,7 +212,7 @@ impl TriggerSection {
 }
 
 /// The event manager's tuning. The EVM runs on the host of `rus[0]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EvmParams {
     /// TCP port on which BUs connect to the EVM; 0 takes any free port, which only works when
@@ -224,11 +224,21 @@ pub struct EvmParams {
     pub max_assigned_per_bu: u32,
     /// Longest an assignment waits for its batch to fill, in microseconds.
     pub assign_delay_us: u64,
+    /// When triggers pause, the open lumi sections are closed after this many seconds without
+    /// a trigger; at least one lumi section's length, so that any later trigger is of a later
+    /// section (a trigger for a closed section is counted lost, `LUMI_SECTION_CLOSED`).
+    pub lumi_section_timeout_s: f64,
 }
 
 impl Default for EvmParams {
     fn default() -> Self {
-        EvmParams { port: 0, assign_batch_events: 64, max_assigned_per_bu: 4096, assign_delay_us: 100 }
+        EvmParams {
+            port: 0,
+            assign_batch_events: 64,
+            max_assigned_per_bu: 4096,
+            assign_delay_us: 100,
+            lumi_section_timeout_s: 30.0,
+        }
     }
 }
 
@@ -547,8 +557,6 @@ pub struct BuParams {
     pub ramdisk_high_water_percent: u8,
     /// Ask again once it is below this, in percent; below the high-water mark.
     pub ramdisk_low_water_percent: u8,
-    /// A lumi section is closed this long after its last event when triggers pause, in seconds.
-    pub lumi_section_timeout_s: u64,
 }
 
 impl Default for BuParams {
@@ -562,7 +570,6 @@ impl Default for BuParams {
             frame_store_bytes: 256 << 20,
             ramdisk_high_water_percent: 90,
             ramdisk_low_water_percent: 80,
-            lumi_section_timeout_s: 30,
         }
     }
 }

@@ -63,6 +63,17 @@ impl SystemConfig {
             }
             _ => {}
         }
+        let lumi_seconds = run.orbits_per_lumi_section as f64 * tessera_emu::generator::ORBIT_SECONDS;
+        let timeout = self.evm.lumi_section_timeout_s;
+        if !(timeout.is_finite() && timeout >= lumi_seconds) {
+            return fail(
+                "evm.lumi_section_timeout_s",
+                format!(
+                    "{timeout} s is shorter than a lumi section ({lumi_seconds:.3} s for {} orbits): a trigger after the time-out could still belong to the section it closed",
+                    run.orbits_per_lumi_section
+                ),
+            );
+        }
         if !(1..=ORBITS_PER_LUMI_SECTION).contains(&run.orbits_per_lumi_section) {
             return fail(
                 "run.orbits_per_lumi_section",
@@ -238,7 +249,7 @@ impl SystemConfig {
                 ),
             );
         }
-        at_least_one("bu.lumi_section_timeout_s", bu.lumi_section_timeout_s)
+        Ok(())
     }
 }
 

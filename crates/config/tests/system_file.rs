@@ -301,3 +301,12 @@ fn an_unreadable_file_is_named() {
     let e = SystemConfig::load(&written).unwrap_err().to_string();
     assert!(e.starts_with(&format!("{}:8:5: bus[0].colour: unknown field `colour`", written.display())), "{e}");
 }
+
+#[test]
+fn the_lumi_section_time_out_must_outlast_a_lumi_section() {
+    // 262144 orbits last 23.3 s: a 10 s time-out could close a section that triggers still fill.
+    let text = format!("run:\n  orbits_per_lumi_section: 262144\n{BASE}evm:\n  lumi_section_timeout_s: 10\n");
+    let message = error(&text);
+    assert!(message.starts_with("conf/bad.yaml:"), "{message}");
+    assert!(message.contains("evm.lumi_section_timeout_s: 10 s is shorter than a lumi section (23.311 s"), "{message}");
+}

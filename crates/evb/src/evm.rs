@@ -25,6 +25,13 @@ pub struct EvmConfig {
     pub flush_delay_ns: Nanos,
     /// Events a BU may hold assigned and uncommitted at once, whatever it asks. Default 4096.
     pub max_assigned_per_bu: usize,
+    /// When triggers pause: the open lumi sections are closed once no trigger has come for this
+    /// long, in nanoseconds, so that their end-of-lumi records need not wait for the next
+    /// trigger. It must be at least a lumi section's length: then any later trigger belongs to a
+    /// later section. A trigger for a section already closed is counted lost
+    /// (`LUMI_SECTION_CLOSED`). `None` (the default) closes sections only on a later trigger
+    /// and at the end of the run.
+    pub lumi_section_timeout_ns: Option<Nanos>,
     /// Test-only: a deliberate protocol bug, for the simulator's self-check.
     pub bug: Option<EvmBug>,
 }
@@ -39,6 +46,7 @@ impl EvmConfig {
             assign_delay_ns: 1_000_000,
             flush_delay_ns: 1_000_000,
             max_assigned_per_bu: 4096,
+            lumi_section_timeout_ns: None,
             bug: None,
         }
     }
@@ -92,6 +100,9 @@ pub struct EvmCounters {
     pub committed: u64,
     /// Files committed.
     pub files_committed: u64,
+    /// Events lost because their lumi section had been closed on its time-out
+    /// (`LUMI_SECTION_CLOSED`): their fragments are released unbuilt.
+    pub lost_lumi_closed: u64,
 }
 
 /// The event manager's state machine.
@@ -122,6 +133,11 @@ pub struct Evm {
     stopped: bool,
     drain_sent: bool,
     last_triggered: Option<EventNumber>,
+    /// When the last trigger came.
+    last_trigger_at: Nanos,
+    /// The highest lumi section closed so far: no event of it or an earlier one is built any
+    /// more.
+    closed_through: Option<u32>,
     out: VecDeque<Output>,
     counters: EvmCounters,
 }
@@ -147,6 +163,8 @@ impl Evm {
             stopped: false,
             drain_sent: false,
             last_triggered: None,
+            last_trigger_at: 0,
+            closed_through: None,
             out: VecDeque::new(),
             counters: EvmCounters::default(),
         }
@@ -206,6 +224,18 @@ impl Evm {
     /// come in order: a trigger of a later one ends the earlier ones.
     pub fn triggered(&mut self, now: Nanos, event: EventNumber, lumi_section: u32) {
         self.counters.triggered += 1;
+        self.last_trigger_at = now;
+        if self.closed_through.is_some_and(|c| lumi_section <= c) {
+            // Its lumi section's end-of-lumi records may be written already: the event cannot
+            // be built into it. Counted lost, and its fragments released.
+            self.counters.lost_lumi_closed += 1;
+            self.last_triggered = Some(event);
+            push_event(&mut self.pending_release, event);
+            self.release_since.get_or_insert(now);
+            self.out.push_back(Output::Notice(Notice::LateTrigger { event, lumi_section }));
+            self.stop_if_complete();
+            return;
+        }
         if self.in_flight == 0 {
             // Nothing older is uncommitted: the ring of owners may start here.
             self.owner.rebase_if_empty(event);
@@ -243,6 +273,12 @@ impl Evm {
                 self.assign(now);
             }
             Input::Tick => {
+                if self.lumi_timed_out(now) {
+                    for lumi in self.lumis.values_mut() {
+                        lumi.open = false;
+                    }
+                    self.close_lumis();
+                }
                 self.assign(now);
                 self.flush(now, false);
             }
@@ -448,6 +484,7 @@ impl Evm {
             self.lumis.iter().filter(|(_, l)| !l.open && l.uncommitted == 0).map(|(&ls, _)| ls).collect();
         for ls in done {
             let Some(lumi) = self.lumis.remove(&ls) else { continue };
+            self.closed_through = Some(self.closed_through.map_or(ls, |c| c.max(ls)));
             for (b, &events) in lumi.per_bu.iter().enumerate() {
                 let state = &mut self.bus[b];
                 state.unacked_lumis.insert(ls, events);
@@ -508,7 +545,14 @@ impl Evm {
         }
     }
 
-    /// The earliest time at which a tick has work: a batch to give out or something to flush.
+    /// Whether open lumi sections have waited longer than the time-out for a trigger.
+    fn lumi_timed_out(&self, now: Nanos) -> bool {
+        self.cfg.lumi_section_timeout_ns.is_some_and(|t| now >= self.last_trigger_at.saturating_add(t))
+            && self.lumis.values().any(|l| l.open)
+    }
+
+    /// The earliest time at which a tick has work: a batch to give out, something to flush, or
+    /// open lumi sections to close.
     pub fn next_timeout(&self) -> Option<Nanos> {
         // A batch waits only while some BU has asked for events.
         let asking = self.bus.iter().any(|b| b.alive && b.credits > 0);
@@ -516,7 +560,12 @@ impl Evm {
             self.triggered.front().filter(|_| asking).map(|&(_, at)| at.saturating_add(self.cfg.assign_delay_ns));
         let release = self.release_since.map(|t| t + self.cfg.flush_delay_ns);
         let commits = self.bus.iter().filter_map(|b| b.pending_since).min().map(|t| t + self.cfg.flush_delay_ns);
-        [assign, release, commits].into_iter().flatten().min()
+        let lumi = self
+            .cfg
+            .lumi_section_timeout_ns
+            .filter(|_| self.lumis.values().any(|l| l.open))
+            .map(|t| self.last_trigger_at.saturating_add(t));
+        [assign, release, commits, lumi].into_iter().flatten().min()
     }
 
     /// The next output, if any.
@@ -526,4 +575,64 @@ impl Evm {
 
     /// Index of the RU next to the EVM.
     pub const LOCAL_RU: RuId = 0;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::BuiltFile;
+
+    fn drain(evm: &mut Evm) -> Vec<Output> {
+        std::iter::from_fn(|| evm.poll_output()).collect()
+    }
+
+    fn from_bu(msg: Message) -> Input {
+        Input::Message { from: Peer::Bu(0), msg }
+    }
+
+    #[test]
+    fn a_pause_in_triggers_closes_the_lumi_section_and_a_late_trigger_for_it_is_counted_lost() {
+        let ms = 1_000_000;
+        let cfg = EvmConfig { lumi_section_timeout_ns: Some(50 * ms), ..EvmConfig::new(1, 1) };
+        let mut evm = Evm::new(cfg);
+        evm.handle(0, from_bu(Message::Hello { bu: 0, epoch: 1, unpublished: Vec::new() }));
+        let request = |credits, built: Vec<BuiltFile>, published: Vec<FileId>| Message::Request {
+            bu: 0,
+            epoch: 1,
+            credits,
+            built,
+            published,
+            lumis_done: Vec::new(),
+        };
+        evm.handle(0, from_bu(request(10, Vec::new(), Vec::new())));
+        evm.triggered(ms, 1, 1);
+        evm.handle(5 * ms, Input::Tick);
+        assert!(drain(&mut evm).iter().any(|o| matches!(o, Output::Send { msg: Message::Assign { .. }, .. })));
+        let file = FileId { bu: 0, lumi_section: 1, index: 0 };
+        let built = vec![BuiltFile { file, events: vec![EventRange { first: 1, count: 1 }] }];
+        evm.handle(6 * ms, from_bu(request(0, built, Vec::new())));
+        evm.handle(8 * ms, Input::Tick);
+        evm.handle(8 * ms, from_bu(request(0, Vec::new(), vec![file])));
+        let end_of_lumi = |outs: &[Output]| {
+            outs.iter()
+                .any(|o| matches!(o, Output::Send { msg: Message::EndOfLumi { lumi_section: 1, events: 1 }, .. }))
+        };
+        // Before the time-out the section stays open: a trigger could still come for it.
+        evm.handle(40 * ms, Input::Tick);
+        assert!(!end_of_lumi(&drain(&mut evm)));
+        assert_eq!(evm.next_timeout(), Some(51 * ms));
+        evm.handle(52 * ms, Input::Tick);
+        assert!(end_of_lumi(&drain(&mut evm)), "closed after 50 ms without a trigger");
+        // A trigger for the closed section: lost, counted, its fragments released.
+        evm.triggered(60 * ms, 2, 1);
+        let outs = drain(&mut evm);
+        assert!(outs.contains(&Output::Notice(Notice::LateTrigger { event: 2, lumi_section: 1 })), "{outs:?}");
+        assert_eq!(evm.counters().lost_lumi_closed, 1);
+        evm.handle(70 * ms, Input::Tick);
+        let released = drain(&mut evm).into_iter().any(|o| match o {
+            Output::Send { msg: Message::Release { events }, .. } => events.iter().any(|r| r.iter().any(|e| e == 2)),
+            _ => false,
+        });
+        assert!(released, "the lost event's fragments are released at the RUs");
+    }
 }

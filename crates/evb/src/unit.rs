@@ -62,6 +62,14 @@ pub enum Notice {
         /// The first event it missed.
         event: EventNumber,
     },
+    /// A trigger came for a lumi section already closed on its time-out: the event is counted
+    /// lost (`LUMI_SECTION_CLOSED`) and its fragments released.
+    LateTrigger {
+        /// The event.
+        event: EventNumber,
+        /// Its lumi section.
+        lumi_section: u32,
+    },
     /// A message that breaks the protocol (a bug, or a peer that sends garbage); it was dropped.
     ProtocolError {
         /// What was wrong.
@@ -149,6 +157,10 @@ impl std::fmt::Display for Notice {
             Notice::FedStalled { fed, event } => {
                 write!(f, "FED {fed} stalled at event {event}: events no longer wait for it")
             }
+            Notice::LateTrigger { event, lumi_section } => write!(
+                f,
+                "event {event} of lumi section {lumi_section} came after the section was closed on its time-out: lost (LUMI_SECTION_CLOSED)"
+            ),
             Notice::ProtocolError { what } => write!(f, "protocol error: {what}"),
         }
     }

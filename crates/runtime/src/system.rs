@@ -116,8 +116,13 @@ impl Outcome {
         let built: u64 = self.progress.built;
         let built_incomplete = self.bus.iter().flatten().map(|b| b.counters.incomplete_events).sum();
         let mut lost = BTreeMap::new();
-        if !self.clean() && triggered > built {
-            lost.insert("UNIT_FAILED".to_string(), triggered - built);
+        let closed =
+            self.rus.first().and_then(|r| r.as_ref().ok()).and_then(|r| r.evm).map_or(0, |e| e.lost_lumi_closed);
+        if closed > 0 {
+            lost.insert("LUMI_SECTION_CLOSED".to_string(), closed);
+        }
+        if !self.clean() && triggered > built + closed {
+            lost.insert("UNIT_FAILED".to_string(), triggered - built - closed);
         }
         let accounted = built + lost.values().sum::<u64>();
         Conservation { triggered, built, built_incomplete, lost, per_bu, holds: accounted == triggered }
