@@ -1,6 +1,13 @@
-//! Tessera's units on real I/O: the sans-IO cores of `tessera-evb` driven by files, sockets and
-//! threads. This crate grows with the event builder; today it holds the BU's file side and its
-//! store of received data, and the RU's receive memory for FEROL streams.
+//! Tessera's units on real I/O: the sans-IO cores of `tessera-evb` driven by sockets, threads and
+//! files.
+//!
+//! - [`ru_node`]: an RU, or the EVM's node (the EVM with RU 0), on one poller thread: FEROL
+//!   streams read into pre-touched receive memory ([`ferol_input`]), fragments offered to the
+//!   core, data frames written straight from where the fragments were received ([`conn`]).
+//! - [`bu_node`]: a BU: its loop (received frames kept whole in the [`frame_store`], the core's
+//!   file actions on its run directory, [`bu_files`]) and its writer threads.
+//! - [`link`]: the opening of every protocol connection; [`stats`]: live figures;
+//!   [`system`]: a whole system in one process.
 
 #![warn(missing_docs)]
 
@@ -13,4 +20,3 @@ pub mod link;
 pub mod ru_node;
 pub mod stats;
 pub mod system;
-pub mod transport;
