@@ -262,6 +262,10 @@ const CONN_BASE: usize = 1 << 20;
 const MAX_SLEEP: Duration = Duration::from_millis(10);
 /// Bytes read from one FEROL stream before the loop turns to the others.
 const STREAM_TURN_BYTES: usize = 1 << 20;
+/// Front-end connections that may wait at once for their first block header.
+const MAX_UNNAMED_STREAMS: usize = 64;
+/// How long a front-end connection may take to send its first block header.
+const NAME_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the EVM's node keeps flushing its last messages once the run has drained.
 const FINAL_FLUSH: Duration = Duration::from_secs(5);
 
@@ -367,6 +371,7 @@ impl RuNode {
         let mut lp = RuLoop {
             start: Instant::now(),
             streams: (0..cfg.ru.feds.len()).map(|_| None).collect(),
+            unnamed: Vec::new(),
             buffers: Buffers(buffers),
             conns: BTreeMap::new(),
             next_conn: CONN_BASE,
@@ -392,6 +397,8 @@ struct RuLoop {
     poll: Poll,
     start: Instant,
     streams: Vec<Option<FerolConn>>,
+    /// Front-end connections that have not yet named their FED, and since when.
+    unnamed: Vec<(TcpStream, SocketAddr, Instant)>,
     buffers: Buffers,
     conns: BTreeMap<Token, Conn>,
     next_conn: usize,
@@ -469,6 +476,9 @@ impl RuLoop {
                 self.core.handle(now, Input::Tick);
             }
             self.dispatch(now);
+            if !self.unnamed.is_empty() {
+                self.name_streams();
+            }
             let busy = self.read_streams(now)?;
             let busy = self.read_conns(now)? || busy;
             self.dispatch(self.now());
@@ -500,7 +510,9 @@ impl RuLoop {
             } else {
                 let now = self.now();
                 let until = self.core.next_timeout().map(|t| Duration::from_nanos(t.saturating_sub(now)));
-                until.map_or(MAX_SLEEP, |u| u.min(MAX_SLEEP))
+                let wait = until.map_or(MAX_SLEEP, |u| u.min(MAX_SLEEP));
+                // Connections waiting to name their FED are not registered: look again soon.
+                if self.unnamed.is_empty() { wait } else { wait.min(Duration::from_millis(1)) }
             };
             match self.poll.poll(&mut events, Some(wait)) {
                 Ok(()) => {}
@@ -562,42 +574,62 @@ impl RuLoop {
         self.core.handle(now, Input::StopTrigger { last_event });
     }
 
-    /// Accepts front ends; each stream is named by the FED id of its first block header.
+    /// Accepts front ends. Each stream waits, unregistered, until its first block header names
+    /// its FED (see [`RuLoop::name_streams`]); a client that sends nothing cannot stall the loop.
     fn accept_ferol(&mut self, listener: &TcpListener) {
-        // Bounded by the backlog; each accepted stream waits below until it names its FED.
-        while let Ok((mut stream, addr)) = listener.accept() {
+        while let Ok((stream, addr)) = listener.accept() {
+            if self.unnamed.len() >= MAX_UNNAMED_STREAMS {
+                self.stats.problem(format!(
+                    "RU {}: FEROL connection from {addr} refused: {MAX_UNNAMED_STREAMS} connections have not yet named their FED",
+                    self.cfg.ru.ru
+                ));
+                continue;
+            }
             let _ = stream.set_nodelay(true);
+            self.unnamed.push((stream, addr, Instant::now()));
+        }
+    }
+
+    /// Gives each waiting front-end connection whose first block header is in its FED's stream,
+    /// and refuses those that name no FED of this RU, close, or say nothing for too long.
+    fn name_streams(&mut self) {
+        let mut i = 0;
+        while i < self.unnamed.len() {
+            let (stream, addr, since) = &self.unnamed[i];
             let mut head = [0u8; HEADER_BYTES];
-            // The first block header is usually there at once; give it a moment otherwise.
-            let deadline = Instant::now() + Duration::from_secs(2);
-            let fed = loop {
-                match stream.peek(&mut head) {
-                    Ok(HEADER_BYTES) => {
-                        break FerolBlockHeader::parse(&head, 0).map(|h| h.fed_id).map_err(|e| e.to_string());
-                    }
-                    Ok(0) => break Err("closed before its first block header".into()),
-                    Ok(_) | Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-                    Ok(n) => break Err(format!("sent {n} bytes, less than a block header, in 2 s")),
-                    Err(e) => break Err(e.to_string()),
+            let fed = match stream.peek(&mut head) {
+                Ok(HEADER_BYTES) => {
+                    Some(FerolBlockHeader::parse(&head, 0).map(|h| h.fed_id).map_err(|e| e.to_string()))
                 }
+                Ok(0) => Some(Err("closed before its first block header".into())),
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => Some(Err(e.to_string())),
+                _ if since.elapsed() > NAME_TIMEOUT => {
+                    Some(Err(format!("no whole block header in {} s", NAME_TIMEOUT.as_secs())))
+                }
+                _ => None,
             };
-            let refused = |why: String| format!("RU {}: FEROL connection from {addr} refused: {why}", self.cfg.ru.ru);
+            let Some(fed) = fed else {
+                i += 1;
+                continue;
+            };
+            let refused = format!("RU {}: FEROL connection from {addr} refused", self.cfg.ru.ru);
+            let (mut stream, _, _) = self.unnamed.swap_remove(i);
             let index = match fed {
                 Ok(fed) => match self.cfg.ru.feds.iter().position(|&f| f == fed) {
                     Some(i) if self.streams[i].is_none() => Ok(i),
-                    Some(_) => Err(refused(format!("FED {fed} is already connected"))),
-                    None => Err(refused(format!("FED {fed} is not one of this RU's {:?}", self.cfg.ru.feds))),
+                    Some(_) => Err(format!("{refused}: FED {fed} is already connected")),
+                    None => Err(format!("{refused}: FED {fed} is not one of this RU's {:?}", self.cfg.ru.feds)),
                 },
-                Err(e) => Err(refused(e)),
+                Err(e) => Err(format!("{refused}: {e}")),
             };
             match index {
-                Ok(i) => {
-                    let token = Token(STREAM_BASE + i);
+                Ok(f) => {
+                    let token = Token(STREAM_BASE + f);
                     if let Err(e) = self.poll.registry().register(&mut stream, token, Interest::READABLE) {
-                        self.stats.problem(refused(e.to_string()));
+                        self.stats.problem(format!("{refused}: {e}"));
                         continue;
                     }
-                    self.streams[i] = Some(FerolConn {
+                    self.streams[f] = Some(FerolConn {
                         stream,
                         readable: true,
                         ended: false,
