@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 use std::io::{IsTerminal, Write};
-use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -88,6 +88,35 @@ fn resolve(host: &str, port: u16, what: &str) -> Result<SocketAddr> {
         .with_context(|| format!("{what}: {host}:{port} resolves to nothing"))
 }
 
+/// The addresses units on `hosts` call from, or `None` (anyone) if a host is a wildcard such
+/// as 0.0.0.0, which says nothing about where its calls come from.
+fn peers_on(hosts: &[&str]) -> Result<Option<Vec<IpAddr>>> {
+    let mut ips = Vec::new();
+    for host in hosts {
+        for a in (*host, 0).to_socket_addrs().with_context(|| format!("cannot resolve {host}"))? {
+            if a.ip().is_unspecified() {
+                return Ok(None);
+            }
+            ips.push(a.ip());
+        }
+    }
+    Ok(Some(ips))
+}
+
+/// Who may call RU `i`'s node: the EVM's host for an RU, the BUs' hosts for the EVM.
+fn ru_peers(cfg: &SystemConfig, i: usize) -> Result<Option<Vec<IpAddr>>> {
+    if i == 0 {
+        peers_on(&cfg.bus.iter().map(|b| b.host.as_str()).collect::<Vec<_>>())
+    } else {
+        peers_on(&[&cfg.rus[0].host])
+    }
+}
+
+/// Who may send data to a BU: the hosts of the RUs other than the EVM's.
+fn bu_peers(cfg: &SystemConfig) -> Result<Option<Vec<IpAddr>>> {
+    peers_on(&cfg.rus[1..].iter().map(|r| r.host.as_str()).collect::<Vec<_>>())
+}
+
 /// Every listener of a system, bound: the single-process case, where port 0 works.
 struct Listeners {
     ferol: Vec<TcpListener>,
@@ -126,6 +155,7 @@ fn ru_node(
     control_listener: TcpListener,
     bu_data: Vec<SocketAddr>,
     ru_control: Vec<SocketAddr>,
+    allowed_peers: Option<Vec<IpAddr>>,
 ) -> RuNodeConfig {
     let section = &cfg.rus[i];
     let p = cfg.ru_params(i);
@@ -161,6 +191,7 @@ fn ru_node(
         },
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: MAX_FRAME_BYTES,
+        allowed_peers,
     }
 }
 
@@ -172,6 +203,7 @@ fn bu_node(
     data_listener: TcpListener,
     evm: SocketAddr,
     restart: bool,
+    allowed_peers: Option<Vec<IpAddr>>,
 ) -> BuNodeConfig {
     let p = &cfg.bu;
     BuNodeConfig {
@@ -195,6 +227,7 @@ fn bu_node(
         ramdisk_low_water_percent: p.ramdisk_low_water_percent,
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: MAX_FRAME_BYTES,
+        allowed_peers,
     }
 }
 
@@ -256,10 +289,15 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Resu
         .enumerate()
         .map(|(i, (f, c))| {
             let (data, control) = if i == 0 { (Vec::new(), ru_control.clone()) } else { (bu_data.clone(), Vec::new()) };
-            ru_node(&cfg, i, f, c, data, control)
+            Ok(ru_node(&cfg, i, f, c, data, control, ru_peers(&cfg, i)?))
         })
-        .collect();
-    let bus = l.data.into_iter().enumerate().map(|(i, d)| bu_node(&cfg, i, &output, d, evm, false)).collect();
+        .collect::<Result<Vec<_>>>()?;
+    let bus = l
+        .data
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| Ok(bu_node(&cfg, i, &output, d, evm, false, bu_peers(&cfg)?)))
+        .collect::<Result<Vec<_>>>()?;
     let limit = match (cfg.run.events, cfg.run.seconds) {
         (Some(n), Some(s)) => format!("{n} events or {s} s"),
         (Some(n), None) => format!("{n} events"),
@@ -492,7 +530,7 @@ pub fn unit(role: Role, system: &Path, name: Option<&str>, args: &SystemArgs, re
                     .collect::<Result<Vec<_>>>()?;
                 (bus, Vec::new())
             };
-            let node = RuNode::new(ru_node(&cfg, i, ferol, control, bu_data, ru_control))?;
+            let node = RuNode::new(ru_node(&cfg, i, ferol, control, bu_data, ru_control, ru_peers(&cfg, i)?))?;
             let control = node.control();
             let stats = node.stats();
             eprintln!(
@@ -552,7 +590,7 @@ pub fn unit(role: Role, system: &Path, name: Option<&str>, args: &SystemArgs, re
                 .with_context(|| format!("no BU named {name} in {}", system.display()))?;
             let bu = &cfg.bus[i];
             let data = bind(&bu.host, bu.data_port, &format!("{} data port", bu.name))?;
-            let node = BuNode::new(bu_node(&cfg, i, &output, data, evm, restart))?;
+            let node = BuNode::new(bu_node(&cfg, i, &output, data, evm, restart, bu_peers(&cfg)?))?;
             let control = node.control();
             eprintln!(
                 "{}: BU {i}, run {}, files under {}",

@@ -64,6 +64,8 @@ pub struct BuNodeConfig {
     pub connect_timeout: Duration,
     /// Largest protocol frame accepted, in bytes.
     pub max_frame_bytes: u32,
+    /// The addresses RUs may send data from; `None` accepts any.
+    pub allowed_peers: Option<Vec<std::net::IpAddr>>,
 }
 
 /// How a BU node ended.
@@ -386,8 +388,10 @@ impl BuLoop {
                 }
             });
             more |= pass.more;
+            let ip = self.conns[&token].ip;
+            let from_allowed = self.cfg.allowed_peers.as_ref().is_none_or(|ips| ip.is_some_and(|ip| ips.contains(&ip)));
             if let Some(peer) = pass.linked
-                && !matches!(peer, Peer::Ru(r) if r > 0 && r < self.cfg.bu.n_ru)
+                && (!matches!(peer, Peer::Ru(r) if r > 0 && r < self.cfg.bu.n_ru) || !from_allowed)
             {
                 let address = self.conns[&token].address.clone();
                 self.stats.problem(format!("BU {}: refused {peer:?} calling from {address}", self.cfg.bu.bu));

@@ -58,6 +58,8 @@ pub struct Conn {
     pub peer: Option<Peer>,
     /// Address of the other end, for messages.
     pub address: String,
+    /// The other end's IP address, if known.
+    pub ip: Option<std::net::IpAddr>,
     link: [u8; LINK_BYTES],
     link_got: usize,
     decoder: FrameDecoder,
@@ -73,12 +75,14 @@ pub struct Conn {
 impl Conn {
     /// A connection accepted by this unit: its first 16 bytes must be the peer's link opening.
     pub fn accepted(stream: TcpStream, token: Token, max_body_bytes: u32) -> Self {
-        let address = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+        let peer = stream.peer_addr().ok();
+        let address = peer.map_or_else(|| "?".into(), |a| a.to_string());
         Conn {
             stream,
             token,
             peer: None,
             address,
+            ip: peer.map(|a| a.ip()),
             link: [0; LINK_BYTES],
             link_got: 0,
             decoder: FrameDecoder::with_max_body_bytes(max_body_bytes),
@@ -195,6 +199,13 @@ impl Conn {
     /// name.
     pub fn read(&mut self, scratch: &mut [u8], run: u32, mut on_frame: impl FnMut(Peer, Decoded, &[u8])) -> ReadPass {
         let mut pass = ReadPass::default();
+        // Frames that arrived with the link opening wait in the decoder for this pass.
+        if let Some(peer) = self.peer
+            && let Err(e) = self.decode(peer, &[], &mut on_frame)
+        {
+            pass.closed = Some(Some(e));
+            return pass;
+        }
         let mut taken = 0;
         while taken < READ_TURN_BYTES {
             let n = match self.stream.read(scratch) {
@@ -227,8 +238,14 @@ impl Conn {
                 if self.link_got == LINK_BYTES {
                     match parse_link(&self.link, run) {
                         Ok(peer) => {
+                            // The unit vets the peer before any of its frames is decoded: what
+                            // came with the opening waits in the decoder for the next pass.
                             self.peer = Some(peer);
                             pass.linked = Some(peer);
+                            let kept = self.decoder.push(bytes);
+                            debug_assert_eq!(kept, bytes.len(), "a read fits in an empty decoder");
+                            pass.more = true;
+                            return pass;
                         }
                         Err(e) => {
                             pass.closed = Some(Some(format!("{}: {e}", self.address)));
@@ -238,28 +255,38 @@ impl Conn {
                 }
             }
             let Some(peer) = self.peer else { continue };
-            while !bytes.is_empty() {
-                let pushed = self.decoder.push(bytes);
-                bytes = &bytes[pushed..];
-                loop {
-                    match self.decoder.next_frame() {
-                        Ok(Some(frame)) => match frame.decode() {
-                            Ok(decoded) => on_frame(peer, decoded, frame.body()),
-                            Err(e) => {
-                                pass.closed = Some(Some(format!("{}: {e}", self.address)));
-                                return pass;
-                            }
-                        },
-                        Ok(None) => break,
-                        Err(e) => {
-                            pass.closed = Some(Some(format!("{}: {e}", self.address)));
-                            return pass;
-                        }
-                    }
-                }
+            if let Err(e) = self.decode(peer, bytes, &mut on_frame) {
+                pass.closed = Some(Some(e));
+                return pass;
             }
         }
         pass.more = true;
         pass
+    }
+
+    /// Pushes `bytes` through the decoder and hands every complete frame to `on_frame`.
+    fn decode(
+        &mut self,
+        peer: Peer,
+        mut bytes: &[u8],
+        on_frame: &mut impl FnMut(Peer, Decoded, &[u8]),
+    ) -> Result<(), String> {
+        loop {
+            let pushed = self.decoder.push(bytes);
+            bytes = &bytes[pushed..];
+            loop {
+                match self.decoder.next_frame() {
+                    Ok(Some(frame)) => match frame.decode() {
+                        Ok(decoded) => on_frame(peer, decoded, frame.body()),
+                        Err(e) => return Err(format!("{}: {e}", self.address)),
+                    },
+                    Ok(None) => break,
+                    Err(e) => return Err(format!("{}: {e}", self.address)),
+                }
+            }
+            if bytes.is_empty() {
+                return Ok(());
+            }
+        }
     }
 }

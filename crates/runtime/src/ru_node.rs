@@ -138,6 +138,9 @@ pub struct RuNodeConfig {
     pub connect_timeout: Duration,
     /// Largest protocol frame accepted, in bytes.
     pub max_frame_bytes: u32,
+    /// The addresses protocol peers may call from (the EVM's for an RU, the BUs' for the EVM);
+    /// `None` accepts any.
+    pub allowed_peers: Option<Vec<std::net::IpAddr>>,
 }
 
 /// What ended an RU node with an error.
@@ -800,6 +803,9 @@ impl RuLoop {
             Peer::Ru(_) => false,
         };
         let address = self.conns[&token].address.clone();
+        let ip = self.conns[&token].ip;
+        let allowed =
+            allowed && self.cfg.allowed_peers.as_ref().is_none_or(|ips| ip.is_some_and(|ip| ips.contains(&ip)));
         if !allowed {
             self.stats.problem(format!("RU {}: refused {peer:?} calling from {address}", self.cfg.ru.ru));
             if let Some(mut c) = self.conns.remove(&token) {

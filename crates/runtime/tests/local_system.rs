@@ -75,6 +75,7 @@ fn plan(dir: &Path, first_event: u64, events: u64, size: SizeModel) -> SystemPla
             on_corrupt_stream: OnCorruptStream::Continue,
             connect_timeout: Duration::from_secs(10),
             max_frame_bytes: 64 << 20,
+            allowed_peers: None,
         })
         .collect();
     let bus = data
@@ -95,6 +96,7 @@ fn plan(dir: &Path, first_event: u64, events: u64, size: SizeModel) -> SystemPla
             ramdisk_low_water_percent: 99,
             connect_timeout: Duration::from_secs(10),
             max_frame_bytes: 64 << 20,
+            allowed_peers: None,
         })
         .collect();
     SystemPlan { rus, bus, emulators }
