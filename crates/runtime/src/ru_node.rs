@@ -660,7 +660,10 @@ impl RuLoop {
                             self.stats.fragment_bytes.add(r.fragment_len as u64);
                             let fragment = to_fragment_ref(i, fed, &r, buffer, &mut self.last_trigger);
                             if let Some(p) = &r.problem {
-                                self.stats.problem(format!("RU {ru}: {p}"));
+                                self.stats.problem(format!(
+                                    "RU {ru}: FED {fed} fragment with LV1 {}, stream byte {}: {p}; passed on flagged",
+                                    r.header.lv1_id, r.stream_offset
+                                ));
                             }
                             let accepted = self.core.offer_fragment(now, i, fragment);
                             debug_assert!(accepted.is_ok(), "accepts() said yes");
