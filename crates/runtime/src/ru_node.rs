@@ -303,10 +303,20 @@ struct FerolConn {
     last_lv1: Option<u32>,
 }
 
-/// Connects to `address` as `me`, retrying until `timeout`.
-pub(crate) fn connect(address: SocketAddr, peer: Peer, timeout: Duration) -> Result<std::net::TcpStream, NodeError> {
+/// Connects to `peer` at `address`, retrying until `timeout`; gives up at once when run control
+/// aborts the unit (a unit that failed leaves its port closed: waiting for it would only delay
+/// the end of the run).
+pub(crate) fn connect(
+    address: SocketAddr,
+    peer: Peer,
+    timeout: Duration,
+    control: &Control,
+) -> Result<std::net::TcpStream, NodeError> {
     let deadline = Instant::now() + timeout;
     loop {
+        if control.aborted() {
+            return Err(NodeError::Aborted(format!("the connection to {peer:?} at {address}")));
+        }
         match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)) {
             Ok(s) => {
                 s.set_nodelay(true).map_err(io_err(format!("setting TCP_NODELAY to {address}")))?;
@@ -446,12 +456,12 @@ impl RuLoop {
         let timeout = self.cfg.connect_timeout;
         for (i, &address) in self.cfg.ru_control.clone().iter().enumerate() {
             let peer = Peer::Ru(i as u16 + 1);
-            let s = connect(address, peer, timeout)?;
+            let s = connect(address, peer, timeout, &self.control)?;
             self.add_conn(TcpStream::from_std(s), Some(peer))?;
         }
         for (b, &address) in self.cfg.bu_data.clone().iter().enumerate() {
             let peer = Peer::Bu(b as u16);
-            let s = connect(address, peer, timeout)?;
+            let s = connect(address, peer, timeout, &self.control)?;
             self.add_conn(TcpStream::from_std(s), Some(peer))?;
         }
         let mut events = Events::with_capacity(1024);
