@@ -36,7 +36,9 @@ use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord};
 /// What a stream that cannot be read on does to the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnCorruptStream {
-    /// Count it, report it, close the stream: its FED's events go on flagged incomplete.
+    /// Count it, report it, take no more fragments from it (what it still sends is read and
+    /// thrown away, so that its front end is not held back): its FED's events go on flagged
+    /// incomplete.
     #[default]
     Continue,
     /// Fail the unit with the error, which names the FED, the event and the byte offset.
@@ -297,7 +299,8 @@ struct FerolConn {
     stream: TcpStream,
     readable: bool,
     ended: bool,
-    /// The stream cannot be read on: garbage, or closed inside a fragment.
+    /// The stream cannot be read on: garbage, or closed inside a fragment. Its bytes are read
+    /// and thrown away until it ends.
     broken: bool,
     fragments: u64,
     last_lv1: Option<u32>,
@@ -639,7 +642,8 @@ impl RuLoop {
         // behind it go on: the events it waits to have committed need them.
         let full_at = (0..self.streams.len())
             .filter_map(|i| {
-                self.streams[i].as_ref().filter(|s| !s.ended && !self.buffers.0[i].has_room()).map(|s| s.fragments)
+                let s = self.streams[i].as_ref()?;
+                (!s.ended && !s.broken && !self.buffers.0[i].has_room()).then_some(s.fragments)
             })
             .min();
         for i in 0..self.streams.len() {
@@ -691,15 +695,35 @@ impl RuLoop {
                             if self.cfg.on_corrupt_stream == OnCorruptStream::Fail {
                                 return Err(err);
                             }
-                            self.stats.problem(format!("{err}; the stream is closed"));
+                            self.stats.problem(format!("{err}; the rest of the stream is thrown away"));
                             s.broken = true;
-                            s.ended = true;
-                            let _ = self.poll.registry().deregister(&mut s.stream);
                         }
                     }
                 }
                 if s.ended {
                     break;
+                }
+                if s.broken {
+                    // Read and thrown away: a front end held back by a stream that nobody reads
+                    // would hold back the trigger in a real system.
+                    if !s.readable || taken >= STREAM_TURN_BYTES {
+                        more |= s.readable;
+                        break;
+                    }
+                    match s.stream.read(&mut self.scratch) {
+                        Ok(0) => {
+                            s.ended = true;
+                            let _ = self.poll.registry().deregister(&mut s.stream);
+                        }
+                        Ok(n) => taken += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.readable = false,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => {
+                            s.ended = true;
+                            let _ = self.poll.registry().deregister(&mut s.stream);
+                        }
+                    }
+                    continue;
                 }
                 if !self.core.accepts(i) {
                     blocked = true;
@@ -736,7 +760,7 @@ impl RuLoop {
                 }
             }
             // The trigger stream's end is the trigger's end: drain once all of it is offered.
-            let finished = s.ended && (s.broken || buffer.pending_bytes() == 0);
+            let finished = s.broken || (s.ended && buffer.pending_bytes() == 0);
             if finished && fed == TCDS_FED_ID && self.is_evm() && !self.trigger_stopped {
                 self.stop_trigger();
             }
