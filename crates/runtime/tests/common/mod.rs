@@ -65,19 +65,21 @@ fn bind() -> TcpListener {
     TcpListener::bind("127.0.0.1:0").unwrap()
 }
 
+/// The emulator's configuration of `fed`'s stream.
+pub fn stream(fed: u16, setup: &Setup) -> StreamConfig {
+    StreamConfig {
+        run: RUN,
+        fed: FedSpec { fed, size: setup.size },
+        first_event: setup.first_event,
+        clock: ClockSpec { rate_hz: 100_000.0, seed: 5, orbits_per_lumi_section: 16 },
+        faults: setup.faults.clone(),
+        seed: 5,
+    }
+}
+
 fn emulator(feds: &[u16], setup: &Setup, to: &TcpListener) -> SenderConfig {
     SenderConfig {
-        streams: feds
-            .iter()
-            .map(|&fed| StreamConfig {
-                run: RUN,
-                fed: FedSpec { fed, size: setup.size },
-                first_event: setup.first_event,
-                clock: ClockSpec { rate_hz: 100_000.0, seed: 5, orbits_per_lumi_section: 16 },
-                faults: setup.faults.clone(),
-                seed: 5,
-            })
-            .collect(),
+        streams: feds.iter().map(|&fed| stream(fed, setup)).collect(),
         sink: Sink::Connect(to.local_addr().unwrap().to_string()),
         paced: false,
         limits: Limits { events: Some(setup.events), seconds: None },
