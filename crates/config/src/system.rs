@@ -459,7 +459,8 @@ impl BuSection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CorruptStreamPolicy {
-    /// The stream is closed and counted; its events go on flagged incomplete.
+    /// The stream is counted and no more fragments are taken from it (what it still sends is
+    /// thrown away); its events go on flagged incomplete.
     #[default]
     Continue,
     /// The RU fails its state machine, which ends the run.

@@ -219,12 +219,29 @@ impl<'a> FerolFragment<'a> {
     /// separately by [`FerolFragment::check_crc`]. A buffer that ends before the last block does
     /// gives [`FormatError::Truncated`]; bytes after it are left alone.
     pub fn parse(buf: &'a [u8]) -> Result<Self> {
+        Self::read(buf, true).map(|(fragment, _)| fragment)
+    }
+
+    /// Reads the fragment as [`FerolFragment::parse`] does, except that a FED header whose source
+    /// id differs from the block headers' FED id does not fail the read: the blocks frame the
+    /// fragment whatever its header says, and the disagreement is returned beside it (the error
+    /// `parse` gives), for a receiver that passes such a fragment on flagged.
+    pub fn parse_framed(buf: &'a [u8]) -> Result<(Self, Option<FormatError>)> {
+        Self::read(buf, false)
+    }
+
+    fn read(buf: &'a [u8], strict: bool) -> Result<(Self, Option<FormatError>)> {
         let chain = read_chain::<FerolBlockHeader>(buf)?;
         let bytes = buf.get(..chain.wire_len).unwrap_or_default();
         let header = FedHeader::from_word(le_u64(bytes, HEADER_BYTES, "FED header")?, HEADER_BYTES)?;
         let first = chain.first;
+        let mut wrong_id = None;
         if first.fed_id != header.source_id {
-            return Err(FormatError::bad("FEROL block header", "FED id", 0, dec(header.source_id), dec(first.fed_id)));
+            let e = FormatError::bad("FEROL block header", "FED id", 0, dec(header.source_id), dec(first.fed_id));
+            if strict {
+                return Err(e);
+            }
+            wrong_id = Some(e);
         }
         if first.event_number != header.lv1_id {
             return Err(FormatError::bad(
@@ -247,7 +264,7 @@ impl<'a> FerolFragment<'a> {
                 dec(trailer.length_words),
             ));
         }
-        Ok(FerolFragment { bytes, blocks: chain.blocks, fragment_len: chain.data_len, header, trailer })
+        Ok((FerolFragment { bytes, blocks: chain.blocks, fragment_len: chain.data_len, header, trailer }, wrong_id))
     }
 
     /// Bytes the fragment takes in the stream, block headers included.
@@ -862,6 +879,22 @@ mod tests {
         rewrite_header(&mut s, 8192, |h| h.data_words -= 1);
         let err = FerolFragment::parse(&s).unwrap_err();
         assert_eq!(err.offset(), Some(end - 16));
+    }
+
+    #[test]
+    fn a_fed_header_naming_another_fed_is_framed_by_its_blocks() {
+        let good = stream_of(&fragment(9, 10, 1100));
+        let mut s = good.clone();
+        (0..3).for_each(|b| rewrite_header(&mut s, b * 4096, |h| h.fed_id = 10));
+        let expected = FormatError::bad("FEROL block header", "FED id", 0, dec(9), dec(10));
+        let (f, wrong) = FerolFragment::parse_framed(&s).unwrap();
+        assert_eq!(wrong, Some(expected));
+        assert_eq!((f.header.source_id, f.wire_len(), f.fragment_len()), (9, good.len(), 1102 * 8));
+        let (_, none) = FerolFragment::parse_framed(&good).unwrap();
+        assert_eq!(none, None);
+        // Framing errors still fail it.
+        rewrite_header(&mut s, 4096, |h| h.block_number = 3);
+        assert!(FerolFragment::parse_framed(&s).is_err());
     }
 
     #[test]

@@ -254,7 +254,7 @@ impl BuLoop {
 
     fn run(&mut self) -> Result<BuReport, NodeError> {
         let me = Peer::Bu(self.cfg.bu.bu);
-        let evm = connect(self.cfg.evm, Peer::Evm, self.cfg.connect_timeout)?;
+        let evm = connect(self.cfg.evm, Peer::Evm, self.cfg.connect_timeout, &self.control)?;
         let mut conn =
             Conn::opened(TcpStream::from_std(evm), EVM_CONN, Peer::Evm, me, self.cfg.run, self.cfg.max_frame_bytes);
         conn.register(self.poll.registry()).map_err(io_err("registering the EVM connection"))?;

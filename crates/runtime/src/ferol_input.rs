@@ -46,7 +46,7 @@ pub struct StreamError {
     pub fed: u16,
     /// Byte offset in the stream.
     pub stream_offset: u64,
-    /// What is there.
+    /// What is there, its offsets counted from the start of the stream.
     pub error: FormatError,
 }
 
@@ -149,12 +149,15 @@ impl StreamBuffer {
         }
         let cur = self.current as usize;
         let bytes = &self.chunks[cur].data[self.start..self.end];
-        let fragment = match FerolFragment::parse(bytes) {
+        // The blocks frame the fragment: a FED header naming another FED is a fault of the
+        // fragment, passed on flagged, not of the stream.
+        let (fragment, wrong_id) = match FerolFragment::parse_framed(bytes) {
             Ok(f) => f,
             Err(e) if e.is_truncated() => return None,
             Err(error) => {
                 self.failed = true;
                 let at = self.stream_offset + error.offset().unwrap_or(0) as u64;
+                let error = error.shifted(self.stream_offset as usize);
                 return Some(Err(StreamError { fed: self.fed, stream_offset: at, error }));
             }
         };
@@ -167,7 +170,7 @@ impl StreamBuffer {
                 found: tessera_formats::Value::Dec(fragment.header.source_id.into()),
             })
         } else {
-            fragment.check_crc().err()
+            wrong_id.or_else(|| fragment.check_crc().err())
         };
         let received = Received {
             handle: FragmentHandle {
@@ -194,7 +197,7 @@ impl StreamBuffer {
         // A `wire_len` past the chunk's end means "as long as the fragment is".
         let end = (handle.offset as usize).saturating_add(handle.wire_len as usize).min(data.len());
         let blocks = data.get(handle.offset as usize..end).unwrap_or_default();
-        FerolFragment::parse(blocks).into_iter().flat_map(|f| f.segments())
+        FerolFragment::parse_framed(blocks).into_iter().flat_map(|(f, _)| f.segments())
     }
 
     /// Releases a fragment: its chunk is reused once all of its fragments are released.

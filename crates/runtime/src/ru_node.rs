@@ -36,7 +36,9 @@ use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord};
 /// What a stream that cannot be read on does to the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnCorruptStream {
-    /// Count it, report it, close the stream: its FED's events go on flagged incomplete.
+    /// Count it, report it, take no more fragments from it (what it still sends is read and
+    /// thrown away, so that its front end is not held back): its FED's events go on flagged
+    /// incomplete.
     #[default]
     Continue,
     /// Fail the unit with the error, which names the FED, the event and the byte offset.
@@ -304,16 +306,27 @@ struct FerolConn {
     stream: TcpStream,
     readable: bool,
     ended: bool,
-    /// The stream cannot be read on: garbage, or closed inside a fragment.
+    /// The stream cannot be read on: garbage, or closed inside a fragment. Its bytes are read
+    /// and thrown away until it ends.
     broken: bool,
     fragments: u64,
     last_lv1: Option<u32>,
 }
 
-/// Connects to `address` as `me`, retrying until `timeout`.
-pub(crate) fn connect(address: SocketAddr, peer: Peer, timeout: Duration) -> Result<std::net::TcpStream, NodeError> {
+/// Connects to `peer` at `address`, retrying until `timeout`; gives up at once when run control
+/// aborts the unit (a unit that failed leaves its port closed: waiting for it would only delay
+/// the end of the run).
+pub(crate) fn connect(
+    address: SocketAddr,
+    peer: Peer,
+    timeout: Duration,
+    control: &Control,
+) -> Result<std::net::TcpStream, NodeError> {
     let deadline = Instant::now() + timeout;
     loop {
+        if control.aborted() {
+            return Err(NodeError::Aborted(format!("the connection to {peer:?} at {address}")));
+        }
         match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)) {
             Ok(s) => {
                 s.set_nodelay(true).map_err(io_err(format!("setting TCP_NODELAY to {address}")))?;
@@ -456,12 +469,12 @@ impl RuLoop {
         let timeout = self.cfg.connect_timeout;
         for (i, &address) in self.cfg.ru_control.clone().iter().enumerate() {
             let peer = Peer::Ru(i as u16 + 1);
-            let s = connect(address, peer, timeout)?;
+            let s = connect(address, peer, timeout, &self.control)?;
             self.add_conn(TcpStream::from_std(s), Some(peer))?;
         }
         for (b, &address) in self.cfg.bu_data.clone().iter().enumerate() {
             let peer = Peer::Bu(b as u16);
-            let s = connect(address, peer, timeout)?;
+            let s = connect(address, peer, timeout, &self.control)?;
             self.add_conn(TcpStream::from_std(s), Some(peer))?;
         }
         let mut events = Events::with_capacity(1024);
@@ -664,7 +677,8 @@ impl RuLoop {
         // behind it go on: the events it waits to have committed need them.
         let full_at = (0..self.streams.len())
             .filter_map(|i| {
-                self.streams[i].as_ref().filter(|s| !s.ended && !self.buffers.0[i].has_room()).map(|s| s.fragments)
+                let s = self.streams[i].as_ref()?;
+                (!s.ended && !s.broken && !self.buffers.0[i].has_room()).then_some(s.fragments)
             })
             .min();
         for i in 0..self.streams.len() {
@@ -695,7 +709,10 @@ impl RuLoop {
                             self.stats.fragment_bytes.add(r.fragment_len as u64);
                             let fragment = to_fragment_ref(i, fed, &r, buffer, &mut self.last_trigger);
                             if let Some(p) = &r.problem {
-                                self.stats.problem(format!("RU {ru}: {p}"));
+                                self.stats.problem(format!(
+                                    "RU {ru}: FED {fed} fragment with LV1 {}, stream byte {}: {p}; passed on flagged",
+                                    r.header.lv1_id, r.stream_offset
+                                ));
                             }
                             let accepted = self.core.offer_fragment(now, i, fragment);
                             debug_assert!(accepted.is_ok(), "accepts() said yes");
@@ -713,15 +730,35 @@ impl RuLoop {
                             if self.cfg.on_corrupt_stream == OnCorruptStream::Fail {
                                 return Err(err);
                             }
-                            self.stats.problem(format!("{err}; the stream is closed"));
+                            self.stats.problem(format!("{err}; the rest of the stream is thrown away"));
                             s.broken = true;
-                            s.ended = true;
-                            let _ = self.poll.registry().deregister(&mut s.stream);
                         }
                     }
                 }
                 if s.ended {
                     break;
+                }
+                if s.broken {
+                    // Read and thrown away: a front end held back by a stream that nobody reads
+                    // would hold back the trigger in a real system.
+                    if !s.readable || taken >= STREAM_TURN_BYTES {
+                        more |= s.readable;
+                        break;
+                    }
+                    match s.stream.read(&mut self.scratch) {
+                        Ok(0) => {
+                            s.ended = true;
+                            let _ = self.poll.registry().deregister(&mut s.stream);
+                        }
+                        Ok(n) => taken += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.readable = false,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => {
+                            s.ended = true;
+                            let _ = self.poll.registry().deregister(&mut s.stream);
+                        }
+                    }
+                    continue;
                 }
                 if !self.core.accepts(i) {
                     blocked = true;
@@ -758,7 +795,7 @@ impl RuLoop {
                 }
             }
             // The trigger stream's end is the trigger's end: drain once all of it is offered.
-            let finished = s.ended && (s.broken || buffer.pending_bytes() == 0);
+            let finished = s.broken || (s.ended && buffer.pending_bytes() == 0);
             if finished && fed == TCDS_FED_ID && self.is_evm() && !self.trigger_stopped {
                 self.stop_trigger();
             }

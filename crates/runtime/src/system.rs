@@ -217,8 +217,10 @@ impl RunningSystem {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let timed_out = !self.finished();
-        if timed_out {
+        // Units still running now are aborted: the run took too long, or a unit failed.
+        let stopped = !self.finished();
+        let failed = self.ru_stats.iter().chain(&self.bu_stats).any(|s| s.failed());
+        if stopped {
             for c in &self.controls {
                 c.abort();
             }
@@ -234,12 +236,15 @@ impl RunningSystem {
             problem_count += n;
         }
         let seconds = self.started.elapsed().as_secs_f64();
-        let note = |what: &str| {
-            if timed_out {
-                format!("{what} (the run did not end within {} s)", timeout.as_secs())
-            } else {
-                what.to_string()
-            }
+        // Says why a unit that was aborted here was (its own error says nothing of it).
+        let why = if failed {
+            "stopped because another unit failed".to_string()
+        } else {
+            format!("the run did not end within {} s", timeout.as_secs())
+        };
+        let note = |e: &NodeError| match e {
+            NodeError::Aborted(_) if stopped => format!("{e} ({why})"),
+            _ => e.to_string(),
         };
         Outcome {
             rus: self.rus.into_iter().map(|h| join_unit(h, &note)).collect(),
@@ -261,10 +266,10 @@ impl RunningSystem {
     }
 }
 
-fn join_unit<T>(h: JoinHandle<Result<T, NodeError>>, note: &dyn Fn(&str) -> String) -> Result<T, String> {
+fn join_unit<T>(h: JoinHandle<Result<T, NodeError>>, note: &dyn Fn(&NodeError) -> String) -> Result<T, String> {
     match h.join() {
         Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(note(&e.to_string())),
+        Ok(Err(e)) => Err(note(&e)),
         Err(_) => Err("the unit's thread panicked".into()),
     }
 }

@@ -1,0 +1,337 @@
+//! Faults of the front ends on a real 2×2 system on loopback (see `common`): one FED stream gets
+//! one fault from the emulator at one event, and the run must go on as DESIGN.md §3 says: the run
+//! ends, every triggered event is built exactly once (or the unit that cannot go on fails with an
+//! error naming the FED, the byte offset and the last LV1), the counters and problems say what
+//! happened, the built events carry the flags that tell what is wrong with them, and
+//! `tessera verify` finds nothing but the injected corruption.
+//!
+//! Names: `two_by_two_<fault>_on_fed_<id>_<what the run does>`.
+//!
+//! Every run: events 1..=300, 2 kB fragments, the fault at event 101 of FED 4 (RU 1) unless said
+//! otherwise, a fragment time-out of 200 ms so that events missing a FED do not wait long. The
+//! trigger FED 1024 gets only a disconnect: the EVM takes the end of its stream as the end of
+//! triggers.
+
+mod common;
+
+use common::{Built, FEDS, Setup, built_events, plan, stream, violations};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_emu::fault::{Fault, FaultSpec, FaultWhen};
+use tessera_emu::generator::StreamGenerator;
+use tessera_emu::sender::End;
+use tessera_formats::Value;
+use tessera_formats::ferol::{HEADER_BYTES, ferol_wire_len};
+use tessera_formats::frd::flags;
+use tessera_runtime::ru_node::OnCorruptStream;
+use tessera_runtime::stats::UnitStats;
+use tessera_runtime::system::{Outcome, RunningSystem};
+
+const EVENTS: u64 = 300;
+/// The event that gets the fault.
+const AT: u64 = 101;
+/// The FED that gets it: on RU 1, the RU without the EVM.
+const FED: u16 = 4;
+/// Fragment size of every FED but the trigger.
+const FRAGMENT_BYTES: usize = 2048;
+/// How long a unit may take; a run that needs it has hung.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The setup of every run: `fault` at event [`AT`] of `fed`.
+fn setup(fault: Fault, fed: u16) -> Setup {
+    Setup {
+        faults: vec![FaultSpec { fault, when: FaultWhen::At(AT), fed: Some(fed) }],
+        fragment_timeout: Duration::from_millis(200),
+        ..Setup::new(1, EVENTS)
+    }
+}
+
+/// Runs `setup` under `dir` to its end; the outcome, and the RUs' figures at the end.
+fn run(dir: &Path, setup: &Setup) -> (Outcome, Vec<Arc<UnitStats>>) {
+    let system = RunningSystem::start(plan(dir, setup)).unwrap();
+    let stats = system.ru_stats.clone();
+    (system.wait(WAIT), stats)
+}
+
+/// The RU that reads `fed`.
+fn ru_of(fed: u16) -> usize {
+    FEDS.iter().position(|feds| feds.contains(&fed)).unwrap()
+}
+
+/// The FEDs every event has when nothing is missing, sorted.
+fn all_feds() -> Vec<u16> {
+    let mut feds: Vec<u16> = FEDS.concat();
+    feds.sort_unstable();
+    feds
+}
+
+/// Byte offset in a FED's stream of event `event`'s blocks, every fragment before it whole.
+fn stream_offset(event: u64) -> u64 {
+    (event - 1) * ferol_wire_len(FRAGMENT_BYTES) as u64
+}
+
+/// Asserts a clean run in which every event was built once, `incomplete` of them with a part
+/// missing; returns the built events.
+fn assert_all_built(dir: &Path, outcome: &Outcome, incomplete: u64) -> BTreeMap<u32, Built> {
+    assert!(outcome.clean(), "{outcome:#?}");
+    let c = outcome.conservation();
+    assert_eq!((c.triggered, c.built, c.holds), (EVENTS, EVENTS, true), "{c:?}");
+    assert!(c.lost.is_empty(), "{c:?}");
+    assert_eq!(c.built_incomplete, incomplete, "{c:?}\n{:#?}", outcome.problems);
+    let built = built_events(dir);
+    assert_eq!(built.keys().copied().collect::<Vec<_>>(), (1..=EVENTS as u32).collect::<Vec<_>>());
+    built
+}
+
+/// Asserts that events before [`AT`] are whole and unflagged, and that [`AT`] and every event
+/// after it lacks `fed` and is flagged incomplete (and nothing else).
+fn assert_missing_from_fault_on(built: &BTreeMap<u32, Built>, fed: u16) {
+    let whole = all_feds();
+    let without: Vec<u16> = whole.iter().copied().filter(|&f| f != fed).collect();
+    for (&event, b) in built {
+        if u64::from(event) < AT {
+            assert_eq!((b.flags, &b.feds), (flags::GENERATED, &whole), "event {event}");
+        } else {
+            assert_eq!((b.flags, &b.feds), (flags::GENERATED | flags::INCOMPLETE, &without), "event {event}");
+        }
+    }
+}
+
+/// Every problem the units reported that mentions `needle`.
+fn problems_with<'a>(outcome: &'a Outcome, needle: &str) -> Vec<&'a String> {
+    outcome.problems.iter().filter(|p| p.contains(needle)).collect()
+}
+
+/// Asserts that `verify` finds exactly the violations of event [`AT`], FED `fed`, in the file of
+/// the BU that built it: one per message in `expected`, each the start of the message's text
+/// after `event 101 FED <fed>: `.
+fn assert_violations_only_at(dir: &Path, built: &BTreeMap<u32, Built>, fed: u16, expected: &[&str]) {
+    let found = violations(dir);
+    let bu = built[&(AT as u32)].bu;
+    let prefix = format!("event {AT} FED {fed}: ");
+    let mut left: Vec<&str> = Vec::new();
+    for (b, v) in &found {
+        assert_eq!(*b, bu, "a violation in the other BU's run directory: {found:#?}");
+        assert!(v.file.ends_with(".raw") && v.offset.is_some(), "{found:#?}");
+        left.push(v.message.strip_prefix(&prefix).unwrap_or_else(|| panic!("not event {AT} FED {fed}: {found:#?}")));
+    }
+    for start in expected {
+        let i = left.iter().position(|m| m.starts_with(start)).unwrap_or_else(|| panic!("no {start:?}: {found:#?}"));
+        left.remove(i);
+    }
+    assert!(left.is_empty(), "unexpected: {left:#?}");
+}
+
+/// Asserts that `verify` finds nothing wrong: events that lack a FED are flagged incomplete,
+/// which breaks no rule.
+fn assert_verifies(dir: &Path) {
+    let found = violations(dir);
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn two_by_two_bad_crc_on_fed_4_is_built_flagged_fragment_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (outcome, stats) = run(tmp.path(), &setup(Fault::BadCrc, FED));
+    let built = assert_all_built(tmp.path(), &outcome, 0);
+    let ru = ru_of(FED);
+    assert_eq!(stats[ru].corrupt_fragments.get(), 1);
+    assert_eq!(stats[1 - ru].corrupt_fragments.get(), 0);
+    assert_eq!(stats.iter().map(|s| s.broken_streams.get()).sum::<u64>(), 0);
+    let reported = problems_with(&outcome, &format!("RU {ru}: FED {FED} fragment with LV1 {AT}"));
+    assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
+    assert!(reported[0].contains("CRC-16 mismatch"), "{reported:?}");
+    // The fault is the only thing wrong: one event flagged, with every FED.
+    for (&event, b) in &built {
+        let expected = if u64::from(event) == AT { flags::GENERATED | flags::FRAGMENT_ERROR } else { flags::GENERATED };
+        assert_eq!((b.flags, &b.feds), (expected, &all_feds()), "event {event}");
+    }
+    // The flipped bit is the first payload byte: the CRC-16 and the seeded payload disagree.
+    assert_violations_only_at(
+        tmp.path(),
+        &built,
+        FED,
+        &["FED fragment: CRC-16 mismatch", "payload differs from its seeded content"],
+    );
+}
+
+#[test]
+fn two_by_two_wrong_fed_id_on_fed_4_is_built_flagged_fragment_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (outcome, stats) = run(tmp.path(), &setup(Fault::WrongFedId, FED));
+    let built = assert_all_built(tmp.path(), &outcome, 0);
+    let ru = ru_of(FED);
+    assert_eq!(stats[ru].corrupt_fragments.get(), 1);
+    assert_eq!(stats[1 - ru].corrupt_fragments.get(), 0);
+    assert_eq!(stats.iter().map(|s| s.broken_streams.get()).sum::<u64>(), 0);
+    let reported = problems_with(&outcome, &format!("RU {ru}: FED {FED} fragment with LV1 {AT}"));
+    assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
+    let wrong = FED ^ 0x800;
+    let says = format!("source id at byte {}: expected {FED}, found {wrong}", stream_offset(AT) + HEADER_BYTES as u64);
+    assert!(reported[0].contains(&says), "{reported:?}");
+    // The fragment is kept as it came, under the id its header says.
+    let mut with_wrong_id: Vec<u16> = all_feds().into_iter().map(|f| if f == FED { wrong } else { f }).collect();
+    with_wrong_id.sort_unstable();
+    for (&event, b) in &built {
+        if u64::from(event) == AT {
+            assert_eq!((b.flags, &b.feds), (flags::GENERATED | flags::FRAGMENT_ERROR, &with_wrong_id));
+        } else {
+            assert_eq!((b.flags, &b.feds), (flags::GENERATED, &all_feds()), "event {event}");
+        }
+    }
+    // The CRC-16 was resealed: only the payload, seeded for FED 4, is not FED 2052's.
+    assert_violations_only_at(tmp.path(), &built, wrong, &["payload differs from its seeded content"]);
+}
+
+#[test]
+fn two_by_two_truncated_fragment_on_fed_4_breaks_the_stream_and_later_events_are_incomplete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (outcome, stats) = run(tmp.path(), &setup(Fault::Truncate, FED));
+    let missing = EVENTS - AT + 1;
+    let built = assert_all_built(tmp.path(), &outcome, missing);
+    let ru = ru_of(FED);
+    assert_eq!(stats[ru].broken_streams.get(), 1);
+    assert_eq!(stats[1 - ru].broken_streams.get(), 0);
+    assert_eq!(stats.iter().map(|s| s.corrupt_fragments.get()).sum::<u64>(), 0);
+    // Half the fragment's words, 1 kB, came in one block marked last: where its trailer should
+    // be, in the last word, is payload.
+    let at = stream_offset(AT) + (HEADER_BYTES + FRAGMENT_BYTES / 2 - 8) as u64;
+    let reported = problems_with(&outcome, &format!("RU {ru}: FED {FED} stream, byte {at} "));
+    assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
+    assert!(reported[0].contains(&format!("after {} fragments, last LV1 Some({})", AT - 1, AT - 1)), "{reported:?}");
+    assert!(reported[0].contains(&format!("FED trailer: bad EOE marker at byte {at}")), "{reported:?}");
+    assert_missing_from_fault_on(&built, FED);
+    assert_verifies(tmp.path());
+}
+
+#[test]
+fn two_by_two_garbage_on_fed_4_breaks_the_stream_and_later_events_are_incomplete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (outcome, stats) = run(tmp.path(), &setup(Fault::Garbage, FED));
+    let missing = EVENTS - AT + 1;
+    let built = assert_all_built(tmp.path(), &outcome, missing);
+    let ru = ru_of(FED);
+    assert_eq!(stats[ru].broken_streams.get(), 1);
+    assert_eq!(stats[1 - ru].broken_streams.get(), 0);
+    assert_eq!(stats.iter().map(|s| s.corrupt_fragments.get()).sum::<u64>(), 0);
+    // The garbage starts where event 101's blocks would have.
+    let at = stream_offset(AT);
+    let reported = problems_with(&outcome, &format!("RU {ru}: FED {FED} stream, byte {at} "));
+    assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
+    assert!(reported[0].contains(&format!("after {} fragments, last LV1 Some({})", AT - 1, AT - 1)), "{reported:?}");
+    assert!(reported[0].ends_with("the rest of the stream is thrown away"), "{reported:?}");
+    assert_missing_from_fault_on(&built, FED);
+    assert_verifies(tmp.path());
+}
+
+#[test]
+fn two_by_two_disconnect_of_fed_4_stalls_it_and_later_events_are_incomplete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (outcome, stats) = run(tmp.path(), &setup(Fault::Disconnect, FED));
+    let missing = EVENTS - AT + 1;
+    let built = assert_all_built(tmp.path(), &outcome, missing);
+    let ru = ru_of(FED);
+    // A disconnect is a clean end of the stream, not a broken one.
+    assert_eq!(stats.iter().map(|s| s.broken_streams.get()).sum::<u64>(), 0);
+    assert_eq!(stats.iter().map(|s| s.corrupt_fragments.get()).sum::<u64>(), 0);
+    let sent = outcome.emulators[ru].as_ref().unwrap().streams.iter().find(|s| s.fed == FED).unwrap().clone();
+    assert_eq!((sent.end, sent.events), (End::Disconnect, AT - 1));
+    let stalled = problems_with(&outcome, &format!("FED {FED} stalled at event {AT}"));
+    assert_eq!(stalled.len(), 1, "{:#?}", outcome.problems);
+    assert_missing_from_fault_on(&built, FED);
+    assert_verifies(tmp.path());
+}
+
+#[test]
+fn two_by_two_skipped_event_on_fed_4_loses_its_sync_and_later_events_are_incomplete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (outcome, stats) = run(tmp.path(), &setup(Fault::SkipEvent, FED));
+    let missing = EVENTS - AT + 1;
+    let built = assert_all_built(tmp.path(), &outcome, missing);
+    assert_eq!(stats.iter().map(|s| s.broken_streams.get()).sum::<u64>(), 0);
+    assert_eq!(stats.iter().map(|s| s.corrupt_fragments.get()).sum::<u64>(), 0);
+    let lost =
+        problems_with(&outcome, &format!("FED {FED} lost sync: expected event {AT}, it sent LV1 {:#08x}", AT + 1));
+    assert_eq!(lost.len(), 1, "{:#?}", outcome.problems);
+    assert_missing_from_fault_on(&built, FED);
+    assert_verifies(tmp.path());
+}
+
+#[test]
+fn two_by_two_garbage_on_fed_4_fails_ru_1_when_told_to_and_the_run_stops() {
+    let tmp = tempfile::tempdir().unwrap();
+    let setup = Setup { on_corrupt_stream: OnCorruptStream::Fail, ..setup(Fault::Garbage, FED) };
+    let (outcome, stats) = run(tmp.path(), &setup);
+    let ru = ru_of(FED);
+    let err = outcome.rus[ru].as_ref().unwrap_err();
+    let at = stream_offset(AT);
+    let (before, last) = (AT - 1, AT - 1);
+    assert_eq!(
+        err,
+        &format!(
+            "RU {ru}: FED {FED} stream, byte {at} (after {before} fragments, last LV1 Some({last})): \
+             FEROL block header: bad signature at byte {at}: expected 0x475a, found {}",
+            Value::Hex(garbage_start(&setup, FED, AT).into())
+        ),
+    );
+    assert_eq!(stats[ru].broken_streams.get(), 1);
+    // The failure stops the others at once: the EVM's node is aborted, not left calling RU 1's
+    // closed port or waiting for the run's time-out.
+    let evm = outcome.rus[0].as_ref().unwrap_err();
+    assert!(evm.starts_with("aborted") && evm.ends_with("(stopped because another unit failed)"), "{evm}");
+    let errors = outcome.rus.iter().map(|r| r.as_ref().err()).chain(outcome.bus.iter().map(|b| b.as_ref().err()));
+    for e in errors {
+        let e = e.expect("every unit was stopped");
+        assert!(!e.contains("could not be reached") && !e.contains("did not end within"), "{e}");
+    }
+    let c = outcome.conservation();
+    assert!(c.built < EVENTS && c.holds, "{c:?}");
+    assert_eq!(c.lost.get("UNIT_FAILED").copied().unwrap_or(0), c.triggered - c.built, "{c:?}");
+}
+
+/// The first two bytes of the garbage the emulator of `setup` sends for `event` of `fed`,
+/// big-endian as a block signature is read.
+fn garbage_start(setup: &Setup, fed: u16, event: u64) -> u16 {
+    let mut generator = StreamGenerator::new(stream(fed, &Setup { first_event: event, ..setup.clone() })).unwrap();
+    let e = generator.next_event().unwrap();
+    assert_eq!(e.fault, Some(Fault::Garbage));
+    u16::from_be_bytes([e.bytes[0], e.bytes[1]])
+}
+
+#[test]
+fn two_by_two_disconnect_of_the_trigger_fed_1024_ends_the_run_with_the_events_triggered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (outcome, stats) = run(tmp.path(), &setup(Fault::Disconnect, 1024));
+    assert!(outcome.clean(), "{outcome:#?}");
+    // The trigger's end is the run's end: the events before it, whole; the other FEDs'
+    // fragments of later events were never triggered.
+    let c = outcome.conservation();
+    assert_eq!((c.triggered, c.built, c.built_incomplete, c.holds), (AT - 1, AT - 1, 0, true), "{c:?}");
+    let sent = outcome.emulators[0].as_ref().unwrap().streams.iter().find(|s| s.fed == 1024).unwrap().clone();
+    assert_eq!((sent.end, sent.events), (End::Disconnect, AT - 1));
+    assert_eq!(stats.iter().map(|s| s.broken_streams.get() + s.corrupt_fragments.get()).sum::<u64>(), 0);
+    let built = built_events(tmp.path());
+    assert_eq!(built.keys().copied().collect::<Vec<_>>(), (1..AT as u32).collect::<Vec<_>>());
+    for (&event, b) in &built {
+        assert_eq!((b.flags, &b.feds), (flags::GENERATED, &all_feds()), "event {event}");
+    }
+    assert_verifies(tmp.path());
+}
+
+#[test]
+fn two_by_two_garbage_on_fed_4_early_in_a_long_run_does_not_hold_back_its_front_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Megabytes after the fault, more than the sockets between the emulator and the RU hold: a
+    // stream that nobody reads any more would block its emulator until the RU ends.
+    let events = 5_000;
+    let (outcome, stats) = run(tmp.path(), &Setup { events, ..setup(Fault::Garbage, FED) });
+    assert!(outcome.clean(), "{outcome:#?}");
+    let ru = ru_of(FED);
+    let sent = outcome.emulators[ru].as_ref().unwrap().streams.iter().find(|s| s.fed == FED).unwrap().clone();
+    assert_eq!((sent.end, sent.events), (End::Events, events), "the stream was sent to its end");
+    assert_eq!(stats[ru].broken_streams.get(), 1);
+    let c = outcome.conservation();
+    assert_eq!((c.triggered, c.built, c.built_incomplete, c.holds), (events, events, events - AT + 1, true), "{c:?}");
+}
