@@ -557,7 +557,17 @@ impl RuLoop {
         }
     }
 
+    /// The end-of-run report. Fragments still held belong to events the trigger never issued
+    /// (the front ends sent past the trigger's last event): they are not events, but they are
+    /// said, not dropped silently.
     fn report(&self) -> RuReport {
+        let held = self.core.ru().events_buffered();
+        if held > 0 {
+            self.stats.problem(format!(
+                "{:?}: fragments of {held} events after the trigger's last event were discarded at the end of the run",
+                self.me()
+            ));
+        }
         RuReport {
             ru: self.core.ru().counters(),
             evm: self.core.evm().map(Evm::counters),

@@ -312,6 +312,12 @@ fn two_by_two_disconnect_of_the_trigger_fed_1024_ends_the_run_with_the_events_tr
     let sent = outcome.emulators[0].as_ref().unwrap().streams.iter().find(|s| s.fed == 1024).unwrap().clone();
     assert_eq!((sent.end, sent.events), (End::Disconnect, AT - 1));
     assert_eq!(stats.iter().map(|s| s.broken_streams.get() + s.corrupt_fragments.get()).sum::<u64>(), 0);
+    // Those fragments are not events, but they are said to be discarded, not dropped silently.
+    assert!(
+        outcome.problems.iter().any(|p| p.contains("after the trigger's last event were discarded")),
+        "{:#?}",
+        outcome.problems
+    );
     let built = built_events(tmp.path());
     assert_eq!(built.keys().copied().collect::<Vec<_>>(), (1..AT as u32).collect::<Vec<_>>());
     for (&event, b) in &built {
