@@ -875,7 +875,13 @@ impl RuLoop {
     fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
         let Some(mut conn) = self.conns.remove(&token) else { return Ok(()) };
         conn.deregister(self.poll.registry());
-        let Some(peer) = conn.peer else { return Ok(()) };
+        let Some(peer) = conn.peer else {
+            // A caller that never named itself as a unit of this run.
+            if let Some(why) = why {
+                self.stats.problem(format!("{:?}: refused a connection: {why}", self.me()));
+            }
+            return Ok(());
+        };
         match peer {
             Peer::Evm if !self.drain_seen => {
                 return Err(NodeError::EvmLost(why.unwrap_or_else(|| "closed by the EVM".into())));

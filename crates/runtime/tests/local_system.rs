@@ -47,3 +47,44 @@ fn fragments_larger_than_a_ferol_block_travel_in_pieces() {
     assert_eq!(outcome.conservation().built, events);
     assert_eq!(events_in_files(tmp.path()).len() as u64, events);
 }
+
+#[test]
+fn stray_clients_on_every_port_are_refused_and_the_run_goes_on() {
+    use std::io::Write;
+    use tessera_evb::types::Peer;
+    use tessera_runtime::link::encode_link;
+    let tmp = tempfile::tempdir().unwrap();
+    let events = 5000;
+    let plan = plan(tmp.path(), &Setup::new(1, events));
+    let addr = |l: &std::net::TcpListener| l.local_addr().unwrap();
+    let (evm, ru1_control, bu0_data, ru0_ferol) = (
+        addr(&plan.rus[0].control_listener),
+        addr(&plan.rus[1].control_listener),
+        addr(&plan.bus[0].data_listener),
+        addr(&plan.rus[0].ferol_listener),
+    );
+    let system = RunningSystem::start(plan).unwrap();
+    let http = b"GET / HTTP/1.1\r\nHost: tessera\r\n\r\n";
+    let mut strays = Vec::new();
+    for (to, bytes) in [
+        (evm, http.to_vec()),
+        (ru1_control, http.to_vec()),
+        (bu0_data, http.to_vec()),
+        (ru0_ferol, http.to_vec()),
+        // A well-formed opening from another run.
+        (bu0_data, encode_link(Peer::Ru(1), 999).to_vec()),
+    ] {
+        let mut s = std::net::TcpStream::connect(to).unwrap();
+        s.write_all(&bytes).unwrap();
+        strays.push(s); // kept open: the units must refuse them, not wait for them to close
+    }
+    let outcome = system.wait(Duration::from_secs(30));
+    assert!(outcome.clean(), "{outcome:#?}");
+    let c = outcome.conservation();
+    assert_eq!((c.triggered, c.built, c.holds), (events, events, true), "{c:?}");
+    let said = |what: &str| outcome.problems.iter().filter(|p| p.contains(what)).count();
+    assert_eq!(said("not a Tessera connection"), 3, "{:#?}", outcome.problems);
+    assert_eq!(said("is in run 999, this unit in run"), 1, "{:#?}", outcome.problems);
+    assert_eq!(said("FEROL connection from"), 1, "{:#?}", outcome.problems);
+    drop(strays);
+}
