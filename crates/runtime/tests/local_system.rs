@@ -88,3 +88,27 @@ fn stray_clients_on_every_port_are_refused_and_the_run_goes_on() {
     assert_eq!(said("FEROL connection from"), 1, "{:#?}", outcome.problems);
     drop(strays);
 }
+
+#[test]
+fn a_bu_above_its_ramdisk_high_water_mark_asks_for_nothing_and_the_other_builds_everything() {
+    let tmp = tempfile::tempdir().unwrap();
+    let events = 1000;
+    let mut plan = plan(tmp.path(), &Setup::new(1, events));
+    // Any file system in use is fuller than 1 %: BU 1 is above its mark from the start.
+    plan.bus[1].ramdisk_high_water_percent = 1;
+    plan.bus[1].ramdisk_low_water_percent = 0;
+    let system = RunningSystem::start(plan).unwrap();
+    let throttled = system.bu_stats[1].clone();
+    let outcome = system.wait(Duration::from_secs(30));
+    assert!(outcome.clean(), "{outcome:#?}");
+    let c = outcome.conservation();
+    assert_eq!((c.triggered, c.built, c.holds), (events, events, true), "{c:?}");
+    assert_eq!(c.per_bu, vec![events, 0], "{c:?}");
+    assert_eq!(throttled.throttle().key(), "RAMDISK_HIGH_WATER");
+    assert!(
+        outcome.problems.iter().any(|p| p.starts_with("BU 1: RAM disk") && p.ends_with("RAMDISK_HIGH_WATER")),
+        "{:#?}",
+        outcome.problems
+    );
+    assert_eq!(events_in_files(tmp.path()).len() as u64, events);
+}
