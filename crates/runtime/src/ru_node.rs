@@ -15,7 +15,7 @@
 
 use crate::conn::{Conn, NoPieces, PieceSource};
 use crate::ferol_input::{FragmentHandle, Received, StreamBuffer};
-use crate::stats::{Throttle, UnitStats};
+use crate::stats::{CpuSampler, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::BTreeMap;
@@ -374,6 +374,7 @@ impl RuNode {
             drain_seen: false,
             trigger_stopped: false,
             last_trigger: None,
+            cpu: CpuSampler::default(),
             stats,
             control,
             core,
@@ -400,6 +401,7 @@ struct RuLoop {
     trigger_stopped: bool,
     /// The trigger information of the last trigger fragment that parsed.
     last_trigger: Option<TriggerInfo>,
+    cpu: CpuSampler,
 }
 
 impl RuLoop {
@@ -474,6 +476,7 @@ impl RuLoop {
             self.dispatch(self.now());
             self.flush_conns();
             self.publish_stats();
+            self.cpu.sample(&self.stats.loop_cpu_ns, false);
             if let Some(evm) = self.core.evm()
                 && evm.drained()
             {
@@ -529,7 +532,8 @@ impl RuLoop {
         }
     }
 
-    fn report(&self) -> RuReport {
+    fn report(&mut self) -> RuReport {
+        self.cpu.sample(&self.stats.loop_cpu_ns, true);
         RuReport {
             ru: self.core.ru().counters(),
             evm: self.core.evm().map(Evm::counters),
