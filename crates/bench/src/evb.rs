@@ -55,8 +55,10 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 pub const CHUNKS_PER_FED: usize = 8;
 /// Bound on received data a BU holds until it is written (or discarded).
 pub const FRAME_STORE_BYTES: usize = 256 << 20;
-/// Largest protocol frame.
-pub const MAX_FRAME_BYTES: u32 = 32 << 20;
+/// Largest protocol frame. An RU's data message carries up to `max_parts_per_message` (256)
+/// super-fragments: 256 × 12 × 16 kB is about 50 MB, which this must hold ([`EvbCase::validate`]
+/// checks).
+pub const MAX_FRAME_BYTES: u32 = 64 << 20;
 /// Largest fragment on the wire.
 pub const MAX_WIRE_BYTES: usize = 64 << 10;
 /// Most RUs or BUs of one case.
@@ -131,6 +133,11 @@ impl EvbCase {
             return bad(format!("{}-byte fragments; at most {MAX_WIRE_BYTES} on the wire", self.fragment_bytes));
         }
         SizeModel::Fixed(self.fragment_bytes).validate()?;
+        let parts = RuConfig::new(0, Vec::new()).max_parts_per_message as usize;
+        let message = parts * self.streams.div_ceil(self.rus) * self.fragment_bytes.max(TCDS_FRAGMENT_BYTES);
+        if message + (1 << 20) > MAX_FRAME_BYTES as usize {
+            return bad(format!("data messages of up to {message} bytes; frames hold {MAX_FRAME_BYTES}"));
+        }
         Ok(())
     }
 
