@@ -133,7 +133,7 @@ impl EvbCase {
             return bad(format!("{}-byte fragments; at most {MAX_WIRE_BYTES} on the wire", self.fragment_bytes));
         }
         SizeModel::Fixed(self.fragment_bytes).validate()?;
-        let parts = RuConfig::new(0, Vec::new()).max_parts_per_message as usize;
+        let parts = RuConfig::new(0, Vec::new()).max_parts_per_message;
         let message = parts * self.streams.div_ceil(self.rus) * self.fragment_bytes.max(TCDS_FRAGMENT_BYTES);
         if message + (1 << 20) > MAX_FRAME_BYTES as usize {
             return bad(format!("data messages of up to {message} bytes; frames hold {MAX_FRAME_BYTES}"));
