@@ -6,6 +6,8 @@
 
 #![warn(missing_docs)]
 
+pub mod evb;
+pub mod evb_suite;
 pub mod formats;
 pub mod net;
 pub mod net_suite;
@@ -34,6 +36,9 @@ pub enum BenchError {
     /// A run did not end within its bound.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// The event builder's run failed: a unit ended with an error, or an event was not built.
+    #[error("event builder: {0}")]
+    System(String),
     /// A case's parameters make no sense.
     #[error("bad case: {0}")]
     BadCase(String),

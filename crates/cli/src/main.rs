@@ -135,7 +135,7 @@ enum Command {
         /// Where suites that write files (scans as CSV and SVG) put them.
         #[arg(long, default_value = "bench-out")]
         out: PathBuf,
-        /// Print the results as one JSON object (suite `net` only).
+        /// Print the results as one JSON object (suites `net` and `evb` only).
         #[arg(long)]
         json: bool,
     },
@@ -152,6 +152,10 @@ enum BenchSuite {
     /// Raw TCP baselines on loopback: emulator into a discarding receiver, and through a relay;
     /// a scan over fragment size written as CSV and SVG to --out.
     Net,
+    /// The event builder on loopback against raw TCP: RU ingest, the chain to discarding BUs and
+    /// to RAM-disk files, ratios and targets; scans over fragment size, sources, RUs x BUs and
+    /// writer threads written as CSV and SVG to --out.
+    Evb,
 }
 
 #[derive(Args)]
@@ -383,8 +387,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Ru { system, name, args } => run::unit(run::Role::Ru, &system, Some(&name), &args, false),
         Command::Bu { system, name, restart, args } => run::unit(run::Role::Bu, &system, Some(&name), &args, restart),
         Command::Bench { suite, quick, out, json } => {
-            if json && !matches!(suite, BenchSuite::Net) {
-                bail!("--json is supported by the net suite only");
+            if json && !matches!(suite, BenchSuite::Net | BenchSuite::Evb) {
+                bail!("--json is supported by the net and evb suites only");
             }
             let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
             match suite {
@@ -396,6 +400,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 BenchSuite::Wire => print!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget))),
                 BenchSuite::Net => bench_net(quick, &out, json)?,
+                BenchSuite::Evb => bench_evb(quick, &out, json)?,
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -442,6 +447,97 @@ fn bench_net(quick: bool, out: &Path, json: bool) -> Result<()> {
         "raw_relay": case(&suite.relay),
         "relay_over_ingest": suite.relay.gb_per_s() / suite.ingest.gb_per_s().max(1e-12),
         "scan": { "raw_ingest": cases(&suite.scan_ingest), "raw_relay": cases(&suite.scan_relay) },
+        "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+fn net_json(m: &tessera_bench::net::Measured) -> serde_json::Value {
+    serde_json::json!({
+        "streams": m.streams,
+        "fragment_bytes": m.fragment_bytes,
+        "bytes": m.bytes,
+        "fragments": m.fragments,
+        "seconds": m.seconds,
+        "gb_per_s": m.gb_per_s(),
+        "events_per_s": m.events_per_s(),
+        "cpu_ns_per_fragment": m.cpu_ns_per_fragment(),
+        "process_cpu_ns_per_fragment": m.process_cpu_ns_per_fragment(),
+    })
+}
+
+fn evb_json(m: &tessera_bench::evb::EvbMeasured) -> serde_json::Value {
+    use tessera_bench::evb::BuOutput;
+    serde_json::json!({
+        "rus": m.case.rus,
+        "bus": m.case.bus,
+        "streams": m.case.streams,
+        "fragment_bytes": m.case.fragment_bytes,
+        "writer_threads": match m.case.output { BuOutput::Discard => None, BuOutput::RamDisk { writer_threads } => Some(writer_threads) },
+        "output": match m.case.output { BuOutput::Discard => "discard", BuOutput::RamDisk { .. } => "ramdisk" },
+        "fragments": m.fragments,
+        "wire_bytes": m.wire_bytes,
+        "events_built": m.events_built,
+        "seconds": m.seconds,
+        "gb_per_s": m.gb_per_s(),
+        "events_per_s": m.events_per_s(),
+        "ru_cpu_ns_per_fragment": m.ru_cpu_ns_per_fragment(),
+        "ru_busy": m.ru_busy(),
+        "bu_cpu_seconds": m.bu_cpu_seconds,
+        "process_cpu_ns_per_fragment": m.process_cpu_ns_per_fragment(),
+        "triggered": m.triggered,
+        "built": m.built,
+        "problems": m.problems,
+        "ru_memory_bytes": m.case.ru_memory_bytes(),
+    })
+}
+
+fn bench_evb(quick: bool, out: &Path, json: bool) -> Result<()> {
+    use tessera_bench::evb_suite;
+    eprintln!(
+        "bench evb: the event builder on loopback against raw TCP{}; writing the scans to {}",
+        if quick { " (quick)" } else { "" },
+        out.display()
+    );
+    let suite = evb_suite::run(quick, out, &mut |what| eprintln!("  {what}"))?;
+    if !json {
+        print!("{}", evb_suite::report(&suite));
+        return Ok(());
+    }
+    let ratio = |a: f64, b: f64| a / b.max(1e-12);
+    let report = serde_json::json!({
+        "suite": "evb",
+        "quick": quick,
+        "raw_ingest": net_json(&suite.ingest),
+        "ru_ingest": evb_json(&suite.ru),
+        "chain": evb_json(&suite.chain),
+        "chain_ramdisk": evb_json(&suite.disk),
+        "raw_relay": net_json(&suite.relay),
+        "ratios": {
+            "ru_ingest_over_raw_ingest": ratio(suite.ru.gb_per_s(), suite.ingest.gb_per_s()),
+            "chain_over_raw_relay": ratio(suite.chain.gb_per_s(), suite.relay.gb_per_s()),
+            "chain_ramdisk_over_raw_relay": ratio(suite.disk.gb_per_s(), suite.relay.gb_per_s()),
+        },
+        "ru_cpu_ns_beyond_kernel_copy": suite.ru.ru_cpu_ns_per_fragment() - suite.ingest.cpu_ns_per_fragment(),
+        "memory": {
+            "ru_chunks_per_fed": tessera_bench::evb::CHUNKS_PER_FED,
+            "ru_chunk_bytes": tessera_bench::evb::CHUNK_BYTES,
+            "bu_frame_store_bytes": tessera_bench::evb::FRAME_STORE_BYTES,
+        },
+        "targets": evb_suite::targets(&suite).iter().map(|t| serde_json::json!({
+            "target": t.name, "figure": t.figure, "met": t.met,
+        })).collect::<Vec<_>>(),
+        "scans": {
+            "size": suite.sizes.iter().map(|p| serde_json::json!({
+                "raw_ingest": net_json(&p.raw), "ru_ingest": evb_json(&p.ru), "chain": evb_json(&p.chain),
+            })).collect::<Vec<_>>(),
+            "sources": suite.sources.iter().map(|(a, b)| serde_json::json!({
+                "raw_ingest": net_json(a), "built": evb_json(b),
+            })).collect::<Vec<_>>(),
+            "units": suite.units.iter().map(evb_json).collect::<Vec<_>>(),
+            "writers": suite.writers.iter().map(evb_json).collect::<Vec<_>>(),
+        },
         "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
     });
     println!("{}", serde_json::to_string_pretty(&report)?);

@@ -228,6 +228,7 @@ fn bu_node(
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: MAX_FRAME_BYTES,
         allowed_peers,
+        discard: false,
     }
 }
 

@@ -126,5 +126,41 @@ fn bench_net_json_is_one_object() {
     assert_eq!(parsed["files"].as_array().unwrap().len(), 4);
     let refused = tessera(&["bench", "wire", "--quick", "--json"]);
     assert_eq!(refused.status.code(), Some(2));
-    assert!(text(&refused).1.contains("--json is supported by the net suite only"));
+    assert!(text(&refused).1.contains("--json is supported by the net and evb suites only"));
+}
+
+#[test]
+fn bench_evb_quick_prints_every_case_and_writes_the_scans() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("scan");
+    let out = tessera(&["bench", "evb", "--quick", "--out", out_dir.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for row in [
+        "(a) raw ingest",
+        "(b) RU ingest -> 1 discard BU",
+        "(c) chain, no disk",
+        "(d) chain, RAM disk",
+        "(e) raw relay",
+    ] {
+        assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
+    }
+    for line in ["(b)/(a) >= 0.9", "(c)/(e) >= 0.75", "beyond the kernel's copy <= 50 ns", "memory bounded"] {
+        assert!(stdout.contains(line), "no target {line:?} in\n{stdout}");
+    }
+    for file in [
+        "evb-throughput-vs-size",
+        "evb-rate-vs-size",
+        "evb-cpu-vs-size",
+        "evb-rate-vs-sources",
+        "evb-throughput-vs-units",
+        "evb-throughput-vs-writers",
+    ] {
+        let csv = std::fs::read_to_string(out_dir.join(format!("{file}.csv"))).unwrap();
+        assert!(csv.starts_with("series,") && csv.lines().count() > 2, "{file}.csv: {csv}");
+        let svg = std::fs::read_to_string(out_dir.join(format!("{file}.svg"))).unwrap();
+        assert!(svg.starts_with("<svg"), "{file}.svg");
+    }
+    let sources = std::fs::read_to_string(out_dir.join("evb-rate-vs-sources.csv")).unwrap();
+    assert!(sources.contains("LHCb") && sources.contains(",32,2600,reference"), "{sources}");
 }

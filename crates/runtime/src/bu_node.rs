@@ -12,12 +12,19 @@
 //! full, and TCP holds the RUs back); the writer queue holds two jobs per thread; the core holds
 //! at most `max_events_in_flight` events. Above the RAM disk's high-water mark the BU asks for
 //! no events (`RAMDISK_HIGH_WATER`) until it is below the low-water mark.
+//!
+//! **Discard mode** ([`BuNodeConfig::discard`], for benchmarks of the chain without a disk): the
+//! node touches no file system at all. It creates no run directory and no incarnation file, starts
+//! no writer thread and never looks at a RAM disk. A `WriteFile` output is acknowledged at once as
+//! written, its frames freed; `PublishFile` counts the file's events and fragment bytes as
+//! published; `DiscardFile`, `EndOfLumi` and `EndOfRun` do nothing on disk. The protocol is
+//! unchanged: the BU still asks for events, builds and checks them, and the EVM still commits.
 
 use crate::bu_files::{BuFiles, BuFilesError, RawWriter};
 use crate::conn::{Conn, NoPieces};
 use crate::frame_store::{FrameStore, SharedFrames};
 use crate::ru_node::{Control, NodeError, WAKER, connect, io_err, poller};
-use crate::stats::{Throttle, UnitStats};
+use crate::stats::{CpuSampler, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::{BTreeMap, VecDeque};
@@ -66,6 +73,9 @@ pub struct BuNodeConfig {
     pub max_frame_bytes: u32,
     /// The addresses RUs may send data from; `None` accepts any.
     pub allowed_peers: Option<Vec<std::net::IpAddr>>,
+    /// Discard mode (see the module docs): build events, write nothing. `directory`, `name`,
+    /// `restart`, `generated`, `writer_threads` and the RAM-disk marks are then unused.
+    pub discard: bool,
 }
 
 /// How a BU node ended.
@@ -75,7 +85,7 @@ pub struct BuReport {
     pub counters: tessera_evb::bu::BuCounters,
     /// Events published in files by this incarnation.
     pub events_published: u64,
-    /// Its run directory.
+    /// Its run directory (empty in discard mode).
     pub run_dir: PathBuf,
     /// Its incarnation.
     pub epoch: Epoch,
@@ -151,19 +161,26 @@ impl BuNode {
     pub fn run(self) -> Result<BuReport, NodeError> {
         let BuNode { cfg, stats, control, poll } = self;
         let generated = cfg.generated;
-        let (files, disk) = if cfg.restart {
-            BuFiles::reopen(&cfg.directory, cfg.run, &cfg.name, generated, cfg.bu.bu)?
+        let (files, disk, epoch) = if cfg.discard {
+            (None, BuDisk::default(), 1)
         } else {
-            (BuFiles::create(&cfg.directory, cfg.run, &cfg.name, generated)?, BuDisk::default())
+            let (files, disk) = if cfg.restart {
+                BuFiles::reopen(&cfg.directory, cfg.run, &cfg.name, generated, cfg.bu.bu)?
+            } else {
+                (BuFiles::create(&cfg.directory, cfg.run, &cfg.name, generated)?, BuDisk::default())
+            };
+            (Some(files), disk, next_epoch(&cfg.directory, cfg.run, cfg.restart)?)
         };
-        let epoch = next_epoch(&cfg.directory, cfg.run, cfg.restart)?;
-        let (job_tx, job_rx) = sync_channel::<Job>(2 * cfg.writer_threads.max(1));
-        let (done_tx, done_rx) = sync_channel::<Done>(2 * cfg.writer_threads.max(1) + 1);
+        let threads = if files.is_some() { cfg.writer_threads.max(1) } else { 0 };
+        let (job_tx, job_rx) = sync_channel::<Job>(2 * threads.max(1));
+        let (done_tx, done_rx) = sync_channel::<Done>(2 * threads.max(1) + 1);
         let job_rx = Arc::new(std::sync::Mutex::new(job_rx));
         let waker = control.waker();
-        let writers: Vec<JoinHandle<()>> = (0..cfg.writer_threads.max(1))
-            .map(|i| {
-                let (jobs, done, writer, waker) = (job_rx.clone(), done_tx.clone(), files.writer(), waker.clone());
+        let writers: Vec<JoinHandle<()>> = files
+            .iter()
+            .flat_map(|files| (0..threads).map(move |i| (i, files.writer())))
+            .map(|(i, writer)| {
+                let (jobs, done, waker) = (job_rx.clone(), done_tx.clone(), waker.clone());
                 std::thread::Builder::new()
                     .name(format!("bu{}-writer{i}", cfg.bu.bu))
                     .spawn(move || write_files(jobs, done, writer, waker))
@@ -175,8 +192,10 @@ impl BuNode {
         let store = FrameStore::new(cfg.frame_store_bytes);
         let mut lp = BuLoop {
             start: Instant::now(),
-            run_dir: files.path().to_owned(),
+            run_dir: files.as_ref().map(|f| f.path().to_owned()).unwrap_or_default(),
             files,
+            discarded: BTreeMap::new(),
+            cpu: CpuSampler::default(),
             core,
             store,
             conns: BTreeMap::new(),
@@ -226,8 +245,14 @@ fn write_files(
 struct BuLoop {
     cfg: BuNodeConfig,
     core: Bu,
-    files: BuFiles,
+    /// The run directory; `None` in discard mode.
+    files: Option<BuFiles>,
+    /// Discard mode: the events and fragment bytes of each file acknowledged as written and not
+    /// yet published or discarded (as many as the core has files open: bounded by its in-flight
+    /// events).
+    discarded: BTreeMap<FileId, (u64, u64)>,
     store: FrameStore,
+    cpu: CpuSampler,
     stats: Arc<UnitStats>,
     control: Control,
     poll: Poll,
@@ -274,7 +299,7 @@ impl BuLoop {
             if self.control.aborted() {
                 return Err(NodeError::Aborted(format!("{} events in flight", self.core.events_in_flight())));
             }
-            if last_check.is_none_or(|t| t.elapsed() >= RAMDISK_CHECK) {
+            if self.files.is_some() && last_check.is_none_or(|t| t.elapsed() >= RAMDISK_CHECK) {
                 last_check = Some(Instant::now());
                 if let Some(full) = fullness_percent(&self.run_dir) {
                     let now = self.now();
@@ -298,6 +323,7 @@ impl BuLoop {
             self.dispatch()?;
             self.flush_conns();
             self.publish_stats(throttled);
+            self.cpu.sample(&self.stats.loop_cpu_ns, false);
             // After its end-of-run record the BU still acknowledges its last end-of-lumi
             // records; the EVM closes the connection once it has them all.
             if self.ended {
@@ -442,6 +468,14 @@ impl BuLoop {
                         c.queue(frame);
                     }
                 }
+                Output::WriteFile { file, events, .. } if self.files.is_none() => {
+                    let fragments = || events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments);
+                    let bytes = fragments().map(|f| u64::from(f.bytes)).sum();
+                    self.discarded.insert(file, (events.len() as u64, bytes));
+                    self.store.written(fragments());
+                    let now = self.now();
+                    self.core.handle(now, Input::FileWritten(file));
+                }
                 Output::WriteFile { file, events, .. } => {
                     let frames = self.store.share(&events);
                     // Waits here while the writers are busy: the frames stay held, the store
@@ -452,17 +486,34 @@ impl BuLoop {
                     self.hand_to_writers()?;
                 }
                 Output::PublishFile(file) => {
-                    let p = self.files.publish(file)?;
-                    self.published += u64::from(p.events);
+                    let (events, bytes) = match &mut self.files {
+                        Some(files) => {
+                            let p = files.publish(file)?;
+                            (u64::from(p.events), p.bytes)
+                        }
+                        None => self.discarded.remove(&file).unwrap_or_default(),
+                    };
+                    self.published += events;
                     self.stats.files_published.add(1);
-                    self.stats.bytes_published.add(p.bytes);
+                    self.stats.bytes_published.add(bytes);
                     let now = self.now();
                     self.core.handle(now, Input::FilePublished(file));
                 }
-                Output::DiscardFile(file) => self.files.discard(file)?,
-                Output::EndOfLumi { lumi_section, events } => self.files.end_lumi(lumi_section, events)?,
+                Output::DiscardFile(file) => match &mut self.files {
+                    Some(files) => files.discard(file)?,
+                    None => {
+                        self.discarded.remove(&file);
+                    }
+                },
+                Output::EndOfLumi { lumi_section, events } => {
+                    if let Some(files) = &mut self.files {
+                        files.end_lumi(lumi_section, events)?;
+                    }
+                }
                 Output::EndOfRun { last_lumi_section, lumi_sections } => {
-                    self.files.end_run(last_lumi_section, lumi_sections)?;
+                    if let Some(files) = &mut self.files {
+                        files.end_run(last_lumi_section, lumi_sections)?;
+                    }
                     self.ended = true;
                 }
                 Output::Notice(n) => self.stats.problem(format!("BU {}: {n}", self.cfg.bu.bu)),

@@ -15,7 +15,7 @@
 
 use crate::conn::{Conn, NoPieces, PieceSource};
 use crate::ferol_input::{FragmentHandle, Received, StreamBuffer};
-use crate::stats::{Throttle, UnitStats};
+use crate::stats::{CpuSampler, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::BTreeMap;
@@ -395,6 +395,7 @@ impl RuNode {
             drain_seen: false,
             trigger_stopped: false,
             last_trigger: None,
+            cpu: CpuSampler::default(),
             stats,
             control,
             core,
@@ -423,6 +424,7 @@ struct RuLoop {
     trigger_stopped: bool,
     /// The trigger information of the last trigger fragment that parsed.
     last_trigger: Option<TriggerInfo>,
+    cpu: CpuSampler,
 }
 
 impl RuLoop {
@@ -500,6 +502,7 @@ impl RuLoop {
             self.dispatch(self.now());
             self.flush_conns();
             self.publish_stats();
+            self.cpu.sample(&self.stats.loop_cpu_ns, false);
             if let Some(evm) = self.core.evm()
                 && evm.drained()
             {
@@ -560,7 +563,8 @@ impl RuLoop {
     /// The end-of-run report. Fragments still held belong to events the trigger never issued
     /// (the front ends sent past the trigger's last event): they are not events, but they are
     /// said, not dropped silently.
-    fn report(&self) -> RuReport {
+    fn report(&mut self) -> RuReport {
+        self.cpu.sample(&self.stats.loop_cpu_ns, true);
         let held = self.core.ru().events_buffered();
         if held > 0 {
             self.stats.problem(format!(

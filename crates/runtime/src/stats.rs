@@ -3,6 +3,10 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often a unit's loop reads its thread's CPU clock into [`UnitStats::loop_cpu_ns`].
+pub const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Most problem reports a unit keeps; later ones are only counted.
 pub const MAX_PROBLEMS_KEPT: usize = 100;
@@ -104,6 +108,10 @@ pub struct UnitStats {
     pub data_messages: Gauge,
     /// Control messages sent.
     pub control_messages: Gauge,
+    /// CPU time of the unit's loop thread since that thread started, in ns (its thread CPU
+    /// clock, `clock_gettime`), read about every [`CPU_SAMPLE_INTERVAL`]. Benchmarks take the
+    /// difference over a window.
+    pub loop_cpu_ns: Gauge,
     throttle: Gauge,
     failed: Gauge,
     problems: Mutex<(Vec<String>, u64)>,
@@ -142,5 +150,25 @@ impl UnitStats {
     /// The problems kept, and how many there were in all.
     pub fn problems(&self) -> (Vec<String>, u64) {
         self.problems.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Reads the calling thread's CPU clock into a gauge, at most once per [`CPU_SAMPLE_INTERVAL`]
+/// (the clock is a system call; the loop that calls this runs far more often).
+#[derive(Debug, Default)]
+pub(crate) struct CpuSampler {
+    last: Option<Instant>,
+}
+
+impl CpuSampler {
+    /// Samples the clock if the last sample is old enough (or `force`).
+    pub(crate) fn sample(&mut self, gauge: &Gauge, force: bool) {
+        if !force && self.last.is_some_and(|t| t.elapsed() < CPU_SAMPLE_INTERVAL) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        if let Ok(t) = cpu_time::ThreadTime::try_now() {
+            gauge.set(t.as_duration().as_nanos() as u64);
+        }
     }
 }

@@ -112,3 +112,25 @@ fn a_bu_above_its_ramdisk_high_water_mark_asks_for_nothing_and_the_other_builds_
     );
     assert_eq!(events_in_files(tmp.path()).len() as u64, events);
 }
+
+#[test]
+fn discarding_bus_build_every_event_and_touch_no_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let events = 1500;
+    let mut plan = plan(tmp.path(), &Setup::new(1, events));
+    for bu in &mut plan.bus {
+        bu.discard = true;
+    }
+    let system = RunningSystem::start(plan).unwrap();
+    let stats: Vec<_> = system.ru_stats.iter().chain(&system.bu_stats).cloned().collect();
+    let outcome = system.wait(Duration::from_secs(30));
+    assert!(outcome.clean(), "{outcome:#?}");
+    let c = outcome.conservation();
+    assert_eq!((c.triggered, c.built, c.holds), (events, events, true), "{c:?}");
+    assert!(c.per_bu.iter().all(|&n| n > 0), "both BUs built events: {c:?}");
+    assert!(stats.iter().all(|s| s.loop_cpu_ns.get() > 0), "every loop reported its CPU time");
+    let built: u64 = outcome.bus.iter().flatten().map(|b| b.counters.events_built).sum();
+    assert_eq!(built, events);
+    assert!(outcome.bus.iter().flatten().all(|b| b.run_dir.as_os_str().is_empty()));
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "nothing written under the BU directories");
+}

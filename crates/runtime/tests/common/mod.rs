@@ -141,6 +141,7 @@ pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
             connect_timeout: Duration::from_secs(10),
             max_frame_bytes: 64 << 20,
             allowed_peers: None,
+            discard: false,
         })
         .collect();
     SystemPlan { rus, bus, emulators }

@@ -1,0 +1,497 @@
+//! The event builder on real sockets, measured: a whole system of `tessera-runtime` (front-end
+//! emulators, RU nodes, the EVM on RU 0, BU nodes) started in this process over loopback, run
+//! free for a time or byte budget, then stopped and drained.
+//!
+//! The cases of `tessera bench evb` that use it (the raw baselines (a) and (e) are
+//! [`crate::net`]'s):
+//!
+//! - **(b) RU ingest**: one RU (the EVM's node) reads every FEROL stream, checks each fragment
+//!   (markers, length, CRC-16, FED id, event number) in its stream parser, builds super-fragments
+//!   and sends them to **one BU in discard mode** ([`BuNodeConfig::discard`]), which builds the
+//!   events and throws them away. There is no ingest-only mode in the runtime: (b) therefore
+//!   includes the EVM's protocol (requests, assignments, commits) and one loopback hop of every
+//!   super-fragment to the discarding BU; the RU thread pays a send of each byte on top of its
+//!   receive.
+//! - **(c) full chain without disk**: the same with several discarding BUs.
+//! - **(d) full chain with RAM-disk writes**: the BUs write raw files under a fresh directory in
+//!   [`RAM_DISK`] with their writer threads; the directory is removed after the case.
+//!
+//! Every case has `streams` FED streams in all, split over the RUs; the first stream of RU 0 is
+//! the trigger FED 1024, whose fragment is always the [`TCDS_FRAGMENT_BYTES`]-byte TCDS record,
+//! the others carry fixed-size fragments. Figures come from the units' live figures
+//! ([`UnitStats`]), sampled every [`SAMPLE_INTERVAL`] over a window that opens [`WARM_UP`] after
+//! the BUs built their first event and closes when the budget is spent: fragments the RUs parsed,
+//! events the BUs built, and each loop thread's CPU clock (`clock_gettime`, the same clock as
+//! [`crate::net`], read by the loop itself about every millisecond). Wire bytes are fragments
+//! times the mean wire size of a fragment of the case, FEROL block headers included.
+//!
+//! After the window the trigger is stopped (every stream ends after the same event), the system
+//! drains, and the case fails unless every unit ended cleanly and every triggered event was built.
+//!
+//! Memory is bounded by configuration: [`CHUNKS_PER_FED`] × [`CHUNK_BYTES`] of receive memory
+//! per FED in the RU, [`FRAME_STORE_BYTES`] of received data per BU.
+
+use crate::BenchError;
+use crate::net::{NetBudget, SLACK, wire_bytes_per_fragment};
+use cpu_time::ProcessTime;
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig};
+use tessera_emu::sender::{Limits, SenderConfig, Sink};
+use tessera_evb::{BuConfig, EvmConfig, RuConfig};
+use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
+use tessera_runtime::bu_node::BuNodeConfig;
+use tessera_runtime::ru_node::{OnCorruptStream, RuNodeConfig};
+use tessera_runtime::stats::UnitStats;
+use tessera_runtime::system::{RunningSystem, SystemPlan};
+
+/// Where case (d) writes: a fresh directory here, removed after the case.
+pub const RAM_DISK: &str = "/dev/shm";
+/// Receive memory of an RU per FED stream: chunk size.
+pub const CHUNK_BYTES: usize = 1 << 20;
+/// Receive memory of an RU per FED stream: chunks.
+pub const CHUNKS_PER_FED: usize = 8;
+/// Bound on received data a BU holds until it is written (or discarded).
+pub const FRAME_STORE_BYTES: usize = 256 << 20;
+/// Largest protocol frame. An RU's data message carries up to `max_parts_per_message` (256)
+/// super-fragments: 256 × 12 × 16 kB is about 50 MB, which this must hold ([`EvbCase::validate`]
+/// checks).
+pub const MAX_FRAME_BYTES: u32 = 64 << 20;
+/// Largest fragment on the wire.
+pub const MAX_WIRE_BYTES: usize = 64 << 10;
+/// Most RUs or BUs of one case.
+pub const MAX_UNITS: usize = 8;
+/// Most writer threads per BU.
+pub const MAX_WRITER_THREADS: usize = 16;
+/// Most bytes one case writes to the RAM disk (nothing reads the files while the case runs).
+pub const RAM_DISK_MAX_BYTES: u64 = 4_000_000_000;
+/// How often the live figures are sampled.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(5);
+/// Time from the first event built to the window's start (at most a fifth of the budget).
+pub const WARM_UP: Duration = Duration::from_millis(200);
+/// How long the system may take to drain once the trigger is stopped.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The run number of every case.
+pub const RUN: u32 = 1;
+
+/// What the BUs do with built events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuOutput {
+    /// Discard mode: build, commit, write nothing.
+    Discard,
+    /// Write raw files on the RAM disk with this many writer threads per BU.
+    RamDisk {
+        /// Writer threads per BU.
+        writer_threads: usize,
+    },
+}
+
+/// One event-builder case.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvbCase {
+    /// RU nodes; the first carries the EVM.
+    pub rus: usize,
+    /// BU nodes.
+    pub bus: usize,
+    /// FED streams in all, the trigger's included, split over the RUs.
+    pub streams: usize,
+    /// Bytes per data fragment, header and trailer included.
+    pub fragment_bytes: usize,
+    /// What the BUs do with events.
+    pub output: BuOutput,
+    /// How long to measure (wire bytes of all streams, or seconds).
+    pub budget: NetBudget,
+}
+
+impl EvbCase {
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        let bad = |why: String| Err(BenchError::BadCase(why));
+        if !(1..=MAX_UNITS).contains(&self.rus) || !(1..=MAX_UNITS).contains(&self.bus) {
+            return bad(format!("{} RUs and {} BUs; 1..={MAX_UNITS} each", self.rus, self.bus));
+        }
+        if !(2.max(self.rus)..=crate::net::MAX_STREAMS).contains(&self.streams) {
+            return bad(format!(
+                "{} streams for {} RUs; at least 2 and one per RU, at most {}",
+                self.streams,
+                self.rus,
+                crate::net::MAX_STREAMS
+            ));
+        }
+        if let BuOutput::RamDisk { writer_threads } = self.output
+            && !(1..=MAX_WRITER_THREADS).contains(&writer_threads)
+        {
+            return bad(format!("{writer_threads} writer threads; 1..={MAX_WRITER_THREADS}"));
+        }
+        let NetBudget { seconds, bytes } = self.budget;
+        if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) || bytes == 0 {
+            return bad(format!("budget of {seconds} s and {bytes} bytes; give 0 < seconds ≤ 3600 and bytes > 0"));
+        }
+        if wire_bytes_per_fragment(self.fragment_bytes) > MAX_WIRE_BYTES {
+            return bad(format!("{}-byte fragments; at most {MAX_WIRE_BYTES} on the wire", self.fragment_bytes));
+        }
+        SizeModel::Fixed(self.fragment_bytes).validate()?;
+        let parts = RuConfig::new(0, Vec::new()).max_parts_per_message;
+        let message = parts * self.streams.div_ceil(self.rus) * self.fragment_bytes.max(TCDS_FRAGMENT_BYTES);
+        if message + (1 << 20) > MAX_FRAME_BYTES as usize {
+            return bad(format!("data messages of up to {message} bytes; frames hold {MAX_FRAME_BYTES}"));
+        }
+        Ok(())
+    }
+
+    /// The FEDs of each RU: the trigger FED 1024 first on RU 0, then data FEDs 0, 1, ... in
+    /// contiguous runs, the first RUs one more when the streams do not divide evenly.
+    pub fn feds(&self) -> Vec<Vec<u16>> {
+        let all: Vec<u16> = std::iter::once(TCDS_FED_ID).chain(0..(self.streams - 1) as u16).collect();
+        let (base, extra) = (self.streams / self.rus, self.streams % self.rus);
+        let mut rest = &all[..];
+        (0..self.rus)
+            .map(|r| {
+                let (mine, after) = rest.split_at(base + usize::from(r < extra));
+                rest = after;
+                mine.to_vec()
+            })
+            .collect()
+    }
+
+    /// Wire bytes of one event over all streams: the trigger's record and the data fragments,
+    /// FEROL block headers included.
+    pub fn wire_bytes_per_event(&self) -> usize {
+        wire_bytes_per_fragment(TCDS_FRAGMENT_BYTES) + (self.streams - 1) * wire_bytes_per_fragment(self.fragment_bytes)
+    }
+
+    /// The configured bound of one RU's receive memory: chunks × chunk size × its FEDs (the
+    /// largest over the RUs).
+    pub fn ru_memory_bytes(&self) -> usize {
+        self.streams.div_ceil(self.rus) * CHUNKS_PER_FED * CHUNK_BYTES
+    }
+
+    /// A short label: `1x2 discard`, `1x1 ramdisk/2w`.
+    pub fn label(&self) -> String {
+        match self.output {
+            BuOutput::Discard => format!("{}x{} discard", self.rus, self.bus),
+            BuOutput::RamDisk { writer_threads } => format!("{}x{} ramdisk/{writer_threads}w", self.rus, self.bus),
+        }
+    }
+}
+
+/// What one case measured, over its window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvbMeasured {
+    /// The case.
+    pub case: EvbCase,
+    /// Fragments the RUs parsed and checked in the window.
+    pub fragments: u64,
+    /// Their wire bytes (fragments × the case's mean wire bytes per fragment).
+    pub wire_bytes: u64,
+    /// Events the BUs built (assembled and checked) in the window.
+    pub events_built: u64,
+    /// The window's wall time.
+    pub seconds: f64,
+    /// CPU time of each RU's loop thread in the window, RU 0 (with the EVM) first.
+    pub ru_cpu_seconds: Vec<f64>,
+    /// CPU time of all BU loop threads in the window (not their writer threads).
+    pub bu_cpu_seconds: f64,
+    /// CPU time of the whole process in the window: emulators, writers and everything.
+    pub process_cpu_seconds: f64,
+    /// Events triggered in the whole run, including the drain.
+    pub triggered: u64,
+    /// Events built in the whole run.
+    pub built: u64,
+    /// Problems the units reported.
+    pub problems: u64,
+}
+
+impl EvbMeasured {
+    /// Wire bytes per second, in GB/s (10^9).
+    pub fn gb_per_s(&self) -> f64 {
+        self.wire_bytes as f64 / self.seconds.max(1e-9) / 1e9
+    }
+
+    /// Events built per second, all BUs together.
+    pub fn events_per_s(&self) -> f64 {
+        self.events_built as f64 / self.seconds.max(1e-9)
+    }
+
+    /// Fragments per second, all RUs together.
+    pub fn fragments_per_s(&self) -> f64 {
+        self.fragments as f64 / self.seconds.max(1e-9)
+    }
+
+    /// Nanoseconds of RU loop-thread CPU per fragment (all RUs' CPU over all their fragments).
+    pub fn ru_cpu_ns_per_fragment(&self) -> f64 {
+        self.ru_cpu_seconds.iter().sum::<f64>() * 1e9 / self.fragments.max(1) as f64
+    }
+
+    /// The busiest RU thread's CPU time over the wall time.
+    pub fn ru_busy(&self) -> f64 {
+        self.ru_cpu_seconds.iter().copied().fold(0.0, f64::max) / self.seconds.max(1e-9)
+    }
+
+    /// Nanoseconds of the whole process's CPU per fragment.
+    pub fn process_cpu_ns_per_fragment(&self) -> f64 {
+        self.process_cpu_seconds * 1e9 / self.fragments.max(1) as f64
+    }
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
+    let what = what.into();
+    move |source| BenchError::Io { what, source }
+}
+
+fn bind() -> Result<TcpListener, BenchError> {
+    TcpListener::bind("127.0.0.1:0").map_err(io_error("binding 127.0.0.1:0"))
+}
+
+fn address(l: &TcpListener) -> Result<std::net::SocketAddr, BenchError> {
+    l.local_addr().map_err(io_error("reading a listener's address"))
+}
+
+/// The system of a case; BUs that write do so under `dir`.
+fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
+    let feds = case.feds();
+    let ferol = (0..case.rus).map(|_| bind()).collect::<Result<Vec<_>, _>>()?;
+    let control = (0..case.rus).map(|_| bind()).collect::<Result<Vec<_>, _>>()?;
+    let data = (0..case.bus).map(|_| bind()).collect::<Result<Vec<_>, _>>()?;
+    let evm = address(&control[0])?;
+    let data_addresses = data.iter().map(address).collect::<Result<Vec<_>, _>>()?;
+    let ru_control = control[1..].iter().map(address).collect::<Result<Vec<_>, _>>()?;
+    let size = SizeModel::Fixed(case.fragment_bytes);
+    let safety = Some(case.budget.seconds + SLACK.as_secs_f64() + DRAIN_TIMEOUT.as_secs_f64());
+    let emulators = feds
+        .iter()
+        .zip(&ferol)
+        .map(|(feds, to)| {
+            Ok(SenderConfig {
+                streams: feds
+                    .iter()
+                    .map(|&fed| StreamConfig {
+                        run: RUN,
+                        fed: FedSpec { fed, size },
+                        first_event: 1,
+                        clock: ClockSpec::default(),
+                        faults: Vec::new(),
+                        seed: 1,
+                    })
+                    .collect(),
+                sink: Sink::Connect(address(to)?.to_string()),
+                paced: false,
+                // The bench stops the trigger; the time limit only bounds a run that hangs.
+                limits: Limits { events: None, seconds: safety },
+                stop: None,
+            })
+        })
+        .collect::<Result<Vec<_>, BenchError>>()?;
+    let rus = ferol
+        .into_iter()
+        .zip(control)
+        .zip(feds)
+        .enumerate()
+        .map(|(r, ((ferol_listener, control_listener), feds))| RuNodeConfig {
+            run: RUN,
+            ru: RuConfig { fragment_timeout_ns: 1_000_000_000, ..RuConfig::new(r as u16, feds) },
+            evm: (r == 0).then(|| EvmConfig::new(case.rus as u16, case.bus as u16)),
+            ferol_listener,
+            control_listener,
+            bu_data: if r == 0 { Vec::new() } else { data_addresses.clone() },
+            ru_control: if r == 0 { ru_control.clone() } else { Vec::new() },
+            chunk_bytes: CHUNK_BYTES,
+            chunks_per_fed: CHUNKS_PER_FED,
+            max_wire_bytes: MAX_WIRE_BYTES,
+            on_corrupt_stream: OnCorruptStream::Fail,
+            connect_timeout: Duration::from_secs(10),
+            max_frame_bytes: MAX_FRAME_BYTES,
+            allowed_peers: None,
+        })
+        .collect();
+    let (discard, writer_threads) = match case.output {
+        BuOutput::Discard => (true, 1),
+        BuOutput::RamDisk { writer_threads } => (false, writer_threads),
+    };
+    let bus = data
+        .into_iter()
+        .enumerate()
+        .map(|(b, data_listener)| BuNodeConfig {
+            run: RUN,
+            bu: BuConfig::new(b as u16, case.rus as u16),
+            data_listener,
+            evm,
+            directory: dir.join(format!("bu{b}")),
+            name: format!("bench-bu{b}"),
+            restart: false,
+            generated: true,
+            writer_threads,
+            frame_store_bytes: FRAME_STORE_BYTES,
+            ramdisk_high_water_percent: 95,
+            ramdisk_low_water_percent: 90,
+            connect_timeout: Duration::from_secs(10),
+            max_frame_bytes: MAX_FRAME_BYTES,
+            allowed_peers: None,
+            discard,
+        })
+        .collect();
+    Ok(SystemPlan { rus, bus, emulators })
+}
+
+/// The live figures at one moment.
+struct Snapshot {
+    at: Instant,
+    fragments: u64,
+    built: u64,
+    ru_cpu_ns: Vec<u64>,
+    bu_cpu_ns: u64,
+    process: ProcessTime,
+}
+
+fn snapshot(rus: &[Arc<UnitStats>], bus: &[Arc<UnitStats>]) -> Result<Snapshot, BenchError> {
+    Ok(Snapshot {
+        at: Instant::now(),
+        fragments: rus.iter().map(|s| s.fragments.get()).sum(),
+        built: bus.iter().map(|s| s.events_built.get()).sum(),
+        ru_cpu_ns: rus.iter().map(|s| s.loop_cpu_ns.get()).collect(),
+        bu_cpu_ns: bus.iter().map(|s| s.loop_cpu_ns.get()).sum(),
+        process: ProcessTime::try_now().map_err(io_error("reading the process's CPU clock"))?,
+    })
+}
+
+/// Runs one case: starts the system, measures a window, stops the trigger, drains, checks that
+/// every unit ended cleanly and every event was built.
+pub fn run_case(case: &EvbCase) -> Result<EvbMeasured, BenchError> {
+    case.validate()?;
+    let mut budget = case.budget;
+    let ram_disk = match case.output {
+        BuOutput::Discard => None,
+        BuOutput::RamDisk { .. } => {
+            budget.bytes = budget.bytes.min(RAM_DISK_MAX_BYTES);
+            Some(
+                tempfile::Builder::new()
+                    .prefix("tessera-bench-evb-")
+                    .tempdir_in(RAM_DISK)
+                    .map_err(io_error(format!("creating a directory in {RAM_DISK}")))?,
+            )
+        }
+    };
+    // Discarding BUs never touch their directory; give them one that does not exist.
+    let dir = ram_disk.as_ref().map_or_else(|| Path::new("/nonexistent-tessera-bench").to_owned(), |d| d.path().into());
+    let system = RunningSystem::start(plan(case, &dir)?).map_err(|e| BenchError::System(e.to_string()))?;
+    let (rus, bus) = (system.ru_stats.clone(), system.bu_stats.clone());
+    let deadline = Instant::now() + Duration::from_secs_f64(budget.seconds) + SLACK;
+    let warm_up = WARM_UP.min(Duration::from_secs_f64(budget.seconds / 5.0));
+    let per_event = case.wire_bytes_per_event() as f64;
+    let streams = case.streams as f64;
+    let (mut first, mut begin, mut end) = (None::<Instant>, None::<Snapshot>, None::<Snapshot>);
+    while Instant::now() < deadline && !system.finished() {
+        std::thread::sleep(SAMPLE_INTERVAL);
+        if rus.iter().chain(&bus).any(|s| s.failed()) {
+            break;
+        }
+        let s = snapshot(&rus, &bus)?;
+        let Some(b) = &begin else {
+            // Set-up ends when the first events are built: until then the RUs only fill their
+            // buffers (and in a debug build, that takes a while).
+            if s.built > 0 && s.at - *first.get_or_insert(s.at) >= warm_up {
+                begin = Some(s);
+            }
+            continue;
+        };
+        let bytes = (s.fragments - b.fragments) as f64 * per_event / streams;
+        if (s.at - b.at).as_secs_f64() >= budget.seconds || bytes >= budget.bytes as f64 {
+            end = Some(s);
+            break;
+        }
+    }
+    system.stop();
+    let outcome = system.wait(DRAIN_TIMEOUT);
+    drop(ram_disk);
+    if !outcome.clean() {
+        let errors: Vec<String> = outcome
+            .rus
+            .iter()
+            .map(|r| r.as_ref().err())
+            .chain(outcome.bus.iter().map(|b| b.as_ref().err()))
+            .chain(outcome.emulators.iter().map(|e| e.as_ref().err()))
+            .flatten()
+            .cloned()
+            .chain(outcome.problems.iter().take(3).cloned())
+            .collect();
+        return Err(BenchError::System(format!("{}: {}", case.label(), errors.join("; "))));
+    }
+    let (Some(b), Some(e)) = (begin, end) else {
+        return Err(BenchError::Timeout(format!("{}: no measurement window within the budget", case.label())));
+    };
+    let c = outcome.conservation();
+    if !c.holds || c.built != c.triggered {
+        return Err(BenchError::System(format!(
+            "{}: {} events triggered, {} built, lost {:?}",
+            case.label(),
+            c.triggered,
+            c.built,
+            c.lost
+        )));
+    }
+    let fragments = e.fragments - b.fragments;
+    Ok(EvbMeasured {
+        case: *case,
+        fragments,
+        wire_bytes: (fragments as f64 * per_event / streams) as u64,
+        events_built: e.built - b.built,
+        seconds: (e.at - b.at).as_secs_f64(),
+        ru_cpu_seconds: e.ru_cpu_ns.iter().zip(&b.ru_cpu_ns).map(|(e, b)| e.saturating_sub(*b) as f64 / 1e9).collect(),
+        bu_cpu_seconds: e.bu_cpu_ns.saturating_sub(b.bu_cpu_ns) as f64 / 1e9,
+        process_cpu_seconds: e.process.duration_since(b.process).as_secs_f64(),
+        triggered: c.triggered,
+        built: c.built,
+        problems: outcome.problem_count,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny(rus: usize, bus: usize, streams: usize, output: BuOutput) -> EvbCase {
+        EvbCase { rus, bus, streams, fragment_bytes: 2048, output, budget: NetBudget { seconds: 0.3, bytes: 64 << 20 } }
+    }
+
+    #[test]
+    fn feds_are_split_over_the_rus_with_the_trigger_on_ru_0() {
+        let case = tiny(3, 1, 8, BuOutput::Discard);
+        assert_eq!(case.feds(), vec![vec![1024, 0, 1], vec![2, 3, 4], vec![5, 6]]);
+        assert_eq!(tiny(1, 1, 3, BuOutput::Discard).feds(), vec![vec![1024, 0, 1]]);
+        assert_eq!(case.wire_bytes_per_event(), 968 + 7 * 2064);
+        assert_eq!(case.ru_memory_bytes(), (3 * 8) << 20);
+    }
+
+    #[test]
+    fn bad_cases_are_refused_before_anything_runs() {
+        assert!(matches!(run_case(&tiny(0, 1, 4, BuOutput::Discard)), Err(BenchError::BadCase(_))));
+        assert!(matches!(run_case(&tiny(3, 1, 2, BuOutput::Discard)), Err(BenchError::BadCase(_))));
+        let w = BuOutput::RamDisk { writer_threads: 0 };
+        assert!(matches!(run_case(&tiny(1, 1, 4, w)), Err(BenchError::BadCase(_))));
+    }
+
+    #[test]
+    fn a_discarding_chain_builds_every_event_it_triggers() {
+        let m = run_case(&tiny(2, 2, 5, BuOutput::Discard)).unwrap();
+        assert!(m.fragments > 0 && m.events_built > 0 && m.seconds > 0.0, "{m:?}");
+        assert_eq!(m.triggered, m.built);
+        assert_eq!(m.ru_cpu_seconds.len(), 2);
+        assert!(m.ru_cpu_seconds.iter().all(|&s| s > 0.0), "{m:?}");
+    }
+
+    #[test]
+    fn a_writing_chain_leaves_nothing_on_the_ram_disk() {
+        let before = std::fs::read_dir(RAM_DISK).unwrap().count();
+        let m = run_case(&tiny(1, 1, 3, BuOutput::RamDisk { writer_threads: 2 })).unwrap();
+        // A debug build writes slowly (CRC-32C unoptimised): the window may see nothing built.
+        assert!(m.built > 0 && m.triggered == m.built, "{m:?}");
+        let left: Vec<_> = std::fs::read_dir(RAM_DISK)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("tessera-bench-evb-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?} (there were {before} entries before)");
+    }
+}

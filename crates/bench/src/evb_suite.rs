@@ -1,0 +1,554 @@
+//! `tessera bench evb`: the event builder against raw TCP, all in one invocation so that the
+//! ratios hold on a noisy machine.
+//!
+//! Main cases, [`MAIN_STREAMS`] streams of [`MAIN_FRAGMENT_BYTES`]-byte fragments:
+//! (a) raw TCP ingest ([`crate::net::raw_ingest`]); (b) RU ingest, one RU into one discarding BU
+//! ([`crate::evb`]: this includes the EVM protocol and a loopback hop to the BU); (c) the chain
+//! into [`MAIN_BUS`] discarding BUs; (d) the same BUs writing raw files to the RAM disk with
+//! [`MAIN_WRITER_THREADS`] writer threads each; (e) the raw relay into [`MAIN_BUS`] outputs
+//! ([`crate::net::raw_relay`]). Ratios: (b)/(a), (c)/(e), (d)/(e).
+//!
+//! Scans, each written as CSV and SVG:
+//! 1. [`SIZE_FILE`], [`SIZE_RATE_FILE`], [`SIZE_CPU_FILE`]: (a), (b) and (c) vs fragment size,
+//!    12 streams, beside the CMS Run-2 RU figure ([`cms_reference`]);
+//! 2. [`SOURCES_FILE`]: events/s built at one BU vs the number of FED streams (sources) of one RU,
+//!    1,500-byte fragments, (a) beside it, and the two LHCb points ([`LHCB_POINTS`]);
+//! 3. [`UNITS_FILE`]: GB/s vs RUs and BUs (n×n, 1×n, n×1) with the 12 streams split over the RUs;
+//!    [`WRITERS_FILE`]: GB/s vs writer threads of one BU writing to the RAM disk.
+
+use crate::BenchError;
+use crate::evb::{BuOutput, CHUNK_BYTES, CHUNKS_PER_FED, EvbCase, EvbMeasured, FRAME_STORE_BYTES, run_case};
+use crate::net::{Measured, NetBudget, NetCase, raw_ingest, raw_relay};
+use crate::scan::{Series, plot_svg, write_csv};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Streams of the main cases and of the size scan (a CMS RU reads about 12 FEDs).
+pub const MAIN_STREAMS: usize = 12;
+/// Fragment size of the main cases.
+pub const MAIN_FRAGMENT_BYTES: usize = 2048;
+/// BUs of (c) and (d), outputs of (e).
+pub const MAIN_BUS: usize = 2;
+/// Writer threads per BU in (d).
+pub const MAIN_WRITER_THREADS: usize = 2;
+/// Fragment sizes of scan 1.
+pub const SIZES: [usize; 7] = [256, 512, 1024, 2048, 4096, 8192, 16384];
+/// Fragment sizes of scan 1 with `--quick`.
+pub const QUICK_SIZES: [usize; 2] = [256, 4096];
+/// Sources (FED streams of one RU) of scan 2.
+pub const SOURCES: [usize; 5] = [2, 4, 8, 16, 32];
+/// Sources of scan 2 with `--quick`.
+pub const QUICK_SOURCES: [usize; 2] = [2, 8];
+/// Fragment size of scan 2.
+pub const SOURCES_FRAGMENT_BYTES: usize = 1500;
+/// RU and BU counts of scan 3.
+pub const UNITS: [usize; 3] = [1, 2, 4];
+/// RU and BU counts of scan 3 with `--quick`.
+pub const QUICK_UNITS: [usize; 2] = [1, 2];
+/// Writer threads of scan 3.
+pub const WRITER_THREADS: [usize; 3] = [1, 2, 4];
+/// Writer threads of scan 3 with `--quick`.
+pub const QUICK_WRITER_THREADS: [usize; 2] = [1, 2];
+/// Target: (b)/(a) at least this for fragments of [`INGEST_TARGET_MIN_BYTES`] and more.
+pub const INGEST_TARGET: f64 = 0.9;
+/// Smallest fragment the ingest target applies to.
+pub const INGEST_TARGET_MIN_BYTES: usize = 2048;
+/// Target: (c)/(e) at least this.
+pub const CHAIN_TARGET: f64 = 0.75;
+/// Target: RU CPU per fragment beyond the kernel's copy, in ns.
+pub const RU_NS_TARGET: f64 = 50.0;
+/// CMS Run-2 event builder (Fig. 2 of "The CMS event builder for LHC Run 2"): an RU of 12
+/// sources reached the level-1 rate of 100 kHz up to 3.5 kB fragments...
+pub const CMS_RATE_HZ: f64 = 100_000.0;
+/// ... up to this fragment size ...
+pub const CMS_MAX_BYTES: f64 = 3500.0;
+/// ... and about 90 % of 40 GbE beyond (0.9 × 40 Gb/s = 4.5 GB/s).
+pub const CMS_PLATEAU_GB_S: f64 = 0.9 * 40.0 / 8.0;
+/// LHCb event-builder NIC paper, Fig. 5: events/s built at one BU with 2 and 32 sources on
+/// 1 Gb/s Ethernet.
+pub const LHCB_POINTS: [(f64, f64); 2] = [(2.0, 42_000.0), (32.0, 2_600.0)];
+/// File names (without extension) of the scans.
+pub const SIZE_FILE: &str = "evb-throughput-vs-size";
+/// Events/s vs fragment size.
+pub const SIZE_RATE_FILE: &str = "evb-rate-vs-size";
+/// RU CPU vs fragment size.
+pub const SIZE_CPU_FILE: &str = "evb-cpu-vs-size";
+/// Events/s at one BU vs sources.
+pub const SOURCES_FILE: &str = "evb-rate-vs-sources";
+/// GB/s vs RUs and BUs.
+pub const UNITS_FILE: &str = "evb-throughput-vs-units";
+/// GB/s vs writer threads.
+pub const WRITERS_FILE: &str = "evb-throughput-vs-writers";
+
+/// One point of the size scan.
+#[derive(Debug, Clone)]
+pub struct SizePoint {
+    /// (a) raw ingest.
+    pub raw: Measured,
+    /// (b) one RU into one discarding BU.
+    pub ru: EvbMeasured,
+    /// (c) one RU into [`MAIN_BUS`] discarding BUs.
+    pub chain: EvbMeasured,
+}
+
+/// Everything the suite measured.
+#[derive(Debug, Clone)]
+pub struct EvbSuite {
+    /// Short measurements.
+    pub quick: bool,
+    /// (a) raw TCP ingest.
+    pub ingest: Measured,
+    /// (b) RU ingest (one discarding BU).
+    pub ru: EvbMeasured,
+    /// (c) full chain, discarding BUs.
+    pub chain: EvbMeasured,
+    /// (d) full chain, RAM-disk writes.
+    pub disk: EvbMeasured,
+    /// (e) raw two-hop relay.
+    pub relay: Measured,
+    /// Scan 1.
+    pub sizes: Vec<SizePoint>,
+    /// Scan 2: (a) and one RU with that many streams into one discarding BU.
+    pub sources: Vec<(Measured, EvbMeasured)>,
+    /// Scan 3: RUs × BUs, discarding.
+    pub units: Vec<EvbMeasured>,
+    /// Scan 3: writer threads of one BU on the RAM disk.
+    pub writers: Vec<EvbMeasured>,
+    /// Files written.
+    pub files: Vec<PathBuf>,
+}
+
+/// A target of the issue, met or not.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// What is asked.
+    pub name: String,
+    /// What was measured.
+    pub figure: String,
+    /// Whether it is met.
+    pub met: bool,
+}
+
+/// Runs the suite, telling `progress` about each case before it runs, and writes the scans
+/// into `out` (created if missing).
+pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<EvbSuite, BenchError> {
+    std::fs::create_dir_all(out)
+        .map_err(|source| BenchError::Io { what: format!("creating {}", out.display()), source })?;
+    let (budget, scan) = if quick { (NetBudget::QUICK, NetBudget::QUICK) } else { (NetBudget::FULL, NetBudget::SCAN) };
+    let (sizes, sources, units, writers) = if quick {
+        (&QUICK_SIZES[..], &QUICK_SOURCES[..], &QUICK_UNITS[..], &QUICK_WRITER_THREADS[..])
+    } else {
+        (&SIZES[..], &SOURCES[..], &UNITS[..], &WRITER_THREADS[..])
+    };
+    let net = |streams, fragment_bytes, budget| NetCase { streams, fragment_bytes, relay_outputs: MAIN_BUS, budget };
+    let evb = |rus, bus, streams, fragment_bytes, output, budget| EvbCase {
+        rus,
+        bus,
+        streams,
+        fragment_bytes,
+        output,
+        budget,
+    };
+    let mut raw = |what: &str, case: NetCase, relay: bool| {
+        progress(&format!("{what}: {} streams, {} B", case.streams, case.fragment_bytes));
+        if relay { raw_relay(&case) } else { raw_ingest(&case) }
+    };
+    let ingest = raw("(a) raw ingest", net(MAIN_STREAMS, MAIN_FRAGMENT_BYTES, budget), false)?;
+    let relay = raw("(e) raw relay", net(MAIN_STREAMS, MAIN_FRAGMENT_BYTES, budget), true)?;
+    let mut sys = |what: &str, case: EvbCase| {
+        progress(&format!("{what}: {}, {} streams, {} B", case.label(), case.streams, case.fragment_bytes));
+        run_case(&case)
+    };
+    let (d, f) = (BuOutput::Discard, MAIN_FRAGMENT_BYTES);
+    let ru = sys("(b) RU ingest", evb(1, 1, MAIN_STREAMS, f, d, budget))?;
+    let chain = sys("(c) chain", evb(1, MAIN_BUS, MAIN_STREAMS, f, d, budget))?;
+    let ram = BuOutput::RamDisk { writer_threads: MAIN_WRITER_THREADS };
+    let disk = sys("(d) chain to RAM disk", evb(1, MAIN_BUS, MAIN_STREAMS, f, ram, budget))?;
+    let mut size_points = Vec::new();
+    for &s in sizes {
+        let raw = raw_ingest(&net(MAIN_STREAMS, s, scan))?;
+        let ru = sys("scan 1", evb(1, 1, MAIN_STREAMS, s, d, scan))?;
+        let chain = sys("scan 1", evb(1, MAIN_BUS, MAIN_STREAMS, s, d, scan))?;
+        size_points.push(SizePoint { raw, ru, chain });
+    }
+    let mut source_points = Vec::new();
+    for &n in sources {
+        let raw = raw_ingest(&net(n, SOURCES_FRAGMENT_BYTES, scan))?;
+        let built = sys("scan 2", evb(1, 1, n, SOURCES_FRAGMENT_BYTES, d, scan))?;
+        source_points.push((raw, built));
+    }
+    let mut shapes: Vec<(usize, usize)> = units.iter().flat_map(|&n| [(n, n), (1, n), (n, 1)]).collect();
+    shapes.sort_unstable();
+    shapes.dedup();
+    let mut unit_points = Vec::new();
+    for (r, b) in shapes {
+        unit_points.push(sys("scan 3", evb(r, b, MAIN_STREAMS, f, d, scan))?);
+    }
+    let mut writer_points = Vec::new();
+    for &w in writers {
+        let out = BuOutput::RamDisk { writer_threads: w };
+        writer_points.push(sys("scan 3", evb(1, 1, MAIN_STREAMS, f, out, scan))?);
+    }
+    let mut suite = EvbSuite {
+        quick,
+        ingest,
+        ru,
+        chain,
+        disk,
+        relay,
+        sizes: size_points,
+        sources: source_points,
+        units: unit_points,
+        writers: writer_points,
+        files: Vec::new(),
+    };
+    suite.files = write_scans(out, &suite)?;
+    Ok(suite)
+}
+
+/// The CMS Run-2 RU as a reference series of GB/s at `sizes`: 12 × size × 100 kHz up to 3.5 kB,
+/// about 90 % of 40 GbE beyond.
+pub fn cms_reference(sizes: &[usize]) -> Vec<(f64, f64)> {
+    sizes
+        .iter()
+        .map(|&s| {
+            let s = s as f64;
+            let gb = if s <= CMS_MAX_BYTES { 12.0 * s * CMS_RATE_HZ / 1e9 } else { CMS_PLATEAU_GB_S };
+            (s, gb.min(CMS_PLATEAU_GB_S))
+        })
+        .collect()
+}
+
+/// One plot of a scan, with its CSV.
+#[derive(Debug, Clone)]
+pub struct ScanPlot {
+    /// File name without extension.
+    pub file: &'static str,
+    /// Title of the plot.
+    pub title: &'static str,
+    /// X axis label (and CSV column).
+    pub x: &'static str,
+    /// Y axis label (and CSV column).
+    pub y: &'static str,
+    /// Logarithmic x axis.
+    pub log_x: bool,
+    /// The curves.
+    pub series: Vec<Series>,
+}
+
+/// Every scan plot of the suite.
+pub fn scan_series(suite: &EvbSuite) -> Vec<ScanPlot> {
+    let size_x = |p: &SizePoint| p.raw.fragment_bytes as f64;
+    let sizes: Vec<usize> = suite.sizes.iter().map(|p| p.raw.fragment_bytes).collect();
+    let pts = |f: &dyn Fn(&SizePoint) -> f64| suite.sizes.iter().map(|p| (size_x(p), f(p))).collect::<Vec<_>>();
+    let throughput = vec![
+        Series::measured("(a) raw TCP ingest, 12 streams", pts(&|p| p.raw.gb_per_s())),
+        Series::measured("(b) RU ingest, 1 RU -> 1 discarding BU", pts(&|p| p.ru.gb_per_s())),
+        Series::measured(format!("(c) chain, 1 RU -> {MAIN_BUS} discarding BUs"), pts(&|p| p.chain.gb_per_s())),
+        Series::reference(
+            "CMS Run-2 RU, 12 sources (Fig. 2): 100 kHz to 3.5 kB, ~90% of 40 GbE",
+            cms_reference(&sizes),
+        ),
+    ];
+    let rate = vec![
+        Series::measured("(a) raw TCP ingest (fragments/s per stream)", pts(&|p| p.raw.events_per_s())),
+        Series::measured("(b) RU ingest, events built", pts(&|p| p.ru.events_per_s())),
+        Series::measured(format!("(c) chain to {MAIN_BUS} BUs, events built"), pts(&|p| p.chain.events_per_s())),
+        Series::reference(
+            "CMS Run-2 RU, 12 sources (Fig. 2): 100 kHz to 3.5 kB",
+            sizes.iter().filter(|&&s| s as f64 <= CMS_MAX_BYTES).map(|&s| (s as f64, CMS_RATE_HZ)).collect(),
+        ),
+    ];
+    let cpu = vec![
+        Series::measured("(a) receiver thread", pts(&|p| p.raw.cpu_ns_per_fragment())),
+        Series::measured("(b) RU thread (1 BU)", pts(&|p| p.ru.ru_cpu_ns_per_fragment())),
+        Series::measured(format!("(c) RU thread ({MAIN_BUS} BUs)"), pts(&|p| p.chain.ru_cpu_ns_per_fragment())),
+    ];
+    let sources = vec![
+        Series::measured(
+            "(a) raw TCP ingest, fragments/s per stream",
+            suite.sources.iter().map(|(a, _)| (a.streams as f64, a.events_per_s())).collect(),
+        ),
+        Series::measured(
+            "Tessera: events built at 1 BU (1 RU, discarding BU)",
+            suite.sources.iter().map(|(_, b)| (b.case.streams as f64, b.events_per_s())).collect(),
+        ),
+        Series::reference("LHCb event-builder NIC paper, Fig. 5 (1 Gb/s)", LHCB_POINTS.to_vec()),
+    ];
+    let shape = |f: &dyn Fn(&EvbCase) -> Option<usize>| {
+        let mut p: Vec<(f64, f64)> =
+            suite.units.iter().filter_map(|m| f(&m.case).map(|n| (n as f64, m.gb_per_s()))).collect();
+        p.sort_by(|a, b| a.0.total_cmp(&b.0));
+        p
+    };
+    let units = vec![
+        Series::measured("n RUs x n BUs", shape(&|c| (c.rus == c.bus).then_some(c.rus))),
+        Series::measured("1 RU x n BUs", shape(&|c| (c.rus == 1).then_some(c.bus))),
+        Series::measured("n RUs x 1 BU", shape(&|c| (c.bus == 1).then_some(c.rus))),
+    ];
+    let writers = vec![Series::measured(
+        "1 RU x 1 BU, RAM disk",
+        suite
+            .writers
+            .iter()
+            .map(|m| match m.case.output {
+                BuOutput::RamDisk { writer_threads } => (writer_threads as f64, m.gb_per_s()),
+                BuOutput::Discard => (0.0, m.gb_per_s()),
+            })
+            .collect(),
+    )];
+    vec![
+        ScanPlot {
+            file: SIZE_FILE,
+            title: "Event builder vs fragment size (12 FED streams per RU, loopback)",
+            x: "fragment bytes",
+            y: "GB/s",
+            log_x: true,
+            series: throughput,
+        },
+        ScanPlot {
+            file: SIZE_RATE_FILE,
+            title: "Events per second vs fragment size (12 FED streams per RU)",
+            x: "fragment bytes",
+            y: "events/s",
+            log_x: true,
+            series: rate,
+        },
+        ScanPlot {
+            file: SIZE_CPU_FILE,
+            title: "CPU of the receiving thread / RU thread per fragment",
+            x: "fragment bytes",
+            y: "CPU ns per fragment",
+            log_x: true,
+            series: cpu,
+        },
+        ScanPlot {
+            file: SOURCES_FILE,
+            title: "Events/s built at one BU vs sources (1500-byte fragments)",
+            x: "sources",
+            y: "events/s",
+            log_x: true,
+            series: sources,
+        },
+        ScanPlot {
+            file: UNITS_FILE,
+            title: "Event builder vs RUs and BUs (12 FED streams in all, 2 kB, discarding BUs)",
+            x: "n",
+            y: "GB/s",
+            log_x: false,
+            series: units,
+        },
+        ScanPlot {
+            file: WRITERS_FILE,
+            title: "Event builder to RAM disk vs writer threads (1 RU, 1 BU, 2 kB)",
+            x: "writer threads",
+            y: "GB/s",
+            log_x: false,
+            series: writers,
+        },
+    ]
+}
+
+fn write_scans(out: &Path, suite: &EvbSuite) -> Result<Vec<PathBuf>, BenchError> {
+    let mut files = Vec::new();
+    for p in scan_series(suite) {
+        let csv = out.join(format!("{}.csv", p.file));
+        let svg = out.join(format!("{}.svg", p.file));
+        write_csv(&csv, p.x, p.y, &p.series)?;
+        plot_svg(&svg, p.title, p.x, p.y, &p.series, p.log_x)?;
+        files.extend([csv, svg]);
+    }
+    Ok(files)
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    a / b.max(1e-12)
+}
+
+/// The issue's targets, from the main cases (and, for the ingest target, every size ≥ 2 kB of
+/// scan 1).
+pub fn targets(suite: &EvbSuite) -> Vec<Target> {
+    let mut ingest: Vec<(usize, f64)> =
+        vec![(MAIN_FRAGMENT_BYTES, ratio(suite.ru.gb_per_s(), suite.ingest.gb_per_s()))];
+    ingest.extend(
+        suite
+            .sizes
+            .iter()
+            .filter(|p| p.raw.fragment_bytes >= INGEST_TARGET_MIN_BYTES)
+            .map(|p| (p.raw.fragment_bytes, ratio(p.ru.gb_per_s(), p.raw.gb_per_s()))),
+    );
+    let (worst_size, worst) = ingest.iter().copied().min_by(|a, b| a.1.total_cmp(&b.1)).expect("the main case");
+    let chain = ratio(suite.chain.gb_per_s(), suite.relay.gb_per_s());
+    let beyond = suite.ru.ru_cpu_ns_per_fragment() - suite.ingest.cpu_ns_per_fragment();
+    vec![
+        Target {
+            name: format!("(b)/(a) >= {INGEST_TARGET} for fragments >= {INGEST_TARGET_MIN_BYTES} B"),
+            figure: format!("worst {worst:.2} at {worst_size} B (main case {:.2})", ingest[0].1),
+            met: worst >= INGEST_TARGET,
+        },
+        Target {
+            name: format!("(c)/(e) >= {CHAIN_TARGET}"),
+            figure: format!("{chain:.2}"),
+            met: chain >= CHAIN_TARGET,
+        },
+        Target {
+            name: format!("RU CPU beyond the kernel's copy <= {RU_NS_TARGET} ns per fragment"),
+            figure: format!(
+                "(b) RU {:.0} ns - (a) receiver {:.0} ns = {beyond:.0} ns",
+                suite.ru.ru_cpu_ns_per_fragment(),
+                suite.ingest.cpu_ns_per_fragment()
+            ),
+            met: beyond <= RU_NS_TARGET,
+        },
+        Target {
+            name: "memory bounded by configuration".into(),
+            figure: format!(
+                "RU: {CHUNKS_PER_FED} x {} MiB per FED = {} MiB for {MAIN_STREAMS} FEDs; BU: frame store {} MiB",
+                CHUNK_BYTES >> 20,
+                suite.ru.case.ru_memory_bytes() >> 20,
+                FRAME_STORE_BYTES >> 20
+            ),
+            met: true,
+        },
+    ]
+}
+
+const HEADER: [&str; 10] =
+    ["case", "RUxBU", "streams", "fragment", "GB/s", "events/s", "CPU ns/frag", "busy", "proc ns/frag", "ratio"];
+
+fn header(s: &mut String) {
+    let h = HEADER;
+    let _ = writeln!(
+        s,
+        "{:<30} {:>6} {:>7} {:>8} {:>6} {:>9} {:>11} {:>5} {:>12} {:>12}",
+        h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]
+    );
+}
+
+fn raw_row(s: &mut String, case: &str, m: &Measured, ratio_text: &str) {
+    let _ = writeln!(
+        s,
+        "{:<30} {:>6} {:>7} {:>8} {:>6.2} {:>9.0} {:>11.1} {:>5.2} {:>12.1} {:>12}",
+        case,
+        "-",
+        m.streams,
+        m.fragment_bytes,
+        m.gb_per_s(),
+        m.events_per_s(),
+        m.cpu_ns_per_fragment(),
+        m.worker_busy(),
+        m.process_cpu_ns_per_fragment(),
+        ratio_text
+    );
+}
+
+fn evb_row(s: &mut String, case: &str, m: &EvbMeasured, ratio_text: &str) {
+    let _ = writeln!(
+        s,
+        "{:<30} {:>6} {:>7} {:>8} {:>6.2} {:>9.0} {:>11.1} {:>5.2} {:>12.1} {:>12}",
+        case,
+        format!("{}x{}", m.case.rus, m.case.bus),
+        m.case.streams,
+        m.case.fragment_bytes,
+        m.gb_per_s(),
+        m.events_per_s(),
+        m.ru_cpu_ns_per_fragment(),
+        m.ru_busy(),
+        m.process_cpu_ns_per_fragment(),
+        ratio_text
+    );
+}
+
+/// The suite's tables, notes and targets.
+pub fn report(suite: &EvbSuite) -> String {
+    let mut s = String::new();
+    let (a, e) = (&suite.ingest, &suite.relay);
+    let _ = writeln!(s, "main cases: {MAIN_STREAMS} streams of {MAIN_FRAGMENT_BYTES}-byte fragments");
+    header(&mut s);
+    raw_row(&mut s, "(a) raw ingest", a, "1.00 ÷(a)");
+    evb_row(
+        &mut s,
+        "(b) RU ingest -> 1 discard BU",
+        &suite.ru,
+        &format!("{:.2} ÷(a)", ratio(suite.ru.gb_per_s(), a.gb_per_s())),
+    );
+    evb_row(
+        &mut s,
+        "(c) chain, no disk",
+        &suite.chain,
+        &format!("{:.2} ÷(e)", ratio(suite.chain.gb_per_s(), e.gb_per_s())),
+    );
+    evb_row(
+        &mut s,
+        &format!("(d) chain, RAM disk {MAIN_WRITER_THREADS}w"),
+        &suite.disk,
+        &format!("{:.2} ÷(e)", ratio(suite.disk.gb_per_s(), e.gb_per_s())),
+    );
+    raw_row(&mut s, &format!("(e) raw relay ->{MAIN_BUS}"), e, "1.00 ÷(e)");
+    let ru_ns = suite.ru.ru_cpu_ns_per_fragment();
+    let _ = writeln!(
+        s,
+        "\nRU thread CPU per fragment in (b): {ru_ns:.0} ns; kernel copy estimated as (a)'s receiver, {:.0} ns: \
+         beyond it {:.0} ns.\n  The RU of (b) also sends every byte once more (to the BU); the relay of (e), which \
+         receives and sends each byte,\n  costs {:.0} ns per fragment: (b) beyond the relay {:.0} ns.",
+        a.cpu_ns_per_fragment(),
+        ru_ns - a.cpu_ns_per_fragment(),
+        e.cpu_ns_per_fragment(),
+        ru_ns - e.cpu_ns_per_fragment()
+    );
+    let _ = writeln!(
+        s,
+        "\nscan 1: throughput per RU vs fragment size, {MAIN_STREAMS} streams (ratio: (b) or (c) over (a) at the same size)"
+    );
+    header(&mut s);
+    for p in &suite.sizes {
+        raw_row(&mut s, "(a) raw ingest", &p.raw, "1.00 ÷(a)");
+        evb_row(&mut s, "(b) RU ingest", &p.ru, &format!("{:.2} ÷(a)", ratio(p.ru.gb_per_s(), p.raw.gb_per_s())));
+        evb_row(
+            &mut s,
+            "(c) chain, no disk",
+            &p.chain,
+            &format!("{:.2} ÷(a)", ratio(p.chain.gb_per_s(), p.raw.gb_per_s())),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nscan 2: events/s at one BU vs sources, {SOURCES_FRAGMENT_BYTES}-byte fragments (1 RU, 1 discarding BU)"
+    );
+    header(&mut s);
+    for (raw, m) in &suite.sources {
+        raw_row(&mut s, "(a) raw ingest", raw, "1.00 ÷(a)");
+        evb_row(&mut s, "1 RU -> 1 BU", m, &format!("{:.2} ÷(a)", ratio(m.events_per_s(), raw.events_per_s())));
+    }
+    let _ = writeln!(
+        s,
+        "  reference, LHCb NIC paper Fig. 5 (1 Gb/s): {:.0} events/s at 2 sources, {:.0} at 32",
+        LHCB_POINTS[0].1, LHCB_POINTS[1].1
+    );
+    let _ = writeln!(
+        s,
+        "\nscan 3: RUs x BUs ({MAIN_STREAMS} streams in all, {MAIN_FRAGMENT_BYTES} B, discarding), and writer threads (RAM disk); ratio over (e)"
+    );
+    header(&mut s);
+    for m in suite.units.iter().chain(&suite.writers) {
+        evb_row(&mut s, &m.case.label(), m, &format!("{:.2} ÷(e)", ratio(m.gb_per_s(), e.gb_per_s())));
+    }
+    let _ = writeln!(
+        s,
+        "\nGB/s: wire bytes (FEROL block headers included) over the window; events/s: built at the BUs (raw cases:\n\
+         fragments/s per stream); CPU ns/frag: the receiver (a) or relay (e) thread, or the RU loop threads together;\n\
+         busy: that thread's (busiest RU's) CPU over wall time; proc: the whole process, emulators included.\n\
+         In (b)-(d) and the scans one of the streams of RU 0 is the trigger FED 1024 (a 952-byte TCDS record).\n\
+         (b) is one RU (the EVM's node) into one BU in discard mode: it includes the EVM protocol and a loopback hop\n\
+         of every super-fragment to the BU. Scans 2 and 3 put all units in this one 2-core process{}.",
+        if suite.quick { " (--quick: short runs, few points)" } else { "" }
+    );
+    let _ = writeln!(s, "\ntargets:");
+    for t in targets(suite) {
+        let _ = writeln!(s, "  {}: {}, {}", t.name, t.figure, if t.met { "met" } else { "MISSED" });
+    }
+    for f in &suite.files {
+        let _ = writeln!(s, "wrote {}", f.display());
+    }
+    s
+}
