@@ -5,13 +5,13 @@
 //! The cases of `tessera bench evb` that use it (the raw baselines (a) and (e) are
 //! [`crate::net`]'s):
 //!
-//! - **(b) RU ingest**: one RU (the EVM's node) reads every FEROL stream, checks each fragment
-//!   (markers, length, CRC-16, FED id, event number) in its stream parser, builds super-fragments
-//!   and sends them to **one BU in discard mode** ([`BuNodeConfig::discard`]), which builds the
-//!   events and throws them away. There is no ingest-only mode in the runtime: (b) therefore
-//!   includes the EVM's protocol (requests, assignments, commits) and one loopback hop of every
-//!   super-fragment to the discarding BU; the RU thread pays a send of each byte on top of its
-//!   receive.
+//! - **(b) RU ingest**: one RU in ingest-only mode ([`RuNodeConfig::ingest_only`]) reads every
+//!   FEROL stream into its receive memory, checks each fragment (markers, length, CRC-16, FED
+//!   id, event number), and its core builds super-fragments of every event all streams have
+//!   delivered; each is released as soon as it is built, and nothing is sent. This is the RU's
+//!   whole receive path, against (a), which receives the same streams and discards the bytes.
+//!   (An RU with the EVM into one discarding BU, [`BuOutput::Discard`] with one BU, measures the
+//!   same plus the protocol and a send of every byte.)
 //! - **(c) full chain without disk**: the same with several discarding BUs.
 //! - **(d) full chain with RAM-disk writes**: the BUs write raw files under a fresh directory in
 //!   [`RAM_DISK`] with their writer threads; the directory is removed after the case.
@@ -79,6 +79,8 @@ pub const RUN: u32 = 1;
 /// What the BUs do with built events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BuOutput {
+    /// No BU and no EVM: one RU in ingest-only mode, case (b).
+    IngestOnly,
     /// Discard mode: build, commit, write nothing.
     Discard,
     /// Write raw files on the RAM disk with this many writer threads per BU.
@@ -109,7 +111,11 @@ impl EvbCase {
     /// Checks the parameters.
     pub fn validate(&self) -> Result<(), BenchError> {
         let bad = |why: String| Err(BenchError::BadCase(why));
-        if !(1..=MAX_UNITS).contains(&self.rus) || !(1..=MAX_UNITS).contains(&self.bus) {
+        if self.output == BuOutput::IngestOnly {
+            if (self.rus, self.bus) != (1, 0) {
+                return bad(format!("{} RUs and {} BUs ingest only; 1 RU and no BU do", self.rus, self.bus));
+            }
+        } else if !(1..=MAX_UNITS).contains(&self.rus) || !(1..=MAX_UNITS).contains(&self.bus) {
             return bad(format!("{} RUs and {} BUs; 1..={MAX_UNITS} each", self.rus, self.bus));
         }
         if !(2.max(self.rus)..=crate::net::MAX_STREAMS).contains(&self.streams) {
@@ -171,6 +177,7 @@ impl EvbCase {
     /// A short label: `1x2 discard`, `1x1 ramdisk/2w`.
     pub fn label(&self) -> String {
         match self.output {
+            BuOutput::IngestOnly => "1x0 ingest".to_string(),
             BuOutput::Discard => format!("{}x{} discard", self.rus, self.bus),
             BuOutput::RamDisk { writer_threads } => format!("{}x{} ramdisk/{writer_threads}w", self.rus, self.bus),
         }
@@ -210,8 +217,12 @@ impl EvbMeasured {
         self.wire_bytes as f64 / self.seconds.max(1e-9) / 1e9
     }
 
-    /// Events built per second, all BUs together.
+    /// Events built per second, all BUs together (ingest only: super-fragments built, that is
+    /// fragments per second per stream).
     pub fn events_per_s(&self) -> f64 {
+        if self.case.output == BuOutput::IngestOnly {
+            return self.fragments_per_s() / self.case.streams as f64;
+        }
         self.events_built as f64 / self.seconds.max(1e-9)
     }
 
@@ -292,7 +303,8 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
         .map(|(r, ((ferol_listener, control_listener), feds))| RuNodeConfig {
             run: RUN,
             ru: RuConfig { fragment_timeout_ns: 1_000_000_000, ..RuConfig::new(r as u16, feds) },
-            evm: (r == 0).then(|| EvmConfig::new(case.rus as u16, case.bus as u16)),
+            evm: (r == 0 && case.output != BuOutput::IngestOnly)
+                .then(|| EvmConfig::new(case.rus as u16, case.bus as u16)),
             ferol_listener,
             control_listener,
             bu_data: if r == 0 { Vec::new() } else { data_addresses.clone() },
@@ -304,10 +316,11 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
             connect_timeout: Duration::from_secs(10),
             max_frame_bytes: MAX_FRAME_BYTES,
             allowed_peers: None,
+            ingest_only: case.output == BuOutput::IngestOnly,
         })
         .collect();
     let (discard, writer_threads) = match case.output {
-        BuOutput::Discard => (true, 1),
+        BuOutput::Discard | BuOutput::IngestOnly => (true, 1),
         BuOutput::RamDisk { writer_threads } => (false, writer_threads),
     };
     let bus = data
@@ -362,7 +375,7 @@ pub fn run_case(case: &EvbCase) -> Result<EvbMeasured, BenchError> {
     case.validate()?;
     let mut budget = case.budget;
     let ram_disk = match case.output {
-        BuOutput::Discard => None,
+        BuOutput::Discard | BuOutput::IngestOnly => None,
         BuOutput::RamDisk { .. } => {
             budget.bytes = budget.bytes.min(RAM_DISK_MAX_BYTES);
             Some(
@@ -391,7 +404,8 @@ pub fn run_case(case: &EvbCase) -> Result<EvbMeasured, BenchError> {
         let Some(b) = &begin else {
             // Set-up ends when the first events are built: until then the RUs only fill their
             // buffers (and in a debug build, that takes a while).
-            if s.built > 0 && s.at - *first.get_or_insert(s.at) >= warm_up {
+            let started = if case.output == BuOutput::IngestOnly { s.fragments > 0 } else { s.built > 0 };
+            if started && s.at - *first.get_or_insert(s.at) >= warm_up {
                 begin = Some(s);
             }
             continue;
@@ -422,7 +436,7 @@ pub fn run_case(case: &EvbCase) -> Result<EvbMeasured, BenchError> {
         return Err(BenchError::Timeout(format!("{}: no measurement window within the budget", case.label())));
     };
     let c = outcome.conservation();
-    if !c.holds || c.built != c.triggered {
+    if case.output != BuOutput::IngestOnly && (!c.holds || c.built != c.triggered) {
         return Err(BenchError::System(format!(
             "{}: {} events triggered, {} built, lost {:?}",
             case.label(),

@@ -2,8 +2,8 @@
 //! ratios hold on a noisy machine.
 //!
 //! Main cases, [`MAIN_STREAMS`] streams of [`MAIN_FRAGMENT_BYTES`]-byte fragments:
-//! (a) raw TCP ingest ([`crate::net::raw_ingest`]); (b) RU ingest, one RU into one discarding BU
-//! ([`crate::evb`]: this includes the EVM protocol and a loopback hop to the BU); (c) the chain
+//! (a) raw TCP ingest ([`crate::net::raw_ingest`]); (b) RU ingest, one RU in ingest-only mode
+//! (streams read and checked, super-fragments built and released, nothing sent); (c) the chain
 //! into [`MAIN_BUS`] discarding BUs; (d) the same BUs writing raw files to the RAM disk with
 //! [`MAIN_WRITER_THREADS`] writer threads each; (e) the raw relay into [`MAIN_BUS`] outputs
 //! ([`crate::net::raw_relay`]). Ratios: (b)/(a), (c)/(e), (d)/(e).
@@ -85,7 +85,7 @@ pub const WRITERS_FILE: &str = "evb-throughput-vs-writers";
 pub struct SizePoint {
     /// (a) raw ingest.
     pub raw: Measured,
-    /// (b) one RU into one discarding BU.
+    /// (b) one RU, ingest only.
     pub ru: EvbMeasured,
     /// (c) one RU into [`MAIN_BUS`] discarding BUs.
     pub chain: EvbMeasured,
@@ -98,7 +98,7 @@ pub struct EvbSuite {
     pub quick: bool,
     /// (a) raw TCP ingest.
     pub ingest: Measured,
-    /// (b) RU ingest (one discarding BU).
+    /// (b) RU ingest (ingest only).
     pub ru: EvbMeasured,
     /// (c) full chain, discarding BUs.
     pub chain: EvbMeasured,
@@ -160,14 +160,14 @@ pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<Ev
         run_case(&case)
     };
     let (d, f) = (BuOutput::Discard, MAIN_FRAGMENT_BYTES);
-    let ru = sys("(b) RU ingest", evb(1, 1, MAIN_STREAMS, f, d, budget))?;
+    let ru = sys("(b) RU ingest", evb(1, 0, MAIN_STREAMS, f, BuOutput::IngestOnly, budget))?;
     let chain = sys("(c) chain", evb(1, MAIN_BUS, MAIN_STREAMS, f, d, budget))?;
     let ram = BuOutput::RamDisk { writer_threads: MAIN_WRITER_THREADS };
     let disk = sys("(d) chain to RAM disk", evb(1, MAIN_BUS, MAIN_STREAMS, f, ram, budget))?;
     let mut size_points = Vec::new();
     for &s in sizes {
         let raw = raw_ingest(&net(MAIN_STREAMS, s, scan))?;
-        let ru = sys("scan 1", evb(1, 1, MAIN_STREAMS, s, d, scan))?;
+        let ru = sys("scan 1", evb(1, 0, MAIN_STREAMS, s, BuOutput::IngestOnly, scan))?;
         let chain = sys("scan 1", evb(1, MAIN_BUS, MAIN_STREAMS, s, d, scan))?;
         size_points.push(SizePoint { raw, ru, chain });
     }
@@ -243,7 +243,7 @@ pub fn scan_series(suite: &EvbSuite) -> Vec<ScanPlot> {
     let pts = |f: &dyn Fn(&SizePoint) -> f64| suite.sizes.iter().map(|p| (size_x(p), f(p))).collect::<Vec<_>>();
     let throughput = vec![
         Series::measured("(a) raw TCP ingest, 12 streams", pts(&|p| p.raw.gb_per_s())),
-        Series::measured("(b) RU ingest, 1 RU -> 1 discarding BU", pts(&|p| p.ru.gb_per_s())),
+        Series::measured("(b) RU ingest (nothing sent)", pts(&|p| p.ru.gb_per_s())),
         Series::measured(format!("(c) chain, 1 RU -> {MAIN_BUS} discarding BUs"), pts(&|p| p.chain.gb_per_s())),
         Series::reference(
             "CMS Run-2 RU, 12 sources (Fig. 2): 100 kHz to 3.5 kB, ~90% of 40 GbE",
@@ -293,7 +293,7 @@ pub fn scan_series(suite: &EvbSuite) -> Vec<ScanPlot> {
             .iter()
             .map(|m| match m.case.output {
                 BuOutput::RamDisk { writer_threads } => (writer_threads as f64, m.gb_per_s()),
-                BuOutput::Discard => (0.0, m.gb_per_s()),
+                BuOutput::Discard | BuOutput::IngestOnly => (0.0, m.gb_per_s()),
             })
             .collect(),
     )];
@@ -468,7 +468,7 @@ pub fn report(suite: &EvbSuite) -> String {
     raw_row(&mut s, "(a) raw ingest", a, "1.00 ÷(a)");
     evb_row(
         &mut s,
-        "(b) RU ingest -> 1 discard BU",
+        "(b) RU ingest, nothing sent",
         &suite.ru,
         &format!("{:.2} ÷(a)", ratio(suite.ru.gb_per_s(), a.gb_per_s())),
     );
@@ -489,12 +489,9 @@ pub fn report(suite: &EvbSuite) -> String {
     let _ = writeln!(
         s,
         "\nRU thread CPU per fragment in (b): {ru_ns:.0} ns; kernel copy estimated as (a)'s receiver, {:.0} ns: \
-         beyond it {:.0} ns.\n  The RU of (b) also sends every byte once more (to the BU); the relay of (e), which \
-         receives and sends each byte,\n  costs {:.0} ns per fragment: (b) beyond the relay {:.0} ns.",
+         beyond it {:.0} ns.",
         a.cpu_ns_per_fragment(),
         ru_ns - a.cpu_ns_per_fragment(),
-        e.cpu_ns_per_fragment(),
-        ru_ns - e.cpu_ns_per_fragment()
     );
     let _ = writeln!(
         s,
@@ -539,8 +536,8 @@ pub fn report(suite: &EvbSuite) -> String {
          fragments/s per stream); CPU ns/frag: the receiver (a) or relay (e) thread, or the RU loop threads together;\n\
          busy: that thread's (busiest RU's) CPU over wall time; proc: the whole process, emulators included.\n\
          In (b)-(d) and the scans one of the streams of RU 0 is the trigger FED 1024 (a 952-byte TCDS record).\n\
-         (b) is one RU (the EVM's node) into one BU in discard mode: it includes the EVM protocol and a loopback hop\n\
-         of every super-fragment to the BU. Scans 2 and 3 put all units in this one 2-core process{}.",
+         (b) is one RU in ingest-only mode: it reads and checks every fragment and builds every super-fragment,\n\
+         and releases each as soon as it is built. Scans 2 and 3 put all units in this one 2-core process{}.",
         if suite.quick { " (--quick: short runs, few points)" } else { "" }
     );
     let _ = writeln!(s, "\ntargets:");

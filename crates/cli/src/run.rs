@@ -192,6 +192,7 @@ fn ru_node(
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: MAX_FRAME_BYTES,
         allowed_peers,
+        ingest_only: false,
     }
 }
 

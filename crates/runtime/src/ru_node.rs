@@ -143,6 +143,11 @@ pub struct RuNodeConfig {
     /// The addresses protocol peers may call from (the EVM's for an RU, the BUs' for the EVM);
     /// `None` accepts any.
     pub allowed_peers: Option<Vec<std::net::IpAddr>>,
+    /// Ingest only, for benchmarks: no EVM and no BU. The RU assigns itself every event that all
+    /// its streams have delivered, and releases each super-fragment as soon as its core sends
+    /// it: the RU's whole receive path (streams, checks, receive memory, super-fragments) with
+    /// nothing sent. The node ends when every stream has ended. Needs `evm: None`.
+    pub ingest_only: bool,
 }
 
 /// What ended an RU node with an error.
@@ -265,6 +270,8 @@ const STREAM_BASE: usize = 1 << 16;
 const CONN_BASE: usize = 1 << 20;
 /// Longest the loop sleeps without looking at the clock.
 const MAX_SLEEP: Duration = Duration::from_millis(10);
+/// Most bytes one read of a FEROL stream takes.
+const READ_BYTES: usize = 128 << 10;
 /// Bytes read from one FEROL stream before the loop turns to the others.
 const STREAM_TURN_BYTES: usize = 1 << 20;
 /// Front-end connections that may wait at once for their first block header.
@@ -395,6 +402,8 @@ impl RuNode {
             drain_seen: false,
             trigger_stopped: false,
             last_trigger: None,
+            self_assigned: cfg.ru.first_event,
+            to_release: Vec::new(),
             cpu: CpuSampler::default(),
             stats,
             control,
@@ -424,6 +433,9 @@ struct RuLoop {
     trigger_stopped: bool,
     /// The trigger information of the last trigger fragment that parsed.
     last_trigger: Option<TriggerInfo>,
+    /// Ingest only: the next event to assign to itself, and the events sent, to release.
+    self_assigned: EventNumber,
+    to_release: Vec<tessera_evb::types::EventRange>,
     cpu: CpuSampler,
 }
 
@@ -524,6 +536,9 @@ impl RuLoop {
             if !self.is_evm() && self.drain_seen && !self.conns.values().any(|c| c.peer == Some(Peer::Evm)) {
                 return Ok(self.report());
             }
+            if self.cfg.ingest_only && self.ingest_step() {
+                return Ok(self.report());
+            }
             let wait = if busy {
                 Duration::ZERO
             } else {
@@ -565,6 +580,7 @@ impl RuLoop {
     /// said, not dropped silently.
     fn report(&mut self) -> RuReport {
         self.cpu.sample(&self.stats.loop_cpu_ns, true);
+        self.publish_stats();
         let held = self.core.ru().events_buffered();
         if held > 0 {
             self.stats.problem(format!(
@@ -790,7 +806,10 @@ impl RuLoop {
                     blocked = true;
                     break;
                 };
-                match s.stream.read(spare) {
+                // Small reads: the fragments are parsed and their CRC-16 checked while the
+                // bytes the kernel just copied are still in the cache.
+                let room = spare.len().min(READ_BYTES);
+                match s.stream.read(&mut spare[..room]) {
                     Ok(0) => {
                         s.ended = true;
                         let _ = self.poll.registry().deregister(&mut s.stream);
@@ -909,10 +928,38 @@ impl RuLoop {
         Ok(())
     }
 
+    /// Ingest only: releases what the core sent, assigns the events every stream has delivered,
+    /// and says whether every stream has ended and nothing is left.
+    fn ingest_step(&mut self) -> bool {
+        let now = self.now();
+        if !self.to_release.is_empty() {
+            let events = std::mem::take(&mut self.to_release);
+            self.core.handle(now, Input::Message { from: Peer::Evm, msg: Message::Release { events } });
+        }
+        let delivered = self.streams.iter().map(|s| s.as_ref().map_or(0, |s| s.fragments)).min().unwrap_or(0);
+        let through = self.cfg.ru.first_event + delivered;
+        if through > self.self_assigned {
+            let count = (through - self.self_assigned) as u32;
+            let events = vec![tessera_evb::types::EventRange { first: self.self_assigned, count }];
+            self.self_assigned = through;
+            let msg = Message::Assign { bu: 0, epoch: 1, events, release: Vec::new() };
+            self.core.handle(now, Input::Message { from: Peer::Evm, msg });
+        }
+        self.dispatch(now);
+        let ended = self.streams.iter().all(|s| s.as_ref().is_some_and(|s| s.ended));
+        ended && self.to_release.is_empty() && self.core.ru().events_buffered() == 0
+    }
+
     /// Carries out the core's outputs.
     fn dispatch(&mut self, _now: Nanos) {
         while let Some(out) = self.core.poll_output() {
             match out {
+                Output::Send { msg: Message::Data { parts, .. }, .. } if self.cfg.ingest_only => {
+                    for p in &parts {
+                        tessera_evb::types::push_event(&mut self.to_release, p.event);
+                    }
+                    self.stats.data_messages.add(1);
+                }
                 Output::Send { to, msg: Message::Data { ru, epoch, parts, commits } } => {
                     let handles: Vec<u64> = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer).collect();
                     let bytes: usize = parts.iter().flat_map(|p| &p.fragments).map(|f| f.bytes as usize).sum();
@@ -920,7 +967,8 @@ impl RuLoop {
                     for &h in &handles {
                         self.buffers.pieces(h, &mut pieces);
                     }
-                    let mut header = Vec::with_capacity(256);
+                    // Room for every descriptor, so that the header is written without growing.
+                    let mut header = Vec::with_capacity(64 + 16 * parts.len() + 26 * handles.len());
                     if let Err(e) = encode_data_header_pieces(ru, epoch, &parts, &commits, &pieces, &mut header) {
                         self.stats.problem(format!("RU {}: data message not sent: {e}", self.cfg.ru.ru));
                         continue;

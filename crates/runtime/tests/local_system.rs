@@ -134,3 +134,26 @@ fn discarding_bus_build_every_event_and_touch_no_disk() {
     assert!(outcome.bus.iter().flatten().all(|b| b.run_dir.as_os_str().is_empty()));
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0, "nothing written under the BU directories");
 }
+
+#[test]
+fn an_ingest_only_ru_takes_every_fragment_builds_and_releases_every_super_fragment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let events = 3000;
+    let mut plan = plan(tmp.path(), &Setup::new(1, events));
+    plan.rus.truncate(1);
+    plan.emulators.truncate(1);
+    plan.bus.clear();
+    let ru = &mut plan.rus[0];
+    ru.evm = None;
+    ru.ingest_only = true;
+    ru.ru_control.clear();
+    let feds = ru.ru.feds.len() as u64;
+    let system = RunningSystem::start(plan).unwrap();
+    let stats = system.ru_stats[0].clone();
+    let outcome = system.wait(Duration::from_secs(30));
+    assert!(outcome.clean(), "{outcome:#?}");
+    let r = outcome.rus[0].as_ref().unwrap();
+    assert_eq!(r.ru.fragments, feds * events);
+    assert_eq!((r.ru.parts_sent, r.ru.released, r.ru.incomplete_parts), (events, events, 0));
+    assert_eq!((stats.events_buffered.get(), outcome.problem_count), (0, 0), "{:#?}", outcome.problems);
+}

@@ -120,6 +120,7 @@ pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
             connect_timeout: Duration::from_secs(10),
             max_frame_bytes: 64 << 20,
             allowed_peers: None,
+            ingest_only: false,
         })
         .collect();
     let bus = data
