@@ -131,8 +131,11 @@ impl Listeners {
         for (i, ru) in cfg.rus.iter().enumerate() {
             ferol.push(bind(&ru.host, ru.ferol_port, &format!("{} FEROL port", ru.name))?);
             // RU 0's control port is the EVM's: BUs connect to it.
-            let port = if i == 0 { cfg.evm.port } else { ru.control_port };
-            control.push(bind(&ru.host, port, &format!("{} control port", ru.name))?);
+            control.push(if i == 0 {
+                bind(&ru.host, cfg.evm.port, "the EVM's port (evm.port)")?
+            } else {
+                bind(&ru.host, ru.control_port, &format!("{} control port", ru.name))?
+            });
         }
         let data = cfg
             .bus
@@ -275,8 +278,8 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Resu
             );
         }
     }
-    std::fs::create_dir_all(&output).with_context(|| format!("creating {}", output.display()))?;
     let l = Listeners::bind_all(&cfg)?;
+    std::fs::create_dir_all(&output).with_context(|| format!("creating {}", output.display()))?;
     let bu_data: Vec<SocketAddr> = l.data.iter().map(addr).collect();
     let ru_control: Vec<SocketAddr> = l.control.iter().skip(1).map(addr).collect();
     let evm = addr(&l.control[0]);
@@ -477,6 +480,36 @@ fn summarize(cfg: &SystemConfig, output: &Path, outcome: &Outcome) -> Result<boo
     Ok(outcome.clean() && c.holds)
 }
 
+/// Units in separate processes find each other by the ports in the file: none may be 0.
+fn require_ports(cfg: &SystemConfig, system: &Path) -> Result<()> {
+    let mut zero = Vec::new();
+    if cfg.evm.port == 0 {
+        zero.push("evm.port".to_string());
+    }
+    for (i, ru) in cfg.rus.iter().enumerate() {
+        if ru.ferol_port == 0 {
+            zero.push(format!("rus[{i}].ferol_port"));
+        }
+        if i > 0 && ru.control_port == 0 {
+            zero.push(format!("rus[{i}].control_port"));
+        }
+    }
+    for (i, bu) in cfg.bus.iter().enumerate() {
+        if bu.data_port == 0 {
+            zero.push(format!("bus[{i}].data_port"));
+        }
+    }
+    if !zero.is_empty() {
+        bail!(
+            "{}: {} {} 0 (any free port), which only one `tessera run` can use: units in separate processes find each other by the ports in the file",
+            system.display(),
+            zero.join(", "),
+            if zero.len() == 1 { "is" } else { "are" }
+        );
+    }
+    Ok(())
+}
+
 /// Which unit a process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -491,6 +524,12 @@ pub enum Role {
 /// `tessera evm|ru|bu`: one unit of the system, in this process.
 pub fn unit(role: Role, system: &Path, name: Option<&str>, args: &SystemArgs, restart: bool) -> Result<ExitCode> {
     let cfg = load(Some(system), args)?;
+    match (role, name) {
+        (Role::Ru, Some(n)) if !cfg.rus.iter().any(|r| r.name == n) => bail!("no RU named {n} in {}", system.display()),
+        (Role::Bu, Some(n)) if !cfg.bus.iter().any(|b| b.name == n) => bail!("no BU named {n} in {}", system.display()),
+        _ => {}
+    }
+    require_ports(&cfg, system)?;
     let output = cfg.run.output.clone().unwrap_or_else(|| PathBuf::from("."));
     let evm = resolve(&cfg.rus[0].host, cfg.evm.port, "evm.port")?;
     let find_ru = |name: &str| cfg.rus.iter().position(|r| r.name == name);

@@ -138,7 +138,7 @@ fn bench_evb_quick_prints_every_case_and_writes_the_scans() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     for row in [
         "(a) raw ingest",
-        "(b) RU ingest -> 1 discard BU",
+        "(b) RU ingest, nothing sent",
         "(c) chain, no disk",
         "(d) chain, RAM disk",
         "(e) raw relay",
@@ -163,4 +163,57 @@ fn bench_evb_quick_prints_every_case_and_writes_the_scans() {
     }
     let sources = std::fs::read_to_string(out_dir.join("evb-rate-vs-sources.csv")).unwrap();
     assert!(sources.contains("LHCb") && sources.contains(",32,2600,reference"), "{sources}");
+}
+
+#[test]
+fn run_and_the_unit_commands_name_the_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let typo = file(
+        "typo.yaml",
+        "rus:\n  - name: ru0\n    feds: \"1024,0-3\"\n    fragmnet_size: {bytes: 1000}\nbus:\n  - name: bu0\n",
+    );
+    let out = tessera(&["run", &typo]);
+    assert_eq!(out.status.code(), Some(2));
+    let (_, stderr) = text(&out);
+    assert!(stderr.contains("typo.yaml:4:5: rus[0].fragmnet_size: unknown field `fragmnet_size`"), "{stderr}");
+    // The printed default system is a valid file, but its ports are 0: fine for `run`, not for
+    // units in separate processes.
+    let printed = tessera(&["run", "--print-config"]);
+    assert!(printed.status.success());
+    let default = file("default.yaml", &text(&printed).0);
+    let out = tessera(&["bu", "--system", &default, "--name", "bu0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let (_, stderr) = text(&out);
+    assert!(stderr.contains("evm.port, rus[0].ferol_port, rus[1].ferol_port, rus[1].control_port, bus[0].data_port, bus[1].data_port are 0"), "{stderr}");
+    let out = tessera(&["ru", "--system", &default, "--name", "ru9"]);
+    assert!(text(&out).1.contains("no RU named ru9 in"), "{:?}", text(&out));
+}
+
+#[test]
+fn run_writes_a_summary_that_proves_conservation_and_refuses_to_overwrite_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out");
+    let out = tessera(&["run", "--events", "2000", "--output", output.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("conservation: triggered 2000 = built 2000 + lost 0  holds"), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(output.join("summary.json")).unwrap()).unwrap();
+    assert_eq!((summary["triggered"].as_u64(), summary["built"].as_u64()), (Some(2000), Some(2000)));
+    assert_eq!(summary["conservation_holds"], serde_json::Value::Bool(true));
+    let per_bu: u64 = summary["per_bu"].as_array().unwrap().iter().map(|b| b["events"].as_u64().unwrap()).sum();
+    assert_eq!(per_bu, 2000);
+    for bu in ["bu0", "bu1"] {
+        let run_dir = output.join(bu).join("run000001");
+        let verified = tessera(&["verify", run_dir.to_str().unwrap()]);
+        assert!(verified.status.success(), "{:?}", text(&verified));
+    }
+    let again = tessera(&["run", "--events", "10", "--output", output.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(text(&again).1.contains("run000001 exists: run 1 was already written there"), "{:?}", text(&again));
 }
