@@ -136,13 +136,9 @@ fn bench_evb_quick_prints_every_case_and_writes_the_scans() {
     let out = tessera(&["bench", "evb", "--quick", "--out", out_dir.to_str().unwrap()]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    for row in [
-        "(a) raw ingest",
-        "(b) RU ingest, nothing sent",
-        "(c) chain, no disk",
-        "(d) chain, RAM disk",
-        "(e) raw relay",
-    ] {
+    for row in
+        ["(a) raw ingest", "(b) RU ingest, nothing sent", "(c) chain, no disk", "(d) chain, RAM disk", "(e) raw relay"]
+    {
         assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
     }
     for line in ["(b)/(a) >= 0.9", "(c)/(e) >= 0.75", "beyond the kernel's copy <= 50 ns", "memory bounded"] {

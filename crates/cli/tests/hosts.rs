@@ -1,0 +1,165 @@
+//! Two hosts, as two network namespaces joined by a veth pair: the EVM, `ru0` and `bu0` on
+//! 10.231.7.1, `ru1` and `bu1` on 10.231.7.2, each unit its own `tessera` process inside its
+//! host's namespace, from one system file, as the README's two-host example runs them. Every
+//! event is built once and every run directory verifies.
+//!
+//! Needs root (to create namespaces); without it the test says so and passes without running.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tessera_formats::raw::RawFile;
+
+const RUN: u32 = 52;
+const EVENTS: u64 = 3000;
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// Two namespaces and the veth pair between them, removed when dropped.
+struct Hosts {
+    a: String,
+    b: String,
+}
+
+impl Hosts {
+    fn create() -> Option<Hosts> {
+        let id = std::process::id();
+        let hosts = Hosts { a: format!("tsr-a-{id}"), b: format!("tsr-b-{id}") };
+        let (va, vb) = (format!("tva{id}"), format!("tvb{id}"));
+        let steps: [&[&str]; 11] = [
+            &["netns", "add", &hosts.a],
+            &["netns", "add", &hosts.b],
+            &["link", "add", &va, "type", "veth", "peer", "name", &vb],
+            &["link", "set", &va, "netns", &hosts.a],
+            &["link", "set", &vb, "netns", &hosts.b],
+            &["-n", &hosts.a, "addr", "add", "10.231.7.1/24", "dev", &va],
+            &["-n", &hosts.b, "addr", "add", "10.231.7.2/24", "dev", &vb],
+            &["-n", &hosts.a, "link", "set", &va, "up"],
+            &["-n", &hosts.b, "link", "set", &vb, "up"],
+            &["-n", &hosts.a, "link", "set", "lo", "up"],
+            &["-n", &hosts.b, "link", "set", "lo", "up"],
+        ];
+        for step in steps {
+            if !ip(step) {
+                eprintln!("skipped: `ip {}` failed (needs root and network namespaces)", step.join(" "));
+                return None;
+            }
+        }
+        Some(hosts)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        ip(&["netns", "del", &self.a]);
+        ip(&["netns", "del", &self.b]);
+    }
+}
+
+fn system_file(dir: &Path) -> std::path::PathBuf {
+    let yaml = format!(
+        "run:\n  number: {RUN}\n  first_event: {first}\n  events: {EVENTS}\n  orbits_per_lumi_section: 64\n  output: {out}\n\
+         trigger:\n  free_running: true\n\
+         evm:\n  port: 9100\n\
+         rus:\n  - name: ru0\n    host: 10.231.7.1\n    ferol_port: 9000\n    feds: \"1024,0-2\"\n    fragment_size: {{bytes: 2048}}\n\
+         \x20 - name: ru1\n    host: 10.231.7.2\n    ferol_port: 9000\n    control_port: 9001\n    feds: \"3-5\"\n    fragment_size: {{bytes: 4096}}\n\
+         bus:\n  - name: bu0\n    host: 10.231.7.1\n    data_port: 9200\n  - name: bu1\n    host: 10.231.7.2\n    data_port: 9200\n",
+        first = (1u64 << 24) - 1000,
+        out = dir.display()
+    );
+    let path = dir.join("two-hosts.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+struct Units(Vec<(String, Child)>);
+
+impl Drop for Units {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn logs(dir: &Path) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "log") {
+            all += &format!("--- {}\n{}\n", e.path().display(), std::fs::read_to_string(e.path()).unwrap_or_default());
+        }
+    }
+    all
+}
+
+fn start(units: &mut Units, dir: &Path, host: &str, label: &str, args: &[&str]) {
+    let log = std::fs::File::create(dir.join(format!("{label}.log"))).unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", host, env!("CARGO_BIN_EXE_tessera")])
+        .args(args)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    units.0.push((label.to_string(), child));
+}
+
+fn wait_for_line(dir: &Path, label: &str, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join(format!("{label}.log"))).is_ok_and(|t| t.contains(text)) {
+        assert!(Instant::now() < deadline, "{label} never said {text:?}\n{}", logs(dir));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn two_hosts_in_network_namespaces_build_every_event() {
+    let Some(hosts) = Hosts::create() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let system = system_file(d);
+    let sys = system.to_str().unwrap();
+    let mut units = Units(Vec::new());
+    start(&mut units, d, &hosts.a, "bu0", &["bu", "--system", sys, "--name", "bu0"]);
+    start(&mut units, d, &hosts.b, "bu1", &["bu", "--system", sys, "--name", "bu1"]);
+    start(&mut units, d, &hosts.b, "ru1", &["ru", "--system", sys, "--name", "ru1"]);
+    start(&mut units, d, &hosts.a, "evm", &["evm", "--system", sys]);
+    wait_for_line(d, "evm", "run 52");
+    wait_for_line(d, "ru1", "run 52");
+    start(&mut units, d, &hosts.a, "ferol-ru0", &["ferol", "--system", sys, "--ru", "ru0"]);
+    start(&mut units, d, &hosts.b, "ferol-ru1", &["ferol", "--system", sys, "--ru", "ru1"]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for (label, child) in &mut units.0 {
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "{label} still runs\n{}", logs(d));
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "{label} failed\n{}", logs(d));
+    }
+    let evm = std::fs::read_to_string(d.join("evm.log")).unwrap();
+    assert!(evm.contains(&format!("triggered {EVENTS}, committed {EVENTS}")), "{evm}");
+    let mut seen = BTreeSet::new();
+    for bu in ["bu0", "bu1"] {
+        let run_dir = d.join(bu).join(format!("run{RUN:06}"));
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_tessera")).args(["verify", run_dir.to_str().unwrap()]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        for e in std::fs::read_dir(&run_dir).unwrap().flatten() {
+            if e.path().extension().is_some_and(|x| x == "raw") {
+                let bytes = std::fs::read(e.path()).unwrap();
+                for ev in RawFile::parse(&bytes).unwrap().events() {
+                    assert!(seen.insert(ev.unwrap().1.header.event), "an event is in two files");
+                }
+            }
+        }
+    }
+    assert_eq!(seen.len() as u64, EVENTS, "every event in exactly one file");
+}
