@@ -317,6 +317,7 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
             max_frame_bytes: MAX_FRAME_BYTES,
             allowed_peers: None,
             ingest_only: case.output == BuOutput::IngestOnly,
+            pin_core: None,
         })
         .collect();
     let (discard, writer_threads) = match case.output {
@@ -343,6 +344,7 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
             max_frame_bytes: MAX_FRAME_BYTES,
             allowed_peers: None,
             discard,
+            pin_core: None,
         })
         .collect();
     Ok(SystemPlan { rus, bus, emulators })

@@ -196,6 +196,7 @@ fn ru_node(
         max_frame_bytes: MAX_FRAME_BYTES,
         allowed_peers,
         ingest_only: false,
+        pin_core: section.cpu,
     }
 }
 
@@ -233,6 +234,7 @@ fn bu_node(
         max_frame_bytes: MAX_FRAME_BYTES,
         allowed_peers,
         discard: false,
+        pin_core: cfg.bus[i].cpu,
     }
 }
 

@@ -288,6 +288,9 @@ pub struct RuSection {
     /// This RU's own values for some of the shared `ru` tuning.
     #[serde(default, skip_serializing_if = "is_default")]
     pub params: RuParamsOverride,
+    /// Pin the RU's loop thread to this CPU core of its host (optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<usize>,
 }
 
 impl RuSection {
@@ -303,6 +306,7 @@ impl RuSection {
             faults: Vec::new(),
             emulated: true,
             params: RuParamsOverride::default(),
+            cpu: None,
         }
     }
 
@@ -446,12 +450,16 @@ pub struct BuSection {
     /// Where its run directory goes (its RAM disk); `<run output>/<name>` when absent.
     #[serde(default)]
     pub directory: Option<PathBuf>,
+    /// Pin the BU's loop thread to this CPU core of its host (optional; its writer threads are
+    /// not pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<usize>,
 }
 
 impl BuSection {
     /// A BU called `name` on 127.0.0.1, with every other field at its default.
     pub fn new(name: &str) -> Self {
-        BuSection { name: name.to_owned(), host: default_host(), data_port: 0, directory: None }
+        BuSection { name: name.to_owned(), host: default_host(), data_port: 0, directory: None, cpu: None }
     }
 }
 

@@ -76,6 +76,9 @@ pub struct BuNodeConfig {
     /// Discard mode (see the module docs): build events, write nothing. `directory`, `name`,
     /// `restart`, `generated`, `writer_threads` and the RAM-disk marks are then unused.
     pub discard: bool,
+    /// Pin the unit's loop thread to this CPU core; a core that cannot be had is reported, and
+    /// the unit runs unpinned.
+    pub pin_core: Option<usize>,
 }
 
 /// How a BU node ended.
@@ -160,6 +163,7 @@ impl BuNode {
     /// Runs the BU until it has written its end-of-run record.
     pub fn run(self) -> Result<BuReport, NodeError> {
         let BuNode { cfg, stats, control, poll } = self;
+        crate::ru_node::pin_to(cfg.pin_core, &stats, &format!("BU {}", cfg.bu.bu));
         let generated = cfg.generated;
         let (files, disk, epoch) = if cfg.discard {
             (None, BuDisk::default(), 1)

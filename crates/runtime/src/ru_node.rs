@@ -148,6 +148,9 @@ pub struct RuNodeConfig {
     /// it: the RU's whole receive path (streams, checks, receive memory, super-fragments) with
     /// nothing sent. The node ends when every stream has ended. Needs `evm: None`.
     pub ingest_only: bool,
+    /// Pin the unit's loop thread to this CPU core; a core that cannot be had is reported, and
+    /// the unit runs unpinned.
+    pub pin_core: Option<usize>,
 }
 
 /// What ended an RU node with an error.
@@ -286,6 +289,17 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> NodeE
     move |source| NodeError::Io { what, source }
 }
 
+/// Pins the calling thread (a unit's loop) to `core`, if asked; a core that cannot be had is
+/// reported and the unit runs unpinned.
+pub(crate) fn pin_to(core: Option<usize>, stats: &UnitStats, unit: &str) {
+    // The kernel's CPU sets hold 1024 cores; the crate asserts on more rather than failing.
+    if let Some(id) = core
+        && (id >= 1024 || !core_affinity::set_for_current(core_affinity::CoreId { id }))
+    {
+        stats.problem(format!("{unit}: could not pin its loop to CPU core {id}; it runs unpinned"));
+    }
+}
+
 /// Packs where a fragment is into its `buffer` handle: stream index, chunk, offset.
 fn pack(stream: usize, handle: FragmentHandle) -> u64 {
     ((stream as u64) << 48) | (u64::from(handle.chunk) << 32) | u64::from(handle.offset)
@@ -383,6 +397,7 @@ impl RuNode {
     /// the end of run sent.
     pub fn run(self) -> Result<RuReport, NodeError> {
         let RuNode { cfg, core, stats, control, poll } = self;
+        pin_to(cfg.pin_core, &stats, &format!("RU {}", cfg.ru.ru));
         let buffers = cfg
             .ru
             .feds

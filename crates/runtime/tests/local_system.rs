@@ -157,3 +157,18 @@ fn an_ingest_only_ru_takes_every_fragment_builds_and_releases_every_super_fragme
     assert_eq!((r.ru.parts_sent, r.ru.released, r.ru.incomplete_parts), (events, events, 0));
     assert_eq!((stats.events_buffered.get(), outcome.problem_count), (0, 0), "{:#?}", outcome.problems);
 }
+
+#[test]
+fn units_pin_their_loops_to_cores_and_say_so_when_a_core_cannot_be_had() {
+    let tmp = tempfile::tempdir().unwrap();
+    let events = 500;
+    let mut plan = plan(tmp.path(), &Setup::new(1, events));
+    plan.rus[0].pin_core = Some(0);
+    plan.bus[0].pin_core = Some(0);
+    plan.rus[1].pin_core = Some(1000);
+    let outcome = RunningSystem::start(plan).unwrap().wait(Duration::from_secs(30));
+    assert!(outcome.clean(), "{outcome:#?}");
+    assert_eq!(outcome.conservation().built, events);
+    let pins: Vec<&String> = outcome.problems.iter().filter(|p| p.contains("could not pin")).collect();
+    assert_eq!(pins, ["RU 1: could not pin its loop to CPU core 1000; it runs unpinned"], "{:#?}", outcome.problems);
+}

@@ -121,6 +121,7 @@ pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
             max_frame_bytes: 64 << 20,
             allowed_peers: None,
             ingest_only: false,
+            pin_core: None,
         })
         .collect();
     let bus = data
@@ -143,6 +144,7 @@ pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
             max_frame_bytes: 64 << 20,
             allowed_peers: None,
             discard: false,
+            pin_core: None,
         })
         .collect();
     SystemPlan { rus, bus, emulators }
