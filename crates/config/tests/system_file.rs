@@ -91,7 +91,7 @@ fn unknown_key_names_the_file_line_path_and_the_keys_allowed() {
     assert_eq!(
         error(&BASE.replace("    feds: \"1024,0-3\"", "    fedz: \"1024,0-3\"")),
         "conf/bad.yaml:3:5: rus[0].fedz: unknown field `fedz`, expected one of name, host, ferol_port, control_port, \
-         feds, fragment_size, faults, emulated, params"
+         feds, fragment_size, faults, emulated, params, cpu"
     );
 }
 
