@@ -5,11 +5,12 @@
 //!
 //! Needs root (to create namespaces); without it the test says so and passes without running.
 
-use std::collections::BTreeSet;
+mod common;
+
+use common::{Processes, spawn_logged, verified_events, wait_for_line};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-use tessera_formats::raw::RawFile;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const RUN: u32 = 52;
 const EVENTS: u64 = 3000;
@@ -75,46 +76,10 @@ fn system_file(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-struct Units(Vec<(String, Child)>);
-
-impl Drop for Units {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn logs(dir: &Path) -> String {
-    let mut all = String::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        if e.path().extension().is_some_and(|x| x == "log") {
-            all += &format!("--- {}\n{}\n", e.path().display(), std::fs::read_to_string(e.path()).unwrap_or_default());
-        }
-    }
-    all
-}
-
-fn start(units: &mut Units, dir: &Path, host: &str, label: &str, args: &[&str]) {
-    let log = std::fs::File::create(dir.join(format!("{label}.log"))).unwrap();
-    let child = Command::new("ip")
-        .args(["netns", "exec", host, env!("CARGO_BIN_EXE_tessera")])
-        .args(args)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    units.0.push((label.to_string(), child));
-}
-
-fn wait_for_line(dir: &Path, label: &str, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(dir.join(format!("{label}.log"))).is_ok_and(|t| t.contains(text)) {
-        assert!(Instant::now() < deadline, "{label} never said {text:?}\n{}", logs(dir));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn start(units: &mut Processes, dir: &Path, host: &str, label: &str, args: &[&str]) {
+    let mut command = Command::new("ip");
+    command.args(["netns", "exec", host, env!("CARGO_BIN_EXE_tessera")]).args(args);
+    units.0.push((label.to_string(), spawn_logged(command, &dir.join(format!("{label}.log")))));
 }
 
 #[test]
@@ -124,42 +89,18 @@ fn two_hosts_in_network_namespaces_build_every_event() {
     let d = tmp.path();
     let system = system_file(d);
     let sys = system.to_str().unwrap();
-    let mut units = Units(Vec::new());
+    let mut units = Processes(Vec::new());
     start(&mut units, d, &hosts.a, "bu0", &["bu", "--system", sys, "--name", "bu0"]);
     start(&mut units, d, &hosts.b, "bu1", &["bu", "--system", sys, "--name", "bu1"]);
     start(&mut units, d, &hosts.b, "ru1", &["ru", "--system", sys, "--name", "ru1"]);
     start(&mut units, d, &hosts.a, "evm", &["evm", "--system", sys]);
-    wait_for_line(d, "evm", "run 52");
-    wait_for_line(d, "ru1", "run 52");
+    wait_for_line(d, "evm.log", "run 52");
+    wait_for_line(d, "ru1.log", "run 52");
     start(&mut units, d, &hosts.a, "ferol-ru0", &["ferol", "--system", sys, "--ru", "ru0"]);
     start(&mut units, d, &hosts.b, "ferol-ru1", &["ferol", "--system", sys, "--ru", "ru1"]);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    for (label, child) in &mut units.0 {
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "{label} still runs\n{}", logs(d));
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        assert!(status.success(), "{label} failed\n{}", logs(d));
-    }
+    units.wait_all(d, Duration::from_secs(120));
     let evm = std::fs::read_to_string(d.join("evm.log")).unwrap();
     assert!(evm.contains(&format!("triggered {EVENTS}, committed {EVENTS}")), "{evm}");
-    let mut seen = BTreeSet::new();
-    for bu in ["bu0", "bu1"] {
-        let run_dir = d.join(bu).join(format!("run{RUN:06}"));
-        let out =
-            Command::new(env!("CARGO_BIN_EXE_tessera")).args(["verify", run_dir.to_str().unwrap()]).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-        for e in std::fs::read_dir(&run_dir).unwrap().flatten() {
-            if e.path().extension().is_some_and(|x| x == "raw") {
-                let bytes = std::fs::read(e.path()).unwrap();
-                for ev in RawFile::parse(&bytes).unwrap().events() {
-                    assert!(seen.insert(ev.unwrap().1.header.event), "an event is in two files");
-                }
-            }
-        }
-    }
+    let seen = verified_events(d, RUN, &["bu0", "bu1"]);
     assert_eq!(seen.len() as u64, EVENTS, "every event in exactly one file");
 }

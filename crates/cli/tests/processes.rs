@@ -5,12 +5,14 @@
 //! file. One run kills a BU with SIGKILL mid-run and restarts it: nothing lost, nothing
 //! duplicated, and the run goes on to its end.
 
+mod common;
+
+use common::{Processes, logs, spawn_logged, verified_events, wait_for_line};
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-use tessera_formats::raw::RawFile;
 
 const RUN: u32 = 31;
 
@@ -48,54 +50,9 @@ fn system_file(dir: &Path, first_event: u64, events: u64, rate_hz: Option<f64>) 
 }
 
 fn start(args: &[&str], log: &Path) -> Child {
-    let out = std::fs::File::create(log).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("tessera starts")
-}
-
-/// Processes that are killed when the test ends, whatever happens.
-struct Processes(Vec<(String, Child)>);
-
-impl Processes {
-    /// Waits for every process to exit, at most `timeout`; panics with the logs otherwise or if
-    /// one fails.
-    fn wait_all(&mut self, dir: &Path, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        for (name, child) in &mut self.0 {
-            let status = loop {
-                if let Some(s) = child.try_wait().unwrap() {
-                    break s;
-                }
-                assert!(Instant::now() < deadline, "{name} still runs after {timeout:?}\n{}", logs(dir));
-                std::thread::sleep(Duration::from_millis(50));
-            };
-            assert!(status.success(), "{name} failed: {status}\n{}", logs(dir));
-        }
-    }
-}
-
-impl Drop for Processes {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn logs(dir: &Path) -> String {
-    let mut all = String::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        if entry.path().extension().is_some_and(|x| x == "log") {
-            all += &format!("--- {}\n{}\n", entry.path().display(), std::fs::read_to_string(entry.path()).unwrap());
-        }
-    }
-    all
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    command.args(args);
+    spawn_logged(command, log)
 }
 
 fn tessera_unit(system: &Path, dir: &Path, role: &str, name: Option<&str>, extra: &[&str]) -> (String, Child) {
@@ -108,42 +65,11 @@ fn tessera_unit(system: &Path, dir: &Path, role: &str, name: Option<&str>, extra
     (label.clone(), start(&args, &dir.join(format!("{label}.log"))))
 }
 
-/// Waits until the unit whose log is `log` says it listens (it prints its first line once its
-/// ports are bound), so that the front ends find it.
-fn wait_listening(dir: &Path, log: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(dir.join(log)).is_ok_and(|t| t.contains("run 31")) {
-        assert!(Instant::now() < deadline, "{log} never said it listens\n{}", logs(dir));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn ferol(system: &Path, dir: &Path, ru: &str) -> (String, Child) {
     let log = if ru == "ru0" { "evm-evm.log".to_string() } else { format!("ru-{ru}.log") };
-    wait_listening(dir, &log);
+    wait_for_line(dir, &log, "run 31");
     let args = ["ferol", "--system", system.to_str().unwrap(), "--ru", ru];
     (format!("ferol-{ru}"), start(&args, &dir.join(format!("ferol-{ru}.log"))))
-}
-
-/// Verifies both BUs' run directories and returns every event in them, none twice.
-fn verified_events(dir: &Path) -> BTreeSet<u32> {
-    let mut seen = BTreeSet::new();
-    for bu in ["bu0", "bu1"] {
-        let run_dir = dir.join(bu).join(format!("run{RUN:06}"));
-        let out =
-            Command::new(env!("CARGO_BIN_EXE_tessera")).args(["verify", run_dir.to_str().unwrap()]).output().unwrap();
-        assert!(out.status.success(), "{}: {}", run_dir.display(), String::from_utf8_lossy(&out.stdout));
-        for entry in std::fs::read_dir(&run_dir).unwrap().flatten() {
-            if entry.path().extension().is_some_and(|x| x == "raw") {
-                let bytes = std::fs::read(entry.path()).unwrap();
-                for ev in RawFile::parse(&bytes).unwrap().events() {
-                    let (_, ev) = ev.unwrap();
-                    assert!(seen.insert(ev.header.event), "event {} is in two files", ev.header.event);
-                }
-            }
-        }
-    }
-    seen
 }
 
 fn expected(first_event: u64, events: u64) -> BTreeSet<u32> {
@@ -167,7 +93,11 @@ fn two_by_two_processes_build_every_event_across_the_lv1_wrap() {
     units.wait_all(d, Duration::from_secs(120));
     let evm_log = std::fs::read_to_string(d.join("evm-evm.log")).unwrap();
     assert!(evm_log.contains(&format!("triggered {events}, committed {events}")), "{evm_log}");
-    assert_eq!(verified_events(d), expected(first_event, events), "every event in exactly one file");
+    assert_eq!(
+        verified_events(d, RUN, &["bu0", "bu1"]),
+        expected(first_event, events),
+        "every event in exactly one file"
+    );
 }
 
 #[test]
@@ -204,5 +134,9 @@ fn two_by_two_bu_killed_and_restarted_loses_and_duplicates_nothing() {
     assert!(evm_log.contains(&format!("triggered {events}, committed {events}")), "{evm_log}");
     let restarted = std::fs::read_to_string(d.join("bu-bu1--restart.log")).unwrap();
     assert!(restarted.contains("(incarnation 2)"), "{restarted}");
-    assert_eq!(verified_events(d), expected(first_event, events), "every event in exactly one file");
+    assert_eq!(
+        verified_events(d, RUN, &["bu0", "bu1"]),
+        expected(first_event, events),
+        "every event in exactly one file"
+    );
 }

@@ -1,0 +1,89 @@
+//! What the tests that run `tessera` units as processes share: starting them with their output
+//! in a log file each, waiting for them (killing them whatever happens), and checking what they
+//! wrote.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tessera_formats::raw::RawFile;
+
+/// Starts `command` with stdout and stderr in `log` and no stdin.
+pub fn spawn_logged(mut command: Command, log: &Path) -> Child {
+    let out = std::fs::File::create(log).unwrap();
+    command.stdout(out.try_clone().unwrap()).stderr(out).stdin(Stdio::null()).spawn().expect("the process starts")
+}
+
+/// Processes, by label, that are killed when the test ends, whatever happens.
+pub struct Processes(pub Vec<(String, Child)>);
+
+impl Processes {
+    /// Waits for every process to exit, at most `timeout` in all; panics with the logs of `dir`
+    /// if one is still running then or fails.
+    pub fn wait_all(&mut self, dir: &Path, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        for (name, child) in &mut self.0 {
+            let status = loop {
+                if let Some(s) = child.try_wait().unwrap() {
+                    break s;
+                }
+                assert!(Instant::now() < deadline, "{name} still runs after {timeout:?}\n{}", logs(dir));
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            assert!(status.success(), "{name} failed: {status}\n{}", logs(dir));
+        }
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Every `.log` file of `dir`, for a failure's message.
+pub fn logs(dir: &Path) -> String {
+    let mut all = String::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|x| x == "log") {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            all += &format!("--- {}\n{text}\n", entry.path().display());
+        }
+    }
+    all
+}
+
+/// Waits until `log` in `dir` holds `text` (a unit prints its first line once its ports are
+/// bound), at most 30 s.
+pub fn wait_for_line(dir: &Path, log: &str, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join(log)).is_ok_and(|t| t.contains(text)) {
+        assert!(Instant::now() < deadline, "{log} never said {text:?}\n{}", logs(dir));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `tessera verify` on the run directory of run `run` of each BU directory `dir/<bu>`, and
+/// returns every event in their raw files, asserting that none is in two files.
+pub fn verified_events(dir: &Path, run: u32, bus: &[&str]) -> BTreeSet<u32> {
+    let mut seen = BTreeSet::new();
+    for bu in bus {
+        let run_dir = dir.join(bu).join(format!("run{run:06}"));
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_tessera")).args(["verify", run_dir.to_str().unwrap()]).output().unwrap();
+        assert!(out.status.success(), "{}: {}", run_dir.display(), String::from_utf8_lossy(&out.stdout));
+        for entry in std::fs::read_dir(&run_dir).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|x| x == "raw") {
+                let bytes = std::fs::read(entry.path()).unwrap();
+                for ev in RawFile::parse(&bytes).unwrap().events() {
+                    let (_, ev) = ev.unwrap();
+                    assert!(seen.insert(ev.header.event), "event {} is in two files", ev.header.event);
+                }
+            }
+        }
+    }
+    seen
+}
