@@ -124,6 +124,18 @@ fn assert_violations_only_at(dir: &Path, built: &BTreeMap<u32, Built>, fed: u16,
     assert!(left.is_empty(), "unexpected: {left:#?}");
 }
 
+/// Asserts that one fragment, FED's of event AT, was flagged corrupt, by its RU alone, that no
+/// stream broke, and that it was reported once; returns the report.
+fn the_one_corrupt_fragment(outcome: &Outcome, stats: &[Arc<UnitStats>]) -> String {
+    let ru = ru_of(FED);
+    assert_eq!(stats[ru].corrupt_fragments.get(), 1);
+    assert_eq!(stats[1 - ru].corrupt_fragments.get(), 0);
+    assert_eq!(stats.iter().map(|s| s.broken_streams.get()).sum::<u64>(), 0);
+    let reported = problems_with(outcome, &format!("RU {ru}: FED {FED} fragment with LV1 {AT}"));
+    assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
+    reported[0].clone()
+}
+
 /// Asserts that `verify` finds nothing wrong: events that lack a FED are flagged incomplete,
 /// which breaks no rule.
 fn assert_verifies(dir: &Path) {
@@ -136,13 +148,8 @@ fn two_by_two_bad_crc_on_fed_4_is_built_flagged_fragment_error() {
     let tmp = tempfile::tempdir().unwrap();
     let (outcome, stats) = run(tmp.path(), &setup(Fault::BadCrc, FED));
     let built = assert_all_built(tmp.path(), &outcome, 0);
-    let ru = ru_of(FED);
-    assert_eq!(stats[ru].corrupt_fragments.get(), 1);
-    assert_eq!(stats[1 - ru].corrupt_fragments.get(), 0);
-    assert_eq!(stats.iter().map(|s| s.broken_streams.get()).sum::<u64>(), 0);
-    let reported = problems_with(&outcome, &format!("RU {ru}: FED {FED} fragment with LV1 {AT}"));
-    assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
-    assert!(reported[0].contains("CRC-16 mismatch"), "{reported:?}");
+    let reported = the_one_corrupt_fragment(&outcome, &stats);
+    assert!(reported.contains("CRC-16 mismatch"), "{reported:?}");
     // The fault is the only thing wrong: one event flagged, with every FED.
     for (&event, b) in &built {
         let expected = if u64::from(event) == AT { flags::GENERATED | flags::FRAGMENT_ERROR } else { flags::GENERATED };
@@ -162,15 +169,10 @@ fn two_by_two_wrong_fed_id_on_fed_4_is_built_flagged_fragment_error() {
     let tmp = tempfile::tempdir().unwrap();
     let (outcome, stats) = run(tmp.path(), &setup(Fault::WrongFedId, FED));
     let built = assert_all_built(tmp.path(), &outcome, 0);
-    let ru = ru_of(FED);
-    assert_eq!(stats[ru].corrupt_fragments.get(), 1);
-    assert_eq!(stats[1 - ru].corrupt_fragments.get(), 0);
-    assert_eq!(stats.iter().map(|s| s.broken_streams.get()).sum::<u64>(), 0);
-    let reported = problems_with(&outcome, &format!("RU {ru}: FED {FED} fragment with LV1 {AT}"));
-    assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
+    let reported = the_one_corrupt_fragment(&outcome, &stats);
     let wrong = FED ^ 0x800;
     let says = format!("source id at byte {}: expected {FED}, found {wrong}", stream_offset(AT) + HEADER_BYTES as u64);
-    assert!(reported[0].contains(&says), "{reported:?}");
+    assert!(reported.contains(&says), "{reported:?}");
     // The fragment is kept as it came, under the id its header says.
     let mut with_wrong_id: Vec<u16> = all_feds().into_iter().map(|f| if f == FED { wrong } else { f }).collect();
     with_wrong_id.sort_unstable();
