@@ -20,8 +20,15 @@ use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
 
 /// How long a unit keeps calling a peer that does not answer yet.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Largest protocol frame accepted.
-const MAX_FRAME_BYTES: u32 = 64 << 20;
+/// Largest protocol frame accepted, at least.
+const MIN_MAX_FRAME_BYTES: u32 = 64 << 20;
+
+/// The largest frame any unit of the system accepts: enough for the largest super-fragment an
+/// RU can build (all its FEDs at their largest), and a megabyte of descriptors.
+fn max_frame_bytes(cfg: &SystemConfig) -> u32 {
+    let largest = cfg.rus.iter().map(|r| r.feds.len() * r.max_wire_fragment_bytes()).max().unwrap_or(0) + (2 << 20);
+    u32::try_from(largest).unwrap_or(u32::MAX).max(MIN_MAX_FRAME_BYTES)
+}
 /// How long a stopped run may take to drain before its units are aborted.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -193,7 +200,7 @@ fn ru_node(
             CorruptStreamPolicy::Fail => OnCorruptStream::Fail,
         },
         connect_timeout: CONNECT_TIMEOUT,
-        max_frame_bytes: MAX_FRAME_BYTES,
+        max_frame_bytes: max_frame_bytes(cfg),
         allowed_peers,
         ingest_only: false,
         pin_core: section.cpu,
@@ -231,7 +238,7 @@ fn bu_node(
         ramdisk_high_water_percent: p.ramdisk_high_water_percent,
         ramdisk_low_water_percent: p.ramdisk_low_water_percent,
         connect_timeout: CONNECT_TIMEOUT,
-        max_frame_bytes: MAX_FRAME_BYTES,
+        max_frame_bytes: max_frame_bytes(cfg),
         allowed_peers,
         discard: false,
         pin_core: cfg.bus[i].cpu,

@@ -24,9 +24,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tessera_evb::msg::{FragmentRef, Message, TriggerInfo};
+use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo};
 use tessera_evb::ru::BackPressure;
-use tessera_evb::types::{EventNumber, FedId, Nanos, Peer};
+use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 use tessera_evb::unit::{Input, Output};
 use tessera_evb::wire::{encode, encode_data_header_pieces};
 use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
@@ -277,6 +277,8 @@ const MAX_SLEEP: Duration = Duration::from_millis(10);
 const READ_BYTES: usize = 128 << 10;
 /// Bytes read from one FEROL stream before the loop turns to the others.
 const STREAM_TURN_BYTES: usize = 1 << 20;
+/// Room kept in a data frame for its header and descriptors.
+const FRAME_SLACK_BYTES: usize = 1 << 20;
 /// Front-end connections that may wait at once for their first block header.
 const MAX_UNNAMED_STREAMS: usize = 64;
 /// How long a front-end connection may take to send its first block header.
@@ -398,6 +400,20 @@ impl RuNode {
     pub fn run(self) -> Result<RuReport, NodeError> {
         let RuNode { cfg, core, stats, control, poll } = self;
         pin_to(cfg.pin_core, &stats, &format!("RU {}", cfg.ru.ru));
+        // One super-fragment must fit in a frame: data messages are split between them only.
+        let largest = cfg.ru.feds.len() * cfg.max_wire_bytes + FRAME_SLACK_BYTES;
+        if largest > cfg.max_frame_bytes as usize {
+            return Err(NodeError::Io {
+                what: format!(
+                    "RU {}: a super-fragment of {} FEDs of up to {} bytes may not fit in a frame of {} bytes",
+                    cfg.ru.ru,
+                    cfg.ru.feds.len(),
+                    cfg.max_wire_bytes,
+                    cfg.max_frame_bytes
+                ),
+                source: io::Error::from(io::ErrorKind::InvalidInput),
+            });
+        }
         let buffers = cfg
             .ru
             .feds
@@ -976,25 +992,24 @@ impl RuLoop {
                     self.stats.data_messages.add(1);
                 }
                 Output::Send { to, msg: Message::Data { ru, epoch, parts, commits } } => {
-                    let handles: Vec<u64> = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer).collect();
-                    let bytes: usize = parts.iter().flat_map(|p| &p.fragments).map(|f| f.bytes as usize).sum();
-                    let mut pieces: Vec<&[u8]> = Vec::with_capacity(handles.len());
-                    for &h in &handles {
-                        self.buffers.pieces(h, &mut pieces);
-                    }
-                    // Room for every descriptor, so that the header is written without growing.
-                    let mut header = Vec::with_capacity(64 + 16 * parts.len() + 26 * handles.len());
-                    if let Err(e) = encode_data_header_pieces(ru, epoch, &parts, &commits, &pieces, &mut header) {
-                        self.stats.problem(format!("RU {}: data message not sent: {e}", self.cfg.ru.ru));
-                        continue;
-                    }
-                    drop(pieces);
-                    self.stats.data_messages.add(1);
-                    match self.route(to) {
-                        Some(c) => c.queue_data(header, handles, bytes),
-                        None => {
-                            self.stats.problem(format!("RU {}: no connection to {to:?}; data dropped", self.cfg.ru.ru))
+                    // A message goes out as frames a BU accepts: super-fragments are split over
+                    // as many frames as their bytes need (the commits ride on the first).
+                    let limit = self.cfg.max_frame_bytes as usize - FRAME_SLACK_BYTES;
+                    let mut commits = Some(commits);
+                    let mut parts = parts.into_iter().peekable();
+                    while parts.peek().is_some() {
+                        let mut batch = Vec::new();
+                        let mut bytes = 0usize;
+                        while let Some(p) = parts.peek() {
+                            let b: usize = p.fragments.iter().map(|f| f.bytes as usize).sum();
+                            if !batch.is_empty() && bytes + b > limit {
+                                break;
+                            }
+                            bytes += b;
+                            batch.push(parts.next().expect("peeked"));
                         }
+                        let commits = commits.take().unwrap_or_default();
+                        self.send_data(to, ru, epoch, &batch, &commits, bytes);
                     }
                 }
                 Output::Send { to, msg } => {
@@ -1019,6 +1034,27 @@ impl RuLoop {
                 Output::Notice(n) => self.stats.problem(format!("{:?}: {n}", self.me())),
                 _ => {}
             }
+        }
+    }
+
+    /// Queues one data frame of `parts` (`bytes` of fragments) to `to`.
+    fn send_data(&mut self, to: Peer, ru: u16, epoch: u32, parts: &[SuperFragment], commits: &[FileId], bytes: usize) {
+        let handles: Vec<u64> = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer).collect();
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(handles.len());
+        for &h in &handles {
+            self.buffers.pieces(h, &mut pieces);
+        }
+        // Room for every descriptor, so that the header is written without growing.
+        let mut header = Vec::with_capacity(64 + 16 * parts.len() + 26 * handles.len());
+        if let Err(e) = encode_data_header_pieces(ru, epoch, parts, commits, &pieces, &mut header) {
+            self.stats.problem(format!("RU {}: data message not sent: {e}", self.cfg.ru.ru));
+            return;
+        }
+        drop(pieces);
+        self.stats.data_messages.add(1);
+        match self.route(to) {
+            Some(c) => c.queue_data(header, handles, bytes),
+            None => self.stats.problem(format!("RU {}: no connection to {to:?}; data dropped", self.cfg.ru.ru)),
         }
     }
 

@@ -172,3 +172,38 @@ fn units_pin_their_loops_to_cores_and_say_so_when_a_core_cannot_be_had() {
     let pins: Vec<&String> = outcome.problems.iter().filter(|p| p.contains("could not pin")).collect();
     assert_eq!(pins, ["RU 1: could not pin its loop to CPU core 1000; it runs unpinned"], "{:#?}", outcome.problems);
 }
+
+#[test]
+fn data_messages_larger_than_a_frame_travel_in_several() {
+    let tmp = tempfile::tempdir().unwrap();
+    let events = 2000;
+    let setup = Setup { size: SizeModel::Fixed(16 << 10), ..Setup::new(1, events) };
+    let mut plan = plan(tmp.path(), &setup);
+    // A BU asks for a hundred events at a time: messages of megabytes of 16 kB fragments. The
+    // frames here hold 1.1 MiB, of which 1 MiB is kept for descriptors.
+    let frame = (11 << 20) / 10;
+    for ru in &mut plan.rus {
+        ru.max_frame_bytes = frame;
+        ru.max_wire_bytes = 20 << 10;
+    }
+    for bu in &mut plan.bus {
+        bu.max_frame_bytes = frame;
+    }
+    let outcome = RunningSystem::start(plan).unwrap().wait(Duration::from_secs(30));
+    assert!(outcome.clean(), "{outcome:#?}");
+    assert_eq!(outcome.conservation().built, events);
+    assert_eq!(events_in_files(tmp.path()).len() as u64, events);
+}
+
+#[test]
+fn an_ru_whose_super_fragments_cannot_fit_in_a_frame_refuses_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut plan = plan(tmp.path(), &Setup::new(1, 10));
+    plan.rus[1].max_frame_bytes = 1 << 20;
+    let outcome = RunningSystem::start(plan).unwrap().wait(Duration::from_secs(30));
+    let error = outcome.rus[1].as_ref().unwrap_err();
+    assert!(
+        error.contains("RU 1: a super-fragment of 3 FEDs of up to 65536 bytes may not fit in a frame of 1048576 bytes"),
+        "{error}"
+    );
+}
