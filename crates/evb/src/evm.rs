@@ -185,9 +185,11 @@ impl Evm {
         self.in_flight
     }
 
-    /// Whether every triggered event is committed and every committed file published.
+    /// Whether every triggered event is committed and every committed file published, and the
+    /// RUs have been told to release every event.
     pub fn drained(&self) -> bool {
         self.stopped
+            && self.pending_release.is_empty()
             && self.triggered.is_empty()
             && self.reassign.is_empty()
             && self.bus.iter().all(|b| b.assigned == 0 && b.committed.is_empty() && b.unacked_lumis.is_empty())
@@ -199,6 +201,9 @@ impl Evm {
         let mut parts = Vec::new();
         if !self.triggered.is_empty() || !self.reassign.is_empty() {
             parts.push(format!("{} unassigned, {} to reassign", self.triggered.len(), self.reassign.len()));
+        }
+        if !self.pending_release.is_empty() {
+            parts.push(format!("releases of {:?} not yet sent to the RUs", self.pending_release));
         }
         for (b, s) in self.bus.iter().enumerate() {
             if s.assigned > 0 || !s.committed.is_empty() || !s.unacked_lumis.is_empty() {

@@ -442,6 +442,8 @@ impl BuLoop {
                 && let Some(mut c) = self.conns.remove(&token)
             {
                 c.deregister(self.poll.registry());
+                // The EVM's last messages (its end of run) may have come with its close.
+                self.dispatch()?;
                 if token == EVM_CONN {
                     if self.ended {
                         continue;

@@ -31,6 +31,7 @@ fn a_2x2_system_on_loopback_builds_every_event_across_the_lv1_wrap() {
     let c = outcome.conservation();
     assert_eq!((c.triggered, c.built, c.holds), (events, events, true), "{c:?}");
     assert_eq!(c.built_incomplete, 0, "{:#?}", outcome.problems);
+    assert_eq!(outcome.problem_count, 0, "a clean run has nothing to report: {:#?}", outcome.problems);
     assert!(c.per_bu.iter().all(|&n| n > 0), "both BUs built events: {c:?}");
     let expected: BTreeSet<u32> = (first_event..first_event + events).map(|e| e as u32).collect();
     assert_eq!(events_in_files(tmp.path()), expected, "every event in exactly one file");
@@ -206,4 +207,34 @@ fn an_ru_whose_super_fragments_cannot_fit_in_a_frame_refuses_to_start() {
         error.contains("RU 1: a super-fragment of 3 FEDs of up to 65536 bytes may not fit in a frame of 1048576 bytes"),
         "{error}"
     );
+}
+
+#[test]
+fn a_lumi_section_closed_on_its_time_out_counts_a_later_trigger_for_it_lost() {
+    // A broken trigger source: triggers 200 ms apart on average, all stamped lumi section 1 (a
+    // section of 2^18 orbits), with a lumi-section time-out of 1 ms. The section closes after
+    // the first event is committed, and later triggers for it are counted lost, not built.
+    let tmp = tempfile::tempdir().unwrap();
+    let events = 5;
+    let mut plan = plan(tmp.path(), &Setup::new(1, events));
+    for emulator in &mut plan.emulators {
+        emulator.paced = true;
+        for s in &mut emulator.streams {
+            s.clock.rate_hz = 5.0;
+            s.clock.orbits_per_lumi_section = 1 << 18;
+        }
+    }
+    plan.rus[0].evm.as_mut().unwrap().lumi_section_timeout_ns = Some(1_000_000);
+    for bu in &mut plan.bus {
+        bu.bu.file_timeout_ns = 20_000_000;
+    }
+    let outcome = RunningSystem::start(plan).unwrap().wait(Duration::from_secs(30));
+    assert!(outcome.clean(), "{outcome:#?}");
+    let c = outcome.conservation();
+    let lost = c.lost.get("LUMI_SECTION_CLOSED").copied().unwrap_or(0);
+    assert!(c.holds && c.triggered == events && lost >= 1 && c.built + lost == events, "{c:?}");
+    let said = outcome.problems.iter().filter(|p| p.contains("lost (LUMI_SECTION_CLOSED)")).count() as u64;
+    assert_eq!(said, lost, "{:#?}", outcome.problems);
+    // What was built verifies: the section's EoLS counts only its built events.
+    assert_eq!(events_in_files(tmp.path()).len() as u64, c.built);
 }
