@@ -197,6 +197,9 @@ pub enum NodeError {
     /// The EVM went away before the run was drained.
     #[error("the connection to the EVM was lost before the run ended: {0}")]
     EvmLost(String),
+    /// The EVM lost an RU before the run was drained: no event can be built without it.
+    #[error("the EVM lost {0} before the run ended; the run cannot go on without it")]
+    RuLost(String),
     /// Run control aborted the unit; what it still held.
     #[error("aborted{}", if .0.is_empty() { String::new() } else { format!(" while waiting for: {}", .0) })]
     Aborted(String),
@@ -414,19 +417,12 @@ impl RuNode {
                 source: io::Error::from(io::ErrorKind::InvalidInput),
             });
         }
-        let buffers = cfg
-            .ru
-            .feds
-            .iter()
-            .map(|&fed| StreamBuffer::new(fed, cfg.chunk_bytes, cfg.chunks_per_fed, cfg.max_wire_bytes))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
         stats.chunks_total.set((cfg.chunks_per_fed * cfg.ru.feds.len()) as u64);
         let mut lp = RuLoop {
             start: Instant::now(),
             streams: (0..cfg.ru.feds.len()).map(|_| None).collect(),
             unnamed: Vec::new(),
-            buffers: Buffers(buffers),
+            buffers: Buffers(Vec::new()),
             conns: BTreeMap::new(),
             next_conn: CONN_BASE,
             scratch: vec![0u8; 256 << 10],
@@ -522,6 +518,17 @@ impl RuLoop {
             let s = connect(address, peer, timeout, &self.control)?;
             self.add_conn(TcpStream::from_std(s), Some(peer))?;
         }
+        // Receive memory is allocated and touched once the peers are reached (which takes
+        // them no time to notice), not before: front ends wait in the listener's backlog.
+        let cfg = &self.cfg;
+        let buffers = cfg
+            .ru
+            .feds
+            .iter()
+            .map(|&fed| StreamBuffer::new(fed, cfg.chunk_bytes, cfg.chunks_per_fed, cfg.max_wire_bytes))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
+        self.buffers = Buffers(buffers);
         let mut events = Events::with_capacity(1024);
         let mut drained_at: Option<Instant> = None;
         loop {
@@ -543,7 +550,7 @@ impl RuLoop {
             let busy = self.read_streams(now)?;
             let busy = self.read_conns(now)? || busy;
             self.dispatch(self.now());
-            self.flush_conns();
+            self.flush_conns()?;
             self.publish_stats();
             self.cpu.sample(&self.stats.loop_cpu_ns, false);
             if let Some(evm) = self.core.evm()
@@ -557,7 +564,7 @@ impl RuLoop {
                     for c in self.conns.values_mut().filter(|c| matches!(c.peer, Some(Peer::Ru(_)))) {
                         c.queue(frame.clone());
                     }
-                    self.flush_conns();
+                    self.flush_conns()?;
                 }
                 let at = *drained_at.get_or_insert_with(Instant::now);
                 if self.conns.values().all(|c| c.queued_bytes() == 0) || at.elapsed() > FINAL_FLUSH {
@@ -952,9 +959,14 @@ impl RuLoop {
                     self.core.handle(now, Input::PeerLost(peer));
                 }
             }
-            Peer::Ru(r) => {
-                self.stats.problem(format!("EVM: lost RU {r}{}", why.map(|w| format!(": {w}")).unwrap_or_default()))
+            // Every event needs every RU's part: without one, the run cannot go on.
+            Peer::Ru(r) if !self.core.evm().is_some_and(Evm::drained) => {
+                return Err(NodeError::RuLost(format!(
+                    "RU {r}{}",
+                    why.map(|w| format!(": {w}")).unwrap_or_else(|| ": it closed the connection".into())
+                )));
             }
+            Peer::Ru(_) => {}
         }
         Ok(())
     }
@@ -1076,7 +1088,7 @@ impl RuLoop {
         self.conn_to(to)
     }
 
-    fn flush_conns(&mut self) {
+    fn flush_conns(&mut self) -> Result<(), NodeError> {
         let registry = self.poll.registry();
         let mut broken = Vec::new();
         for (token, conn) in self.conns.iter_mut() {
@@ -1093,9 +1105,9 @@ impl RuLoop {
             }
         }
         for (token, why) in broken {
-            // A broken connection to the EVM is found by its reader; to a BU, the EVM reassigns.
-            let _ = self.close_conn(token, Some(why));
+            self.close_conn(token, Some(why))?;
         }
+        Ok(())
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use tessera_formats::raw::RawFile;
 
@@ -21,7 +21,16 @@ impl Processes {
     /// Waits for every process to exit, at most `timeout` in all; panics with the logs of `dir`
     /// if one is still running then or fails.
     pub fn wait_all(&mut self, dir: &Path, timeout: Duration) {
+        for (name, status) in self.wait_exit(dir, timeout) {
+            assert!(status.success(), "{name} failed: {status}\n{}", logs(dir));
+        }
+    }
+
+    /// Waits for every process to exit, at most `timeout` in all (panics with the logs of `dir`
+    /// otherwise), and returns how each ended.
+    pub fn wait_exit(&mut self, dir: &Path, timeout: Duration) -> Vec<(String, ExitStatus)> {
         let deadline = Instant::now() + timeout;
+        let mut ended = Vec::new();
         for (name, child) in &mut self.0 {
             let status = loop {
                 if let Some(s) = child.try_wait().unwrap() {
@@ -30,8 +39,9 @@ impl Processes {
                 assert!(Instant::now() < deadline, "{name} still runs after {timeout:?}\n{}", logs(dir));
                 std::thread::sleep(Duration::from_millis(50));
             };
-            assert!(status.success(), "{name} failed: {status}\n{}", logs(dir));
+            ended.push((name.clone(), status));
         }
+        ended
     }
 }
 
