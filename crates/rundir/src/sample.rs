@@ -199,6 +199,30 @@ mod tests {
     }
 
     #[test]
+    fn a_bu_that_died_between_publishing_a_file_and_its_jsn_gets_the_jsn_at_its_restart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = SampleSpec { fed_ids: vec![1, 2], ..SampleSpec::default() };
+        let dir = RunDirectory::create(tmp.path(), 9, "bu").unwrap();
+        let mut record = Vec::new();
+        build_event(&spec, 1, 1, &mut record);
+        let mut file = dir.open_raw_file(3, 0, data_type::FRD_EVENTS).unwrap();
+        file.append(&record).unwrap();
+        let c = dir.close(file).unwrap();
+        dir.publish(c.ls, c.index).unwrap();
+        // The crash: the raw file was renamed into place, its .jsn was still being written.
+        let jsn = dir.path().join("run000009_ls0003_index000000.jsn");
+        let written = std::fs::read(&jsn).unwrap();
+        std::fs::remove_file(&jsn).unwrap();
+        let tmp_jsn = dir.path().join("run000009_ls0003_index000000.jsn.tmp");
+        std::fs::write(&tmp_jsn, &written[..written.len() / 2]).unwrap();
+        let (dir, recovery) = RunDirectory::reopen(tmp.path(), 9, "bu").unwrap();
+        assert_eq!(recovery.removed_partial, vec![tmp_jsn.clone()]);
+        assert_eq!(recovery.completed_publications, vec![dir.path().join("run000009_ls0003_index000000.raw")]);
+        assert!(!tmp_jsn.exists());
+        assert_eq!(std::fs::read(&jsn).unwrap(), written, "the .jsn publish would have written");
+    }
+
+    #[test]
     fn refuses_an_eols_that_does_not_close() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = RunDirectory::create(tmp.path(), 5, "bu").unwrap();

@@ -214,7 +214,41 @@ impl RunDirectory {
             }
         }
         recovery.unpublished.sort_unstable();
-        Ok((RunDirectory { path, run, source: source.to_owned() }, recovery))
+        let dir = RunDirectory { path, run, source: source.to_owned() };
+        dir.finish_interrupted_writes(&mut recovery)?;
+        Ok((dir, recovery))
+    }
+
+    /// Finishes what a crash interrupted in the run directory itself: a half-written JSON
+    /// document (`*.tmp`, which was never renamed into place) is deleted, and a raw file that was
+    /// published (renamed out of `open/`) before its `.jsn` was written gets its `.jsn` now, from
+    /// its header, as `publish` would have written it.
+    fn finish_interrupted_writes(&self, recovery: &mut Recovery) -> Result<()> {
+        // Listed first: the repairs below write files of their own.
+        let mut listing = Vec::new();
+        for entry in fs::read_dir(&self.path).map_err(io_err("listing", &self.path))? {
+            let entry = entry.map_err(io_err("listing", &self.path))?;
+            listing.push((entry.path(), entry.file_name().to_string_lossy().into_owned()));
+        }
+        listing.sort();
+        for (path, name) in listing {
+            if name.ends_with(".tmp") {
+                fs::remove_file(&path).map_err(io_err("removing partial file", &path))?;
+                recovery.removed_partial.push(path);
+                continue;
+            }
+            let Ok(BuFileName::Raw { run, ls, index }) = BuFileName::parse(&name) else { continue };
+            let jsn = self.path.join(BuFileName::IndexJson { run, ls, index }.to_string());
+            if run != self.run || jsn.exists() {
+                continue;
+            }
+            let header = read_complete_header(&path)?.ok_or_else(|| RunDirError::Incomplete { path: path.clone() })?;
+            let doc = IndexDoc { events: header.event_count.into(), bytes: header.file_bytes }
+                .to_doc(&self.definition(names::RAW_DATA_JSD), &self.source);
+            write_atomically(&jsn, doc.to_json().as_bytes())?;
+            recovery.completed_publications.push(path);
+        }
+        Ok(())
     }
 
     /// Writes the end-of-lumi record of `ls`, after checking that its counts close and that all
@@ -357,8 +391,11 @@ pub struct ClosedFile {
 pub struct Recovery {
     /// Complete, unpublished files in `open/`, as (lumi section, index).
     pub unpublished: Vec<(u32, u32)>,
-    /// Partial files deleted from `open/`.
+    /// Partial files deleted: raw files cut short in `open/`, JSON documents never renamed into
+    /// place.
     pub removed_partial: Vec<PathBuf>,
+    /// Raw files published before a crash whose `.jsn` was written at the restart.
+    pub completed_publications: Vec<PathBuf>,
     /// Next free file index per lumi section.
     pub next_index: std::collections::BTreeMap<u32, u32>,
 }
