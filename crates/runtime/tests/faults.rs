@@ -279,10 +279,12 @@ fn two_by_two_garbage_on_fed_4_fails_ru_1_when_told_to_and_the_run_stops() {
         ),
     );
     assert_eq!(stats[ru].broken_streams.get(), 1);
-    // The failure stops the others at once: the EVM's node is aborted, not left calling RU 1's
-    // closed port or waiting for the run's time-out.
+    // The failure stops the others at once: the EVM fails on losing RU 1, or is aborted when RU 1's
+    // failure is seen first; it is not left calling RU 1's closed port or waiting for a time-out.
     let evm = outcome.rus[0].as_ref().unwrap_err();
-    assert!(evm.starts_with("aborted") && evm.ends_with("(stopped because another unit failed)"), "{evm}");
+    let lost = evm.starts_with(&format!("the EVM lost RU {ru}"));
+    let aborted = evm.starts_with("aborted") && evm.ends_with("(stopped because another unit failed)");
+    assert!(lost || aborted, "{evm}");
     let errors = outcome.rus.iter().map(|r| r.as_ref().err()).chain(outcome.bus.iter().map(|b| b.as_ref().err()));
     for e in errors {
         let e = e.expect("every unit was stopped");
