@@ -712,6 +712,21 @@ pub fn adler32_combine(adler1: u32, adler2: u32, len2: u64) -> u32 {
     ((b << 16) | a) as u32
 }
 
+/// The Adler-32 of the second of two concatenated byte strings, from the checksum of the whole,
+/// the checksum of the first and the length of the second: [`adler32_combine`] undone, so that a
+/// merger can drop a file's header from its checksum without reading the file again.
+///
+/// From A = A1 + A2 − 1 and B = B1 + B2 + n2·(A1 − 1): A2 = A − A1 + 1 and
+/// B2 = B − B1 − n2·(A1 − 1), all mod 65521.
+pub fn adler32_strip_prefix(whole: u32, prefix: u32, len2: u64) -> u32 {
+    let m = u64::from(ADLER_MOD);
+    let (a, b) = (u64::from(whole & 0xFFFF) % m, u64::from(whole >> 16) % m);
+    let (a1, b1) = (u64::from(prefix & 0xFFFF) % m, u64::from(prefix >> 16) % m);
+    let a2 = (a + m - a1 + 1) % m;
+    let b2 = (b + m - b1 + m - (len2 % m) * ((a1 + m - 1) % m) % m) % m;
+    ((b2 << 16) | a2) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1046,6 +1061,7 @@ mod tests {
             let whole = [a.as_slice(), b.as_slice()].concat();
             prop_assert_eq!(adler32_combine(adler32(&a), adler32(&b), b.len() as u64), adler32(&whole));
             prop_assert_eq!(adler32(&whole), naive_adler32(&whole));
+            prop_assert_eq!(adler32_strip_prefix(adler32(&whole), adler32(&a), b.len() as u64), adler32(&b));
         }
 
         #[test]

@@ -37,3 +37,70 @@ impl StreamSet {
         (0..Self::MAX_STREAMS).filter(move |&i| self.contains(i))
     }
 }
+
+pub mod claim;
+pub mod output;
+pub mod process;
+
+use std::path::{Path, PathBuf};
+use tessera_formats::FormatError;
+use tessera_formats::frd::FrdEvent;
+
+/// The stream that holds events set aside: a corrupt event, or one the HLT failed on after its
+/// retries. Every FU writes it, next to the selector's own streams.
+pub const ERROR_STREAM: &str = "Error";
+
+/// What the HLT decided for one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The streams the event goes to; none means rejected.
+    Streams(StreamSet),
+    /// The HLT could not process the event, for this reason: it goes to [`ERROR_STREAM`].
+    Failed(String),
+}
+
+/// The selection an FU runs: the built-in menu, or an external program.
+pub trait Hlt {
+    /// The output streams, in the order of [`StreamSet`]'s bits. [`ERROR_STREAM`] is not among
+    /// them.
+    fn streams(&self) -> &[String];
+
+    /// Decides for `events`, the records of the raw file `file` in order, pushing one verdict
+    /// per event onto `verdicts`. An error means the HLT as a whole cannot go on.
+    fn select_file(&mut self, file: &Path, events: &[FrdEvent<'_>], verdicts: &mut Vec<Verdict>)
+    -> Result<(), FuError>;
+}
+
+/// What can stop an FU or a merger.
+#[derive(Debug, thiserror::Error)]
+pub enum FuError {
+    /// A file system operation failed.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        /// What was being done, e.g. "claiming".
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A name or document that does not follow FORMATS.md.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// A bookkeeping document that contradicts the files.
+    #[error("{}: {problem}", path.display())]
+    Bookkeeping {
+        /// The document or file at fault.
+        path: PathBuf,
+        /// What does not add up.
+        problem: String,
+    },
+    /// The HLT cannot go on.
+    #[error("HLT: {0}")]
+    Hlt(String),
+}
+
+/// An [`FuError::Io`] maker for `map_err`.
+pub(crate) fn io_error<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> FuError + 'p {
+    move |source| FuError::Io { action, path: path.to_owned(), source }
+}

@@ -1,0 +1,208 @@
+//! Claiming a BU's raw files (FORMATS.md §7 (a)): an FU takes a published raw file by renaming
+//! it into `fu/<stem>_<host>_pid<pid>.raw`; a failed rename means another FU won. Claims of an
+//! FU process that died are given back to the pool by any FU (or merger) on the same host.
+
+use crate::{FuError, io_error};
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use tessera_formats::names::{self, BuFileName, ClaimedRawName};
+
+/// What the BU's run directory says about the run, from one listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuRunState {
+    /// Published raw files not claimed yet (their index JSON exists), lowest (LS, index) first.
+    pub unclaimed: Vec<(u32, u32)>,
+    /// Claimed raw files, by every FU.
+    pub claimed: Vec<ClaimedRawName>,
+    /// Lumi sections whose EoLS is written.
+    pub ended_lumi_sections: BTreeSet<u32>,
+    /// Lumi sections that still have raw files or index JSON in the directory, claimed or not.
+    pub lumi_sections_with_files: BTreeSet<u32>,
+    /// Whether the EoR is written.
+    pub ended: bool,
+}
+
+impl BuRunState {
+    /// Whether lumi section `ls` is over at the BU and every one of its files has been processed
+    /// and removed: all outputs of every FU for it are published (FUs remove their input only
+    /// after publishing their outputs).
+    pub fn drained(&self, ls: u32) -> bool {
+        self.ended_lumi_sections.contains(&ls) && !self.lumi_sections_with_files.contains(&ls)
+    }
+}
+
+/// A raw file this FU holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The name it has under `fu/`.
+    pub name: ClaimedRawName,
+    /// Its path.
+    pub path: PathBuf,
+}
+
+/// One FU process's view of a BU run directory.
+#[derive(Debug, Clone)]
+pub struct Claimer {
+    run_dir: PathBuf,
+    run: u32,
+    host: String,
+    pid: u32,
+}
+
+impl Claimer {
+    /// The claimer of process `pid` on `host` for run `run` in `bu_dir`; creates `fu/`.
+    pub fn new(bu_dir: &Path, run: u32, host: &str, pid: u32) -> Result<Self, FuError> {
+        names::validate_producer_name(host).map_err(FuError::Format)?;
+        let run_dir = bu_dir.join(names::run_dir_name(run));
+        let fu_dir = run_dir.join(names::FU_DIR);
+        if run_dir.is_dir() {
+            fs::create_dir_all(&fu_dir).map_err(io_error("creating", &fu_dir))?;
+        }
+        Ok(Claimer { run_dir, run, host: host.to_owned(), pid })
+    }
+
+    /// The BU's run directory.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// Lists the run directory and its `fu/`. A run directory that does not exist yet reads
+    /// as an empty state (the BU has not started).
+    pub fn state(&self) -> Result<BuRunState, FuError> {
+        let mut state = BuRunState::default();
+        let mut raw = BTreeSet::new();
+        let mut indexed = BTreeSet::new();
+        let entries = match fs::read_dir(&self.run_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(state),
+            Err(e) => return Err(io_error("listing", &self.run_dir)(e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(io_error("listing", &self.run_dir))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            match BuFileName::parse(&name) {
+                Ok(BuFileName::Raw { run, ls, index }) if run == self.run => {
+                    raw.insert((ls, index));
+                    state.lumi_sections_with_files.insert(ls);
+                }
+                Ok(BuFileName::IndexJson { run, ls, index }) if run == self.run => {
+                    indexed.insert((ls, index));
+                    state.lumi_sections_with_files.insert(ls);
+                }
+                Ok(BuFileName::EndOfLumi { run, ls }) if run == self.run => {
+                    state.ended_lumi_sections.insert(ls);
+                }
+                Ok(BuFileName::EndOfRun { run }) if run == self.run => state.ended = true,
+                _ => {}
+            }
+        }
+        state.unclaimed = raw.intersection(&indexed).copied().collect();
+        let fu_dir = self.run_dir.join(names::FU_DIR);
+        match fs::read_dir(&fu_dir) {
+            Ok(entries) => {
+                for entry in entries {
+                    let entry = entry.map_err(io_error("listing", &fu_dir))?;
+                    if let Some(claim) = entry.file_name().to_str().and_then(|n| ClaimedRawName::parse(n).ok())
+                        && claim.run == self.run
+                    {
+                        state.lumi_sections_with_files.insert(claim.ls);
+                        state.claimed.push(claim);
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("listing", &fu_dir)(e)),
+        }
+        state.claimed.sort_by_key(|c| (c.ls, c.index, c.pid));
+        Ok(state)
+    }
+
+    /// Claims the first of `candidates` that no other FU takes first.
+    pub fn claim_first(&self, candidates: &[(u32, u32)]) -> Result<Option<Claim>, FuError> {
+        for &(ls, index) in candidates {
+            let from = self.run_dir.join(BuFileName::Raw { run: self.run, ls, index }.to_string());
+            let name = ClaimedRawName { run: self.run, ls, index, host: self.host.clone(), pid: self.pid };
+            let to = self.run_dir.join(name.path());
+            match fs::rename(&from, &to) {
+                Ok(()) => return Ok(Some(Claim { name, path: to })),
+                // Another FU was faster.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_error("claiming", &from)(e)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes a processed claim and the file's index JSON: only after the outputs that hold
+    /// its events are published.
+    pub fn remove_processed(&self, claim: &ClaimedRawName) -> Result<(), FuError> {
+        let path = self.run_dir.join(claim.path());
+        remove_if_present(&path)?;
+        let index =
+            self.run_dir.join(BuFileName::IndexJson { run: claim.run, ls: claim.ls, index: claim.index }.to_string());
+        remove_if_present(&index)
+    }
+
+    /// Gives claims of processes on this host that no longer run back to the pool, after
+    /// `finish_dead` has completed whatever those processes left half done (it is called with
+    /// each dead pid first). Returns the files given back.
+    pub fn return_dead_claims(
+        &self,
+        state: &BuRunState,
+        mut finish_dead: impl FnMut(u32) -> Result<(), FuError>,
+    ) -> Result<Vec<ClaimedRawName>, FuError> {
+        let dead: BTreeSet<u32> = state
+            .claimed
+            .iter()
+            .filter(|c| c.host == self.host && c.pid != self.pid && !process_alive(c.pid))
+            .map(|c| c.pid)
+            .collect();
+        let mut returned = Vec::new();
+        for pid in dead {
+            finish_dead(pid)?;
+            for claim in state.claimed.iter().filter(|c| c.host == self.host && c.pid == pid) {
+                let from = self.run_dir.join(claim.path());
+                let to = self.run_dir.join(claim.raw().to_string());
+                match fs::rename(&from, &to) {
+                    Ok(()) => returned.push(claim.clone()),
+                    // Finished by `finish_dead`, or given back by another FU.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_error("giving back", &from)(e)),
+                }
+            }
+        }
+        Ok(returned)
+    }
+}
+
+/// Removes a file; one already gone is fine (another FU or an earlier attempt removed it).
+pub(crate) fn remove_if_present(path: &Path) -> Result<(), FuError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error("removing", path)(e)),
+    }
+}
+
+/// Whether process `pid` on this host runs: it exists and is not a zombie (a child killed but
+/// not yet reaped by its parent holds nothing any more).
+pub fn process_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses, which may itself hold ')'.
+        Ok(stat) => {
+            stat.rsplit_once(')').is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+        }
+        Err(_) => false,
+    }
+}
+
+/// This host's name as FUs write it into claimed names: the kernel's host name, with any
+/// character a name may not hold replaced by `-`.
+pub fn host_name() -> String {
+    let raw = fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let cleaned: String =
+        raw.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();
+    if cleaned.is_empty() { "localhost".to_owned() } else { cleaned }
+}

@@ -1,0 +1,331 @@
+//! One FU process's outputs (FORMATS.md §8): per lumi section and stream, a raw file of the
+//! accepted events (RAW_0002 + FRD v6, the records copied as the BU wrote them) and its `.jsn`.
+//!
+//! Outputs are written under `open/` and published together when the lumi section closes, by a
+//! commit record that names them and the inputs they hold: write the record, move the outputs
+//! into the run directory, remove the inputs, remove the record. A process that dies at any
+//! point leaves either no record (its `open/` files are dropped and its claims return to the
+//! pool) or a record that any FU or merger on the host carries out ([`FuOutputDir::finish_dead`]);
+//! so every input is processed exactly once.
+
+use crate::claim::{Claimer, remove_if_present};
+use crate::{ERROR_STREAM, FuError, io_error};
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use tessera_formats::bookkeeping::{Adler32, FuOutputDoc, Legend, adler32, adler32_combine};
+use tessera_formats::names::{self, ClaimedRawName, Producer, StreamFileName};
+use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader, data_type};
+
+/// The `.jsd` of filter-farm outputs, relative to an output run directory.
+pub const FU_OUTPUT_JSD: &str = "jsd/streamOutput.jsd";
+
+/// Extension of output data files: they are raw files.
+pub const DATA_EXT: &str = "raw";
+
+/// Writes `bytes` to `path` through `path.tmp` and a rename.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), FuError> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    fs::write(&tmp, bytes).map_err(io_error("writing", &tmp))?;
+    fs::rename(&tmp, path).map_err(io_error("renaming into place", path))
+}
+
+/// An output run directory (`<dir>/runRRRRRR`) with `open/` and the output `.jsd`.
+#[derive(Debug, Clone)]
+pub struct FuOutputDir {
+    dir: PathBuf,
+    run: u32,
+}
+
+/// The commit record of one process's lumi section: `runRRRRRR_lsLLLL_pidPPPPP.commit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct CommitRecord {
+    /// Claimed inputs (names under the BU's `fu/`).
+    inputs: Vec<String>,
+    /// Output files under `open/`, data files before their JSON.
+    outputs: Vec<String>,
+}
+
+fn commit_name(run: u32, ls: u32, pid: u32) -> String {
+    format!("run{run:06}_ls{ls:04}_pid{pid:05}.commit")
+}
+
+impl FuOutputDir {
+    /// Creates (or opens) the output run directory of run `run` under `dir`.
+    pub fn create(dir: &Path, run: u32) -> Result<Self, FuError> {
+        let dir = dir.join(names::run_dir_name(run));
+        for sub in [names::OPEN_DIR, names::JSD_DIR] {
+            let path = dir.join(sub);
+            fs::create_dir_all(&path).map_err(io_error("creating", &path))?;
+        }
+        let jsd = dir.join(FU_OUTPUT_JSD);
+        if !jsd.exists() {
+            write_atomically(&jsd, Legend::fu_output().to_json().as_bytes())?;
+        }
+        Ok(FuOutputDir { dir, run })
+    }
+
+    /// The output run directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The run.
+    pub fn run(&self) -> u32 {
+        self.run
+    }
+
+    /// Starts the outputs of lumi section `ls` for process `pid`, one per stream of `streams`
+    /// and one for [`ERROR_STREAM`] (last).
+    pub fn lumi(&self, ls: u32, pid: u32, streams: &[String]) -> LumiOutputs {
+        let mut all: Vec<String> = streams.to_vec();
+        all.push(ERROR_STREAM.to_owned());
+        LumiOutputs {
+            dir: self.clone(),
+            ls,
+            pid,
+            streams: all.into_iter().map(StreamOutput::new).collect(),
+            processed: 0,
+            error_events: 0,
+            hlt_error_events: 0,
+            inputs: Vec::new(),
+        }
+    }
+
+    /// Completes what process `pid`, now dead, left half done: carries out its commit records
+    /// (moving its outputs into place and removing their inputs through `claimer`), then drops
+    /// its other files under `open/`. Idempotent.
+    pub fn finish_dead(&self, pid: u32, claimer: &Claimer) -> Result<(), FuError> {
+        let suffix = format!("_pid{pid:05}.commit");
+        for name in list(&self.dir)? {
+            if name.starts_with(&format!("run{:06}_", self.run)) && name.ends_with(&suffix) {
+                let path = self.dir.join(&name);
+                let text = fs::read_to_string(&path).map_err(io_error("reading", &path))?;
+                let record: CommitRecord = serde_json::from_str(&text)
+                    .map_err(|e| FuError::Bookkeeping { path: path.clone(), problem: e.to_string() })?;
+                self.carry_out(&path, &record, claimer)?;
+            }
+        }
+        let open = self.dir.join(names::OPEN_DIR);
+        let producer = format!("_{}.", Producer::Pid(pid));
+        for name in list(&open)? {
+            if name.contains(&producer) {
+                remove_if_present(&open.join(name))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the outputs of a written commit record into place, removes its inputs, then the
+    /// record. Each step tolerates having been done before.
+    fn carry_out(&self, record_path: &Path, record: &CommitRecord, claimer: &Claimer) -> Result<(), FuError> {
+        let open = self.dir.join(names::OPEN_DIR);
+        for name in &record.outputs {
+            let (from, to) = (open.join(name), self.dir.join(name));
+            match fs::rename(&from, &to) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound && to.exists() => {}
+                Err(e) => return Err(io_error("publishing", &from)(e)),
+            }
+        }
+        for input in &record.inputs {
+            claimer.remove_processed(&ClaimedRawName::parse(input)?)?;
+        }
+        remove_if_present(record_path)
+    }
+}
+
+/// The file names in `dir`, or none if it does not exist.
+pub(crate) fn list(dir: &Path) -> Result<Vec<String>, FuError> {
+    match fs::read_dir(dir) {
+        Ok(entries) => {
+            let mut names = Vec::new();
+            for entry in entries {
+                let entry = entry.map_err(io_error("listing", dir))?;
+                if let Some(name) = entry.file_name().to_str() {
+                    names.push(name.to_owned());
+                }
+            }
+            Ok(names)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io_error("listing", dir)(e)),
+    }
+}
+
+/// One stream's output file of a lumi section, opened at its first event.
+#[derive(Debug)]
+struct StreamOutput {
+    name: String,
+    file: Option<BufWriter<File>>,
+    events: u32,
+    body_bytes: u64,
+    body_adler: Adler32,
+}
+
+impl StreamOutput {
+    fn new(name: String) -> Self {
+        StreamOutput { name, file: None, events: 0, body_bytes: 0, body_adler: Adler32::new() }
+    }
+}
+
+/// The outputs of one process for one lumi section, being written.
+#[derive(Debug)]
+pub struct LumiOutputs {
+    dir: FuOutputDir,
+    ls: u32,
+    pid: u32,
+    streams: Vec<StreamOutput>,
+    processed: u64,
+    error_events: u64,
+    hlt_error_events: u64,
+    inputs: Vec<ClaimedRawName>,
+}
+
+/// What an event was, for the counts of [`LumiOutputs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOutcome {
+    /// Selected by the HLT (into any number of streams, possibly none).
+    Selected,
+    /// Corrupt: set aside in the error stream.
+    Corrupt,
+    /// The HLT failed on it: set aside in the error stream.
+    HltFailed,
+}
+
+impl LumiOutputs {
+    /// The lumi section.
+    pub fn lumi_section(&self) -> u32 {
+        self.ls
+    }
+
+    /// Events counted so far.
+    pub fn processed(&self) -> u64 {
+        self.processed
+    }
+
+    /// Events written into stream `index` so far (the error stream is the last).
+    pub fn accepted(&self, index: usize) -> u32 {
+        self.streams[index].events
+    }
+
+    /// Records that the events of `input` are in these outputs: it is removed when they are
+    /// published.
+    pub fn add_input(&mut self, input: ClaimedRawName) {
+        self.inputs.push(input);
+    }
+
+    fn file_name(&self, stream: &str, ext: &str) -> String {
+        StreamFileName {
+            run: self.dir.run,
+            ls: self.ls,
+            stream: stream.to_owned(),
+            producer: Producer::Pid(self.pid),
+            ext: ext.to_owned(),
+        }
+        .to_string()
+    }
+
+    /// Counts one event and writes its FRD record (header included) into the streams of
+    /// `into` (indices into the stream list; the error stream is the last).
+    pub fn add_event(
+        &mut self,
+        outcome: EventOutcome,
+        record: &[u8],
+        into: impl IntoIterator<Item = usize>,
+    ) -> Result<(), FuError> {
+        self.processed += 1;
+        match outcome {
+            EventOutcome::Selected => {}
+            EventOutcome::Corrupt => self.error_events += 1,
+            EventOutcome::HltFailed => {
+                self.error_events += 1;
+                self.hlt_error_events += 1;
+            }
+        }
+        for index in into {
+            let name = self.file_name(&self.streams[index].name, DATA_EXT);
+            let open = self.dir.dir.join(names::OPEN_DIR).join(name);
+            let stream = &mut self.streams[index];
+            if stream.file.is_none() {
+                let mut file =
+                    BufWriter::with_capacity(1 << 20, File::create(&open).map_err(io_error("creating", &open))?);
+                file.write_all(&[0; RAW_V2_HEADER_BYTES]).map_err(io_error("writing", &open))?;
+                stream.file = Some(file);
+            }
+            let file = stream.file.as_mut().expect("opened above");
+            file.write_all(record).map_err(io_error("writing", &open))?;
+            stream.events += 1;
+            stream.body_bytes += record.len() as u64;
+            stream.body_adler.update(record);
+        }
+        Ok(())
+    }
+
+    /// Closes every output, writes their JSON under `open/` and publishes them with their
+    /// inputs' removal (see the module's documentation). `source` names this process in the
+    /// JSON.
+    pub fn publish(mut self, claimer: &Claimer, source: &str) -> Result<LumiPublished, FuError> {
+        let open = self.dir.dir.join(names::OPEN_DIR);
+        let definition = self.dir.dir.join(FU_OUTPUT_JSD).display().to_string();
+        let input_files: Vec<String> = self.inputs.iter().map(|c| c.raw().to_string()).collect();
+        let mut outputs = Vec::new();
+        let mut accepted = Vec::new();
+        for i in 0..self.streams.len() {
+            let data_name = self.file_name(&self.streams[i].name, DATA_EXT);
+            let json_name = self.file_name(&self.streams[i].name, "jsn");
+            let stream = &mut self.streams[i];
+            let mut doc = FuOutputDoc {
+                accepted: u64::from(stream.events),
+                error_events: self.error_events,
+                input_files: input_files.join(","),
+                merge_type: DATA_EXT.to_owned(),
+                hlt_error_events: self.hlt_error_events,
+                ..FuOutputDoc::empty(self.processed)
+            };
+            if let Some(mut file) = stream.file.take() {
+                let path = open.join(&data_name);
+                let file_bytes = RAW_V2_HEADER_BYTES as u64 + stream.body_bytes;
+                let header = RawFileHeader::v2(data_type::FRD_EVENTS, stream.events, self.dir.run, self.ls, file_bytes)
+                    .to_bytes();
+                file.flush().map_err(io_error("writing", &path))?;
+                let mut file = file.into_inner().map_err(|e| io_error("writing", &path)(e.into_error()))?;
+                file.seek(SeekFrom::Start(0)).map_err(io_error("writing", &path))?;
+                file.write_all(&header).map_err(io_error("writing", &path))?;
+                file.sync_all().map_err(io_error("syncing", &path))?;
+                doc.file_list = data_name.clone();
+                doc.file_size = file_bytes;
+                doc.file_adler32 =
+                    i64::from(adler32_combine(adler32(&header), stream.body_adler.finish(), stream.body_bytes));
+                outputs.push(data_name);
+            }
+            let json_path = open.join(&json_name);
+            fs::write(&json_path, doc.to_doc(&definition, source).to_json())
+                .map_err(io_error("writing", &json_path))?;
+            outputs.push(json_name);
+            accepted.push((stream.name.clone(), u64::from(stream.events)));
+        }
+        let record = CommitRecord { inputs: self.inputs.iter().map(ToString::to_string).collect(), outputs };
+        let record_path = self.dir.dir.join(commit_name(self.dir.run, self.ls, self.pid));
+        let text = serde_json::to_string(&record).expect("a commit record always serializes");
+        write_atomically(&record_path, text.as_bytes())?;
+        self.dir.carry_out(&record_path, &record, claimer)?;
+        Ok(LumiPublished { ls: self.ls, processed: self.processed, error_events: self.error_events, accepted })
+    }
+}
+
+/// The counts of a published lumi section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LumiPublished {
+    /// The lumi section.
+    pub ls: u32,
+    /// Events processed.
+    pub processed: u64,
+    /// Events set aside in the error stream.
+    pub error_events: u64,
+    /// Events written per stream, the error stream last.
+    pub accepted: Vec<(String, u64)>,
+}

@@ -1,0 +1,234 @@
+//! One FU process: claims raw files from a BU run directory, checks every event's CRC-32C, asks
+//! the HLT for its verdicts, writes the outputs per lumi section and stream, and publishes a
+//! lumi section once the BU has ended it and no file of it is left to claim.
+
+use crate::claim::{BuRunState, Claim, Claimer};
+use crate::output::{EventOutcome, FuOutputDir, LumiOutputs};
+use crate::{FuError, Hlt, Verdict};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tessera_formats::bookkeeping::IndexDoc;
+use tessera_formats::frd::FrdEvent;
+use tessera_formats::raw::RawFile;
+
+/// Where an FU process reads and writes, and how it waits.
+#[derive(Debug, Clone)]
+pub struct FuConfig {
+    /// The BU's directory (holding `runRRRRRR/`).
+    pub bu_dir: PathBuf,
+    /// The FU node's output directory (holding `runRRRRRR/`), shared by its processes.
+    pub output_dir: PathBuf,
+    /// The run.
+    pub run: u32,
+    /// This host's name, as written into claimed file names.
+    pub host: String,
+    /// This process's id, as written into claimed and output file names.
+    pub pid: u32,
+    /// How long to sleep when there is nothing to claim.
+    pub poll_interval: Duration,
+    /// How often to look for claims of dead processes on this host.
+    pub recovery_interval: Duration,
+    /// Give up when the BU's run directory has not appeared after this long.
+    pub run_start_timeout: Duration,
+}
+
+/// What an FU process did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FuReport {
+    /// Raw files processed.
+    pub files: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Events set aside in the error stream.
+    pub error_events: u64,
+    /// Events written per stream (the error stream last), over all lumi sections.
+    pub accepted: BTreeMap<String, u64>,
+    /// Lumi sections published.
+    pub lumi_sections: u64,
+    /// Claims of dead processes given back to the pool.
+    pub returned_claims: u64,
+    /// The first reasons events were set aside for (at most [`FuReport::MAX_REASONS`]).
+    pub reasons: Vec<String>,
+}
+
+impl FuReport {
+    /// Reasons kept in a report.
+    pub const MAX_REASONS: usize = 20;
+
+    fn note(&mut self, reason: String) {
+        if self.reasons.len() < Self::MAX_REASONS {
+            self.reasons.push(reason);
+        }
+    }
+}
+
+/// Runs an FU process until the BU's run has ended and every file of it is processed, or
+/// until `stop` is set (then it leaves at once; its claims go back to the pool when it is gone).
+pub fn run_fu(cfg: &FuConfig, hlt: &mut dyn Hlt, stop: &AtomicBool) -> Result<FuReport, FuError> {
+    let claimer = Claimer::new(&cfg.bu_dir, cfg.run, &cfg.host, cfg.pid)?;
+    let outputs = FuOutputDir::create(&cfg.output_dir, cfg.run)?;
+    let source = format!("{}-pid{}", cfg.host, cfg.pid);
+    let mut open: BTreeMap<u32, LumiOutputs> = BTreeMap::new();
+    let mut report = FuReport::default();
+    let mut verdicts = Vec::new();
+    let started = Instant::now();
+    let mut last_recovery: Option<Instant> = None;
+    while !stop.load(Ordering::Relaxed) {
+        if !claimer.run_dir().is_dir() {
+            if started.elapsed() > cfg.run_start_timeout {
+                return Err(FuError::Bookkeeping {
+                    path: claimer.run_dir().to_owned(),
+                    problem: format!("no run directory after {:?}", cfg.run_start_timeout),
+                });
+            }
+            std::thread::sleep(cfg.poll_interval);
+            continue;
+        }
+        // The directory may have appeared after `Claimer::new`.
+        let claimer = Claimer::new(&cfg.bu_dir, cfg.run, &cfg.host, cfg.pid)?;
+        let mut state = claimer.state()?;
+        if last_recovery.is_none_or(|t| t.elapsed() >= cfg.recovery_interval) {
+            last_recovery = Some(Instant::now());
+            let returned = claimer.return_dead_claims(&state, |pid| outputs.finish_dead(pid, &claimer))?;
+            if !returned.is_empty() {
+                report.returned_claims += returned.len() as u64;
+                state = claimer.state()?;
+            }
+        }
+        publish_ended(&mut open, &state, &claimer, &source, &mut report)?;
+        if let Some(claim) = claimer.claim_first(&state.unclaimed)? {
+            process_file(&claim, &claimer, &outputs, cfg.pid, hlt, &mut open, &mut verdicts, &mut report)?;
+            continue;
+        }
+        if state.ended && open.is_empty() && state.unclaimed.is_empty() {
+            break;
+        }
+        std::thread::sleep(cfg.poll_interval);
+    }
+    Ok(report)
+}
+
+/// Publishes the open lumi sections that the BU has ended and that have no file left to claim.
+fn publish_ended(
+    open: &mut BTreeMap<u32, LumiOutputs>,
+    state: &BuRunState,
+    claimer: &Claimer,
+    source: &str,
+    report: &mut FuReport,
+) -> Result<(), FuError> {
+    let ready: Vec<u32> = open
+        .keys()
+        .copied()
+        .filter(|ls| state.ended_lumi_sections.contains(ls) && !state.unclaimed.iter().any(|(l, _)| l == ls))
+        .collect();
+    for ls in ready {
+        let lumi = open.remove(&ls).expect("listed above");
+        let published = lumi.publish(claimer, source)?;
+        report.lumi_sections += 1;
+        for (stream, n) in published.accepted {
+            *report.accepted.entry(stream).or_default() += n;
+        }
+    }
+    Ok(())
+}
+
+/// The number of events the BU's index JSON gives for a claimed file, if it can be read.
+fn indexed_events(claimer: &Claimer, claim: &Claim) -> Option<u64> {
+    let path = claimer.run_dir().join(claim.name.raw().index_json()?.to_string());
+    IndexDoc::parse(&fs::read_to_string(path).ok()?).ok().map(|d| d.events)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn process_file(
+    claim: &Claim,
+    claimer: &Claimer,
+    outputs: &FuOutputDir,
+    pid: u32,
+    hlt: &mut dyn Hlt,
+    open: &mut BTreeMap<u32, LumiOutputs>,
+    verdicts: &mut Vec<Verdict>,
+    report: &mut FuReport,
+) -> Result<(), FuError> {
+    let bytes =
+        fs::read(&claim.path).map_err(|source| FuError::Io { action: "reading", path: claim.path.clone(), source })?;
+    let ls = claim.name.ls;
+    let lumi = open.entry(ls).or_insert_with(|| outputs.lumi(ls, pid, hlt.streams()));
+    let error_stream = hlt.streams().len();
+    // Read every record the file holds; a file that breaks off is reported, its readable
+    // events processed and the rest counted as errors (their bytes are not there to keep).
+    let mut events: Vec<FrdEvent<'_>> = Vec::new();
+    let mut offsets: Vec<usize> = Vec::new();
+    let mut broken: Option<String> = None;
+    match RawFile::parse(&bytes) {
+        Ok(file) => {
+            for event in file.events() {
+                match event {
+                    Ok((offset, e)) => {
+                        offsets.push(offset);
+                        events.push(e);
+                    }
+                    Err(e) => {
+                        broken = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        Err(e) => broken = Some(e.to_string()),
+    }
+    // Corrupt events are set aside before the HLT sees the rest.
+    let record = |offset: usize, event: &FrdEvent<'_>| &bytes[offset..offset + event.record_bytes()];
+    let mut good = Vec::with_capacity(events.len());
+    let mut good_offsets = Vec::with_capacity(events.len());
+    for (event, &offset) in events.iter().zip(&offsets) {
+        match event.check_crc() {
+            Ok(()) => {
+                good.push(*event);
+                good_offsets.push(offset);
+            }
+            Err(e) => {
+                report.note(format!("{} event {}: {e}", claim.name.raw(), event.header.event));
+                lumi.add_event(EventOutcome::Corrupt, record(offset, event), [error_stream])?;
+            }
+        }
+    }
+    verdicts.clear();
+    hlt.select_file(&claim.path, &good, verdicts)?;
+    if verdicts.len() != good.len() {
+        return Err(FuError::Hlt(format!(
+            "{} verdicts for {} events of {}",
+            verdicts.len(),
+            good.len(),
+            claim.name.raw()
+        )));
+    }
+    for ((event, &offset), verdict) in good.iter().zip(&good_offsets).zip(verdicts.iter()) {
+        match verdict {
+            Verdict::Streams(set) => lumi.add_event(EventOutcome::Selected, record(offset, event), set.iter())?,
+            Verdict::Failed(reason) => {
+                report.note(format!("{} event {}: {reason}", claim.name.raw(), event.header.event));
+                lumi.add_event(EventOutcome::HltFailed, record(offset, event), [error_stream])?;
+            }
+        }
+    }
+    let mut processed = events.len() as u64;
+    if let Some(problem) = broken {
+        let expected = indexed_events(claimer, claim).unwrap_or(processed);
+        let missing = expected.saturating_sub(processed);
+        report.note(format!("{}: {problem}; {missing} events unreadable", claim.name.raw()));
+        for _ in 0..missing {
+            lumi.add_event(EventOutcome::Corrupt, &[], [])?;
+        }
+        processed += missing;
+        report.error_events += missing;
+    }
+    report.files += 1;
+    report.events += processed;
+    report.error_events += (events.len() - good.len()) as u64;
+    report.error_events += verdicts.iter().filter(|v| matches!(v, Verdict::Failed(_))).count() as u64;
+    lumi.add_input(claim.name.clone());
+    Ok(())
+}
