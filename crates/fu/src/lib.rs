@@ -39,6 +39,7 @@ impl StreamSet {
 }
 
 pub mod claim;
+pub mod merge;
 pub mod output;
 pub mod process;
 

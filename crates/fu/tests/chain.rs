@@ -1,0 +1,435 @@
+//! The filter-farm chain on sample BU runs: FU processes, then micro, mini and macro mergers,
+//! with the faults a crashed process leaves behind. Each test checks that every built event is
+//! processed exactly once and that the final files hold exactly the selected events.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+use tessera_formats::bookkeeping::{FuOutputDoc, adler32};
+use tessera_formats::frd::FrdEvent;
+use tessera_formats::names::{ClaimedRawName, Producer, StreamFileName};
+use tessera_formats::raw::RawFile;
+use tessera_fu::merge::{MacroMerger, MicroMerger, MiniMerger, STORAGE_PRODUCER};
+use tessera_fu::process::{FuConfig, run_fu};
+use tessera_fu::{FuError, Hlt, StreamSet, Verdict};
+use tessera_rundir::sample::{SampleSpec, write_sample_run};
+
+/// Physics: every event; Express: event numbers divisible by 3; the HLT fails on multiples of 17.
+struct TestHlt {
+    streams: Vec<String>,
+}
+
+impl TestHlt {
+    fn new() -> Self {
+        TestHlt { streams: vec!["Physics".into(), "Express".into()] }
+    }
+
+    fn expected(event: u32) -> &'static [&'static str] {
+        if event % 17 == 0 {
+            &["Error"]
+        } else if event % 3 == 0 {
+            &["Physics", "Express"]
+        } else {
+            &["Physics"]
+        }
+    }
+}
+
+impl Hlt for TestHlt {
+    fn streams(&self) -> &[String] {
+        &self.streams
+    }
+
+    fn select_file(&mut self, _: &Path, events: &[FrdEvent<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), FuError> {
+        for e in events {
+            verdicts.push(if e.header.event % 17 == 0 {
+                Verdict::Failed("test HLT fails on multiples of 17".into())
+            } else {
+                let mut set = StreamSet::NONE;
+                set.insert(0);
+                if e.header.event % 3 == 0 {
+                    set.insert(1);
+                }
+                Verdict::Streams(set)
+            });
+        }
+        Ok(())
+    }
+}
+
+struct Farm {
+    root: tempfile::TempDir,
+    buses: Vec<String>,
+    spec: SampleSpec,
+}
+
+impl Farm {
+    fn new(bus: usize) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let spec =
+            SampleSpec { lumi_sections: 3, events_per_lumi_section: 25, events_per_file: 6, ..Default::default() };
+        let buses: Vec<String> = (0..bus).map(|i| format!("bu{i}")).collect();
+        for (i, bu) in buses.iter().enumerate() {
+            // Each BU holds its own events, as the EVM would assign them.
+            let spec = SampleSpec { first_event: 1 + 1000 * i as u64, source: bu.clone(), ..spec.clone() };
+            write_sample_run(&root.path().join(bu), &spec).unwrap();
+        }
+        Farm { root, buses, spec }
+    }
+
+    fn bu_dir(&self, bu: &str) -> PathBuf {
+        self.root.path().join(bu)
+    }
+
+    fn fu_dir(&self, bu: &str) -> PathBuf {
+        self.root.path().join("fu").join(bu)
+    }
+
+    fn mini_dir(&self, bu: &str) -> PathBuf {
+        self.root.path().join("mini").join(bu)
+    }
+
+    fn storage(&self) -> PathBuf {
+        self.root.path().join("storage")
+    }
+
+    fn run_dir(&self, base: PathBuf) -> PathBuf {
+        base.join(format!("run{:06}", self.spec.run))
+    }
+
+    fn fu_config(&self, bu: &str) -> FuConfig {
+        FuConfig {
+            bu_dir: self.bu_dir(bu),
+            output_dir: self.fu_dir(bu),
+            run: self.spec.run,
+            host: "testhost".into(),
+            pid: std::process::id(),
+            poll_interval: Duration::from_millis(5),
+            recovery_interval: Duration::from_millis(50),
+            run_start_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn run_fu(&self, bu: &str) -> tessera_fu::process::FuReport {
+        run_fu(&self.fu_config(bu), &mut TestHlt::new(), &AtomicBool::new(false)).unwrap()
+    }
+
+    fn micro(&self, bu: &str) -> MicroMerger {
+        MicroMerger {
+            bu_dir: self.bu_dir(bu),
+            fu_output_dir: self.fu_dir(bu),
+            mini_dir: self.mini_dir(bu),
+            node: "node0".into(),
+            run: self.spec.run,
+            streams: TestHlt::new().streams,
+            host: "testhost".into(),
+        }
+    }
+
+    fn mini(&self, bu: &str) -> MiniMerger {
+        MiniMerger {
+            bu_dir: self.bu_dir(bu),
+            mini_dir: self.mini_dir(bu),
+            storage_dir: self.storage(),
+            bu: bu.into(),
+            nodes: vec!["node0".into()],
+            run: self.spec.run,
+            streams: TestHlt::new().streams,
+        }
+    }
+
+    fn macro_merger(&self) -> MacroMerger {
+        MacroMerger {
+            storage_dir: self.storage(),
+            bus: self.buses.clone(),
+            run: self.spec.run,
+            streams: TestHlt::new().streams,
+        }
+    }
+
+    /// Runs every merger until the macro merger has ended the run (a bounded number of passes).
+    fn merge_all(&self) {
+        for _ in 0..10 {
+            for bu in &self.buses {
+                self.micro(bu).pass().unwrap();
+                self.mini(bu).pass().unwrap();
+            }
+            if self.macro_merger().pass().unwrap().finished {
+                return;
+            }
+        }
+        panic!("the mergers did not finish in 10 passes");
+    }
+
+    /// Checks storage: per lumi section and stream, the final file holds exactly the expected
+    /// events, its JSON's counts and Adler-32 match it, and Processed is every built event.
+    fn check_storage(&self) {
+        let storage = self.run_dir(self.storage());
+        let per_ls = u64::from(self.spec.events_per_lumi_section) * self.buses.len() as u64;
+        for ls in 1..=self.spec.lumi_sections {
+            let mut expected: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+            for i in 0..self.buses.len() as u32 {
+                let first = 1 + 1000 * i + (ls - 1) * self.spec.events_per_lumi_section;
+                for event in first..first + self.spec.events_per_lumi_section {
+                    for s in TestHlt::expected(event) {
+                        expected.entry(s).or_default().push(event);
+                    }
+                }
+            }
+            // ErrorEvents and HLTErrorEvents count the lumi section's failures in every stream.
+            let failures = expected.get("Error").map_or(0, Vec::len) as u64;
+            for stream in ["Physics", "Express", "Error"] {
+                let name = |ext: &str| {
+                    StreamFileName {
+                        run: self.spec.run,
+                        ls,
+                        stream: stream.into(),
+                        producer: Producer::Named(STORAGE_PRODUCER.into()),
+                        ext: ext.into(),
+                    }
+                    .to_string()
+                };
+                let doc = FuOutputDoc::parse(&fs::read_to_string(storage.join(name("jsn"))).unwrap()).unwrap();
+                assert_eq!(doc.processed, per_ls, "ls {ls} {stream}: Processed");
+                let want = expected.remove(stream).unwrap_or_default();
+                assert_eq!(doc.accepted, want.len() as u64, "ls {ls} {stream}: Accepted");
+                assert_eq!((doc.error_events, doc.hlt_error_events), (failures, failures), "ls {ls} {stream}");
+                if want.is_empty() {
+                    assert_eq!((doc.file_list.as_str(), doc.file_size, doc.file_adler32), ("", 0, -1));
+                    continue;
+                }
+                let bytes = fs::read(storage.join(name("raw"))).unwrap();
+                assert_eq!(doc.file_list, name("raw"));
+                assert_eq!(doc.file_size, bytes.len() as u64);
+                assert_eq!(doc.file_adler32, i64::from(adler32(&bytes)), "ls {ls} {stream}: Adler-32");
+                let file = RawFile::parse(&bytes).unwrap();
+                let mut got: Vec<u32> = file
+                    .events()
+                    .map(|e| {
+                        let (_, e) = e.unwrap();
+                        e.check_crc().unwrap();
+                        assert_eq!(e.header.lumi_section, ls);
+                        e.header.event
+                    })
+                    .collect();
+                got.sort_unstable();
+                assert_eq!(got, want, "ls {ls} {stream}: events");
+            }
+        }
+        assert!(storage.join(format!("run{:06}_ls0000_EoR.jsn", self.spec.run)).exists());
+    }
+}
+
+#[test]
+fn fu_1x1_chain_processes_every_event_once() {
+    let farm = Farm::new(1);
+    let report = farm.run_fu("bu0");
+    assert_eq!(report.events, 75);
+    assert_eq!(report.lumi_sections, 3);
+    // The BU directory is empty of data once everything is processed.
+    let bu_run = farm.run_dir(farm.bu_dir("bu0"));
+    let left: Vec<_> = fs::read_dir(bu_run.join("fu")).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    farm.merge_all();
+    farm.check_storage();
+}
+
+#[test]
+fn fu_2x1_chain_two_bus_write_one_final_file_per_lumi_section_and_stream() {
+    let farm = Farm::new(2);
+    for bu in &farm.buses {
+        assert_eq!(farm.run_fu(bu).events, 75);
+    }
+    farm.merge_all();
+    farm.check_storage();
+    // Nothing is left behind in storage's open/.
+    let open: Vec<_> = fs::read_dir(farm.run_dir(farm.storage()).join("open")).unwrap().collect();
+    assert!(open.is_empty(), "{open:?}");
+}
+
+/// A pid no process has: above the kernel's largest.
+const DEAD_PID: u32 = 4_194_304 + 17;
+
+#[test]
+fn fu_1x1_fu_crash_mid_file_returns_its_claims_and_drops_its_partial_outputs() {
+    let farm = Farm::new(1);
+    let bu_run = farm.run_dir(farm.bu_dir("bu0"));
+    fs::create_dir_all(bu_run.join("fu")).unwrap();
+    // A dead FU holds two files and has half-written outputs.
+    for index in [0, 1] {
+        let claim = ClaimedRawName { run: 1, ls: 1, index, host: "testhost".into(), pid: DEAD_PID };
+        fs::rename(bu_run.join(claim.raw().to_string()), bu_run.join(claim.path())).unwrap();
+    }
+    let fu_open = farm.run_dir(farm.fu_dir("bu0")).join("open");
+    fs::create_dir_all(&fu_open).unwrap();
+    fs::write(fu_open.join(format!("run000001_ls0001_streamPhysics_pid{DEAD_PID}.raw")), b"partial").unwrap();
+    let report = farm.run_fu("bu0");
+    assert_eq!(report.returned_claims, 2);
+    assert_eq!(report.events, 75);
+    assert!(fs::read_dir(&fu_open).unwrap().next().is_none());
+    farm.merge_all();
+    farm.check_storage();
+}
+
+#[test]
+fn fu_1x1_fu_crash_mid_commit_is_carried_out_not_redone() {
+    let farm = Farm::new(1);
+    let bu_run = farm.run_dir(farm.bu_dir("bu0"));
+    let fu_run = farm.run_dir(farm.fu_dir("bu0"));
+    fs::create_dir_all(bu_run.join("fu")).unwrap();
+    // First process everything of LS 1 as pid DEAD_PID would have, up to its commit record.
+    let claim = ClaimedRawName { run: 1, ls: 1, index: 0, host: "testhost".into(), pid: DEAD_PID };
+    fs::rename(bu_run.join(claim.raw().to_string()), bu_run.join(claim.path())).unwrap();
+    let outputs = tessera_fu::output::FuOutputDir::create(&farm.fu_dir("bu0"), 1).unwrap();
+    let claimer = tessera_fu::claim::Claimer::new(&farm.bu_dir("bu0"), 1, "testhost", DEAD_PID).unwrap();
+    let mut lumi = outputs.lumi(1, DEAD_PID, &TestHlt::new().streams);
+    let bytes = fs::read(bu_run.join(claim.path())).unwrap();
+    let file = RawFile::parse(&bytes).unwrap();
+    let mut verdicts = Vec::new();
+    let events: Vec<_> = file.events().map(|e| e.unwrap()).collect();
+    let frd: Vec<_> = events.iter().map(|(_, e)| *e).collect();
+    TestHlt::new().select_file(Path::new(""), &frd, &mut verdicts).unwrap();
+    for ((offset, e), v) in events.iter().zip(&verdicts) {
+        let record = &bytes[*offset..offset + e.record_bytes()];
+        match v {
+            Verdict::Streams(set) => lumi.add_event(tessera_fu::output::EventOutcome::Selected, record, set.iter()),
+            Verdict::Failed(_) => lumi.add_event(tessera_fu::output::EventOutcome::HltFailed, record, [2]),
+        }
+        .unwrap();
+    }
+    lumi.add_input(claim.clone());
+    // Publishing under a claimer whose run directory is elsewhere fails after the commit record
+    // is written and before the inputs are removed: what a crash there leaves.
+    let elsewhere = tempfile::tempdir().unwrap();
+    fs::create_dir_all(elsewhere.path().join("run000001")).unwrap();
+    let broken = tessera_fu::claim::Claimer::new(elsewhere.path(), 1, "testhost", DEAD_PID).unwrap();
+    drop(claimer);
+    lumi.publish(&broken, "dead").unwrap();
+    assert!(bu_run.join(claim.path()).exists(), "the input is still claimed");
+    // Undo the carrying out of the record's outputs to stand for a crash right after it.
+    let record = fu_run.join(format!("run000001_ls0001_pid{DEAD_PID}.commit"));
+    fs::write(&record, serde_json_record(&fu_run, &claim)).unwrap();
+    let report = farm.run_fu("bu0");
+    // The dead process's file was carried out, not processed again.
+    assert_eq!(report.events, 75 - 6);
+    farm.merge_all();
+    farm.check_storage();
+}
+
+/// A commit record naming `claim` and every output of pid DEAD_PID, whose outputs are moved
+/// back under `open/`.
+fn serde_json_record(fu_run: &Path, claim: &ClaimedRawName) -> String {
+    let mut outputs = Vec::new();
+    for entry in fs::read_dir(fu_run).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.contains(&format!("pid{DEAD_PID}.")) && !name.ends_with(".commit") {
+            fs::rename(fu_run.join(&name), fu_run.join("open").join(&name)).unwrap();
+            outputs.push(name);
+        }
+    }
+    outputs.sort_by_key(|n| n.ends_with(".jsn"));
+    format!("{{\"inputs\":[\"{claim}\"],\"outputs\":{outputs:?}}}")
+}
+
+#[test]
+fn fu_1x1_corrupt_event_goes_to_the_error_stream_and_is_counted() {
+    let farm = Farm::new(1);
+    let raw = farm.run_dir(farm.bu_dir("bu0")).join("run000001_ls0002_index000000.raw");
+    let mut bytes = fs::read(&raw).unwrap();
+    // A payload byte of the first event.
+    bytes[32 + 24 + 20] ^= 0xFF;
+    fs::write(&raw, &bytes).unwrap();
+    let report = farm.run_fu("bu0");
+    assert_eq!(report.events, 75);
+    assert!(report.reasons.iter().any(|r| r.contains("CRC")), "{:?}", report.reasons);
+    farm.merge_all();
+    let doc = FuOutputDoc::parse(
+        &fs::read_to_string(farm.run_dir(farm.storage()).join("run000001_ls0002_streamError_StorageManager.jsn"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(doc.processed, 25);
+    // Event 26 is corrupt; 34 fails in the HLT.
+    assert_eq!((doc.accepted, doc.error_events, doc.hlt_error_events), (2, 2, 1));
+}
+
+/// Copies a directory tree.
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// Puts `dir` back as `snapshot` holds it.
+fn restore(dir: &Path, snapshot: &Path) {
+    fs::remove_dir_all(dir).unwrap();
+    copy_tree(snapshot, dir);
+}
+
+#[test]
+fn fu_2x1_mergers_killed_anywhere_resume_without_loss_or_duplicate() {
+    let farm = Farm::new(2);
+    for bu in &farm.buses {
+        farm.run_fu(bu);
+    }
+    let snapshots = tempfile::tempdir().unwrap();
+    let snap = |name: &str, dir: &Path| {
+        let to = snapshots.path().join(name);
+        copy_tree(dir, &to);
+        to
+    };
+    // Micro: killed after publishing its merged files, before its .done marker and before
+    // removing its inputs. The next pass must not merge again.
+    for bu in &farm.buses {
+        let fu_run = farm.run_dir(farm.fu_dir(bu));
+        let before = snap(&format!("fu-{bu}"), &fu_run);
+        farm.micro(bu).pass().unwrap();
+        restore(&fu_run, &before);
+        farm.micro(bu).pass().unwrap();
+    }
+    // Mini of bu0: killed after writing its pieces' bytes at their reserved offsets, before the
+    // pieces' JSON and its marker. The next pass finds its reservations and writes them again.
+    let mini_run = farm.run_dir(farm.mini_dir("bu0"));
+    let before = snap("mini-bu0", &mini_run);
+    farm.mini("bu0").pass().unwrap();
+    restore(&mini_run, &before);
+    let open = farm.run_dir(farm.storage()).join("open");
+    let mut pieces = 0;
+    for entry in fs::read_dir(&open).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.ends_with("_bu0.jsn") {
+            fs::remove_file(open.join(&name)).unwrap();
+            pieces += 1;
+        }
+    }
+    assert_eq!(pieces, 9, "3 lumi sections x 3 streams");
+    farm.mini("bu1").pass().unwrap();
+    farm.mini("bu0").pass().unwrap();
+    // Macro: killed after renaming the final files into place, before their JSON.
+    let storage_run = farm.run_dir(farm.storage());
+    let before = snap("storage", &storage_run);
+    farm.macro_merger().pass().unwrap();
+    for entry in fs::read_dir(&storage_run).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.ends_with("StorageManager.jsn") {
+            fs::remove_file(storage_run.join(name)).unwrap();
+        }
+    }
+    for entry in fs::read_dir(before.join("open")).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if name.ends_with(".jsn") || name.ends_with(".ledger") {
+            fs::copy(entry.path(), open.join(name)).unwrap();
+        }
+    }
+    farm.merge_all();
+    farm.check_storage();
+}
