@@ -36,8 +36,16 @@ pub(crate) fn read_yaml<T: DeserializeOwned>(
         // serde words it "unknown field `NAME`, expected ...".
         let unknown =
             message.strip_prefix("unknown field `").and_then(|rest| rest.split_once('`')).map(|(name, _)| name);
-        let key = at.and_then(|at| keys.path_at(at, unknown)).map(str::to_owned);
-        ConfigError::Schema { place: place(at, key), message }
+        let (at, key) = match at {
+            // The parser places a missing key at the last key of its mapping: name the mapping.
+            Some(at) if message.starts_with("missing field `") => {
+                let (key, mapping) = keys.missing_at(at);
+                (Some(mapping), key)
+            }
+            Some(at) => (Some(at), keys.path_at(at, unknown)),
+            None => (None, None),
+        };
+        ConfigError::Schema { place: place(at, key.map(str::to_owned)), message }
     })?;
     validate(&value).map_err(|e| {
         // Validation knows the key, not the place; the key map finds the line where the key, or
