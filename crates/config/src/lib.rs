@@ -20,18 +20,23 @@
 //! ```
 //!
 //! FED lists use the command line's syntax; [`parse_fed_list`] reads them for both.
+//!
+//! The filter unit's selection [`Menu`] is a YAML file of its own, read the same way with the
+//! same kind of errors ([`Menu::load`]).
 
 #![warn(missing_docs)]
 
 mod error;
 pub mod fed_list;
 mod locate;
+pub mod menu;
 mod system;
 mod validate;
 mod yaml;
 
 pub use error::{ConfigError, Place, ValidationError};
 pub use fed_list::{FedListError, format_fed_list, parse_fed_list};
+pub use menu::{BxRange, ByteRange, Conditions, FedSizeRange, MAX_MENU_STREAMS, Menu, MenuPath};
 pub use system::{
     BuParams, BuSection, CorruptStreamPolicy, DEFAULT_HOST, DEFAULT_RATE_HZ, DEFAULT_RUN_SECONDS, EvmParams,
     FragmentSize, RuParams, RuParamsOverride, RuSection, RunSection, SystemConfig, TriggerSection,
