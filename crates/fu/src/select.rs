@@ -68,7 +68,8 @@ pub enum SummaryError {
 }
 
 impl EventSummary {
-    /// Summarizes `event`: walks its fragments from the end and reads its trigger fragment.
+    /// Summarizes `event`: walks its fragments from the end and reads its trigger fragment (FED
+    /// id 1024, or another of 1024..=1099; the last one in the payload if there are several).
     pub fn from_frd(event: &FrdEvent<'_>) -> Result<EventSummary, SummaryError> {
         let mut summary = EventSummary::default();
         summary.read(event)?;
