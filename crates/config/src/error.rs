@@ -1,10 +1,10 @@
-//! What can be wrong with a system file. Every error names the file and, where known, the line,
-//! the column and the key path (`rus[1].feds`), then says what was expected.
+//! What can be wrong with a system file or a menu file. Every error names the file and, where
+//! known, the line, the column and the key path (`rus[1].feds`), then says what was expected.
 
 use std::fmt;
 use std::path::PathBuf;
 
-/// Where in a system file a problem is.
+/// Where in a system or menu file a problem is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
     /// The file, as it was given.
@@ -34,7 +34,7 @@ impl fmt::Display for Place {
     }
 }
 
-/// A system file that cannot be used.
+/// A system or menu file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file cannot be read.
@@ -53,8 +53,8 @@ pub enum ConfigError {
         /// What the YAML parser expected.
         message: String,
     },
-    /// The YAML does not have the shape of a system: an unknown key (the message lists the
-    /// keys allowed there), a value of the wrong type, a missing required key.
+    /// The YAML does not have the shape of a system (or menu): an unknown key (the message lists
+    /// the keys allowed there), a value of the wrong type, a missing required key.
     #[error("{place}: {message}")]
     Schema {
         /// Where.
@@ -62,7 +62,8 @@ pub enum ConfigError {
         /// What was expected.
         message: String,
     },
-    /// Each value has the right type but together they do not make a system that can run.
+    /// Each value has the right type but together they do not make a system that can run (or a
+    /// menu that can select).
     #[error("{place}: {message}")]
     Invalid {
         /// Where.
@@ -84,8 +85,8 @@ impl ConfigError {
     }
 }
 
-/// A semantic problem found by [`SystemConfig::validate`](crate::SystemConfig::validate), before
-/// it is tied to a file.
+/// A semantic problem found by [`SystemConfig::validate`](crate::SystemConfig::validate) or
+/// [`Menu::validate`](crate::Menu::validate), before it is tied to a file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {message}")]
 pub struct ValidationError {

@@ -20,25 +20,29 @@
 //! ```
 //!
 //! FED lists use the command line's syntax; [`parse_fed_list`] reads them for both.
+//!
+//! The filter unit's selection [`Menu`] is a YAML file of its own, read the same way with the
+//! same kind of errors ([`Menu::load`]).
 
 #![warn(missing_docs)]
 
 mod error;
 pub mod fed_list;
 mod locate;
+pub mod menu;
 mod system;
 mod validate;
+mod yaml;
 
 pub use error::{ConfigError, Place, ValidationError};
 pub use fed_list::{FedListError, format_fed_list, parse_fed_list};
+pub use menu::{BxRange, ByteRange, Conditions, FedSizeRange, MAX_MENU_STREAMS, Menu, MenuPath};
 pub use system::{
     BuParams, BuSection, CorruptStreamPolicy, DEFAULT_HOST, DEFAULT_RATE_HZ, DEFAULT_RUN_SECONDS, EvmParams,
     FragmentSize, RuParams, RuParamsOverride, RuSection, RunSection, SystemConfig, TriggerSection,
 };
 pub use validate::{MAX_RUN_NUMBER, MAX_WRITER_THREADS};
 
-use locate::{KeyMap, known};
-use serde_saphyr::MessageFormatter as _;
 use std::path::Path;
 
 impl SystemConfig {
@@ -49,41 +53,12 @@ impl SystemConfig {
     /// is not in the text, so the line is that of its nearest written ancestor (`ru` for
     /// `ru.chunk_bytes`), or unknown when there is none.
     pub fn from_yaml(text: &str, origin: &Path) -> Result<SystemConfig, ConfigError> {
-        let place = |at: Option<(u64, u64)>, key: Option<String>| Place {
-            file: origin.to_owned(),
-            line: at.map(|(line, _)| line),
-            column: at.map(|(_, column)| column),
-            key,
-        };
-        // Read the bare structure first: if that fails the text is not YAML, and if it works it
-        // knows where every key is.
-        let keys = match KeyMap::read(text) {
-            Ok(keys) => keys,
-            Err(e) => return Err(ConfigError::Syntax { place: place(error_position(&e), None), message: message(&e) }),
-        };
-        let system: SystemConfig = serde_saphyr::from_str(text).map_err(|e| {
-            let at = error_position(&e);
-            let message = message(&e);
-            // serde words it "unknown field `NAME`, expected ...".
-            let unknown =
-                message.strip_prefix("unknown field `").and_then(|rest| rest.split_once('`')).map(|(name, _)| name);
-            let key = at.and_then(|at| keys.path_at(at, unknown)).map(str::to_owned);
-            ConfigError::Schema { place: place(at, key), message }
-        })?;
-        system.validate().map_err(|e| {
-            // Validation knows the key, not the place; the key map finds the line where the key,
-            // or its nearest written ancestor, is.
-            let at = keys.position_of(&e.key);
-            ConfigError::Invalid { place: place(at, Some(e.key)), message: e.message }
-        })?;
-        Ok(system)
+        yaml::read_yaml(text, origin, SystemConfig::validate)
     }
 
     /// Reads and validates the system file at `path`.
     pub fn load(path: &Path) -> Result<SystemConfig, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { file: path.to_owned(), source })?;
-        SystemConfig::from_yaml(&text, path)
+        SystemConfig::from_yaml(&yaml::read_text(path)?, path)
     }
 
     /// The system as YAML that [`SystemConfig::from_yaml`] reads back to the same value, every
@@ -93,20 +68,4 @@ impl SystemConfig {
         // failure would be a bug in this crate.
         serde_saphyr::to_string(self).expect("a SystemConfig always serializes")
     }
-}
-
-/// The parser's line and column of `e`, if it knows them.
-fn error_position(e: &serde_saphyr::Error) -> Option<(u64, u64)> {
-    e.location().and_then(known)
-}
-
-/// The parser's message for `e` without its location (the [`Place`] says where) or snippet,
-/// with control characters escaped so it prints on one line.
-fn message(e: &serde_saphyr::Error) -> String {
-    let mut inner = e;
-    while let serde_saphyr::Error::WithSnippet { error, .. } | serde_saphyr::Error::AliasError { error, .. } = inner {
-        inner = error;
-    }
-    let text = serde_saphyr::DefaultMessageFormatter.format_message(inner);
-    text.chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect()
 }

@@ -84,6 +84,23 @@ impl KeyMap {
         found.map(|e| e.path.as_str()).filter(|path| !path.is_empty())
     }
 
+    /// The mapping that lacks a required key, from the place the parser reports it at (the
+    /// mapping itself when it starts there, else its last key): the mapping's key path (`None`
+    /// for the whole document) and where the mapping is.
+    pub(crate) fn missing_at(&self, at: Position) -> (Option<&str>, Position) {
+        let owner = match self.entries.iter().find(|e| e.value == at) {
+            Some(mapping) => mapping,
+            None => match self.entries.iter().find(|e| e.key == at) {
+                Some(last_key) => {
+                    let parent = last_key.path.rfind(['.', '[']).map_or("", |end| &last_key.path[..end]);
+                    self.entries.iter().find(|e| e.path == parent).unwrap_or(last_key)
+                }
+                None => return (self.path_at(at, None), at),
+            },
+        };
+        (Some(owner.path.as_str()).filter(|path| !path.is_empty()), owner.key)
+    }
+
     /// Where the key `path` is written; when it is absent (a missing key, or a default), where
     /// its nearest written ancestor is.
     pub(crate) fn position_of(&self, path: &str) -> Option<Position> {
@@ -259,5 +276,15 @@ mod tests {
         assert_eq!(map.path_at((2, 20), None), Some("run.number"));
         assert_eq!(map.path_at((1, 1), None), None);
         assert_eq!(map.path_at((1, 1), Some("run")), Some("run"));
+    }
+
+    #[test]
+    fn finds_the_mapping_that_misses_a_key() {
+        let map = KeyMap::read(TEXT).unwrap();
+        // The parser reports a missing key at the mapping's last key, or where it starts.
+        assert_eq!(map.missing_at((5, 5)), (Some("rus[0]"), (4, 5)));
+        assert_eq!(map.missing_at((4, 5)), (Some("rus[0]"), (4, 5)));
+        assert_eq!(map.missing_at((2, 3)), (Some("run"), (1, 1)));
+        assert_eq!(map.missing_at((1, 1)), (None, (1, 1)));
     }
 }

@@ -113,6 +113,9 @@ fn wrong_type_names_the_line_path_and_type() {
 fn missing_required_key_names_the_unit() {
     let msg = error("rus:\n  - name: ru0\nbus:\n  - name: bu0\n");
     assert_eq!(msg, "conf/bad.yaml:2:5: rus[0]: missing field `feds`");
+    // The parser notices at the mapping's last key; the error still names the mapping.
+    let msg = error("rus:\n  - name: ru0\n    host: h\nbus:\n  - name: bu0\n");
+    assert_eq!(msg, "conf/bad.yaml:2:5: rus[0]: missing field `feds`");
     assert_eq!(error("rus:\n  - {name: ru0, feds: 1024}\n"), "conf/bad.yaml:1:1: missing field `bus`");
 }
 

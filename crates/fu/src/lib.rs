@@ -4,6 +4,10 @@
 
 #![warn(missing_docs)]
 
+pub mod select;
+
+pub use select::{EventSummary, MenuSelector, SummaryError};
+
 /// The output streams an event goes to: bit `i` stands for stream `i` of the selector's stream
 /// list, so a selector has at most [`StreamSet::MAX_STREAMS`] streams. Empty means rejected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]

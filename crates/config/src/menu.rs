@@ -1,0 +1,386 @@
+//! The filter unit's selection menu: named paths, each with a prescale and conditions on what
+//! an event holds, each feeding one or more output streams.
+//!
+//! ```
+//! use tessera_config::Menu;
+//! let text = "streams: [Physics, Express]\n\
+//!             paths:\n  - name: physics\n    streams: [Physics]\n    conditions: {trigger_type: [1]}\n\
+//!             \x20 - name: express\n    streams: [Express]\n    prescale: 10\n";
+//! let menu = Menu::from_yaml(text, "menu.yaml".as_ref()).unwrap();
+//! assert_eq!(menu.paths[1].prescale, 10);
+//! assert_eq!(menu.paths[1].conditions, Default::default());
+//! ```
+//!
+//! An event goes to a path's streams when it passes all the path's [`Conditions`] and then its
+//! prescale; the filter unit applies the menu (`tessera_fu::select`).
+
+use crate::error::{ConfigError, ValidationError};
+use crate::yaml;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use tessera_formats::FormatError;
+use tessera_formats::fed::{BX_PER_ORBIT, event_type};
+use tessera_formats::names::validate_stream_name;
+
+/// Most streams a menu may have (a filter unit keeps an event's streams in the bits of a word).
+pub const MAX_MENU_STREAMS: usize = 63;
+/// Largest trigger type: the FED header's event type field has 4 bits.
+pub const MAX_TRIGGER_TYPE: u8 = 15;
+/// Largest FED id: the FED header's source id field has 12 bits.
+pub const MAX_FED_ID: u16 = 4095;
+
+/// A selection menu: the output streams and the paths that fill them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Menu {
+    /// The output stream names, at least one and at most [`MAX_MENU_STREAMS`], unique, each
+    /// non-empty ASCII alphanumeric (no `_`: it separates the parts of output file names).
+    pub streams: Vec<String>,
+    /// The paths, at least one, with unique names; an event goes to the streams of every path
+    /// that accepts it.
+    pub paths: Vec<MenuPath>,
+}
+
+/// One path of a [`Menu`]: the conditions an event must pass, a prescale, and the streams an
+/// accepted event goes to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MenuPath {
+    /// The path's name: non-empty and unique in the menu.
+    pub name: String,
+    /// The streams the path feeds, at least one, each one of the menu's `streams`.
+    pub streams: Vec<String>,
+    /// Keep 1 of every `prescale` events that pass the conditions, the first one included;
+    /// 1 (the default) keeps them all and 0 disables the path.
+    #[serde(default = "one")]
+    pub prescale: u32,
+    /// What an event must hold to pass, all of it; the default passes every event.
+    #[serde(default, skip_serializing_if = "Conditions::is_always")]
+    pub conditions: Conditions,
+}
+
+/// What an event must hold to pass a path: every condition given must hold, and an omitted one
+/// always holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Conditions {
+    /// The event's trigger type (the event type in the FED header of its trigger fragment) is
+    /// one of these; an event without a trigger fragment fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_type: Option<Vec<u8>>,
+    /// The event's bunch crossing, from its trigger fragment, is in this range; an event
+    /// without a trigger fragment fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bx: Option<BxRange>,
+    /// FED source ids that must all have a fragment in the event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub feds_present: Vec<u16>,
+    /// FED source ids that must all be missing from the event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub feds_absent: Vec<u16>,
+    /// The size of one FED's fragment is in a range; an event without that FED fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fed_size_bytes: Option<FedSizeRange>,
+    /// The event's size (the FRD payload, header excluded) is in this range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_size_bytes: Option<ByteRange>,
+    /// A deterministic pseudo-random fraction of events, in 0..=1, drawn from the run, the
+    /// event number and the path's name: the same event always gets the same draw on a path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub random_fraction: Option<f64>,
+}
+
+/// An inclusive range of bunch crossings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BxRange {
+    /// First bunch crossing in the range; default 0.
+    #[serde(default, skip_serializing_if = "is_zero_u16")]
+    pub min: u16,
+    /// Last bunch crossing in the range; default 3563, the last of an orbit.
+    #[serde(default = "last_bx", skip_serializing_if = "is_last_bx")]
+    pub max: u16,
+}
+
+/// An inclusive range of sizes in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ByteRange {
+    /// Smallest size in bytes; default 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub min: u64,
+    /// Largest size in bytes; default unlimited.
+    #[serde(default = "unlimited", skip_serializing_if = "is_unlimited")]
+    pub max: u64,
+}
+
+/// A FED and an inclusive range for the size of its fragment, FED header and trailer included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FedSizeRange {
+    /// The FED source id.
+    pub fed: u16,
+    /// Smallest fragment size in bytes; default 0.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub min: u64,
+    /// Largest fragment size in bytes; default unlimited.
+    #[serde(default = "unlimited", skip_serializing_if = "is_unlimited")]
+    pub max: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+fn last_bx() -> u16 {
+    BX_PER_ORBIT - 1
+}
+fn unlimited() -> u64 {
+    u64::MAX
+}
+fn is_zero_u16(v: &u16) -> bool {
+    *v == 0
+}
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+fn is_last_bx(v: &u16) -> bool {
+    *v == last_bx()
+}
+fn is_unlimited(v: &u64) -> bool {
+    *v == u64::MAX
+}
+
+impl BxRange {
+    /// Whether `bx` is in the range.
+    pub fn contains(&self, bx: u16) -> bool {
+        (self.min..=self.max).contains(&bx)
+    }
+}
+
+impl ByteRange {
+    /// Whether `bytes` is in the range.
+    pub fn contains(&self, bytes: u64) -> bool {
+        (self.min..=self.max).contains(&bytes)
+    }
+}
+
+impl FedSizeRange {
+    /// The size range, without the FED.
+    pub fn range(&self) -> ByteRange {
+        ByteRange { min: self.min, max: self.max }
+    }
+}
+
+impl Conditions {
+    /// Whether there is no condition, so that every event passes.
+    pub fn is_always(&self) -> bool {
+        *self == Conditions::default()
+    }
+}
+
+impl Default for Menu {
+    /// A menu for emulated runs, whose events all have trigger type 1 (physics) and bunch
+    /// crossings spread over the orbit:
+    ///
+    /// * stream `Physics`, path `physics`: trigger type 1, half of the events at random;
+    /// * stream `Express`, path `express`: 5 % of all events at random;
+    /// * stream `Calibration`, paths `calibration` (trigger type 2) and `abort_gap` (bunch
+    ///   crossings 3443–3563, the last 121 of the orbit, about 3.4 % of the events).
+    fn default() -> Self {
+        let path = |name: &str, stream: &str, conditions| MenuPath {
+            name: name.to_owned(),
+            streams: vec![stream.to_owned()],
+            prescale: 1,
+            conditions,
+        };
+        Menu {
+            streams: ["Physics", "Express", "Calibration"].map(str::to_owned).to_vec(),
+            paths: vec![
+                path(
+                    "physics",
+                    "Physics",
+                    Conditions {
+                        trigger_type: Some(vec![event_type::PHYSICS]),
+                        random_fraction: Some(0.5),
+                        ..Conditions::default()
+                    },
+                ),
+                path("express", "Express", Conditions { random_fraction: Some(0.05), ..Conditions::default() }),
+                path(
+                    "calibration",
+                    "Calibration",
+                    Conditions { trigger_type: Some(vec![event_type::CALIBRATION]), ..Conditions::default() },
+                ),
+                path(
+                    "abort_gap",
+                    "Calibration",
+                    Conditions { bx: Some(BxRange { min: 3443, max: BX_PER_ORBIT - 1 }), ..Conditions::default() },
+                ),
+            ],
+        }
+    }
+}
+
+fn fail(key: impl Into<String>, message: impl Into<String>) -> Result<(), ValidationError> {
+    Err(ValidationError { key: key.into(), message: message.into() })
+}
+
+fn check_range(key: &str, min: u64, max: u64) -> Result<(), ValidationError> {
+    if min > max {
+        return fail(key, format!("min {min} is above max {max}: no event can pass"));
+    }
+    Ok(())
+}
+
+fn check_fed(key: &str, fed: u16) -> Result<(), ValidationError> {
+    if fed > MAX_FED_ID {
+        return fail(key, format!("FED id {fed} is above {MAX_FED_ID}"));
+    }
+    Ok(())
+}
+
+impl Menu {
+    /// Reads a menu from `text`, the contents of the file `origin` (named in errors), and
+    /// [validates](Menu::validate) it. Errors name the file, line, column and key path, as
+    /// those of [`SystemConfig::from_yaml`](crate::SystemConfig::from_yaml) do.
+    pub fn from_yaml(text: &str, origin: &Path) -> Result<Menu, ConfigError> {
+        yaml::read_yaml(text, origin, Menu::validate)
+    }
+
+    /// Reads and validates the menu file at `path`.
+    pub fn load(path: &Path) -> Result<Menu, ConfigError> {
+        Menu::from_yaml(&yaml::read_text(path)?, path)
+    }
+
+    /// The menu as YAML that [`Menu::from_yaml`] reads back to the same value.
+    pub fn to_yaml(&self) -> String {
+        // Plain strings, numbers, lists and maps: serialization cannot fail.
+        serde_saphyr::to_string(self).expect("a Menu always serializes")
+    }
+
+    /// The index of stream `name` in `streams`, if it is one.
+    pub fn stream_index(&self, name: &str) -> Option<usize> {
+        self.streams.iter().position(|s| s == name)
+    }
+
+    /// Checks what the types alone do not: stream names, unique names, that each path feeds
+    /// known streams, and that each condition can hold. Stops at the first problem.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        self.validate_streams()?;
+        if self.paths.is_empty() {
+            return fail("paths", "no paths: the menu would reject every event");
+        }
+        let mut names = HashMap::new();
+        for (i, path) in self.paths.iter().enumerate() {
+            let key = format!("paths[{i}]");
+            if path.name.is_empty() {
+                return fail(format!("{key}.name"), "a path needs a non-empty name");
+            }
+            if let Some(first) = names.insert(path.name.as_str(), i) {
+                return fail(
+                    format!("{key}.name"),
+                    format!("path name {:?} is already used by paths[{first}]", path.name),
+                );
+            }
+            self.validate_path_streams(&key, path)?;
+            validate_conditions(&format!("{key}.conditions"), &path.conditions)?;
+        }
+        Ok(())
+    }
+
+    fn validate_streams(&self) -> Result<(), ValidationError> {
+        if self.streams.is_empty() {
+            return fail("streams", "no streams: a menu needs at least one");
+        }
+        if self.streams.len() > MAX_MENU_STREAMS {
+            return fail("streams", format!("{} streams; at most {MAX_MENU_STREAMS}", self.streams.len()));
+        }
+        for (i, stream) in self.streams.iter().enumerate() {
+            if let Err(e) = validate_stream_name(stream) {
+                let problem = match e {
+                    FormatError::Name { problem, .. } => problem.to_owned(),
+                    other => other.to_string(),
+                };
+                return fail(format!("streams[{i}]"), format!("{stream:?}: {problem} ('_' separates file name parts)"));
+            }
+            if let Some(first) = self.streams[..i].iter().position(|s| s == stream) {
+                return fail(format!("streams[{i}]"), format!("stream {stream:?} is already streams[{first}]"));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_path_streams(&self, key: &str, path: &MenuPath) -> Result<(), ValidationError> {
+        if path.streams.is_empty() {
+            return fail(format!("{key}.streams"), "a path must feed at least one stream");
+        }
+        for (j, stream) in path.streams.iter().enumerate() {
+            let key = format!("{key}.streams[{j}]");
+            if self.stream_index(stream).is_none() {
+                return fail(key, format!("stream {stream:?} is not in streams ({})", self.streams.join(", ")));
+            }
+            if let Some(first) = path.streams[..j].iter().position(|s| s == stream) {
+                return fail(key, format!("stream {stream:?} is already the path's streams[{first}]"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn validate_conditions(key: &str, c: &Conditions) -> Result<(), ValidationError> {
+    if let Some(types) = &c.trigger_type {
+        if types.is_empty() {
+            return fail(
+                format!("{key}.trigger_type"),
+                "an empty list passes no event; leave the key out to pass every trigger type",
+            );
+        }
+        for (i, &t) in types.iter().enumerate() {
+            if t > MAX_TRIGGER_TYPE {
+                return fail(
+                    format!("{key}.trigger_type[{i}]"),
+                    format!("trigger type {t} is above {MAX_TRIGGER_TYPE} (4 bits)"),
+                );
+            }
+        }
+    }
+    if let Some(bx) = c.bx {
+        check_range(&format!("{key}.bx"), bx.min.into(), bx.max.into())?;
+        if bx.min >= BX_PER_ORBIT {
+            return fail(
+                format!("{key}.bx.min"),
+                format!("{} is past the last bunch crossing of an orbit ({})", bx.min, BX_PER_ORBIT - 1),
+            );
+        }
+    }
+    for (i, &fed) in c.feds_present.iter().enumerate() {
+        check_fed(&format!("{key}.feds_present[{i}]"), fed)?;
+    }
+    for (i, &fed) in c.feds_absent.iter().enumerate() {
+        let at = format!("{key}.feds_absent[{i}]");
+        check_fed(&at, fed)?;
+        if c.feds_present.contains(&fed) {
+            return fail(at, format!("FED {fed} is also in feds_present: no event can pass"));
+        }
+    }
+    if let Some(size) = c.fed_size_bytes {
+        check_fed(&format!("{key}.fed_size_bytes.fed"), size.fed)?;
+        check_range(&format!("{key}.fed_size_bytes"), size.min, size.max)?;
+        if c.feds_absent.contains(&size.fed) {
+            return fail(
+                format!("{key}.fed_size_bytes.fed"),
+                format!("FED {} is also in feds_absent: no event can pass", size.fed),
+            );
+        }
+    }
+    if let Some(size) = c.event_size_bytes {
+        check_range(&format!("{key}.event_size_bytes"), size.min, size.max)?;
+    }
+    if let Some(f) = c.random_fraction
+        && !(0.0..=1.0).contains(&f)
+    {
+        return fail(format!("{key}.random_fraction"), format!("{f} is outside 0..=1"));
+    }
+    Ok(())
+}
