@@ -33,6 +33,9 @@ pub struct SystemConfig {
     /// Tuning shared by every BU.
     #[serde(default)]
     pub bu: BuParams,
+    /// The filter farm behind the BUs and the mergers into storage.
+    #[serde(default)]
+    pub fu: FuParams,
 }
 
 impl Default for SystemConfig {
@@ -47,6 +50,7 @@ impl Default for SystemConfig {
             bus: vec![BuSection::new("bu0"), BuSection::new("bu1")],
             ru: RuParams::default(),
             bu: BuParams::default(),
+            fu: FuParams::default(),
         }
     }
 }
@@ -579,6 +583,39 @@ impl Default for BuParams {
             frame_store_bytes: 256 << 20,
             ramdisk_high_water_percent: 90,
             ramdisk_low_water_percent: 80,
+        }
+    }
+}
+
+/// The filter farm: FU processes per BU, their selection, and the mergers into storage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FuParams {
+    /// Run FUs and mergers behind the BUs; when false, the BUs' raw files stay where they are.
+    pub enabled: bool,
+    /// FU processes per BU, on the BU's host, sharing one output directory, 1..=64.
+    pub processes_per_bu: u32,
+    /// The selection menu file (see `examples/menu.yaml`); none: the embedded default menu. A
+    /// relative path is taken from the current directory.
+    pub menu: Option<PathBuf>,
+    /// An external HLT program and its arguments, run by every FU instead of the menu (see
+    /// docs/hlt-contract.md); empty: the menu.
+    pub exec: Vec<String>,
+    /// How often FUs and mergers look at their directories when idle, in ms.
+    pub poll_interval_ms: u64,
+    /// How long the mergers may take to finish after the BUs have ended the run, in s.
+    pub drain_timeout_s: u64,
+}
+
+impl Default for FuParams {
+    fn default() -> Self {
+        FuParams {
+            enabled: true,
+            processes_per_bu: 2,
+            menu: None,
+            exec: Vec::new(),
+            poll_interval_ms: 20,
+            drain_timeout_s: 120,
         }
     }
 }

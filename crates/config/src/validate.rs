@@ -8,6 +8,9 @@ use tessera_emu::generator::{FedSpec, SizeModel, TriggerClock};
 use tessera_emu::sender::MAX_STREAMS;
 use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID};
 
+/// Most FU processes per BU.
+pub const MAX_FU_PROCESSES_PER_BU: u32 = 64;
+
 /// Largest run number (six decimal digits, as in CMS run numbers and Tessera's file names).
 pub const MAX_RUN_NUMBER: u32 = 999_999;
 /// Most writer threads of one BU.
@@ -248,6 +251,34 @@ impl SystemConfig {
                     bu.ramdisk_low_water_percent, bu.ramdisk_high_water_percent
                 ),
             );
+        }
+        self.validate_fu()
+    }
+
+    fn validate_fu(&self) -> Result<(), ValidationError> {
+        let fu = &self.fu;
+        if !fu.enabled {
+            return Ok(());
+        }
+        if !(1..=MAX_FU_PROCESSES_PER_BU).contains(&fu.processes_per_bu) {
+            return fail(
+                "fu.processes_per_bu",
+                format!("{} is outside 1..={MAX_FU_PROCESSES_PER_BU}", fu.processes_per_bu),
+            );
+        }
+        at_least_one("fu.poll_interval_ms", fu.poll_interval_ms)?;
+        at_least_one("fu.drain_timeout_s", fu.drain_timeout_s)?;
+        if fu.exec.first().is_some_and(String::is_empty) {
+            return fail("fu.exec", "the program's name is empty");
+        }
+        // A BU's name is the producer of its merged files, where `_` separates the name's parts.
+        for (i, bu) in self.bus.iter().enumerate() {
+            if bu.name.contains('_') {
+                return fail(
+                    format!("bus[{i}].name"),
+                    format!("{:?}: with the filter farm on (fu.enabled), BU names may not contain `_`", bu.name),
+                );
+            }
         }
         Ok(())
     }

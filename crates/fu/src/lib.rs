@@ -6,7 +6,7 @@
 
 pub mod select;
 
-pub use select::{EventSummary, MenuSelector, SummaryError};
+pub use select::{EventSummary, MenuHlt, MenuSelector, SummaryError};
 
 /// The output streams an event goes to: bit `i` stands for stream `i` of the selector's stream
 /// list, so a selector has at most [`StreamSet::MAX_STREAMS`] streams. Empty means rejected.

@@ -295,3 +295,51 @@ fn splitmix64(x: u64) -> u64 {
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xCBF2_9CE4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3))
 }
+
+/// The built-in HLT: the menu applied to every event's summary. An event whose fragments cannot
+/// be walked is a failure of the HLT for that event, set aside with the reason.
+#[derive(Debug, Clone)]
+pub struct MenuHlt {
+    selector: MenuSelector,
+    summary: EventSummary,
+}
+
+impl MenuHlt {
+    /// The HLT of `menu`; refuses a menu that names [`ERROR_STREAM`](crate::ERROR_STREAM),
+    /// which FUs keep for events set aside.
+    pub fn new(menu: &Menu) -> Result<MenuHlt, crate::FuError> {
+        if menu.streams.iter().any(|s| s == crate::ERROR_STREAM) {
+            return Err(crate::FuError::Hlt(format!(
+                "the menu names a stream {:?}, which is kept for events set aside; rename it",
+                crate::ERROR_STREAM
+            )));
+        }
+        Ok(MenuHlt { selector: MenuSelector::new(menu), summary: EventSummary::default() })
+    }
+
+    /// The selector, with its per-path counts.
+    pub fn selector(&self) -> &MenuSelector {
+        &self.selector
+    }
+}
+
+impl crate::Hlt for MenuHlt {
+    fn streams(&self) -> &[String] {
+        self.selector.streams()
+    }
+
+    fn select_file(
+        &mut self,
+        _file: &std::path::Path,
+        events: &[FrdEvent<'_>],
+        verdicts: &mut Vec<crate::Verdict>,
+    ) -> Result<(), crate::FuError> {
+        for event in events {
+            verdicts.push(match self.summary.read(event) {
+                Ok(()) => crate::Verdict::Streams(self.selector.select(&self.summary)),
+                Err(e) => crate::Verdict::Failed(e.to_string()),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,432 @@
+//! The filter farm on the command line: `tessera fu` (one FU process), `tessera merge` (the
+//! mergers of a farm), and the farm that `tessera run` starts behind its BUs.
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tessera_config::{Menu, SystemConfig};
+use tessera_formats::bookkeeping::{EolsDoc, FuOutputDoc, adler32};
+use tessera_formats::names::{self, BuFileName, Producer, StreamFileName};
+use tessera_fu::claim::host_name;
+use tessera_fu::merge::{MacroMerger, MicroMerger, MiniMerger, STORAGE_PRODUCER, with_error_stream};
+use tessera_fu::process::{FuConfig, FuReport, run_fu};
+use tessera_fu::{Hlt, MenuHlt};
+
+/// The options of `tessera fu`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FuArgs {
+    /// The BU's directory, holding `runRRRRRR/`.
+    #[arg(long)]
+    pub bu_dir: PathBuf,
+    /// This node's output directory, holding `runRRRRRR/`: every FU process on this host that
+    /// reads the same BU directory must use the same one.
+    #[arg(long)]
+    pub output: PathBuf,
+    /// The run to process.
+    #[arg(long)]
+    pub run: u32,
+    /// The selection menu (default: the embedded menu; see examples/menu.yaml).
+    #[arg(long, conflicts_with = "exec")]
+    pub menu: Option<PathBuf>,
+    /// Run this program as the HLT instead of the menu, e.g. `--exec python3 --exec
+    /// examples/hlt/select.py` (one value per argument; see docs/hlt-contract.md).
+    #[arg(long, allow_hyphen_values = true)]
+    pub exec: Vec<String>,
+    /// How long to sleep when there is nothing to claim, in ms.
+    #[arg(long, default_value_t = 20)]
+    pub poll_ms: u64,
+    /// Give up if the BU's run directory has not appeared after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub wait_for_run_s: u64,
+}
+
+/// The HLT an FU runs: the menu (a file, or the embedded default), or an external program.
+pub fn make_hlt(menu: Option<&Path>, exec: &[String]) -> Result<Box<dyn Hlt>> {
+    if !exec.is_empty() {
+        let hlt = tessera_fu::exec::ExecHlt::start(tessera_fu::exec::ExecConfig::new(exec.to_vec()))
+            .with_context(|| format!("starting the HLT {}", exec.join(" ")))?;
+        return Ok(Box::new(hlt));
+    }
+    let menu = match menu {
+        Some(path) => Menu::load(path)?,
+        None => Menu::default(),
+    };
+    Ok(Box::new(MenuHlt::new(&menu)?))
+}
+
+/// `tessera fu`: one FU process, until the BU's run has ended and every file is processed.
+pub fn fu(args: &FuArgs) -> Result<FuReport> {
+    let mut hlt = make_hlt(args.menu.as_deref(), &args.exec)?;
+    let cfg = FuConfig {
+        bu_dir: args.bu_dir.clone(),
+        output_dir: args.output.clone(),
+        run: args.run,
+        host: host_name(),
+        pid: std::process::id(),
+        poll_interval: Duration::from_millis(args.poll_ms.max(1)),
+        recovery_interval: Duration::from_secs(1),
+        run_start_timeout: Duration::from_secs(args.wait_for_run_s),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    // Ctrl-C or SIGTERM leaves at once; the claims return to the pool when this process is gone.
+    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
+    Ok(run_fu(&cfg, hlt.as_mut(), &stop)?)
+}
+
+/// The report of an FU process as one JSON line, which `tessera run` reads back.
+pub fn report_json(report: &FuReport) -> serde_json::Value {
+    json!({
+        "files": report.files,
+        "events": report.events,
+        "error_events": report.error_events,
+        "accepted": report.accepted,
+        "lumi_sections": report.lumi_sections,
+        "returned_claims": report.returned_claims,
+        "reasons": report.reasons,
+    })
+}
+
+/// Where the farm of a `tessera run` writes, under the run's output directory.
+#[derive(Debug, Clone)]
+pub struct FarmDirs {
+    /// `<output>/fu/<bu>`: the FU processes' outputs of each BU.
+    pub fu: Vec<PathBuf>,
+    /// `<output>/merge/<bu>`: the micro mergers' outputs of each BU.
+    pub mini: Vec<PathBuf>,
+    /// `<output>/storage`: the final files.
+    pub storage: PathBuf,
+}
+
+impl FarmDirs {
+    /// The directories of `cfg`'s farm under `output`.
+    pub fn of(cfg: &SystemConfig, output: &Path) -> Self {
+        FarmDirs {
+            fu: cfg.bus.iter().map(|b| output.join("fu").join(&b.name)).collect(),
+            mini: cfg.bus.iter().map(|b| output.join("merge").join(&b.name)).collect(),
+            storage: output.join("storage"),
+        }
+    }
+}
+
+/// The FU node name of a BU's FUs in `tessera run`: they all run on this host.
+const NODE: &str = "node0";
+
+/// The filter farm of a `tessera run`: FU processes per BU and a merger thread.
+pub struct Farm {
+    children: Vec<(String, Child, PathBuf)>,
+    merger: Option<JoinHandle<Result<()>>>,
+    stop: Arc<AtomicBool>,
+    /// The streams, the error stream last.
+    pub streams: Vec<String>,
+    /// Where it writes.
+    pub dirs: FarmDirs,
+}
+
+/// What the farm did.
+#[derive(Debug, Default)]
+pub struct FarmOutcome {
+    /// Per FU process: its name and its report, or why there is none.
+    pub fus: Vec<(String, Result<serde_json::Value, String>)>,
+    /// The mergers' error, if they failed or did not finish.
+    pub merger_error: Option<String>,
+}
+
+impl Farm {
+    /// Starts `fu.processes_per_bu` FU processes per BU (this program, `tessera fu`) and the
+    /// merger thread.
+    pub fn start(cfg: &SystemConfig, output: &Path) -> Result<Farm> {
+        let fu = &cfg.fu;
+        // The streams, from the HLT itself (an external one says which it has when it starts).
+        let streams = make_hlt(fu.menu.as_deref(), &fu.exec)?.streams().to_vec();
+        let dirs = FarmDirs::of(cfg, output);
+        let exe = std::env::current_exe().context("finding this program to start the FUs")?;
+        let mut children = Vec::new();
+        for (i, bu) in cfg.bus.iter().enumerate() {
+            fs::create_dir_all(&dirs.fu[i]).with_context(|| format!("creating {}", dirs.fu[i].display()))?;
+            for k in 0..fu.processes_per_bu {
+                let log = dirs.fu[i].join(format!("fu{k}.log"));
+                let mut cmd = Command::new(&exe);
+                cmd.arg("fu")
+                    .arg("--bu-dir")
+                    .arg(cfg.bu_directory(i, output))
+                    .arg("--output")
+                    .arg(&dirs.fu[i])
+                    .arg("--run")
+                    .arg(cfg.run.number.to_string())
+                    .arg("--poll-ms")
+                    .arg(fu.poll_interval_ms.to_string());
+                if let Some(menu) = &fu.menu {
+                    cmd.arg("--menu").arg(menu);
+                }
+                for arg in &fu.exec {
+                    cmd.arg(format!("--exec={arg}"));
+                }
+                let stderr = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+                let child = cmd
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(stderr)
+                    .spawn()
+                    .with_context(|| format!("starting FU {k} of {}", bu.name))?;
+                children.push((format!("{}/fu{k}", bu.name), child, log));
+            }
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let mergers = Mergers::new(cfg, output, &dirs, &streams);
+        let (flag, poll) = (stop.clone(), Duration::from_millis(fu.poll_interval_ms.max(1)));
+        let merger = std::thread::Builder::new()
+            .name("mergers".into())
+            .spawn(move || mergers.run(&flag, poll))
+            .context("starting the mergers")?;
+        Ok(Farm { children, merger: Some(merger), stop, streams: with_error_stream(&streams), dirs })
+    }
+
+    /// Waits up to `timeout` for the FUs and the mergers to finish the run (the BUs have ended
+    /// it), then stops what is left.
+    pub fn finish(mut self, timeout: Duration) -> FarmOutcome {
+        let deadline = Instant::now() + timeout;
+        let mut outcome = FarmOutcome::default();
+        for (name, mut child, log) in std::mem::take(&mut self.children) {
+            let status = loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => break Some(status),
+                    Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break None;
+                    }
+                }
+            };
+            let mut out = String::new();
+            if let Some(mut stdout) = child.stdout.take() {
+                let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+            }
+            let result = match status {
+                Some(s) if s.success() => serde_json::from_str(out.trim())
+                    .map_err(|e| format!("unreadable report ({e}); see {}", log.display())),
+                Some(s) => Err(format!("exited with {s}; see {}", log.display())),
+                None => Err(format!("did not finish in {timeout:?}; stopped; see {}", log.display())),
+            };
+            outcome.fus.push((name, result));
+        }
+        if let Some(merger) = self.merger.take() {
+            while !merger.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            self.stop.store(true, Ordering::SeqCst);
+            outcome.merger_error = match merger.join() {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(format!("{e:#}")),
+                Err(_) => Some("the merger thread panicked".into()),
+            };
+        }
+        outcome
+    }
+}
+
+impl Drop for Farm {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for (_, child, _) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Every merger of a farm, run in turn by one thread.
+struct Mergers {
+    micro: Vec<MicroMerger>,
+    mini: Vec<MiniMerger>,
+    macro_merger: MacroMerger,
+}
+
+impl Mergers {
+    fn new(cfg: &SystemConfig, output: &Path, dirs: &FarmDirs, streams: &[String]) -> Self {
+        let run = cfg.run.number;
+        let host = host_name();
+        let micro = (0..cfg.bus.len())
+            .map(|i| MicroMerger {
+                bu_dir: cfg.bu_directory(i, output),
+                fu_output_dir: dirs.fu[i].clone(),
+                mini_dir: dirs.mini[i].clone(),
+                node: NODE.into(),
+                run,
+                streams: streams.to_vec(),
+                host: host.clone(),
+            })
+            .collect();
+        let mini = (0..cfg.bus.len())
+            .map(|i| MiniMerger {
+                bu_dir: cfg.bu_directory(i, output),
+                mini_dir: dirs.mini[i].clone(),
+                storage_dir: dirs.storage.clone(),
+                bu: cfg.bus[i].name.clone(),
+                nodes: vec![NODE.into()],
+                run,
+                streams: streams.to_vec(),
+            })
+            .collect();
+        let macro_merger = MacroMerger {
+            storage_dir: dirs.storage.clone(),
+            bus: cfg.bus.iter().map(|b| b.name.clone()).collect(),
+            run,
+            streams: streams.to_vec(),
+        };
+        Mergers { micro, mini, macro_merger }
+    }
+
+    /// Passes until the macro merger has ended the run or `stop` is set.
+    fn run(&self, stop: &AtomicBool, poll: Duration) -> Result<()> {
+        while !stop.load(Ordering::SeqCst) {
+            for m in &self.micro {
+                m.pass().with_context(|| format!("micro merger of {}", m.bu_dir.display()))?;
+            }
+            for m in &self.mini {
+                m.pass().with_context(|| format!("mini merger of {}", m.bu))?;
+            }
+            if self.macro_merger.pass().context("macro merger")?.finished {
+                return Ok(());
+            }
+            std::thread::sleep(poll);
+        }
+        bail!("stopped before the run was merged")
+    }
+}
+
+/// The chain's conservation: per lumi section, the events the BUs built against the events
+/// processed in storage, and what storage holds per stream, checked against the files.
+#[derive(Debug, Default)]
+pub struct ChainCheck {
+    /// Lumi section → (built by the BUs, processed according to storage).
+    pub per_ls: BTreeMap<u32, (u64, u64)>,
+    /// Stream → events accepted.
+    pub accepted: BTreeMap<String, u64>,
+    /// Final data files and their bytes.
+    pub files: u64,
+    /// Bytes in final data files.
+    pub bytes: u64,
+    /// What does not add up.
+    pub problems: Vec<String>,
+}
+
+impl ChainCheck {
+    /// Whether every built event was processed exactly once and storage matches its JSON.
+    pub fn holds(&self) -> bool {
+        self.problems.is_empty() && self.per_ls.values().all(|(b, p)| b == p)
+    }
+
+    /// Built and processed over all lumi sections.
+    pub fn totals(&self) -> (u64, u64) {
+        self.per_ls.values().fold((0, 0), |(b, p), (x, y)| (b + x, p + y))
+    }
+}
+
+/// Checks storage against the BUs' bookkeeping: for every lumi section, the sum of the BUs'
+/// NEvents equals Processed in every stream's final JSON; every final file's size, event count
+/// and Adler-32 match its JSON (the files are read here, once).
+pub fn check_chain(bu_run_dirs: &[PathBuf], storage_run_dir: &Path, run: u32, streams: &[String]) -> ChainCheck {
+    let mut check = ChainCheck::default();
+    for dir in bu_run_dirs {
+        let Ok(entries) = fs::read_dir(dir) else {
+            check.problems.push(format!("{}: cannot be read", dir.display()));
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Ok(BuFileName::EndOfLumi { ls, .. }) = BuFileName::parse(&name) {
+                match fs::read_to_string(entry.path()).map_err(|e| e.to_string()).and_then(|t| {
+                    EolsDoc::parse(&t).map_err(|e| e.to_string())
+                }) {
+                    Ok(doc) => check.per_ls.entry(ls).or_default().0 += doc.events,
+                    Err(e) => check.problems.push(format!("{}: {e}", entry.path().display())),
+                }
+            }
+        }
+    }
+    let lumis: Vec<u32> = check.per_ls.keys().copied().collect();
+    for ls in lumis {
+        for (k, stream) in streams.iter().enumerate() {
+            let name = |ext: &str| {
+                StreamFileName {
+                    run,
+                    ls,
+                    stream: stream.clone(),
+                    producer: Producer::Named(STORAGE_PRODUCER.into()),
+                    ext: ext.into(),
+                }
+                .to_string()
+            };
+            let json = storage_run_dir.join(name("jsn"));
+            let doc = match fs::read_to_string(&json).map_err(|e| e.to_string()).and_then(|t| {
+                FuOutputDoc::parse(&t).map_err(|e| e.to_string())
+            }) {
+                Ok(doc) => doc,
+                Err(e) => {
+                    check.problems.push(format!("{}: {e}", json.display()));
+                    continue;
+                }
+            };
+            if k == 0 {
+                check.per_ls.entry(ls).or_default().1 = doc.processed;
+            } else if doc.processed != check.per_ls[&ls].1 {
+                check.problems.push(format!(
+                    "{}: Processed {} but {} says {}",
+                    json.display(),
+                    doc.processed,
+                    streams[0],
+                    check.per_ls[&ls].1
+                ));
+            }
+            *check.accepted.entry(stream.clone()).or_default() += doc.accepted;
+            if doc.file_list.is_empty() {
+                if doc.accepted != 0 {
+                    check.problems.push(format!("{}: {} accepted but no file", json.display(), doc.accepted));
+                }
+                continue;
+            }
+            let data = storage_run_dir.join(&doc.file_list);
+            match fs::read(&data) {
+                Ok(bytes) => {
+                    check.files += 1;
+                    check.bytes += bytes.len() as u64;
+                    let events = tessera_formats::raw::RawFile::parse(&bytes)
+                        .map(|f| f.events().filter(|e| e.as_ref().is_ok_and(|(_, e)| e.check_crc().is_ok())).count());
+                    if bytes.len() as u64 != doc.file_size {
+                        check.problems.push(format!("{}: {} bytes, JSON says {}", data.display(), bytes.len(), doc.file_size));
+                    }
+                    if i64::from(adler32(&bytes)) != doc.file_adler32 {
+                        check.problems.push(format!("{}: Adler-32 does not match its JSON", data.display()));
+                    }
+                    if events.as_ref().ok().map(|&n| n as u64) != Some(doc.accepted) {
+                        check.problems.push(format!(
+                            "{}: {:?} good events, JSON says {} accepted",
+                            data.display(),
+                            events,
+                            doc.accepted
+                        ));
+                    }
+                }
+                Err(e) => check.problems.push(format!("{}: {e}", data.display())),
+            }
+        }
+    }
+    if !storage_run_dir.join(BuFileName::EndOfRun { run }.to_string()).exists() {
+        check.problems.push(format!("{}: no EoR", storage_run_dir.display()));
+    }
+    check
+}
+
+/// The storage run directory of a run.
+pub fn storage_run_dir(dirs: &FarmDirs, run: u32) -> PathBuf {
+    dirs.storage.join(names::run_dir_name(run))
+}
