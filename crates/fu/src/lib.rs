@@ -39,6 +39,7 @@ impl StreamSet {
 }
 
 pub mod claim;
+pub mod exec;
 pub mod output;
 pub mod process;
 
