@@ -43,6 +43,7 @@ impl StreamSet {
 }
 
 pub mod claim;
+pub mod exec;
 pub mod merge;
 pub mod output;
 pub mod process;
