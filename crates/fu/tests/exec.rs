@@ -172,3 +172,63 @@ fn garbage_and_silence_fail_the_events() {
         assert_eq!(verdict, Verdict::Failed(expected));
     }
 }
+
+#[test]
+fn a_program_that_cannot_be_restarted_stops_the_fu() {
+    let (tmp, path) = raw_file(3);
+    let marker = tmp.path().join("started");
+    // Starts once; every later start fails.
+    let script =
+        format!("[ -e '{m}' ] && exit 1; touch '{m}'; echo STREAMS A; read line; exit 5", m = marker.display());
+    let mut hlt = ExecHlt::start(ExecConfig::new(vec!["sh".into(), "-c".into(), script.clone()])).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let raw = RawFile::parse(&bytes).unwrap();
+    let events: Vec<FrdEvent<'_>> = raw.events().map(|e| e.unwrap().1).collect();
+    let mut verdicts = Vec::new();
+    match hlt.select_file(&path, &events, &mut verdicts) {
+        Err(FuError::Hlt(message)) => assert_eq!(
+            message,
+            format!(
+                "sh -c {script} failed to restart 3 times, the last time: sh -c {script} exited with status 1 (at startup)"
+            )
+        ),
+        other => panic!("expected an HLT error, got {other:?}"),
+    }
+    assert_eq!(hlt.starts(), 4);
+}
+
+#[test]
+fn an_fu_process_sets_aside_the_events_its_program_fails_on() {
+    use std::sync::atomic::AtomicBool;
+    use tessera_fu::process::{FuConfig, run_fu};
+    let Some(argv) = select_py() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = SampleSpec {
+        lumi_sections: 2,
+        events_per_lumi_section: 12,
+        events_per_file: 5,
+        fed_ids: vec![3],
+        fed_payload_bytes_mean: 64,
+        ..SampleSpec::default()
+    };
+    write_sample_run(&tmp.path().join("bu"), &spec).unwrap();
+    let mut config = ExecConfig::new(argv);
+    config.env.push(("TESSERA_HLT_CRASH_EVENT".into(), "16".into()));
+    let mut hlt = ExecHlt::start(config).unwrap();
+    let cfg = FuConfig {
+        bu_dir: tmp.path().join("bu"),
+        output_dir: tmp.path().join("out"),
+        run: spec.run,
+        host: "testhost".into(),
+        pid: std::process::id(),
+        poll_interval: Duration::from_millis(10),
+        recovery_interval: Duration::from_secs(60),
+        run_start_timeout: Duration::from_secs(5),
+    };
+    let report = run_fu(&cfg, &mut hlt, &AtomicBool::new(false)).unwrap();
+    assert_eq!((report.files, report.events, report.error_events, report.lumi_sections), (6, 24, 1, 2));
+    let accepted: Vec<(&str, u64)> = report.accepted.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    assert_eq!(accepted, [("Error", 1), ("Express", 2), ("Physics", 11)]);
+    assert_eq!(report.reasons.len(), 1);
+    assert!(report.reasons[0].ends_with("select.py exited with status 3 at event 16"), "{}", report.reasons[0]);
+}
