@@ -344,9 +344,10 @@ pub fn check_chain(bu_run_dirs: &[PathBuf], storage_run_dir: &Path, run: u32, st
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if let Ok(BuFileName::EndOfLumi { ls, .. }) = BuFileName::parse(&name) {
-                match fs::read_to_string(entry.path()).map_err(|e| e.to_string()).and_then(|t| {
-                    EolsDoc::parse(&t).map_err(|e| e.to_string())
-                }) {
+                match fs::read_to_string(entry.path())
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| EolsDoc::parse(&t).map_err(|e| e.to_string()))
+                {
                     Ok(doc) => check.per_ls.entry(ls).or_default().0 += doc.events,
                     Err(e) => check.problems.push(format!("{}: {e}", entry.path().display())),
                 }
@@ -367,9 +368,10 @@ pub fn check_chain(bu_run_dirs: &[PathBuf], storage_run_dir: &Path, run: u32, st
                 .to_string()
             };
             let json = storage_run_dir.join(name("jsn"));
-            let doc = match fs::read_to_string(&json).map_err(|e| e.to_string()).and_then(|t| {
-                FuOutputDoc::parse(&t).map_err(|e| e.to_string())
-            }) {
+            let doc = match fs::read_to_string(&json)
+                .map_err(|e| e.to_string())
+                .and_then(|t| FuOutputDoc::parse(&t).map_err(|e| e.to_string()))
+            {
                 Ok(doc) => doc,
                 Err(e) => {
                     check.problems.push(format!("{}: {e}", json.display()));
@@ -402,7 +404,12 @@ pub fn check_chain(bu_run_dirs: &[PathBuf], storage_run_dir: &Path, run: u32, st
                     let events = tessera_formats::raw::RawFile::parse(&bytes)
                         .map(|f| f.events().filter(|e| e.as_ref().is_ok_and(|(_, e)| e.check_crc().is_ok())).count());
                     if bytes.len() as u64 != doc.file_size {
-                        check.problems.push(format!("{}: {} bytes, JSON says {}", data.display(), bytes.len(), doc.file_size));
+                        check.problems.push(format!(
+                            "{}: {} bytes, JSON says {}",
+                            data.display(),
+                            bytes.len(),
+                            doc.file_size
+                        ));
                     }
                     if i64::from(adler32(&bytes)) != doc.file_adler32 {
                         check.problems.push(format!("{}: Adler-32 does not match its JSON", data.display()));

@@ -8,6 +8,7 @@ use tessera_inspect::event::EventChecks;
 use tessera_inspect::{Target, inspect_path, render, verify};
 use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
+mod farm;
 mod run;
 
 /// Tessera: a software event builder and orbit builder for trigger/DAQ systems.
@@ -85,6 +86,10 @@ enum Command {
         #[arg(long)]
         print_config: bool,
     },
+    /// Run one filter unit: claim raw files from a BU's run directory, select their events with
+    /// the menu (or an external HLT), write the accepted events per lumi section and stream, and
+    /// leave when the run has ended and every file is processed. Prints its report as JSON.
+    Fu(farm::FuArgs),
     /// Run the EVM and the first RU of a system file in this process.
     Evm {
         /// The system file.
@@ -383,6 +388,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Sim { scenario, seeds, first_seed } => sim(&scenario, seeds, first_seed),
         Command::Ferol(args) => ferol(args),
         Command::Run { system, args, print_config } => run::run(system.as_deref(), &args, print_config),
+        Command::Fu(args) => {
+            let report = farm::fu(&args)?;
+            println!("{}", farm::report_json(&report));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Evm { system, args } => run::unit(run::Role::Evm, &system, None, &args, false),
         Command::Ru { system, name, args } => run::unit(run::Role::Ru, &system, Some(&name), &args, false),
         Command::Bu { system, name, restart, args } => run::unit(run::Role::Bu, &system, Some(&name), &args, restart),

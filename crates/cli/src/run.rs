@@ -18,6 +18,8 @@ use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
 use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
 
+use crate::farm::{Farm, FarmDirs, FarmOutcome, check_chain, storage_run_dir};
+
 /// How long a unit keeps calling a peer that does not answer yet.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest protocol frame accepted, at least.
@@ -333,6 +335,8 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Resu
         counter.fetch_add(1, Ordering::SeqCst);
     })
     .context("installing the Ctrl-C handler")?;
+    // The farm first, so that it is there when the first files appear.
+    let farm = if cfg.fu.enabled { Some(Farm::start(&cfg, &output)?) } else { None };
     let system = RunningSystem::start(SystemPlan { rus, bus, emulators })?;
     let started = Instant::now();
     let mut stopped = false;
@@ -362,7 +366,20 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Resu
         eprintln!();
     }
     let outcome = system.wait(if interrupts.load(Ordering::SeqCst) > 1 { Duration::ZERO } else { DRAIN_TIMEOUT });
-    let ok = summarize(&cfg, &output, &outcome)?;
+    let farm = farm.map(|farm| {
+        let timeout = if interrupts.load(Ordering::SeqCst) > 1 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(cfg.fu.drain_timeout_s)
+        };
+        if timeout > Duration::ZERO {
+            eprintln!("filter farm: processing the last files and merging into {}", farm.dirs.storage.display());
+        }
+        let streams = farm.streams.clone();
+        let dirs = farm.dirs.clone();
+        (farm.finish(timeout), streams, dirs)
+    });
+    let ok = summarize(&cfg, &output, &outcome, farm.as_ref())?;
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -398,7 +415,12 @@ fn show(p: &Progress, last: &Progress, tty: bool) {
 
 /// Prints the run's summary, ending with the conservation check, and writes
 /// `<output>/summary.json`. True if every unit ended cleanly and conservation holds.
-fn summarize(cfg: &SystemConfig, output: &Path, outcome: &Outcome) -> Result<bool> {
+fn summarize(
+    cfg: &SystemConfig,
+    output: &Path,
+    outcome: &Outcome,
+    farm: Option<&(FarmOutcome, Vec<String>, FarmDirs)>,
+) -> Result<bool> {
     let c = outcome.conservation();
     let p = &outcome.progress;
     println!("run {} ended after {:.1} s", cfg.run.number, outcome.seconds);
@@ -458,7 +480,8 @@ fn summarize(cfg: &SystemConfig, output: &Path, outcome: &Outcome) -> Result<boo
         if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
         if c.holds { "holds" } else { "DOES NOT HOLD" }
     );
-    let summary = json!({
+    let chain = farm.map(|(farm, streams, dirs)| summarize_farm(cfg, outcome, farm, streams, dirs));
+    let mut summary = json!({
         "run": cfg.run.number,
         "seconds": outcome.seconds,
         "triggered": c.triggered,
@@ -482,11 +505,86 @@ fn summarize(cfg: &SystemConfig, output: &Path, outcome: &Outcome) -> Result<boo
         "problems": outcome.problem_count,
         "first_problems": outcome.problems.iter().take(20).collect::<Vec<_>>(),
     });
+    if let Some((chain, _)) = &chain {
+        summary["chain"] = chain.clone();
+    }
     let path = output.join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     println!("summary: {}", path.display());
-    Ok(outcome.clean() && c.holds)
+    Ok(outcome.clean() && c.holds && chain.is_none_or(|(_, ok)| ok))
+}
+
+/// Prints the filter farm's part of the summary, ending with the chain's conservation; returns
+/// it as JSON, and whether it holds and every FU and merger ended cleanly.
+fn summarize_farm(
+    cfg: &SystemConfig,
+    outcome: &Outcome,
+    farm: &FarmOutcome,
+    streams: &[String],
+    dirs: &FarmDirs,
+) -> (serde_json::Value, bool) {
+    let mut clean = farm.merger_error.is_none();
+    let mut fu_events = 0;
+    for (name, r) in &farm.fus {
+        match r {
+            Ok(report) => {
+                let events = report["events"].as_u64().unwrap_or(0);
+                fu_events += events;
+                println!(
+                    "  {name:<10} {events:>10} events from {:>6} files, {:>6} set aside, {:>4} claims of dead FUs taken back",
+                    report["files"].as_u64().unwrap_or(0),
+                    report["error_events"].as_u64().unwrap_or(0),
+                    report["returned_claims"].as_u64().unwrap_or(0)
+                );
+                for reason in report["reasons"].as_array().into_iter().flatten().take(3) {
+                    println!("    set aside: {}", reason.as_str().unwrap_or_default());
+                }
+            }
+            Err(e) => {
+                clean = false;
+                println!("  {name:<10} FAILED: {e}");
+            }
+        }
+    }
+    if let Some(e) = &farm.merger_error {
+        println!("  mergers FAILED: {e}");
+    }
+    let bu_run_dirs: Vec<PathBuf> =
+        outcome.bus.iter().filter_map(|b| b.as_ref().ok().map(|b| b.run_dir.clone())).collect();
+    let storage = storage_run_dir(dirs, cfg.run.number);
+    let check = check_chain(&bu_run_dirs, &storage, cfg.run.number, streams);
+    let (built, processed) = check.totals();
+    let accepted: Vec<String> = check.accepted.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    println!("  storage: {} files, {:.1} MB in {}", check.files, check.bytes as f64 / 1e6, storage.display());
+    println!("  accepted: {}", accepted.join(", "));
+    for p in check.problems.iter().take(10) {
+        println!("  chain problem: {p}");
+    }
+    let holds = check.holds() && built == outcome.conservation().built && built == fu_events;
+    println!(
+        "chain: built {} = processed {} by the FUs = processed {} in storage, over {} lumi sections  {}",
+        outcome.conservation().built,
+        fu_events,
+        processed,
+        check.per_ls.len(),
+        if holds { "holds" } else { "DOES NOT HOLD" }
+    );
+    let json = json!({
+        "holds": holds,
+        "built": built,
+        "processed_by_fus": fu_events,
+        "processed_in_storage": processed,
+        "per_lumi_section": check.per_ls.iter().map(|(ls, (b, p))| json!({"ls": ls, "built": b, "processed": p})).collect::<Vec<_>>(),
+        "accepted": check.accepted,
+        "storage": storage.display().to_string(),
+        "files": check.files,
+        "bytes": check.bytes,
+        "problems": check.problems,
+        "fus": farm.fus.iter().map(|(n, r)| json!({"name": n, "report": r.as_ref().ok(), "error": r.as_ref().err()})).collect::<Vec<_>>(),
+        "merger_error": farm.merger_error,
+    });
+    (json, holds && clean)
 }
 
 /// Units in separate processes find each other by the ports in the file: none may be 0.

@@ -27,9 +27,9 @@ impl TestHlt {
     }
 
     fn expected(event: u32) -> &'static [&'static str] {
-        if event % 17 == 0 {
+        if event.is_multiple_of(17) {
             &["Error"]
-        } else if event % 3 == 0 {
+        } else if event.is_multiple_of(3) {
             &["Physics", "Express"]
         } else {
             &["Physics"]
@@ -44,12 +44,12 @@ impl Hlt for TestHlt {
 
     fn select_file(&mut self, _: &Path, events: &[FrdEvent<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), FuError> {
         for e in events {
-            verdicts.push(if e.header.event % 17 == 0 {
+            verdicts.push(if e.header.event.is_multiple_of(17) {
                 Verdict::Failed("test HLT fails on multiples of 17".into())
             } else {
                 let mut set = StreamSet::NONE;
                 set.insert(0);
-                if e.header.event % 3 == 0 {
+                if e.header.event.is_multiple_of(3) {
                     set.insert(1);
                 }
                 Verdict::Streams(set)

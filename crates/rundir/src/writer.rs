@@ -43,15 +43,15 @@ pub enum RunDirError {
         /// Events triggered.
         total: u64,
     },
-    /// An end-of-lumi record written before all of its raw files exist.
-    #[error("lumi section {ls}: EoLS says {expected} files, {found} are published")]
-    LumiFilesMissing {
+    /// An end-of-lumi record written while some of its raw files are still being written.
+    #[error("lumi section {ls}: EoLS says {files} files, {unpublished} of them are still under open/")]
+    LumiFilesUnpublished {
         /// The lumi section.
         ls: u32,
         /// Files the record counts.
-        expected: u64,
-        /// Files published.
-        found: u64,
+        files: u64,
+        /// Files of the lumi section still under `open/`.
+        unpublished: u64,
     },
     /// A file asked to be published is not complete.
     #[error("{path}: not a complete raw file; it cannot be published")]
@@ -262,14 +262,17 @@ impl RunDirectory {
                 total: eols.total_events,
             });
         }
-        let found = (0..eols.files)
-            .take_while(|&i| {
+        // Every file the record counts must have left open/: published, and perhaps already
+        // claimed or processed and removed by an FU, so the run directory cannot be counted.
+        let open = self.path.join(names::OPEN_DIR);
+        let unpublished = (0..eols.files)
+            .filter(|&i| {
                 let index = u32::try_from(i).unwrap_or(u32::MAX);
-                self.path.join(BuFileName::Raw { run: self.run, ls, index }.to_string()).exists()
+                open.join(BuFileName::Raw { run: self.run, ls, index }.to_string()).exists()
             })
             .count() as u64;
-        if found != eols.files {
-            return Err(RunDirError::LumiFilesMissing { ls, expected: eols.files, found });
+        if unpublished > 0 {
+            return Err(RunDirError::LumiFilesUnpublished { ls, files: eols.files, unpublished });
         }
         let doc = eols.to_doc(&self.definition(names::EOLS_JSD), &self.source);
         let path = self.path.join(BuFileName::EndOfLumi { run: self.run, ls }.to_string());
