@@ -354,6 +354,16 @@ pub fn check_chain(bu_run_dirs: &[PathBuf], storage_run_dir: &Path, run: u32, st
             }
         }
     }
+    if bu_run_dirs.is_empty() {
+        // Without the BUs' bookkeeping, the lumi sections are those storage holds.
+        for name in fs::read_dir(storage_run_dir).into_iter().flatten().flatten() {
+            if let Ok(n) = StreamFileName::parse(&name.file_name().to_string_lossy())
+                && n.run == run
+            {
+                check.per_ls.entry(n.ls).or_default();
+            }
+        }
+    }
     let lumis: Vec<u32> = check.per_ls.keys().copied().collect();
     for ls in lumis {
         for (k, stream) in streams.iter().enumerate() {
@@ -436,4 +446,40 @@ pub fn check_chain(bu_run_dirs: &[PathBuf], storage_run_dir: &Path, run: u32, st
 /// The storage run directory of a run.
 pub fn storage_run_dir(dirs: &FarmDirs, run: u32) -> PathBuf {
     dirs.storage.join(names::run_dir_name(run))
+}
+
+/// `tessera verify` of a storage run directory: the streams it holds (the error stream last),
+/// checked as [`check_chain`] does; with no BU run directories the completeness proof is left
+/// out (built is taken to be what storage says was processed).
+pub fn verify_storage(storage_run_dir: &Path, built: &[PathBuf]) -> Result<ChainCheck> {
+    let name = storage_run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let run = names::parse_run_dir_name(&name).with_context(|| format!("{}", storage_run_dir.display()))?;
+    let mut streams: Vec<String> = Vec::new();
+    for entry in fs::read_dir(storage_run_dir).with_context(|| format!("reading {}", storage_run_dir.display()))? {
+        if let Ok(n) = StreamFileName::parse(&entry?.file_name().to_string_lossy())
+            && n.run == run
+            && !streams.contains(&n.stream)
+        {
+            streams.push(n.stream);
+        }
+    }
+    streams.sort_by_key(|s| (s == tessera_fu::ERROR_STREAM, s.clone()));
+    if streams.is_empty() {
+        bail!("{}: no final stream files: not a storage run directory", storage_run_dir.display());
+    }
+    let mut check = check_chain(built, storage_run_dir, run, &streams);
+    if built.is_empty() {
+        for (b, p) in check.per_ls.values_mut() {
+            *b = *p;
+        }
+    }
+    Ok(check)
+}
+
+/// Whether `dir` is a storage run directory (it holds final files of the macro merger).
+pub fn is_storage_run_dir(dir: &Path) -> bool {
+    fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
+        StreamFileName::parse(&e.file_name().to_string_lossy())
+            .is_ok_and(|n| n.producer == Producer::Named(STORAGE_PRODUCER.into()))
+    })
 }

@@ -40,8 +40,13 @@ enum Command {
     /// Check a BU run directory against every rule of the file contract; print each violation
     /// with file and offset; exit status 1 if there is any.
     Verify {
-        /// The run directory (`.../runRRRRRR`).
+        /// The run directory (`.../runRRRRRR`): a BU's, or the storage run directory of the
+        /// filter farm's mergers.
         run_dir: PathBuf,
+        /// For a storage run directory: the BUs' run directories, whose EoLS records must equal
+        /// what storage says was processed, per lumi section (the completeness proof).
+        #[arg(long, num_args = 1..)]
+        built: Vec<PathBuf>,
         /// Print the violations as JSON.
         #[arg(long)]
         json: bool,
@@ -370,7 +375,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(if report.problem_count() == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Verify { run_dir, json, no_seed_check } => {
+        Command::Verify { run_dir, built, json: _, no_seed_check: _ } if farm::is_storage_run_dir(&run_dir) => {
+            let check = farm::verify_storage(&run_dir, &built)?;
+            let (b, p) = check.totals();
+            for problem in &check.problems {
+                println!("{}: {problem}", run_dir.display());
+            }
+            for (ls, (built, processed)) in check.per_ls.iter().filter(|(_, (b, p))| b != p) {
+                println!("{}: lumi section {ls}: built {built}, processed {processed}", run_dir.display());
+            }
+            println!(
+                "{}: {} lumi sections, {} events processed{}, {} files, {:.1} MB; {}",
+                run_dir.display(),
+                check.per_ls.len(),
+                p,
+                if built.is_empty() { String::new() } else { format!(" of {b} built") },
+                check.files,
+                check.bytes as f64 / 1e6,
+                if check.holds() { "no violations" } else { "VIOLATIONS" }
+            );
+            Ok(if check.holds() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Verify { run_dir, built: _, json, no_seed_check } => {
             let violations = verify::verify_run_dir(&run_dir, checks(no_seed_check))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&violations)?);

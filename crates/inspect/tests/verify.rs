@@ -658,3 +658,19 @@ fn a_missing_fu_lock() {
     assert_eq!((violations[0].file.as_str(), violations[0].offset), ("fu.lock", None));
     assert!(violations[0].message.starts_with("cannot read: "), "{violations:?}");
 }
+
+#[test]
+fn files_processed_by_fus_are_not_missing_but_counts_still_bound_what_is_left() {
+    let run = sample();
+    // Without an FU, a raw file that disappears is a violation.
+    fs::remove_file(run.path(&raw(1, 0))).unwrap();
+    fs::remove_file(run.path(&jsn(1, 0))).unwrap();
+    assert!(!run.verify().is_empty());
+    // With FUs at work (fu/ exists), processed files leave: what is left is within the counts.
+    fs::create_dir(run.path("fu")).unwrap();
+    assert_eq!(run.verify(), []);
+    // A file the EoLS does not count is still found.
+    fs::copy(run.path(&raw(1, 1)), run.path(&raw(1, 5))).unwrap();
+    fs::copy(run.path(&jsn(1, 1)), run.path(&jsn(1, 5))).unwrap();
+    assert!(run.verify().iter().any(|v| v.message.contains("says")), "{:?}", run.verify());
+}
