@@ -1,0 +1,101 @@
+//! The filter unit as a process: `tessera fu` killed with SIGKILL mid-run, and `tessera verify`
+//! of a storage directory.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tessera_formats::bookkeeping::{EolsDoc, FuOutputDoc};
+use tessera_formats::names::{BuFileName, ClaimedRawName, Producer, StreamFileName};
+
+fn tessera() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tessera"))
+}
+
+fn fu(bu_dir: &Path, out: &Path) -> Command {
+    let mut c = tessera();
+    c.arg("fu").arg("--bu-dir").arg(bu_dir).arg("--output").arg(out).args(["--run", "1", "--poll-ms", "5"]);
+    c
+}
+
+/// Processed per lumi section in an FU output run directory, from the first stream's JSON of
+/// every process.
+fn processed(dir: &Path) -> BTreeMap<u32, u64> {
+    let mut per_ls = BTreeMap::new();
+    for entry in fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if let Ok(n) = StreamFileName::parse(&name)
+            && n.ext == "jsn"
+            && n.stream == "Physics"
+            && matches!(n.producer, Producer::Pid(_))
+        {
+            let doc = FuOutputDoc::parse(&fs::read_to_string(dir.join(&name)).unwrap()).unwrap();
+            *per_ls.entry(n.ls).or_default() += doc.processed;
+        }
+    }
+    per_ls
+}
+
+#[test]
+fn fu_1x1_fu_killed_mid_run_its_files_are_processed_once_by_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bu = tmp.path().join("bu");
+    let out = tmp.path().join("fu");
+    let status = tessera()
+        .args(["sample", "--lumi-sections", "4", "--events-per-ls", "200", "--events-per-file", "10"])
+        .arg("--output")
+        .arg(&bu)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let run = bu.join("run000001");
+    // The first FU is killed as soon as it holds a claim.
+    let mut first = fu(&bu, &out).stdout(std::process::Stdio::null()).spawn().unwrap();
+    let pid = first.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let claimed = || {
+        fs::read_dir(run.join("fu"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| ClaimedRawName::parse(&e.file_name().to_string_lossy()).is_ok_and(|c| c.pid == pid))
+    };
+    while !claimed() {
+        assert!(Instant::now() < deadline, "the FU claimed nothing in 30 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // The second finds the claims of a dead process, gives them back, and processes the run.
+    let second = fu(&bu, &out).output().unwrap();
+    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap();
+    assert!(report["returned_claims"].as_u64().unwrap() >= 1, "{report}");
+    // Every event of every lumi section is in exactly one published output.
+    let out_run = out.join("run000001");
+    let mut built = BTreeMap::new();
+    for ls in 1..=4 {
+        let eols = fs::read_to_string(run.join(BuFileName::EndOfLumi { run: 1, ls }.to_string())).unwrap();
+        built.insert(ls, EolsDoc::parse(&eols).unwrap().events);
+    }
+    assert_eq!(processed(&out_run), built);
+    // Nothing is left: no claim, no raw file, no partial output of the killed FU.
+    let leftover: Vec<_> = fs::read_dir(run.join("fu")).unwrap().collect();
+    assert!(leftover.is_empty(), "{leftover:?}");
+    let partial: Vec<_> = fs::read_dir(out_run.join("open")).unwrap().collect();
+    assert!(partial.is_empty(), "{partial:?}");
+}
+
+#[test]
+fn fu_bad_menu_is_named_with_line_and_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let menu = tmp.path().join("menu.yaml");
+    fs::write(&menu, "streams: [Physics]\npaths:\n  - name: p\n    streams: [Phys]\n").unwrap();
+    let out = fu(tmp.path(), tmp.path()).arg("--menu").arg(&menu).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("menu.yaml:4") && err.contains("paths[0].streams[0]"), "{err}");
+}
