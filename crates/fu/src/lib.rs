@@ -42,6 +42,7 @@ impl StreamSet {
     }
 }
 
+pub mod broker;
 pub mod claim;
 pub mod exec;
 pub mod merge;

@@ -1,0 +1,365 @@
+//! The BU's file broker over loopback: remote FUs popping, fetching and finishing every file of
+//! sample runs, and the answers to wrong runs, bad queries and path traversal attempts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+use tessera_formats::bookkeeping::{EolsDoc, EorDoc};
+use tessera_formats::names::{ClaimedRawName, run_dir_name};
+use tessera_formats::raw::data_type;
+use tessera_fu::broker::{Broker, BrokerClient, BrokerConfig, BrokerError, PopAnswer, peer_host_name};
+use tessera_rundir::RunDirectory;
+use tessera_rundir::sample::{SampleSpec, write_sample_run};
+
+fn spec(run: u32) -> SampleSpec {
+    SampleSpec {
+        run,
+        lumi_sections: 4,
+        events_per_lumi_section: 24,
+        events_per_file: 5,
+        fed_ids: vec![0, 1, 2],
+        fed_payload_bytes_mean: 256,
+        ..SampleSpec::default()
+    }
+}
+
+fn start(bu_dir: &Path, run: u32) -> Broker {
+    Broker::start(BrokerConfig::new(bu_dir, run)).unwrap()
+}
+
+/// Every raw file and index JSON of a run directory, by (LS, index), read before any claim.
+fn published(run_dir: &Path) -> BTreeMap<(u32, u32), (Vec<u8>, Vec<u8>)> {
+    let mut files = BTreeMap::new();
+    for entry in fs::read_dir(run_dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if let Some(stem) = name.strip_suffix(".raw") {
+            let parts: Vec<&str> = stem.split('_').collect();
+            let ls = parts[1].strip_prefix("ls").unwrap().parse().unwrap();
+            let index = parts[2].strip_prefix("index").unwrap().parse().unwrap();
+            let raw = fs::read(run_dir.join(&name)).unwrap();
+            let json = fs::read(run_dir.join(format!("{stem}.jsn"))).unwrap();
+            files.insert((ls, index), (raw, json));
+        }
+    }
+    files
+}
+
+/// Sends `request` as is and returns the status and the body.
+fn raw_request(addr: SocketAddr, request: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {answer:?}"));
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+fn get(addr: SocketAddr, target: &str) -> (u16, String) {
+    raw_request(addr, &format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+}
+
+fn post(addr: SocketAddr, target: &str) -> (u16, String) {
+    raw_request(addr, &format!("POST {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+}
+
+fn refused_status(e: BrokerError) -> u16 {
+    match e {
+        BrokerError::Refused { status, .. } => status,
+        other => panic!("expected a refusal, got {other}"),
+    }
+}
+
+#[test]
+fn two_remote_fus_take_every_file_exactly_once() {
+    let bu = tempfile::tempdir().unwrap();
+    let run = 314;
+    let broker = start(bu.path(), run);
+    let addr = broker.local_addr();
+    assert!(addr.ip().is_loopback());
+    assert_eq!(BrokerClient::new(addr, run, 1).popfile().unwrap(), PopAnswer::Starting);
+
+    let summary = write_sample_run(bu.path(), &spec(run)).unwrap();
+    let expected = published(&summary.run_dir);
+    assert_eq!(expected.len(), summary.files.len());
+    assert_eq!(expected.len(), 20);
+
+    let workers: Vec<_> = [(1001, None), (1002, Some("fu-b.cluster"))]
+        .into_iter()
+        .map(|(pid, host)| {
+            let expected = expected.clone();
+            thread::spawn(move || {
+                let mut client = BrokerClient::new(addr, run, pid).with_timeout(Duration::from_secs(10));
+                if let Some(host) = host {
+                    client = client.with_host(host);
+                }
+                let mut taken = Vec::new();
+                loop {
+                    match client.popfile().unwrap() {
+                        PopAnswer::Ready { ls, file, file_prefix } => {
+                            assert_eq!(ls, file.ls);
+                            assert_eq!(file.pid, pid);
+                            assert_eq!(file.host, host.map_or_else(|| "127-0-0-1".to_owned(), str::to_owned));
+                            assert_eq!(file_prefix, file.raw().stem());
+                            let (raw, json) = &expected[&(file.ls, file.index)];
+                            assert!(client.fetch(&file).unwrap() == *raw, "bytes of {file} differ");
+                            assert_eq!(client.fetch_index(&file).unwrap(), *json);
+                            client.done(&file).unwrap();
+                            // Gone once done.
+                            assert_eq!(refused_status(client.fetch(&file).unwrap_err()), 404);
+                            taken.push((file.ls, file.index));
+                        }
+                        PopAnswer::EndOfRun => break,
+                        other => panic!("unexpected {other:?} while the run's files are all published"),
+                    }
+                }
+                taken
+            })
+        })
+        .collect();
+    let taken: Vec<Vec<(u32, u32)>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let all: Vec<(u32, u32)> = taken.iter().flatten().copied().collect();
+    let unique: BTreeSet<(u32, u32)> = all.iter().copied().collect();
+    assert_eq!(all.len(), unique.len(), "a file was handed out twice: {taken:?}");
+    assert_eq!(unique, expected.keys().copied().collect::<BTreeSet<_>>());
+    assert!(taken.iter().all(|t| !t.is_empty()), "one client took everything: {taken:?}");
+
+    // Everything processed: no raw file or index JSON left, nothing claimed.
+    let left: Vec<String> = fs::read_dir(&summary.run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("_index"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(fs::read_dir(summary.run_dir.join("fu")).unwrap().count(), 0);
+    assert_eq!(BrokerClient::new(addr, run, 3).popfile().unwrap(), PopAnswer::EndOfRun);
+
+    broker.stop();
+    broker.join().unwrap();
+    assert!(TcpStream::connect(addr).is_err() || BrokerClient::new(addr, run, 1).popfile().is_err());
+}
+
+#[test]
+fn wrong_run_and_run_change() {
+    let bu = tempfile::tempdir().unwrap();
+    let broker = start(bu.path(), 5);
+    let addr = broker.local_addr();
+    assert_eq!(BrokerClient::new(addr, 6, 1).popfile().unwrap(), PopAnswer::NoRun { current_run: 5 });
+    assert_eq!(BrokerClient::new(addr, 5, 1).popfile().unwrap(), PopAnswer::Starting);
+    let (status, body) = get(addr, "/popfile?runnumber=6&pid=1");
+    assert_eq!(status, 200);
+    assert_eq!(body, "version=1\nrunnumber=5\nstate=NORUN\n\n");
+    broker.set_run(6);
+    assert_eq!(broker.run(), 6);
+    assert_eq!(BrokerClient::new(addr, 5, 1).popfile().unwrap(), PopAnswer::NoRun { current_run: 6 });
+    assert_eq!(BrokerClient::new(addr, 6, 1).popfile().unwrap(), PopAnswer::Starting);
+}
+
+#[test]
+fn open_lumi_sections_answer_eols_and_stopls_holds_later_files_back() {
+    let bu = tempfile::tempdir().unwrap();
+    let run = 77;
+    let broker = start(bu.path(), run);
+    let addr = broker.local_addr();
+    let dir = RunDirectory::create(bu.path(), run, "bu-test").unwrap();
+    let client = BrokerClient::new(addr, run, 42);
+    assert_eq!(client.popfile().unwrap(), PopAnswer::EndOfLumi { last_eols: 0 });
+
+    // LS 1: one file, LS 2: one file; neither ended.
+    let publish_one = |ls: u32| {
+        let mut file = dir.open_raw_file(ls, 0, data_type::FRD_EVENTS).unwrap();
+        file.append_event(0, ls, &[&[0u8; 64]]).unwrap();
+        let closed = dir.close(file).unwrap();
+        dir.publish(closed.ls, closed.index).unwrap();
+    };
+    publish_one(1);
+    publish_one(2);
+    // The BU checks an LS's files before they are claimed.
+    dir.end_lumi_section(1, &EolsDoc { events: 1, files: 1, total_events: 1, lost_events: 0, bytes: 0 }).unwrap();
+    let limited = BrokerClient::new(addr, run, 43).with_stop_ls(Some(1));
+    let PopAnswer::Ready { ls: 1, file: first, .. } = limited.popfile().unwrap() else { panic!("LS 1 file expected") };
+    assert_eq!(limited.popfile().unwrap(), PopAnswer::EndOfLumi { last_eols: 1 });
+
+    // Released, the file is handed out again, under the new claimer's name.
+    limited.release(&first).unwrap();
+    assert_eq!(refused_status(limited.release(&first).unwrap_err()), 404);
+    let PopAnswer::Ready { file: again, .. } = client.popfile().unwrap() else { panic!("released file expected") };
+    assert_eq!((again.ls, again.index, again.pid), (1, 0, 42));
+    let PopAnswer::Ready { file: second, .. } = client.popfile().unwrap() else { panic!("LS 2 file expected") };
+    assert_eq!(second.ls, 2);
+    assert_eq!(client.popfile().unwrap(), PopAnswer::EndOfLumi { last_eols: 1 });
+
+    // A third file in LS 3 is held back from a client that stops at LS 2, even after EoR.
+    publish_one(3);
+    dir.end_run(&EorDoc { events: 3, files: 3, lumis: 3, last_lumi: 3 }).unwrap();
+    let stop2 = BrokerClient::new(addr, run, 44).with_stop_ls(Some(2));
+    assert_eq!(stop2.popfile().unwrap(), PopAnswer::EndOfLumi { last_eols: 1 });
+    let PopAnswer::Ready { ls: 3, file: third, .. } = client.popfile().unwrap() else { panic!("LS 3 file expected") };
+    assert_eq!(stop2.popfile().unwrap(), PopAnswer::EndOfRun);
+    for claim in [&again, &second, &third] {
+        client.done(claim).unwrap();
+    }
+    assert_eq!(refused_status(client.done(&third).unwrap_err()), 404);
+}
+
+#[test]
+fn bad_queries_and_path_traversal_are_refused() {
+    let bu = tempfile::tempdir().unwrap();
+    let run = 9;
+    let summary = write_sample_run(bu.path(), &SampleSpec { run, ..SampleSpec::default() }).unwrap();
+    let broker = start(bu.path(), run);
+    let addr = broker.local_addr();
+    let secret = bu.path().join("secret.raw");
+    fs::write(&secret, b"not for FUs").unwrap();
+
+    for target in [
+        "/popfile?runnumber=9",
+        "/popfile?pid=1",
+        "/popfile?runnumber=nine&pid=1",
+        "/popfile?runnumber=9&pid=-1",
+        "/popfile?runnumber=9&pid=+1",
+        "/popfile?runnumber=9&pid=99999999999",
+        "/popfile?runnumber=9&pid=1&pid=2",
+        "/popfile?runnumber=9&pid=1&stopls=x",
+        "/popfile?runnumber=9&pid=1&color=red",
+        "/popfile?runnumber=9&pid=1&host=a_b",
+        "/popfile?runnumber=9&pid=1&host=..%2F..",
+        "/popfile?runnumber=9&pid=1&host=",
+        "/popfile?runnumber=9&pid=1&host=%ZZ",
+    ] {
+        let (status, body) = get(addr, target);
+        assert_eq!(status, 400, "{target}: {body}");
+        assert!(body.starts_with("version=1\nrunnumber=9\nstate=ERROR\nerrormessage="), "{target}: {body}");
+        assert!(body.ends_with("\n\n"), "{target}: {body:?}");
+    }
+    let bad_names = [
+        "../../etc/passwd",
+        "..%2F..%2Fetc%2Fpasswd",
+        "fu/../../secret.raw",
+        "fu%2F..%2F..%2Fsecret.raw",
+        "/etc/passwd",
+        "run000009_ls0001_index000000.raw",
+        "run000009_ls0001_index000000.jsn",
+        "run000009_ls0001_index000000_host_pid1.raw/..",
+        "run000009_ls0001_index000000_a/b_pid1.raw",
+        "fu/fu/run000009_ls0001_index000000_host_pid1.raw",
+        "run000009_ls0001_index000000_host_pid01.raw",
+        "run000010_ls0001_index000000_host_pid1.raw",
+        "",
+    ];
+    for name in bad_names {
+        for endpoint in ["file", "index"] {
+            let (status, body) = get(addr, &format!("/{endpoint}?runnumber=9&name={name}"));
+            assert_eq!(status, 400, "{endpoint} {name}: {body}");
+            assert!(body.contains("state=ERROR"), "{body}");
+        }
+        for endpoint in ["done", "release"] {
+            let (status, body) = post(addr, &format!("/{endpoint}?runnumber=9&name={name}"));
+            assert_eq!(status, 400, "{endpoint} {name}: {body}");
+        }
+    }
+    assert_eq!(get(addr, "/file?runnumber=9").0, 400);
+    // A valid name that nobody claimed; another run's name.
+    assert_eq!(get(addr, "/file?runnumber=9&name=run000009_ls0001_index000000_h_pid1.raw").0, 404);
+    assert_eq!(get(addr, "/file?runnumber=10&name=run000010_ls0001_index000000_h_pid1.raw").0, 404);
+    assert_eq!(post(addr, "/done?runnumber=9&name=run000009_ls0001_index000000_h_pid1.raw").0, 404);
+    // Unknown endpoints and wrong methods.
+    assert_eq!(get(addr, "/etc/passwd").0, 404);
+    assert_eq!(get(addr, "/popfile/../file").0, 404);
+    assert_eq!(post(addr, "/popfile?runnumber=9&pid=1").0, 405);
+    assert_eq!(get(addr, "/done?runnumber=9&name=x").0, 405);
+    // Malformed HTTP.
+    assert_eq!(raw_request(addr, "GARBAGE\r\n\r\n").0, 400);
+    assert_eq!(raw_request(addr, "GET /popfile HTTP/2.0\r\n\r\n").0, 505);
+    assert_eq!(raw_request(addr, &format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(9000))).0, 414);
+    let many_headers = "X-A: b\r\n".repeat(100);
+    assert_eq!(raw_request(addr, &format!("GET /popfile HTTP/1.1\r\n{many_headers}\r\n")).0, 431);
+    assert_eq!(raw_request(addr, "POST /done HTTP/1.1\r\nContent-Length: 100000\r\n\r\n").0, 413);
+    assert_eq!(raw_request(addr, "POST /done HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").0, 501);
+
+    // None of this claimed or removed anything.
+    assert!(fs::read_dir(summary.run_dir.join("fu")).map_or(true, |d| d.count() == 0));
+    assert_eq!(published(&summary.run_dir).len(), summary.files.len());
+    assert_eq!(fs::read(&secret).unwrap(), b"not for FUs");
+
+    // The client names the URL in its errors.
+    let name = ClaimedRawName::parse("run000009_ls0001_index000000_h_pid1.raw").unwrap();
+    let err = BrokerClient::new(addr, 9, 1).fetch(&name).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("http://{addr}/file?runnumber=9&name=run000009_ls0001_index000000_h_pid1.raw")),
+        "{err}"
+    );
+    assert!(err.contains("404") && err.contains("not claimed"), "{err}");
+    let err = BrokerClient::new(addr, 9, 1).with_host("a_b").popfile().unwrap_err().to_string();
+    assert!(err.contains("/popfile?runnumber=9&pid=1&host=a_b") && err.contains("HTTP 400"), "{err}");
+    let dead: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let err = BrokerClient::new(dead, 9, 1).with_timeout(Duration::from_secs(1)).popfile().unwrap_err();
+    assert!(
+        matches!(err, BrokerError::Io { .. }) && err.to_string().starts_with("http://127.0.0.1:1/popfile"),
+        "{err}"
+    );
+}
+
+#[test]
+fn keep_alive_connections_and_stop() {
+    let bu = tempfile::tempdir().unwrap();
+    let run = 12;
+    write_sample_run(bu.path(), &SampleSpec { run, ..SampleSpec::default() }).unwrap();
+    let broker = start(bu.path(), run);
+    let addr = broker.local_addr();
+    // Two requests on one connection, then one left idle.
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 4096];
+    for _ in 0..2 {
+        stream.write_all(b"GET /popfile?runnumber=12&pid=7&host=keep HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let n = stream.read(&mut buf).unwrap();
+        let answer = String::from_utf8_lossy(&buf[..n]);
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n") && answer.contains("state=READY"), "{answer}");
+        assert!(answer.contains("Connection: keep-alive"), "{answer}");
+    }
+    let fu_dir = bu.path().join(run_dir_name(run)).join("fu");
+    assert_eq!(fs::read_dir(&fu_dir).unwrap().count(), 2);
+    let started = Instant::now();
+    broker.stop();
+    assert!(broker.is_stopped());
+    broker.join().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "an idle connection held the broker");
+    assert_eq!(stream.read(&mut buf).unwrap_or(0), 0);
+}
+
+#[test]
+fn peer_host_names() {
+    assert_eq!(peer_host_name("10.0.0.2".parse().unwrap()), "10-0-0-2");
+    assert_eq!(peer_host_name("::ffff:10.1.2.3".parse().unwrap()), "10-1-2-3");
+    assert_eq!(peer_host_name("fe80::1".parse().unwrap()), "fe80--1");
+}
+
+#[test]
+fn connections_over_the_limit_get_503() {
+    let bu = tempfile::tempdir().unwrap();
+    let mut config = BrokerConfig::new(bu.path(), 1);
+    config.max_connections = 1;
+    let broker = Broker::start(config).unwrap();
+    let addr = broker.local_addr();
+    // One idle keep-alive connection holds the only slot.
+    let mut held = TcpStream::connect(addr).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    held.write_all(b"GET /popfile?runnumber=1&pid=1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut buf = [0u8; 1024];
+    assert!(held.read(&mut buf).unwrap() > 0);
+    let err = BrokerClient::new(addr, 1, 2).popfile().unwrap_err();
+    assert!(matches!(err, BrokerError::Refused { status: 503, .. }), "{err}");
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while BrokerClient::new(addr, 1, 2).popfile().is_err() {
+        assert!(Instant::now() < deadline, "the slot was not freed");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
