@@ -1,8 +1,6 @@
 //! The filter unit as a process: `tessera fu` killed with SIGKILL mid-run, and `tessera verify`
 //! of a storage directory.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
