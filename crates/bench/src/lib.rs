@@ -9,6 +9,7 @@
 pub mod evb;
 pub mod evb_suite;
 pub mod formats;
+pub mod fu;
 pub mod net;
 pub mod net_suite;
 pub mod protocol;
@@ -39,6 +40,9 @@ pub enum BenchError {
     /// The event builder's run failed: a unit ended with an error, or an event was not built.
     #[error("event builder: {0}")]
     System(String),
+    /// An FU process or a merger failed.
+    #[error("filter farm: {0}")]
+    Fu(#[from] tessera_fu::FuError),
     /// A case's parameters make no sense.
     #[error("bad case: {0}")]
     BadCase(String),

@@ -145,7 +145,7 @@ enum Command {
         /// Where suites that write files (scans as CSV and SVG) put them.
         #[arg(long, default_value = "bench-out")]
         out: PathBuf,
-        /// Print the results as one JSON object (suites `net` and `evb` only).
+        /// Print the results as one JSON object (suites `net`, `evb` and `fu` only).
         #[arg(long)]
         json: bool,
     },
@@ -166,6 +166,10 @@ enum BenchSuite {
     /// to RAM-disk files, ratios and targets; scans over fragment size, sources, RUs x BUs and
     /// writer threads written as CSV and SVG to --out.
     Evb,
+    /// The filter farm on a RAM disk, one thread each: an FU process with the default menu over
+    /// a sample run against a plain read of its files, and the micro, mini and macro mergers
+    /// against a plain copy of the FU outputs.
+    Fu,
 }
 
 #[derive(Args)]
@@ -423,8 +427,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Ru { system, name, args } => run::unit(run::Role::Ru, &system, Some(&name), &args, false),
         Command::Bu { system, name, restart, args } => run::unit(run::Role::Bu, &system, Some(&name), &args, restart),
         Command::Bench { suite, quick, out, json } => {
-            if json && !matches!(suite, BenchSuite::Net | BenchSuite::Evb) {
-                bail!("--json is supported by the net and evb suites only");
+            if json && !matches!(suite, BenchSuite::Net | BenchSuite::Evb | BenchSuite::Fu) {
+                bail!("--json is supported by the net, evb and fu suites only");
             }
             let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
             match suite {
@@ -437,10 +441,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 BenchSuite::Wire => print!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget))),
                 BenchSuite::Net => bench_net(quick, &out, json)?,
                 BenchSuite::Evb => bench_evb(quick, &out, json)?,
+                BenchSuite::Fu => bench_fu(quick, json)?,
             }
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn bench_fu(quick: bool, json: bool) -> Result<()> {
+    use tessera_bench::fu;
+    eprintln!("bench fu: the filter farm against plain file operations{}", if quick { " (quick)" } else { "" });
+    let config = if quick { fu::FuBenchConfig::QUICK } else { fu::FuBenchConfig::FULL };
+    let bench = fu::run(&config, &mut |what| eprintln!("  {what}"))?;
+    if json {
+        println!("{}", fu::json(&bench));
+    } else {
+        print!("{}", fu::report(&bench));
+    }
+    Ok(())
 }
 
 fn bench_net(quick: bool, out: &Path, json: bool) -> Result<()> {

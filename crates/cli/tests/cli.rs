@@ -126,7 +126,32 @@ fn bench_net_json_is_one_object() {
     assert_eq!(parsed["files"].as_array().unwrap().len(), 4);
     let refused = tessera(&["bench", "wire", "--quick", "--json"]);
     assert_eq!(refused.status.code(), Some(2));
-    assert!(text(&refused).1.contains("--json is supported by the net and evb suites only"));
+    assert!(text(&refused).1.contains("--json is supported by the net, evb and fu suites only"));
+}
+
+#[test]
+fn bench_fu_quick_prints_both_ratios() {
+    let out = tessera(&["bench", "fu", "--quick"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for row in ["(a) plain read", "(b) FU read, CRC, select, write", "(c) plain copy", "(d) micro + mini + macro"] {
+        assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
+    }
+    for line in ["target (b)/(a) >= 0.70: ", "target (d)/(c) >= 0.80: "] {
+        let rest =
+            stdout.lines().find_map(|l| l.strip_prefix(line)).unwrap_or_else(|| panic!("no {line:?} in\n{stdout}"));
+        let ratio: f64 = rest.split(' ').next().unwrap().parse().unwrap();
+        assert!(ratio.is_finite() && ratio > 0.0, "{line}{rest}");
+    }
+    let last = stdout.lines().last().unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(parsed["suite"], "fu");
+    for ratio in ["fu_over_read", "merge_over_copy"] {
+        let r = parsed["ratios"][ratio].as_f64().unwrap();
+        assert!(r.is_finite() && r > 0.0, "{ratio}: {r}");
+    }
+    assert_eq!(parsed["raw_files"], 4);
+    assert!(parsed["merged_files"].as_u64().unwrap() > 0, "{last}");
 }
 
 #[test]
