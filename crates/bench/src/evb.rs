@@ -345,6 +345,7 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
             allowed_peers: None,
             discard,
             pin_core: None,
+            farm_limits: None,
         })
         .collect();
     Ok(SystemPlan { rus, bus, emulators })

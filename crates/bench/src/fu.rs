@@ -255,6 +255,7 @@ fn fu_config(bu: &Path, fu: &Path) -> FuConfig {
         // Nobody else claims here: look for dead claims once, at the start.
         recovery_interval: Duration::from_secs(3600),
         run_start_timeout: Duration::from_secs(5),
+        summary_interval: Duration::from_secs(1),
     }
 }
 

@@ -73,6 +73,7 @@ pub fn fu(args: &FuArgs) -> Result<FuReport> {
         poll_interval: Duration::from_millis(args.poll_ms.max(1)),
         recovery_interval: Duration::from_secs(1),
         run_start_timeout: Duration::from_secs(args.wait_for_run_s),
+        summary_interval: Duration::from_secs(1),
     };
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();

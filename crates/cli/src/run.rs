@@ -18,6 +18,8 @@ use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
 use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
 
+use tessera_fu::resources::FarmLimits;
+
 use crate::farm::{Farm, FarmDirs, FarmOutcome, check_chain, storage_run_dir};
 
 /// How long a unit keeps calling a peer that does not answer yet.
@@ -244,6 +246,12 @@ fn bu_node(
         allowed_peers,
         discard: false,
         pin_core: cfg.bus[i].cpu,
+        farm_limits: cfg.fu.enabled.then(|| FarmLimits {
+            min_fus: cfg.fu.min_fus_per_bu,
+            max_queued_lumi_sections: cfg.fu.max_queued_lumi_sections,
+            output_high_water_percent: cfg.fu.output_high_water_percent,
+            stale_after: Duration::from_secs(cfg.fu.resource_summary_stale_s),
+        }),
     }
 }
 

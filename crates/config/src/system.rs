@@ -605,6 +605,17 @@ pub struct FuParams {
     pub poll_interval_ms: u64,
     /// How long the mergers may take to finish after the BUs have ended the run, in s.
     pub drain_timeout_s: u64,
+    /// A BU asks for no events while fewer FU processes publish live resource summaries
+    /// (`NOT_ENOUGH_FUS`), at most `processes_per_bu`.
+    pub min_fus_per_bu: u32,
+    /// A BU asks for no events while its farm lags more lumi sections behind
+    /// (`TOO_MANY_LS_QUEUED`).
+    pub max_queued_lumi_sections: u32,
+    /// A BU asks for no events while an FU's output disk is this full (`FU_OUTPUT_HIGH`), in
+    /// percent.
+    pub output_high_water_percent: u8,
+    /// A resource summary older than this is no sign of life (`RESOURCE_SUMMARY_STALE`), in s.
+    pub resource_summary_stale_s: u64,
 }
 
 impl Default for FuParams {
@@ -616,6 +627,10 @@ impl Default for FuParams {
             exec: Vec::new(),
             poll_interval_ms: 20,
             drain_timeout_s: 120,
+            min_fus_per_bu: 1,
+            max_queued_lumi_sections: 4,
+            output_high_water_percent: 90,
+            resource_summary_stale_s: 10,
         }
     }
 }

@@ -267,6 +267,20 @@ impl SystemConfig {
             );
         }
         at_least_one("fu.poll_interval_ms", fu.poll_interval_ms)?;
+        if !(1..=fu.processes_per_bu).contains(&fu.min_fus_per_bu) {
+            return fail(
+                "fu.min_fus_per_bu",
+                format!("{} is outside 1..=fu.processes_per_bu ({})", fu.min_fus_per_bu, fu.processes_per_bu),
+            );
+        }
+        at_least_one("fu.max_queued_lumi_sections", fu.max_queued_lumi_sections.into())?;
+        if !(1..=100).contains(&fu.output_high_water_percent) {
+            return fail(
+                "fu.output_high_water_percent",
+                format!("{}% is outside 1..=100%", fu.output_high_water_percent),
+            );
+        }
+        at_least_one("fu.resource_summary_stale_s", fu.resource_summary_stale_s)?;
         at_least_one("fu.drain_timeout_s", fu.drain_timeout_s)?;
         if fu.exec.first().is_some_and(String::is_empty) {
             return fail("fu.exec", "the program's name is empty");

@@ -48,6 +48,7 @@ pub mod exec;
 pub mod merge;
 pub mod output;
 pub mod process;
+pub mod resources;
 
 use std::path::{Path, PathBuf};
 use tessera_formats::FormatError;

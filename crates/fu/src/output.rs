@@ -274,6 +274,7 @@ impl LumiOutputs {
         let input_files: Vec<String> = self.inputs.iter().map(|c| c.raw().to_string()).collect();
         let mut outputs = Vec::new();
         let mut accepted = Vec::new();
+        let mut bytes = 0;
         for i in 0..self.streams.len() {
             let data_name = self.file_name(&self.streams[i].name, DATA_EXT);
             let json_name = self.file_name(&self.streams[i].name, "jsn");
@@ -298,6 +299,7 @@ impl LumiOutputs {
                 file.sync_all().map_err(io_error("syncing", &path))?;
                 doc.file_list = data_name.clone();
                 doc.file_size = file_bytes;
+                bytes += file_bytes;
                 doc.file_adler32 =
                     i64::from(adler32_combine(adler32(&header), stream.body_adler.finish(), stream.body_bytes));
                 outputs.push(data_name);
@@ -313,7 +315,7 @@ impl LumiOutputs {
         let text = serde_json::to_string(&record).expect("a commit record always serializes");
         write_atomically(&record_path, text.as_bytes())?;
         self.dir.carry_out(&record_path, &record, claimer)?;
-        Ok(LumiPublished { ls: self.ls, processed: self.processed, error_events: self.error_events, accepted })
+        Ok(LumiPublished { ls: self.ls, processed: self.processed, error_events: self.error_events, accepted, bytes })
     }
 }
 
@@ -328,4 +330,6 @@ pub struct LumiPublished {
     pub error_events: u64,
     /// Events written per stream, the error stream last.
     pub accepted: Vec<(String, u64)>,
+    /// Bytes in the published data files.
+    pub bytes: u64,
 }

@@ -4,6 +4,7 @@
 
 use crate::claim::{BuRunState, Claim, Claimer};
 use crate::output::{EventOutcome, FuOutputDir, LumiOutputs};
+use crate::resources::{ResourceSummary, summary_path, used_percent, write_summary};
 use crate::{FuError, Hlt, Verdict};
 use std::collections::BTreeMap;
 use std::fs;
@@ -33,6 +34,9 @@ pub struct FuConfig {
     pub recovery_interval: Duration,
     /// Give up when the BU's run directory has not appeared after this long.
     pub run_start_timeout: Duration,
+    /// How often to publish the resource summary in the BU directory (see
+    /// [`resources`](crate::resources)).
+    pub summary_interval: Duration,
 }
 
 /// What an FU process did.
@@ -48,6 +52,8 @@ pub struct FuReport {
     pub accepted: BTreeMap<String, u64>,
     /// Lumi sections published.
     pub lumi_sections: u64,
+    /// Bytes in the data files published.
+    pub output_bytes: u64,
     /// Claims of dead processes given back to the pool.
     pub returned_claims: u64,
     /// The first reasons events were set aside for (at most [`FuReport::MAX_REASONS`]).
@@ -68,6 +74,72 @@ impl FuReport {
 /// Runs an FU process until the BU's run has ended and every file of it is processed, or
 /// until `stop` is set (then it leaves at once; its claims go back to the pool when it is gone).
 pub fn run_fu(cfg: &FuConfig, hlt: &mut dyn Hlt, stop: &AtomicBool) -> Result<FuReport, FuError> {
+    let mut resources = Resources::new(cfg);
+    let result = run_loop(cfg, hlt, stop, &mut resources);
+    // Gone is not stale: the BU judges the FUs that remain.
+    resources.remove();
+    result
+}
+
+/// The resource summary of this process and when it was last published.
+struct Resources {
+    summary: ResourceSummary,
+    bu_dir: PathBuf,
+    output_dir: PathBuf,
+    interval: Duration,
+    last: Option<(Instant, u64)>,
+}
+
+impl Resources {
+    fn new(cfg: &FuConfig) -> Self {
+        Resources {
+            summary: ResourceSummary {
+                host: cfg.host.clone(),
+                pid: cfg.pid,
+                run: cfg.run,
+                updated_unix_ms: 0,
+                free_slots: 1,
+                queued_lumi_sections: 0,
+                output_bytes_per_s: 0.0,
+                output_used_percent: 0,
+            },
+            bu_dir: cfg.bu_dir.clone(),
+            output_dir: cfg.output_dir.clone(),
+            interval: cfg.summary_interval,
+            last: None,
+        }
+    }
+
+    /// Publishes the summary if the interval has passed: `idle` when there was nothing to claim.
+    fn publish(&mut self, state: &BuRunState, idle: bool, output_bytes: u64) -> Result<(), FuError> {
+        let now = Instant::now();
+        if self.last.is_some_and(|(t, _)| now.duration_since(t) < self.interval) {
+            return Ok(());
+        }
+        let s = &mut self.summary;
+        s.updated_unix_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        s.free_slots = u32::from(idle);
+        s.queued_lumi_sections = state.ended_lumi_sections.intersection(&state.lumi_sections_with_files).count() as u32;
+        s.output_bytes_per_s = self
+            .last
+            .map_or(0.0, |(t, bytes)| (output_bytes - bytes) as f64 / now.duration_since(t).as_secs_f64().max(1e-3));
+        s.output_used_percent = used_percent(&self.output_dir).unwrap_or(0);
+        self.last = Some((now, output_bytes));
+        write_summary(&self.bu_dir, s)
+    }
+
+    fn remove(&self) {
+        let _ = fs::remove_file(summary_path(&self.bu_dir, &self.summary.host, self.summary.pid));
+    }
+}
+
+fn run_loop(
+    cfg: &FuConfig,
+    hlt: &mut dyn Hlt,
+    stop: &AtomicBool,
+    resources: &mut Resources,
+) -> Result<FuReport, FuError> {
     let claimer = Claimer::new(&cfg.bu_dir, cfg.run, &cfg.host, cfg.pid)?;
     let outputs = FuOutputDir::create(&cfg.output_dir, cfg.run)?;
     let source = format!("{}-pid{}", cfg.host, cfg.pid);
@@ -99,6 +171,7 @@ pub fn run_fu(cfg: &FuConfig, hlt: &mut dyn Hlt, stop: &AtomicBool) -> Result<Fu
             }
         }
         publish_ended(&mut open, &state, &claimer, &source, &mut report)?;
+        resources.publish(&state, state.unclaimed.is_empty(), report.output_bytes)?;
         if let Some(claim) = claimer.claim_first(&state.unclaimed)? {
             process_file(&claim, &claimer, &outputs, cfg.pid, hlt, &mut open, &mut verdicts, &mut report)?;
             continue;
@@ -128,6 +201,7 @@ fn publish_ended(
         let lumi = open.remove(&ls).expect("listed above");
         let published = lumi.publish(claimer, source)?;
         report.lumi_sections += 1;
+        report.output_bytes += published.bytes;
         for (stream, n) in published.accepted {
             *report.accepted.entry(stream).or_default() += n;
         }

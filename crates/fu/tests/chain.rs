@@ -109,6 +109,7 @@ impl Farm {
             poll_interval: Duration::from_millis(5),
             recovery_interval: Duration::from_millis(50),
             run_start_timeout: Duration::from_secs(5),
+            summary_interval: Duration::from_secs(1),
         }
     }
 

@@ -224,6 +224,7 @@ fn an_fu_process_sets_aside_the_events_its_program_fails_on() {
         poll_interval: Duration::from_millis(10),
         recovery_interval: Duration::from_secs(60),
         run_start_timeout: Duration::from_secs(5),
+        summary_interval: Duration::from_secs(1),
     };
     let report = run_fu(&cfg, &mut hlt, &AtomicBool::new(false)).unwrap();
     assert_eq!((report.files, report.events, report.error_events, report.lumi_sections), (6, 24, 1, 2));

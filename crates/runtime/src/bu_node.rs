@@ -39,6 +39,7 @@ use tessera_evb::types::{Epoch, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuiltEvent, Input, Output};
 use tessera_evb::wire::encode;
 use tessera_evb::{Bu, BuConfig, BuDisk};
+use tessera_fu::resources::{BackPressure, assess, read_summaries, used_percent};
 
 /// How a BU node runs.
 #[derive(Debug)]
@@ -79,6 +80,9 @@ pub struct BuNodeConfig {
     /// Pin the unit's loop thread to this CPU core; a core that cannot be had is reported, and
     /// the unit runs unpinned.
     pub pin_core: Option<usize>,
+    /// Hold back on the filter farm's resource summaries in `directory` (see
+    /// [`tessera_fu::resources`]); `None` when no farm reads this BU's files.
+    pub farm_limits: Option<tessera_fu::resources::FarmLimits>,
 }
 
 /// How a BU node ended.
@@ -137,10 +141,9 @@ fn next_epoch(directory: &Path, run: u32, restart: bool) -> Result<Epoch, NodeEr
 }
 
 /// Fullness of the file system that holds `path`, in percent.
-fn fullness_percent(path: &Path) -> Option<u8> {
-    let s = rustix::fs::statvfs(path).ok()?;
-    let total = s.f_blocks;
-    (total > 0).then(|| (100 - (s.f_bavail.min(total) * 100 / total)) as u8)
+/// Now, in ms since the Unix epoch, as FUs stamp their resource summaries.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 impl BuNode {
@@ -296,7 +299,10 @@ impl BuLoop {
             .register(&mut listener, DATA_LISTENER, Interest::READABLE)
             .map_err(io_err("data listener"))?;
         let mut events = Events::with_capacity(256);
-        let mut throttled = false;
+        let mut ramdisk_high = false;
+        let mut farm: Option<BackPressure> = None;
+        let mut throttle = Throttle::None;
+        let started = Instant::now();
         let mut last_check: Option<Instant> = None;
         let mut ended_at: Option<Instant> = None;
         loop {
@@ -305,16 +311,33 @@ impl BuLoop {
             }
             if self.files.is_some() && last_check.is_none_or(|t| t.elapsed() >= RAMDISK_CHECK) {
                 last_check = Some(Instant::now());
-                if let Some(full) = fullness_percent(&self.run_dir) {
-                    let now = self.now();
-                    if !throttled && full >= self.cfg.ramdisk_high_water_percent {
-                        throttled = true;
-                        self.core.set_throttle(now, Some(Throttle::RamdiskHighWater.key()));
+                if let Some(full) = used_percent(&self.run_dir) {
+                    if !ramdisk_high && full >= self.cfg.ramdisk_high_water_percent {
+                        ramdisk_high = true;
                         self.stats.problem(format!("BU {}: RAM disk {full}% full: RAMDISK_HIGH_WATER", self.cfg.bu.bu));
-                    } else if throttled && full <= self.cfg.ramdisk_low_water_percent {
-                        throttled = false;
-                        self.core.set_throttle(now, None);
+                    } else if ramdisk_high && full <= self.cfg.ramdisk_low_water_percent {
+                        ramdisk_high = false;
                     }
+                }
+                if let Some(limits) = &self.cfg.farm_limits {
+                    let summaries = read_summaries(&self.cfg.directory, self.cfg.run);
+                    let pressure = assess(&summaries, unix_ms(), started.elapsed(), limits);
+                    if let Some(p) = &pressure
+                        && farm.as_ref().is_none_or(|f: &BackPressure| f.key() != p.key())
+                    {
+                        self.stats.problem(format!("BU {}: {p}", self.cfg.bu.bu));
+                    }
+                    farm = pressure;
+                }
+                let now_throttle = if ramdisk_high {
+                    Throttle::RamdiskHighWater
+                } else {
+                    farm.as_ref().map_or(Throttle::None, Throttle::of_farm)
+                };
+                if now_throttle != throttle {
+                    throttle = now_throttle;
+                    let now = self.now();
+                    self.core.set_throttle(now, (throttle != Throttle::None).then(|| throttle.key()));
                 }
             }
             let now = self.now();
@@ -326,7 +349,7 @@ impl BuLoop {
             let busy = self.read_conns()?;
             self.dispatch()?;
             self.flush_conns();
-            self.publish_stats(throttled);
+            self.publish_stats(throttle);
             self.cpu.sample(&self.stats.loop_cpu_ns, false);
             // After its end-of-run record the BU still acknowledges its last end-of-lumi
             // records; the EVM closes the connection once it has them all.
@@ -380,7 +403,7 @@ impl BuLoop {
         }
     }
 
-    fn publish_stats(&self, throttled: bool) {
+    fn publish_stats(&self, throttle: Throttle) {
         let c = self.core.counters();
         self.stats.events_built.set(c.events_built);
         self.stats.incomplete_events.set(c.incomplete_events);
@@ -388,8 +411,8 @@ impl BuLoop {
         self.stats.store_bytes.set(self.store.held() as u64);
         self.stats.events_in_flight.set(u64::from(self.core.events_in_flight()));
         let full = self.store.held() + self.cfg.max_frame_bytes as usize > self.cfg.frame_store_bytes;
-        self.stats.set_throttle(if throttled {
-            Throttle::RamdiskHighWater
+        self.stats.set_throttle(if throttle != Throttle::None {
+            throttle
         } else if full {
             Throttle::StoreFull
         } else {

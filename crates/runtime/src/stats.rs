@@ -24,6 +24,14 @@ pub enum Throttle {
     BuffersFull = 2,
     /// BU: its store of received data is full, waiting for files to be written.
     StoreFull = 3,
+    /// BU: fewer live FU processes than required; it asks for no events.
+    NotEnoughFus = 4,
+    /// BU: its farm lags too many lumi sections behind; it asks for no events.
+    TooManyLsQueued = 5,
+    /// BU: an FU's output disk is above its high-water mark; it asks for no events.
+    FuOutputHigh = 6,
+    /// BU: its FUs' resource summaries are all old; it asks for no events.
+    ResourceSummaryStale = 7,
 }
 
 impl Throttle {
@@ -34,6 +42,21 @@ impl Throttle {
             Throttle::RamdiskHighWater => "RAMDISK_HIGH_WATER",
             Throttle::BuffersFull => "RU_BUFFERS_FULL",
             Throttle::StoreFull => "BU_STORE_FULL",
+            Throttle::NotEnoughFus => "NOT_ENOUGH_FUS",
+            Throttle::TooManyLsQueued => "TOO_MANY_LS_QUEUED",
+            Throttle::FuOutputHigh => "FU_OUTPUT_HIGH",
+            Throttle::ResourceSummaryStale => "RESOURCE_SUMMARY_STALE",
+        }
+    }
+
+    /// The throttle of the filter farm's back-pressure.
+    pub fn of_farm(pressure: &tessera_fu::resources::BackPressure) -> Self {
+        use tessera_fu::resources::BackPressure as B;
+        match pressure {
+            B::NotEnoughFus { .. } => Throttle::NotEnoughFus,
+            B::TooManyLsQueued { .. } => Throttle::TooManyLsQueued,
+            B::FuOutputHigh { .. } => Throttle::FuOutputHigh,
+            B::ResourceSummaryStale { .. } => Throttle::ResourceSummaryStale,
         }
     }
 
@@ -42,6 +65,10 @@ impl Throttle {
             1 => Throttle::RamdiskHighWater,
             2 => Throttle::BuffersFull,
             3 => Throttle::StoreFull,
+            4 => Throttle::NotEnoughFus,
+            5 => Throttle::TooManyLsQueued,
+            6 => Throttle::FuOutputHigh,
+            7 => Throttle::ResourceSummaryStale,
             _ => Throttle::None,
         }
     }

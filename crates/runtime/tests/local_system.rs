@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Setup, built_events, plan, violations};
+use common::{RUN, Setup, built_events, plan, violations};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
@@ -237,4 +237,59 @@ fn a_lumi_section_closed_on_its_time_out_counts_a_later_trigger_for_it_lost() {
     assert_eq!(said, lost, "{:#?}", outcome.problems);
     // What was built verifies: the section's EoLS counts only its built events.
     assert_eq!(events_in_files(tmp.path()).len() as u64, c.built);
+}
+
+/// A resource summary of an FU process in `bu_dir`, stamped `updated_unix_ms`.
+fn fu_summary(bu_dir: &Path, pid: u32, updated_unix_ms: u64) {
+    let summary = tessera_fu::resources::ResourceSummary {
+        host: "fuhost".into(),
+        pid,
+        run: RUN,
+        updated_unix_ms,
+        free_slots: 1,
+        queued_lumi_sections: 0,
+        output_bytes_per_s: 0.0,
+        output_used_percent: 0,
+    };
+    tessera_fu::resources::write_summary(bu_dir, &summary).unwrap();
+}
+
+/// Runs the 2×2 system with BU 1 under `limits` and its farm's summaries written by `farm`;
+/// BU 1 must ask for nothing, with `key`, and BU 0 build everything.
+fn bu_held_back_by_its_farm(limits: tessera_fu::resources::FarmLimits, farm: impl Fn(&Path), key: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let events = 1000;
+    let mut plan = plan(tmp.path(), &Setup::new(1, events));
+    plan.bus[1].farm_limits = Some(limits);
+    farm(&plan.bus[1].directory);
+    let system = RunningSystem::start(plan).unwrap();
+    let throttled = system.bu_stats[1].clone();
+    let outcome = system.wait(Duration::from_secs(30));
+    assert!(outcome.clean(), "{outcome:#?}");
+    let c = outcome.conservation();
+    assert_eq!((c.triggered, c.built, c.holds), (events, events, true), "{c:?}");
+    assert_eq!(c.per_bu, vec![events, 0], "{c:?}");
+    assert!(outcome.problems.iter().any(|p| p.starts_with("BU 1: ") && p.contains(key)), "{:#?}", outcome.problems);
+    assert_eq!(throttled.throttle().key(), key);
+}
+
+#[test]
+fn a_bu_whose_fus_stopped_reporting_asks_for_nothing_resource_summary_stale() {
+    bu_held_back_by_its_farm(
+        tessera_fu::resources::FarmLimits::default(),
+        |dir| fu_summary(dir, 7, 0),
+        "RESOURCE_SUMMARY_STALE",
+    );
+}
+
+#[test]
+fn a_bu_with_fewer_fus_than_required_asks_for_nothing_not_enough_fus() {
+    // Stamped in the future, the one summary stays live for the whole run.
+    let later =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 + 3_600_000;
+    bu_held_back_by_its_farm(
+        tessera_fu::resources::FarmLimits { min_fus: 2, ..Default::default() },
+        |dir| fu_summary(dir, 7, later),
+        "NOT_ENOUGH_FUS",
+    );
 }

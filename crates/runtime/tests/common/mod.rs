@@ -145,6 +145,7 @@ pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
             allowed_peers: None,
             discard: false,
             pin_core: None,
+            farm_limits: None,
         })
         .collect();
     SystemPlan { rus, bus, emulators }

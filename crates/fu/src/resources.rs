@@ -1,0 +1,248 @@
+//! Back-pressure from the filter farm to its BU: every FU process publishes a small resource
+//! summary in the BU's directory, and the BU reads them to decide whether to ask the EVM for
+//! more events ([`assess`]).
+//!
+//! Summaries are `<bu_dir>/appliance/resources/<host>-pid<pid>.json`, written atomically about
+//! once a second and removed when the FU leaves. They sit beside the run directories, not in
+//! them, so that the file contract of a run directory is unchanged.
+
+use crate::output::{list, write_atomically};
+use crate::{FuError, io_error};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where summaries go, relative to the BU directory.
+pub const RESOURCES_DIR: &str = "appliance/resources";
+
+/// What one FU process says of itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceSummary {
+    /// Its host.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The run it works on.
+    pub run: u32,
+    /// When it wrote this, in ms since the Unix epoch.
+    pub updated_unix_ms: u64,
+    /// Free processing slots: 1 when the process waits for a file, 0 while it works on one.
+    pub free_slots: u32,
+    /// Lumi sections the BU has ended whose files are not all processed yet.
+    pub queued_lumi_sections: u32,
+    /// Bytes it wrote into its outputs over the last interval, per second.
+    pub output_bytes_per_s: f64,
+    /// How full the file system of its output directory is, in percent.
+    pub output_used_percent: u8,
+}
+
+/// Why a BU holds back because of its farm: a stable key and the numbers behind it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackPressure {
+    /// Fewer live FU processes than required.
+    NotEnoughFus {
+        /// Live FU processes.
+        live: usize,
+        /// Required.
+        required: u32,
+    },
+    /// The farm lags by more lumi sections than allowed.
+    TooManyLsQueued {
+        /// Lumi sections queued at the most lagging FU.
+        queued: u32,
+        /// Allowed.
+        max: u32,
+    },
+    /// An FU's output file system is above its high-water mark.
+    FuOutputHigh {
+        /// The fullest, in percent.
+        used_percent: u8,
+        /// The mark, in percent.
+        high_water_percent: u8,
+    },
+    /// FUs have published summaries, but none recently: the farm may be stuck.
+    ResourceSummaryStale {
+        /// Age of the newest summary.
+        age: Duration,
+    },
+}
+
+impl BackPressure {
+    /// The stable key, as in metrics and the run's progress line.
+    pub fn key(&self) -> &'static str {
+        match self {
+            BackPressure::NotEnoughFus { .. } => "NOT_ENOUGH_FUS",
+            BackPressure::TooManyLsQueued { .. } => "TOO_MANY_LS_QUEUED",
+            BackPressure::FuOutputHigh { .. } => "FU_OUTPUT_HIGH",
+            BackPressure::ResourceSummaryStale { .. } => "RESOURCE_SUMMARY_STALE",
+        }
+    }
+}
+
+impl std::fmt::Display for BackPressure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackPressure::NotEnoughFus { live, required } => {
+                write!(f, "NOT_ENOUGH_FUS: {live} FU processes publish resources, {required} required")
+            }
+            BackPressure::TooManyLsQueued { queued, max } => {
+                write!(f, "TOO_MANY_LS_QUEUED: the farm lags {queued} lumi sections behind, at most {max} allowed")
+            }
+            BackPressure::FuOutputHigh { used_percent, high_water_percent } => {
+                write!(f, "FU_OUTPUT_HIGH: an FU's output disk is {used_percent}% full, above {high_water_percent}%")
+            }
+            BackPressure::ResourceSummaryStale { age } => {
+                write!(f, "RESOURCE_SUMMARY_STALE: the newest FU resource summary is {:.1} s old", age.as_secs_f64())
+            }
+        }
+    }
+}
+
+/// When a BU holds back because of its farm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FarmLimits {
+    /// Live FU processes required, at least 1.
+    pub min_fus: u32,
+    /// Most lumi sections the farm may lag behind.
+    pub max_queued_lumi_sections: u32,
+    /// Hold back when an FU's output file system is this full, in percent.
+    pub output_high_water_percent: u8,
+    /// A summary older than this is not taken as a sign of life.
+    pub stale_after: Duration,
+}
+
+impl Default for FarmLimits {
+    fn default() -> Self {
+        FarmLimits {
+            min_fus: 1,
+            max_queued_lumi_sections: 4,
+            output_high_water_percent: 90,
+            stale_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The summary file of process `pid` on `host`.
+pub fn summary_path(bu_dir: &Path, host: &str, pid: u32) -> PathBuf {
+    bu_dir.join(RESOURCES_DIR).join(format!("{host}-pid{pid}.json"))
+}
+
+/// Publishes `summary` in `bu_dir`.
+pub fn write_summary(bu_dir: &Path, summary: &ResourceSummary) -> Result<(), FuError> {
+    let dir = bu_dir.join(RESOURCES_DIR);
+    fs::create_dir_all(&dir).map_err(io_error("creating", &dir))?;
+    let text = serde_json::to_string(summary).expect("a summary always serializes");
+    write_atomically(&summary_path(bu_dir, &summary.host, summary.pid), text.as_bytes())
+}
+
+/// The summaries in `bu_dir` for run `run`; unreadable ones (being replaced) are skipped.
+pub fn read_summaries(bu_dir: &Path, run: u32) -> Vec<ResourceSummary> {
+    let dir = bu_dir.join(RESOURCES_DIR);
+    list(&dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|name| name.ends_with(".json"))
+        .filter_map(|name| fs::read_to_string(dir.join(name)).ok())
+        .filter_map(|text| serde_json::from_str::<ResourceSummary>(&text).ok())
+        .filter(|s| s.run == run)
+        .collect()
+}
+
+/// Whether a BU should hold back, from its farm's summaries at `now_unix_ms`. `since_start` is
+/// how long the BU has run: before `stale_after` has passed, a farm that has not spoken yet is
+/// given the benefit of the doubt.
+pub fn assess(
+    summaries: &[ResourceSummary],
+    now_unix_ms: u64,
+    since_start: Duration,
+    limits: &FarmLimits,
+) -> Option<BackPressure> {
+    let age = |s: &ResourceSummary| Duration::from_millis(now_unix_ms.saturating_sub(s.updated_unix_ms));
+    let live: Vec<&ResourceSummary> = summaries.iter().filter(|s| age(s) <= limits.stale_after).collect();
+    if live.is_empty() {
+        if let Some(newest) = summaries.iter().map(age).min() {
+            return Some(BackPressure::ResourceSummaryStale { age: newest });
+        }
+        if since_start < limits.stale_after {
+            return None;
+        }
+    }
+    if live.len() < limits.min_fus as usize {
+        return Some(BackPressure::NotEnoughFus { live: live.len(), required: limits.min_fus });
+    }
+    if let Some(used) = live.iter().map(|s| s.output_used_percent).max()
+        && used >= limits.output_high_water_percent
+    {
+        return Some(BackPressure::FuOutputHigh {
+            used_percent: used,
+            high_water_percent: limits.output_high_water_percent,
+        });
+    }
+    if let Some(queued) = live.iter().map(|s| s.queued_lumi_sections).max()
+        && queued > limits.max_queued_lumi_sections
+    {
+        return Some(BackPressure::TooManyLsQueued { queued, max: limits.max_queued_lumi_sections });
+    }
+    None
+}
+
+/// How full the file system holding `path` is, in percent (of the blocks an unprivileged
+/// writer may use), if it can be asked.
+pub fn used_percent(path: &Path) -> Option<u8> {
+    let s = rustix::fs::statvfs(path).ok()?;
+    let total = s.f_blocks;
+    (total > 0).then(|| (100 - (s.f_bavail.min(total) * 100 / total)) as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(pid: u32, updated_unix_ms: u64) -> ResourceSummary {
+        ResourceSummary {
+            host: "h".into(),
+            pid,
+            run: 1,
+            updated_unix_ms,
+            free_slots: 1,
+            queued_lumi_sections: 0,
+            output_bytes_per_s: 0.0,
+            output_used_percent: 10,
+        }
+    }
+
+    #[test]
+    fn each_reason_is_given_when_its_limit_is_crossed() {
+        let limits = FarmLimits { min_fus: 2, ..FarmLimits::default() };
+        let now = 100_000;
+        let long = Duration::from_secs(60);
+        // Nobody has spoken: fine at first, then not enough FUs.
+        assert_eq!(assess(&[], now, Duration::from_secs(1), &limits), None);
+        assert_eq!(assess(&[], now, long, &limits).unwrap().key(), "NOT_ENOUGH_FUS");
+        // Spoken long ago only: stale.
+        assert_eq!(assess(&[summary(1, 0)], now, long, &limits).unwrap().key(), "RESOURCE_SUMMARY_STALE");
+        // One live of two required.
+        assert_eq!(assess(&[summary(1, now), summary(2, 0)], now, long, &limits).unwrap().key(), "NOT_ENOUGH_FUS");
+        let two = [summary(1, now), summary(2, now - 500)];
+        assert_eq!(assess(&two, now, long, &limits), None);
+        let mut full = two.clone();
+        full[1].output_used_percent = 95;
+        assert_eq!(assess(&full, now, long, &limits).unwrap().key(), "FU_OUTPUT_HIGH");
+        let mut lagging = two.clone();
+        lagging[0].queued_lumi_sections = 5;
+        let pressure = assess(&lagging, now, long, &limits).unwrap();
+        assert_eq!(pressure.key(), "TOO_MANY_LS_QUEUED");
+        assert!(pressure.to_string().contains("5 lumi sections"), "{pressure}");
+    }
+
+    #[test]
+    fn summaries_round_trip_through_the_bu_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = summary(42, 7);
+        write_summary(dir.path(), &s).unwrap();
+        write_summary(dir.path(), &ResourceSummary { run: 2, pid: 43, ..s.clone() }).unwrap();
+        assert_eq!(read_summaries(dir.path(), 1), [s]);
+        assert!(used_percent(dir.path()).is_some_and(|p| p <= 100));
+    }
+}
