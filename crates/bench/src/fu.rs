@@ -246,7 +246,7 @@ fn plain_read(files: &[PathBuf]) -> Result<u64, BenchError> {
 /// The FU's configuration for the BU directory `bu` and node output directory `fu`.
 fn fu_config(bu: &Path, fu: &Path) -> FuConfig {
     FuConfig {
-        bu_dir: bu.to_owned(),
+        bu: tessera_fu::remote::BuAccess::Directory(bu.to_owned()),
         output_dir: fu.to_owned(),
         run: RUN,
         host: "bench".into(),
@@ -263,7 +263,7 @@ fn fu_config(bu: &Path, fu: &Path) -> FuConfig {
 /// has ended in `root/storage`.
 fn merge_all(root: &Path, streams: &[String]) -> Result<(), BenchError> {
     let micro = MicroMerger {
-        bu_dir: root.join("bu"),
+        bu: tessera_fu::remote::BuAccess::Directory(root.join("bu")),
         fu_output_dir: root.join("fu"),
         mini_dir: root.join("mini"),
         node: NODE.into(),

@@ -17,14 +17,18 @@ use tessera_formats::names::{self, BuFileName, Producer, StreamFileName};
 use tessera_fu::claim::host_name;
 use tessera_fu::merge::{MacroMerger, MicroMerger, MiniMerger, STORAGE_PRODUCER, with_error_stream};
 use tessera_fu::process::{FuConfig, FuReport, run_fu};
+use tessera_fu::remote::BuAccess;
 use tessera_fu::{Hlt, MenuHlt};
 
 /// The options of `tessera fu`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct FuArgs {
-    /// The BU's directory, holding `runRRRRRR/`.
+    /// The BU's directory, holding `runRRRRRR/` (on this host or a shared file system).
+    #[arg(long, conflicts_with = "broker")]
+    pub bu_dir: Option<PathBuf>,
+    /// Or the BU's file broker, `HOST:PORT`, for a host that does not see the BU's directory.
     #[arg(long)]
-    pub bu_dir: PathBuf,
+    pub broker: Option<std::net::SocketAddr>,
     /// This node's output directory, holding `runRRRRRR/`: every FU process on this host that
     /// reads the same BU directory must use the same one.
     #[arg(long)]
@@ -65,7 +69,11 @@ pub fn make_hlt(menu: Option<&Path>, exec: &[String]) -> Result<Box<dyn Hlt>> {
 pub fn fu(args: &FuArgs) -> Result<FuReport> {
     let mut hlt = make_hlt(args.menu.as_deref(), &args.exec)?;
     let cfg = FuConfig {
-        bu_dir: args.bu_dir.clone(),
+        bu: match (&args.bu_dir, args.broker) {
+            (Some(dir), None) => BuAccess::Directory(dir.clone()),
+            (None, Some(addr)) => BuAccess::Broker(addr),
+            _ => bail!("give the BU's files as --bu-dir DIR or --broker HOST:PORT"),
+        },
         output_dir: args.output.clone(),
         run: args.run,
         host: host_name(),
@@ -257,7 +265,7 @@ impl Mergers {
         let host = host_name();
         let micro = (0..cfg.bus.len())
             .map(|i| MicroMerger {
-                bu_dir: cfg.bu_directory(i, output),
+                bu: BuAccess::Directory(cfg.bu_directory(i, output)),
                 fu_output_dir: dirs.fu[i].clone(),
                 mini_dir: dirs.mini[i].clone(),
                 node: NODE.into(),
@@ -290,7 +298,7 @@ impl Mergers {
     fn run(&self, stop: &AtomicBool, poll: Duration) -> Result<()> {
         while !stop.load(Ordering::SeqCst) {
             for m in &self.micro {
-                m.pass().with_context(|| format!("micro merger of {}", m.bu_dir.display()))?;
+                m.pass().with_context(|| format!("micro merger of {}", m.fu_output_dir.display()))?;
             }
             for m in &self.mini {
                 m.pass().with_context(|| format!("mini merger of {}", m.bu))?;
@@ -483,4 +491,40 @@ pub fn is_storage_run_dir(dir: &Path) -> bool {
         StreamFileName::parse(&e.file_name().to_string_lossy())
             .is_ok_and(|n| n.producer == Producer::Named(STORAGE_PRODUCER.into()))
     })
+}
+
+/// Starts the file broker of BU `i` if the system file gives it a port.
+pub fn start_broker(cfg: &SystemConfig, i: usize, output: &Path) -> Result<Option<tessera_fu::broker::Broker>> {
+    let bu = &cfg.bus[i];
+    let Some(port) = bu.broker_port else { return Ok(None) };
+    let listen = std::net::ToSocketAddrs::to_socket_addrs(&(bu.host.as_str(), port))
+        .with_context(|| format!("{}: cannot resolve {}:{port} for its file broker", bu.name, bu.host))?
+        .next()
+        .with_context(|| format!("{}: {}:{port} resolves to nothing", bu.name, bu.host))?;
+    let config = tessera_fu::broker::BrokerConfig {
+        listen,
+        ..tessera_fu::broker::BrokerConfig::new(cfg.bu_directory(i, output), cfg.run.number)
+    };
+    let broker = tessera_fu::broker::Broker::start(config)
+        .with_context(|| format!("{}: cannot serve its file broker on {listen}", bu.name))?;
+    eprintln!("{}: file broker on http://{}", bu.name, broker.local_addr());
+    Ok(Some(broker))
+}
+
+/// Waits, at most `timeout`, until every file of the BU's ended run has been processed and
+/// removed, so that remote FUs can finish through the broker before it goes.
+pub fn wait_drained(bu_dir: &Path, run: u32, timeout: Duration) -> bool {
+    let claimer = match tessera_fu::claim::Claimer::new(bu_dir, run, &host_name(), std::process::id()) {
+        Ok(c) => c,
+        Err(_) => return false,
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        match claimer.listing() {
+            Ok(state) if state.ended && state.lumi_sections_with_files.is_empty() => return true,
+            Err(_) => return false,
+            _ if Instant::now() >= deadline => return false,
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
 }

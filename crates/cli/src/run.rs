@@ -20,7 +20,7 @@ use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
 
 use tessera_fu::resources::FarmLimits;
 
-use crate::farm::{Farm, FarmDirs, FarmOutcome, check_chain, storage_run_dir};
+use crate::farm::{Farm, FarmDirs, FarmOutcome, check_chain, start_broker, storage_run_dir, wait_drained};
 
 /// How long a unit keeps calling a peer that does not answer yet.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -345,6 +345,7 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Resu
     .context("installing the Ctrl-C handler")?;
     // The farm first, so that it is there when the first files appear.
     let farm = if cfg.fu.enabled { Some(Farm::start(&cfg, &output)?) } else { None };
+    let brokers = (0..cfg.bus.len()).map(|i| start_broker(&cfg, i, &output)).collect::<Result<Vec<_>>>()?;
     let system = RunningSystem::start(SystemPlan { rus, bus, emulators })?;
     let started = Instant::now();
     let mut stopped = false;
@@ -387,6 +388,16 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Resu
         let dirs = farm.dirs.clone();
         (farm.finish(timeout), streams, dirs)
     });
+    for (i, broker) in brokers.iter().enumerate() {
+        if broker.is_some() && interrupts.load(Ordering::SeqCst) == 0 {
+            // FUs on other hosts finish their last files through the broker.
+            let bu_dir = cfg.bu_directory(i, &output);
+            if !wait_drained(&bu_dir, cfg.run.number, Duration::from_secs(cfg.fu.drain_timeout_s)) {
+                eprintln!("{}: files are left unprocessed in {}", cfg.bus[i].name, bu_dir.display());
+            }
+        }
+    }
+    drop(brokers);
     let ok = summarize(&cfg, &output, &outcome, farm.as_ref())?;
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -746,6 +757,7 @@ pub fn unit(role: Role, system: &Path, name: Option<&str>, args: &SystemArgs, re
                 .with_context(|| format!("no BU named {name} in {}", system.display()))?;
             let bu = &cfg.bus[i];
             let data = bind(&bu.host, bu.data_port, &format!("{} data port", bu.name))?;
+            let broker = start_broker(&cfg, i, &output)?;
             let node = BuNode::new(bu_node(&cfg, i, &output, data, evm, restart, bu_peers(&cfg)?))?;
             let control = node.control();
             eprintln!(
@@ -761,7 +773,20 @@ pub fn unit(role: Role, system: &Path, name: Option<&str>, args: &SystemArgs, re
                     control.abort();
                 }
             }
-            match handle.join().map_err(|_| anyhow::anyhow!("the unit panicked"))? {
+            let result = handle.join().map_err(|_| anyhow::anyhow!("the unit panicked"))?;
+            if broker.is_some() && result.is_ok() && interrupts.load(Ordering::SeqCst) == 0 {
+                // Remote FUs finish their last files through the broker.
+                let drain = Duration::from_secs(cfg.fu.drain_timeout_s);
+                eprintln!(
+                    "{}: serving the file broker until FUs have processed every file (at most {drain:?})",
+                    bu.name
+                );
+                if !wait_drained(&cfg.bu_directory(i, &output), cfg.run.number, drain) {
+                    eprintln!("{}: files are left unprocessed after {drain:?}", bu.name);
+                }
+            }
+            drop(broker);
+            match result {
                 Ok(r) => {
                     println!(
                         "{}: {} events published in {} files (incarnation {}), {}",

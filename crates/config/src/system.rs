@@ -458,12 +458,23 @@ pub struct BuSection {
     /// not pinned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<usize>,
+    /// Serve the BU's files to FUs on other hosts over HTTP on this port of `host` (the file
+    /// broker, FORMATS.md §7 (c)); 0 takes any free port; absent: no broker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker_port: Option<u16>,
 }
 
 impl BuSection {
     /// A BU called `name` on 127.0.0.1, with every other field at its default.
     pub fn new(name: &str) -> Self {
-        BuSection { name: name.to_owned(), host: default_host(), data_port: 0, directory: None, cpu: None }
+        BuSection {
+            name: name.to_owned(),
+            host: default_host(),
+            data_port: 0,
+            directory: None,
+            cpu: None,
+            broker_port: None,
+        }
     }
 }
 

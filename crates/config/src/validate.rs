@@ -173,6 +173,9 @@ impl SystemConfig {
         }
         for (i, bu) in self.bus.iter().enumerate() {
             ports.push((format!("bus[{i}].data_port"), &bu.host, bu.data_port));
+            if let Some(port) = bu.broker_port {
+                ports.push((format!("bus[{i}].broker_port"), &bu.host, port));
+            }
         }
         let mut seen: HashMap<(&str, u16), &str> = HashMap::new();
         for (key, host, port) in &ports {

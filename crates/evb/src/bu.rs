@@ -10,6 +10,10 @@ use std::collections::{BTreeMap, VecDeque};
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::frd::flags;
 
+/// While draining, how long a file stays open for more events once nothing is being built
+/// (at most the file time-out), in nanoseconds.
+pub const DRAIN_CLOSE_NS: Nanos = 20_000_000;
+
 /// Configuration of a builder unit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuConfig {
@@ -464,12 +468,21 @@ impl Bu {
         self.out.push_back(Output::WriteFile { file: f.file, lumi_section: f.lumi_section, events: f.events });
     }
 
+    /// While draining, closes the files that are open for [`DRAIN_CLOSE_NS`] at least, if no
+    /// event is being built: the last events of a run then need not wait for the file
+    /// time-out, and the events that still trickle in after the trigger stopped are not written
+    /// one file each.
     fn close_if_drained(&mut self, now: Nanos) {
         if self.draining && self.building.is_empty() {
-            while !self.open.is_empty() {
-                self.close(now, 0);
+            while let Some(i) = self.open.iter().position(|f| now >= f.opened_at.saturating_add(self.drain_close_ns()))
+            {
+                self.close(now, i);
             }
         }
+    }
+
+    fn drain_close_ns(&self) -> Nanos {
+        self.cfg.file_timeout_ns.min(DRAIN_CLOSE_NS)
     }
 
     /// Asks for more events when a batch of slots is free, and reports built and published
@@ -500,7 +513,8 @@ impl Bu {
 
     /// The earliest time at which a tick has work.
     pub fn next_timeout(&self) -> Option<Nanos> {
-        let files = self.open.iter().map(|f| f.opened_at.saturating_add(self.cfg.file_timeout_ns)).min();
+        let wait = if self.draining { self.drain_close_ns() } else { self.cfg.file_timeout_ns };
+        let files = self.open.iter().map(|f| f.opened_at.saturating_add(wait)).min();
         let report = self.report_since.map(|t| t.saturating_add(self.cfg.report_delay_ns));
         [files, report].into_iter().flatten().min()
     }

@@ -16,6 +16,7 @@
 //! | request | answer |
 //! |---|---|
 //! | `GET /popfile?runnumber=R&pid=P[&host=H][&stopls=L]` | claims the next file for process `P` on host `H`: a `key=value` document (below) |
+//! | `GET /state?runnumber=R[&host=H]` | the run directory's listing: `state` = `STARTING` \| `RUNNING` \| `ENDED` \| `NORUN`, `host` (the name `H` claims under), `endedls` and `filels` (lumi sections with an EoLS, and with files left), `unclaimed` (`ls:index` pairs) and `claimed` (`H`'s claims), comma-separated |
 //! | `GET /file?runnumber=R&name=N` | the bytes of the claimed file `N` (`application/octet-stream`) |
 //! | `GET /index?runnumber=R&name=N` | the index JSON of the claimed file `N` (`application/json`) |
 //! | `POST /done?runnumber=R&name=N` | the FU has published its outputs for `N`: the claim and its index JSON are removed |
@@ -60,7 +61,7 @@
 //! 503); HTTP/1.1 connections stay open until the client closes them, `Connection: close`, or
 //! [`BrokerConfig::read_timeout`] passes without a request.
 
-use crate::claim::{Claimer, host_name};
+use crate::claim::{BuRunState, Claimer, FileSource, host_name};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::fs::{self, File};
@@ -561,11 +562,12 @@ fn handle(request: &Request, peer: SocketAddr, shared: &Shared) -> Answer {
     let run = shared.run.load(Ordering::Relaxed);
     let result = match (request.method.as_str(), request.path.as_str()) {
         ("GET", "/popfile") => popfile(&request.query, peer, shared),
+        ("GET", "/state") => run_state(&request.query, peer, shared),
         ("GET", "/file") => serve_claimed(&request.query, shared, false),
         ("GET", "/index") => serve_claimed(&request.query, shared, true),
         ("POST", "/done") => done(&request.query, shared),
         ("POST", "/release") => release(&request.query, shared),
-        (_, "/popfile" | "/file" | "/index") => {
+        (_, "/popfile" | "/state" | "/file" | "/index") => {
             let mut answer = Answer::error(405, run, &format!("{} takes GET", request.path));
             answer.allow = Some("GET");
             Ok(answer)
@@ -589,14 +591,7 @@ fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer,
     let run = query.number("runnumber")?;
     let pid = query.number("pid")?;
     let stop_ls = query.optional_number("stopls")?;
-    let host = match query.get("host") {
-        Some(host) => host.to_owned(),
-        None => peer_host_name(peer.ip()),
-    };
-    names::validate_producer_name(&host).map_err(|e| (400, format!("host: {e}")))?;
-    if host == shared.local_host {
-        return Err((400, format!("host {host:?} is the BU's own host name, which its local FUs claim under")));
-    }
+    let host = remote_host(&query, peer, shared)?;
     let current = shared.run.load(Ordering::Relaxed);
     if run != current {
         return Ok(Answer::state(current, "NORUN"));
@@ -608,7 +603,7 @@ fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer,
     let claimer = Claimer::new(&shared.bu_dir, run, &host, pid).map_err(internal)?;
     let mut last_eols = 0;
     for _ in 0..CLAIM_ATTEMPTS {
-        let state = claimer.state().map_err(internal)?;
+        let state = claimer.listing().map_err(internal)?;
         last_eols = state.ended_lumi_sections.last().copied().unwrap_or(0);
         let candidates: Vec<(u32, u32)> =
             state.unclaimed.iter().copied().filter(|&(ls, _)| stop_ls.is_none_or(|stop| ls <= stop)).collect();
@@ -637,6 +632,45 @@ fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer,
         // Other FUs took every candidate between the listing and the renames: list again.
     }
     Ok(Answer::document(200, run, &[("state", "EOLS".to_owned()), ("lasteols", last_eols.to_string())]))
+}
+
+/// The name a remote FU claims under: `host` if given (checked), else its address.
+fn remote_host(query: &Query, peer: SocketAddr, shared: &Shared) -> Result<String, Refusal> {
+    let host = match query.get("host") {
+        Some(host) => host.to_owned(),
+        None => peer_host_name(peer.ip()),
+    };
+    names::validate_producer_name(&host).map_err(|e| (400, format!("host: {e}")))?;
+    if host == shared.local_host {
+        return Err((400, format!("host {host:?} is the BU's own host name, which its local FUs claim under")));
+    }
+    Ok(host)
+}
+
+/// `GET /state`: what the run directory says, for a remote FU or micro merger.
+fn run_state(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+    let query = Query::parse(raw_query, &["runnumber", "host"])?;
+    let run = query.number("runnumber")?;
+    let host = remote_host(&query, peer, shared)?;
+    let current = shared.run.load(Ordering::Relaxed);
+    if run != current {
+        return Ok(Answer::state(current, "NORUN"));
+    }
+    if !shared.run_dir(run).is_dir() {
+        return Ok(Answer::document(200, run, &[("state", "STARTING".to_owned()), ("host", host)]));
+    }
+    let internal = |e: crate::FuError| (500, e.to_string());
+    let state = Claimer::new(&shared.bu_dir, run, &host, 0).map_err(internal)?.listing().map_err(internal)?;
+    let join = |v: Vec<String>| v.join(",");
+    let fields = [
+        ("state", if state.ended { "ENDED" } else { "RUNNING" }.to_owned()),
+        ("host", host.clone()),
+        ("endedls", join(state.ended_lumi_sections.iter().map(u32::to_string).collect())),
+        ("filels", join(state.lumi_sections_with_files.iter().map(u32::to_string).collect())),
+        ("unclaimed", join(state.unclaimed.iter().map(|(ls, i)| format!("{ls}:{i}")).collect())),
+        ("claimed", join(state.claimed.iter().filter(|c| c.host == host).map(ToString::to_string).collect())),
+    ];
+    Ok(Answer::document(200, run, &fields))
 }
 
 /// The claim named by `runnumber` and `name`, for the run served.
@@ -835,6 +869,28 @@ pub enum BrokerError {
     },
 }
 
+/// What `/state` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteRunState {
+    /// The run directory does not exist yet.
+    Starting {
+        /// The host name the broker gives this client's claims.
+        host: String,
+    },
+    /// The run directory as the broker lists it; only this client host's claims are listed.
+    Running {
+        /// The host name the broker gives this client's claims.
+        host: String,
+        /// The listing.
+        state: BuRunState,
+    },
+    /// The broker serves another run.
+    NoRun {
+        /// The run it serves.
+        current_run: u32,
+    },
+}
+
 /// What `/popfile` answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PopAnswer {
@@ -945,6 +1001,52 @@ impl BrokerClient {
             "EOLS" => Ok(PopAnswer::EndOfLumi { last_eols: number("lasteols")? }),
             "EOR" => Ok(PopAnswer::EndOfRun),
             "NORUN" => Ok(PopAnswer::NoRun { current_run: number("runnumber")? }),
+            "ERROR" => Err(BrokerError::Refused {
+                url: url.clone(),
+                status: 200,
+                message: doc.get("errormessage").cloned().unwrap_or_default(),
+            }),
+            other => Err(protocol(format!("unknown state {other:?}"))),
+        }
+    }
+
+    /// What the run directory holds (see [`RemoteRunState`]).
+    pub fn state(&self) -> Result<RemoteRunState, BrokerError> {
+        let mut target = format!("/state?runnumber={}", self.run);
+        if let Some(host) = &self.host {
+            let _ = write!(target, "&host={}", percent_encode(host));
+        }
+        let (url, body) = self.request("GET", &target)?;
+        let doc = parse_document(&url, &body)?;
+        let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
+        let field = |key: &str| doc.get(key).ok_or_else(|| protocol(format!("no {key:?} in a /state answer")));
+        let numbers = |key: &str| -> Result<Vec<u32>, BrokerError> {
+            let v = field(key)?;
+            v.split(',')
+                .filter(|s| !s.is_empty())
+                .map(|n| decimal(n).ok_or_else(|| protocol(format!("{key}={v:?} is not a list of numbers"))))
+                .collect()
+        };
+        match field("state")?.as_str() {
+            "NORUN" => Ok(RemoteRunState::NoRun { current_run: decimal(field("runnumber")?).unwrap_or(0) }),
+            "STARTING" => Ok(RemoteRunState::Starting { host: field("host")?.clone() }),
+            s @ ("RUNNING" | "ENDED") => {
+                let mut state = BuRunState { ended: s == "ENDED", ..BuRunState::default() };
+                state.ended_lumi_sections = numbers("endedls")?.into_iter().collect();
+                state.lumi_sections_with_files = numbers("filels")?.into_iter().collect();
+                let unclaimed = field("unclaimed")?;
+                for pair in unclaimed.split(',').filter(|s| !s.is_empty()) {
+                    let (ls, index) = pair
+                        .split_once(':')
+                        .and_then(|(l, i)| Some((decimal(l)?, decimal(i)?)))
+                        .ok_or_else(|| protocol(format!("unclaimed={unclaimed:?} is not a list of ls:index")))?;
+                    state.unclaimed.push((ls, index));
+                }
+                for name in field("claimed")?.split(',').filter(|s| !s.is_empty()) {
+                    state.claimed.push(ClaimedRawName::parse(name).map_err(|e| protocol(format!("claimed: {e}")))?);
+                }
+                Ok(RemoteRunState::Running { host: field("host")?.clone(), state })
+            }
             "ERROR" => Err(BrokerError::Refused {
                 url: url.clone(),
                 status: 200,

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use tessera_formats::bookkeeping::IndexDoc;
 use tessera_formats::names::{self, BuFileName, ClaimedRawName};
 
 /// What the BU's run directory says about the run, from one listing.
@@ -70,7 +71,7 @@ impl Claimer {
 
     /// Lists the run directory and its `fu/`. A run directory that does not exist yet reads
     /// as an empty state (the BU has not started).
-    pub fn state(&self) -> Result<BuRunState, FuError> {
+    pub fn listing(&self) -> Result<BuRunState, FuError> {
         let mut state = BuRunState::default();
         let mut raw = BTreeSet::new();
         let mut indexed = BTreeSet::new();
@@ -134,46 +135,118 @@ impl Claimer {
         }
         Ok(None)
     }
+}
 
-    /// Removes a processed claim and the file's index JSON: only after the outputs that hold
-    /// its events are published.
-    pub fn remove_processed(&self, claim: &ClaimedRawName) -> Result<(), FuError> {
-        let path = self.run_dir.join(claim.path());
-        remove_if_present(&path)?;
+/// A raw file an FU has claimed, with its bytes.
+#[derive(Debug, Clone)]
+pub struct ClaimedFile {
+    /// Its name under the BU's `fu/`.
+    pub name: ClaimedRawName,
+    /// A path where an external HLT can read it: the claim itself, or a local copy.
+    pub path: PathBuf,
+    /// Its content.
+    pub bytes: Vec<u8>,
+    /// Its events as the BU's index JSON counts them, if it can be read.
+    pub indexed_events: Option<u64>,
+}
+
+/// Where an FU or a micro merger gets the BU's raw files: the BU directory itself
+/// ([`Claimer`]), or the BU's HTTP file broker ([`BrokerSource`](crate::remote::BrokerSource)).
+pub trait FileSource {
+    /// The host name claims are made under.
+    fn host(&self) -> &str;
+
+    /// The claiming process's id.
+    fn pid(&self) -> u32;
+
+    /// The run directory's state, or `None` while the BU has not started the run.
+    fn state(&self) -> Result<Option<BuRunState>, FuError>;
+
+    /// Claims the next file, if any, and reads it; a copy that must be kept on local disk for an
+    /// external HLT goes under `spool`.
+    fn claim(&self, state: &BuRunState, spool: &Path) -> Result<Option<ClaimedFile>, FuError>;
+
+    /// Removes a processed claim and its index JSON: only after the outputs that hold its
+    /// events are published. A claim already removed is fine.
+    fn remove_processed(&self, claim: &ClaimedRawName) -> Result<(), FuError>;
+
+    /// Gives a claim back to the pool. A claim already gone is fine.
+    fn give_back(&self, claim: &ClaimedRawName) -> Result<(), FuError>;
+}
+
+/// Gives claims of processes on the source's host that no longer run back to the pool, after
+/// `finish_dead` has completed whatever each left half done (it is called with each dead pid
+/// first). Returns the claims given back.
+pub fn return_dead_claims(
+    source: &dyn FileSource,
+    state: &BuRunState,
+    mut finish_dead: impl FnMut(u32) -> Result<(), FuError>,
+) -> Result<Vec<ClaimedRawName>, FuError> {
+    let mine = |c: &&ClaimedRawName| c.host == source.host();
+    let dead: BTreeSet<u32> = state
+        .claimed
+        .iter()
+        .filter(mine)
+        .filter(|c| c.pid != source.pid() && !process_alive(c.pid))
+        .map(|c| c.pid)
+        .collect();
+    let mut returned = Vec::new();
+    for pid in dead {
+        finish_dead(pid)?;
+        for claim in state.claimed.iter().filter(mine).filter(|c| c.pid == pid) {
+            source.give_back(claim)?;
+            returned.push(claim.clone());
+        }
+    }
+    Ok(returned)
+}
+
+impl FileSource for Claimer {
+    fn host(&self) -> &str {
+        &self.host
+    }
+
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    fn state(&self) -> Result<Option<BuRunState>, FuError> {
+        if !self.run_dir.is_dir() {
+            return Ok(None);
+        }
+        // The directory may have appeared after `Claimer::new`.
+        let fu_dir = self.run_dir.join(names::FU_DIR);
+        fs::create_dir_all(&fu_dir).map_err(io_error("creating", &fu_dir))?;
+        self.listing().map(Some)
+    }
+
+    fn claim(&self, state: &BuRunState, _spool: &Path) -> Result<Option<ClaimedFile>, FuError> {
+        let Some(claim) = self.claim_first(&state.unclaimed)? else { return Ok(None) };
+        let bytes = fs::read(&claim.path).map_err(io_error("reading", &claim.path))?;
+        let index = claim.name.raw().index_json().map(|j| self.run_dir.join(j.to_string()));
+        let indexed_events = index
+            .and_then(|path| fs::read_to_string(path).ok())
+            .and_then(|text| IndexDoc::parse(&text).ok())
+            .map(|doc| doc.events);
+        Ok(Some(ClaimedFile { name: claim.name, path: claim.path, bytes, indexed_events }))
+    }
+
+    fn remove_processed(&self, claim: &ClaimedRawName) -> Result<(), FuError> {
+        remove_if_present(&self.run_dir.join(claim.path()))?;
         let index =
             self.run_dir.join(BuFileName::IndexJson { run: claim.run, ls: claim.ls, index: claim.index }.to_string());
         remove_if_present(&index)
     }
 
-    /// Gives claims of processes on this host that no longer run back to the pool, after
-    /// `finish_dead` has completed whatever those processes left half done (it is called with
-    /// each dead pid first). Returns the files given back.
-    pub fn return_dead_claims(
-        &self,
-        state: &BuRunState,
-        mut finish_dead: impl FnMut(u32) -> Result<(), FuError>,
-    ) -> Result<Vec<ClaimedRawName>, FuError> {
-        let dead: BTreeSet<u32> = state
-            .claimed
-            .iter()
-            .filter(|c| c.host == self.host && c.pid != self.pid && !process_alive(c.pid))
-            .map(|c| c.pid)
-            .collect();
-        let mut returned = Vec::new();
-        for pid in dead {
-            finish_dead(pid)?;
-            for claim in state.claimed.iter().filter(|c| c.host == self.host && c.pid == pid) {
-                let from = self.run_dir.join(claim.path());
-                let to = self.run_dir.join(claim.raw().to_string());
-                match fs::rename(&from, &to) {
-                    Ok(()) => returned.push(claim.clone()),
-                    // Finished by `finish_dead`, or given back by another FU.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_error("giving back", &from)(e)),
-                }
-            }
+    fn give_back(&self, claim: &ClaimedRawName) -> Result<(), FuError> {
+        let from = self.run_dir.join(claim.path());
+        let to = self.run_dir.join(claim.raw().to_string());
+        match fs::rename(&from, &to) {
+            Ok(()) => Ok(()),
+            // Finished, or given back by another FU.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error("giving back", &from)(e)),
         }
-        Ok(returned)
     }
 }
 

@@ -48,6 +48,7 @@ pub mod exec;
 pub mod merge;
 pub mod output;
 pub mod process;
+pub mod remote;
 pub mod resources;
 
 use std::path::{Path, PathBuf};
@@ -106,6 +107,9 @@ pub enum FuError {
     /// The HLT cannot go on.
     #[error("HLT: {0}")]
     Hlt(String),
+    /// The BU's file broker cannot be used.
+    #[error("file broker: {0}")]
+    Broker(String),
 }
 
 /// An [`FuError::Io`] maker for `map_err`.

@@ -18,8 +18,9 @@
 //! merger killed at any point redoes or skips each step when it restarts, guided by `.done`
 //! markers written after a lumi section's outputs are published.
 
-use crate::claim::Claimer;
+use crate::claim::return_dead_claims;
 use crate::output::{DATA_EXT, FU_OUTPUT_JSD, FuOutputDir, list, write_atomically};
+use crate::remote::BuAccess;
 use crate::{ERROR_STREAM, FuError, io_error};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
@@ -31,6 +32,9 @@ use tessera_formats::bookkeeping::{
 };
 use tessera_formats::names::{self, BuFileName, Producer, StreamFileName};
 use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader, data_type};
+
+/// How long a micro merger waits for its BU's file broker to answer.
+const BROKER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The producer name of final files in storage.
 pub const STORAGE_PRODUCER: &str = "StorageManager";
@@ -162,8 +166,8 @@ pub struct MergePass {
 /// The micro merger of one FU node: the outputs of the node's processes for one BU.
 #[derive(Debug, Clone)]
 pub struct MicroMerger {
-    /// The BU's directory (holding `runRRRRRR/`), read for the lumi sections' state.
-    pub bu_dir: PathBuf,
+    /// How the BU's files are reached, for the lumi sections' state.
+    pub bu: BuAccess,
     /// The node's FU output directory (holding `runRRRRRR/`).
     pub fu_output_dir: PathBuf,
     /// Where the merged files go: the mini merger's input directory (holding `runRRRRRR/`).
@@ -182,12 +186,13 @@ impl MicroMerger {
     /// One pass: finishes what dead FU processes left, then merges every lumi section that is
     /// drained at the BU and not merged yet.
     pub fn pass(&self) -> Result<MergePass, FuError> {
-        let claimer = Claimer::new(&self.bu_dir, self.run, &self.host, std::process::id())?;
+        let source = self.bu.open(self.run, &self.host, std::process::id(), BROKER_PATIENCE)?;
+        let source = source.as_ref();
         let outputs = FuOutputDir::create(&self.fu_output_dir, self.run)?;
         let target = FuOutputDir::create(&self.mini_dir, self.run)?;
-        let mut state = claimer.state()?;
-        if !claimer.return_dead_claims(&state, |pid| outputs.finish_dead(pid, &claimer))?.is_empty() {
-            state = claimer.state()?;
+        let Some(mut state) = source.state()? else { return Ok(MergePass::default()) };
+        if !return_dead_claims(source, &state, |pid| outputs.finish_dead(pid, source))?.is_empty() {
+            state = source.state()?.unwrap_or_default();
         }
         let mut pass = MergePass::default();
         for &ls in &state.ended_lumi_sections {

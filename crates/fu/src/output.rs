@@ -8,7 +8,7 @@
 //! pool) or a record that any FU or merger on the host carries out ([`FuOutputDir::finish_dead`]);
 //! so every input is processed exactly once.
 
-use crate::claim::{Claimer, remove_if_present};
+use crate::claim::{FileSource, remove_if_present};
 use crate::{ERROR_STREAM, FuError, io_error};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
@@ -20,6 +20,10 @@ use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader, data_type};
 
 /// The `.jsd` of filter-farm outputs, relative to an output run directory.
 pub const FU_OUTPUT_JSD: &str = "jsd/streamOutput.jsd";
+
+/// Where files fetched from a broker are kept while they are processed, in an output run
+/// directory.
+pub const SPOOL_DIR: &str = "spool";
 
 /// Extension of output data files: they are raw files.
 pub const DATA_EXT: &str = "raw";
@@ -57,7 +61,7 @@ impl FuOutputDir {
     /// Creates (or opens) the output run directory of run `run` under `dir`.
     pub fn create(dir: &Path, run: u32) -> Result<Self, FuError> {
         let dir = dir.join(names::run_dir_name(run));
-        for sub in [names::OPEN_DIR, names::JSD_DIR] {
+        for sub in [names::OPEN_DIR, names::JSD_DIR, SPOOL_DIR] {
             let path = dir.join(sub);
             fs::create_dir_all(&path).map_err(io_error("creating", &path))?;
         }
@@ -71,6 +75,11 @@ impl FuOutputDir {
     /// The output run directory.
     pub fn path(&self) -> &Path {
         &self.dir
+    }
+
+    /// Where files fetched from a broker are kept while they are processed.
+    pub fn spool(&self) -> PathBuf {
+        self.dir.join(SPOOL_DIR)
     }
 
     /// The run.
@@ -98,7 +107,7 @@ impl FuOutputDir {
     /// Completes what process `pid`, now dead, left half done: carries out its commit records
     /// (moving its outputs into place and removing their inputs through `claimer`), then drops
     /// its other files under `open/`. Idempotent.
-    pub fn finish_dead(&self, pid: u32, claimer: &Claimer) -> Result<(), FuError> {
+    pub fn finish_dead(&self, pid: u32, claimer: &dyn FileSource) -> Result<(), FuError> {
         let suffix = format!("_pid{pid:05}.commit");
         for name in list(&self.dir)? {
             if name.starts_with(&format!("run{:06}_", self.run)) && name.ends_with(&suffix) {
@@ -116,12 +125,18 @@ impl FuOutputDir {
                 remove_if_present(&open.join(name))?;
             }
         }
+        let spool = self.spool();
+        for name in list(&spool)? {
+            if ClaimedRawName::parse(&name).is_ok_and(|c| c.pid == pid) {
+                remove_if_present(&spool.join(name))?;
+            }
+        }
         Ok(())
     }
 
     /// Moves the outputs of a written commit record into place, removes its inputs, then the
     /// record. Each step tolerates having been done before.
-    fn carry_out(&self, record_path: &Path, record: &CommitRecord, claimer: &Claimer) -> Result<(), FuError> {
+    fn carry_out(&self, record_path: &Path, record: &CommitRecord, claimer: &dyn FileSource) -> Result<(), FuError> {
         let open = self.dir.join(names::OPEN_DIR);
         for name in &record.outputs {
             let (from, to) = (open.join(name), self.dir.join(name));
@@ -268,7 +283,7 @@ impl LumiOutputs {
     /// Closes every output, writes their JSON under `open/` and publishes them with their
     /// inputs' removal (see the module's documentation). `source` names this process in the
     /// JSON.
-    pub fn publish(mut self, claimer: &Claimer, source: &str) -> Result<LumiPublished, FuError> {
+    pub fn publish(mut self, claimer: &dyn FileSource, source: &str) -> Result<LumiPublished, FuError> {
         let open = self.dir.dir.join(names::OPEN_DIR);
         let definition = self.dir.dir.join(FU_OUTPUT_JSD).display().to_string();
         let input_files: Vec<String> = self.inputs.iter().map(|c| c.raw().to_string()).collect();

@@ -2,24 +2,24 @@
 //! the HLT for its verdicts, writes the outputs per lumi section and stream, and publishes a
 //! lumi section once the BU has ended it and no file of it is left to claim.
 
-use crate::claim::{BuRunState, Claim, Claimer};
+use crate::claim::{BuRunState, ClaimedFile, FileSource, remove_if_present, return_dead_claims};
 use crate::output::{EventOutcome, FuOutputDir, LumiOutputs};
+use crate::remote::BuAccess;
 use crate::resources::{ResourceSummary, summary_path, used_percent, write_summary};
 use crate::{FuError, Hlt, Verdict};
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tessera_formats::bookkeeping::IndexDoc;
 use tessera_formats::frd::FrdEvent;
 use tessera_formats::raw::RawFile;
 
 /// Where an FU process reads and writes, and how it waits.
 #[derive(Debug, Clone)]
 pub struct FuConfig {
-    /// The BU's directory (holding `runRRRRRR/`).
-    pub bu_dir: PathBuf,
+    /// How the BU's files are reached.
+    pub bu: BuAccess,
     /// The FU node's output directory (holding `runRRRRRR/`), shared by its processes.
     pub output_dir: PathBuf,
     /// The run.
@@ -84,7 +84,8 @@ pub fn run_fu(cfg: &FuConfig, hlt: &mut dyn Hlt, stop: &AtomicBool) -> Result<Fu
 /// The resource summary of this process and when it was last published.
 struct Resources {
     summary: ResourceSummary,
-    bu_dir: PathBuf,
+    /// The BU directory to publish in; FUs behind a broker publish no summary.
+    bu_dir: Option<PathBuf>,
     output_dir: PathBuf,
     interval: Duration,
     last: Option<(Instant, u64)>,
@@ -103,7 +104,7 @@ impl Resources {
                 output_bytes_per_s: 0.0,
                 output_used_percent: 0,
             },
-            bu_dir: cfg.bu_dir.clone(),
+            bu_dir: cfg.bu.directory().map(Path::to_owned),
             output_dir: cfg.output_dir.clone(),
             interval: cfg.summary_interval,
             last: None,
@@ -113,6 +114,7 @@ impl Resources {
     /// Publishes the summary if the interval has passed: `idle` when there was nothing to claim.
     fn publish(&mut self, state: &BuRunState, idle: bool, output_bytes: u64) -> Result<(), FuError> {
         let now = Instant::now();
+        let Some(bu_dir) = &self.bu_dir else { return Ok(()) };
         if self.last.is_some_and(|(t, _)| now.duration_since(t) < self.interval) {
             return Ok(());
         }
@@ -126,11 +128,13 @@ impl Resources {
             .map_or(0.0, |(t, bytes)| (output_bytes - bytes) as f64 / now.duration_since(t).as_secs_f64().max(1e-3));
         s.output_used_percent = used_percent(&self.output_dir).unwrap_or(0);
         self.last = Some((now, output_bytes));
-        write_summary(&self.bu_dir, s)
+        write_summary(bu_dir, s)
     }
 
     fn remove(&self) {
-        let _ = fs::remove_file(summary_path(&self.bu_dir, &self.summary.host, self.summary.pid));
+        if let Some(bu_dir) = &self.bu_dir {
+            let _ = fs::remove_file(summary_path(bu_dir, &self.summary.host, self.summary.pid));
+        }
     }
 }
 
@@ -140,40 +144,42 @@ fn run_loop(
     stop: &AtomicBool,
     resources: &mut Resources,
 ) -> Result<FuReport, FuError> {
-    let claimer = Claimer::new(&cfg.bu_dir, cfg.run, &cfg.host, cfg.pid)?;
+    let source = cfg.bu.open(cfg.run, &cfg.host, cfg.pid, cfg.run_start_timeout)?;
+    let source = source.as_ref();
     let outputs = FuOutputDir::create(&cfg.output_dir, cfg.run)?;
-    let source = format!("{}-pid{}", cfg.host, cfg.pid);
+    let name = format!("{}-pid{}", source.host(), cfg.pid);
     let mut open: BTreeMap<u32, LumiOutputs> = BTreeMap::new();
     let mut report = FuReport::default();
     let mut verdicts = Vec::new();
     let started = Instant::now();
     let mut last_recovery: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
-        if !claimer.run_dir().is_dir() {
+        let Some(mut state) = source.state()? else {
             if started.elapsed() > cfg.run_start_timeout {
                 return Err(FuError::Bookkeeping {
-                    path: claimer.run_dir().to_owned(),
-                    problem: format!("no run directory after {:?}", cfg.run_start_timeout),
+                    path: cfg.output_dir.clone(),
+                    problem: format!("the BU has not started run {} after {:?}", cfg.run, cfg.run_start_timeout),
                 });
             }
             std::thread::sleep(cfg.poll_interval);
             continue;
-        }
-        // The directory may have appeared after `Claimer::new`.
-        let claimer = Claimer::new(&cfg.bu_dir, cfg.run, &cfg.host, cfg.pid)?;
-        let mut state = claimer.state()?;
+        };
         if last_recovery.is_none_or(|t| t.elapsed() >= cfg.recovery_interval) {
             last_recovery = Some(Instant::now());
-            let returned = claimer.return_dead_claims(&state, |pid| outputs.finish_dead(pid, &claimer))?;
+            let returned = return_dead_claims(source, &state, |pid| outputs.finish_dead(pid, source))?;
             if !returned.is_empty() {
                 report.returned_claims += returned.len() as u64;
-                state = claimer.state()?;
+                state = source.state()?.unwrap_or_default();
             }
         }
-        publish_ended(&mut open, &state, &claimer, &source, &mut report)?;
+        publish_ended(&mut open, &state, source, &name, &mut report)?;
         resources.publish(&state, state.unclaimed.is_empty(), report.output_bytes)?;
-        if let Some(claim) = claimer.claim_first(&state.unclaimed)? {
-            process_file(&claim, &claimer, &outputs, cfg.pid, hlt, &mut open, &mut verdicts, &mut report)?;
+        if let Some(file) = source.claim(&state, &outputs.spool())? {
+            let processed = process_file(&file, &outputs, cfg.pid, hlt, &mut open, &mut verdicts, &mut report);
+            if file.path.starts_with(outputs.spool()) {
+                remove_if_present(&file.path)?;
+            }
+            processed?;
             continue;
         }
         if state.ended && open.is_empty() && state.unclaimed.is_empty() {
@@ -188,7 +194,7 @@ fn run_loop(
 fn publish_ended(
     open: &mut BTreeMap<u32, LumiOutputs>,
     state: &BuRunState,
-    claimer: &Claimer,
+    claimer: &dyn FileSource,
     source: &str,
     report: &mut FuReport,
 ) -> Result<(), FuError> {
@@ -209,16 +215,9 @@ fn publish_ended(
     Ok(())
 }
 
-/// The number of events the BU's index JSON gives for a claimed file, if it can be read.
-fn indexed_events(claimer: &Claimer, claim: &Claim) -> Option<u64> {
-    let path = claimer.run_dir().join(claim.name.raw().index_json()?.to_string());
-    IndexDoc::parse(&fs::read_to_string(path).ok()?).ok().map(|d| d.events)
-}
-
 #[allow(clippy::too_many_arguments)]
 fn process_file(
-    claim: &Claim,
-    claimer: &Claimer,
+    claim: &ClaimedFile,
     outputs: &FuOutputDir,
     pid: u32,
     hlt: &mut dyn Hlt,
@@ -290,7 +289,7 @@ fn process_file(
     }
     let mut processed = events.len() as u64;
     if let Some(problem) = broken {
-        let expected = indexed_events(claimer, claim).unwrap_or(processed);
+        let expected = claim.indexed_events.unwrap_or(processed);
         let missing = expected.saturating_sub(processed);
         report.note(format!("{}: {problem}; {missing} events unreadable", claim.name.raw()));
         for _ in 0..missing {

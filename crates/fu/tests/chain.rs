@@ -13,6 +13,7 @@ use tessera_formats::names::{ClaimedRawName, Producer, StreamFileName};
 use tessera_formats::raw::RawFile;
 use tessera_fu::merge::{MacroMerger, MicroMerger, MiniMerger, STORAGE_PRODUCER};
 use tessera_fu::process::{FuConfig, run_fu};
+use tessera_fu::remote::BuAccess;
 use tessera_fu::{FuError, Hlt, StreamSet, Verdict};
 use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
@@ -101,7 +102,7 @@ impl Farm {
 
     fn fu_config(&self, bu: &str) -> FuConfig {
         FuConfig {
-            bu_dir: self.bu_dir(bu),
+            bu: BuAccess::Directory(self.bu_dir(bu)),
             output_dir: self.fu_dir(bu),
             run: self.spec.run,
             host: "testhost".into(),
@@ -119,7 +120,7 @@ impl Farm {
 
     fn micro(&self, bu: &str) -> MicroMerger {
         MicroMerger {
-            bu_dir: self.bu_dir(bu),
+            bu: BuAccess::Directory(self.bu_dir(bu)),
             fu_output_dir: self.fu_dir(bu),
             mini_dir: self.mini_dir(bu),
             node: "node0".into(),
@@ -432,5 +433,34 @@ fn fu_2x1_mergers_killed_anywhere_resume_without_loss_or_duplicate() {
         }
     }
     farm.merge_all();
+    farm.check_storage();
+}
+
+#[test]
+fn fu_2x1_chain_through_the_file_broker_with_a_dead_remote_fu() {
+    use tessera_fu::broker::{Broker, BrokerConfig};
+    let farm = Farm::new(2);
+    let brokers: Vec<Broker> =
+        farm.buses.iter().map(|bu| Broker::start(BrokerConfig::new(farm.bu_dir(bu), 1)).unwrap()).collect();
+    // A remote FU of this host (as the broker names it) died holding a file of bu0.
+    let bu_run = farm.run_dir(farm.bu_dir("bu0"));
+    fs::create_dir_all(bu_run.join("fu")).unwrap();
+    let claim = ClaimedRawName { run: 1, ls: 2, index: 1, host: "127-0-0-1".into(), pid: DEAD_PID };
+    fs::rename(bu_run.join(claim.raw().to_string()), bu_run.join(claim.path())).unwrap();
+    for (bu, broker) in farm.buses.iter().zip(&brokers) {
+        let cfg = FuConfig { bu: BuAccess::Broker(broker.local_addr()), ..farm.fu_config(bu) };
+        let report = run_fu(&cfg, &mut TestHlt::new(), &AtomicBool::new(false)).unwrap();
+        assert_eq!(report.events, 75, "{bu}");
+        assert_eq!(report.returned_claims, u64::from(bu == "bu0"), "{bu}");
+    }
+    for _ in 0..10 {
+        for (bu, broker) in farm.buses.iter().zip(&brokers) {
+            MicroMerger { bu: BuAccess::Broker(broker.local_addr()), ..farm.micro(bu) }.pass().unwrap();
+            farm.mini(bu).pass().unwrap();
+        }
+        if farm.macro_merger().pass().unwrap().finished {
+            break;
+        }
+    }
     farm.check_storage();
 }

@@ -216,7 +216,7 @@ fn an_fu_process_sets_aside_the_events_its_program_fails_on() {
     config.env.push(("TESSERA_HLT_CRASH_EVENT".into(), "16".into()));
     let mut hlt = ExecHlt::start(config).unwrap();
     let cfg = FuConfig {
-        bu_dir: tmp.path().join("bu"),
+        bu: tessera_fu::remote::BuAccess::Directory(tmp.path().join("bu")),
         output_dir: tmp.path().join("out"),
         run: spec.run,
         host: "testhost".into(),
