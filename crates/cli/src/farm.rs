@@ -189,13 +189,18 @@ impl Farm {
             }
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let mergers = Mergers::new(cfg, output, &dirs, &streams);
-        let (flag, poll) = (stop.clone(), Duration::from_millis(fu.poll_interval_ms.max(1)));
-        let merger = std::thread::Builder::new()
-            .name("mergers".into())
-            .spawn(move || mergers.run(&flag, poll))
-            .context("starting the mergers")?;
-        Ok(Farm { children, merger: Some(merger), stop, streams: with_error_stream(&streams), dirs })
+        let merger = if fu.merge {
+            let mergers = Mergers::new(cfg, output, &dirs, &streams);
+            let (flag, poll) = (stop.clone(), Duration::from_millis(fu.poll_interval_ms.max(1)));
+            let thread = std::thread::Builder::new()
+                .name("mergers".into())
+                .spawn(move || mergers.run(&flag, poll, None))
+                .context("starting the mergers")?;
+            Some(thread)
+        } else {
+            None
+        };
+        Ok(Farm { children, merger, stop, streams: with_error_stream(&streams), dirs })
     }
 
     /// Waits up to `timeout` for the FUs and the mergers to finish the run (the BUs have ended
@@ -294,9 +299,12 @@ impl Mergers {
         Mergers { micro, mini, macro_merger }
     }
 
-    /// Passes until the macro merger has ended the run or `stop` is set.
-    fn run(&self, stop: &AtomicBool, poll: Duration) -> Result<()> {
+    /// Passes until the macro merger has ended the run, `stop` is set, or `deadline` passes.
+    fn run(&self, stop: &AtomicBool, poll: Duration, deadline: Option<Instant>) -> Result<()> {
         while !stop.load(Ordering::SeqCst) {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                bail!("the run was not merged in time");
+            }
             for m in &self.micro {
                 m.pass().with_context(|| format!("micro merger of {}", m.fu_output_dir.display()))?;
             }
@@ -527,4 +535,58 @@ pub fn wait_drained(bu_dir: &Path, run: u32, timeout: Duration) -> bool {
             _ => std::thread::sleep(Duration::from_millis(100)),
         }
     }
+}
+
+/// The options of `tessera merge`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MergeArgs {
+    /// The system file whose run to merge.
+    #[arg(long)]
+    pub system: PathBuf,
+    /// The run's output directory (as given to `tessera run --output`); overrides the system
+    /// file.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub timeout_s: u64,
+}
+
+/// `tessera merge`: every merger of a system's farm, in this process, until the run is merged
+/// into storage (for systems with `fu.merge: false`, or to finish the work of mergers that were
+/// stopped); then the chain's check against the BUs' bookkeeping. True if it holds.
+pub fn merge(args: &MergeArgs) -> Result<bool> {
+    let mut cfg = SystemConfig::load(&args.system)?;
+    if args.output.is_some() {
+        cfg.run.output = args.output.clone();
+    }
+    let output = cfg.run.output.clone().with_context(|| {
+        format!("{}: no run.output: give the run's output directory with --output", args.system.display())
+    })?;
+    let streams = make_hlt(cfg.fu.menu.as_deref(), &cfg.fu.exec)?.streams().to_vec();
+    let dirs = FarmDirs::of(&cfg, &output);
+    let mergers = Mergers::new(&cfg, &output, &dirs, &streams);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
+    let poll = Duration::from_millis(cfg.fu.poll_interval_ms.max(1));
+    mergers.run(&stop, poll, Some(Instant::now() + Duration::from_secs(args.timeout_s)))?;
+    let bu_run_dirs: Vec<PathBuf> =
+        (0..cfg.bus.len()).map(|i| cfg.bu_directory(i, &output).join(names::run_dir_name(cfg.run.number))).collect();
+    let storage = storage_run_dir(&dirs, cfg.run.number);
+    let check = check_chain(&bu_run_dirs, &storage, cfg.run.number, &with_error_stream(&streams));
+    let (built, processed) = check.totals();
+    for p in check.problems.iter().take(10) {
+        println!("chain problem: {p}");
+    }
+    println!(
+        "merged run {} into {}: {} files, {:.1} MB; built {built} = processed {processed} over {} lumi sections  {}",
+        cfg.run.number,
+        storage.display(),
+        check.files,
+        check.bytes as f64 / 1e6,
+        check.per_ls.len(),
+        if check.holds() { "holds" } else { "DOES NOT HOLD" }
+    );
+    Ok(check.holds())
 }

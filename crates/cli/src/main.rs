@@ -95,6 +95,10 @@ enum Command {
     /// the menu (or an external HLT), write the accepted events per lumi section and stream, and
     /// leave when the run has ended and every file is processed. Prints its report as JSON.
     Fu(farm::FuArgs),
+    /// Run the mergers of a system's filter farm (micro, mini, macro) until the run is merged
+    /// into storage, then check storage against the BUs' bookkeeping (exit status 1 if it does
+    /// not hold). Resumes wherever killed mergers stopped.
+    Merge(farm::MergeArgs),
     /// Run the EVM and the first RU of a system file in this process.
     Evm {
         /// The system file.
@@ -423,6 +427,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", farm::report_json(&report));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Merge(args) => Ok(if farm::merge(&args)? { ExitCode::SUCCESS } else { ExitCode::from(1) }),
         Command::Evm { system, args } => run::unit(run::Role::Evm, &system, None, &args, false),
         Command::Ru { system, name, args } => run::unit(run::Role::Ru, &system, Some(&name), &args, false),
         Command::Bu { system, name, restart, args } => run::unit(run::Role::Bu, &system, Some(&name), &args, restart),

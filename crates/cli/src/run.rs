@@ -569,6 +569,17 @@ fn summarize_farm(
     if let Some(e) = &farm.merger_error {
         println!("  mergers FAILED: {e}");
     }
+    if !cfg.fu.merge {
+        // `tessera merge` merges the run later: only what the FUs processed can be checked now.
+        let holds = outcome.conservation().built == fu_events;
+        println!(
+            "chain: built {} = processed {fu_events} by the FUs  {}; storage is left to `tessera merge`",
+            outcome.conservation().built,
+            if holds { "holds" } else { "DOES NOT HOLD" }
+        );
+        let json = json!({"holds": holds, "built": outcome.conservation().built, "processed_by_fus": fu_events, "merged": false});
+        return (json, holds && clean);
+    }
     let bu_run_dirs: Vec<PathBuf> =
         outcome.bus.iter().filter_map(|b| b.as_ref().ok().map(|b| b.run_dir.clone())).collect();
     let storage = storage_run_dir(dirs, cfg.run.number);

@@ -97,3 +97,46 @@ fn fu_bad_menu_is_named_with_line_and_key() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("menu.yaml:4") && err.contains("paths[0].streams[0]"), "{err}");
 }
+
+#[test]
+fn merge_1x1_merger_killed_mid_run_resumes_and_storage_proves_every_event() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let system = tmp.path().join("system.yaml");
+    fs::write(
+        &system,
+        format!(
+            "run: {{number: 3, events: 4000, orbits_per_lumi_section: 256, output: {}}}\n\
+             trigger: {{free_running: true}}\n\
+             rus:\n  - {{name: ru0, feds: \"1024,0-7\", fragment_size: {{bytes: 8192}}}}\n\
+             bus:\n  - {{name: bu0}}\n\
+             fu: {{merge: false, processes_per_bu: 2}}\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    let run = tessera().arg("run").arg(&system).output().unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{text}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert!(text.contains("storage is left to `tessera merge`"), "{text}");
+    // Kill the mergers early, then again later, then let them finish.
+    for delay_ms in [30, 150] {
+        let mut merger =
+            tessera().arg("merge").arg("--system").arg(&system).stdout(std::process::Stdio::null()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        merger.kill().unwrap();
+        merger.wait().unwrap();
+    }
+    let merged = tessera().arg("merge").arg("--system").arg(&system).output().unwrap();
+    let text = String::from_utf8_lossy(&merged.stdout);
+    assert!(merged.status.success(), "{text}\n{}", String::from_utf8_lossy(&merged.stderr));
+    assert!(text.contains("built 4000 = processed 4000") && text.ends_with("holds\n"), "{text}");
+    let verify = tessera()
+        .arg("verify")
+        .arg(out.join("storage/run000003"))
+        .arg("--built")
+        .arg(out.join("bu0/run000003"))
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+}

@@ -612,6 +612,8 @@ pub struct FuParams {
     /// An external HLT program and its arguments, run by every FU instead of the menu (see
     /// docs/hlt-contract.md); empty: the menu.
     pub exec: Vec<String>,
+    /// Run the mergers inside `tessera run`; when false, `tessera merge` merges the run.
+    pub merge: bool,
     /// How often FUs and mergers look at their directories when idle, in ms.
     pub poll_interval_ms: u64,
     /// How long the mergers may take to finish after the BUs have ended the run, in s.
@@ -636,6 +638,7 @@ impl Default for FuParams {
             processes_per_bu: 2,
             menu: None,
             exec: Vec::new(),
+            merge: true,
             poll_interval_ms: 20,
             drain_timeout_s: 120,
             min_fus_per_bu: 1,
