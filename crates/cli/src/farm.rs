@@ -125,6 +125,9 @@ impl FarmDirs {
     }
 }
 
+/// How long the mergers wait after a full disk before they try again.
+const MERGER_DISK_FULL_PAUSE: Duration = Duration::from_secs(1);
+
 /// The FU node name of a BU's FUs in `tessera run`: they all run on this host.
 const NODE: &str = "node0";
 
@@ -301,22 +304,38 @@ impl Mergers {
 
     /// Passes until the macro merger has ended the run, `stop` is set, or `deadline` passes.
     fn run(&self, stop: &AtomicBool, poll: Duration, deadline: Option<Instant>) -> Result<()> {
+        let mut full_since: Option<Instant> = None;
         while !stop.load(Ordering::SeqCst) {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 bail!("the run was not merged in time");
             }
-            for m in &self.micro {
-                m.pass().with_context(|| format!("micro merger of {}", m.fu_output_dir.display()))?;
+            match self.pass() {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    full_since = None;
+                    std::thread::sleep(poll);
+                }
+                // Every merger step can be redone: wait for room and try again.
+                Err(e) if e.downcast_ref::<tessera_fu::FuError>().is_some_and(tessera_fu::FuError::is_disk_full) => {
+                    let since = *full_since.get_or_insert_with(Instant::now);
+                    eprintln!("mergers: DISK FULL for {:.0} s: {e:#}; waiting", since.elapsed().as_secs_f64());
+                    std::thread::sleep(MERGER_DISK_FULL_PAUSE);
+                }
+                Err(e) => return Err(e),
             }
-            for m in &self.mini {
-                m.pass().with_context(|| format!("mini merger of {}", m.bu))?;
-            }
-            if self.macro_merger.pass().context("macro merger")?.finished {
-                return Ok(());
-            }
-            std::thread::sleep(poll);
         }
         bail!("stopped before the run was merged")
+    }
+
+    /// One pass of every merger; true once the macro merger has ended the run.
+    fn pass(&self) -> Result<bool> {
+        for m in &self.micro {
+            m.pass().with_context(|| format!("micro merger of {}", m.fu_output_dir.display()))?;
+        }
+        for m in &self.mini {
+            m.pass().with_context(|| format!("mini merger of {}", m.bu))?;
+        }
+        Ok(self.macro_merger.pass().context("macro merger")?.finished)
     }
 }
 

@@ -112,6 +112,16 @@ pub enum FuError {
     Broker(String),
 }
 
+impl FuError {
+    /// Whether the error is a full disk (or quota): the unit waits and tries again instead of
+    /// failing.
+    pub fn is_disk_full(&self) -> bool {
+        // ENOSPC and EDQUOT on Linux.
+        matches!(self, FuError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::StorageFull || matches!(source.raw_os_error(), Some(28 | 122)))
+    }
+}
+
 /// An [`FuError::Io`] maker for `map_err`.
 pub(crate) fn io_error<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> FuError + 'p {
     move |source| FuError::Io { action, path: path.to_owned(), source }

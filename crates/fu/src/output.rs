@@ -330,7 +330,14 @@ impl LumiOutputs {
         let text = serde_json::to_string(&record).expect("a commit record always serializes");
         write_atomically(&record_path, text.as_bytes())?;
         self.dir.carry_out(&record_path, &record, claimer)?;
-        Ok(LumiPublished { ls: self.ls, processed: self.processed, error_events: self.error_events, accepted, bytes })
+        Ok(LumiPublished {
+            ls: self.ls,
+            processed: self.processed,
+            error_events: self.error_events,
+            accepted,
+            bytes,
+            files: self.inputs.len() as u64,
+        })
     }
 }
 
@@ -347,4 +354,6 @@ pub struct LumiPublished {
     pub accepted: Vec<(String, u64)>,
     /// Bytes in the published data files.
     pub bytes: u64,
+    /// Input files whose events these outputs hold.
+    pub files: u64,
 }

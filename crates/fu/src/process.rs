@@ -39,7 +39,8 @@ pub struct FuConfig {
     pub summary_interval: Duration,
 }
 
-/// What an FU process did.
+/// What an FU process did: counts of published work only (work dropped after a full disk is
+/// done again and counted then).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FuReport {
     /// Raw files processed.
@@ -56,6 +57,9 @@ pub struct FuReport {
     pub output_bytes: u64,
     /// Claims of dead processes given back to the pool.
     pub returned_claims: u64,
+    /// Times the output disk was full: the unpublished outputs were dropped and their files
+    /// given back, and the FU waited.
+    pub disk_full_pauses: u64,
     /// The first reasons events were set aside for (at most [`FuReport::MAX_REASONS`]).
     pub reasons: Vec<String>,
 }
@@ -131,6 +135,17 @@ impl Resources {
         write_summary(bu_dir, s)
     }
 
+    /// Publishes at once, with no free slot: a full output disk shows in `output_used_percent`.
+    fn publish_now(&mut self, queued: usize, output_bytes: u64) -> Result<(), FuError> {
+        self.last = None;
+        let state = BuRunState::default();
+        let result = self.publish(&state, false, output_bytes);
+        self.summary.queued_lumi_sections = queued as u32;
+        // The summary lives on the BU's disk, not on the full one; if it cannot be written
+        // either, the BU sees it go stale.
+        result.or(Ok(()))
+    }
+
     fn remove(&self) {
         if let Some(bu_dir) = &self.bu_dir {
             let _ = fs::remove_file(summary_path(bu_dir, &self.summary.host, self.summary.pid));
@@ -145,49 +160,128 @@ fn run_loop(
     resources: &mut Resources,
 ) -> Result<FuReport, FuError> {
     let source = cfg.bu.open(cfg.run, &cfg.host, cfg.pid, cfg.run_start_timeout)?;
-    let source = source.as_ref();
-    let outputs = FuOutputDir::create(&cfg.output_dir, cfg.run)?;
-    let name = format!("{}-pid{}", source.host(), cfg.pid);
-    let mut open: BTreeMap<u32, LumiOutputs> = BTreeMap::new();
-    let mut report = FuReport::default();
-    let mut verdicts = Vec::new();
-    let started = Instant::now();
-    let mut last_recovery: Option<Instant> = None;
+    let mut fu = Fu {
+        cfg,
+        source: source.as_ref(),
+        outputs: FuOutputDir::create(&cfg.output_dir, cfg.run)?,
+        name: format!("{}-pid{}", source.host(), cfg.pid),
+        open: BTreeMap::new(),
+        report: FuReport::default(),
+        verdicts: Vec::new(),
+        started: Instant::now(),
+        last_recovery: None,
+    };
+    let mut full_since: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
+        match fu.step(hlt, resources) {
+            Ok(Step::Again) => full_since = None,
+            Ok(Step::Idle) => {
+                full_since = None;
+                std::thread::sleep(cfg.poll_interval);
+            }
+            Ok(Step::Done) => break,
+            Err(e) if e.is_disk_full() => {
+                // Nothing is lost: the outputs not yet published are dropped and their inputs go
+                // back to the pool, to be processed again when there is room.
+                let since = *full_since.get_or_insert_with(Instant::now);
+                eprintln!(
+                    "FU {}: DISK FULL ({e}) for {:.0} s: dropping unpublished outputs, giving back their files, waiting",
+                    fu.name,
+                    since.elapsed().as_secs_f64()
+                );
+                fu.report.disk_full_pauses += 1;
+                fu.drop_unpublished()?;
+                resources.publish_now(fu.open.len(), fu.report.output_bytes)?;
+                let pause = DISK_FULL_PAUSE.saturating_mul(1 << fu.report.disk_full_pauses.min(4));
+                let until = Instant::now() + pause.min(DISK_FULL_PAUSE_MAX);
+                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(cfg.poll_interval);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(fu.report)
+}
+
+/// How long an FU waits after its output disk was full, at first and at most.
+const DISK_FULL_PAUSE: Duration = Duration::from_millis(250);
+const DISK_FULL_PAUSE_MAX: Duration = Duration::from_secs(10);
+
+/// What one step of the loop found.
+enum Step {
+    /// It processed a file: look again at once.
+    Again,
+    /// Nothing to claim now.
+    Idle,
+    /// The run is over and everything is published.
+    Done,
+}
+
+/// An FU process's working state.
+struct Fu<'a> {
+    cfg: &'a FuConfig,
+    source: &'a dyn FileSource,
+    outputs: FuOutputDir,
+    name: String,
+    open: BTreeMap<u32, LumiOutputs>,
+    report: FuReport,
+    verdicts: Vec<Verdict>,
+    started: Instant,
+    last_recovery: Option<Instant>,
+}
+
+impl Fu<'_> {
+    fn step(&mut self, hlt: &mut dyn Hlt, resources: &mut Resources) -> Result<Step, FuError> {
+        let (cfg, source) = (self.cfg, self.source);
         let Some(mut state) = source.state()? else {
-            if started.elapsed() > cfg.run_start_timeout {
+            if self.started.elapsed() > cfg.run_start_timeout {
                 return Err(FuError::Bookkeeping {
                     path: cfg.output_dir.clone(),
                     problem: format!("the BU has not started run {} after {:?}", cfg.run, cfg.run_start_timeout),
                 });
             }
-            std::thread::sleep(cfg.poll_interval);
-            continue;
+            return Ok(Step::Idle);
         };
-        if last_recovery.is_none_or(|t| t.elapsed() >= cfg.recovery_interval) {
-            last_recovery = Some(Instant::now());
+        if self.last_recovery.is_none_or(|t| t.elapsed() >= cfg.recovery_interval) {
+            self.last_recovery = Some(Instant::now());
+            let outputs = &self.outputs;
             let returned = return_dead_claims(source, &state, |pid| outputs.finish_dead(pid, source))?;
             if !returned.is_empty() {
-                report.returned_claims += returned.len() as u64;
+                self.report.returned_claims += returned.len() as u64;
                 state = source.state()?.unwrap_or_default();
             }
         }
-        publish_ended(&mut open, &state, source, &name, &mut report)?;
-        resources.publish(&state, state.unclaimed.is_empty(), report.output_bytes)?;
-        if let Some(file) = source.claim(&state, &outputs.spool())? {
-            let processed = process_file(&file, &outputs, cfg.pid, hlt, &mut open, &mut verdicts, &mut report);
-            if file.path.starts_with(outputs.spool()) {
+        publish_ended(&mut self.open, &state, source, &self.name, &mut self.report)?;
+        resources.publish(&state, state.unclaimed.is_empty(), self.report.output_bytes)?;
+        if let Some(file) = source.claim(&state, &self.outputs.spool())? {
+            let processed =
+                process_file(&file, &self.outputs, cfg.pid, hlt, &mut self.open, &mut self.verdicts, &mut self.report);
+            if file.path.starts_with(self.outputs.spool()) {
                 remove_if_present(&file.path)?;
             }
             processed?;
-            continue;
+            return Ok(Step::Again);
         }
-        if state.ended && open.is_empty() && state.unclaimed.is_empty() {
-            break;
+        if state.ended && self.open.is_empty() && state.unclaimed.is_empty() {
+            return Ok(Step::Done);
         }
-        std::thread::sleep(cfg.poll_interval);
+        Ok(Step::Idle)
     }
-    Ok(report)
+
+    /// Drops every output not yet published and gives their inputs back to the pool, as a
+    /// restart after a crash would (a commit record already written is carried out).
+    fn drop_unpublished(&mut self) -> Result<(), FuError> {
+        self.open.clear();
+        self.outputs.finish_dead(self.cfg.pid, self.source)?;
+        if let Some(state) = self.source.state()? {
+            let mine = state.claimed.iter().filter(|c| c.host == self.source.host() && c.pid == self.cfg.pid);
+            for claim in mine {
+                self.source.give_back(claim)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Publishes the open lumi sections that the BU has ended and that have no file left to claim.
@@ -208,6 +302,9 @@ fn publish_ended(
         let published = lumi.publish(claimer, source)?;
         report.lumi_sections += 1;
         report.output_bytes += published.bytes;
+        report.files += published.files;
+        report.events += published.processed;
+        report.error_events += published.error_events;
         for (stream, n) in published.accepted {
             *report.accepted.entry(stream).or_default() += n;
         }
@@ -287,21 +384,14 @@ fn process_file(
             }
         }
     }
-    let mut processed = events.len() as u64;
     if let Some(problem) = broken {
-        let expected = claim.indexed_events.unwrap_or(processed);
-        let missing = expected.saturating_sub(processed);
+        let readable = events.len() as u64;
+        let missing = claim.indexed_events.unwrap_or(readable).saturating_sub(readable);
         report.note(format!("{}: {problem}; {missing} events unreadable", claim.name.raw()));
         for _ in 0..missing {
             lumi.add_event(EventOutcome::Corrupt, &[], [])?;
         }
-        processed += missing;
-        report.error_events += missing;
     }
-    report.files += 1;
-    report.events += processed;
-    report.error_events += (events.len() - good.len()) as u64;
-    report.error_events += verdicts.iter().filter(|v| matches!(v, Verdict::Failed(_))).count() as u64;
     lumi.add_input(claim.name.clone());
     Ok(())
 }

@@ -464,3 +464,61 @@ fn fu_2x1_chain_through_the_file_broker_with_a_dead_remote_fu() {
     }
     farm.check_storage();
 }
+
+/// A small tmpfs mounted on a directory, unmounted when dropped.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Path, size: &str) -> Option<SmallDisk> {
+        fs::create_dir_all(dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tessera-test", dir.to_str().unwrap()])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipped: cannot mount a tmpfs on {} (needs root)", dir.display());
+        }
+        ok.then(|| SmallDisk(dir.to_owned()))
+    }
+
+    fn grow(&self, size: &str) {
+        let status = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}"), self.0.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn fu_1x1_output_disk_full_drops_unpublished_work_waits_and_loses_nothing() {
+    let farm = Farm::new(1);
+    // 64 kB holds the first outputs but not a lumi section's.
+    let Some(disk) = SmallDisk::mount(&farm.fu_dir("bu0"), "64k") else { return };
+    let cfg = farm.fu_config("bu0");
+    let fu = std::thread::spawn(move || run_fu(&cfg, &mut TestHlt::new(), &AtomicBool::new(false)));
+    std::thread::sleep(Duration::from_millis(1500));
+    // Nothing was published from the full disk, and no input was lost: every file is still in
+    // the BU directory, claimed or not.
+    let bu_run = farm.run_dir(farm.bu_dir("bu0"));
+    let raws = |dir: &Path| {
+        fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".raw"))
+            .count()
+    };
+    assert_eq!(raws(&bu_run) + raws(&bu_run.join("fu")), 15, "3 lumi sections of 5 files");
+    disk.grow("64m");
+    let report = fu.join().unwrap().unwrap();
+    assert!(report.disk_full_pauses >= 1, "{report:?}");
+    assert_eq!(report.events, 75);
+    farm.merge_all();
+    farm.check_storage();
+}
