@@ -5,10 +5,17 @@
 use crate::{FuError, io_error};
 use std::collections::BTreeSet;
 use std::fs;
+use std::fs::OpenOptions;
 use std::io;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use tessera_formats::bookkeeping::IndexDoc;
-use tessera_formats::names::{self, BuFileName, ClaimedRawName};
+use std::sync::{Mutex, PoisonError};
+use tessera_formats::bookkeeping::{EolsDoc, IndexDoc};
+use tessera_formats::names::{self, BuFileName, ClaimedRawName, FuLock};
+
+/// Turns for the `fu.lock` lock among the threads of this process.
+static FU_LOCK_TURN: Mutex<()> = Mutex::new(());
 
 /// What the BU's run directory says about the run, from one listing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -121,19 +128,70 @@ impl Claimer {
     }
 
     /// Claims the first of `candidates` that no other FU takes first.
+    ///
+    /// It does so holding the `fcntl` lock of `fu.lock` (FORMATS.md §7 (b)), and moves the
+    /// lock's "next LS, next index" past the file it claims and past every lumi section the BU
+    /// has ended and whose files are all taken, so that FUs that follow `fu.lock` see the run as
+    /// Tessera's FUs take it.
     pub fn claim_first(&self, candidates: &[(u32, u32)]) -> Result<Option<Claim>, FuError> {
+        // fcntl locks belong to a process: threads of one (the broker's) take turns here.
+        let _turn = FU_LOCK_TURN.lock().unwrap_or_else(PoisonError::into_inner);
+        let lock_path = self.run_dir.join(names::FU_LOCK);
+        let mut lock = match OpenOptions::new().read(true).write(true).open(&lock_path) {
+            Ok(file) => Some(file),
+            // A run directory without one (not Tessera's BU): claims by rename still exclude.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_error("opening", &lock_path)(e)),
+        };
+        let mut pointer = None;
+        if let Some(file) = &mut lock {
+            rustix::fs::fcntl_lock(&*file, rustix::fs::FlockOperation::LockExclusive)
+                .map_err(|e| io_error("locking", &lock_path)(e.into()))?;
+            let mut text = String::new();
+            file.read_to_string(&mut text).map_err(io_error("reading", &lock_path))?;
+            pointer = Some(FuLock::parse(&text)?);
+        }
+        let mut claimed = None;
         for &(ls, index) in candidates {
             let from = self.run_dir.join(BuFileName::Raw { run: self.run, ls, index }.to_string());
             let name = ClaimedRawName { run: self.run, ls, index, host: self.host.clone(), pid: self.pid };
             let to = self.run_dir.join(name.path());
             match fs::rename(&from, &to) {
-                Ok(()) => return Ok(Some(Claim { name, path: to })),
+                Ok(()) => {
+                    claimed = Some(Claim { name, path: to });
+                    break;
+                }
                 // Another FU was faster.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(io_error("claiming", &from)(e)),
             }
         }
-        Ok(None)
+        if let (Some(file), Some(old)) = (&mut lock, pointer) {
+            let mut next = old;
+            if let Some(c) = &claimed
+                && (c.name.ls, c.name.index) >= (next.next_ls, next.next_index)
+            {
+                next = FuLock { next_ls: c.name.ls, next_index: c.name.index + 1 };
+            }
+            while self.lumi_section_taken(next) {
+                next = FuLock { next_ls: next.next_ls + 1, next_index: 0 };
+            }
+            if next != old {
+                file.set_len(0).map_err(io_error("writing", &lock_path))?;
+                file.write_all_at(next.to_string().as_bytes(), 0).map_err(io_error("writing", &lock_path))?;
+            }
+        }
+        // Closing the file releases the lock.
+        Ok(claimed)
+    }
+
+    /// Whether the BU has ended `at`'s lumi section with no file at or after `at`'s index.
+    fn lumi_section_taken(&self, at: FuLock) -> bool {
+        let eols = self.run_dir.join(BuFileName::EndOfLumi { run: self.run, ls: at.next_ls }.to_string());
+        fs::read_to_string(eols)
+            .ok()
+            .and_then(|text| EolsDoc::parse(&text).ok())
+            .is_some_and(|doc| doc.files <= u64::from(at.next_index))
     }
 }
 

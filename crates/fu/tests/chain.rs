@@ -522,3 +522,54 @@ fn fu_1x1_output_disk_full_drops_unpublished_work_waits_and_loses_nothing() {
     farm.merge_all();
     farm.check_storage();
 }
+
+#[test]
+fn fu_1x1_fu_lock_follows_the_files_tessera_fus_take() {
+    let farm = Farm::new(1);
+    farm.run_fu("bu0");
+    // 3 lumi sections, all taken: the next file is the first of lumi section 4.
+    let lock = fs::read_to_string(farm.run_dir(farm.bu_dir("bu0")).join("fu.lock")).unwrap();
+    assert_eq!(lock, "4 0");
+}
+
+/// An FU that follows `fu.lock` alone (FORMATS.md §7 (b)), as FUs written for CMS do: under the
+/// fcntl lock it takes the file the lock names and moves the lock on; it reads files in place.
+#[test]
+fn fu_1x1_an_fu_lock_reader_takes_every_file_of_a_tessera_bu_once() {
+    use rustix::fs::{FlockOperation, fcntl_lock};
+    use std::io::{Read, Seek, Write};
+    use tessera_formats::bookkeeping::EolsDoc;
+    use tessera_formats::names::{BuFileName, FuLock};
+    let farm = Farm::new(1);
+    let run = farm.run_dir(farm.bu_dir("bu0"));
+    let mut events = Vec::new();
+    for _ in 0..1000 {
+        let mut lock = fs::OpenOptions::new().read(true).write(true).open(run.join("fu.lock")).unwrap();
+        fcntl_lock(&lock, FlockOperation::LockExclusive).unwrap();
+        let mut text = String::new();
+        lock.read_to_string(&mut text).unwrap();
+        let at = FuLock::parse(&text).unwrap();
+        let raw = run.join(BuFileName::Raw { run: 1, ls: at.next_ls, index: at.next_index }.to_string());
+        let eols = run.join(BuFileName::EndOfLumi { run: 1, ls: at.next_ls }.to_string());
+        let next = if raw.exists() {
+            Some(FuLock { next_index: at.next_index + 1, ..at })
+        } else if fs::read_to_string(&eols).is_ok_and(|t| EolsDoc::parse(&t).unwrap().files <= u64::from(at.next_index))
+        {
+            Some(FuLock { next_ls: at.next_ls + 1, next_index: 0 })
+        } else {
+            None
+        };
+        let Some(next) = next else { break };
+        lock.set_len(0).unwrap();
+        lock.rewind().unwrap();
+        lock.write_all(next.to_string().as_bytes()).unwrap();
+        drop(lock);
+        if raw.exists() {
+            let bytes = fs::read(&raw).unwrap();
+            events.extend(RawFile::parse(&bytes).unwrap().events().map(|e| e.unwrap().1.header.event));
+            fs::remove_file(&raw).unwrap();
+        }
+    }
+    events.sort_unstable();
+    assert_eq!(events, (1..=75).collect::<Vec<u32>>());
+}
