@@ -641,15 +641,6 @@ pub fn merge_docs(legend: &Legend, inputs: &[JsonDoc], merged_file_name: &str) -
 /// The Adler-32 modulus: the largest prime below 2^16.
 const ADLER_MOD: u32 = 65521;
 
-/// Bytes summed between reductions. Starting from sums below the modulus, after n bytes of 255
-/// the second sum is at most (n+1)(MOD-1) + 255·n(n+1)/2, which stays below 2^32 up to n = 5552.
-const ADLER_CHUNK: usize = 5552;
-
-const _: () = {
-    let n = ADLER_CHUNK as u64;
-    assert!((n + 1) * (ADLER_MOD as u64 - 1) + 255 * n * (n + 1) / 2 <= u32::MAX as u64);
-};
-
 /// Incremental Adler-32 (zlib's checksum), for data that arrives in pieces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Adler32 {
@@ -669,16 +660,13 @@ impl Adler32 {
         Adler32 { a: 1, b: 0 }
     }
 
-    /// Feeds bytes.
+    /// Feeds bytes, with the vector instructions the CPU has (SSSE3, AVX2), chosen at run time
+    /// by the `simd-adler32` crate.
     pub fn update(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(ADLER_CHUNK) {
-            for &byte in chunk {
-                self.a += u32::from(byte);
-                self.b += self.a;
-            }
-            self.a %= ADLER_MOD;
-            self.b %= ADLER_MOD;
-        }
+        let mut sum = simd_adler32::Adler32::from_checksum(self.finish());
+        sum.write(bytes);
+        let checksum = sum.finish();
+        (self.a, self.b) = (checksum & 0xFFFF, checksum >> 16);
     }
 
     /// The checksum of everything fed so far.

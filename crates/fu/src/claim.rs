@@ -5,7 +5,7 @@
 use crate::{FuError, io_error};
 use std::collections::BTreeSet;
 use std::fs;
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -195,15 +195,13 @@ impl Claimer {
     }
 }
 
-/// A raw file an FU has claimed, with its bytes.
+/// A raw file an FU has claimed (its bytes are in the buffer given to [`FileSource::claim`]).
 #[derive(Debug, Clone)]
 pub struct ClaimedFile {
     /// Its name under the BU's `fu/`.
     pub name: ClaimedRawName,
     /// A path where an external HLT can read it: the claim itself, or a local copy.
     pub path: PathBuf,
-    /// Its content.
-    pub bytes: Vec<u8>,
     /// Its events as the BU's index JSON counts them, if it can be read.
     pub indexed_events: Option<u64>,
 }
@@ -220,9 +218,10 @@ pub trait FileSource {
     /// The run directory's state, or `None` while the BU has not started the run.
     fn state(&self) -> Result<Option<BuRunState>, FuError>;
 
-    /// Claims the next file, if any, and reads it; a copy that must be kept on local disk for an
-    /// external HLT goes under `spool`.
-    fn claim(&self, state: &BuRunState, spool: &Path) -> Result<Option<ClaimedFile>, FuError>;
+    /// Claims the next file, if any, and reads it into `buf` (replacing what it held: one buffer
+    /// serves every file, so that reading allocates no new memory); a copy that must be kept on
+    /// local disk for an external HLT goes under `spool`.
+    fn claim(&self, state: &BuRunState, spool: &Path, buf: &mut Vec<u8>) -> Result<Option<ClaimedFile>, FuError>;
 
     /// Removes a processed claim and its index JSON: only after the outputs that hold its
     /// events are published. A claim already removed is fine.
@@ -278,15 +277,16 @@ impl FileSource for Claimer {
         self.listing().map(Some)
     }
 
-    fn claim(&self, state: &BuRunState, _spool: &Path) -> Result<Option<ClaimedFile>, FuError> {
+    fn claim(&self, state: &BuRunState, _spool: &Path, buf: &mut Vec<u8>) -> Result<Option<ClaimedFile>, FuError> {
         let Some(claim) = self.claim_first(&state.unclaimed)? else { return Ok(None) };
-        let bytes = fs::read(&claim.path).map_err(io_error("reading", &claim.path))?;
+        buf.clear();
+        File::open(&claim.path).and_then(|mut f| f.read_to_end(buf)).map_err(io_error("reading", &claim.path))?;
         let index = claim.name.raw().index_json().map(|j| self.run_dir.join(j.to_string()));
         let indexed_events = index
             .and_then(|path| fs::read_to_string(path).ok())
             .and_then(|text| IndexDoc::parse(&text).ok())
             .map(|doc| doc.events);
-        Ok(Some(ClaimedFile { name: claim.name, path: claim.path, bytes, indexed_events }))
+        Ok(Some(ClaimedFile { name: claim.name, path: claim.path, indexed_events }))
     }
 
     fn remove_processed(&self, claim: &ClaimedRawName) -> Result<(), FuError> {

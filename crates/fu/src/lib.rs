@@ -74,10 +74,17 @@ pub trait Hlt {
     /// them.
     fn streams(&self) -> &[String];
 
-    /// Decides for `events`, the records of the raw file `file` in order, pushing one verdict
-    /// per event onto `verdicts`. An error means the HLT as a whole cannot go on.
+    /// Decides for `events`, records of the raw file `file` in order, pushing one verdict per
+    /// event onto `verdicts`. An error means the HLT as a whole cannot go on.
     fn select_file(&mut self, file: &Path, events: &[FrdEvent<'_>], verdicts: &mut Vec<Verdict>)
     -> Result<(), FuError>;
+
+    /// Most events per call of [`Hlt::select_file`]: an HLT in this process takes a file in
+    /// batches small enough to stay in the cache; an external one (the default) a whole file at
+    /// once.
+    fn batch_events(&self) -> usize {
+        usize::MAX
+    }
 }
 
 /// What can stop an FU or a merger.

@@ -12,7 +12,8 @@ use crate::claim::{FileSource, remove_if_present};
 use crate::{ERROR_STREAM, FuError, io_error};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::io::{self, IoSlice, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use tessera_formats::bookkeeping::{Adler32, FuOutputDoc, Legend, adler32, adler32_combine};
 use tessera_formats::names::{self, ClaimedRawName, Producer, StreamFileName};
@@ -175,7 +176,8 @@ pub(crate) fn list(dir: &Path) -> Result<Vec<String>, FuError> {
 #[derive(Debug)]
 struct StreamOutput {
     name: String,
-    file: Option<BufWriter<File>>,
+    /// The open data file and its path, from the first event written.
+    file: Option<(File, PathBuf)>,
     events: u32,
     body_bytes: u64,
     body_adler: Adler32,
@@ -244,14 +246,16 @@ impl LumiOutputs {
         .to_string()
     }
 
-    /// Counts one event and writes its FRD record (header included) into the streams of
-    /// `into` (indices into the stream list; the error stream is the last).
-    pub fn add_event(
+    /// Counts one event and adds its FRD record (header included) to `batch` for the streams of
+    /// `into` (indices into the stream list; the error stream is the last);
+    /// [`LumiOutputs::write`] writes it.
+    pub fn add_event<'a>(
         &mut self,
+        batch: &mut Batch<'a>,
         outcome: EventOutcome,
-        record: &[u8],
+        record: &'a [u8],
         into: impl IntoIterator<Item = usize>,
-    ) -> Result<(), FuError> {
+    ) {
         self.processed += 1;
         match outcome {
             EventOutcome::Selected => {}
@@ -261,21 +265,42 @@ impl LumiOutputs {
                 self.hlt_error_events += 1;
             }
         }
+        if batch.records.len() < self.streams.len() {
+            batch.records.resize_with(self.streams.len(), Vec::new);
+        }
         for index in into {
-            let name = self.file_name(&self.streams[index].name, DATA_EXT);
-            let open = self.dir.dir.join(names::OPEN_DIR).join(name);
             let stream = &mut self.streams[index];
-            if stream.file.is_none() {
-                let mut file =
-                    BufWriter::with_capacity(1 << 20, File::create(&open).map_err(io_error("creating", &open))?);
-                file.write_all(&[0; RAW_V2_HEADER_BYTES]).map_err(io_error("writing", &open))?;
-                stream.file = Some(file);
-            }
-            let file = stream.file.as_mut().expect("opened above");
-            file.write_all(record).map_err(io_error("writing", &open))?;
             stream.events += 1;
             stream.body_bytes += record.len() as u64;
             stream.body_adler.update(record);
+            batch.records[index].push(record);
+        }
+    }
+
+    /// Writes the records of `batch` into their streams' files (each stream's with as few
+    /// system calls as it takes, straight from where the records lie) and empties it.
+    pub fn write(&mut self, batch: &mut Batch<'_>) -> Result<(), FuError> {
+        for (index, records) in batch.records.iter_mut().enumerate() {
+            if records.is_empty() {
+                continue;
+            }
+            let stream = &mut self.streams[index];
+            if stream.file.is_none() {
+                let name = StreamFileName {
+                    run: self.dir.run,
+                    ls: self.ls,
+                    stream: stream.name.clone(),
+                    producer: Producer::Pid(self.pid),
+                    ext: DATA_EXT.to_owned(),
+                };
+                let path = self.dir.dir.join(names::OPEN_DIR).join(name.to_string());
+                let mut file = File::create(&path).map_err(io_error("creating", &path))?;
+                file.write_all(&[0; RAW_V2_HEADER_BYTES]).map_err(io_error("writing", &path))?;
+                stream.file = Some((file, path));
+            }
+            let (file, path) = stream.file.as_mut().expect("opened above");
+            write_all_vectored(file, records).map_err(io_error("writing", path))?;
+            records.clear();
         }
         Ok(())
     }
@@ -302,15 +327,11 @@ impl LumiOutputs {
                 hlt_error_events: self.hlt_error_events,
                 ..FuOutputDoc::empty(self.processed)
             };
-            if let Some(mut file) = stream.file.take() {
-                let path = open.join(&data_name);
+            if let Some((file, path)) = stream.file.take() {
                 let file_bytes = RAW_V2_HEADER_BYTES as u64 + stream.body_bytes;
                 let header = RawFileHeader::v2(data_type::FRD_EVENTS, stream.events, self.dir.run, self.ls, file_bytes)
                     .to_bytes();
-                file.flush().map_err(io_error("writing", &path))?;
-                let mut file = file.into_inner().map_err(|e| io_error("writing", &path)(e.into_error()))?;
-                file.seek(SeekFrom::Start(0)).map_err(io_error("writing", &path))?;
-                file.write_all(&header).map_err(io_error("writing", &path))?;
+                file.write_all_at(&header, 0).map_err(io_error("writing", &path))?;
                 file.sync_all().map_err(io_error("syncing", &path))?;
                 doc.file_list = data_name.clone();
                 doc.file_size = file_bytes;
@@ -357,3 +378,29 @@ pub struct LumiPublished {
     /// Input files whose events these outputs hold.
     pub files: u64,
 }
+
+/// Events of one batch to be written, per stream: slices of the input file's bytes.
+#[derive(Debug, Default)]
+pub struct Batch<'a> {
+    records: Vec<Vec<&'a [u8]>>,
+}
+
+/// Writes every slice of `records` with vectored writes of at most [`MAX_IOVECS`] slices each.
+fn write_all_vectored(file: &mut File, records: &[&[u8]]) -> io::Result<()> {
+    for chunk in records.chunks(MAX_IOVECS) {
+        let mut slices: Vec<IoSlice<'_>> = chunk.iter().map(|r| IoSlice::new(r)).collect();
+        let mut slices = slices.as_mut_slice();
+        while !slices.is_empty() {
+            match file.write_vectored(slices) {
+                Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "wrote nothing")),
+                Ok(n) => IoSlice::advance_slices(&mut slices, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Slices per vectored write: Linux takes at most 1024.
+const MAX_IOVECS: usize = 1024;

@@ -3,7 +3,7 @@
 //! lumi section once the BU has ended it and no file of it is left to claim.
 
 use crate::claim::{BuRunState, ClaimedFile, FileSource, remove_if_present, return_dead_claims};
-use crate::output::{EventOutcome, FuOutputDir, LumiOutputs};
+use crate::output::{Batch, EventOutcome, FuOutputDir, LumiOutputs};
 use crate::remote::BuAccess;
 use crate::resources::{ResourceSummary, summary_path, used_percent, write_summary};
 use crate::{FuError, Hlt, Verdict};
@@ -168,6 +168,7 @@ fn run_loop(
         open: BTreeMap::new(),
         report: FuReport::default(),
         verdicts: Vec::new(),
+        buf: Vec::new(),
         started: Instant::now(),
         last_recovery: None,
     };
@@ -227,6 +228,8 @@ struct Fu<'a> {
     open: BTreeMap<u32, LumiOutputs>,
     report: FuReport,
     verdicts: Vec<Verdict>,
+    /// The claimed file's bytes, reused from file to file.
+    buf: Vec<u8>,
     started: Instant,
     last_recovery: Option<Instant>,
 }
@@ -254,9 +257,17 @@ impl Fu<'_> {
         }
         publish_ended(&mut self.open, &state, source, &self.name, &mut self.report)?;
         resources.publish(&state, state.unclaimed.is_empty(), self.report.output_bytes)?;
-        if let Some(file) = source.claim(&state, &self.outputs.spool())? {
-            let processed =
-                process_file(&file, &self.outputs, cfg.pid, hlt, &mut self.open, &mut self.verdicts, &mut self.report);
+        if let Some(file) = source.claim(&state, &self.outputs.spool(), &mut self.buf)? {
+            let processed = process_file(
+                &file,
+                &self.buf,
+                &self.outputs,
+                cfg.pid,
+                hlt,
+                &mut self.open,
+                &mut self.verdicts,
+                &mut self.report,
+            );
             if file.path.starts_with(self.outputs.spool()) {
                 remove_if_present(&file.path)?;
             }
@@ -315,6 +326,7 @@ fn publish_ended(
 #[allow(clippy::too_many_arguments)]
 fn process_file(
     claim: &ClaimedFile,
+    bytes: &[u8],
     outputs: &FuOutputDir,
     pid: u32,
     hlt: &mut dyn Hlt,
@@ -322,8 +334,6 @@ fn process_file(
     verdicts: &mut Vec<Verdict>,
     report: &mut FuReport,
 ) -> Result<(), FuError> {
-    let bytes =
-        fs::read(&claim.path).map_err(|source| FuError::Io { action: "reading", path: claim.path.clone(), source })?;
     let ls = claim.name.ls;
     let lumi = open.entry(ls).or_insert_with(|| outputs.lumi(ls, pid, hlt.streams()));
     let error_stream = hlt.streams().len();
@@ -332,7 +342,7 @@ fn process_file(
     let mut events: Vec<FrdEvent<'_>> = Vec::new();
     let mut offsets: Vec<usize> = Vec::new();
     let mut broken: Option<String> = None;
-    match RawFile::parse(&bytes) {
+    match RawFile::parse(bytes) {
         Ok(file) => {
             for event in file.events() {
                 match event {
@@ -349,47 +359,58 @@ fn process_file(
         }
         Err(e) => broken = Some(e.to_string()),
     }
-    // Corrupt events are set aside before the HLT sees the rest.
+    // Corrupt events are set aside before the HLT sees the rest. Batches of events are checked,
+    // selected and written in turn, so that each batch is still in the cache when it is
+    // selected and written (a raw file is larger than the cache).
     let record = |offset: usize, event: &FrdEvent<'_>| &bytes[offset..offset + event.record_bytes()];
-    let mut good = Vec::with_capacity(events.len());
-    let mut good_offsets = Vec::with_capacity(events.len());
-    for (event, &offset) in events.iter().zip(&offsets) {
-        match event.check_crc() {
-            Ok(()) => {
-                good.push(*event);
-                good_offsets.push(offset);
-            }
-            Err(e) => {
-                report.note(format!("{} event {}: {e}", claim.name.raw(), event.header.event));
-                lumi.add_event(EventOutcome::Corrupt, record(offset, event), [error_stream])?;
-            }
-        }
-    }
-    verdicts.clear();
-    hlt.select_file(&claim.path, &good, verdicts)?;
-    if verdicts.len() != good.len() {
-        return Err(FuError::Hlt(format!(
-            "{} verdicts for {} events of {}",
-            verdicts.len(),
-            good.len(),
-            claim.name.raw()
-        )));
-    }
-    for ((event, &offset), verdict) in good.iter().zip(&good_offsets).zip(verdicts.iter()) {
-        match verdict {
-            Verdict::Streams(set) => lumi.add_event(EventOutcome::Selected, record(offset, event), set.iter())?,
-            Verdict::Failed(reason) => {
-                report.note(format!("{} event {}: {reason}", claim.name.raw(), event.header.event));
-                lumi.add_event(EventOutcome::HltFailed, record(offset, event), [error_stream])?;
+    let batch_events = hlt.batch_events().max(1);
+    let mut batch = Batch::default();
+    let mut good = Vec::with_capacity(events.len().min(batch_events));
+    let mut good_offsets = Vec::with_capacity(events.len().min(batch_events));
+    for (events, offsets) in events.chunks(batch_events).zip(offsets.chunks(batch_events)) {
+        good.clear();
+        good_offsets.clear();
+        for (event, &offset) in events.iter().zip(offsets) {
+            match event.check_crc() {
+                Ok(()) => {
+                    good.push(*event);
+                    good_offsets.push(offset);
+                }
+                Err(e) => {
+                    report.note(format!("{} event {}: {e}", claim.name.raw(), event.header.event));
+                    lumi.add_event(&mut batch, EventOutcome::Corrupt, record(offset, event), [error_stream]);
+                }
             }
         }
+        verdicts.clear();
+        hlt.select_file(&claim.path, &good, verdicts)?;
+        if verdicts.len() != good.len() {
+            return Err(FuError::Hlt(format!(
+                "{} verdicts for {} events of {}",
+                verdicts.len(),
+                good.len(),
+                claim.name.raw()
+            )));
+        }
+        for ((event, &offset), verdict) in good.iter().zip(&good_offsets).zip(verdicts.iter()) {
+            match verdict {
+                Verdict::Streams(set) => {
+                    lumi.add_event(&mut batch, EventOutcome::Selected, record(offset, event), set.iter())
+                }
+                Verdict::Failed(reason) => {
+                    report.note(format!("{} event {}: {reason}", claim.name.raw(), event.header.event));
+                    lumi.add_event(&mut batch, EventOutcome::HltFailed, record(offset, event), [error_stream]);
+                }
+            }
+        }
+        lumi.write(&mut batch)?;
     }
     if let Some(problem) = broken {
         let readable = events.len() as u64;
         let missing = claim.indexed_events.unwrap_or(readable).saturating_sub(readable);
         report.note(format!("{}: {problem}; {missing} events unreadable", claim.name.raw()));
         for _ in 0..missing {
-            lumi.add_event(EventOutcome::Corrupt, &[], [])?;
+            lumi.add_event(&mut batch, EventOutcome::Corrupt, &[], []);
         }
     }
     lumi.add_input(claim.name.clone());

@@ -73,7 +73,7 @@ impl FileSource for BrokerSource {
         }
     }
 
-    fn claim(&self, state: &BuRunState, spool: &Path) -> Result<Option<ClaimedFile>, FuError> {
+    fn claim(&self, state: &BuRunState, spool: &Path, buf: &mut Vec<u8>) -> Result<Option<ClaimedFile>, FuError> {
         if state.unclaimed.is_empty() {
             return Ok(None);
         }
@@ -81,7 +81,7 @@ impl FileSource for BrokerSource {
             PopAnswer::Ready { file, .. } => file,
             _ => return Ok(None),
         };
-        let bytes = self.client.fetch(&name).map_err(broker_error)?;
+        *buf = self.client.fetch(&name).map_err(broker_error)?;
         let indexed_events = self
             .client
             .fetch_index(&name)
@@ -91,8 +91,8 @@ impl FileSource for BrokerSource {
             .map(|doc| doc.events);
         // A local copy, for an external HLT that reads the file itself; removed once processed.
         let path = spool.join(name.to_string());
-        write_atomically(&path, &bytes)?;
-        Ok(Some(ClaimedFile { name, path, bytes, indexed_events }))
+        write_atomically(&path, buf)?;
+        Ok(Some(ClaimedFile { name, path, indexed_events }))
     }
 
     fn remove_processed(&self, claim: &ClaimedRawName) -> Result<(), FuError> {

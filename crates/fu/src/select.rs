@@ -328,6 +328,11 @@ impl crate::Hlt for MenuHlt {
         self.selector.streams()
     }
 
+    /// About a megabyte of events at a few kB to tens of kB each.
+    fn batch_events(&self) -> usize {
+        64
+    }
+
     fn select_file(
         &mut self,
         _file: &std::path::Path,

@@ -293,14 +293,17 @@ fn fu_1x1_fu_crash_mid_commit_is_carried_out_not_redone() {
     let events: Vec<_> = file.events().map(|e| e.unwrap()).collect();
     let frd: Vec<_> = events.iter().map(|(_, e)| *e).collect();
     TestHlt::new().select_file(Path::new(""), &frd, &mut verdicts).unwrap();
+    let mut batch = tessera_fu::output::Batch::default();
     for ((offset, e), v) in events.iter().zip(&verdicts) {
         let record = &bytes[*offset..offset + e.record_bytes()];
         match v {
-            Verdict::Streams(set) => lumi.add_event(tessera_fu::output::EventOutcome::Selected, record, set.iter()),
-            Verdict::Failed(_) => lumi.add_event(tessera_fu::output::EventOutcome::HltFailed, record, [2]),
+            Verdict::Streams(set) => {
+                lumi.add_event(&mut batch, tessera_fu::output::EventOutcome::Selected, record, set.iter())
+            }
+            Verdict::Failed(_) => lumi.add_event(&mut batch, tessera_fu::output::EventOutcome::HltFailed, record, [2]),
         }
-        .unwrap();
     }
+    lumi.write(&mut batch).unwrap();
     lumi.add_input(claim.clone());
     // Publishing under a claimer whose run directory is elsewhere fails after the commit record
     // is written and before the inputs are removed: what a crash there leaves.
