@@ -442,35 +442,7 @@ pub fn check_chain(bu_run_dirs: &[PathBuf], storage_run_dir: &Path, run: u32, st
                 }
                 continue;
             }
-            let data = storage_run_dir.join(&doc.file_list);
-            match fs::read(&data) {
-                Ok(bytes) => {
-                    check.files += 1;
-                    check.bytes += bytes.len() as u64;
-                    let events = tessera_formats::raw::RawFile::parse(&bytes)
-                        .map(|f| f.events().filter(|e| e.as_ref().is_ok_and(|(_, e)| e.check_crc().is_ok())).count());
-                    if bytes.len() as u64 != doc.file_size {
-                        check.problems.push(format!(
-                            "{}: {} bytes, JSON says {}",
-                            data.display(),
-                            bytes.len(),
-                            doc.file_size
-                        ));
-                    }
-                    if i64::from(adler32(&bytes)) != doc.file_adler32 {
-                        check.problems.push(format!("{}: Adler-32 does not match its JSON", data.display()));
-                    }
-                    if events.as_ref().ok().map(|&n| n as u64) != Some(doc.accepted) {
-                        check.problems.push(format!(
-                            "{}: {:?} good events, JSON says {} accepted",
-                            data.display(),
-                            events,
-                            doc.accepted
-                        ));
-                    }
-                }
-                Err(e) => check.problems.push(format!("{}: {e}", data.display())),
-            }
+            check_data_file(storage_run_dir, &doc, &mut check);
         }
     }
     if !storage_run_dir.join(BuFileName::EndOfRun { run }.to_string()).exists() {
@@ -608,4 +580,85 @@ pub fn merge(args: &MergeArgs) -> Result<bool> {
         if check.holds() { "holds" } else { "DOES NOT HOLD" }
     );
     Ok(check.holds())
+}
+
+/// Checks the data file of an output JSON against it: size, Adler-32, and the events it holds
+/// (each with a good CRC-32C) against Accepted.
+fn check_data_file(dir: &Path, doc: &FuOutputDoc, check: &mut ChainCheck) {
+    let data = dir.join(&doc.file_list);
+    match fs::read(&data) {
+        Ok(bytes) => {
+            check.files += 1;
+            check.bytes += bytes.len() as u64;
+            let events = tessera_formats::raw::RawFile::parse(&bytes)
+                .map(|f| f.events().filter(|e| e.as_ref().is_ok_and(|(_, e)| e.check_crc().is_ok())).count());
+            if bytes.len() as u64 != doc.file_size {
+                check.problems.push(format!("{}: {} bytes, JSON says {}", data.display(), bytes.len(), doc.file_size));
+            }
+            if i64::from(adler32(&bytes)) != doc.file_adler32 {
+                check.problems.push(format!("{}: Adler-32 does not match its JSON", data.display()));
+            }
+            if events.as_ref().ok().map(|&n| n as u64) != Some(doc.accepted) {
+                check.problems.push(format!(
+                    "{}: {:?} good events, JSON says {} accepted",
+                    data.display(),
+                    events,
+                    doc.accepted
+                ));
+            }
+        }
+        Err(e) => check.problems.push(format!("{}: {e}", data.display())),
+    }
+}
+
+/// `tessera verify` of a directory of FU or micro-merger outputs: every output JSON against its
+/// data file; per lumi section, Processed summed over producers (the same in every stream).
+pub fn verify_outputs(dir: &Path) -> Result<ChainCheck> {
+    let mut check = ChainCheck::default();
+    let mut processed: BTreeMap<(u32, String), u64> = BTreeMap::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let Ok(n) = StreamFileName::parse(&name) else { continue };
+        if n.ext != "jsn" {
+            continue;
+        }
+        let path = dir.join(&name);
+        let read = fs::read_to_string(&path).map_err(|e| e.to_string());
+        let doc = match read.and_then(|t| FuOutputDoc::parse(&t).map_err(|e| e.to_string())) {
+            Ok(doc) => doc,
+            Err(e) => {
+                check.problems.push(format!("{}: {e}", path.display()));
+                continue;
+            }
+        };
+        *processed.entry((n.ls, n.stream.clone())).or_default() += doc.processed;
+        *check.accepted.entry(n.stream.clone()).or_default() += doc.accepted;
+        if doc.file_list.is_empty() {
+            if doc.accepted != 0 {
+                check.problems.push(format!("{}: {} accepted but no file", path.display(), doc.accepted));
+            }
+        } else {
+            check_data_file(dir, &doc, &mut check);
+        }
+    }
+    for ((ls, stream), n) in &processed {
+        match check.per_ls.get(ls) {
+            Some(&(_, first)) if first != *n => check
+                .problems
+                .push(format!("lumi section {ls}: stream {stream} has Processed {n}, another stream {first}")),
+            _ => {
+                check.per_ls.insert(*ls, (*n, *n));
+            }
+        }
+    }
+    Ok(check)
+}
+
+/// Whether `dir` holds output JSON of the filter farm (of FUs, mergers or storage).
+pub fn is_output_dir(dir: &Path) -> bool {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| StreamFileName::parse(&e.file_name().to_string_lossy()).is_ok_and(|n| n.ext == "jsn"))
 }

@@ -383,8 +383,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(if report.problem_count() == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Verify { run_dir, built, json: _, no_seed_check: _ } if farm::is_storage_run_dir(&run_dir) => {
-            let check = farm::verify_storage(&run_dir, &built)?;
+        Command::Verify { run_dir, built, json, no_seed_check: _ } if farm::is_output_dir(&run_dir) => {
+            let storage = farm::is_storage_run_dir(&run_dir);
+            if !storage && !built.is_empty() {
+                bail!("--built: {} holds FU or merger outputs, not storage", run_dir.display());
+            }
+            let check = if storage { farm::verify_storage(&run_dir, &built)? } else { farm::verify_outputs(&run_dir)? };
+            if json {
+                let per_ls: Vec<_> = check
+                    .per_ls
+                    .iter()
+                    .map(|(ls, (b, p))| serde_json::json!({"ls": ls, "built": b, "processed": p}))
+                    .collect();
+                let report = serde_json::json!({
+                    "holds": check.holds(),
+                    "per_lumi_section": per_ls,
+                    "accepted": check.accepted,
+                    "files": check.files,
+                    "bytes": check.bytes,
+                    "problems": check.problems,
+                });
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                return Ok(if check.holds() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+            }
             let (b, p) = check.totals();
             for problem in &check.problems {
                 println!("{}: {problem}", run_dir.display());

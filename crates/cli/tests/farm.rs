@@ -85,6 +85,21 @@ fn fu_1x1_fu_killed_mid_run_its_files_are_processed_once_by_another() {
     assert!(leftover.is_empty(), "{leftover:?}");
     let partial: Vec<_> = fs::read_dir(out_run.join("open")).unwrap().collect();
     assert!(partial.is_empty(), "{partial:?}");
+    // tessera verify checks the FU outputs against their JSON, and finds a damaged one.
+    let verify = tessera().arg("verify").arg(&out_run).output().unwrap();
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+    let data = fs::read_dir(&out_run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "raw"))
+        .unwrap();
+    let mut bytes = fs::read(&data).unwrap();
+    bytes[100] ^= 1;
+    fs::write(&data, bytes).unwrap();
+    let verify = tessera().arg("verify").arg(&out_run).output().unwrap();
+    let text = String::from_utf8_lossy(&verify.stdout);
+    assert_eq!(verify.status.code(), Some(1), "{text}");
+    assert!(text.contains("Adler-32 does not match its JSON"), "{text}");
 }
 
 #[test]

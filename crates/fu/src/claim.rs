@@ -144,12 +144,16 @@ impl Claimer {
             Err(e) => return Err(io_error("opening", &lock_path)(e)),
         };
         let mut pointer = None;
+        let mut old_len = 0;
         if let Some(file) = &mut lock {
             rustix::fs::fcntl_lock(&*file, rustix::fs::FlockOperation::LockExclusive)
                 .map_err(|e| io_error("locking", &lock_path)(e.into()))?;
             let mut text = String::new();
             file.read_to_string(&mut text).map_err(io_error("reading", &lock_path))?;
-            pointer = Some(FuLock::parse(&text)?);
+            // A process killed while rewriting it can leave it unreadable: start again from the
+            // run's first file; the walk below brings it past what is taken.
+            pointer = Some(FuLock::parse(&text).unwrap_or_default());
+            old_len = text.len();
         }
         let mut claimed = None;
         for &(ls, index) in candidates {
@@ -177,8 +181,14 @@ impl Claimer {
                 next = FuLock { next_ls: next.next_ls + 1, next_index: 0 };
             }
             if next != old {
-                file.set_len(0).map_err(io_error("writing", &lock_path))?;
-                file.write_all_at(next.to_string().as_bytes(), 0).map_err(io_error("writing", &lock_path))?;
+                // Overwrite (padded with newlines to the old length), then cut: a process killed
+                // between the two leaves either the new pointer or an unreadable file that the
+                // next claimer mends, never an empty file or a wrong number.
+                let text = next.to_string();
+                let mut padded = text.clone().into_bytes();
+                padded.resize(padded.len().max(old_len), b'\n');
+                file.write_all_at(&padded, 0).map_err(io_error("writing", &lock_path))?;
+                file.set_len(text.len() as u64).map_err(io_error("writing", &lock_path))?;
             }
         }
         // Closing the file releases the lock.
