@@ -65,6 +65,13 @@ pub fn make_hlt(menu: Option<&Path>, exec: &[String]) -> Result<Box<dyn Hlt>> {
     Ok(Box::new(MenuHlt::new(&menu)?))
 }
 
+/// The streams of a system's HLT, which also checks that it can run: the menu is read, or the
+/// external program started (it says which streams it has when it starts).
+pub fn system_streams(cfg: &SystemConfig) -> Result<Vec<String>> {
+    let key = if cfg.fu.exec.is_empty() { "fu.menu" } else { "fu.exec" };
+    Ok(make_hlt(cfg.fu.menu.as_deref(), &cfg.fu.exec).with_context(|| key.to_owned())?.streams().to_vec())
+}
+
 /// `tessera fu`: one FU process, until the BU's run has ended and every file is processed.
 pub fn fu(args: &FuArgs) -> Result<FuReport> {
     let mut hlt = make_hlt(args.menu.as_deref(), &args.exec)?;
@@ -153,11 +160,9 @@ pub struct FarmOutcome {
 
 impl Farm {
     /// Starts `fu.processes_per_bu` FU processes per BU (this program, `tessera fu`) and the
-    /// merger thread.
-    pub fn start(cfg: &SystemConfig, output: &Path) -> Result<Farm> {
+    /// merger thread; `streams` are the HLT's ([`system_streams`]).
+    pub fn start(cfg: &SystemConfig, output: &Path, streams: &[String]) -> Result<Farm> {
         let fu = &cfg.fu;
-        // The streams, from the HLT itself (an external one says which it has when it starts).
-        let streams = make_hlt(fu.menu.as_deref(), &fu.exec)?.streams().to_vec();
         let dirs = FarmDirs::of(cfg, output);
         let exe = std::env::current_exe().context("finding this program to start the FUs")?;
         let mut children = Vec::new();
@@ -193,7 +198,7 @@ impl Farm {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let merger = if fu.merge {
-            let mergers = Mergers::new(cfg, output, &dirs, &streams);
+            let mergers = Mergers::new(cfg, output, &dirs, streams);
             let (flag, poll) = (stop.clone(), Duration::from_millis(fu.poll_interval_ms.max(1)));
             let thread = std::thread::Builder::new()
                 .name("mergers".into())
@@ -203,7 +208,7 @@ impl Farm {
         } else {
             None
         };
-        Ok(Farm { children, merger, stop, streams: with_error_stream(&streams), dirs })
+        Ok(Farm { children, merger, stop, streams: with_error_stream(streams), dirs })
     }
 
     /// Waits up to `timeout` for the FUs and the mergers to finish the run (the BUs have ended
@@ -554,7 +559,7 @@ pub fn merge(args: &MergeArgs) -> Result<bool> {
     let output = cfg.run.output.clone().with_context(|| {
         format!("{}: no run.output: give the run's output directory with --output", args.system.display())
     })?;
-    let streams = make_hlt(cfg.fu.menu.as_deref(), &cfg.fu.exec)?.streams().to_vec();
+    let streams = system_streams(&cfg)?;
     let dirs = FarmDirs::of(&cfg, &output);
     let mergers = Mergers::new(&cfg, &output, &dirs, &streams);
     let stop = Arc::new(AtomicBool::new(false));

@@ -20,7 +20,9 @@ use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
 
 use tessera_fu::resources::FarmLimits;
 
-use crate::farm::{Farm, FarmDirs, FarmOutcome, check_chain, start_broker, storage_run_dir, wait_drained};
+use crate::farm::{
+    Farm, FarmDirs, FarmOutcome, check_chain, start_broker, storage_run_dir, system_streams, wait_drained,
+};
 
 /// How long a unit keeps calling a peer that does not answer yet.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -286,6 +288,8 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Resu
         print!("{}", cfg.to_yaml());
         return Ok(ExitCode::SUCCESS);
     }
+    // A farm that cannot run is refused before anything starts.
+    let streams = if cfg.fu.enabled { Some(system_streams(&cfg)?) } else { None };
     let output = output_dir(&cfg);
     for i in 0..cfg.bus.len() {
         let run_dir = cfg.bu_directory(i, &output).join(format!("run{:06}", cfg.run.number));
@@ -344,7 +348,7 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Resu
     })
     .context("installing the Ctrl-C handler")?;
     // The farm first, so that it is there when the first files appear.
-    let farm = if cfg.fu.enabled { Some(Farm::start(&cfg, &output)?) } else { None };
+    let farm = streams.map(|streams| Farm::start(&cfg, &output, &streams)).transpose()?;
     let brokers = (0..cfg.bus.len()).map(|i| start_broker(&cfg, i, &output)).collect::<Result<Vec<_>>>()?;
     let system = RunningSystem::start(SystemPlan { rus, bus, emulators })?;
     let started = Instant::now();

@@ -155,3 +155,20 @@ fn merge_1x1_merger_killed_mid_run_resumes_and_storage_proves_every_event() {
         .unwrap();
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
 }
+
+#[test]
+fn run_with_a_menu_that_cannot_be_read_is_refused_before_anything_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let system = tmp.path().join("system.yaml");
+    let out = tmp.path().join("out");
+    fs::write(
+        &system,
+        "rus:\n  - {name: ru0, feds: \"1024,0\"}\nbus:\n  - {name: bu0}\nfu: {menu: no-such-menu.yaml}\n",
+    )
+    .unwrap();
+    let run = tessera().arg("run").arg(&system).arg("--output").arg(&out).output().unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert!(err.contains("fu.menu: no-such-menu.yaml: cannot read it"), "{err}");
+    assert!(!out.exists(), "nothing was started");
+}

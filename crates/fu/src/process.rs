@@ -171,6 +171,7 @@ fn run_loop(
         buf: Vec::new(),
         started: Instant::now(),
         last_recovery: None,
+        waiting_said: false,
     };
     let mut full_since: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
@@ -232,12 +233,21 @@ struct Fu<'a> {
     buf: Vec<u8>,
     started: Instant,
     last_recovery: Option<Instant>,
+    /// Whether it has said that it waits for the run to start.
+    waiting_said: bool,
 }
 
 impl Fu<'_> {
     fn step(&mut self, hlt: &mut dyn Hlt, resources: &mut Resources) -> Result<Step, FuError> {
         let (cfg, source) = (self.cfg, self.source);
         let Some(mut state) = source.state()? else {
+            if !self.waiting_said {
+                self.waiting_said = true;
+                eprintln!(
+                    "FU {}: waiting for the BU to start run {} (at most {:?})",
+                    self.name, cfg.run, cfg.run_start_timeout
+                );
+            }
             if self.started.elapsed() > cfg.run_start_timeout {
                 return Err(FuError::Bookkeeping {
                     path: cfg.output_dir.clone(),
