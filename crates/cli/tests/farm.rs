@@ -172,3 +172,31 @@ fn run_with_a_menu_that_cannot_be_read_is_refused_before_anything_starts() {
     assert!(err.contains("fu.menu: no-such-menu.yaml: cannot read it"), "{err}");
     assert!(!out.exists(), "nothing was started");
 }
+
+#[test]
+fn run_with_the_python_hlt_in_place_of_the_menu_proves_the_chain() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py");
+    let system = tmp.path().join("system.yaml");
+    let out = tmp.path().join("out");
+    fs::write(
+        &system,
+        format!(
+            "run: {{events: 2000, orbits_per_lumi_section: 256}}\ntrigger: {{free_running: true}}\n\
+             rus:\n  - {{name: ru0, feds: \"1024,0-3\"}}\nbus:\n  - {{name: bu0}}\n\
+             fu: {{exec: [python3, {}]}}\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let run = tessera().arg("run").arg(&system).arg("--output").arg(&out).output().unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{text}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert!(text.contains("chain: built 2000 = processed 2000 by the FUs = processed 2000 in storage"), "{text}");
+    // The script's rule: Physics takes even event numbers, Express multiples of 10.
+    assert!(text.contains("accepted: Error 0, Express 200, Physics 1000"), "{text}");
+}
