@@ -71,7 +71,8 @@ fn system_file(dir: &Path) -> std::path::PathBuf {
          evm:\n  port: 9100\n\
          rus:\n  - name: ru0\n    host: 10.231.7.1\n    ferol_port: 9000\n    feds: \"1024,0-2\"\n    fragment_size: {{bytes: 2048}}\n\
          \x20 - name: ru1\n    host: 10.231.7.2\n    ferol_port: 9000\n    control_port: 9001\n    feds: \"3-5\"\n    fragment_size: {{bytes: 4096}}\n\
-         bus:\n  - name: bu0\n    host: 10.231.7.1\n    data_port: 9200\n  - name: bu1\n    host: 10.231.7.2\n    data_port: 9200\n",
+         bus:\n  - name: bu0\n    host: 10.231.7.1\n    data_port: 9200\n  - name: bu1\n    host: 10.231.7.2\n    data_port: 9200\n\
+         fu:\n  enabled: false\n",
         first = (1u64 << 24) - 1000,
         out = dir.display()
     );
