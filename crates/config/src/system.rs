@@ -602,7 +602,9 @@ impl Default for BuParams {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FuParams {
-    /// Run FUs and mergers behind the BUs; when false, the BUs' raw files stay where they are.
+    /// A filter farm reads the BUs' files: `tessera run` starts its FUs and mergers, and every
+    /// BU (also one started alone with `tessera bu`) holds back on the FUs' resource summaries.
+    /// When false, the BUs' raw files stay where they are and nothing waits for FUs.
     pub enabled: bool,
     /// FU processes per BU, on the BU's host, sharing one output directory, 1..=64.
     pub processes_per_bu: u32,
