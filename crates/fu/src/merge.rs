@@ -111,6 +111,16 @@ fn body_of(dir: &Path, doc: &FuOutputDoc, doc_path: &Path) -> Result<Option<Body
     Ok(Some(Body { path, bytes, adler: adler32_strip_prefix(whole, adler32(&header), bytes) }))
 }
 
+/// The RAW_0002 header of a merged file of `events` events and `file_bytes` bytes; `json` names
+/// the merged file's JSON in the error of a count too large for the header.
+fn merged_header(run: u32, ls: u32, events: u64, file_bytes: u64, json: &Path) -> Result<[u8; 32], FuError> {
+    let count = u32::try_from(events).map_err(|_| FuError::Bookkeeping {
+        path: json.to_owned(),
+        problem: format!("{events} events do not fit a raw file header"),
+    })?;
+    Ok(RawFileHeader::v2(data_type::FRD_EVENTS, count, run, ls, file_bytes).to_bytes())
+}
+
 /// Copies the records of `body` into `out` at `offset`.
 fn copy_body(body: &Body, out: &mut File, out_path: &Path, offset: u64) -> Result<(), FuError> {
     let mut input = File::open(&body.path).map_err(io_error("reading", &body.path))?;
@@ -263,17 +273,7 @@ impl MicroMerger {
             docs.push(FuOutputDoc::empty(0).to_doc(&definition, &self.node));
         }
         let body_bytes: u64 = bodies.iter().map(|b| b.bytes).sum();
-        let header = RawFileHeader::v2(
-            data_type::FRD_EVENTS,
-            u32::try_from(accepted).map_err(|_| FuError::Bookkeeping {
-                path: json_path.clone(),
-                problem: format!("{accepted} events do not fit a raw file header"),
-            })?,
-            self.run,
-            ls,
-            RAW_V2_HEADER_BYTES as u64 + body_bytes,
-        )
-        .to_bytes();
+        let header = merged_header(self.run, ls, accepted, RAW_V2_HEADER_BYTES as u64 + body_bytes, &json_path)?;
         let doc = merged_doc(&docs, &bodies, &data_name, Some(&header))?;
         let open = target.path().join(names::OPEN_DIR).join(&data_name);
         if let ([body], [_]) = (bodies.as_slice(), docs.as_slice()) {
@@ -653,17 +653,7 @@ impl MacroMerger {
                     problem: format!("{} pieces with data but {} reservations", pieces.len(), bodies.len()),
                 });
             }
-            let header = RawFileHeader::v2(
-                data_type::FRD_EVENTS,
-                u32::try_from(accepted).map_err(|_| FuError::Bookkeeping {
-                    path: json_path.clone(),
-                    problem: format!("{accepted} events do not fit a raw file header"),
-                })?,
-                self.run,
-                ls,
-                end,
-            )
-            .to_bytes();
+            let header = merged_header(self.run, ls, accepted, end, &json_path)?;
             let doc = merged_doc(&docs, &bodies, &data_name, Some(&header))?;
             let data_open = open.join(&data_name);
             let data_final = storage.path().join(&data_name);

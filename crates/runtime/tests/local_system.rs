@@ -92,26 +92,15 @@ fn stray_clients_on_every_port_are_refused_and_the_run_goes_on() {
 
 #[test]
 fn a_bu_above_its_ramdisk_high_water_mark_asks_for_nothing_and_the_other_builds_everything() {
-    let tmp = tempfile::tempdir().unwrap();
-    let events = 1000;
-    let mut plan = plan(tmp.path(), &Setup::new(1, events));
-    // Any file system in use is fuller than 1 %: BU 1 is above its mark from the start.
-    plan.bus[1].ramdisk_high_water_percent = 1;
-    plan.bus[1].ramdisk_low_water_percent = 0;
-    let system = RunningSystem::start(plan).unwrap();
-    let throttled = system.bu_stats[1].clone();
-    let outcome = system.wait(Duration::from_secs(30));
-    assert!(outcome.clean(), "{outcome:#?}");
-    let c = outcome.conservation();
-    assert_eq!((c.triggered, c.built, c.holds), (events, events, true), "{c:?}");
-    assert_eq!(c.per_bu, vec![events, 0], "{c:?}");
-    assert_eq!(throttled.throttle().key(), "RAMDISK_HIGH_WATER");
-    assert!(
-        outcome.problems.iter().any(|p| p.starts_with("BU 1: RAM disk") && p.ends_with("RAMDISK_HIGH_WATER")),
-        "{:#?}",
-        outcome.problems
+    let tmp = bu_1_held_back(
+        |plan| {
+            // Any file system in use is fuller than 1 %: BU 1 is above its mark from the start.
+            plan.bus[1].ramdisk_high_water_percent = 1;
+            plan.bus[1].ramdisk_low_water_percent = 0;
+        },
+        "RAMDISK_HIGH_WATER",
     );
-    assert_eq!(events_in_files(tmp.path()).len() as u64, events);
+    assert_eq!(events_in_files(tmp.path()).len() as u64, 1000);
 }
 
 #[test]
@@ -254,14 +243,13 @@ fn fu_summary(bu_dir: &Path, pid: u32, updated_unix_ms: u64) {
     tessera_fu::resources::write_summary(bu_dir, &summary).unwrap();
 }
 
-/// Runs the 2×2 system with BU 1 under `limits` and its farm's summaries written by `farm`;
-/// BU 1 must ask for nothing, with `key`, and BU 0 build everything.
-fn bu_held_back_by_its_farm(limits: tessera_fu::resources::FarmLimits, farm: impl Fn(&Path), key: &str) {
+/// Runs the 2×2 system for 1000 events with BU 1 set up by `configure`: BU 1 must ask for
+/// nothing, say why with `key`, and BU 0 build everything. Returns the run's directory.
+fn bu_1_held_back(configure: impl FnOnce(&mut tessera_runtime::system::SystemPlan), key: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let events = 1000;
     let mut plan = plan(tmp.path(), &Setup::new(1, events));
-    plan.bus[1].farm_limits = Some(limits);
-    farm(&plan.bus[1].directory);
+    configure(&mut plan);
     let system = RunningSystem::start(plan).unwrap();
     let throttled = system.bu_stats[1].clone();
     let outcome = system.wait(Duration::from_secs(30));
@@ -271,6 +259,18 @@ fn bu_held_back_by_its_farm(limits: tessera_fu::resources::FarmLimits, farm: imp
     assert_eq!(c.per_bu, vec![events, 0], "{c:?}");
     assert!(outcome.problems.iter().any(|p| p.starts_with("BU 1: ") && p.contains(key)), "{:#?}", outcome.problems);
     assert_eq!(throttled.throttle().key(), key);
+    tmp
+}
+
+/// BU 1 held back by its farm: `limits`, and summaries written by `farm` into its directory.
+fn bu_held_back_by_its_farm(limits: tessera_fu::resources::FarmLimits, farm: impl Fn(&Path), key: &str) {
+    bu_1_held_back(
+        |plan| {
+            plan.bus[1].farm_limits = Some(limits);
+            farm(&plan.bus[1].directory);
+        },
+        key,
+    );
 }
 
 #[test]
