@@ -86,6 +86,8 @@ enum Command {
         system: Option<PathBuf>,
         #[command(flatten)]
         args: run::SystemArgs,
+        #[command(flatten)]
+        control: run::ControlArgs,
         /// Print the system (the default one, or the file with its defaults filled in) as YAML,
         /// a starting point for a system file, and exit.
         #[arg(long)]
@@ -106,6 +108,8 @@ enum Command {
         system: PathBuf,
         #[command(flatten)]
         args: run::SystemArgs,
+        #[command(flatten)]
+        control: run::ControlArgs,
     },
     /// Run one RU (not the EVM's) of a system file in this process.
     Ru {
@@ -117,6 +121,8 @@ enum Command {
         name: String,
         #[command(flatten)]
         args: run::SystemArgs,
+        #[command(flatten)]
+        control: run::ControlArgs,
     },
     /// Run one BU of a system file in this process.
     Bu {
@@ -132,6 +138,8 @@ enum Command {
         restart: bool,
         #[command(flatten)]
         args: run::SystemArgs,
+        #[command(flatten)]
+        control: run::ControlArgs,
     },
     /// Emulate FED readout boards: send FEROL streams of seeded fragments (and trigger fragments
     /// for FED 1024), one per FED, over TCP to an RU or into capture files; print per FED and in
@@ -442,16 +450,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo { output } => demo(output),
         Command::Sim { scenario, seeds, first_seed } => sim(&scenario, seeds, first_seed),
         Command::Ferol(args) => ferol(args),
-        Command::Run { system, args, print_config } => run::run(system.as_deref(), &args, print_config),
+        Command::Run { system, args, control, print_config } => {
+            run::run(system.as_deref(), &args, &control, print_config)
+        }
         Command::Fu(args) => {
             let report = farm::fu(&args)?;
             println!("{}", farm::report_json(&report));
             Ok(ExitCode::SUCCESS)
         }
         Command::Merge(args) => Ok(if farm::merge(&args)? { ExitCode::SUCCESS } else { ExitCode::from(1) }),
-        Command::Evm { system, args } => run::unit(run::Role::Evm, &system, None, &args, false),
-        Command::Ru { system, name, args } => run::unit(run::Role::Ru, &system, Some(&name), &args, false),
-        Command::Bu { system, name, restart, args } => run::unit(run::Role::Bu, &system, Some(&name), &args, restart),
+        Command::Evm { system, args, control } => run::unit(run::Role::Evm, &system, None, &args, &control, false),
+        Command::Ru { system, name, args, control } => {
+            run::unit(run::Role::Ru, &system, Some(&name), &args, &control, false)
+        }
+        Command::Bu { system, name, restart, args, control } => {
+            run::unit(run::Role::Bu, &system, Some(&name), &args, &control, restart)
+        }
         Command::Bench { suite, quick, out, json } => {
             if json && !matches!(suite, BenchSuite::Net | BenchSuite::Evb | BenchSuite::Fu) {
                 bail!("--json is supported by the net, evb and fu suites only");

@@ -18,6 +18,7 @@ use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
 use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
 
+use tessera_control::{ControlConfig, ControlServer, Unit, UnitKind};
 use tessera_fu::resources::FarmLimits;
 
 use crate::farm::{
@@ -50,6 +51,27 @@ pub struct SystemArgs {
     /// Put every unit's files under this directory; overrides the system file.
     #[arg(long)]
     pub output: Option<PathBuf>,
+}
+
+/// Where a process serves its units' metrics and figures.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ControlArgs {
+    /// Serve the units' metrics (`/metrics`, Prometheus) and figures (`/api/v1/units`) here;
+    /// port 0 takes any free port. An address other than loopback needs `--control-token`.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub control: SocketAddr,
+    /// The token every control request must bring (`Authorization: Bearer TOKEN`); also read
+    /// from the environment variable TESSERA_CONTROL_TOKEN.
+    #[arg(long, env = "TESSERA_CONTROL_TOKEN", hide_env_values = true)]
+    pub control_token: Option<String>,
+}
+
+/// Starts the control server of this process's units and says where it is.
+fn serve_control(args: &ControlArgs, units: Vec<Unit>) -> Result<ControlServer> {
+    let config = ControlConfig { listen: args.control, token: args.control_token.clone() };
+    let server = ControlServer::start(&config, units).context("--control")?;
+    eprintln!("monitoring: http://{}/metrics and /api/v1/units", server.local_addr());
+    Ok(server)
 }
 
 /// Loads the system file (or the default system) and applies the command line.
@@ -282,7 +304,7 @@ fn emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<SenderConfig
 }
 
 /// `tessera run`: the whole system in this process.
-pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Result<ExitCode> {
+pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, print_config: bool) -> Result<ExitCode> {
     let cfg = load(system, args)?;
     if print_config {
         print!("{}", cfg.to_yaml());
@@ -351,6 +373,23 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, print_config: bool) -> Resu
     let farm = streams.map(|streams| Farm::start(&cfg, &output, &streams)).transpose()?;
     let brokers = (0..cfg.bus.len()).map(|i| start_broker(&cfg, i, &output)).collect::<Result<Vec<_>>>()?;
     let system = RunningSystem::start(SystemPlan { rus, bus, emulators })?;
+    let units = cfg
+        .rus
+        .iter()
+        .zip(&system.ru_stats)
+        .enumerate()
+        .map(|(i, (r, s))| Unit {
+            name: r.name.clone(),
+            kind: if i == 0 { UnitKind::Evm } else { UnitKind::Ru },
+            stats: s.clone(),
+        })
+        .chain(cfg.bus.iter().zip(&system.bu_stats).map(|(b, s)| Unit {
+            name: b.name.clone(),
+            kind: UnitKind::Bu,
+            stats: s.clone(),
+        }))
+        .collect();
+    let _control = serve_control(control, units)?;
     let started = Instant::now();
     let mut stopped = false;
     let mut last = Progress::default();
@@ -663,7 +702,14 @@ pub enum Role {
 }
 
 /// `tessera evm|ru|bu`: one unit of the system, in this process.
-pub fn unit(role: Role, system: &Path, name: Option<&str>, args: &SystemArgs, restart: bool) -> Result<ExitCode> {
+pub fn unit(
+    role: Role,
+    system: &Path,
+    name: Option<&str>,
+    args: &SystemArgs,
+    control_args: &ControlArgs,
+    restart: bool,
+) -> Result<ExitCode> {
     let cfg = load(Some(system), args)?;
     match (role, name) {
         (Role::Ru, Some(n)) if !cfg.rus.iter().any(|r| r.name == n) => bail!("no RU named {n} in {}", system.display()),
@@ -715,6 +761,9 @@ pub fn unit(role: Role, system: &Path, name: Option<&str>, args: &SystemArgs, re
             let node = RuNode::new(ru_node(&cfg, i, ferol, control, bu_data, ru_control, ru_peers(&cfg, i)?))?;
             let control = node.control();
             let stats = node.stats();
+            let kind = if i == 0 { UnitKind::Evm } else { UnitKind::Ru };
+            let _control =
+                serve_control(control_args, vec![Unit { name: ru.name.clone(), kind, stats: stats.clone() }])?;
             eprintln!(
                 "{}: {} FEDs {:?}, run {}",
                 ru.name,
@@ -775,6 +824,10 @@ pub fn unit(role: Role, system: &Path, name: Option<&str>, args: &SystemArgs, re
             let broker = start_broker(&cfg, i, &output)?;
             let node = BuNode::new(bu_node(&cfg, i, &output, data, evm, restart, bu_peers(&cfg)?))?;
             let control = node.control();
+            let _control = serve_control(
+                control_args,
+                vec![Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() }],
+            )?;
             eprintln!(
                 "{}: BU {i}, run {}, files under {}",
                 bu.name,

@@ -1,0 +1,400 @@
+//! Tessera's monitoring plane: the live figures of the units of a process, as Prometheus metrics
+//! (`GET /metrics`) and as JSON (`GET /api/v1/units`), served over HTTP by [`ControlServer`].
+//!
+//! The server binds loopback unless told otherwise; any other address needs a token, which every
+//! request must then bring as `Authorization: Bearer <token>` (guarantee 5 of the design).
+//! Metric names follow Prometheus conventions: `tessera_` prefix, base units, `_total` on
+//! counters, one label `unit` (the unit's name in the system file) and `kind` (`ru`, `evm`,
+//! `bu`).
+
+#![warn(missing_docs)]
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use tessera_runtime::stats::{Throttle, UnitStats};
+use tokio::sync::oneshot;
+
+/// What kind of unit a figure belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnitKind {
+    /// A readout unit.
+    Ru,
+    /// The readout unit that also hosts the event manager.
+    Evm,
+    /// A builder unit.
+    Bu,
+}
+
+impl UnitKind {
+    fn label(self) -> &'static str {
+        match self {
+            UnitKind::Ru => "ru",
+            UnitKind::Evm => "evm",
+            UnitKind::Bu => "bu",
+        }
+    }
+}
+
+/// One unit whose figures are served.
+#[derive(Debug, Clone)]
+pub struct Unit {
+    /// Its name in the system file.
+    pub name: String,
+    /// What it is.
+    pub kind: UnitKind,
+    /// Its live figures.
+    pub stats: Arc<UnitStats>,
+}
+
+/// The throttle reasons a unit can report, for a gauge per reason.
+const THROTTLES: [Throttle; 7] = [
+    Throttle::RamdiskHighWater,
+    Throttle::BuffersFull,
+    Throttle::StoreFull,
+    Throttle::NotEnoughFus,
+    Throttle::TooManyLsQueued,
+    Throttle::FuOutputHigh,
+    Throttle::ResourceSummaryStale,
+];
+
+/// A metric family: name, type, help, and how to read it from a unit's figures (a figure a
+/// kind of unit does not keep reads 0).
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    read: fn(&UnitStats) -> f64,
+}
+
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "tessera_fragments_total",
+        kind: "counter",
+        help: "FED fragments received.",
+        read: |s| s.fragments.get() as f64,
+    },
+    Family {
+        name: "tessera_fragment_bytes_total",
+        kind: "counter",
+        help: "Bytes of FED fragments received, header to trailer.",
+        read: |s| s.fragment_bytes.get() as f64,
+    },
+    Family {
+        name: "tessera_corrupt_fragments_total",
+        kind: "counter",
+        help: "Fragments that failed a check and were passed on flagged.",
+        read: |s| s.corrupt_fragments.get() as f64,
+    },
+    Family {
+        name: "tessera_broken_streams_total",
+        kind: "counter",
+        help: "FEROL streams that could not be read on.",
+        read: |s| s.broken_streams.get() as f64,
+    },
+    Family {
+        name: "tessera_events_buffered",
+        kind: "gauge",
+        help: "Events whose fragments an RU holds.",
+        read: |s| s.events_buffered.get() as f64,
+    },
+    Family {
+        name: "tessera_receive_chunks_used",
+        kind: "gauge",
+        help: "Receive chunks of an RU holding fragments.",
+        read: |s| s.chunks_used.get() as f64,
+    },
+    Family {
+        name: "tessera_receive_chunks",
+        kind: "gauge",
+        help: "Receive chunks of an RU in all.",
+        read: |s| s.chunks_total.get() as f64,
+    },
+    Family {
+        name: "tessera_events_triggered_total",
+        kind: "counter",
+        help: "Events triggered (EVM).",
+        read: |s| s.triggered.get() as f64,
+    },
+    Family {
+        name: "tessera_events_committed_total",
+        kind: "counter",
+        help: "Events committed (EVM).",
+        read: |s| s.committed.get() as f64,
+    },
+    Family {
+        name: "tessera_events_reassigned_total",
+        kind: "counter",
+        help: "Events reassigned after a BU was lost (EVM).",
+        read: |s| s.reassigned.get() as f64,
+    },
+    Family {
+        name: "tessera_events_built_total",
+        kind: "counter",
+        help: "Events built (BU).",
+        read: |s| s.events_built.get() as f64,
+    },
+    Family {
+        name: "tessera_events_incomplete_total",
+        kind: "counter",
+        help: "Events built with a part missing (BU).",
+        read: |s| s.incomplete_events.get() as f64,
+    },
+    Family {
+        name: "tessera_events_published_total",
+        kind: "counter",
+        help: "Events published in raw files (BU).",
+        read: |s| s.events_published.get() as f64,
+    },
+    Family {
+        name: "tessera_files_published_total",
+        kind: "counter",
+        help: "Raw files published (BU).",
+        read: |s| s.files_published.get() as f64,
+    },
+    Family {
+        name: "tessera_published_bytes_total",
+        kind: "counter",
+        help: "Bytes of raw files published (BU).",
+        read: |s| s.bytes_published.get() as f64,
+    },
+    Family {
+        name: "tessera_store_bytes",
+        kind: "gauge",
+        help: "Bytes of received data a BU holds until written.",
+        read: |s| s.store_bytes.get() as f64,
+    },
+    Family {
+        name: "tessera_events_in_flight",
+        kind: "gauge",
+        help: "Events a BU holds, from request to publication.",
+        read: |s| s.events_in_flight.get() as f64,
+    },
+    Family {
+        name: "tessera_data_messages_total",
+        kind: "counter",
+        help: "Data messages sent or received.",
+        read: |s| s.data_messages.get() as f64,
+    },
+    Family {
+        name: "tessera_control_messages_total",
+        kind: "counter",
+        help: "Control messages sent.",
+        read: |s| s.control_messages.get() as f64,
+    },
+    Family {
+        name: "tessera_loop_cpu_seconds_total",
+        kind: "counter",
+        help: "CPU time of the unit's loop thread.",
+        read: |s| s.loop_cpu_ns.get() as f64 / 1e9,
+    },
+    Family {
+        name: "tessera_problems_total",
+        kind: "counter",
+        help: "Problems the unit reported.",
+        read: |s| s.problems().1 as f64,
+    },
+    Family {
+        name: "tessera_unit_failed",
+        kind: "gauge",
+        help: "1 if the unit ended by an error.",
+        read: |s| f64::from(u8::from(s.failed())),
+    },
+];
+
+/// Escapes a label value for the Prometheus text format.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The units' figures in the Prometheus text exposition format (version 0.0.4).
+pub fn metrics_text(units: &[Unit]) -> String {
+    let mut out = String::new();
+    for family in FAMILIES {
+        let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", family.name, family.help, family.name, family.kind);
+        for unit in units {
+            let _ = writeln!(
+                out,
+                "{}{{unit=\"{}\",kind=\"{}\"}} {}",
+                family.name,
+                label(&unit.name),
+                unit.kind.label(),
+                (family.read)(&unit.stats)
+            );
+        }
+    }
+    let name = "tessera_throttled";
+    let _ = writeln!(out, "# HELP {name} 1 while the unit holds back for this reason.\n# TYPE {name} gauge");
+    for unit in units {
+        let now = unit.stats.throttle();
+        for reason in THROTTLES {
+            let _ = writeln!(
+                out,
+                "{name}{{unit=\"{}\",kind=\"{}\",reason=\"{}\"}} {}",
+                label(&unit.name),
+                unit.kind.label(),
+                reason.key(),
+                u8::from(now == reason)
+            );
+        }
+    }
+    out
+}
+
+/// One unit as `GET /api/v1/units` shows it.
+#[derive(Debug, Serialize)]
+pub struct UnitView {
+    /// Its name.
+    pub name: String,
+    /// What it is.
+    pub kind: UnitKind,
+    /// Why it holds back, or "" when it does not.
+    pub throttle: &'static str,
+    /// Whether it ended by an error.
+    pub failed: bool,
+    /// Every figure of [`metrics_text`], by metric name without the `tessera_` prefix.
+    pub figures: std::collections::BTreeMap<&'static str, f64>,
+    /// The first problems it reported.
+    pub problems: Vec<String>,
+}
+
+/// The units as JSON values.
+pub fn unit_views(units: &[Unit]) -> Vec<UnitView> {
+    units
+        .iter()
+        .map(|u| UnitView {
+            name: u.name.clone(),
+            kind: u.kind,
+            throttle: u.stats.throttle().key(),
+            failed: u.stats.failed(),
+            figures: FAMILIES.iter().map(|f| (f.name.trim_start_matches("tessera_"), (f.read)(&u.stats))).collect(),
+            problems: u.stats.problems().0,
+        })
+        .collect()
+}
+
+/// Where and how the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlConfig {
+    /// Address to bind; port 0 takes any free port.
+    pub listen: SocketAddr,
+    /// The token every request must bring; required unless `listen` is a loopback address.
+    pub token: Option<String>,
+}
+
+/// Why the server cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// A non-loopback address without a token.
+    #[error("{0}: a control address other than loopback needs a token")]
+    TokenRequired(SocketAddr),
+    /// Binding failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The HTTP server of a process's units; it stops when dropped.
+#[derive(Debug)]
+pub struct ControlServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Clone)]
+struct Shared {
+    units: Arc<Vec<Unit>>,
+    token: Option<Arc<str>>,
+}
+
+impl ControlServer {
+    /// Binds `config.listen` and serves `units` on a thread of its own.
+    pub fn start(config: &ControlConfig, units: Vec<Unit>) -> Result<ControlServer, ControlError> {
+        if !config.listen.ip().is_loopback() && config.token.as_deref().is_none_or(str::is_empty) {
+            return Err(ControlError::TokenRequired(config.listen));
+        }
+        let listener = std::net::TcpListener::bind(config.listen)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|source| ControlError::Bind { addr: config.listen, source })?;
+        let addr = listener.local_addr().map_err(|source| ControlError::Bind { addr: config.listen, source })?;
+        let shared = Shared { units: Arc::new(units), token: config.token.as_deref().map(Arc::from) };
+        let app = Router::new()
+            .route("/metrics", get(metrics))
+            .route("/api/v1/units", get(units_json))
+            .route("/api/v1/health", get(|| async { "ok\n" }))
+            .layer(middleware::from_fn_with_state(shared.clone(), require_token))
+            .with_state(shared);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => return eprintln!("control server: cannot start its runtime: {e}"),
+                };
+                runtime.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
+                    let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    });
+                    if let Err(e) = serve.await {
+                        eprintln!("control server: {e}");
+                    }
+                });
+            })
+            .map_err(|source| ControlError::Bind { addr, source })?;
+        Ok(ControlServer { addr, stop: Some(stop), thread: Some(thread) })
+    }
+
+    /// The address it serves on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn require_token(State(shared): State<Shared>, request: Request, next: Next) -> Response {
+    if let Some(token) = &shared.token {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(token) {
+            return (StatusCode::UNAUTHORIZED, "a token is required: Authorization: Bearer <token>\n").into_response();
+        }
+    }
+    next.run(request).await
+}
+
+async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics_text(&shared.units))
+}
+
+async fn units_json(State(shared): State<Shared>) -> impl IntoResponse {
+    axum::Json(unit_views(&shared.units))
+}

@@ -1,0 +1,77 @@
+//! The control server over real HTTP: metrics that move with the units' figures, the JSON API
+//! agreeing with them, and the token rule.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use tessera_control::{ControlConfig, ControlError, ControlServer, Unit, UnitKind};
+use tessera_runtime::stats::{Throttle, UnitStats};
+
+/// One GET; the status code and the body.
+fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// The value of the sample `name{labels}` in a Prometheus text.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+fn units() -> Vec<Unit> {
+    vec![
+        Unit { name: "ru0".into(), kind: UnitKind::Evm, stats: Arc::new(UnitStats::default()) },
+        Unit { name: "bu0".into(), kind: UnitKind::Bu, stats: Arc::new(UnitStats::default()) },
+    ]
+}
+
+#[test]
+fn metrics_move_with_the_units_and_the_api_agrees() {
+    let units = units();
+    let (evm, bu) = (units[0].stats.clone(), units[1].stats.clone());
+    let server =
+        ControlServer::start(&ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None }, units).unwrap();
+    let addr = server.local_addr();
+    let (status, text) = get(addr, "/metrics", None);
+    assert_eq!(status, 200);
+    assert_eq!(sample(&text, r#"tessera_events_triggered_total{unit="ru0",kind="evm"}"#), 0.0);
+    assert!(text.contains("# TYPE tessera_events_built_total counter"), "{text}");
+    evm.triggered.add(1234);
+    bu.events_built.add(1000);
+    bu.set_throttle(Throttle::NotEnoughFus);
+    let (_, text) = get(addr, "/metrics", None);
+    assert_eq!(sample(&text, r#"tessera_events_triggered_total{unit="ru0",kind="evm"}"#), 1234.0);
+    assert_eq!(sample(&text, r#"tessera_events_built_total{unit="bu0",kind="bu"}"#), 1000.0);
+    assert_eq!(sample(&text, r#"tessera_throttled{unit="bu0",kind="bu",reason="NOT_ENOUGH_FUS"}"#), 1.0);
+    assert_eq!(sample(&text, r#"tessera_throttled{unit="bu0",kind="bu",reason="RAMDISK_HIGH_WATER"}"#), 0.0);
+    let (status, json) = get(addr, "/api/v1/units", None);
+    assert_eq!(status, 200);
+    let units: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(units[1]["name"], "bu0");
+    assert_eq!(units[1]["throttle"], "NOT_ENOUGH_FUS");
+    assert_eq!(units[1]["figures"]["events_built_total"], 1000.0);
+    assert_eq!(units[0]["figures"]["events_triggered_total"], 1234.0);
+    assert_eq!(get(addr, "/nothing", None).0, 404);
+}
+
+#[test]
+fn any_address_but_loopback_needs_a_token_and_every_request_brings_it() {
+    let open = ControlConfig { listen: "0.0.0.0:0".parse().unwrap(), token: None };
+    assert!(matches!(ControlServer::start(&open, units()), Err(ControlError::TokenRequired(_))));
+    let guarded = ControlConfig { listen: "0.0.0.0:0".parse().unwrap(), token: Some("s3cret".into()) };
+    let server = ControlServer::start(&guarded, units()).unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", server.local_addr().port()).parse().unwrap();
+    assert_eq!(get(addr, "/metrics", None).0, 401);
+    assert_eq!(get(addr, "/metrics", Some("wrong")).0, 401);
+    assert_eq!(get(addr, "/metrics", Some("s3cret")).0, 200);
+}
