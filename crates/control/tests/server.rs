@@ -75,3 +75,25 @@ fn any_address_but_loopback_needs_a_token_and_every_request_brings_it() {
     assert_eq!(get(addr, "/metrics", Some("wrong")).0, 401);
     assert_eq!(get(addr, "/metrics", Some("s3cret")).0, 200);
 }
+
+/// Every metric the Grafana dashboard of the repository queries is one the server exports, so
+/// that the two cannot drift apart.
+#[test]
+fn the_grafana_dashboard_queries_only_exported_metrics() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../monitoring/grafana-dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let exported = tessera_control::metrics_text(&units());
+    let mut queried = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("tessera_") {
+                    queried += 1;
+                    assert!(exported.contains(&format!("# TYPE {word} ")), "{word} in {expr:?} is not exported");
+                }
+            }
+        }
+    }
+    assert!(queried >= 10, "{queried}");
+}
