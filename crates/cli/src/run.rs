@@ -18,7 +18,7 @@ use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
 use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
 
-use tessera_control::{ControlConfig, ControlServer, Unit, UnitKind};
+use tessera_control::{ControlConfig, ControlServer, StopAction, Unit, UnitKind};
 use tessera_fu::resources::FarmLimits;
 
 use crate::farm::{
@@ -67,9 +67,9 @@ pub struct ControlArgs {
 }
 
 /// Starts the control server of this process's units and says where it is.
-fn serve_control(args: &ControlArgs, units: Vec<Unit>) -> Result<ControlServer> {
+fn serve_control(args: &ControlArgs, units: Vec<Unit>, stop: StopAction) -> Result<ControlServer> {
     let config = ControlConfig { listen: args.control, token: args.control_token.clone() };
-    let server = ControlServer::start(&config, units).context("--control")?;
+    let server = ControlServer::start(&config, units, Some(stop)).context("--control")?;
     eprintln!("monitoring: http://{}/metrics and /api/v1/units", server.local_addr());
     Ok(server)
 }
@@ -389,7 +389,15 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
             stats: s.clone(),
         }))
         .collect();
-    let _control = serve_control(control, units)?;
+    let asked = interrupts.clone();
+    let stop: StopAction = Arc::new(move || {
+        // As a first Ctrl-C: stop the trigger and drain.
+        Ok(match asked.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => "stopping the trigger; draining".to_owned(),
+            Err(_) => "already stopping".to_owned(),
+        })
+    });
+    let _control = serve_control(control, units, stop)?;
     let started = Instant::now();
     let mut stopped = false;
     let mut last = Progress::default();
@@ -762,8 +770,17 @@ pub fn unit(
             let control = node.control();
             let stats = node.stats();
             let kind = if i == 0 { UnitKind::Evm } else { UnitKind::Ru };
+            let stop: StopAction = if i == 0 {
+                let evm = control.clone();
+                Arc::new(move || {
+                    evm.stop_trigger();
+                    Ok("the EVM stops the trigger; the run drains".to_owned())
+                })
+            } else {
+                Arc::new(|| Err("an RU does not stop the run: ask the EVM's process".to_owned()))
+            };
             let _control =
-                serve_control(control_args, vec![Unit { name: ru.name.clone(), kind, stats: stats.clone() }])?;
+                serve_control(control_args, vec![Unit { name: ru.name.clone(), kind, stats: stats.clone() }], stop)?;
             eprintln!(
                 "{}: {} FEDs {:?}, run {}",
                 ru.name,
@@ -824,9 +841,11 @@ pub fn unit(
             let broker = start_broker(&cfg, i, &output)?;
             let node = BuNode::new(bu_node(&cfg, i, &output, data, evm, restart, bu_peers(&cfg)?))?;
             let control = node.control();
+            let stop: StopAction = Arc::new(|| Err("a BU does not stop the run: ask the EVM's process".to_owned()));
             let _control = serve_control(
                 control_args,
                 vec![Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() }],
+                stop,
             )?;
             eprintln!(
                 "{}: BU {i}, run {}, files under {}",

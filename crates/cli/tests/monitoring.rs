@@ -6,13 +6,18 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn get(addr: SocketAddr, path: &str) -> String {
+/// One request; the body of a 2xx answer.
+fn request(addr: SocketAddr, method: &str, path: &str) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.starts_with("HTTP/1.1 20"), "{answer}");
     answer.split_once("\r\n\r\n").unwrap().1.to_owned()
+}
+
+fn get(addr: SocketAddr, path: &str) -> String {
+    request(addr, "GET", path)
 }
 
 fn sum(metrics: &str, name: &str) -> f64 {
@@ -24,12 +29,12 @@ fn sum(metrics: &str, name: &str) -> f64 {
 }
 
 #[test]
-fn run_serves_metrics_that_move_and_an_api_that_names_the_units() {
+fn run_serves_metrics_that_move_and_an_api_that_names_the_units_and_stops_the_run() {
     let tmp = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["run", "--seconds", "4", "--control", "127.0.0.1:0", "--output"])
+        .args(["run", "--seconds", "120", "--control", "127.0.0.1:0", "--output"])
         .arg(tmp.path().join("out"))
-        .stdout(Stdio::null())
+        .stdout(std::fs::File::create(tmp.path().join("summary.txt")).unwrap())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -58,5 +63,14 @@ fn run_serves_metrics_that_move_and_an_api_that_names_the_units() {
     let built_api: f64 =
         units.as_array().unwrap().iter().map(|u| u["figures"]["events_built_total"].as_f64().unwrap()).sum();
     assert!(built_api >= sum(&second, "tessera_events_built_total"), "the figures only grow");
-    assert!(child.wait().unwrap().success());
+    assert!(units.as_array().unwrap().iter().all(|u| u["state"] == "Enabled"), "{units}");
+    assert!(second.contains(r#"tessera_unit_state{unit="bu0",kind="bu",state="Enabled"} 1"#), "{second}");
+    // Stopping over the API drains the run and ends it cleanly, long before its 120 s.
+    let said = request(addr, "POST", "/api/v1/stop");
+    assert!(said.contains("stopping the trigger"), "{said}");
+    let started = std::time::Instant::now();
+    let status = child.wait().unwrap();
+    let summary = std::fs::read_to_string(tmp.path().join("summary.txt")).unwrap();
+    assert!(status.success(), "{status}\n{summary}");
+    assert!(started.elapsed() < Duration::from_secs(60));
 }

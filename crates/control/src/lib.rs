@@ -1,5 +1,6 @@
-//! Tessera's monitoring plane: the live figures of the units of a process, as Prometheus metrics
-//! (`GET /metrics`) and as JSON (`GET /api/v1/units`), served over HTTP by [`ControlServer`].
+//! Tessera's monitoring and control plane: the live figures and states of the units of a
+//! process, as Prometheus metrics (`GET /metrics`) and as JSON (`GET /api/v1/units`), and the
+//! run's stop (`POST /api/v1/stop`), served over HTTP by [`ControlServer`].
 //!
 //! The server binds loopback unless told otherwise; any other address needs a token, which every
 //! request must then bring as `Authorization: Bearer <token>` (guarantee 5 of the design).
@@ -20,6 +21,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{Throttle, UnitStats};
 use tokio::sync::oneshot;
 
@@ -232,6 +234,21 @@ pub fn metrics_text(units: &[Unit]) -> String {
             );
         }
     }
+    let name = "tessera_unit_state";
+    let _ = writeln!(out, "# HELP {name} 1 for the state the unit is in.\n# TYPE {name} gauge");
+    for unit in units {
+        let now = unit.stats.state();
+        for state in UnitState::ALL {
+            let _ = writeln!(
+                out,
+                "{name}{{unit=\"{}\",kind=\"{}\",state=\"{}\"}} {}",
+                label(&unit.name),
+                unit.kind.label(),
+                state.name(),
+                u8::from(now == state)
+            );
+        }
+    }
     let name = "tessera_throttled";
     let _ = writeln!(out, "# HELP {name} 1 while the unit holds back for this reason.\n# TYPE {name} gauge");
     for unit in units {
@@ -257,7 +274,9 @@ pub struct UnitView {
     pub name: String,
     /// What it is.
     pub kind: UnitKind,
-    /// Why it holds back, or "" when it does not.
+    /// Its state (`Halted`, `Configuring`, `Ready`, `Enabled`, `Draining`, `Failed`).
+    pub state: &'static str,
+    /// Why it holds back, or "" when it does not: its sub-state.
     pub throttle: &'static str,
     /// Whether it ended by an error.
     pub failed: bool,
@@ -274,6 +293,7 @@ pub fn unit_views(units: &[Unit]) -> Vec<UnitView> {
         .map(|u| UnitView {
             name: u.name.clone(),
             kind: u.kind,
+            state: u.stats.state().name(),
             throttle: u.stats.throttle().key(),
             failed: u.stats.failed(),
             figures: FAMILIES.iter().map(|f| (f.name.trim_start_matches("tessera_"), (f.read)(&u.stats))).collect(),
@@ -315,15 +335,25 @@ pub struct ControlServer {
     thread: Option<JoinHandle<()>>,
 }
 
+/// What `POST /api/v1/stop` does: stops the trigger and drains (`Ok` with a sentence), or why
+/// this process cannot (`Err`: a unit whose run is stopped elsewhere).
+pub type StopAction = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+
 #[derive(Clone)]
 struct Shared {
     units: Arc<Vec<Unit>>,
     token: Option<Arc<str>>,
+    stop: Option<StopAction>,
 }
 
 impl ControlServer {
-    /// Binds `config.listen` and serves `units` on a thread of its own.
-    pub fn start(config: &ControlConfig, units: Vec<Unit>) -> Result<ControlServer, ControlError> {
+    /// Binds `config.listen` and serves `units` on a thread of its own; `stop` is what
+    /// `POST /api/v1/stop` does (none: the request is refused).
+    pub fn start(
+        config: &ControlConfig,
+        units: Vec<Unit>,
+        stop: Option<StopAction>,
+    ) -> Result<ControlServer, ControlError> {
         if !config.listen.ip().is_loopback() && config.token.as_deref().is_none_or(str::is_empty) {
             return Err(ControlError::TokenRequired(config.listen));
         }
@@ -331,11 +361,12 @@ impl ControlServer {
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|source| ControlError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| ControlError::Bind { addr: config.listen, source })?;
-        let shared = Shared { units: Arc::new(units), token: config.token.as_deref().map(Arc::from) };
+        let shared = Shared { units: Arc::new(units), token: config.token.as_deref().map(Arc::from), stop };
         let app = Router::new()
             .route("/metrics", get(metrics))
             .route("/api/v1/units", get(units_json))
             .route("/api/v1/health", get(|| async { "ok\n" }))
+            .route("/api/v1/stop", axum::routing::post(stop_run))
             .layer(middleware::from_fn_with_state(shared.clone(), require_token))
             .with_state(shared);
         let (stop, stopped) = oneshot::channel::<()>();
@@ -393,6 +424,15 @@ async fn require_token(State(shared): State<Shared>, request: Request, next: Nex
 
 async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics_text(&shared.units))
+}
+
+async fn stop_run(State(shared): State<Shared>) -> Response {
+    match shared.stop.as_ref().map(|stop| stop()) {
+        Some(Ok(said)) => (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "result": said }))).into_response(),
+        Some(Err(why)) => (StatusCode::CONFLICT, axum::Json(serde_json::json!({ "error": why }))).into_response(),
+        None => (StatusCode::CONFLICT, axum::Json(serde_json::json!({ "error": "this process cannot stop a run" })))
+            .into_response(),
+    }
 }
 
 async fn units_json(State(shared): State<Shared>) -> impl IntoResponse {

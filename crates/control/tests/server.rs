@@ -40,7 +40,8 @@ fn metrics_move_with_the_units_and_the_api_agrees() {
     let units = units();
     let (evm, bu) = (units[0].stats.clone(), units[1].stats.clone());
     let server =
-        ControlServer::start(&ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None }, units).unwrap();
+        ControlServer::start(&ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None }, units, None)
+            .unwrap();
     let addr = server.local_addr();
     let (status, text) = get(addr, "/metrics", None);
     assert_eq!(status, 200);
@@ -67,9 +68,9 @@ fn metrics_move_with_the_units_and_the_api_agrees() {
 #[test]
 fn any_address_but_loopback_needs_a_token_and_every_request_brings_it() {
     let open = ControlConfig { listen: "0.0.0.0:0".parse().unwrap(), token: None };
-    assert!(matches!(ControlServer::start(&open, units()), Err(ControlError::TokenRequired(_))));
+    assert!(matches!(ControlServer::start(&open, units(), None), Err(ControlError::TokenRequired(_))));
     let guarded = ControlConfig { listen: "0.0.0.0:0".parse().unwrap(), token: Some("s3cret".into()) };
-    let server = ControlServer::start(&guarded, units()).unwrap();
+    let server = ControlServer::start(&guarded, units(), None).unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{}", server.local_addr().port()).parse().unwrap();
     assert_eq!(get(addr, "/metrics", None).0, 401);
     assert_eq!(get(addr, "/metrics", Some("wrong")).0, 401);

@@ -219,6 +219,11 @@ impl Bu {
         self.maybe_request(now);
     }
 
+    /// Whether the EVM has told it to drain (the trigger has stopped).
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
     /// Why the BU asks for no events now, if it does not.
     pub fn throttle(&self) -> Option<&'static str> {
         self.throttle

@@ -24,6 +24,7 @@ use crate::bu_files::{BuFiles, BuFilesError, RawWriter};
 use crate::conn::{Conn, NoPieces};
 use crate::frame_store::{FrameStore, SharedFrames};
 use crate::ru_node::{Control, NodeError, WAKER, connect, io_err, poller};
+use crate::state::{Transition, UnitState};
 use crate::stats::{CpuSampler, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -166,6 +167,7 @@ impl BuNode {
     /// Runs the BU until it has written its end-of-run record.
     pub fn run(self) -> Result<BuReport, NodeError> {
         let BuNode { cfg, stats, control, poll } = self;
+        stats.transition(Transition::Configure);
         crate::ru_node::pin_to(cfg.pin_core, &stats, &format!("BU {}", cfg.bu.bu));
         let generated = cfg.generated;
         let (files, disk, epoch) = if cfg.discard {
@@ -224,6 +226,10 @@ impl BuNode {
         lp.jobs = None; // the writers end when the queue closes
         for w in writers {
             let _ = w.join();
+        }
+        match &result {
+            Ok(_) => lp.stats.end_cleanly(),
+            Err(_) => lp.stats.set_failed(),
         }
         result
     }
@@ -305,9 +311,14 @@ impl BuLoop {
         let started = Instant::now();
         let mut last_check: Option<Instant> = None;
         let mut ended_at: Option<Instant> = None;
+        self.stats.transition(Transition::Configured);
+        self.stats.transition(Transition::Enable);
         loop {
             if self.control.aborted() {
                 return Err(NodeError::Aborted(format!("{} events in flight", self.core.events_in_flight())));
+            }
+            if self.core.draining() && self.stats.state() == UnitState::Enabled {
+                self.stats.transition(Transition::Stop);
             }
             if self.files.is_some() && last_check.is_none_or(|t| t.elapsed() >= RAMDISK_CHECK) {
                 last_check = Some(Instant::now());

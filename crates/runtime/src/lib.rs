@@ -18,5 +18,6 @@ pub mod ferol_input;
 pub mod frame_store;
 pub mod link;
 pub mod ru_node;
+pub mod state;
 pub mod stats;
 pub mod system;

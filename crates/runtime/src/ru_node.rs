@@ -15,6 +15,7 @@
 
 use crate::conn::{Conn, NoPieces, PieceSource};
 use crate::ferol_input::{FragmentHandle, Received, StreamBuffer};
+use crate::state::Transition;
 use crate::stats::{CpuSampler, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -402,6 +403,7 @@ impl RuNode {
     /// the end of run sent.
     pub fn run(self) -> Result<RuReport, NodeError> {
         let RuNode { cfg, core, stats, control, poll } = self;
+        stats.transition(Transition::Configure);
         pin_to(cfg.pin_core, &stats, &format!("RU {}", cfg.ru.ru));
         // One super-fragment must fit in a frame: data messages are split between them only.
         let largest = cfg.ru.feds.len() * cfg.max_wire_bytes + FRAME_SLACK_BYTES;
@@ -438,7 +440,12 @@ impl RuNode {
             poll,
             cfg,
         };
-        lp.run()
+        let result = lp.run();
+        match &result {
+            Ok(_) => lp.stats.end_cleanly(),
+            Err(_) => lp.stats.set_failed(),
+        }
+        result
     }
 }
 
@@ -529,6 +536,8 @@ impl RuLoop {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
         self.buffers = Buffers(buffers);
+        self.stats.transition(Transition::Configured);
+        self.stats.transition(Transition::Enable);
         let mut events = Events::with_capacity(1024);
         let mut drained_at: Option<Instant> = None;
         loop {
@@ -653,6 +662,7 @@ impl RuLoop {
             return;
         }
         self.trigger_stopped = true;
+        self.stats.transition(Transition::Stop);
         let last_event = self.core.evm().and_then(Evm::last_triggered);
         let now = self.now();
         self.core.handle(now, Input::StopTrigger { last_event });
@@ -891,6 +901,9 @@ impl RuLoop {
             }
             for (from, msg) in inputs {
                 if matches!(msg, Message::Drain { .. }) && !self.is_evm() {
+                    if !self.drain_seen {
+                        self.stats.transition(Transition::Stop);
+                    }
                     self.drain_seen = true;
                     continue;
                 }

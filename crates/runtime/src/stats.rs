@@ -1,6 +1,7 @@
 //! Live figures of a running unit, shared with whoever shows progress: plain atomics that the
 //! unit's loop stores and a monitor loads, so that neither waits for the other.
 
+use crate::state::{Transition, UnitState};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -140,6 +141,7 @@ pub struct UnitStats {
     /// difference over a window.
     pub loop_cpu_ns: Gauge,
     throttle: Gauge,
+    state: Gauge,
     failed: Gauge,
     problems: Mutex<(Vec<String>, u64)>,
 }
@@ -157,7 +159,33 @@ impl UnitStats {
 
     /// Marks the unit as ended by an error.
     pub fn set_failed(&self) {
-        self.failed.set(1)
+        self.failed.set(1);
+        self.transition(Transition::Fail);
+    }
+
+    /// Where the unit is in its life.
+    pub fn state(&self) -> UnitState {
+        UnitState::from_code(self.state.get())
+    }
+
+    /// Moves the unit's state; a transition its state does not allow is reported as a problem
+    /// (a bug in the unit's driver) and changes nothing.
+    pub fn transition(&self, transition: Transition) {
+        match self.state().apply(transition) {
+            Ok(next) => self.state.set(next as u64),
+            Err(e) => self.problem(format!("state machine: {e}")),
+        }
+    }
+
+    /// Ends a unit that ran to its end: drained if it was not yet, then halted.
+    pub fn end_cleanly(&self) {
+        if self.state() == UnitState::Enabled {
+            self.transition(Transition::Stop);
+        }
+        if self.state() == UnitState::Draining {
+            self.transition(Transition::Drained);
+        }
+        self.transition(Transition::Halt);
     }
 
     /// Whether the unit ended with an error.
