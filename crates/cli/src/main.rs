@@ -93,6 +93,11 @@ enum Command {
         #[arg(long)]
         print_config: bool,
     },
+    /// Check a system file without running anything, or print the default one.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// Run one filter unit: claim raw files from a BU's run directory, select their events with
     /// the menu (or an external HLT), write the accepted events per lumi section and stream, and
     /// leave when the run has ended and every file is processed. Prints its report as JSON.
@@ -182,6 +187,19 @@ enum BenchSuite {
     /// a sample run against a plain read of its files, and the micro, mini and macro mergers
     /// against a plain copy of the FU outputs.
     Fu,
+}
+
+#[derive(Subcommand)]
+enum ConfigAction {
+    /// Read and check a system file as `tessera run` would (every key, every value, the menu
+    /// file it names); print a one-line summary, or the first problem with file, line, key,
+    /// what was expected and what was found (exit status 1).
+    Check {
+        /// The system file.
+        file: PathBuf,
+    },
+    /// Print the default system (the one `tessera run` runs without a file) as YAML.
+    Default,
 }
 
 #[derive(Args)]
@@ -376,6 +394,40 @@ fn main() -> ExitCode {
     }
 }
 
+/// `tessera config check`: the file read and checked as `tessera run` reads it, and the menu
+/// file it names.
+fn config_check(file: &Path) -> Result<ExitCode> {
+    let cfg = match tessera_config::SystemConfig::load(file) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if cfg.fu.enabled
+        && let Some(menu) = &cfg.fu.menu
+        && let Err(e) = tessera_config::Menu::load(menu)
+    {
+        eprintln!("{}: fu.menu: {e}", file.display());
+        return Ok(ExitCode::from(1));
+    }
+    let farm = if cfg.fu.enabled {
+        format!("filter farm of {} FU processes per BU", cfg.fu.processes_per_bu)
+    } else {
+        "no filter farm".to_owned()
+    };
+    println!(
+        "{}: OK: run {}, {} RUs, {} BUs, {} FEDs, {}",
+        file.display(),
+        cfg.run.number,
+        cfg.rus.len(),
+        cfg.bus.len(),
+        cfg.all_feds().len(),
+        farm
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn checks(no_seed_check: bool) -> EventChecks {
     EventChecks { seeded_payloads: !no_seed_check }
 }
@@ -453,6 +505,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run { system, args, control, print_config } => {
             run::run(system.as_deref(), &args, &control, print_config)
         }
+        Command::Config { action: ConfigAction::Default } => {
+            print!("{}", tessera_config::SystemConfig::default().to_yaml());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config { action: ConfigAction::Check { file } } => config_check(&file),
         Command::Fu(args) => {
             let report = farm::fu(&args)?;
             println!("{}", farm::report_json(&report));

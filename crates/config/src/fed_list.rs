@@ -8,7 +8,7 @@ use tessera_emu::generator::MAX_FED_ID;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FedListError {
     /// An item that is not a decimal number.
-    #[error("{item:?} is not a FED id")]
+    #[error("{item:?}: expected a FED id (0 to 4095) or a range such as 0-7")]
     NotANumber {
         /// The item as written.
         item: String,
@@ -44,9 +44,14 @@ pub fn parse_fed_list(list: &str) -> Result<Vec<u16>, FedListError> {
     let mut seen = vec![false; usize::from(MAX_FED_ID) + 1];
     let mut feds = Vec::new();
     for item in list.split(',') {
+        // A part that is not a number is reported with its whole item ("0-", not "").
+        let whole = |e| match e {
+            FedListError::NotANumber { .. } => FedListError::NotANumber { item: item.trim().to_owned() },
+            e => e,
+        };
         let (lo, hi) = match item.split_once('-') {
-            Some((lo, hi)) => (number(lo)?, number(hi)?),
-            None => (number(item)?, number(item)?),
+            Some((lo, hi)) => (number(lo).map_err(whole)?, number(hi).map_err(whole)?),
+            None => (number(item).map_err(whole)?, number(item).map_err(whole)?),
         };
         if lo > hi {
             return Err(FedListError::Backwards { range: item.trim().to_owned() });
@@ -97,8 +102,9 @@ mod tests {
         let msg = |s: &str| parse_fed_list(s).unwrap_err().to_string();
         assert_eq!(msg("0-5000"), "FED id 5000 is above 4095");
         assert_eq!(msg("7-3"), "range 7-3 runs backwards");
-        assert_eq!(msg("1,x"), "\"x\" is not a FED id");
-        assert_eq!(msg(""), "\"\" is not a FED id");
+        assert_eq!(msg("1,x"), "\"x\": expected a FED id (0 to 4095) or a range such as 0-7");
+        assert_eq!(msg(""), "\"\": expected a FED id (0 to 4095) or a range such as 0-7");
+        assert_eq!(msg("1024,0-"), "\"0-\": expected a FED id (0 to 4095) or a range such as 0-7");
         assert_eq!(msg("0-3,2"), "FED 2 is listed twice");
     }
 

@@ -45,6 +45,7 @@ pub(crate) fn read_yaml<T: DeserializeOwned>(
             Some(at) => (Some(at), keys.path_at(at, unknown)),
             None => (None, None),
         };
+        let message = with_found(message, text, at);
         ConfigError::Schema { place: place(at, key.map(str::to_owned)), message }
     })?;
     validate(&value).map_err(|e| {
@@ -54,6 +55,27 @@ pub(crate) fn read_yaml<T: DeserializeOwned>(
         ConfigError::Invalid { place: place(at, Some(e.key)), message: e.message }
     })?;
     Ok(value)
+}
+
+/// A type mismatch worded by the parser as "invalid u32" says what was expected and what was
+/// found: the scalar at `at` in `text`.
+fn with_found(message: String, text: &str, at: Option<(u64, u64)>) -> String {
+    let Some(ty) = message.strip_prefix("invalid ").filter(|t| !t.contains(' ')) else { return message };
+    let expected = match ty {
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number of 0 or more",
+        "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number",
+        "f32" | "f64" => "a number",
+        "bool" => "true or false",
+        _ => return message,
+    };
+    let found = at
+        .and_then(|(line, column)| {
+            let line = text.lines().nth(usize::try_from(line).ok()?.checked_sub(1)?)?;
+            line.get(usize::try_from(column).ok()?.checked_sub(1)?..)
+        })
+        .map(|rest| rest.split([',', '}', ']', '#']).next().unwrap_or(rest).trim().to_owned())
+        .unwrap_or_default();
+    format!("expected {expected} ({ty}), found {found:?}")
 }
 
 /// The text of the file at `path`.

@@ -200,7 +200,10 @@ fn impossible_conditions_are_refused() {
 
 #[test]
 fn wrong_type_and_missing_key_are_named() {
-    assert_eq!(error(&changed("prescale: 1", "prescale: -1")), "menu.yaml:5:15: paths[0].prescale: invalid u32");
+    assert_eq!(
+        error(&changed("prescale: 1", "prescale: -1")),
+        "menu.yaml:5:15: paths[0].prescale: expected a whole number of 0 or more (u32), found \"-1\""
+    );
     assert_eq!(error(&changed("  - name: express\n", "  - \n")), "menu.yaml:10:5: paths[1]: missing field `name`");
     assert_eq!(error("streams: [A]\n"), "menu.yaml:1:1: missing field `paths`");
     assert_eq!(

@@ -106,7 +106,10 @@ fn unknown_key_on_the_first_line_is_named_too() {
 #[test]
 fn wrong_type_names_the_line_path_and_type() {
     let text = format!("{BASE}ru:\n  chunks_per_fed: many\n");
-    assert_eq!(error(&text), "conf/bad.yaml:9:19: ru.chunks_per_fed: invalid u32");
+    assert_eq!(
+        error(&text),
+        "conf/bad.yaml:9:19: ru.chunks_per_fed: expected a whole number of 0 or more (u32), found \"many\""
+    );
 }
 
 #[test]
