@@ -25,6 +25,9 @@ use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{Throttle, UnitStats};
 use tokio::sync::oneshot;
 
+/// The OpenAPI document of the server, served at `/api/v1/openapi.json`.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
 /// What kind of unit a figure belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -367,6 +370,7 @@ impl ControlServer {
             .route("/api/v1/units", get(units_json))
             .route("/api/v1/health", get(|| async { "ok\n" }))
             .route("/api/v1/stop", axum::routing::post(stop_run))
+            .route("/api/v1/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
             .layer(middleware::from_fn_with_state(shared.clone(), require_token))
             .with_state(shared);
         let (stop, stopped) = oneshot::channel::<()>();

@@ -98,3 +98,40 @@ fn the_grafana_dashboard_queries_only_exported_metrics() {
     }
     assert!(queried >= 10, "{queried}");
 }
+
+/// A request with any method; the status code.
+fn status(addr: SocketAddr, method: &str, path: &str) -> u16 {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer[9..12].parse().unwrap()
+}
+
+/// The server serves its OpenAPI document, and answers every operation it describes with one of
+/// the statuses it documents; with a stop action and without.
+#[test]
+fn every_documented_operation_answers_as_documented() {
+    let stop: tessera_control::StopAction = Arc::new(|| Ok("stopping".into()));
+    for action in [Some(stop), None] {
+        let config = ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None };
+        let server = ControlServer::start(&config, units(), action).unwrap();
+        let addr = server.local_addr();
+        let (code, served) = get(addr, "/api/v1/openapi.json", None);
+        assert_eq!(code, 200);
+        let doc: serde_json::Value = serde_json::from_str(&served).unwrap();
+        assert_eq!(doc, serde_json::from_str::<serde_json::Value>(tessera_control::OPENAPI).unwrap());
+        let mut operations = 0;
+        for (path, methods) in doc["paths"].as_object().unwrap() {
+            for (method, operation) in methods.as_object().unwrap() {
+                let code = status(addr, &method.to_uppercase(), path);
+                assert!(
+                    operation["responses"].get(code.to_string()).is_some(),
+                    "{method} {path} answered {code}, not a documented status"
+                );
+                operations += 1;
+            }
+        }
+        assert_eq!(operations, 5);
+    }
+}
