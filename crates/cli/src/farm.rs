@@ -232,11 +232,17 @@ impl Farm {
             if let Some(mut stdout) = child.stdout.take() {
                 let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
             }
+            // The end of its log says why it failed.
+            let last = || {
+                let text = fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().rev().take(3).collect();
+                lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            };
             let result = match status {
                 Some(s) if s.success() => serde_json::from_str(out.trim())
                     .map_err(|e| format!("unreadable report ({e}); see {}", log.display())),
-                Some(s) => Err(format!("exited with {s}; see {}", log.display())),
-                None => Err(format!("did not finish in {timeout:?}; stopped; see {}", log.display())),
+                Some(s) => Err(format!("exited with {s}: {}; see {}", last(), log.display())),
+                None => Err(format!("did not finish in {timeout:?}; stopped: {}; see {}", last(), log.display())),
             };
             outcome.fus.push((name, result));
         }
@@ -323,7 +329,7 @@ impl Mergers {
                 // Every merger step can be redone: wait for room and try again.
                 Err(e) if e.downcast_ref::<tessera_fu::FuError>().is_some_and(tessera_fu::FuError::is_disk_full) => {
                     let since = *full_since.get_or_insert_with(Instant::now);
-                    eprintln!("mergers: DISK FULL for {:.0} s: {e:#}; waiting", since.elapsed().as_secs_f64());
+                    tracing::warn!("mergers: DISK FULL for {:.0} s: {e:#}; waiting", since.elapsed().as_secs_f64());
                     std::thread::sleep(MERGER_DISK_FULL_PAUSE);
                 }
                 Err(e) => return Err(e),
@@ -511,7 +517,7 @@ pub fn start_broker(cfg: &SystemConfig, i: usize, output: &Path) -> Result<Optio
     };
     let broker = tessera_fu::broker::Broker::start(config)
         .with_context(|| format!("{}: cannot serve its file broker on {listen}", bu.name))?;
-    eprintln!("{}: file broker on http://{}", bu.name, broker.local_addr());
+    tracing::info!(unit = %bu.name, address = %broker.local_addr(), "{}: file broker on http://{}", bu.name, broker.local_addr());
     Ok(Some(broker))
 }
 

@@ -17,6 +17,39 @@ mod run;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How to write the log on standard error: `text` for people, `json` (one object a line,
+    /// with the run, unit and lumi section as fields) for machines. `RUST_LOG` sets the levels
+    /// (default `info`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// See [`Cli::log_format`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Sends the log to standard error: messages as they always read for people, every event as a
+/// JSON object for machines.
+fn init_log(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        // The message alone, as people read it; the fields are for machines.
+        LogFormat::Text => log
+            .without_time()
+            .with_level(false)
+            .with_target(false)
+            .with_ansi(false)
+            .fmt_fields(tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+                if field.name() == "message" { write!(w, "{value:?}") } else { Ok(()) }
+            }))
+            .init(),
+        LogFormat::Json => log.json().flatten_event(true).with_current_span(false).init(),
+    }
 }
 
 #[derive(Subcommand)]
@@ -385,7 +418,9 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    init_log(cli.log_format);
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tessera: {e:#}");

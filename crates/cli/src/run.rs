@@ -70,7 +70,7 @@ pub struct ControlArgs {
 fn serve_control(args: &ControlArgs, units: Vec<Unit>, stop: StopAction) -> Result<ControlServer> {
     let config = ControlConfig { listen: args.control, token: args.control_token.clone() };
     let server = ControlServer::start(&config, units, Some(stop)).context("--control")?;
-    eprintln!("monitoring: http://{}/metrics and /api/v1/units", server.local_addr());
+    tracing::info!(address = %server.local_addr(), "monitoring: http://{}/metrics and /api/v1/units", server.local_addr());
     Ok(server)
 }
 
@@ -354,7 +354,8 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
         (None, Some(s)) => format!("{s} s"),
         (None, None) => "Ctrl-C".into(),
     };
-    eprintln!(
+    tracing::info!(
+        run = cfg.run.number,
         "tessera run {}: {} RUs ({} FEDs), {} BUs, {}; until {limit} (Ctrl-C drains and stops); output in {}",
         cfg.run.number,
         cfg.rus.len(),
@@ -413,7 +414,14 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
         if !stopped && (time_up || interrupted > 0) {
             stopped = true;
             let n = system.stop();
-            eprintln!("{}stopping: every FED ends after event {n} of the run; draining", if tty { "\n" } else { "" });
+            if tty {
+                eprintln!();
+            }
+            tracing::info!(
+                run = cfg.run.number,
+                last_event = n,
+                "stopping: every FED ends after event {n} of the run; draining"
+            );
         }
         if interrupted > 1 || system_failed(&system) {
             break;
@@ -433,7 +441,11 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
             Duration::from_secs(cfg.fu.drain_timeout_s)
         };
         if timeout > Duration::ZERO {
-            eprintln!("filter farm: processing the last files and merging into {}", farm.dirs.storage.display());
+            tracing::info!(
+                run = cfg.run.number,
+                "filter farm: processing the last files and merging into {}",
+                farm.dirs.storage.display()
+            );
         }
         let streams = farm.streams.clone();
         let dirs = farm.dirs.clone();
@@ -444,7 +456,7 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
             // FUs on other hosts finish their last files through the broker.
             let bu_dir = cfg.bu_directory(i, &output);
             if !wait_drained(&bu_dir, cfg.run.number, Duration::from_secs(cfg.fu.drain_timeout_s)) {
-                eprintln!("{}: files are left unprocessed in {}", cfg.bus[i].name, bu_dir.display());
+                tracing::warn!(unit = %cfg.bus[i].name, "{}: files are left unprocessed in {}", cfg.bus[i].name, bu_dir.display());
             }
         }
     }
@@ -478,7 +490,15 @@ fn show(p: &Progress, last: &Progress, tty: bool) {
     if tty {
         let _ = write!(err, "\r{line}");
     } else {
-        let _ = writeln!(err, "{line}");
+        tracing::info!(
+            seconds = p.seconds,
+            triggered = p.triggered,
+            built = p.built,
+            fragment_bytes = p.fragment_bytes,
+            store_bytes = p.store_bytes,
+            problems = p.problems,
+            "{line}"
+        );
     }
     let _ = err.flush();
 }
@@ -781,7 +801,9 @@ pub fn unit(
             };
             let _control =
                 serve_control(control_args, vec![Unit { name: ru.name.clone(), kind, stats: stats.clone() }], stop)?;
-            eprintln!(
+            tracing::info!(
+                unit = %ru.name,
+                run = cfg.run.number,
                 "{}: {} FEDs {:?}, run {}",
                 ru.name,
                 if i == 0 { "EVM and RU 0," } else { "RU," },
@@ -796,7 +818,7 @@ pub fn unit(
                 if n > asked {
                     asked = n;
                     if n == 1 && i == 0 {
-                        eprintln!("{}: stopping the trigger and draining (Ctrl-C again aborts)", ru.name);
+                        tracing::info!(unit = %ru.name, "{}: stopping the trigger and draining (Ctrl-C again aborts)", ru.name);
                         control.stop_trigger();
                     } else {
                         control.abort();
@@ -806,7 +828,7 @@ pub fn unit(
             let result = handle.join().map_err(|_| anyhow::anyhow!("the unit panicked"))?;
             let (problems, count) = stats.problems();
             for p in problems.iter().take(10) {
-                eprintln!("  {p}");
+                tracing::warn!(unit = %ru.name, "  {p}");
             }
             match result {
                 Ok(r) => {
@@ -824,7 +846,7 @@ pub fn unit(
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    eprintln!("{}: {e}", ru.name);
+                    tracing::error!(unit = %ru.name, "{}: {e}", ru.name);
                     Ok(ExitCode::FAILURE)
                 }
             }
@@ -847,7 +869,9 @@ pub fn unit(
                 vec![Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() }],
                 stop,
             )?;
-            eprintln!(
+            tracing::info!(
+                unit = %bu.name,
+                run = cfg.run.number,
                 "{}: BU {i}, run {}, files under {}",
                 bu.name,
                 cfg.run.number,
@@ -864,12 +888,13 @@ pub fn unit(
             if broker.is_some() && result.is_ok() && interrupts.load(Ordering::SeqCst) == 0 {
                 // Remote FUs finish their last files through the broker.
                 let drain = Duration::from_secs(cfg.fu.drain_timeout_s);
-                eprintln!(
+                tracing::info!(
+                    unit = %bu.name,
                     "{}: serving the file broker until FUs have processed every file (at most {drain:?})",
                     bu.name
                 );
                 if !wait_drained(&cfg.bu_directory(i, &output), cfg.run.number, drain) {
-                    eprintln!("{}: files are left unprocessed after {drain:?}", bu.name);
+                    tracing::warn!(unit = %bu.name, "{}: files are left unprocessed after {drain:?}", bu.name);
                 }
             }
             drop(broker);
@@ -886,7 +911,7 @@ pub fn unit(
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    eprintln!("{}: {e}", bu.name);
+                    tracing::error!(unit = %bu.name, "{}: {e}", bu.name);
                     Ok(ExitCode::FAILURE)
                 }
             }

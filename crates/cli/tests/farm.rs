@@ -200,3 +200,18 @@ fn run_with_the_python_hlt_in_place_of_the_menu_proves_the_chain() {
     // The script's rule: Physics takes even event numbers, Express multiples of 10.
     assert!(text.contains("accepted: Error 0, Express 200, Physics 1000"), "{text}");
 }
+
+#[test]
+fn fu_log_as_json_gives_one_object_a_line_with_the_lumi_section() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bu = tmp.path().join("bu");
+    assert!(tessera().args(["sample", "--lumi-sections", "2"]).arg("--output").arg(&bu).status().unwrap().success());
+    let out = fu(&bu, &tmp.path().join("fu")).arg("--log-format").arg("json").output().unwrap();
+    assert!(out.status.success());
+    let log = String::from_utf8(out.stderr).unwrap();
+    let events: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let published: Vec<_> = events.iter().filter(|e| e["lumi_section"].is_u64()).collect();
+    assert_eq!(published.len(), 2, "{log}");
+    assert!(published.iter().all(|e| e["level"] == "INFO" && e["message"].as_str().unwrap().contains("published")));
+    assert_eq!(published.iter().map(|e| e["processed"].as_u64().unwrap()).sum::<u64>(), 40);
+}

@@ -186,7 +186,9 @@ fn run_loop(
                 // Nothing is lost: the outputs not yet published are dropped and their inputs go
                 // back to the pool, to be processed again when there is room.
                 let since = *full_since.get_or_insert_with(Instant::now);
-                eprintln!(
+                tracing::warn!(
+                    unit = %fu.name,
+                    run = cfg.run,
                     "FU {}: DISK FULL ({e}) for {:.0} s: dropping unpublished outputs, giving back their files, waiting",
                     fu.name,
                     since.elapsed().as_secs_f64()
@@ -243,9 +245,13 @@ impl Fu<'_> {
         let Some(mut state) = source.state()? else {
             if !self.waiting_said {
                 self.waiting_said = true;
-                eprintln!(
+                tracing::info!(
+                    unit = %self.name,
+                    run = cfg.run,
                     "FU {}: waiting for the BU to start run {} (at most {:?})",
-                    self.name, cfg.run, cfg.run_start_timeout
+                    self.name,
+                    cfg.run,
+                    cfg.run_start_timeout
                 );
             }
             if self.started.elapsed() > cfg.run_start_timeout {
@@ -321,6 +327,16 @@ fn publish_ended(
     for ls in ready {
         let lumi = open.remove(&ls).expect("listed above");
         let published = lumi.publish(claimer, source)?;
+        tracing::info!(
+            unit = source,
+            lumi_section = ls,
+            processed = published.processed,
+            error_events = published.error_events,
+            files = published.files,
+            "FU {source}: lumi section {ls} published: {} events from {} files",
+            published.processed,
+            published.files
+        );
         report.lumi_sections += 1;
         report.output_bytes += published.bytes;
         report.files += published.files;

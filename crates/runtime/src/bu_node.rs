@@ -548,6 +548,14 @@ impl BuLoop {
                 Output::EndOfLumi { lumi_section, events } => {
                     if let Some(files) = &mut self.files {
                         files.end_lumi(lumi_section, events)?;
+                        tracing::debug!(
+                            unit = %self.cfg.name,
+                            run = self.cfg.run,
+                            lumi_section,
+                            events,
+                            "BU {}: lumi section {lumi_section} ended with {events} events",
+                            self.cfg.name
+                        );
                     }
                 }
                 Output::EndOfRun { last_lumi_section, lumi_sections } => {
