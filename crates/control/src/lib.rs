@@ -185,6 +185,36 @@ const FAMILIES: &[Family] = &[
         read: |s| s.events_in_flight.get() as f64,
     },
     Family {
+        name: "tessera_ramdisk_used_ratio",
+        kind: "gauge",
+        help: "How full the file system of a BU's run directory is.",
+        read: |s| s.ramdisk_used_percent.get() as f64 / 100.0,
+    },
+    Family {
+        name: "tessera_fu_processes",
+        kind: "gauge",
+        help: "FU processes behind a BU whose resource summaries are live.",
+        read: |s| s.fu_processes.get() as f64,
+    },
+    Family {
+        name: "tessera_fu_free_slots",
+        kind: "gauge",
+        help: "Free processing slots of the FUs behind a BU.",
+        read: |s| s.fu_free_slots.get() as f64,
+    },
+    Family {
+        name: "tessera_fu_queued_lumi_sections",
+        kind: "gauge",
+        help: "Lumi sections the FUs behind a BU lag behind, at the most lagging one.",
+        read: |s| s.fu_queued_lumi_sections.get() as f64,
+    },
+    Family {
+        name: "tessera_fu_output_bytes_per_second",
+        kind: "gauge",
+        help: "Bytes per second the FUs behind a BU write into their outputs.",
+        read: |s| s.fu_output_bytes_per_s.get() as f64,
+    },
+    Family {
         name: "tessera_data_messages_total",
         kind: "counter",
         help: "Data messages sent or received.",

@@ -323,6 +323,7 @@ impl BuLoop {
             if self.files.is_some() && last_check.is_none_or(|t| t.elapsed() >= RAMDISK_CHECK) {
                 last_check = Some(Instant::now());
                 if let Some(full) = used_percent(&self.run_dir) {
+                    self.stats.ramdisk_used_percent.set(u64::from(full));
                     if !ramdisk_high && full >= self.cfg.ramdisk_high_water_percent {
                         ramdisk_high = true;
                         self.stats.problem(format!("BU {}: RAM disk {full}% full: RAMDISK_HIGH_WATER", self.cfg.bu.bu));
@@ -332,7 +333,18 @@ impl BuLoop {
                 }
                 if let Some(limits) = &self.cfg.farm_limits {
                     let summaries = read_summaries(&self.cfg.directory, self.cfg.run);
-                    let pressure = assess(&summaries, unix_ms(), started.elapsed(), limits);
+                    let now_ms = unix_ms();
+                    let pressure = assess(&summaries, now_ms, started.elapsed(), limits);
+                    let live: Vec<_> = summaries
+                        .iter()
+                        .filter(|s| now_ms.saturating_sub(s.updated_unix_ms) <= limits.stale_after.as_millis() as u64)
+                        .collect();
+                    self.stats.fu_processes.set(live.len() as u64);
+                    self.stats.fu_free_slots.set(live.iter().map(|s| u64::from(s.free_slots)).sum());
+                    self.stats.fu_queued_lumi_sections.set(
+                        live.iter().map(|s| u64::from(s.queued_lumi_sections)).max().unwrap_or(0),
+                    );
+                    self.stats.fu_output_bytes_per_s.set(live.iter().map(|s| s.output_bytes_per_s as u64).sum());
                     if let Some(p) = &pressure
                         && farm.as_ref().is_none_or(|f: &BackPressure| f.key() != p.key())
                     {

@@ -132,6 +132,16 @@ pub struct UnitStats {
     pub store_bytes: Gauge,
     /// Events the BU holds, from request to publication.
     pub events_in_flight: Gauge,
+    /// How full the file system of the BU's run directory is, in percent (BU).
+    pub ramdisk_used_percent: Gauge,
+    /// FU processes whose resource summaries are live (BU, with a filter farm).
+    pub fu_processes: Gauge,
+    /// Their free processing slots (BU, with a filter farm).
+    pub fu_free_slots: Gauge,
+    /// Lumi sections the farm lags behind, at its most lagging FU (BU, with a filter farm).
+    pub fu_queued_lumi_sections: Gauge,
+    /// Bytes per second the farm writes into its outputs (BU, with a filter farm).
+    pub fu_output_bytes_per_s: Gauge,
     /// Data messages sent or received.
     pub data_messages: Gauge,
     /// Control messages sent.
