@@ -25,6 +25,9 @@ use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{Throttle, UnitStats};
 use tokio::sync::oneshot;
 
+/// The live dashboard, served at `/`: it reads `/api/v1/units` every second.
+pub const DASHBOARD: &str = include_str!("../dashboard.html");
+
 /// The OpenAPI document of the server, served at `/api/v1/openapi.json`.
 pub const OPENAPI: &str = include_str!("../openapi.json");
 
@@ -396,6 +399,7 @@ impl ControlServer {
         let addr = listener.local_addr().map_err(|source| ControlError::Bind { addr: config.listen, source })?;
         let shared = Shared { units: Arc::new(units), token: config.token.as_deref().map(Arc::from), stop };
         let app = Router::new()
+            .route("/", get(|| async { axum::response::Html(DASHBOARD) }))
             .route("/metrics", get(metrics))
             .route("/api/v1/units", get(units_json))
             .route("/api/v1/health", get(|| async { "ok\n" }))
@@ -449,7 +453,10 @@ async fn require_token(State(shared): State<Shared>, request: Request, next: Nex
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(token) {
+        // A browser opening the dashboard cannot send a header: the page takes `?token=`.
+        let in_query = request.uri().path() == "/"
+            && request.uri().query().is_some_and(|q| q.split('&').any(|kv| kv.strip_prefix("token=") == Some(token)));
+        if given != Some(token) && !in_query {
             return (StatusCode::UNAUTHORIZED, "a token is required: Authorization: Bearer <token>\n").into_response();
         }
     }

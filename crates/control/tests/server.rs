@@ -132,6 +132,6 @@ fn every_documented_operation_answers_as_documented() {
                 operations += 1;
             }
         }
-        assert_eq!(operations, 5);
+        assert_eq!(operations, 6);
     }
 }

@@ -341,9 +341,9 @@ impl BuLoop {
                         .collect();
                     self.stats.fu_processes.set(live.len() as u64);
                     self.stats.fu_free_slots.set(live.iter().map(|s| u64::from(s.free_slots)).sum());
-                    self.stats.fu_queued_lumi_sections.set(
-                        live.iter().map(|s| u64::from(s.queued_lumi_sections)).max().unwrap_or(0),
-                    );
+                    self.stats
+                        .fu_queued_lumi_sections
+                        .set(live.iter().map(|s| u64::from(s.queued_lumi_sections)).max().unwrap_or(0));
                     self.stats.fu_output_bytes_per_s.set(live.iter().map(|s| s.output_bytes_per_s as u64).sum());
                     if let Some(p) = &pressure
                         && farm.as_ref().is_none_or(|f: &BackPressure| f.key() != p.key())

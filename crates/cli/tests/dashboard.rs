@@ -1,0 +1,106 @@
+//! The live dashboard in a real browser (headless Chromium, which `.ci/run` installs): during a
+//! `tessera run`, the page shows the units and figures that move and agree with the API.
+//! Without Chromium the test says so and passes without running.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn request(addr: SocketAddr, method: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer.split_once("\r\n\r\n").unwrap().1.to_owned()
+}
+
+/// Events triggered, from the API.
+fn triggered(addr: SocketAddr) -> u64 {
+    let units: serde_json::Value = serde_json::from_str(&request(addr, "GET", "/api/v1/units")).unwrap();
+    units.as_array().unwrap().iter().map(|u| u["figures"]["events_triggered_total"].as_f64().unwrap() as u64).sum()
+}
+
+/// The page's DOM after its script has run for a few (virtual) seconds.
+fn rendered(chromium: &str, addr: SocketAddr, profile: &std::path::Path) -> String {
+    let out = Command::new(chromium)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--virtual-time-budget=3500",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("http://{addr}/"))
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The number in the element with `id` of a dumped page.
+fn shown(dom: &str, id: &str) -> u64 {
+    let start = dom.find(&format!("id=\"{id}\">")).unwrap_or_else(|| panic!("no #{id} in\n{dom}")) + id.len() + 6;
+    let text: String = dom[start..].chars().take_while(|c| *c != '<').filter(char::is_ascii_digit).collect();
+    text.parse().unwrap_or_else(|_| panic!("#{id} holds no number in\n{dom}"))
+}
+
+#[test]
+fn the_dashboard_in_chromium_shows_figures_that_move_and_match_the_api() {
+    let Some(chromium) = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
+    else {
+        eprintln!("skipped: no chromium (.ci/run installs Debian's)");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mut run = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["run", "--seconds", "120", "--control", "127.0.0.1:0", "--output"])
+        .arg(tmp.path().join("out"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(run.stderr.take().unwrap());
+    let mut line = String::new();
+    let mut addr = None;
+    while addr.is_none() && stderr.read_line(&mut line).unwrap() > 0 {
+        if let Some(rest) = line.strip_prefix("monitoring: http://") {
+            addr = Some(rest.split('/').next().unwrap().parse::<SocketAddr>().unwrap());
+        }
+        line.clear();
+    }
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let addr = addr.expect("tessera run says where its dashboard is");
+    std::thread::sleep(Duration::from_millis(1000));
+
+    let before = triggered(addr);
+    let first = rendered(chromium, addr, &tmp.path().join("profile1"));
+    let between = triggered(addr);
+    let second = rendered(chromium, addr, &tmp.path().join("profile2"));
+    let after = triggered(addr);
+
+    for dom in [&first, &second] {
+        assert!(shown(dom, "samples") >= 2, "the page updated itself:\n{dom}");
+        for unit in ["ru0", "ru1", "bu0", "bu1"] {
+            assert!(dom.contains(&format!("<tr data-unit=\"{unit}\">")), "{unit} in the table");
+        }
+        assert!(dom.contains("Enabled"), "the units' states are shown");
+    }
+    let (a, b) = (shown(&first, "triggered"), shown(&second, "triggered"));
+    assert!(before <= a && a <= between, "the page agrees with the API: {before} <= {a} <= {between}");
+    assert!(between <= b && b <= after, "{between} <= {b} <= {after}");
+    assert!(b > a && a > 0, "the figures move: {a} then {b}");
+    assert!(shown(&second, "rate") > 0, "a trigger rate is shown");
+
+    request(addr, "POST", "/api/v1/stop");
+    assert!(run.wait().unwrap().success());
+}
