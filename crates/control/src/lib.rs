@@ -146,6 +146,12 @@ const FAMILIES: &[Family] = &[
         read: |s| s.reassigned.get() as f64,
     },
     Family {
+        name: "tessera_events_lost_lumi_section_closed_total",
+        kind: "counter",
+        help: "Events lost because they came after their lumi section had closed (EVM, LUMI_SECTION_CLOSED).",
+        read: |s| s.lost_lumi_closed.get() as f64,
+    },
+    Family {
         name: "tessera_events_built_total",
         kind: "counter",
         help: "Events built (BU).",

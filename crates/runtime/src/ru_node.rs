@@ -654,6 +654,7 @@ impl RuLoop {
             self.stats.triggered.set(e.triggered);
             self.stats.committed.set(e.committed);
             self.stats.reassigned.set(e.reassigned);
+            self.stats.lost_lumi_closed.set(e.lost_lumi_closed);
         }
     }
 

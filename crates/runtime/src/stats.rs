@@ -118,6 +118,8 @@ pub struct UnitStats {
     pub committed: Gauge,
     /// Events reassigned after a BU was lost (EVM).
     pub reassigned: Gauge,
+    /// Events lost because they came after their lumi section was closed (EVM).
+    pub lost_lumi_closed: Gauge,
     /// Events built (BU).
     pub events_built: Gauge,
     /// Events built with a part missing (BU).
