@@ -2,18 +2,12 @@
 //! `tessera run`, the page shows the units and figures that move and agree with the API.
 //! Without Chromium the test says so and passes without running.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+mod live;
+
+use live::{request, start_run};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn request(addr: SocketAddr, method: &str, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    answer.split_once("\r\n\r\n").unwrap().1.to_owned()
-}
 
 /// Events triggered, from the API.
 fn triggered(addr: SocketAddr) -> u64 {
@@ -62,24 +56,7 @@ fn the_dashboard_in_chromium_shows_figures_that_move_and_match_the_api() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let mut run = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["run", "--seconds", "120", "--control", "127.0.0.1:0", "--output"])
-        .arg(tmp.path().join("out"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(run.stderr.take().unwrap());
-    let mut line = String::new();
-    let mut addr = None;
-    while addr.is_none() && stderr.read_line(&mut line).unwrap() > 0 {
-        if let Some(rest) = line.strip_prefix("monitoring: http://") {
-            addr = Some(rest.split('/').next().unwrap().parse::<SocketAddr>().unwrap());
-        }
-        line.clear();
-    }
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    let addr = addr.expect("tessera run says where its dashboard is");
+    let (mut run, addr) = start_run(tmp.path(), 120);
     std::thread::sleep(Duration::from_millis(1000));
 
     let before = triggered(addr);

@@ -1,20 +1,11 @@
 //! `tessera run` serves its units' metrics while it runs: the figures move, and the JSON API
 //! names the same units.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+mod live;
 
-/// One request; the body of a 2xx answer.
-fn request(addr: SocketAddr, method: &str, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 20"), "{answer}");
-    answer.split_once("\r\n\r\n").unwrap().1.to_owned()
-}
+use live::{request, start_run};
+use std::net::SocketAddr;
+use std::time::Duration;
 
 fn get(addr: SocketAddr, path: &str) -> String {
     request(addr, "GET", path)
@@ -31,25 +22,7 @@ fn sum(metrics: &str, name: &str) -> f64 {
 #[test]
 fn run_serves_metrics_that_move_and_an_api_that_names_the_units_and_stops_the_run() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["run", "--seconds", "120", "--control", "127.0.0.1:0", "--output"])
-        .arg(tmp.path().join("out"))
-        .stdout(std::fs::File::create(tmp.path().join("summary.txt")).unwrap())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut addr = None;
-    let mut line = String::new();
-    while addr.is_none() && stderr.read_line(&mut line).unwrap() > 0 {
-        if let Some(rest) = line.strip_prefix("monitoring: http://") {
-            addr = Some(rest.split('/').next().unwrap().parse::<SocketAddr>().unwrap());
-        }
-        line.clear();
-    }
-    // Keep reading so that the run never blocks on a full pipe.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    let addr = addr.expect("tessera run says where its metrics are");
+    let (mut child, addr) = start_run(tmp.path(), 120);
     std::thread::sleep(Duration::from_millis(800));
     let first = get(addr, "/metrics");
     std::thread::sleep(Duration::from_millis(1200));
