@@ -29,10 +29,12 @@ pub const SPOOL_DIR: &str = "spool";
 /// Extension of output data files: they are raw files.
 pub const DATA_EXT: &str = "raw";
 
-/// Writes `bytes` to `path` through `path.tmp` and a rename.
+/// Writes `bytes` to `path` through `path.<pid>.tmp` and a rename.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), FuError> {
+    // The temporary name is this process's: FUs and mergers that write the same file at once
+    // (the output `.jsd` at start-up) must not rename each other's.
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
     fs::write(&tmp, bytes).map_err(io_error("writing", &tmp))?;
     fs::rename(&tmp, path).map_err(io_error("renaming into place", path))
