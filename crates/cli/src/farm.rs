@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_config::{Menu, SystemConfig};
-use tessera_formats::bookkeeping::{EolsDoc, FuOutputDoc, adler32};
+use tessera_formats::bookkeeping::{FuOutputDoc, adler32};
 use tessera_formats::names::{self, BuFileName, Producer, StreamFileName};
 use tessera_fu::claim::host_name;
 use tessera_fu::merge::{MacroMerger, MicroMerger, MiniMerger, STORAGE_PRODUCER, with_error_stream};
@@ -384,21 +384,13 @@ impl ChainCheck {
 pub fn check_chain(bu_run_dirs: &[PathBuf], storage_run_dir: &Path, run: u32, streams: &[String]) -> ChainCheck {
     let mut check = ChainCheck::default();
     for dir in bu_run_dirs {
-        let Ok(entries) = fs::read_dir(dir) else {
-            check.problems.push(format!("{}: cannot be read", dir.display()));
-            continue;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Ok(BuFileName::EndOfLumi { ls, .. }) = BuFileName::parse(&name) {
-                match fs::read_to_string(entry.path())
-                    .map_err(|e| e.to_string())
-                    .and_then(|t| EolsDoc::parse(&t).map_err(|e| e.to_string()))
-                {
-                    Ok(doc) => check.per_ls.entry(ls).or_default().0 += doc.events,
-                    Err(e) => check.problems.push(format!("{}: {e}", entry.path().display())),
+        match tessera_fu::merge::bu_lumi_sections(dir, run) {
+            Ok((ended, _)) => {
+                for (ls, eols) in ended {
+                    check.per_ls.entry(ls).or_default().0 += eols.events;
                 }
             }
+            Err(e) => check.problems.push(format!("{}: {e}", dir.display())),
         }
     }
     if bu_run_dirs.is_empty() {

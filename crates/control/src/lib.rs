@@ -64,17 +64,6 @@ pub struct Unit {
     pub stats: Arc<UnitStats>,
 }
 
-/// The throttle reasons a unit can report, for a gauge per reason.
-const THROTTLES: [Throttle; 7] = [
-    Throttle::RamdiskHighWater,
-    Throttle::BuffersFull,
-    Throttle::StoreFull,
-    Throttle::NotEnoughFus,
-    Throttle::TooManyLsQueued,
-    Throttle::FuOutputHigh,
-    Throttle::ResourceSummaryStale,
-];
-
 /// A metric family: name, type, help, and how to read it from a unit's figures (a figure a
 /// kind of unit does not keep reads 0).
 struct Family {
@@ -245,7 +234,7 @@ const FAMILIES: &[Family] = &[
         name: "tessera_problems_total",
         kind: "counter",
         help: "Problems the unit reported.",
-        read: |s| s.problems().1 as f64,
+        read: |s| s.problem_count() as f64,
     },
     Family {
         name: "tessera_unit_failed",
@@ -295,7 +284,7 @@ pub fn metrics_text(units: &[Unit]) -> String {
     let _ = writeln!(out, "# HELP {name} 1 while the unit holds back for this reason.\n# TYPE {name} gauge");
     for unit in units {
         let now = unit.stats.throttle();
-        for reason in THROTTLES {
+        for reason in Throttle::REASONS {
             let _ = writeln!(
                 out,
                 "{name}{{unit=\"{}\",kind=\"{}\",reason=\"{}\"}} {}",

@@ -36,9 +36,17 @@ impl StreamSet {
         self.0 == 0
     }
 
-    /// The streams in the set, lowest index first.
+    /// The streams in the set, lowest index first (one step per stream in the set, not per
+    /// possible stream: this runs for every event).
     pub fn iter(self) -> impl Iterator<Item = usize> {
-        (0..Self::MAX_STREAMS).filter(move |&i| self.contains(i))
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            (bits != 0).then(|| {
+                let i = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                i
+            })
+        })
     }
 }
 
@@ -103,6 +111,9 @@ pub enum FuError {
     /// A name or document that does not follow FORMATS.md.
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// A file written through the run-directory writer failed.
+    #[error(transparent)]
+    RunDir(#[from] tessera_rundir::RunDirError),
     /// A bookkeeping document that contradicts the files.
     #[error("{}: {problem}", path.display())]
     Bookkeeping {
@@ -124,12 +135,35 @@ impl FuError {
     /// failing.
     pub fn is_disk_full(&self) -> bool {
         // ENOSPC and EDQUOT on Linux.
-        matches!(self, FuError::Io { source, .. }
-            if source.kind() == std::io::ErrorKind::StorageFull || matches!(source.raw_os_error(), Some(28 | 122)))
+        let full = |e: &std::io::Error| {
+            e.kind() == std::io::ErrorKind::StorageFull || matches!(e.raw_os_error(), Some(28 | 122))
+        };
+        match self {
+            FuError::Io { source, .. } | FuError::RunDir(tessera_rundir::RunDirError::Io { source, .. }) => {
+                full(source)
+            }
+            _ => false,
+        }
     }
 }
 
 /// An [`FuError::Io`] maker for `map_err`.
 pub(crate) fn io_error<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(std::io::Error) -> FuError + 'p {
     move |source| FuError::Io { action, path: path.to_owned(), source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StreamSet;
+
+    #[test]
+    fn a_stream_set_lists_its_streams_lowest_first() {
+        let mut set = StreamSet::NONE;
+        assert_eq!(set.iter().count(), 0);
+        for i in [63, 5, 0] {
+            set.insert(i);
+        }
+        assert_eq!(set.iter().collect::<Vec<_>>(), [0, 5, 63]);
+        assert!(set.contains(5) && !set.contains(6) && !set.contains(64));
+    }
 }

@@ -18,7 +18,7 @@
 //! merger killed at any point redoes or skips each step when it restarts, guided by `.done`
 //! markers written after a lumi section's outputs are published.
 
-use crate::claim::return_dead_claims;
+use crate::claim::{remove_if_present, return_dead_claims};
 use crate::output::{DATA_EXT, FU_OUTPUT_JSD, FuOutputDir, list, write_atomically};
 use crate::remote::BuAccess;
 use crate::{ERROR_STREAM, FuError, io_error};
@@ -62,7 +62,7 @@ fn done_marker(dir: &Path, run: u32, ls: u32, level: &str) -> PathBuf {
 }
 
 /// The lumi sections a BU has ended, with their EoLS, and whether it has ended the run.
-fn bu_lumi_sections(bu_run_dir: &Path, run: u32) -> Result<(BTreeMap<u32, EolsDoc>, bool), FuError> {
+pub fn bu_lumi_sections(bu_run_dir: &Path, run: u32) -> Result<(BTreeMap<u32, EolsDoc>, bool), FuError> {
     let mut ended = BTreeMap::new();
     let mut eor = false;
     for name in list(bu_run_dir)? {
@@ -218,9 +218,9 @@ impl MicroMerger {
             for stream in with_error_stream(&self.streams) {
                 for (json, doc) in self.inputs(&outputs, ls, &stream)? {
                     if !doc.file_list.is_empty() {
-                        remove_file(&outputs.path().join(&doc.file_list))?;
+                        remove_if_present(&outputs.path().join(&doc.file_list))?;
                     }
-                    remove_file(&json)?;
+                    remove_if_present(&json)?;
                 }
             }
             pass.lumi_sections.push(ls);
@@ -279,7 +279,7 @@ impl MicroMerger {
         if let ([body], [_]) = (bodies.as_slice(), docs.as_slice()) {
             // One process's file is the node's file as it is (same header, same checksum): a
             // hard link instead of a copy. The input goes when the inputs are removed.
-            remove_file(&open)?;
+            remove_if_present(&open)?;
             match fs::hard_link(&body.path, &open) {
                 Ok(()) => {
                     let to = target.path().join(&data_name);
@@ -305,10 +305,6 @@ impl MicroMerger {
         }
         write_atomically(&json_path, doc.to_doc(&definition, &self.node).to_json().as_bytes())
     }
-}
-
-fn remove_file(path: &Path) -> Result<(), FuError> {
-    crate::claim::remove_if_present(path)
 }
 
 /// The mini merger of one BU: the micro outputs of all its FU nodes, written as this BU's piece
@@ -389,9 +385,9 @@ impl MiniMerger {
                     if let Ok((_, doc)) = read_doc(&json)
                         && !doc.file_list.is_empty()
                     {
-                        remove_file(&inputs.path().join(&doc.file_list))?;
+                        remove_if_present(&inputs.path().join(&doc.file_list))?;
                     }
-                    remove_file(&json)?;
+                    remove_if_present(&json)?;
                 }
             }
             pass.lumi_sections.push(ls);
@@ -590,7 +586,7 @@ impl MacroMerger {
         let definition = storage.path().join(names::EOR_JSD).display().to_string();
         write_atomically(&eor_path, eor.to_doc(&definition, STORAGE_PRODUCER).to_json().as_bytes())?;
         for bu in &self.bus {
-            remove_file(&open.join(bu_eor_name(self.run, bu)))?;
+            remove_if_present(&open.join(bu_eor_name(self.run, bu)))?;
         }
         pass.finished = true;
         Ok(pass)
@@ -667,8 +663,8 @@ impl MacroMerger {
             write_atomically(&json_path, doc.to_doc(&definition, STORAGE_PRODUCER).to_json().as_bytes())?;
         }
         for path in &piece_paths {
-            remove_file(path)?;
+            remove_if_present(path)?;
         }
-        remove_file(&ledger_path)
+        remove_if_present(&ledger_path)
     }
 }

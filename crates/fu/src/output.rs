@@ -29,15 +29,9 @@ pub const SPOOL_DIR: &str = "spool";
 /// Extension of output data files: they are raw files.
 pub const DATA_EXT: &str = "raw";
 
-/// Writes `bytes` to `path` through `path.<pid>.tmp` and a rename.
+/// Writes `bytes` to `path` through a temporary file of this process and a rename.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), FuError> {
-    // The temporary name is this process's: FUs and mergers that write the same file at once
-    // (the output `.jsd` at start-up) must not rename each other's.
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    fs::write(&tmp, bytes).map_err(io_error("writing", &tmp))?;
-    fs::rename(&tmp, path).map_err(io_error("renaming into place", path))
+    Ok(tessera_rundir::write_atomically(path, bytes)?)
 }
 
 /// An output run directory (`<dir>/runRRRRRR`) with `open/` and the output `.jsd`.
@@ -83,11 +77,6 @@ impl FuOutputDir {
     /// Where files fetched from a broker are kept while they are processed.
     pub fn spool(&self) -> PathBuf {
         self.dir.join(SPOOL_DIR)
-    }
-
-    /// The run.
-    pub fn run(&self) -> u32 {
-        self.run
     }
 
     /// Starts the outputs of lumi section `ls` for process `pid`, one per stream of `streams`
@@ -216,21 +205,6 @@ pub enum EventOutcome {
 }
 
 impl LumiOutputs {
-    /// The lumi section.
-    pub fn lumi_section(&self) -> u32 {
-        self.ls
-    }
-
-    /// Events counted so far.
-    pub fn processed(&self) -> u64 {
-        self.processed
-    }
-
-    /// Events written into stream `index` so far (the error stream is the last).
-    pub fn accepted(&self, index: usize) -> u32 {
-        self.streams[index].events
-    }
-
     /// Records that the events of `input` are in these outputs: it is removed when they are
     /// published.
     pub fn add_input(&mut self, input: ClaimedRawName) {

@@ -115,8 +115,9 @@ impl Resources {
         }
     }
 
-    /// Publishes the summary if the interval has passed: `idle` when there was nothing to claim.
-    fn publish(&mut self, state: &BuRunState, idle: bool, output_bytes: u64) -> Result<(), FuError> {
+    /// Publishes the summary if the interval has passed: `queued` lumi sections the BU has ended
+    /// and the farm not yet processed, `idle` when there was nothing to claim.
+    fn publish(&mut self, queued: u32, idle: bool, output_bytes: u64) -> Result<(), FuError> {
         let now = Instant::now();
         let Some(bu_dir) = &self.bu_dir else { return Ok(()) };
         if self.last.is_some_and(|(t, _)| now.duration_since(t) < self.interval) {
@@ -126,7 +127,7 @@ impl Resources {
         s.updated_unix_ms =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         s.free_slots = u32::from(idle);
-        s.queued_lumi_sections = state.ended_lumi_sections.intersection(&state.lumi_sections_with_files).count() as u32;
+        s.queued_lumi_sections = queued;
         s.output_bytes_per_s = self
             .last
             .map_or(0.0, |(t, bytes)| (output_bytes - bytes) as f64 / now.duration_since(t).as_secs_f64().max(1e-3));
@@ -135,15 +136,14 @@ impl Resources {
         write_summary(bu_dir, s)
     }
 
-    /// Publishes at once, with no free slot: a full output disk shows in `output_used_percent`.
-    fn publish_now(&mut self, queued: usize, output_bytes: u64) -> Result<(), FuError> {
+    /// Publishes at once, with no free slot and the lumi sections queued as last seen: a full
+    /// output disk shows in `output_used_percent`. The summary lives on the BU's disk, not on
+    /// the full one; if it cannot be written either, the BU sees it go stale.
+    fn publish_now(&mut self, output_bytes: u64) {
         self.last = None;
-        let state = BuRunState::default();
-        let result = self.publish(&state, false, output_bytes);
-        self.summary.queued_lumi_sections = queued as u32;
-        // The summary lives on the BU's disk, not on the full one; if it cannot be written
-        // either, the BU sees it go stale.
-        result.or(Ok(()))
+        if let Err(e) = self.publish(self.summary.queued_lumi_sections, false, output_bytes) {
+            tracing::warn!(pid = self.summary.pid, "resource summary not written: {e}");
+        }
     }
 
     fn remove(&self) {
@@ -195,7 +195,7 @@ fn run_loop(
                 );
                 fu.report.disk_full_pauses += 1;
                 fu.drop_unpublished()?;
-                resources.publish_now(fu.open.len(), fu.report.output_bytes)?;
+                resources.publish_now(fu.report.output_bytes);
                 let pause = DISK_FULL_PAUSE.saturating_mul(1 << fu.report.disk_full_pauses.min(4));
                 let until = Instant::now() + pause.min(DISK_FULL_PAUSE_MAX);
                 while Instant::now() < until && !stop.load(Ordering::Relaxed) {
@@ -272,7 +272,8 @@ impl Fu<'_> {
             }
         }
         publish_ended(&mut self.open, &state, source, &self.name, &mut self.report)?;
-        resources.publish(&state, state.unclaimed.is_empty(), self.report.output_bytes)?;
+        let queued = state.ended_lumi_sections.intersection(&state.lumi_sections_with_files).count() as u32;
+        resources.publish(queued, state.unclaimed.is_empty(), self.report.output_bytes)?;
         if let Some(file) = source.claim(&state, &self.outputs.spool(), &mut self.buf)? {
             let processed = process_file(
                 &file,

@@ -37,6 +37,18 @@ pub struct ResourceSummary {
     pub output_used_percent: u8,
 }
 
+/// The stable keys of [`BackPressure`], for units that report them.
+pub mod keys {
+    /// [`BackPressure::NotEnoughFus`](super::BackPressure::NotEnoughFus).
+    pub const NOT_ENOUGH_FUS: &str = "NOT_ENOUGH_FUS";
+    /// [`BackPressure::TooManyLsQueued`](super::BackPressure::TooManyLsQueued).
+    pub const TOO_MANY_LS_QUEUED: &str = "TOO_MANY_LS_QUEUED";
+    /// [`BackPressure::FuOutputHigh`](super::BackPressure::FuOutputHigh).
+    pub const FU_OUTPUT_HIGH: &str = "FU_OUTPUT_HIGH";
+    /// [`BackPressure::ResourceSummaryStale`](super::BackPressure::ResourceSummaryStale).
+    pub const RESOURCE_SUMMARY_STALE: &str = "RESOURCE_SUMMARY_STALE";
+}
+
 /// Why a BU holds back because of its farm: a stable key and the numbers behind it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BackPressure {
@@ -72,10 +84,10 @@ impl BackPressure {
     /// The stable key, as in metrics and the run's progress line.
     pub fn key(&self) -> &'static str {
         match self {
-            BackPressure::NotEnoughFus { .. } => "NOT_ENOUGH_FUS",
-            BackPressure::TooManyLsQueued { .. } => "TOO_MANY_LS_QUEUED",
-            BackPressure::FuOutputHigh { .. } => "FU_OUTPUT_HIGH",
-            BackPressure::ResourceSummaryStale { .. } => "RESOURCE_SUMMARY_STALE",
+            BackPressure::NotEnoughFus { .. } => keys::NOT_ENOUGH_FUS,
+            BackPressure::TooManyLsQueued { .. } => keys::TOO_MANY_LS_QUEUED,
+            BackPressure::FuOutputHigh { .. } => keys::FU_OUTPUT_HIGH,
+            BackPressure::ResourceSummaryStale { .. } => keys::RESOURCE_SUMMARY_STALE,
         }
     }
 }

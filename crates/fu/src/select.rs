@@ -316,11 +316,6 @@ impl MenuHlt {
         }
         Ok(MenuHlt { selector: MenuSelector::new(menu), summary: EventSummary::default() })
     }
-
-    /// The selector, with its per-path counts.
-    pub fn selector(&self) -> &MenuSelector {
-        &self.selector
-    }
 }
 
 impl crate::Hlt for MenuHlt {

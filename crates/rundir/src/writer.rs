@@ -75,10 +75,12 @@ fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) ->
     move |source| RunDirError::Io { action, path: path.to_owned(), source }
 }
 
-/// Writes `bytes` to `path` atomically: to `path.tmp` first, then renamed over `path`.
+/// Writes `bytes` to `path` atomically: to `path.<pid>.tmp` first, then renamed over `path`.
+/// The temporary name is this process's, so that processes writing the same file at once (FUs
+/// starting together write their output `.jsd`) never rename each other's.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
     fs::write(&tmp, bytes).map_err(io_err("writing", &tmp))?;
     fs::rename(&tmp, path).map_err(io_err("renaming into place", path))

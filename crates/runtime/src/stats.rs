@@ -5,6 +5,7 @@ use crate::state::{Transition, UnitState};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tessera_fu::resources::keys;
 
 /// How often a unit's loop reads its thread's CPU clock into [`UnitStats::loop_cpu_ns`].
 pub const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
@@ -36,6 +37,17 @@ pub enum Throttle {
 }
 
 impl Throttle {
+    /// Every reason a unit may hold back for (all but [`Throttle::None`]).
+    pub const REASONS: [Throttle; 7] = [
+        Throttle::RamdiskHighWater,
+        Throttle::BuffersFull,
+        Throttle::StoreFull,
+        Throttle::NotEnoughFus,
+        Throttle::TooManyLsQueued,
+        Throttle::FuOutputHigh,
+        Throttle::ResourceSummaryStale,
+    ];
+
     /// The stable key.
     pub fn key(self) -> &'static str {
         match self {
@@ -43,10 +55,10 @@ impl Throttle {
             Throttle::RamdiskHighWater => "RAMDISK_HIGH_WATER",
             Throttle::BuffersFull => "RU_BUFFERS_FULL",
             Throttle::StoreFull => "BU_STORE_FULL",
-            Throttle::NotEnoughFus => "NOT_ENOUGH_FUS",
-            Throttle::TooManyLsQueued => "TOO_MANY_LS_QUEUED",
-            Throttle::FuOutputHigh => "FU_OUTPUT_HIGH",
-            Throttle::ResourceSummaryStale => "RESOURCE_SUMMARY_STALE",
+            Throttle::NotEnoughFus => keys::NOT_ENOUGH_FUS,
+            Throttle::TooManyLsQueued => keys::TOO_MANY_LS_QUEUED,
+            Throttle::FuOutputHigh => keys::FU_OUTPUT_HIGH,
+            Throttle::ResourceSummaryStale => keys::RESOURCE_SUMMARY_STALE,
         }
     }
 
@@ -62,16 +74,7 @@ impl Throttle {
     }
 
     fn from_code(code: u64) -> Self {
-        match code {
-            1 => Throttle::RamdiskHighWater,
-            2 => Throttle::BuffersFull,
-            3 => Throttle::StoreFull,
-            4 => Throttle::NotEnoughFus,
-            5 => Throttle::TooManyLsQueued,
-            6 => Throttle::FuOutputHigh,
-            7 => Throttle::ResourceSummaryStale,
-            _ => Throttle::None,
-        }
+        Self::REASONS.into_iter().find(|t| *t as u64 == code).unwrap_or(Throttle::None)
     }
 }
 
@@ -217,6 +220,11 @@ impl UnitStats {
     /// The problems kept, and how many there were in all.
     pub fn problems(&self) -> (Vec<String>, u64) {
         self.problems.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// How many problems the unit has reported, without copying their texts.
+    pub fn problem_count(&self) -> u64 {
+        self.problems.lock().unwrap_or_else(|e| e.into_inner()).1
     }
 }
 

@@ -202,7 +202,7 @@ impl RunningSystem {
             chunks: (sum(&self.ru_stats, |s| s.chunks_used.get()), sum(&self.ru_stats, |s| s.chunks_total.get())),
             store_bytes: sum(&self.bu_stats, |s| s.store_bytes.get()),
             throttles,
-            problems: self.ru_stats.iter().chain(&self.bu_stats).map(|s| s.problems().1).sum(),
+            problems: self.ru_stats.iter().chain(&self.bu_stats).map(|s| s.problem_count()).sum(),
         }
     }
 
