@@ -138,6 +138,30 @@ const MERGER_DISK_FULL_PAUSE: Duration = Duration::from_secs(1);
 /// The FU node name of a BU's FUs in `tessera run`: they all run on this host.
 const NODE: &str = "node0";
 
+/// The arguments of `tessera` for one FU process of BU `i`: it reads the BU's directory, or
+/// `broker` (`HOST:PORT` of the BU's file broker) from another host.
+pub fn fu_args(cfg: &SystemConfig, i: usize, output: &Path, broker: Option<String>) -> Vec<String> {
+    let dirs = FarmDirs::of(cfg, output);
+    let mut args = vec!["fu".to_owned()];
+    match broker {
+        Some(address) => args.extend(["--broker".to_owned(), address]),
+        None => args.extend(["--bu-dir".to_owned(), cfg.bu_directory(i, output).display().to_string()]),
+    }
+    args.extend([
+        "--output".to_owned(),
+        dirs.fu[i].display().to_string(),
+        "--run".to_owned(),
+        cfg.run.number.to_string(),
+        "--poll-ms".to_owned(),
+        cfg.fu.poll_interval_ms.to_string(),
+    ]);
+    if let Some(menu) = &cfg.fu.menu {
+        args.extend(["--menu".to_owned(), menu.display().to_string()]);
+    }
+    args.extend(cfg.fu.exec.iter().map(|arg| format!("--exec={arg}")));
+    args
+}
+
 /// The filter farm of a `tessera run`: FU processes per BU and a merger thread.
 pub struct Farm {
     children: Vec<(String, Child, PathBuf)>,
@@ -171,21 +195,7 @@ impl Farm {
             for k in 0..fu.processes_per_bu {
                 let log = dirs.fu[i].join(format!("fu{k}.log"));
                 let mut cmd = Command::new(&exe);
-                cmd.arg("fu")
-                    .arg("--bu-dir")
-                    .arg(cfg.bu_directory(i, output))
-                    .arg("--output")
-                    .arg(&dirs.fu[i])
-                    .arg("--run")
-                    .arg(cfg.run.number.to_string())
-                    .arg("--poll-ms")
-                    .arg(fu.poll_interval_ms.to_string());
-                if let Some(menu) = &fu.menu {
-                    cmd.arg("--menu").arg(menu);
-                }
-                for arg in &fu.exec {
-                    cmd.arg(format!("--exec={arg}"));
-                }
+                cmd.args(fu_args(cfg, i, output, None));
                 let stderr = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
                 let child = cmd
                     .stdin(Stdio::null())

@@ -8,6 +8,7 @@ use tessera_inspect::event::EventChecks;
 use tessera_inspect::{Target, inspect_path, render, verify};
 use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
+mod controller;
 mod farm;
 mod run;
 
@@ -148,6 +149,9 @@ enum Command {
         args: run::SystemArgs,
         #[command(flatten)]
         control: run::ControlArgs,
+        /// Print the unit's end as one JSON object (for a controller) instead of a sentence.
+        #[arg(long)]
+        json: bool,
     },
     /// Run one RU (not the EVM's) of a system file in this process.
     Ru {
@@ -161,6 +165,9 @@ enum Command {
         args: run::SystemArgs,
         #[command(flatten)]
         control: run::ControlArgs,
+        /// Print the unit's end as one JSON object (for a controller) instead of a sentence.
+        #[arg(long)]
+        json: bool,
     },
     /// Run one BU of a system file in this process.
     Bu {
@@ -178,7 +185,14 @@ enum Command {
         args: run::SystemArgs,
         #[command(flatten)]
         control: run::ControlArgs,
+        /// Print the unit's end as one JSON object (for a controller) instead of a sentence.
+        #[arg(long)]
+        json: bool,
     },
+    /// Serve as this host's agent: start the units that `tessera run` places on this host (a
+    /// system file with `controller.agent_port`) as processes, supervise them and report their
+    /// states, figures and ends over HTTP. Runs until Ctrl-C or SIGTERM, which end its processes.
+    Agent(controller::AgentArgs),
     /// Emulate FED readout boards: send FEROL streams of seeded fragments (and trigger fragments
     /// for FED 1024), one per FED, over TCP to an RU or into capture files; print per FED and in
     /// total the events, bytes, GB/s and dead time.
@@ -292,6 +306,11 @@ struct FerolArgs {
     /// The RU whose FEDs to emulate (with --system).
     #[arg(long, requires = "system")]
     ru: Option<String>,
+    /// With --system: leave out the file's `run.seconds` and send until the RU stops taking
+    /// the streams or this process is ended (a controller stops such a run at the EVM, so that
+    /// every FED ends after the same event). The file's `run.events` still applies.
+    #[arg(long, requires = "system")]
+    until_stopped: bool,
     /// FED ids and ranges, e.g. 0-7,1024 (1024 sends the 952-byte trigger fragment).
     #[arg(long, default_value = "0-7,1024")]
     feds: String,
@@ -344,7 +363,12 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
     use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
     if let (Some(system), Some(ru)) = (&args.system, &args.ru) {
         let limits = run::SystemArgs { events: args.events, seconds: args.seconds, output: None };
-        let cfg = run::ferol_for(system, ru, &limits)?;
+        let mut cfg = run::ferol_for(system, ru, &limits)?;
+        if args.until_stopped {
+            // A stop line nobody draws: the streams run until the RU or a signal ends them.
+            cfg.limits.seconds = None;
+            cfg.stop = Some(sender::StopLine::new());
+        }
         eprintln!("sending {} FED streams of {ru} to {:?}", cfg.streams.len(), cfg.sink);
         print!("{}", sender::run(cfg)?);
         return Ok(ExitCode::SUCCESS);
@@ -551,13 +575,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Merge(args) => Ok(if farm::merge(&args)? { ExitCode::SUCCESS } else { ExitCode::from(1) }),
-        Command::Evm { system, args, control } => run::unit(run::Role::Evm, &system, None, &args, &control, false),
-        Command::Ru { system, name, args, control } => {
-            run::unit(run::Role::Ru, &system, Some(&name), &args, &control, false)
+        Command::Evm { system, args, control, json } => {
+            run::unit(run::Role::Evm, &system, None, &args, &control, false, json)
         }
-        Command::Bu { system, name, restart, args, control } => {
-            run::unit(run::Role::Bu, &system, Some(&name), &args, &control, restart)
+        Command::Ru { system, name, args, control, json } => {
+            run::unit(run::Role::Ru, &system, Some(&name), &args, &control, false, json)
         }
+        Command::Bu { system, name, restart, args, control, json } => {
+            run::unit(run::Role::Bu, &system, Some(&name), &args, &control, restart, json)
+        }
+        Command::Agent(args) => controller::agent(&args),
         Command::Bench { suite, quick, out, json } => {
             if json && !matches!(suite, BenchSuite::Net | BenchSuite::Evb | BenchSuite::Fu) {
                 bail!("--json is supported by the net, evb and fu suites only");

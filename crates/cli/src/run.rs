@@ -64,12 +64,19 @@ pub struct ControlArgs {
     /// from the environment variable TESSERA_CONTROL_TOKEN.
     #[arg(long, env = "TESSERA_CONTROL_TOKEN", hide_env_values = true)]
     pub control_token: Option<String>,
+    /// Write the control server's address into this file once it listens (for a supervisor
+    /// such as `tessera agent` that starts units with port 0).
+    #[arg(long)]
+    pub control_file: Option<PathBuf>,
 }
 
 /// Starts the control server of this process's units and says where it is.
 fn serve_control(args: &ControlArgs, units: Vec<Unit>, stop: StopAction) -> Result<ControlServer> {
     let config = ControlConfig { listen: args.control, token: args.control_token.clone() };
     let server = ControlServer::start(&config, units, Some(stop)).context("--control")?;
+    if let Some(path) = &args.control_file {
+        server.write_address(path).with_context(|| format!("--control-file {}", path.display()))?;
+    }
     tracing::info!(address = %server.local_addr(), "monitoring: http://{}/metrics and /api/v1/units", server.local_addr());
     Ok(server)
 }
@@ -309,6 +316,10 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
     if print_config {
         print!("{}", cfg.to_yaml());
         return Ok(ExitCode::SUCCESS);
+    }
+    if cfg.controller.agent_port.is_some() {
+        require_ports(&cfg, system.unwrap_or(Path::new("the default system")))?;
+        return crate::controller::run_on_agents(cfg, std::env::var("TESSERA_AGENT_TOKEN").ok());
     }
     // A farm that cannot run is refused before anything starts.
     let streams = if cfg.fu.enabled { Some(system_streams(&cfg)?) } else { None };
@@ -737,6 +748,7 @@ pub fn unit(
     args: &SystemArgs,
     control_args: &ControlArgs,
     restart: bool,
+    json: bool,
 ) -> Result<ExitCode> {
     let cfg = load(Some(system), args)?;
     match (role, name) {
@@ -830,6 +842,10 @@ pub fn unit(
             for p in problems.iter().take(10) {
                 tracing::warn!(unit = %ru.name, "  {p}");
             }
+            if json {
+                println!("{}", ru_report_json(&ru.name, &result, count));
+                return Ok(if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+            }
             match result {
                 Ok(r) => {
                     println!(
@@ -898,6 +914,10 @@ pub fn unit(
                 }
             }
             drop(broker);
+            if json {
+                println!("{}", bu_report_json(&bu.name, &result));
+                return Ok(if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+            }
             match result {
                 Ok(r) => {
                     println!(
@@ -916,6 +936,51 @@ pub fn unit(
                 }
             }
         }
+    }
+}
+
+/// An RU's (or the EVM's) end as one JSON object, for a controller: `error` says why it failed.
+fn ru_report_json(
+    name: &str,
+    result: &Result<tessera_runtime::ru_node::RuReport, tessera_runtime::ru_node::NodeError>,
+    problems: u64,
+) -> serde_json::Value {
+    match result {
+        Ok(r) => json!({
+            "unit": name,
+            "fragments": r.ru.fragments,
+            "corrupt_fragments": r.ru.corrupt_fragments,
+            "late_fragments": r.ru.late_fragments,
+            "parts_sent": r.ru.parts_sent,
+            "incomplete_parts": r.ru.incomplete_parts,
+            "problems": problems,
+            "evm": r.evm.map(|e| json!({
+                "triggered": e.triggered,
+                "committed": e.committed,
+                "reassigned": e.reassigned,
+                "lost_lumi_closed": e.lost_lumi_closed,
+            })),
+        }),
+        Err(e) => json!({ "unit": name, "problems": problems, "error": e.to_string() }),
+    }
+}
+
+/// A BU's end as one JSON object, for a controller: `error` says why it failed.
+fn bu_report_json(
+    name: &str,
+    result: &Result<tessera_runtime::bu_node::BuReport, tessera_runtime::ru_node::NodeError>,
+) -> serde_json::Value {
+    match result {
+        Ok(r) => json!({
+            "unit": name,
+            "events_published": r.events_published,
+            "files_published": r.counters.files_published,
+            "incomplete_events": r.counters.incomplete_events,
+            "error_events": r.counters.error_events,
+            "incarnation": r.epoch,
+            "run_dir": r.run_dir.display().to_string(),
+        }),
+        Err(e) => json!({ "unit": name, "error": e.to_string() }),
     }
 }
 

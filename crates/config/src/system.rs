@@ -36,6 +36,9 @@ pub struct SystemConfig {
     /// The filter farm behind the BUs and the mergers into storage.
     #[serde(default)]
     pub fu: FuParams,
+    /// How `tessera run` places the units: in its own process, or on hosts through agents.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub controller: ControllerSection,
 }
 
 impl Default for SystemConfig {
@@ -51,6 +54,7 @@ impl Default for SystemConfig {
             ru: RuParams::default(),
             bu: BuParams::default(),
             fu: FuParams::default(),
+            controller: ControllerSection::default(),
         }
     }
 }
@@ -243,6 +247,38 @@ impl Default for EvmParams {
             assign_delay_us: 100,
             lumi_section_timeout_s: 30.0,
         }
+    }
+}
+
+/// How `tessera run` places the units of a system.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControllerSection {
+    /// The port on which every host named in the file runs `tessera agent`; `tessera run` then
+    /// starts each unit as a process on its host through that host's agent. Absent: the whole
+    /// system runs inside the `tessera run` process (threads, and FU processes beside it).
+    pub agent_port: Option<u16>,
+    /// A unit whose loop has not moved its heartbeat, or whose host's agent has not answered,
+    /// for this long is reported stalled and the run is stopped, in s.
+    pub heartbeat_timeout_s: f64,
+    /// Longest a unit may take from its start until it takes data, in s.
+    pub start_timeout_s: u64,
+    /// The host that runs the mergers (`tessera merge`), which read the FUs' outputs and the
+    /// BUs' directories through a file system all hosts share; absent: the FU host of `bus[0]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merger_host: Option<String>,
+}
+
+impl Default for ControllerSection {
+    fn default() -> Self {
+        ControllerSection { agent_port: None, heartbeat_timeout_s: 3.0, start_timeout_s: 30, merger_host: None }
+    }
+}
+
+impl BuSection {
+    /// The host of this BU's FU processes.
+    pub fn fu_host(&self) -> &str {
+        self.fu_host.as_deref().unwrap_or(&self.host)
     }
 }
 
@@ -462,6 +498,10 @@ pub struct BuSection {
     /// broker, FORMATS.md §7 (c)); 0 takes any free port; absent: no broker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broker_port: Option<u16>,
+    /// The host on which `tessera run` starts this BU's FU processes through its agent (they
+    /// reach the BU through its file broker, so `broker_port` is required); absent: `host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fu_host: Option<String>,
 }
 
 impl BuSection {
@@ -474,6 +514,7 @@ impl BuSection {
             directory: None,
             cpu: None,
             broker_port: None,
+            fu_host: None,
         }
     }
 }

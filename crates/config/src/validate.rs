@@ -44,7 +44,48 @@ impl SystemConfig {
         self.validate_units()?;
         self.validate_feds()?;
         self.validate_ports()?;
-        self.validate_params()
+        self.validate_params()?;
+        self.validate_controller()
+    }
+
+    fn validate_controller(&self) -> Result<(), ValidationError> {
+        let c = &self.controller;
+        if c.agent_port == Some(0) {
+            return fail("controller.agent_port", "0 is no port an agent can be reached at");
+        }
+        if !(c.heartbeat_timeout_s.is_finite() && (0.1..=3600.0).contains(&c.heartbeat_timeout_s)) {
+            return fail(
+                "controller.heartbeat_timeout_s",
+                format!("{} is outside 0.1..=3600 s", c.heartbeat_timeout_s),
+            );
+        }
+        at_least_one("controller.start_timeout_s", c.start_timeout_s)?;
+        for (i, bu) in self.bus.iter().enumerate() {
+            if let Some(fu_host) = &bu.fu_host {
+                if c.agent_port.is_none() && *fu_host != bu.host {
+                    return fail(
+                        format!("bus[{i}].fu_host"),
+                        "FUs on another host are started through agents: set controller.agent_port",
+                    );
+                }
+                if self.fu.enabled && *fu_host != bu.host && bu.broker_port.is_none() {
+                    return fail(
+                        format!("bus[{i}].fu_host"),
+                        format!(
+                            "FUs on {fu_host} reach {} only through its file broker: set bus[{i}].broker_port",
+                            bu.name
+                        ),
+                    );
+                }
+            }
+        }
+        if c.merger_host.is_some() && c.agent_port.is_none() {
+            return fail(
+                "controller.merger_host",
+                "mergers on a host are started through agents: set controller.agent_port",
+            );
+        }
+        Ok(())
     }
 
     fn validate_run(&self) -> Result<(), ValidationError> {

@@ -99,7 +99,7 @@ fn unknown_key_names_the_file_line_path_and_the_keys_allowed() {
 fn unknown_key_on_the_first_line_is_named_too() {
     assert_eq!(
         error(&format!("defaults: {{}}\n{BASE}")),
-        "conf/bad.yaml:1:1: defaults: unknown field `defaults`, expected one of run, trigger, evm, rus, bus, ru, bu, fu"
+        "conf/bad.yaml:1:1: defaults: unknown field `defaults`, expected one of run, trigger, evm, rus, bus, ru, bu, fu, controller"
     );
 }
 

@@ -10,6 +10,9 @@
 
 #![warn(missing_docs)]
 
+pub mod agent;
+pub mod client;
+
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
@@ -231,6 +234,12 @@ const FAMILIES: &[Family] = &[
         read: |s| s.loop_cpu_ns.get() as f64 / 1e9,
     },
     Family {
+        name: "tessera_loop_heartbeats_total",
+        kind: "counter",
+        help: "Beats of the unit's loop; a count that stops moving means a stalled unit.",
+        read: |s| s.heartbeats.get() as f64,
+    },
+    Family {
         name: "tessera_problems_total",
         kind: "counter",
         help: "Problems the unit reported.",
@@ -385,13 +394,7 @@ impl ControlServer {
         units: Vec<Unit>,
         stop: Option<StopAction>,
     ) -> Result<ControlServer, ControlError> {
-        if !config.listen.ip().is_loopback() && config.token.as_deref().is_none_or(str::is_empty) {
-            return Err(ControlError::TokenRequired(config.listen));
-        }
-        let listener = std::net::TcpListener::bind(config.listen)
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .map_err(|source| ControlError::Bind { addr: config.listen, source })?;
-        let addr = listener.local_addr().map_err(|source| ControlError::Bind { addr: config.listen, source })?;
+        token_required(config.listen, config.token.as_deref())?;
         let shared = Shared { units: Arc::new(units), token: config.token.as_deref().map(Arc::from), stop };
         let app = Router::new()
             .route("/", get(|| async { axum::response::Html(DASHBOARD) }))
@@ -402,26 +405,16 @@ impl ControlServer {
             .route("/api/v1/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
             .layer(middleware::from_fn_with_state(shared.clone(), require_token))
             .with_state(shared);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("control".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(rt) => rt,
-                    Err(e) => return eprintln!("control server: cannot start its runtime: {e}"),
-                };
-                runtime.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
-                    let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    });
-                    if let Err(e) = serve.await {
-                        eprintln!("control server: {e}");
-                    }
-                });
-            })
-            .map_err(|source| ControlError::Bind { addr, source })?;
+        let (addr, stop, thread) = serve(config.listen, app)?;
         Ok(ControlServer { addr, stop: Some(stop), thread: Some(thread) })
+    }
+
+    /// Writes the address the server listens on into `path` (written whole, then renamed), for
+    /// a supervisor that started this process with port 0.
+    pub fn write_address(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, format!("{}\n", self.addr))?;
+        std::fs::rename(partial, path)
     }
 
     /// The address it serves on.
@@ -441,8 +434,50 @@ impl Drop for ControlServer {
     }
 }
 
-async fn require_token(State(shared): State<Shared>, request: Request, next: Next) -> Response {
-    if let Some(token) = &shared.token {
+/// A non-loopback address needs a token (guarantee 5 of the design).
+pub(crate) fn token_required(listen: SocketAddr, token: Option<&str>) -> Result<(), ControlError> {
+    if !listen.ip().is_loopback() && token.is_none_or(str::is_empty) {
+        return Err(ControlError::TokenRequired(listen));
+    }
+    Ok(())
+}
+
+/// Binds `listen` and serves `app` on a thread of its own, until the sender is used or dropped.
+pub(crate) fn serve(
+    listen: SocketAddr,
+    app: Router,
+) -> Result<(SocketAddr, oneshot::Sender<()>, JoinHandle<()>), ControlError> {
+    let listener = std::net::TcpListener::bind(listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|source| ControlError::Bind { addr: listen, source })?;
+    let addr = listener.local_addr().map_err(|source| ControlError::Bind { addr: listen, source })?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("control".into())
+        .spawn(move || {
+            // Blocking calls (an agent asking its units) get threads of their own.
+            let runtime =
+                match tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(16).build() {
+                    Ok(rt) => rt,
+                    Err(e) => return eprintln!("control server: cannot start its runtime: {e}"),
+                };
+            runtime.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
+                let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                });
+                if let Err(e) = serve.await {
+                    eprintln!("control server: {e}");
+                }
+            });
+        })
+        .map_err(|source| ControlError::Bind { addr, source })?;
+    Ok((addr, stop, thread))
+}
+
+/// The refusal of a request that does not bring `token`, or `None` if it may go on.
+pub(crate) fn check_token(token: Option<&str>, request: &Request) -> Option<Response> {
+    if let Some(token) = token {
         let given = request
             .headers()
             .get(header::AUTHORIZATION)
@@ -452,10 +487,19 @@ async fn require_token(State(shared): State<Shared>, request: Request, next: Nex
         let in_query = request.uri().path() == "/"
             && request.uri().query().is_some_and(|q| q.split('&').any(|kv| kv.strip_prefix("token=") == Some(token)));
         if given != Some(token) && !in_query {
-            return (StatusCode::UNAUTHORIZED, "a token is required: Authorization: Bearer <token>\n").into_response();
+            return Some(
+                (StatusCode::UNAUTHORIZED, "a token is required: Authorization: Bearer <token>\n").into_response(),
+            );
         }
     }
-    next.run(request).await
+    None
+}
+
+async fn require_token(State(shared): State<Shared>, request: Request, next: Next) -> Response {
+    match check_token(shared.token.as_deref(), &request) {
+        Some(refusal) => refusal,
+        None => next.run(request).await,
+    }
 }
 
 async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {

@@ -373,7 +373,7 @@ impl BuLoop {
             self.dispatch()?;
             self.flush_conns();
             self.publish_stats(throttle);
-            self.cpu.sample(&self.stats.loop_cpu_ns, false);
+            self.cpu.sample(&self.stats, false);
             // After its end-of-run record the BU still acknowledges its last end-of-lumi
             // records; the EVM closes the connection once it has them all.
             if self.ended {

@@ -561,7 +561,7 @@ impl RuLoop {
             self.dispatch(self.now());
             self.flush_conns()?;
             self.publish_stats();
-            self.cpu.sample(&self.stats.loop_cpu_ns, false);
+            self.cpu.sample(&self.stats, false);
             if let Some(evm) = self.core.evm()
                 && evm.drained()
             {
@@ -626,7 +626,7 @@ impl RuLoop {
     /// (the front ends sent past the trigger's last event): they are not events, but they are
     /// said, not dropped silently.
     fn report(&mut self) -> RuReport {
-        self.cpu.sample(&self.stats.loop_cpu_ns, true);
+        self.cpu.sample(&self.stats, true);
         self.publish_stats();
         let held = self.core.ru().events_buffered();
         if held > 0 {
@@ -763,6 +763,11 @@ impl RuLoop {
         for i in 0..self.streams.len() {
             let Some(s) = &mut self.streams[i] else { continue };
             let fed = self.cfg.ru.feds[i];
+            if fed == TCDS_FED_ID && self.trigger_stopped {
+                // The trigger is off: a trigger fragment not yet taken is of an event after the
+                // run's last, and its front end is held back as a stopped trigger would be.
+                continue;
+            }
             let buffer = &mut self.buffers.0[i];
             let mut taken = 0;
             loop {

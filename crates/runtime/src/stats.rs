@@ -155,6 +155,10 @@ pub struct UnitStats {
     /// clock, `clock_gettime`), read about every [`CPU_SAMPLE_INTERVAL`]. Benchmarks take the
     /// difference over a window.
     pub loop_cpu_ns: Gauge,
+    /// Beats of the unit's loop: it adds one at most every [`CPU_SAMPLE_INTERVAL`] while it
+    /// turns, and it turns at least every few ms even when idle, so a count that stops moving
+    /// means a stalled loop (a watchdog compares it over seconds).
+    pub heartbeats: Gauge,
     throttle: Gauge,
     state: Gauge,
     failed: Gauge,
@@ -228,8 +232,9 @@ impl UnitStats {
     }
 }
 
-/// Reads the calling thread's CPU clock into a gauge, at most once per [`CPU_SAMPLE_INTERVAL`]
-/// (the clock is a system call; the loop that calls this runs far more often).
+/// Reads the calling thread's CPU clock into [`UnitStats::loop_cpu_ns`] and beats
+/// [`UnitStats::heartbeats`], at most once per [`CPU_SAMPLE_INTERVAL`] (the clock is a system
+/// call; the loop that calls this runs far more often).
 #[derive(Debug, Default)]
 pub(crate) struct CpuSampler {
     last: Option<Instant>,
@@ -237,13 +242,14 @@ pub(crate) struct CpuSampler {
 
 impl CpuSampler {
     /// Samples the clock if the last sample is old enough (or `force`).
-    pub(crate) fn sample(&mut self, gauge: &Gauge, force: bool) {
+    pub(crate) fn sample(&mut self, stats: &UnitStats, force: bool) {
         if !force && self.last.is_some_and(|t| t.elapsed() < CPU_SAMPLE_INTERVAL) {
             return;
         }
         self.last = Some(Instant::now());
+        stats.heartbeats.add(1);
         if let Ok(t) = cpu_time::ThreadTime::try_now() {
-            gauge.set(t.as_duration().as_nanos() as u64);
+            stats.loop_cpu_ns.set(t.as_duration().as_nanos() as u64);
         }
     }
 }

@@ -1,0 +1,756 @@
+//! The controller of a system across hosts, and the agent it drives.
+//!
+//! `tessera run SYSTEM.yaml` with `controller.agent_port` places every unit as a process on its
+//! host through that host's `tessera agent`, in the order a run needs: the filter farm (FUs and
+//! mergers), the BUs, the RUs, the EVM, and last the trigger (the front-end emulators). It
+//! watches every unit through the agents once a second: a unit that fails, a process that ends
+//! before its time, a unit whose loop heartbeat stops moving (a stalled unit, not only a dead
+//! one) and a host whose agent stops answering are each reported with the unit and the reason
+//! within `controller.heartbeat_timeout_s`, and end the run. A run that ends by its limit (or
+//! Ctrl-C) stops the trigger at the EVM, which drains it; the run's summary ends with the
+//! conservation checks, from the reports the units print as they end.
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use tessera_config::SystemConfig;
+use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
+use tessera_control::client;
+
+use crate::farm::fu_args;
+
+/// The options of `tessera agent`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AgentArgs {
+    /// Address to serve on, e.g. `10.0.0.1:9900` (the host's address in the system file and
+    /// `controller.agent_port`). An address other than loopback needs `--token`.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// The token every request must bring (`Authorization: Bearer TOKEN`); the controller
+    /// reads the same variable.
+    #[arg(long, env = "TESSERA_AGENT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Where the processes' directories (system file, log, standard output) go (default: a
+    /// directory named after the port under the system's temporary directory).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+}
+
+/// `tessera agent`: serves until Ctrl-C or SIGTERM, then ends its processes.
+pub fn agent(args: &AgentArgs) -> Result<ExitCode> {
+    let work_dir = args
+        .work_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("tessera-agent-{}", args.listen.port())));
+    let program = std::env::current_exe().context("finding this program, which the agent runs")?;
+    let ended = Arc::new(AtomicU32::new(0));
+    let flag = ended.clone();
+    ctrlc::set_handler(move || {
+        flag.fetch_add(1, Ordering::SeqCst);
+    })
+    .context("installing the signal handler")?;
+    let agent = Agent::start(AgentConfig {
+        listen: args.listen,
+        token: args.token.clone(),
+        work_dir: work_dir.clone(),
+        program,
+    })
+    .context("--listen")?;
+    tracing::info!(
+        address = %agent.local_addr(),
+        "agent: serving on http://{}/api/v1/processes; processes under {}",
+        agent.local_addr(),
+        work_dir.display()
+    );
+    while ended.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let running = agent.running();
+    drop(agent);
+    tracing::info!("agent: stopped; {running} processes that still ran were ended");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a placed process is in the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// An FU process of BU i.
+    Fu(usize),
+    /// The mergers.
+    Merger,
+    /// BU i.
+    Bu(usize),
+    /// RU i (0 is the EVM's).
+    Ru(usize),
+    /// The front-end emulator of RU i.
+    Trigger(usize),
+}
+
+impl Role {
+    /// Whether it is an event-builder unit with a control server.
+    fn is_unit(self) -> bool {
+        matches!(self, Role::Bu(_) | Role::Ru(_))
+    }
+}
+
+/// One process of the run, on one host.
+#[derive(Debug, Clone)]
+struct Placed {
+    name: String,
+    host: String,
+    role: Role,
+    args: Vec<String>,
+}
+
+/// A host's agent as the controller sees it.
+struct Host {
+    agent: SocketAddr,
+    last_answer: Instant,
+    last_error: Option<String>,
+    /// The processes as last seen.
+    seen: BTreeMap<String, ProcessView>,
+}
+
+/// Something that ends the run: which unit, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fault {
+    unit: String,
+    host: String,
+    key: &'static str,
+    why: String,
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} on {}: {}", self.key, self.unit, self.host, self.why)
+    }
+}
+
+/// A unit's loop heartbeat: the count and when it last moved.
+struct Beat {
+    count: f64,
+    moved: Instant,
+}
+
+struct Controller {
+    cfg: SystemConfig,
+    system_text: String,
+    token: Option<String>,
+    hosts: BTreeMap<String, Host>,
+    placed: Vec<Placed>,
+    beats: BTreeMap<String, Beat>,
+    /// Since when a running unit's control server has not answered its agent.
+    silent: BTreeMap<String, Instant>,
+    heartbeat_timeout: Duration,
+    /// Whether the run has been asked to stop (front ends may then end).
+    stopping: bool,
+}
+
+/// How long one call to an agent may take.
+fn call_timeout(heartbeat_timeout: Duration) -> Duration {
+    heartbeat_timeout.clamp(Duration::from_millis(500), Duration::from_secs(3))
+}
+
+impl Controller {
+    fn call(&self, host: &str, method: &str, path: &str, body: Option<&str>) -> Result<client::Answer> {
+        let agent = self.hosts[host].agent;
+        let answer =
+            client::call(agent, method, path, self.token.as_deref(), body, call_timeout(self.heartbeat_timeout))
+                .with_context(|| format!("host {host}: agent {agent}"))?;
+        Ok(answer)
+    }
+
+    /// Configure: every host's agent answers, and the run's output is a path every host can use.
+    fn check_agents(&mut self) -> Result<()> {
+        let mut problems = Vec::new();
+        for host in self.hosts.keys().cloned().collect::<Vec<_>>() {
+            let agent = self.hosts[&host].agent;
+            match self.call(&host, "GET", "/api/v1/health", None) {
+                Ok(a) if a.ok() => {
+                    tracing::info!(host = %host, "host {host}: agent {agent} answers: {}", a.body.trim());
+                }
+                Ok(a) if a.status == 401 => problems.push(format!(
+                    "host {host}: agent {agent} refuses the token (set TESSERA_AGENT_TOKEN to the agent's)"
+                )),
+                Ok(a) => {
+                    problems.push(format!("host {host}: agent {agent} answers HTTP {}: {}", a.status, a.body.trim()))
+                }
+                Err(e) => problems.push(format!(
+                    "{e:#}; start `tessera agent --listen {agent}` on {host} (with the same TESSERA_AGENT_TOKEN)"
+                )),
+            }
+        }
+        if !problems.is_empty() {
+            bail!("the run cannot be configured:\n  {}", problems.join("\n  "));
+        }
+        Ok(())
+    }
+
+    fn start(&self, p: &Placed) -> Result<()> {
+        let request =
+            StartRequest { name: p.name.clone(), args: p.args.clone(), system: Some(self.system_text.clone()) };
+        let body = serde_json::to_string(&request)?;
+        let a = self.call(&p.host, "POST", "/api/v1/processes", Some(&body))?;
+        if !a.ok() {
+            bail!("host {}: cannot start {}: HTTP {}: {}", p.host, p.name, a.status, a.body.trim());
+        }
+        tracing::info!(unit = %p.name, host = %p.host, "started {} on {}: tessera {}", p.name, p.host, p.args.join(" "));
+        Ok(())
+    }
+
+    /// Asks every agent for its processes; returns the faults seen.
+    fn poll(&mut self) -> Vec<Fault> {
+        let mut faults = Vec::new();
+        let now = Instant::now();
+        for host in self.hosts.keys().cloned().collect::<Vec<_>>() {
+            let answer = self.call(&host, "GET", "/api/v1/processes", None).and_then(|a| {
+                if !a.ok() {
+                    bail!("HTTP {}: {}", a.status, a.body.trim());
+                }
+                serde_json::from_str::<Vec<ProcessView>>(&a.body).context("unreadable process list")
+            });
+            let h = self.hosts.get_mut(&host).expect("known host");
+            match answer {
+                Ok(list) => {
+                    h.last_answer = now;
+                    h.last_error = None;
+                    h.seen = list.into_iter().map(|p| (p.name.clone(), p)).collect();
+                }
+                Err(e) => {
+                    h.last_error = Some(format!("{e:#}"));
+                    let silent = now.duration_since(h.last_answer);
+                    if silent > self.heartbeat_timeout {
+                        let units: Vec<&str> =
+                            self.placed.iter().filter(|p| p.host == host).map(|p| p.name.as_str()).collect();
+                        faults.push(Fault {
+                            unit: units.join(", "),
+                            host: host.clone(),
+                            key: "HOST_UNREACHABLE",
+                            why: format!("its agent has not answered for {:.1} s: {e:#}", silent.as_secs_f64()),
+                        });
+                    }
+                }
+            }
+        }
+        for p in &self.placed {
+            let Some(view) = self.hosts[&p.host].seen.get(&p.name) else { continue };
+            if let Some(exit) = view.exit {
+                // Front ends end when the builder stops taking their streams.
+                let expected_end = exit.success() || (matches!(p.role, Role::Trigger(_)) && self.stopping);
+                if !expected_end {
+                    let last = view.log_tail.last().cloned().unwrap_or_default();
+                    faults.push(Fault {
+                        unit: p.name.clone(),
+                        host: p.host.clone(),
+                        key: "PROCESS_ENDED",
+                        why: format!("ended with {exit}: {last}"),
+                    });
+                }
+                continue;
+            }
+            if !p.role.is_unit() {
+                continue;
+            }
+            match (&view.units, &view.units_error) {
+                (Some(units), _) => {
+                    self.silent.remove(&p.name);
+                    for unit in units.as_array().into_iter().flatten() {
+                        let name = unit["name"].as_str().unwrap_or(&p.name).to_owned();
+                        if unit["state"] == "Failed" {
+                            let why = unit["problems"]
+                                .as_array()
+                                .and_then(|ps| ps.last())
+                                .and_then(Value::as_str)
+                                .unwrap_or("no problem reported")
+                                .to_owned();
+                            faults.push(Fault { unit: name.clone(), host: p.host.clone(), key: "UNIT_FAILED", why });
+                        }
+                        let count = unit["figures"]["loop_heartbeats_total"].as_f64().unwrap_or(0.0);
+                        let beat = self.beats.entry(name.clone()).or_insert(Beat { count, moved: now });
+                        if count != beat.count {
+                            *beat = Beat { count, moved: now };
+                        } else if now.duration_since(beat.moved) > self.heartbeat_timeout {
+                            faults.push(Fault {
+                                unit: name,
+                                host: p.host.clone(),
+                                key: "UNIT_STALLED",
+                                why: format!(
+                                    "its loop heartbeat has not moved for {:.1} s",
+                                    now.duration_since(beat.moved).as_secs_f64()
+                                ),
+                            });
+                        }
+                    }
+                }
+                (None, Some(e)) => {
+                    let since = *self.silent.entry(p.name.clone()).or_insert(now);
+                    // A unit starts its control server only once configured: give it the start time.
+                    let started = self.beats.contains_key(&p.name);
+                    let patience = if started {
+                        self.heartbeat_timeout
+                    } else {
+                        Duration::from_secs(self.cfg.controller.start_timeout_s)
+                    };
+                    if now.duration_since(since) > patience {
+                        faults.push(Fault {
+                            unit: p.name.clone(),
+                            host: p.host.clone(),
+                            key: "UNIT_STALLED",
+                            why: format!(
+                                "its control server has not answered for {:.1} s: {e}",
+                                now.duration_since(since).as_secs_f64()
+                            ),
+                        });
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        faults
+    }
+
+    /// The units' figures as last seen, by unit name.
+    fn units(&self) -> BTreeMap<String, Value> {
+        let mut all = BTreeMap::new();
+        for h in self.hosts.values() {
+            for view in h.seen.values() {
+                for unit in view.units.as_ref().and_then(Value::as_array).into_iter().flatten() {
+                    if let Some(name) = unit["name"].as_str() {
+                        all.insert(name.to_owned(), unit.clone());
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    fn view(&self, p: &Placed) -> Option<&ProcessView> {
+        self.hosts[&p.host].seen.get(&p.name)
+    }
+
+    fn ended(&self, p: &Placed) -> bool {
+        self.view(p).is_some_and(|v| v.exit.is_some())
+    }
+
+    /// Waits until `wanted` holds for the units' views, polling; fails on a fault or time-out.
+    fn wait_for(&mut self, what: &str, timeout: Duration, wanted: impl Fn(&Controller) -> bool) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let faults = self.poll();
+            if !faults.is_empty() {
+                bail!("{what}: {}", faults.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "));
+            }
+            if wanted(self) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{what}: not done after {timeout:?} (controller.start_timeout_s)");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Ends every process on every agent that answers.
+    fn abort(&self) {
+        for host in self.hosts.keys() {
+            if let Err(e) = self.call(host, "DELETE", "/api/v1/processes", None) {
+                tracing::warn!(host = %host, "host {host}: could not end its processes: {e:#}");
+            }
+        }
+    }
+
+    fn unit_state(&self, name: &str) -> Option<String> {
+        self.units().get(name).and_then(|u| u["state"].as_str().map(str::to_owned))
+    }
+}
+
+/// Every process of the run, in the order they start.
+fn placement(cfg: &SystemConfig, output: &Path) -> Result<Vec<Placed>> {
+    let mut placed = Vec::new();
+    let unit_args = |command: &str, name: Option<&str>| {
+        let mut args = vec![command.to_owned(), "--system".to_owned(), "{system}".to_owned()];
+        if let Some(name) = name {
+            args.extend(["--name".to_owned(), name.to_owned()]);
+        }
+        args.extend(
+            ["--control", "127.0.0.1:0", "--control-file", "{control_file}", "--json"].into_iter().map(str::to_owned),
+        );
+        args
+    };
+    if cfg.fu.enabled {
+        for (i, bu) in cfg.bus.iter().enumerate() {
+            let fu_host = bu.fu_host().to_owned();
+            let broker = (fu_host != bu.host).then(|| format!("{}:{}", bu.host, bu.broker_port.unwrap_or(0)));
+            for k in 0..cfg.fu.processes_per_bu {
+                placed.push(Placed {
+                    name: format!("{}-fu{k}", bu.name),
+                    host: fu_host.clone(),
+                    role: Role::Fu(i),
+                    args: fu_args(cfg, i, output, broker.clone()),
+                });
+            }
+        }
+        if cfg.fu.merge {
+            let host = cfg.controller.merger_host.clone().unwrap_or_else(|| cfg.bus[0].fu_host().to_owned());
+            let args = ["merge", "--system", "{system}", "--output"].into_iter().map(str::to_owned);
+            placed.push(Placed {
+                name: "mergers".into(),
+                host,
+                role: Role::Merger,
+                args: args.chain([output.display().to_string()]).collect(),
+            });
+        }
+    }
+    for (i, bu) in cfg.bus.iter().enumerate() {
+        placed.push(Placed {
+            name: bu.name.clone(),
+            host: bu.host.clone(),
+            role: Role::Bu(i),
+            args: unit_args("bu", Some(&bu.name)),
+        });
+    }
+    for (i, ru) in cfg.rus.iter().enumerate().skip(1) {
+        placed.push(Placed {
+            name: ru.name.clone(),
+            host: ru.host.clone(),
+            role: Role::Ru(i),
+            args: unit_args("ru", Some(&ru.name)),
+        });
+    }
+    placed.push(Placed {
+        name: cfg.rus[0].name.clone(),
+        host: cfg.rus[0].host.clone(),
+        role: Role::Ru(0),
+        args: unit_args("evm", None),
+    });
+    for (i, ru) in cfg.rus.iter().enumerate().filter(|(_, r)| r.emulated) {
+        let args = ["ferol", "--system", "{system}", "--ru", &ru.name, "--until-stopped"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        placed.push(Placed {
+            name: format!("trigger-{}", ru.name),
+            host: ru.host.clone(),
+            role: Role::Trigger(i),
+            args,
+        });
+    }
+    Ok(placed)
+}
+
+/// `tessera run` on agents. `cfg` has the command line applied; `token` is the agents'.
+pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>) -> Result<ExitCode> {
+    let port = cfg.controller.agent_port.context("controller.agent_port is not set")?;
+    let output = cfg.run.output.clone().filter(|o| o.is_absolute()).with_context(|| {
+        "run.output: a run across hosts needs an absolute output directory that is the same path on every host (give --output /path)"
+    })?;
+    // The menu is read by FUs and mergers started elsewhere: name it by its absolute path.
+    if let Some(menu) = &cfg.fu.menu {
+        cfg.fu.menu = Some(std::fs::canonicalize(menu).with_context(|| format!("fu.menu {}", menu.display()))?);
+    }
+    let heartbeat_timeout = Duration::from_secs_f64(cfg.controller.heartbeat_timeout_s);
+    let mut hosts = BTreeMap::new();
+    let placed = placement(&cfg, &output)?;
+    for p in &placed {
+        if !hosts.contains_key(&p.host) {
+            let agent = (p.host.as_str(), port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .with_context(|| format!("host {}: cannot resolve it to reach its agent", p.host))?;
+            hosts.insert(
+                p.host.clone(),
+                Host { agent, last_answer: Instant::now(), last_error: None, seen: BTreeMap::new() },
+            );
+        }
+    }
+    let mut c = Controller {
+        system_text: cfg.to_yaml(),
+        cfg,
+        token,
+        hosts,
+        placed,
+        beats: BTreeMap::new(),
+        silent: BTreeMap::new(),
+        heartbeat_timeout,
+        stopping: false,
+    };
+    let run = c.cfg.run.number;
+    tracing::info!(
+        run,
+        "tessera run {run} across {} hosts through their agents: {} RUs, {} BUs, {} processes; output in {}",
+        c.hosts.len(),
+        c.cfg.rus.len(),
+        c.cfg.bus.len(),
+        c.placed.len(),
+        output.display()
+    );
+    c.check_agents()?;
+    let interrupts = Arc::new(AtomicU32::new(0));
+    let counter = interrupts.clone();
+    ctrlc::set_handler(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+    })
+    .context("installing the Ctrl-C handler")?;
+    let started = Instant::now();
+    let outcome = drive(&mut c, &interrupts);
+    let faults = match outcome {
+        Ok(faults) => faults,
+        Err(e) => {
+            tracing::error!(run, "run {run}: {e:#}");
+            vec![Fault { unit: "-".into(), host: "-".into(), key: "CONTROLLER", why: format!("{e:#}") }]
+        }
+    };
+    if !faults.is_empty() {
+        for f in &faults {
+            tracing::error!(unit = %f.unit, host = %f.host, reason = f.key, "FAULT {f}");
+        }
+        tracing::error!(run, "run {run}: ending every process on every host that answers");
+        // What the processes said last, before they go.
+        c.poll();
+        c.abort();
+    }
+    let ok = summarize(&c, &output, &faults, started.elapsed().as_secs_f64())?;
+    Ok(if ok && faults.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Starts the run in order, watches it until every process has ended, and stops it on its
+/// limit or Ctrl-C. Returns the faults that ended it early, if any.
+fn drive(c: &mut Controller, interrupts: &AtomicU32) -> Result<Vec<Fault>> {
+    let start_timeout = Duration::from_secs(c.cfg.controller.start_timeout_s);
+    let placed = c.placed.clone();
+    // The farm first, so that it is there when the first files appear; then the builder, from
+    // the BUs to the EVM, each group configured before the next; the trigger last.
+    for p in placed.iter().filter(|p| matches!(p.role, Role::Fu(_) | Role::Merger)) {
+        c.start(p)?;
+    }
+    for group in [
+        placed.iter().filter(|p| matches!(p.role, Role::Bu(_))).collect::<Vec<_>>(),
+        placed.iter().filter(|p| matches!(p.role, Role::Ru(i) if i > 0)).collect(),
+        placed.iter().filter(|p| p.role == Role::Ru(0)).collect(),
+    ] {
+        for p in &group {
+            c.start(p)?;
+        }
+        let names: Vec<String> = group.iter().map(|p| p.name.clone()).collect();
+        c.wait_for(&format!("starting {}", names.join(", ")), start_timeout, |c| {
+            names.iter().all(|n| c.unit_state(n).is_some())
+        })?;
+    }
+    let units: Vec<String> = placed.iter().filter(|p| p.role.is_unit()).map(|p| p.name.clone()).collect();
+    c.wait_for("enabling the units", start_timeout, |c| {
+        units.iter().all(|n| c.unit_state(n).as_deref() == Some("Enabled"))
+    })?;
+    tracing::info!("every unit is enabled: starting the trigger");
+    for p in placed.iter().filter(|p| matches!(p.role, Role::Trigger(_))) {
+        c.start(p)?;
+    }
+    let enabled = Instant::now();
+    let evm = placed.iter().find(|p| p.role == Role::Ru(0)).expect("an EVM").clone();
+    let mut last = (Instant::now(), 0u64);
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let faults = c.poll();
+        if !faults.is_empty() {
+            return Ok(faults);
+        }
+        let units = c.units();
+        if units.contains_key(&evm.name) {
+            let figure =
+                |unit: &str, key: &str| units.get(unit).and_then(|u| u["figures"][key].as_f64()).unwrap_or(0.0) as u64;
+            let triggered = figure(&evm.name, "events_triggered_total");
+            let built: u64 = c.cfg.bus.iter().map(|b| figure(&b.name, "events_published_total")).sum();
+            let dt = last.0.elapsed().as_secs_f64().max(1e-3);
+            tracing::info!(
+                triggered,
+                built,
+                "{:7.1} s  triggered {triggered:>10}  built {built:>10}  {:>8.1} kHz",
+                enabled.elapsed().as_secs_f64(),
+                (triggered.saturating_sub(last.1)) as f64 / dt / 1e3
+            );
+            last = (Instant::now(), triggered);
+        }
+        let time_up = c.cfg.run.seconds.is_some_and(|s| enabled.elapsed().as_secs_f64() >= s);
+        let asked = interrupts.load(Ordering::SeqCst);
+        if asked > 1 {
+            bail!("interrupted twice: the run is aborted");
+        }
+        if !c.stopping && (time_up || asked > 0) && !c.ended(&evm) {
+            c.stopping = true;
+            let a = c.call(&evm.host, "POST", &format!("/api/v1/processes/{}/stop", evm.name), None)?;
+            tracing::info!(
+                run = c.cfg.run.number,
+                "stopping: the EVM stops the trigger and drains ({})",
+                a.body.trim()
+            );
+        }
+        let builder_ended = placed.iter().filter(|p| p.role.is_unit()).all(|p| c.ended(p));
+        if builder_ended {
+            c.stopping = true;
+            // Front ends still sending after the EVM's stop have nobody to send to.
+            for p in placed.iter().filter(|p| matches!(p.role, Role::Trigger(_)) && !c.ended(p)) {
+                let _ = c.call(&p.host, "POST", &format!("/api/v1/processes/{}/signal?signal=KILL", p.name), None);
+            }
+        }
+        if placed.iter().all(|p| c.ended(p)) {
+            return Ok(Vec::new());
+        }
+        let farm_deadline = Duration::from_secs(c.cfg.fu.drain_timeout_s) + start_timeout;
+        if builder_ended
+            && enabled.elapsed() > Duration::from_secs_f64(c.cfg.run.seconds.unwrap_or(0.0)) + farm_deadline * 2
+        {
+            bail!("the filter farm did not finish within {farm_deadline:?} of the builder's end");
+        }
+    }
+}
+
+/// The last JSON line a process printed.
+fn report(view: Option<&ProcessView>) -> Option<Value> {
+    view?.stdout.as_deref()?.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok())
+}
+
+/// Prints the run's summary with its conservation checks and writes `summary.json` into the
+/// output directory (or the current one, if the output is not visible here). True if they hold.
+fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> Result<bool> {
+    let cfg = &c.cfg;
+    let hosts = c.hosts.len();
+    println!(
+        "run {} ended after {seconds:.1} s across {hosts} host{}",
+        cfg.run.number,
+        if hosts == 1 { "" } else { "s" }
+    );
+    let mut clean = faults.is_empty();
+    let mut reports = BTreeMap::new();
+    for p in &c.placed {
+        let view = c.view(p);
+        let exit = view.and_then(|v| v.exit);
+        let r = report(view);
+        let line = match (&r, exit) {
+            (Some(r), _) if r.get("error").is_some() => {
+                clean = false;
+                format!("FAILED: {}", r["error"].as_str().unwrap_or_default())
+            }
+            (Some(r), _) => summary_line(p.role, r),
+            (None, Some(exit)) if exit.success() => {
+                view.and_then(|v| v.stdout.as_deref()).and_then(|s| s.lines().last()).unwrap_or("ended").to_owned()
+            }
+            (None, Some(_)) if matches!(p.role, Role::Trigger(_)) && c.stopping => {
+                format!("stopped with the run: {}", view.and_then(|v| v.log_tail.last()).map_or("", String::as_str))
+            }
+            (None, Some(exit)) => {
+                clean = false;
+                format!("FAILED with {exit}: {}", view.and_then(|v| v.log_tail.last()).map_or("", String::as_str))
+            }
+            (None, None) => {
+                clean = false;
+                "did not end".to_owned()
+            }
+        };
+        println!("  {:<12} {:<16} {line}", p.name, p.host);
+        if let Some(r) = r {
+            reports.insert(p.name.clone(), r);
+        }
+    }
+    let evm = &cfg.rus[0].name;
+    let evm_report = reports.get(evm).map(|r| r["evm"].clone()).unwrap_or(Value::Null);
+    let triggered = evm_report["triggered"].as_u64().unwrap_or(0);
+    let lost_closed = evm_report["lost_lumi_closed"].as_u64().unwrap_or(0);
+    let built: u64 = cfg.bus.iter().filter_map(|b| reports.get(&b.name)?["events_published"].as_u64()).sum();
+    let holds = evm_report.is_object() && triggered == built + lost_closed;
+    println!(
+        "conservation: triggered {triggered} = built {built} + lost {lost_closed}{}  {}",
+        if lost_closed > 0 { " (LUMI_SECTION_CLOSED)" } else { "" },
+        if holds { "holds" } else { "DOES NOT HOLD" }
+    );
+    let mut chain = Value::Null;
+    let mut chain_holds = true;
+    if cfg.fu.enabled {
+        let processed: u64 = c
+            .placed
+            .iter()
+            .filter(|p| matches!(p.role, Role::Fu(_)))
+            .filter_map(|p| reports.get(&p.name)?["events"].as_u64())
+            .sum();
+        let merged = c.placed.iter().find(|p| p.role == Role::Merger).map(|p| {
+            let view = c.view(p);
+            (
+                view.and_then(|v| v.exit).is_some_and(|e| e.success()),
+                view.and_then(|v| v.stdout.clone()).unwrap_or_default(),
+            )
+        });
+        chain_holds = built == processed && merged.as_ref().is_none_or(|(ok, _)| *ok);
+        let storage = match &merged {
+            Some((true, _)) => format!(" = processed {built} in storage (tessera merge)"),
+            Some((false, _)) => " ≠ storage (tessera merge did not prove it)".to_owned(),
+            None => "; storage is left to `tessera merge`".to_owned(),
+        };
+        println!(
+            "chain: built {built} = processed {processed} by the FUs{storage}  {}",
+            if chain_holds { "holds" } else { "DOES NOT HOLD" }
+        );
+        chain = json!({ "holds": chain_holds, "built": built, "processed_by_fus": processed,
+            "merged": merged.map(|(ok, out)| json!({"holds": ok, "said": out.trim()})) });
+    }
+    for f in faults {
+        println!("fault: {f}");
+    }
+    let summary = json!({
+        "run": cfg.run.number,
+        "seconds": seconds,
+        "hosts": c.hosts.iter().map(|(h, a)| json!({"host": h, "agent": a.agent.to_string(), "last_error": a.last_error})).collect::<Vec<_>>(),
+        "triggered": triggered,
+        "built": built,
+        "lost": { "LUMI_SECTION_CLOSED": lost_closed },
+        "conservation_holds": holds,
+        "chain": chain,
+        "faults": faults.iter().map(|f| json!({"unit": f.unit, "host": f.host, "reason": f.key, "why": f.why})).collect::<Vec<_>>(),
+        "reports": reports,
+    });
+    let dir = if output.is_dir() { output.to_owned() } else { PathBuf::from(".") };
+    let path = dir.join(format!("summary-run{:06}.json", cfg.run.number));
+    std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("summary: {}", path.display());
+    Ok(clean && holds && chain_holds)
+}
+
+/// One line of a unit's or FU's report.
+fn summary_line(role: Role, r: &Value) -> String {
+    let n = |k: &str| r[k].as_u64().unwrap_or(0);
+    match role {
+        Role::Bu(_) => format!(
+            "{:>10} events in {:>6} files, {:>6} incomplete, {:>6} with a fragment error",
+            n("events_published"),
+            n("files_published"),
+            n("incomplete_events"),
+            n("error_events")
+        ),
+        Role::Ru(_) => {
+            let evm = r["evm"].as_object().map(|e| {
+                format!(
+                    "; triggered {}, committed {}",
+                    e["triggered"].as_u64().unwrap_or(0),
+                    e["committed"].as_u64().unwrap_or(0)
+                )
+            });
+            format!(
+                "{:>10} fragments, {:>6} corrupt, {:>6} late, {:>6} problems{}",
+                n("fragments"),
+                n("corrupt_fragments"),
+                n("late_fragments"),
+                n("problems"),
+                evm.unwrap_or_default()
+            )
+        }
+        Role::Fu(_) => {
+            format!("{:>10} events from {:>6} files, {:>6} set aside", n("events"), n("files"), n("error_events"))
+        }
+        Role::Merger | Role::Trigger(_) => r.to_string(),
+    }
+}
