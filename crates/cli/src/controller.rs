@@ -150,6 +150,8 @@ struct Controller {
     heartbeat_timeout: Duration,
     /// Whether the run has been asked to stop (front ends may then end).
     stopping: bool,
+    /// Every unit's view as last seen, by unit name (a unit that stops answering keeps its last).
+    last_units: BTreeMap<String, Value>,
 }
 
 /// How long one call to an agent may take.
@@ -262,6 +264,7 @@ impl Controller {
                     self.silent.remove(&p.name);
                     for unit in units.as_array().into_iter().flatten() {
                         let name = unit["name"].as_str().unwrap_or(&p.name).to_owned();
+                        self.last_units.insert(name.clone(), unit.clone());
                         if unit["state"] == "Failed" {
                             let why = unit["problems"]
                                 .as_array()
@@ -315,19 +318,16 @@ impl Controller {
         faults
     }
 
-    /// The units' figures as last seen, by unit name.
-    fn units(&self) -> BTreeMap<String, Value> {
-        let mut all = BTreeMap::new();
-        for h in self.hosts.values() {
-            for view in h.seen.values() {
-                for unit in view.units.as_ref().and_then(Value::as_array).into_iter().flatten() {
-                    if let Some(name) = unit["name"].as_str() {
-                        all.insert(name.to_owned(), unit.clone());
-                    }
-                }
-            }
-        }
-        all
+    /// A figure of a unit as last seen (0 if never).
+    fn figure(&self, unit: &str, key: &str) -> u64 {
+        self.last_units.get(unit).and_then(|u| u["figures"][key].as_f64()).unwrap_or(0.0) as u64
+    }
+
+    /// Events triggered and published, as the units last showed them.
+    fn progress(&self) -> (u64, u64) {
+        let triggered = self.figure(&self.cfg.rus[0].name, "events_triggered_total");
+        let built = self.cfg.bus.iter().map(|b| self.figure(&b.name, "events_published_total")).sum();
+        (triggered, built)
     }
 
     fn view(&self, p: &Placed) -> Option<&ProcessView> {
@@ -366,7 +366,7 @@ impl Controller {
     }
 
     fn unit_state(&self, name: &str) -> Option<String> {
-        self.units().get(name).and_then(|u| u["state"].as_str().map(str::to_owned))
+        self.last_units.get(name).and_then(|u| u["state"].as_str().map(str::to_owned))
     }
 }
 
@@ -480,6 +480,7 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>) -> Result<Exi
         silent: BTreeMap::new(),
         heartbeat_timeout,
         stopping: false,
+        last_units: BTreeMap::new(),
     };
     let run = c.cfg.run.number;
     tracing::info!(
@@ -560,12 +561,8 @@ fn drive(c: &mut Controller, interrupts: &AtomicU32) -> Result<Vec<Fault>> {
         if !faults.is_empty() {
             return Ok(faults);
         }
-        let units = c.units();
-        if units.contains_key(&evm.name) {
-            let figure =
-                |unit: &str, key: &str| units.get(unit).and_then(|u| u["figures"][key].as_f64()).unwrap_or(0.0) as u64;
-            let triggered = figure(&evm.name, "events_triggered_total");
-            let built: u64 = c.cfg.bus.iter().map(|b| figure(&b.name, "events_published_total")).sum();
+        if !c.ended(&evm) {
+            let (triggered, built) = c.progress();
             let dt = last.0.elapsed().as_secs_f64().max(1e-3);
             tracing::info!(
                 triggered,
@@ -649,7 +646,10 @@ fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> R
             }
             (None, None) => {
                 clean = false;
-                "did not end".to_owned()
+                match c.last_units.get(&p.name) {
+                    Some(u) => format!("ended by the controller; last seen {}", u["state"].as_str().unwrap_or("?")),
+                    None => "ended by the controller".to_owned(),
+                }
             }
         };
         println!("  {:<12} {:<16} {line}", p.name, p.host);
@@ -663,14 +663,27 @@ fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> R
     let lost_closed = evm_report["lost_lumi_closed"].as_u64().unwrap_or(0);
     let built: u64 = cfg.bus.iter().filter_map(|b| reports.get(&b.name)?["events_published"].as_u64()).sum();
     let holds = evm_report.is_object() && triggered == built + lost_closed;
-    println!(
-        "conservation: triggered {triggered} = built {built} + lost {lost_closed}{}  {}",
-        if lost_closed > 0 { " (LUMI_SECTION_CLOSED)" } else { "" },
-        if holds { "holds" } else { "DOES NOT HOLD" }
-    );
+    if evm_report.is_object() {
+        println!(
+            "conservation: triggered {triggered} = built {built} + lost {lost_closed}{}  {}",
+            if lost_closed > 0 { " (LUMI_SECTION_CLOSED)" } else { "" },
+            if holds { "holds" } else { "DOES NOT HOLD" }
+        );
+    } else {
+        // The EVM never reported its end: the run was cut short, and what was in flight is
+        // not accounted for. Say so, with the figures as the units last showed them.
+        let (seen_triggered, seen_built) = c.progress();
+        println!(
+            "conservation: NOT PROVEN: the run was ended before the EVM's report; last seen triggered {seen_triggered}, built {seen_built} ({} in flight)",
+            seen_triggered.saturating_sub(seen_built)
+        );
+    }
     let mut chain = Value::Null;
     let mut chain_holds = true;
-    if cfg.fu.enabled {
+    if cfg.fu.enabled && !evm_report.is_object() {
+        chain_holds = false;
+        println!("chain: NOT PROVEN: the run was ended before the builder's end");
+    } else if cfg.fu.enabled {
         let processed: u64 = c
             .placed
             .iter()

@@ -1,0 +1,150 @@
+//! `tessera run` through agents, on loopback (no root needed): a 2×2 system with its filter
+//! farm placed by the controller on a `tessera agent`, ending with both conservation checks;
+//! a BU stopped mid-run (SIGSTOP: alive, but silent) reported stalled within seconds; and a
+//! host without an agent refused before anything starts.
+
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
+mod common;
+
+use common::{Processes, logs, spawn_logged, wait_for_line};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tessera_control::client;
+
+/// `n` ports free on loopback right now.
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// A 2×2 system on loopback whose units the controller places through the agent at `agent`.
+fn system_file(dir: &Path, agent: u16, limit: &str, heartbeat_timeout_s: f64) -> PathBuf {
+    let p = free_ports(7);
+    let yaml = format!(
+        "run:\n  number: 61\n  {limit}\n  orbits_per_lumi_section: 256\n  output: {out}\n\
+         trigger:\n  rate_hz: 20000\n\
+         evm:\n  port: {}\n\
+         rus:\n  - name: ru0\n    ferol_port: {}\n    feds: \"1024,0-1\"\n    fragment_size: {{bytes: 1024}}\n\
+         \x20 - name: ru1\n    ferol_port: {}\n    control_port: {}\n    feds: \"2-3\"\n    fragment_size: {{bytes: 1024}}\n\
+         bus:\n  - name: bu0\n    data_port: {}\n  - name: bu1\n    data_port: {}\n\
+         fu:\n  processes_per_bu: 1\n\
+         controller:\n  agent_port: {agent}\n  heartbeat_timeout_s: {heartbeat_timeout_s}\n",
+        p[0],
+        p[1],
+        p[2],
+        p[3],
+        p[4],
+        p[5],
+        out = dir.join("out").display()
+    );
+    let path = dir.join("system.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// Starts `tessera agent` on a free loopback port; returns its port.
+fn start_agent(units: &mut Processes, dir: &Path) -> u16 {
+    let port = free_ports(1)[0];
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    command.args(["agent", "--listen", &format!("127.0.0.1:{port}"), "--work-dir"]).arg(dir.join("agent"));
+    units.0.push(("agent".into(), spawn_logged(command, &dir.join("agent.log"))));
+    wait_for_line(dir, "agent.log", "agent: serving");
+    port
+}
+
+/// Starts `tessera run SYSTEM` with its summary in `run.out` and its log in `run.log`.
+fn start_run(units: &mut Processes, dir: &Path, system: &Path) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    command.arg("run").arg(system).stdout(std::fs::File::create(dir.join("run.out")).unwrap());
+    let log = std::fs::File::create(dir.join("run.log")).unwrap();
+    let child = command.stderr(log).stdin(std::process::Stdio::null()).spawn().unwrap();
+    units.0.push(("run".into(), child));
+}
+
+/// Waits for the controller (the last process) to exit; returns its exit code and summary.
+fn wait_run(units: &mut Processes, dir: &Path, timeout: Duration) -> (Option<i32>, String) {
+    let deadline = Instant::now() + timeout;
+    let (_, run) = units.0.last_mut().unwrap();
+    let status = loop {
+        if let Some(s) = run.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "tessera run still runs after {timeout:?}\n{}", logs(dir));
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status.code(), std::fs::read_to_string(dir.join("run.out")).unwrap())
+}
+
+#[test]
+fn a_2x2_system_with_its_farm_runs_through_an_agent_and_conserves_every_event() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, d);
+    let system = system_file(d, agent, "events: 3000", 3.0);
+    start_run(&mut units, d, &system);
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
+    assert!(out.contains("conservation: triggered 3000 = built 3000 + lost 0  holds"), "{out}");
+    assert!(out.contains("chain: built 3000 = processed 3000 by the FUs = processed 3000 in storage"), "{out}");
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    // Started in the order a run needs: the farm, the BUs, the RUs, the EVM, then the trigger.
+    let order: Vec<usize> = ["started bu0-fu0", "started bu0 ", "started ru1", "started ru0", "started trigger-ru0"]
+        .iter()
+        .map(|s| log.find(s).unwrap_or_else(|| panic!("{s} not in\n{log}")))
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "start order {order:?}\n{log}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("out/summary-run000061.json")).unwrap()).unwrap();
+    assert_eq!(summary["conservation_holds"], true);
+    assert_eq!(
+        summary["reports"]["bu0"]["events_published"].as_u64().unwrap()
+            + summary["reports"]["bu1"]["events_published"].as_u64().unwrap(),
+        3000
+    );
+}
+
+#[test]
+fn a_2x2_bu_stalled_is_reported_within_seconds_and_ends_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, d);
+    let system = system_file(d, agent, "seconds: 120", 1.5);
+    start_run(&mut units, d, &system);
+    wait_for_line(d, "run.log", "every unit is enabled");
+    std::thread::sleep(Duration::from_secs(1));
+    // Alive but silent: its loop and its control server stop, its sockets stay open.
+    let addr: SocketAddr = format!("127.0.0.1:{agent}").parse().unwrap();
+    let stopped =
+        client::call(addr, "POST", "/api/v1/processes/bu1/signal?signal=STOP", None, None, Duration::from_secs(5))
+            .unwrap();
+    assert_eq!(stopped.status, 202, "{}", stopped.body);
+    let at = Instant::now();
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(60));
+    // The heartbeat time-out is 1.5 s; a poll a second and the abort come on top.
+    assert!(at.elapsed() < Duration::from_secs(20), "reported after {:?}", at.elapsed());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("fault: UNIT_STALLED bu1 on 127.0.0.1: its"), "{out}\n{}", logs(d));
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    assert!(log.contains("FAULT UNIT_STALLED bu1"), "{log}");
+}
+
+#[test]
+fn a_host_without_an_agent_is_refused_before_anything_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let nobody = free_ports(1)[0];
+    let system = system_file(d, nobody, "events: 10", 3.0);
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera")).arg("run").arg(&system).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("host 127.0.0.1: agent 127.0.0.1:{nobody}: 127.0.0.1:{nobody}: cannot connect")),
+        "{err}"
+    );
+    assert!(err.contains(&format!("start `tessera agent --listen 127.0.0.1:{nobody}` on 127.0.0.1")), "{err}");
+    assert!(!d.join("out").exists(), "nothing was started or written");
+}
