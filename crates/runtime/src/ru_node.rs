@@ -16,7 +16,7 @@
 use crate::conn::{Conn, NoPieces, PieceSource};
 use crate::ferol_input::{FragmentHandle, Received, StreamBuffer};
 use crate::state::Transition;
-use crate::stats::{CpuSampler, Throttle, UnitStats};
+use crate::stats::{BLOCKED_AFTER, CpuSampler, FedError, SubState, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::BTreeMap;
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo};
 use tessera_evb::ru::BackPressure;
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
-use tessera_evb::unit::{Input, Output};
+use tessera_evb::unit::{Input, Notice, Output};
 use tessera_evb::wire::{encode, encode_data_header_pieces};
 use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
@@ -385,7 +385,8 @@ impl RuNode {
             None => Box::new(Ru::new(cfg.ru.clone())),
         };
         let (poll, control) = poller()?;
-        Ok(RuNode { cfg, core, stats: Arc::new(UnitStats::default()), control, poll })
+        let stats = Arc::new(UnitStats::for_ru(&cfg.ru.feds));
+        Ok(RuNode { cfg, core, stats, control, poll })
     }
 
     /// The unit's live figures.
@@ -433,6 +434,8 @@ impl RuNode {
             last_trigger: None,
             self_assigned: cfg.ru.first_event,
             to_release: Vec::new(),
+            sync_lost: false,
+            stalled: BTreeMap::new(),
             cpu: CpuSampler::default(),
             stats,
             control,
@@ -470,6 +473,11 @@ struct RuLoop {
     /// Ingest only: the next event to assign to itself, and the events sent, to release.
     self_assigned: EventNumber,
     to_release: Vec<tessera_evb::types::EventRange>,
+    /// A FED has lost its sync: it stays out of the run, so the unit stays in
+    /// [`SubState::SyncLoss`].
+    sync_lost: bool,
+    /// Connections with bytes queued that took none at their last flush, and since when.
+    stalled: BTreeMap<Token, Instant>,
     cpu: CpuSampler,
 }
 
@@ -643,6 +651,9 @@ impl RuLoop {
     }
 
     fn publish_stats(&self) {
+        if self.sync_lost {
+            self.stats.saw(SubState::SyncLoss);
+        }
         let c = self.core.ru().counters();
         self.stats.events_buffered.set(self.core.ru().events_buffered() as u64);
         self.stats.fragments.set(c.fragments);
@@ -773,6 +784,7 @@ impl RuLoop {
                             if s.ended && buffer.pending_bytes() > 0 {
                                 s.broken = true;
                                 self.stats.broken_streams.add(1);
+                                self.stats.fed_errors.add(i, FedError::StreamBroken, 1);
                                 self.stats.problem(format!(
                                     "RU {ru}: FED {fed} stream closed inside a fragment, {} bytes after its fragment {} (last LV1 {:?})",
                                     buffer.pending_bytes(),
@@ -787,6 +799,9 @@ impl RuLoop {
                             s.last_lv1 = Some(r.header.lv1_id);
                             self.stats.fragment_bytes.add(r.fragment_len as u64);
                             let fragment = to_fragment_ref(i, fed, &r, buffer, &mut self.last_trigger);
+                            if fragment.corrupt {
+                                self.stats.fed_errors.add(i, FedError::Corrupt, 1);
+                            }
                             if let Some(p) = &r.problem {
                                 self.stats.problem(format!(
                                     "RU {ru}: FED {fed} fragment with LV1 {}, stream byte {}: {p}; passed on flagged",
@@ -798,6 +813,7 @@ impl RuLoop {
                         }
                         Some(Err(e)) => {
                             self.stats.broken_streams.add(1);
+                            self.stats.fed_errors.add(i, FedError::StreamBroken, 1);
                             let err = NodeError::Stream {
                                 ru,
                                 fed: e.fed,
@@ -963,6 +979,7 @@ impl RuLoop {
             }
             Peer::Evm => {}
             Peer::Bu(b) => {
+                self.stats.saw(SubState::Blocked);
                 self.stats.problem(format!(
                     "{}: lost BU {b}{}",
                     if self.is_evm() { "EVM".to_string() } else { format!("RU {}", self.cfg.ru.ru) },
@@ -1057,9 +1074,37 @@ impl RuLoop {
                         }
                     }
                 }
-                Output::Notice(n) => self.stats.problem(format!("{:?}: {n}", self.me())),
+                Output::Notice(n) => {
+                    self.count_fed_errors(&n);
+                    self.stats.problem(format!("{:?}: {n}", self.me()))
+                }
                 _ => {}
             }
+        }
+    }
+
+    /// Counts what a notice says of FEDs, per FED and as the unit's sub-states.
+    fn count_fed_errors(&mut self, notice: &Notice) {
+        let errors = &self.stats.fed_errors;
+        let count = |fed: FedId, kind: FedError| {
+            if let Some(i) = errors.index_of(fed) {
+                errors.add(i, kind, 1);
+            }
+        };
+        match notice {
+            Notice::SyncLoss { fed, .. } => {
+                count(*fed, FedError::SyncLost);
+                self.sync_lost = true;
+                self.stats.saw(SubState::SyncLoss);
+            }
+            Notice::MissingFragments { feds, .. } => {
+                for &fed in feds {
+                    count(fed, FedError::Missing);
+                }
+                self.stats.saw(SubState::MissingData);
+            }
+            Notice::LateFragment { fed, .. } => count(*fed, FedError::Late),
+            _ => {}
         }
     }
 
@@ -1080,7 +1125,10 @@ impl RuLoop {
         self.stats.data_messages.add(1);
         match self.route(to) {
             Some(c) => c.queue_data(header, handles, bytes),
-            None => self.stats.problem(format!("RU {}: no connection to {to:?}; data dropped", self.cfg.ru.ru)),
+            None => {
+                self.stats.saw(SubState::Blocked);
+                self.stats.problem(format!("RU {}: no connection to {to:?}; data dropped", self.cfg.ru.ru))
+            }
         }
     }
 
@@ -1106,7 +1154,9 @@ impl RuLoop {
         let registry = self.poll.registry();
         let mut broken = Vec::new();
         for (token, conn) in self.conns.iter_mut() {
-            if conn.queued_bytes() == 0 {
+            let queued = conn.queued_bytes();
+            if queued == 0 {
+                self.stalled.remove(token);
                 continue;
             }
             let result = if conn.peer.is_some_and(|p| matches!(p, Peer::Bu(_))) {
@@ -1117,6 +1167,17 @@ impl RuLoop {
             if let Err(e) = result {
                 broken.push((*token, format!("{}: {e}", conn.address)));
             }
+            if conn.queued_bytes() > 0 && conn.queued_bytes() == queued {
+                self.stalled.entry(*token).or_insert_with(Instant::now);
+            } else {
+                self.stalled.remove(token);
+            }
+        }
+        // Connections closed elsewhere (a peer lost or replaced) no longer count.
+        let conns = &self.conns;
+        self.stalled.retain(|token, _| conns.contains_key(token));
+        if self.stalled.values().any(|since| since.elapsed() >= BLOCKED_AFTER) {
+            self.stats.saw(SubState::Blocked);
         }
         for (token, why) in broken {
             self.close_conn(token, Some(why))?;
