@@ -1,16 +1,40 @@
 //! What the tests of a live `tessera run` share: starting it with its control server and
-//! talking HTTP to it.
+//! talking HTTP to it. The system is the default one (`examples/default.yaml`) with one fault:
+//! FED 5 (of ru1) sends event [`BAD_CRC_EVENT`] with a bad CRC-16.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-/// Starts `tessera run` for `seconds` with its output under `dir` (its summary in
-/// `dir/summary.txt`), and returns it with the address of its control server.
+/// The FED that gets a bad CRC-16, and the event.
+pub const BAD_CRC_FED: u16 = 5;
+/// See [`BAD_CRC_FED`].
+pub const BAD_CRC_EVENT: u64 = 1000;
+
+/// Writes the system of the live tests into `dir`: the default one, with the bad CRC-16 and
+/// lumi sections of 4096 orbits (about 0.4 s) so that several close while the tests look.
+fn system_file(dir: &Path) -> PathBuf {
+    let default =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/default.yaml")).unwrap();
+    let ru1 = "  - name: ru1\n    feds: \"4-7\"\n";
+    let ls = "orbits_per_lumi_section: 16384";
+    assert!(default.contains(ru1) && default.contains(ls), "examples/default.yaml changed:\n{default}");
+    let yaml = default
+        .replace(ru1, &format!("{ru1}    faults: [\"bad-crc@{BAD_CRC_EVENT}/{BAD_CRC_FED}\"]\n"))
+        .replace(ls, "orbits_per_lumi_section: 4096");
+    let path = dir.join("system.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// Starts `tessera run` of the live tests' system for `seconds` with its output under `dir` (its
+/// summary in `dir/summary.txt`), and returns it with the address of its control server.
 pub fn start_run(dir: &Path, seconds: u32) -> (Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["run", "--seconds", &seconds.to_string(), "--control", "127.0.0.1:0", "--output"])
+        .arg("run")
+        .arg(system_file(dir))
+        .args(["--seconds", &seconds.to_string(), "--control", "127.0.0.1:0", "--output"])
         .arg(dir.join("out"))
         .stdout(std::fs::File::create(dir.join("summary.txt")).unwrap())
         .stderr(Stdio::piped())
