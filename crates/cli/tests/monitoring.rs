@@ -4,12 +4,22 @@
 
 mod live;
 
-use live::{BAD_CRC_EVENT, BAD_CRC_FED, request, start_run};
+use live::{BAD_CRC_EVENT, BAD_CRC_FED, SKIP_FED, request, start_run};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 fn get(addr: SocketAddr, path: &str) -> String {
     request(addr, "GET", path)
+}
+
+/// The value of the sample `series` (name and labels).
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+        .parse()
+        .unwrap()
 }
 
 fn sum(metrics: &str, name: &str) -> f64 {
@@ -54,15 +64,31 @@ fn run_serves_metrics_that_move_and_an_api_that_names_the_units_and_stops_the_ru
     assert!(units.as_array().unwrap().iter().all(|u| u["state"] == "Enabled"), "{units}");
     assert!(second.contains(r#"tessera_unit_state{unit="bu0",kind="bu",state="Enabled"} 1"#), "{second}");
 
-    // The FED that got the bad CRC-16 is counted, alone.
-    let fed_errors: Vec<&str> = second.lines().filter(|l| l.starts_with("tessera_fed_errors_total{")).collect();
-    let expected =
-        format!(r#"tessera_fed_errors_total{{unit="ru1",kind="ru",fed="{BAD_CRC_FED}",reason="CORRUPT"}} 1"#);
-    assert_eq!(fed_errors, [expected.as_str()], "event {BAD_CRC_EVENT} is long past:\n{second}");
+    // The FED that got the bad CRC-16 is the one counted corrupt; the FED that skipped an event
+    // lost its sync, and its later events go on without it. No other FED has an error.
+    let fed_errors: Vec<&str> = second
+        .lines()
+        .filter(|l| l.starts_with("tessera_fed_errors_total{"))
+        .map(|l| l.rsplit_once(' ').unwrap().0)
+        .collect();
+    let series = |fed: u16, reason: &str| {
+        format!(r#"tessera_fed_errors_total{{unit="ru1",kind="ru",fed="{fed}",reason="{reason}"}}"#)
+    };
+    let (corrupt, missing, sync) =
+        (series(BAD_CRC_FED, "CORRUPT"), series(SKIP_FED, "MISSING"), series(SKIP_FED, "SYNC_LOST"));
+    assert_eq!(fed_errors, [&corrupt, &missing, &sync], "events {BAD_CRC_EVENT} and later are long past:\n{second}");
+    assert_eq!(sample(&second, &corrupt), 1.0);
+    assert_eq!(sample(&second, &sync), 1.0);
+    assert!(sample(&second, &missing) > 0.0);
     let ru1 = units.as_array().unwrap().iter().find(|u| u["name"] == "ru1").unwrap();
     assert_eq!(ru1["fed_errors"][0]["fed"], BAD_CRC_FED, "{ru1}");
     assert_eq!(ru1["fed_errors"][0]["errors"]["CORRUPT"], 1, "{ru1}");
-    assert_eq!(ru1["fed_errors"].as_array().unwrap().len(), 1, "{ru1}");
+    assert_eq!(ru1["fed_errors"][1]["fed"], SKIP_FED, "{ru1}");
+    assert_eq!(ru1["fed_errors"][1]["errors"]["SYNC_LOST"], 1, "{ru1}");
+    assert_eq!(ru1["fed_errors"].as_array().unwrap().len(), 2, "{ru1}");
+    let keys: Vec<&str> = ru1["sub_states"].as_array().unwrap().iter().map(|s| s["key"].as_str().unwrap()).collect();
+    assert!(keys.contains(&"SYNC_LOSS") && keys.contains(&"MISSING_DATA"), "{ru1}");
+    assert!(second.contains(r#"tessera_sub_state{unit="ru1",kind="ru",reason="SYNC_LOSS"} 1"#), "{second}");
     assert!(second.contains(r#"tessera_sub_state{unit="ru0",kind="evm",reason="SYNC_LOSS"} 0"#), "{second}");
 
     // The FUs' CPU time and the BUs' lumi sections move.
@@ -76,7 +102,7 @@ fn run_serves_metrics_that_move_and_an_api_that_names_the_units_and_stops_the_ru
 
     // The configuration it runs, every key written out, the fault included.
     let config = get(addr, "/api/v1/config");
-    assert!(config.contains("orbits_per_lumi_section: 4096") && config.contains("bad-crc@1000/5"), "{config}");
+    assert!(config.contains("orbits_per_lumi_section: 4096") && config.contains("skip@2000/6"), "{config}");
     let said: serde_json::Value = serde_json::from_str(&get(addr, "/api/v1/conservation")).unwrap();
     assert_eq!((said["evm_here"].as_bool(), said["holds_so_far"].as_bool()), (Some(true), Some(true)), "{said}");
     assert!(said["triggered"].as_u64().unwrap() > 0, "{said}");

@@ -1,6 +1,7 @@
 //! What the tests of a live `tessera run` share: starting it with its control server and
-//! talking HTTP to it. The system is the default one (`examples/default.yaml`) with one fault:
-//! FED 5 (of ru1) sends event [`BAD_CRC_EVENT`] with a bad CRC-16.
+//! talking HTTP to it. The system is the default one (`examples/default.yaml`) with two faults
+//! on ru1: FED 5 sends event [`BAD_CRC_EVENT`] with a bad CRC-16, and FED 6 skips event
+//! [`SKIP_EVENT`], loses its sync and is left out from then on (ru1 stays in `SYNC_LOSS`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -11,8 +12,12 @@ use std::process::{Child, Command, Stdio};
 pub const BAD_CRC_FED: u16 = 5;
 /// See [`BAD_CRC_FED`].
 pub const BAD_CRC_EVENT: u64 = 1000;
+/// The FED that skips an event, and the event.
+pub const SKIP_FED: u16 = 6;
+/// See [`SKIP_FED`].
+pub const SKIP_EVENT: u64 = 2000;
 
-/// Writes the system of the live tests into `dir`: the default one, with the bad CRC-16 and
+/// Writes the system of the live tests into `dir`: the default one, with the faults and
 /// lumi sections of 4096 orbits (about 0.4 s) so that several close while the tests look.
 fn system_file(dir: &Path) -> PathBuf {
     let default =
@@ -21,7 +26,12 @@ fn system_file(dir: &Path) -> PathBuf {
     let ls = "orbits_per_lumi_section: 16384";
     assert!(default.contains(ru1) && default.contains(ls), "examples/default.yaml changed:\n{default}");
     let yaml = default
-        .replace(ru1, &format!("{ru1}    faults: [\"bad-crc@{BAD_CRC_EVENT}/{BAD_CRC_FED}\"]\n"))
+        .replace(
+            ru1,
+            &format!(
+                "{ru1}    faults: [\"bad-crc@{BAD_CRC_EVENT}/{BAD_CRC_FED}\", \"skip@{SKIP_EVENT}/{SKIP_FED}\"]\n"
+            ),
+        )
         .replace(ls, "orbits_per_lumi_section: 4096");
     let path = dir.join("system.yaml");
     std::fs::write(&path, yaml).unwrap();
