@@ -138,7 +138,7 @@ impl SubState {
     pub fn sentence(self) -> &'static str {
         match self {
             SubState::SyncLoss => "A FED sent an event out of sequence: its data are left out for the rest of the run.",
-            SubState::MissingData => "Events went on without a FED's data after the fragment time-out.",
+            SubState::MissingData => "Events are built or sent on without the data of some FEDs.",
             SubState::Blocked => "Data for a peer cannot be sent: no connection to it, or it takes nothing.",
         }
     }
