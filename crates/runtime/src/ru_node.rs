@@ -435,7 +435,7 @@ impl RuNode {
             self_assigned: cfg.ru.first_event,
             to_release: Vec::new(),
             sync_lost: false,
-            stalled: BTreeMap::new(),
+            stalls: Stalls::default(),
             cpu: CpuSampler::default(),
             stats,
             control,
@@ -476,8 +476,7 @@ struct RuLoop {
     /// A FED has lost its sync: it stays out of the run, so the unit stays in
     /// [`SubState::SyncLoss`].
     sync_lost: bool,
-    /// Connections with bytes queued that took none at their last flush, and since when.
-    stalled: BTreeMap<Token, Instant>,
+    stalls: Stalls,
     cpu: CpuSampler,
 }
 
@@ -1156,7 +1155,7 @@ impl RuLoop {
         for (token, conn) in self.conns.iter_mut() {
             let queued = conn.queued_bytes();
             if queued == 0 {
-                self.stalled.remove(token);
+                self.stalls.flushed(*token, 0, 0);
                 continue;
             }
             let result = if conn.peer.is_some_and(|p| matches!(p, Peer::Bu(_))) {
@@ -1167,22 +1166,44 @@ impl RuLoop {
             if let Err(e) = result {
                 broken.push((*token, format!("{}: {e}", conn.address)));
             }
-            if conn.queued_bytes() > 0 && conn.queued_bytes() == queued {
-                self.stalled.entry(*token).or_insert_with(Instant::now);
-            } else {
-                self.stalled.remove(token);
-            }
+            self.stalls.flushed(*token, queued, conn.queued_bytes());
         }
         // Connections closed elsewhere (a peer lost or replaced) no longer count.
         let conns = &self.conns;
-        self.stalled.retain(|token, _| conns.contains_key(token));
-        if self.stalled.values().any(|since| since.elapsed() >= BLOCKED_AFTER) {
+        self.stalls.keep(|token| conns.contains_key(token));
+        if self.stalls.blocked(Instant::now()) {
             self.stats.saw(SubState::Blocked);
         }
         for (token, why) in broken {
             self.close_conn(token, Some(why))?;
         }
         Ok(())
+    }
+}
+
+/// Connections with bytes waiting that took none at their last flush, and since when: a unit
+/// with a connection that has taken nothing for [`BLOCKED_AFTER`] is [`SubState::Blocked`].
+#[derive(Debug, Default)]
+struct Stalls(BTreeMap<Token, Instant>);
+
+impl Stalls {
+    /// A flush of `token`'s connection took its queue from `before` to `after` bytes.
+    fn flushed(&mut self, token: Token, before: usize, after: usize) {
+        if after > 0 && after == before {
+            self.0.entry(token).or_insert_with(Instant::now);
+        } else {
+            self.0.remove(&token);
+        }
+    }
+
+    /// Forgets the connections that `open` does not hold.
+    fn keep(&mut self, open: impl Fn(&Token) -> bool) {
+        self.0.retain(|token, _| open(token));
+    }
+
+    /// Whether a connection has taken nothing for [`BLOCKED_AFTER`] at `now`.
+    fn blocked(&self, now: Instant) -> bool {
+        self.0.values().any(|&since| now.saturating_duration_since(since) >= BLOCKED_AFTER)
     }
 }
 
@@ -1223,5 +1244,30 @@ fn to_fragment_ref(
         corrupt,
         buffer: pack(stream, r.handle),
         trigger,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_that_takes_nothing_for_a_while_blocks_its_unit_and_one_that_moves_does_not() {
+        let mut stalls = Stalls::default();
+        let (a, b) = (Token(CONN_BASE), Token(CONN_BASE + 1));
+        stalls.flushed(a, 100, 100);
+        stalls.flushed(b, 100, 40);
+        let now = Instant::now();
+        assert!(!stalls.blocked(now), "not yet");
+        assert!(stalls.blocked(now + BLOCKED_AFTER), "a has taken nothing");
+        stalls.flushed(a, 100, 100);
+        assert!(stalls.blocked(now + BLOCKED_AFTER), "still stalled since the first flush");
+        stalls.flushed(a, 100, 90);
+        assert!(!stalls.blocked(now + BLOCKED_AFTER), "a moved");
+        stalls.flushed(b, 40, 40);
+        stalls.keep(|t| *t != b);
+        assert!(!stalls.blocked(now + 10 * BLOCKED_AFTER), "b is closed");
+        stalls.flushed(a, 0, 0);
+        assert!(!stalls.blocked(now + 10 * BLOCKED_AFTER));
     }
 }
