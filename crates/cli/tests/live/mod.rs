@@ -18,13 +18,19 @@ pub const SKIP_FED: u16 = 6;
 pub const SKIP_EVENT: u64 = 2000;
 
 /// Writes the system of the live tests into `dir`: the default one, with the faults and
-/// lumi sections of 4096 orbits (about 0.4 s) so that several close while the tests look.
+/// lumi sections of 4096 orbits (about 0.4 s) so that several close while the tests look. The
+/// output goes to the machine's disk, shared with other work, not to a RAM disk: the BUs' and
+/// FUs' high-water marks are 100%, so that a disk others have filled does not hold the run back.
 fn system_file(dir: &Path) -> PathBuf {
     let default =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/default.yaml")).unwrap();
     let ru1 = "  - name: ru1\n    feds: \"4-7\"\n";
     let ls = "orbits_per_lumi_section: 16384";
-    assert!(default.contains(ru1) && default.contains(ls), "examples/default.yaml changed:\n{default}");
+    let fu = "fu:\n  enabled: true\n";
+    assert!(
+        default.contains(ru1) && default.contains(ls) && default.contains(fu),
+        "examples/default.yaml changed:\n{default}"
+    );
     let yaml = default
         .replace(
             ru1,
@@ -32,7 +38,9 @@ fn system_file(dir: &Path) -> PathBuf {
                 "{ru1}    faults: [\"bad-crc@{BAD_CRC_EVENT}/{BAD_CRC_FED}\", \"skip@{SKIP_EVENT}/{SKIP_FED}\"]\n"
             ),
         )
-        .replace(ls, "orbits_per_lumi_section: 4096");
+        .replace(ls, "orbits_per_lumi_section: 4096")
+        .replace(fu, &format!("{fu}  output_high_water_percent: 100\n"))
+        + "bu:\n  ramdisk_high_water_percent: 100\n  ramdisk_low_water_percent: 99\n";
     let path = dir.join("system.yaml");
     std::fs::write(&path, yaml).unwrap();
     path
