@@ -70,10 +70,16 @@ pub struct ControlArgs {
     pub control_file: Option<PathBuf>,
 }
 
-/// Starts the control server of this process's units and says where it is.
-fn serve_control(args: &ControlArgs, units: Vec<Unit>, stop: StopAction) -> Result<ControlServer> {
+/// Starts the control server of this process's units, which serves `system` too, and says where
+/// it is.
+fn serve_control(
+    args: &ControlArgs,
+    units: Vec<Unit>,
+    stop: StopAction,
+    system: &SystemConfig,
+) -> Result<ControlServer> {
     let config = ControlConfig { listen: args.control, token: args.control_token.clone() };
-    let server = ControlServer::start(&config, units, Some(stop)).context("--control")?;
+    let server = ControlServer::start(&config, units, Some(stop), Some(system.to_yaml())).context("--control")?;
     if let Some(path) = &args.control_file {
         server.write_address(path).with_context(|| format!("--control-file {}", path.display()))?;
     }
@@ -409,7 +415,7 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
             Err(_) => "already stopping".to_owned(),
         })
     });
-    let _control = serve_control(control, units, stop)?;
+    let _control = serve_control(control, units, stop, &cfg)?;
     let started = Instant::now();
     let mut stopped = false;
     let mut last = Progress::default();
@@ -811,8 +817,12 @@ pub fn unit(
             } else {
                 Arc::new(|| Err("an RU does not stop the run: ask the EVM's process".to_owned()))
             };
-            let _control =
-                serve_control(control_args, vec![Unit { name: ru.name.clone(), kind, stats: stats.clone() }], stop)?;
+            let _control = serve_control(
+                control_args,
+                vec![Unit { name: ru.name.clone(), kind, stats: stats.clone() }],
+                stop,
+                &cfg,
+            )?;
             tracing::info!(
                 unit = %ru.name,
                 run = cfg.run.number,
@@ -884,6 +894,7 @@ pub fn unit(
                 control_args,
                 vec![Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() }],
                 stop,
+                &cfg,
             )?;
             tracing::info!(
                 unit = %bu.name,

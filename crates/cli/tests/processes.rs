@@ -3,13 +3,14 @@
 //! file. The runs cross the 24-bit LV1 wrap; afterwards every run directory passes `tessera
 //! verify` (every payload byte against the seeded emulator) and every event is in exactly one
 //! file. One run kills a BU with SIGKILL mid-run and restarts it: nothing lost, nothing
-//! duplicated, and the run goes on to its end.
+//! duplicated, the RU says it is `BLOCKED` meanwhile, and the run goes on to its end.
 
 mod common;
 
 use common::{Processes, logs, spawn_logged, verified_events, wait_for_line};
 use std::collections::BTreeSet;
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -84,6 +85,23 @@ fn ferol(system: &Path, dir: &Path, ru: &str) -> (String, Child) {
     (format!("ferol-{ru}"), start(&args, &dir.join(format!("ferol-{ru}.log"))))
 }
 
+/// The address of the control server that a unit's log names.
+fn control_address(log: &Path) -> SocketAddr {
+    let text = std::fs::read_to_string(log).unwrap();
+    let start = "monitoring: http://";
+    let at = text.find(start).unwrap_or_else(|| panic!("no control address in\n{text}")) + start.len();
+    text[at..].split('/').next().unwrap().parse().unwrap()
+}
+
+/// `GET /metrics` of the control server at `addr`.
+fn metrics(addr: SocketAddr) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
 fn expected(first_event: u64, events: u64) -> BTreeSet<u32> {
     (first_event..first_event + events).map(|e| e as u32).collect()
 }
@@ -137,9 +155,19 @@ fn two_by_two_bu_killed_and_restarted_loses_and_duplicates_nothing() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
+    let ru1 = control_address(&d.join("ru-ru1.log"));
+    let before = metrics(ru1);
+    assert!(before.contains(r#"tessera_sub_state{unit="ru1",kind="ru",reason="BLOCKED"} 0"#), "{before}");
     victim.kill().unwrap(); // SIGKILL
     victim.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // ru1 has lost bu1, whose events it cannot send: it says so for a few seconds.
+    let blocked = r#"tessera_sub_state{unit="ru1",kind="ru",reason="BLOCKED"} 1"#;
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while !metrics(ru1).contains(blocked) {
+        assert!(Instant::now() < deadline, "ru1 is not BLOCKED:\n{}", metrics(ru1));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
     units.0.push(tessera_unit(&system, d, "bu", Some("bu1"), &["--restart"]));
     units.wait_all(d, Duration::from_secs(120));
     let evm_log = std::fs::read_to_string(d.join("evm-evm.log")).unwrap();

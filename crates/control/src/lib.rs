@@ -1,12 +1,16 @@
 //! Tessera's monitoring and control plane: the live figures and states of the units of a
-//! process, as Prometheus metrics (`GET /metrics`) and as JSON (`GET /api/v1/units`), and the
-//! run's stop (`POST /api/v1/stop`), served over HTTP by [`ControlServer`].
+//! process, as Prometheus metrics (`GET /metrics`) and as JSON (`GET /api/v1/units`), the run's
+//! conservation as the figures stand (`GET /api/v1/conservation`), the system configuration the
+//! process runs (`GET /api/v1/config`), and the run's stop (`POST /api/v1/stop`), served over
+//! HTTP by [`ControlServer`].
 //!
 //! The server binds loopback unless told otherwise; any other address needs a token, which every
 //! request must then bring as `Authorization: Bearer <token>` (guarantee 5 of the design).
 //! Metric names follow Prometheus conventions: `tessera_` prefix, base units, `_total` on
 //! counters, one label `unit` (the unit's name in the system file) and `kind` (`ru`, `evm`,
-//! `bu`).
+//! `bu`). Per-FED error counts (`tessera_fed_errors_total`) are written only for the FEDs and
+//! reasons that have a count, so that an RU with hundreds of FEDs does not fill the page with
+//! zeros: a series that is absent is 0.
 
 #![warn(missing_docs)]
 
@@ -25,7 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use tessera_runtime::state::UnitState;
-use tessera_runtime::stats::{Throttle, UnitStats};
+use tessera_runtime::stats::{FedError, SubState, Throttle, UnitStats};
 use tokio::sync::oneshot;
 
 /// The live dashboard, served at `/`: it reads `/api/v1/units` every second.
@@ -216,6 +220,36 @@ const FAMILIES: &[Family] = &[
         read: |s| s.fu_output_bytes_per_s.get() as f64,
     },
     Family {
+        name: "tessera_fu_cpu_seconds_total",
+        kind: "counter",
+        help: "CPU time of the FU processes behind a BU, each as it last said in its resource summary.",
+        read: |s| s.fu_cpu_ms.get() as f64 / 1e3,
+    },
+    Family {
+        name: "tessera_lumi_section",
+        kind: "gauge",
+        help: "The highest lumi section a BU has written a file of.",
+        read: |s| s.lumi_section.get() as f64,
+    },
+    Family {
+        name: "tessera_lumi_sections_closed_total",
+        kind: "counter",
+        help: "Lumi sections a BU has closed (end-of-lumi record written).",
+        read: |s| s.lumi_sections_closed.get() as f64,
+    },
+    Family {
+        name: "tessera_last_closed_lumi_section",
+        kind: "gauge",
+        help: "The highest lumi section a BU has closed.",
+        read: |s| s.last_closed_lumi_section.get() as f64,
+    },
+    Family {
+        name: "tessera_last_closed_lumi_section_events",
+        kind: "gauge",
+        help: "Events a BU published in the highest lumi section it has closed.",
+        read: |s| s.last_closed_lumi_section_events.get() as f64,
+    },
+    Family {
         name: "tessera_data_messages_total",
         kind: "counter",
         help: "Data messages sent or received.",
@@ -304,7 +338,62 @@ pub fn metrics_text(units: &[Unit]) -> String {
             );
         }
     }
+    let name = "tessera_sub_state";
+    let _ = writeln!(
+        out,
+        "# HELP {name} 1 while the unit is in this sub-state (its cause seen within the last {} s).\n# TYPE {name} gauge",
+        tessera_runtime::stats::SUB_STATE_HOLD.as_secs()
+    );
+    for unit in units {
+        let now = unit.stats.sub_states();
+        for sub_state in SubState::ALL {
+            let _ = writeln!(
+                out,
+                "{name}{{unit=\"{}\",kind=\"{}\",reason=\"{}\"}} {}",
+                label(&unit.name),
+                unit.kind.label(),
+                sub_state.key(),
+                u8::from(now.contains(&sub_state))
+            );
+        }
+    }
+    let name = "tessera_fed_errors_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Fragments of a FED in error, by reason (only FEDs and reasons with a count are written).\n# TYPE {name} counter"
+    );
+    for unit in units {
+        for (fed, counts) in unit.stats.fed_errors.with_errors() {
+            for (reason, n) in FedError::ALL.iter().zip(counts).filter(|(_, n)| *n > 0) {
+                let _ = writeln!(
+                    out,
+                    "{name}{{unit=\"{}\",kind=\"{}\",fed=\"{fed}\",reason=\"{}\"}} {n}",
+                    label(&unit.name),
+                    unit.kind.label(),
+                    reason.key()
+                );
+            }
+        }
+    }
     out
+}
+
+/// A sub-state as the API shows it: its stable key and what it means.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SubStateView {
+    /// The stable key (a [`Throttle`] or [`SubState`] key).
+    pub key: &'static str,
+    /// What it means, in one sentence.
+    pub sentence: &'static str,
+}
+
+/// One FED's error counts as the API shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FedErrorsView {
+    /// The FED.
+    pub fed: u16,
+    /// Fragments in error by reason key (every reason, 0 included).
+    pub errors: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// One unit as `GET /api/v1/units` shows it.
@@ -316,8 +405,16 @@ pub struct UnitView {
     pub kind: UnitKind,
     /// Its state (`Halted`, `Configuring`, `Ready`, `Enabled`, `Draining`, `Failed`).
     pub state: &'static str,
-    /// Why it holds back, or "" when it does not: its sub-state.
+    /// Why it holds back, or "" when it does not.
     pub throttle: &'static str,
+    /// Its sub-states with their sentences: why it holds back (as `throttle`), then the
+    /// [`SubState`]s whose cause was seen within the last [`SUB_STATE_HOLD`] (empty when all is
+    /// well).
+    ///
+    /// [`SUB_STATE_HOLD`]: tessera_runtime::stats::SUB_STATE_HOLD
+    pub sub_states: Vec<SubStateView>,
+    /// Error counts of the FEDs that have any (RU), in the RU's order.
+    pub fed_errors: Vec<FedErrorsView>,
     /// Whether it ended by an error.
     pub failed: bool,
     /// Every figure of [`metrics_text`], by metric name without the `tessera_` prefix.
@@ -335,11 +432,81 @@ pub fn unit_views(units: &[Unit]) -> Vec<UnitView> {
             kind: u.kind,
             state: u.stats.state().name(),
             throttle: u.stats.throttle().key(),
+            sub_states: sub_states(&u.stats),
+            fed_errors: u
+                .stats
+                .fed_errors
+                .with_errors()
+                .into_iter()
+                .map(|(fed, counts)| FedErrorsView {
+                    fed,
+                    errors: FedError::ALL.iter().map(|r| r.key()).zip(counts).collect(),
+                })
+                .collect(),
             failed: u.stats.failed(),
             figures: FAMILIES.iter().map(|f| (f.name.trim_start_matches("tessera_"), (f.read)(&u.stats))).collect(),
             problems: u.stats.problems().0,
         })
         .collect()
+}
+
+/// A unit's sub-states: why it holds back, then the others seen lately.
+fn sub_states(stats: &UnitStats) -> Vec<SubStateView> {
+    let throttle = stats.throttle();
+    let holds_back =
+        (throttle != Throttle::None).then(|| SubStateView { key: throttle.key(), sentence: throttle.sentence() });
+    holds_back
+        .into_iter()
+        .chain(stats.sub_states().into_iter().map(|s| SubStateView { key: s.key(), sentence: s.sentence() }))
+        .collect()
+}
+
+/// The run's conservation as the figures of this process's units stand: every event triggered
+/// is published, counted lost, or still in flight. It only truly holds at the end of the run,
+/// when nothing is in flight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConservationView {
+    /// Whether this process has the EVM, which counts the events triggered: without it the
+    /// figures say nothing of the run.
+    pub evm_here: bool,
+    /// Events triggered (EVM).
+    pub triggered: u64,
+    /// Events published in BU files (the BUs of this process).
+    pub published: u64,
+    /// Events lost, by reason key (EVM).
+    pub lost: std::collections::BTreeMap<&'static str, u64>,
+    /// Events triggered and neither published nor lost yet: `triggered - published - lost`.
+    pub in_flight: u64,
+    /// Whether published + lost <= triggered: nothing was published or lost that was not
+    /// triggered.
+    pub holds_so_far: bool,
+    /// What the figures say, in one sentence.
+    pub sentence: String,
+}
+
+/// The conservation of the run as the figures of `units` stand. The BUs are read before the
+/// EVM: an event is triggered before it is published or lost, so figures read in this order
+/// never show more published than triggered in a run that is right.
+pub fn conservation(units: &[Unit]) -> ConservationView {
+    let published: u64 = units.iter().filter(|u| u.kind == UnitKind::Bu).map(|u| u.stats.events_published.get()).sum();
+    let evm = units.iter().find(|u| u.kind == UnitKind::Evm);
+    let closed = evm.map_or(0, |u| u.stats.lost_lumi_closed.get());
+    let triggered = evm.map_or(0, |u| u.stats.triggered.get());
+    let lost: std::collections::BTreeMap<&'static str, u64> =
+        [("LUMI_SECTION_CLOSED", closed)].into_iter().filter(|(_, n)| *n > 0).collect();
+    let accounted = published + closed;
+    let holds_so_far = accounted <= triggered;
+    let in_flight = triggered.saturating_sub(accounted);
+    let sentence = if evm.is_none() {
+        "This process has no EVM: the run's conservation is checked where the EVM runs.".to_owned()
+    } else if !holds_so_far {
+        format!("Does not hold: {accounted} events published or lost, only {triggered} triggered.")
+    } else if in_flight > 0 {
+        format!("Holds so far: {in_flight} events in flight; it holds for the run once none is left at its end.")
+    } else {
+        "Holds: every event triggered is published or counted lost.".to_owned()
+    };
+    ConservationView { evm_here: evm.is_some(), triggered, published, lost, in_flight, holds_so_far, sentence }
 }
 
 /// Where and how the server listens.
@@ -384,22 +551,32 @@ struct Shared {
     units: Arc<Vec<Unit>>,
     token: Option<Arc<str>>,
     stop: Option<StopAction>,
+    system: Option<Arc<str>>,
 }
 
 impl ControlServer {
     /// Binds `config.listen` and serves `units` on a thread of its own; `stop` is what
-    /// `POST /api/v1/stop` does (none: the request is refused).
+    /// `POST /api/v1/stop` does (none: the request is refused); `system` is the system
+    /// configuration the process runs, as YAML, for `GET /api/v1/config` (none: 404).
     pub fn start(
         config: &ControlConfig,
         units: Vec<Unit>,
         stop: Option<StopAction>,
+        system: Option<String>,
     ) -> Result<ControlServer, ControlError> {
         token_required(config.listen, config.token.as_deref())?;
-        let shared = Shared { units: Arc::new(units), token: config.token.as_deref().map(Arc::from), stop };
+        let shared = Shared {
+            units: Arc::new(units),
+            token: config.token.as_deref().map(Arc::from),
+            stop,
+            system: system.map(Arc::from),
+        };
         let app = Router::new()
             .route("/", get(|| async { axum::response::Html(DASHBOARD) }))
             .route("/metrics", get(metrics))
             .route("/api/v1/units", get(units_json))
+            .route("/api/v1/conservation", get(conservation_json))
+            .route("/api/v1/config", get(system_config))
             .route("/api/v1/health", get(|| async { "ok\n" }))
             .route("/api/v1/stop", axum::routing::post(stop_run))
             .route("/api/v1/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
@@ -517,4 +694,19 @@ async fn stop_run(State(shared): State<Shared>) -> Response {
 
 async fn units_json(State(shared): State<Shared>) -> impl IntoResponse {
     axum::Json(unit_views(&shared.units))
+}
+
+async fn conservation_json(State(shared): State<Shared>) -> impl IntoResponse {
+    axum::Json(conservation(&shared.units))
+}
+
+async fn system_config(State(shared): State<Shared>) -> Response {
+    match &shared.system {
+        Some(yaml) => ([(header::CONTENT_TYPE, "application/yaml; charset=utf-8")], yaml.to_string()).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            axum::Json(serde_json::json!({ "error": "this process was started without a system configuration" })),
+        )
+            .into_response(),
+    }
 }

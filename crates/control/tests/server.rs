@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use tessera_control::{ControlConfig, ControlError, ControlServer, Unit, UnitKind};
-use tessera_runtime::stats::{Throttle, UnitStats};
+use tessera_runtime::stats::{FedError, SubState, Throttle, UnitStats};
 
 /// One GET; the status code and the body.
 fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
@@ -40,7 +40,7 @@ fn metrics_move_with_the_units_and_the_api_agrees() {
     let units = units();
     let (evm, bu) = (units[0].stats.clone(), units[1].stats.clone());
     let server =
-        ControlServer::start(&ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None }, units, None)
+        ControlServer::start(&ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None }, units, None, None)
             .unwrap();
     let addr = server.local_addr();
     let (status, text) = get(addr, "/metrics", None);
@@ -68,9 +68,9 @@ fn metrics_move_with_the_units_and_the_api_agrees() {
 #[test]
 fn any_address_but_loopback_needs_a_token_and_every_request_brings_it() {
     let open = ControlConfig { listen: "0.0.0.0:0".parse().unwrap(), token: None };
-    assert!(matches!(ControlServer::start(&open, units(), None), Err(ControlError::TokenRequired(_))));
+    assert!(matches!(ControlServer::start(&open, units(), None, None), Err(ControlError::TokenRequired(_))));
     let guarded = ControlConfig { listen: "0.0.0.0:0".parse().unwrap(), token: Some("s3cret".into()) };
-    let server = ControlServer::start(&guarded, units(), None).unwrap();
+    let server = ControlServer::start(&guarded, units(), None, None).unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{}", server.local_addr().port()).parse().unwrap();
     assert_eq!(get(addr, "/metrics", None).0, 401);
     assert_eq!(get(addr, "/metrics", Some("wrong")).0, 401);
@@ -113,9 +113,9 @@ fn status(addr: SocketAddr, method: &str, path: &str) -> u16 {
 #[test]
 fn every_documented_operation_answers_as_documented() {
     let stop: tessera_control::StopAction = Arc::new(|| Ok("stopping".into()));
-    for action in [Some(stop), None] {
+    for (action, system) in [(Some(stop), Some("run:\n  number: 7\n".to_owned())), (None, None)] {
         let config = ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None };
-        let server = ControlServer::start(&config, units(), action).unwrap();
+        let server = ControlServer::start(&config, units(), action, system).unwrap();
         let addr = server.local_addr();
         let (code, served) = get(addr, "/api/v1/openapi.json", None);
         assert_eq!(code, 200);
@@ -132,6 +132,92 @@ fn every_documented_operation_answers_as_documented() {
                 operations += 1;
             }
         }
-        assert_eq!(operations, 6);
+        assert_eq!(operations, 8);
     }
+}
+
+/// A server on loopback for `units`, serving `system`.
+fn serve(units: Vec<Unit>, system: Option<String>) -> ControlServer {
+    let config = ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None };
+    ControlServer::start(&config, units, None, system).unwrap()
+}
+
+#[test]
+fn fed_errors_and_sub_states_show_in_the_metrics_and_the_api_with_their_sentences() {
+    let ru = Arc::new(UnitStats::for_ru(&[3, 4, 5]));
+    let bu = Arc::new(UnitStats::default());
+    let server = serve(
+        vec![
+            Unit { name: "ru1".into(), kind: UnitKind::Ru, stats: ru.clone() },
+            Unit { name: "bu0".into(), kind: UnitKind::Bu, stats: bu.clone() },
+        ],
+        None,
+    );
+    let addr = server.local_addr();
+    let (_, text) = get(addr, "/metrics", None);
+    assert!(!text.contains("tessera_fed_errors_total{"), "no errors, no series:\n{text}");
+    assert_eq!(sample(&text, r#"tessera_sub_state{unit="ru1",kind="ru",reason="SYNC_LOSS"}"#), 0.0);
+    ru.fed_errors.add(1, FedError::Corrupt, 2);
+    ru.fed_errors.add(1, FedError::Missing, 7);
+    ru.saw(SubState::SyncLoss);
+    bu.set_throttle(Throttle::StoreFull);
+    bu.saw(SubState::MissingData);
+    let (_, text) = get(addr, "/metrics", None);
+    assert_eq!(sample(&text, r#"tessera_fed_errors_total{unit="ru1",kind="ru",fed="4",reason="CORRUPT"}"#), 2.0);
+    assert_eq!(sample(&text, r#"tessera_fed_errors_total{unit="ru1",kind="ru",fed="4",reason="MISSING"}"#), 7.0);
+    assert!(!text.contains(r#"reason="LATE""#) && !text.contains(r#"fed="3""#), "only counts are written:\n{text}");
+    assert_eq!(sample(&text, r#"tessera_sub_state{unit="ru1",kind="ru",reason="SYNC_LOSS"}"#), 1.0);
+    assert_eq!(sample(&text, r#"tessera_sub_state{unit="ru1",kind="ru",reason="BLOCKED"}"#), 0.0);
+    assert_eq!(sample(&text, r#"tessera_sub_state{unit="bu0",kind="bu",reason="MISSING_DATA"}"#), 1.0);
+    let (_, json) = get(addr, "/api/v1/units", None);
+    let units: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        units[0]["fed_errors"],
+        serde_json::json!([{"fed": 4, "errors": {"CORRUPT": 2, "LATE": 0, "MISSING": 7, "SYNC_LOST": 0, "STREAM_BROKEN": 0}}])
+    );
+    assert_eq!(
+        units[0]["sub_states"],
+        serde_json::json!([{"key": "SYNC_LOSS", "sentence": SubState::SyncLoss.sentence()}])
+    );
+    // Why the BU holds back comes first, then what else is wrong.
+    let keys: Vec<&str> =
+        units[1]["sub_states"].as_array().unwrap().iter().map(|s| s["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["BU_STORE_FULL", "MISSING_DATA"]);
+    assert!(units[1]["sub_states"][0]["sentence"].as_str().unwrap().contains("files to be written"), "{units}");
+    assert_eq!(units[1]["fed_errors"], serde_json::json!([]));
+}
+
+#[test]
+fn conservation_says_what_is_in_flight_until_nothing_is() {
+    let units = units();
+    let (evm, bu) = (units[0].stats.clone(), units[1].stats.clone());
+    let server = serve(units, None);
+    let addr = server.local_addr();
+    evm.triggered.add(100);
+    evm.lost_lumi_closed.add(5);
+    bu.events_published.add(60);
+    let view: serde_json::Value = serde_json::from_str(&get(addr, "/api/v1/conservation", None).1).unwrap();
+    assert_eq!((view["triggered"].as_u64(), view["published"].as_u64()), (Some(100), Some(60)), "{view}");
+    assert_eq!(view["lost"], serde_json::json!({"LUMI_SECTION_CLOSED": 5}));
+    assert_eq!((view["in_flight"].as_u64(), view["holds_so_far"].as_bool()), (Some(35), Some(true)), "{view}");
+    assert!(view["sentence"].as_str().unwrap().starts_with("Holds so far: 35 events in flight"), "{view}");
+    bu.events_published.add(35);
+    let view: serde_json::Value = serde_json::from_str(&get(addr, "/api/v1/conservation", None).1).unwrap();
+    assert_eq!(view["in_flight"], 0);
+    assert!(view["sentence"].as_str().unwrap().starts_with("Holds: "), "{view}");
+    bu.events_published.add(1);
+    let view: serde_json::Value = serde_json::from_str(&get(addr, "/api/v1/conservation", None).1).unwrap();
+    assert_eq!(view["holds_so_far"], false);
+    assert!(view["sentence"].as_str().unwrap().starts_with("Does not hold"), "{view}");
+}
+
+#[test]
+fn the_system_configuration_is_served_as_given() {
+    let yaml = "run:\n  number: 7\nrus: []\n".to_owned();
+    let server = serve(units(), Some(yaml.clone()));
+    assert_eq!(get(server.local_addr(), "/api/v1/config", None), (200, yaml));
+    let without = serve(units(), None);
+    let (code, body) = get(without.local_addr(), "/api/v1/config", None);
+    assert_eq!(code, 404);
+    assert!(body.contains("without a system configuration"), "{body}");
 }

@@ -107,6 +107,7 @@ impl Resources {
                 queued_lumi_sections: 0,
                 output_bytes_per_s: 0.0,
                 output_used_percent: 0,
+                cpu_seconds: 0.0,
             },
             bu_dir: cfg.bu.directory().map(Path::to_owned),
             output_dir: cfg.output_dir.clone(),
@@ -132,6 +133,9 @@ impl Resources {
             .last
             .map_or(0.0, |(t, bytes)| (output_bytes - bytes) as f64 / now.duration_since(t).as_secs_f64().max(1e-3));
         s.output_used_percent = used_percent(&self.output_dir).unwrap_or(0);
+        if let Ok(cpu) = cpu_time::ProcessTime::try_now() {
+            s.cpu_seconds = cpu.as_duration().as_secs_f64();
+        }
         self.last = Some((now, output_bytes));
         write_summary(bu_dir, s)
     }

@@ -9,6 +9,7 @@
 use crate::output::{list, write_atomically};
 use crate::{FuError, io_error};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,6 +36,11 @@ pub struct ResourceSummary {
     pub output_bytes_per_s: f64,
     /// How full the file system of its output directory is, in percent.
     pub output_used_percent: u8,
+    /// CPU time the process has used since it started (user and system, all its threads), in
+    /// seconds. An HLT program it runs as a child process (`--exec`) is a process of its own and
+    /// not counted. Summaries of FUs that do not say it read 0.
+    #[serde(default)]
+    pub cpu_seconds: f64,
 }
 
 /// The stable keys of [`BackPressure`], for units that report them.
@@ -199,6 +205,25 @@ pub fn assess(
     None
 }
 
+/// The CPU time of a BU's FU processes over a run: each process's last figure, kept after it
+/// has left (and its summary with it), so that the total only grows.
+#[derive(Debug, Default)]
+pub struct FarmCpu {
+    /// CPU seconds by (host, pid); as many entries as FU processes the run has seen.
+    by_process: BTreeMap<(String, u32), f64>,
+}
+
+impl FarmCpu {
+    /// Takes the figures of `summaries` (one run's); the total CPU time in seconds.
+    pub fn update(&mut self, summaries: &[ResourceSummary]) -> f64 {
+        for s in summaries {
+            let seen = self.by_process.entry((s.host.clone(), s.pid)).or_default();
+            *seen = seen.max(s.cpu_seconds);
+        }
+        self.by_process.values().sum()
+    }
+}
+
 /// How full the file system holding `path` is, in percent (of the blocks an unprivileged
 /// writer may use), if it can be asked.
 pub fn used_percent(path: &Path) -> Option<u8> {
@@ -221,7 +246,19 @@ mod tests {
             queued_lumi_sections: 0,
             output_bytes_per_s: 0.0,
             output_used_percent: 10,
+            cpu_seconds: 0.0,
         }
+    }
+
+    #[test]
+    fn farm_cpu_keeps_the_time_of_processes_that_left() {
+        let mut cpu = FarmCpu::default();
+        let a = ResourceSummary { cpu_seconds: 1.5, ..summary(1, 0) };
+        let b = ResourceSummary { cpu_seconds: 2.0, ..summary(2, 0) };
+        assert_eq!(cpu.update(&[a.clone(), b]), 3.5);
+        // Process 2 has left; process 1 worked on.
+        assert_eq!(cpu.update(&[ResourceSummary { cpu_seconds: 4.0, ..a }]), 6.0);
+        assert_eq!(cpu.update(&[]), 6.0);
     }
 
     #[test]

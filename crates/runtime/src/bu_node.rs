@@ -25,7 +25,7 @@ use crate::conn::{Conn, NoPieces};
 use crate::frame_store::{FrameStore, SharedFrames};
 use crate::ru_node::{Control, NodeError, WAKER, connect, io_err, poller};
 use crate::state::{Transition, UnitState};
-use crate::stats::{CpuSampler, Throttle, UnitStats};
+use crate::stats::{CpuSampler, SubState, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::{BTreeMap, VecDeque};
@@ -40,7 +40,7 @@ use tessera_evb::types::{Epoch, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuiltEvent, Input, Output};
 use tessera_evb::wire::encode;
 use tessera_evb::{Bu, BuConfig, BuDisk};
-use tessera_fu::resources::{BackPressure, assess, read_summaries, used_percent};
+use tessera_fu::resources::{BackPressure, FarmCpu, assess, read_summaries, used_percent};
 
 /// How a BU node runs.
 #[derive(Debug)]
@@ -307,6 +307,7 @@ impl BuLoop {
         let mut events = Events::with_capacity(256);
         let mut ramdisk_high = false;
         let mut farm: Option<BackPressure> = None;
+        let mut farm_cpu = FarmCpu::default();
         let mut throttle = Throttle::None;
         let started = Instant::now();
         let mut last_check: Option<Instant> = None;
@@ -335,6 +336,7 @@ impl BuLoop {
                     let summaries = read_summaries(&self.cfg.directory, self.cfg.run);
                     let now_ms = unix_ms();
                     let pressure = assess(&summaries, now_ms, started.elapsed(), limits);
+                    self.stats.fu_cpu_ms.set((farm_cpu.update(&summaries) * 1e3) as u64);
                     let live: Vec<_> = summaries
                         .iter()
                         .filter(|s| now_ms.saturating_sub(s.updated_unix_ms) <= limits.stale_after.as_millis() as u64)
@@ -428,6 +430,9 @@ impl BuLoop {
 
     fn publish_stats(&self, throttle: Throttle) {
         let c = self.core.counters();
+        if c.incomplete_events > self.stats.incomplete_events.get() {
+            self.stats.saw(SubState::MissingData);
+        }
         self.stats.events_built.set(c.events_built);
         self.stats.incomplete_events.set(c.incomplete_events);
         self.stats.events_published.set(self.published);
@@ -511,6 +516,11 @@ impl BuLoop {
     /// Carries out the core's outputs.
     fn dispatch(&mut self) -> Result<(), NodeError> {
         while let Some(out) = self.core.poll_output() {
+            if let Output::WriteFile { lumi_section, .. } = &out
+                && u64::from(*lumi_section) > self.stats.lumi_section.get()
+            {
+                self.stats.lumi_section.set(u64::from(*lumi_section));
+            }
             match out {
                 Output::Send { to: Peer::Evm, msg } => {
                     let mut frame = Vec::new();
@@ -558,6 +568,13 @@ impl BuLoop {
                     }
                 },
                 Output::EndOfLumi { lumi_section, events } => {
+                    self.stats.lumi_sections_closed.add(1);
+                    // Sections close in the order their files are all published, not always in
+                    // number order: the figure is the highest one closed.
+                    if u64::from(lumi_section) >= self.stats.last_closed_lumi_section.get() {
+                        self.stats.last_closed_lumi_section.set(u64::from(lumi_section));
+                        self.stats.last_closed_lumi_section_events.set(events);
+                    }
                     if let Some(files) = &mut self.files {
                         files.end_lumi(lumi_section, events)?;
                         tracing::debug!(

@@ -16,7 +16,7 @@
 use crate::conn::{Conn, NoPieces, PieceSource};
 use crate::ferol_input::{FragmentHandle, Received, StreamBuffer};
 use crate::state::Transition;
-use crate::stats::{CpuSampler, Throttle, UnitStats};
+use crate::stats::{BLOCKED_AFTER, CpuSampler, FedError, SubState, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::BTreeMap;
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo};
 use tessera_evb::ru::BackPressure;
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
-use tessera_evb::unit::{Input, Output};
+use tessera_evb::unit::{Input, Notice, Output};
 use tessera_evb::wire::{encode, encode_data_header_pieces};
 use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
@@ -385,7 +385,8 @@ impl RuNode {
             None => Box::new(Ru::new(cfg.ru.clone())),
         };
         let (poll, control) = poller()?;
-        Ok(RuNode { cfg, core, stats: Arc::new(UnitStats::default()), control, poll })
+        let stats = Arc::new(UnitStats::for_ru(&cfg.ru.feds));
+        Ok(RuNode { cfg, core, stats, control, poll })
     }
 
     /// The unit's live figures.
@@ -433,6 +434,8 @@ impl RuNode {
             last_trigger: None,
             self_assigned: cfg.ru.first_event,
             to_release: Vec::new(),
+            sync_lost: false,
+            stalls: Stalls::default(),
             cpu: CpuSampler::default(),
             stats,
             control,
@@ -470,6 +473,10 @@ struct RuLoop {
     /// Ingest only: the next event to assign to itself, and the events sent, to release.
     self_assigned: EventNumber,
     to_release: Vec<tessera_evb::types::EventRange>,
+    /// A FED has lost its sync: it stays out of the run, so the unit stays in
+    /// [`SubState::SyncLoss`].
+    sync_lost: bool,
+    stalls: Stalls,
     cpu: CpuSampler,
 }
 
@@ -643,6 +650,9 @@ impl RuLoop {
     }
 
     fn publish_stats(&self) {
+        if self.sync_lost {
+            self.stats.saw(SubState::SyncLoss);
+        }
         let c = self.core.ru().counters();
         self.stats.events_buffered.set(self.core.ru().events_buffered() as u64);
         self.stats.fragments.set(c.fragments);
@@ -778,6 +788,7 @@ impl RuLoop {
                             if s.ended && buffer.pending_bytes() > 0 {
                                 s.broken = true;
                                 self.stats.broken_streams.add(1);
+                                self.stats.fed_errors.add(i, FedError::StreamBroken, 1);
                                 self.stats.problem(format!(
                                     "RU {ru}: FED {fed} stream closed inside a fragment, {} bytes after its fragment {} (last LV1 {:?})",
                                     buffer.pending_bytes(),
@@ -792,6 +803,9 @@ impl RuLoop {
                             s.last_lv1 = Some(r.header.lv1_id);
                             self.stats.fragment_bytes.add(r.fragment_len as u64);
                             let fragment = to_fragment_ref(i, fed, &r, buffer, &mut self.last_trigger);
+                            if fragment.corrupt {
+                                self.stats.fed_errors.add(i, FedError::Corrupt, 1);
+                            }
                             if let Some(p) = &r.problem {
                                 self.stats.problem(format!(
                                     "RU {ru}: FED {fed} fragment with LV1 {}, stream byte {}: {p}; passed on flagged",
@@ -803,6 +817,7 @@ impl RuLoop {
                         }
                         Some(Err(e)) => {
                             self.stats.broken_streams.add(1);
+                            self.stats.fed_errors.add(i, FedError::StreamBroken, 1);
                             let err = NodeError::Stream {
                                 ru,
                                 fed: e.fed,
@@ -968,6 +983,7 @@ impl RuLoop {
             }
             Peer::Evm => {}
             Peer::Bu(b) => {
+                self.stats.saw(SubState::Blocked);
                 self.stats.problem(format!(
                     "{}: lost BU {b}{}",
                     if self.is_evm() { "EVM".to_string() } else { format!("RU {}", self.cfg.ru.ru) },
@@ -1062,9 +1078,37 @@ impl RuLoop {
                         }
                     }
                 }
-                Output::Notice(n) => self.stats.problem(format!("{:?}: {n}", self.me())),
+                Output::Notice(n) => {
+                    self.count_fed_errors(&n);
+                    self.stats.problem(format!("{:?}: {n}", self.me()))
+                }
                 _ => {}
             }
+        }
+    }
+
+    /// Counts what a notice says of FEDs, per FED and as the unit's sub-states.
+    fn count_fed_errors(&mut self, notice: &Notice) {
+        let errors = &self.stats.fed_errors;
+        let count = |fed: FedId, kind: FedError| {
+            if let Some(i) = errors.index_of(fed) {
+                errors.add(i, kind, 1);
+            }
+        };
+        match notice {
+            Notice::SyncLoss { fed, .. } => {
+                count(*fed, FedError::SyncLost);
+                self.sync_lost = true;
+                self.stats.saw(SubState::SyncLoss);
+            }
+            Notice::MissingFragments { feds, .. } => {
+                for &fed in feds {
+                    count(fed, FedError::Missing);
+                }
+                self.stats.saw(SubState::MissingData);
+            }
+            Notice::LateFragment { fed, .. } => count(*fed, FedError::Late),
+            _ => {}
         }
     }
 
@@ -1085,7 +1129,10 @@ impl RuLoop {
         self.stats.data_messages.add(1);
         match self.route(to) {
             Some(c) => c.queue_data(header, handles, bytes),
-            None => self.stats.problem(format!("RU {}: no connection to {to:?}; data dropped", self.cfg.ru.ru)),
+            None => {
+                self.stats.saw(SubState::Blocked);
+                self.stats.problem(format!("RU {}: no connection to {to:?}; data dropped", self.cfg.ru.ru))
+            }
         }
     }
 
@@ -1111,7 +1158,9 @@ impl RuLoop {
         let registry = self.poll.registry();
         let mut broken = Vec::new();
         for (token, conn) in self.conns.iter_mut() {
-            if conn.queued_bytes() == 0 {
+            let queued = conn.queued_bytes();
+            if queued == 0 {
+                self.stalls.flushed(*token, 0, 0);
                 continue;
             }
             let result = if conn.peer.is_some_and(|p| matches!(p, Peer::Bu(_))) {
@@ -1122,11 +1171,44 @@ impl RuLoop {
             if let Err(e) = result {
                 broken.push((*token, format!("{}: {e}", conn.address)));
             }
+            self.stalls.flushed(*token, queued, conn.queued_bytes());
+        }
+        // Connections closed elsewhere (a peer lost or replaced) no longer count.
+        let conns = &self.conns;
+        self.stalls.keep(|token| conns.contains_key(token));
+        if self.stalls.blocked(Instant::now()) {
+            self.stats.saw(SubState::Blocked);
         }
         for (token, why) in broken {
             self.close_conn(token, Some(why))?;
         }
         Ok(())
+    }
+}
+
+/// Connections with bytes waiting that took none at their last flush, and since when: a unit
+/// with a connection that has taken nothing for [`BLOCKED_AFTER`] is [`SubState::Blocked`].
+#[derive(Debug, Default)]
+struct Stalls(BTreeMap<Token, Instant>);
+
+impl Stalls {
+    /// A flush of `token`'s connection took its queue from `before` to `after` bytes.
+    fn flushed(&mut self, token: Token, before: usize, after: usize) {
+        if after > 0 && after == before {
+            self.0.entry(token).or_insert_with(Instant::now);
+        } else {
+            self.0.remove(&token);
+        }
+    }
+
+    /// Forgets the connections that `open` does not hold.
+    fn keep(&mut self, open: impl Fn(&Token) -> bool) {
+        self.0.retain(|token, _| open(token));
+    }
+
+    /// Whether a connection has taken nothing for [`BLOCKED_AFTER`] at `now`.
+    fn blocked(&self, now: Instant) -> bool {
+        self.0.values().any(|&since| now.saturating_duration_since(since) >= BLOCKED_AFTER)
     }
 }
 
@@ -1167,5 +1249,30 @@ fn to_fragment_ref(
         corrupt,
         buffer: pack(stream, r.handle),
         trigger,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_that_takes_nothing_for_a_while_blocks_its_unit_and_one_that_moves_does_not() {
+        let mut stalls = Stalls::default();
+        let (a, b) = (Token(CONN_BASE), Token(CONN_BASE + 1));
+        stalls.flushed(a, 100, 100);
+        stalls.flushed(b, 100, 40);
+        let now = Instant::now();
+        assert!(!stalls.blocked(now), "not yet");
+        assert!(stalls.blocked(now + BLOCKED_AFTER), "a has taken nothing");
+        stalls.flushed(a, 100, 100);
+        assert!(stalls.blocked(now + BLOCKED_AFTER), "still stalled since the first flush");
+        stalls.flushed(a, 100, 90);
+        assert!(!stalls.blocked(now + BLOCKED_AFTER), "a moved");
+        stalls.flushed(b, 40, 40);
+        stalls.keep(|t| *t != b);
+        assert!(!stalls.blocked(now + 10 * BLOCKED_AFTER), "b is closed");
+        stalls.flushed(a, 0, 0);
+        assert!(!stalls.blocked(now + 10 * BLOCKED_AFTER));
     }
 }

@@ -11,8 +11,8 @@
 //!
 //! A transition to the state a unit is already in, or one that a unit in that state has
 //! already made (`Stop` while draining), changes nothing and is not an error: operators and
-//! controllers may repeat themselves. Sub-states (why a running unit holds back) are the
-//! throttle reasons of [`crate::stats::Throttle`].
+//! controllers may repeat themselves. Sub-states of a running unit are why it holds back
+//! ([`crate::stats::Throttle`]) and what else is wrong with it ([`crate::stats::SubState`]).
 
 /// Where a unit is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,9 +2,10 @@
 //! unit's loop stores and a monitor loads, so that neither waits for the other.
 
 use crate::state::{Transition, UnitState};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use tessera_evb::types::FedId;
 use tessera_fu::resources::keys;
 
 /// How often a unit's loop reads its thread's CPU clock into [`UnitStats::loop_cpu_ns`].
@@ -12,6 +13,11 @@ pub const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Most problem reports a unit keeps; later ones are only counted.
 pub const MAX_PROBLEMS_KEPT: usize = 100;
+
+/// How long a sub-state stays shown after the unit last saw its cause. Its causes are often
+/// momentary (one event sent without a FED, one frame that could not be sent): shown only while
+/// they last, an operator who looks once a second would never see them.
+pub const SUB_STATE_HOLD: Duration = Duration::from_secs(5);
 
 /// Why a unit holds back, as a stable key for operators and monitoring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,9 +79,151 @@ impl Throttle {
         }
     }
 
+    /// What it means, in one sentence for an operator ("" for [`Throttle::None`]).
+    pub fn sentence(self) -> &'static str {
+        match self {
+            Throttle::None => "",
+            Throttle::RamdiskHighWater => "The BU's RAM disk is above its high-water mark: it asks for no events.",
+            Throttle::BuffersFull => "The RU's receive buffers are full: it waits for events to be committed.",
+            Throttle::StoreFull => "The BU holds as much received data as it may: it waits for files to be written.",
+            Throttle::NotEnoughFus => "Fewer FU processes are alive than required: the BU asks for no events.",
+            Throttle::TooManyLsQueued => {
+                "The filter farm lags too many lumi sections behind: the BU asks for no events."
+            }
+            Throttle::FuOutputHigh => "An FU's output disk is above its high-water mark: the BU asks for no events.",
+            Throttle::ResourceSummaryStale => {
+                "No FU has published its resource summary recently: the BU asks for no events."
+            }
+        }
+    }
+
     fn from_code(code: u64) -> Self {
         Self::REASONS.into_iter().find(|t| *t as u64 == code).unwrap_or(Throttle::None)
     }
+}
+
+/// Something wrong with a running unit that an operator should see besides why it holds back
+/// ([`Throttle`]), as a stable key. Each is shown for [`SUB_STATE_HOLD`] after its cause was
+/// last seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubState {
+    /// RU: a FED sent an event out of sequence; it is ignored for the rest of the run.
+    SyncLoss = 0,
+    /// RU: events were sent on without a FED after the fragment time-out. BU: events were built
+    /// with a part missing.
+    MissingData = 1,
+    /// RU or EVM: data or messages for a peer could not be sent: no connection to it, or it has
+    /// taken nothing for [`BLOCKED_AFTER`].
+    Blocked = 2,
+}
+
+/// How long a connection may take no bytes while bytes wait for it before its unit is
+/// [`SubState::Blocked`].
+pub const BLOCKED_AFTER: Duration = Duration::from_secs(1);
+
+impl SubState {
+    /// Every sub-state.
+    pub const ALL: [SubState; 3] = [SubState::SyncLoss, SubState::MissingData, SubState::Blocked];
+
+    /// The stable key.
+    pub fn key(self) -> &'static str {
+        match self {
+            SubState::SyncLoss => "SYNC_LOSS",
+            SubState::MissingData => "MISSING_DATA",
+            SubState::Blocked => "BLOCKED",
+        }
+    }
+
+    /// What it means, in one sentence for an operator.
+    pub fn sentence(self) -> &'static str {
+        match self {
+            SubState::SyncLoss => "A FED sent an event out of sequence: its data are left out for the rest of the run.",
+            SubState::MissingData => "Events are built or sent on without the data of some FEDs.",
+            SubState::Blocked => "Data for a peer cannot be sent: no connection to it, or it takes nothing.",
+        }
+    }
+}
+
+/// Why a FED's fragment counts as an error, as a stable key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FedError {
+    /// The fragment failed a check (CRC-16, FED id, trailer) and was passed on flagged.
+    Corrupt = 0,
+    /// The fragment came after its event was sent on; it was dropped.
+    Late = 1,
+    /// An event was sent on without this FED's fragment after the fragment time-out.
+    Missing = 2,
+    /// The FED sent an event out of sequence: it is ignored for the rest of the run.
+    SyncLost = 3,
+    /// The FED's stream could not be read on (garbage, a fragment cut short).
+    StreamBroken = 4,
+}
+
+impl FedError {
+    /// Every reason.
+    pub const ALL: [FedError; 5] =
+        [FedError::Corrupt, FedError::Late, FedError::Missing, FedError::SyncLost, FedError::StreamBroken];
+
+    /// The stable key.
+    pub fn key(self) -> &'static str {
+        match self {
+            FedError::Corrupt => "CORRUPT",
+            FedError::Late => "LATE",
+            FedError::Missing => "MISSING",
+            FedError::SyncLost => "SYNC_LOST",
+            FedError::StreamBroken => "STREAM_BROKEN",
+        }
+    }
+}
+
+/// Error counts per FED of an RU, one row per FED in the RU's order, made when the node is set
+/// up: counting is an atomic add at the FED's index, with no lock and no allocation.
+#[derive(Debug, Default)]
+pub struct FedErrors {
+    feds: Vec<FedId>,
+    counts: Vec<[AtomicU64; FedError::ALL.len()]>,
+}
+
+impl FedErrors {
+    /// Rows for `feds`, all zero.
+    pub fn new(feds: &[FedId]) -> Self {
+        FedErrors { feds: feds.to_vec(), counts: feds.iter().map(|_| Default::default()).collect() }
+    }
+
+    /// Counts `n` errors of `kind` for the FED at `index` in the RU's list (an index out of
+    /// range counts nothing).
+    pub fn add(&self, index: usize, kind: FedError, n: u64) {
+        if let Some(row) = self.counts.get(index) {
+            row[kind as usize].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The index of `fed` in the RU's list.
+    pub fn index_of(&self, fed: FedId) -> Option<usize> {
+        self.feds.iter().position(|&f| f == fed)
+    }
+
+    /// The count of `kind` for `fed` (0 for a FED not in the list).
+    pub fn get(&self, fed: FedId, kind: FedError) -> u64 {
+        self.index_of(fed).map_or(0, |i| self.counts[i][kind as usize].load(Ordering::Relaxed))
+    }
+
+    /// The FEDs with at least one error, in the RU's order, with their counts by
+    /// [`FedError::ALL`].
+    pub fn with_errors(&self) -> Vec<(FedId, [u64; FedError::ALL.len()])> {
+        self.feds
+            .iter()
+            .zip(&self.counts)
+            .map(|(&fed, row)| (fed, std::array::from_fn(|k| row[k].load(Ordering::Relaxed))))
+            .filter(|(_, counts)| counts.iter().any(|&n| n > 0))
+            .collect()
+    }
+}
+
+/// Milliseconds on a monotonic clock of the process, from 1 (0 means "never").
+fn monotonic_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
 }
 
 /// A counter or gauge.
@@ -147,6 +295,19 @@ pub struct UnitStats {
     pub fu_queued_lumi_sections: Gauge,
     /// Bytes per second the farm writes into its outputs (BU, with a filter farm).
     pub fu_output_bytes_per_s: Gauge,
+    /// FU CPU time behind a BU, in ms: user and system time of every FU process that has
+    /// published a resource summary in this run, as it last said (BU, with a filter farm).
+    pub fu_cpu_ms: Gauge,
+    /// The highest lumi section the BU has written a file of (BU).
+    pub lumi_section: Gauge,
+    /// Lumi sections the BU has closed (written their end-of-lumi record) (BU).
+    pub lumi_sections_closed: Gauge,
+    /// The highest lumi section the BU has closed (BU).
+    pub last_closed_lumi_section: Gauge,
+    /// Events the BU published in it (BU).
+    pub last_closed_lumi_section_events: Gauge,
+    /// Error counts per FED (RU; empty for other units).
+    pub fed_errors: FedErrors,
     /// Data messages sent or received.
     pub data_messages: Gauge,
     /// Control messages sent.
@@ -160,12 +321,41 @@ pub struct UnitStats {
     /// means a stalled loop (a watchdog compares it over seconds).
     pub heartbeats: Gauge,
     throttle: Gauge,
+    /// When each sub-state's cause was last seen, by [`SubState`] (see [`monotonic_ms`]).
+    sub_state_seen: [Gauge; SubState::ALL.len()],
     state: Gauge,
     failed: Gauge,
     problems: Mutex<(Vec<String>, u64)>,
 }
 
 impl UnitStats {
+    /// The figures of an RU that reads `feds`, in this order.
+    pub fn for_ru(feds: &[FedId]) -> Self {
+        UnitStats { fed_errors: FedErrors::new(feds), ..UnitStats::default() }
+    }
+
+    /// Says that the cause of `sub_state` is seen now: it is shown for [`SUB_STATE_HOLD`].
+    pub fn saw(&self, sub_state: SubState) {
+        self.sub_state_seen[sub_state as usize].set(monotonic_ms());
+    }
+
+    /// The sub-states whose cause was seen within [`SUB_STATE_HOLD`], in [`SubState::ALL`]'s
+    /// order.
+    pub fn sub_states(&self) -> Vec<SubState> {
+        self.sub_states_at(monotonic_ms())
+    }
+
+    fn sub_states_at(&self, now_ms: u64) -> Vec<SubState> {
+        let hold = SUB_STATE_HOLD.as_millis() as u64;
+        SubState::ALL
+            .into_iter()
+            .filter(|&s| {
+                let seen = self.sub_state_seen[s as usize].get();
+                seen != 0 && now_ms.saturating_sub(seen) <= hold
+            })
+            .collect()
+    }
+
     /// Sets why the unit holds back.
     pub fn set_throttle(&self, t: Throttle) {
         self.throttle.set(t as u64)
@@ -229,6 +419,42 @@ impl UnitStats {
     /// How many problems the unit has reported, without copying their texts.
     pub fn problem_count(&self) -> u64 {
         self.problems.lock().unwrap_or_else(|e| e.into_inner()).1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sub_state_is_shown_for_its_hold_after_its_cause_was_last_seen() {
+        let stats = UnitStats::default();
+        assert!(stats.sub_states().is_empty());
+        stats.saw(SubState::Blocked);
+        stats.saw(SubState::SyncLoss);
+        assert_eq!(stats.sub_states(), [SubState::SyncLoss, SubState::Blocked], "in a fixed order");
+        // Blocked seen at 1000 ms, sync loss later, at 4000 ms.
+        let hold = SUB_STATE_HOLD.as_millis() as u64;
+        stats.sub_state_seen[SubState::Blocked as usize].set(1000);
+        stats.sub_state_seen[SubState::SyncLoss as usize].set(4000);
+        assert_eq!(stats.sub_states_at(1000 + hold), [SubState::SyncLoss, SubState::Blocked]);
+        assert_eq!(stats.sub_states_at(1001 + hold), [SubState::SyncLoss], "Blocked's hold has passed");
+        assert!(stats.sub_states_at(4001 + hold).is_empty());
+        let keys: Vec<&str> = SubState::ALL.iter().map(|s| s.key()).collect();
+        assert_eq!(keys, ["SYNC_LOSS", "MISSING_DATA", "BLOCKED"]);
+    }
+
+    #[test]
+    fn fed_errors_count_per_fed_and_list_only_feds_with_errors() {
+        let errors = FedErrors::new(&[1024, 4, 7]);
+        errors.add(1, FedError::Corrupt, 1);
+        errors.add(1, FedError::Missing, 3);
+        errors.add(9, FedError::Late, 1);
+        assert_eq!(errors.get(4, FedError::Corrupt), 1);
+        assert_eq!(errors.get(7, FedError::Corrupt), 0);
+        assert_eq!(errors.with_errors(), [(4, [1, 0, 3, 0, 0])]);
+        let keys: Vec<&str> = FedError::ALL.iter().map(|k| k.key()).collect();
+        assert_eq!(keys, ["CORRUPT", "LATE", "MISSING", "SYNC_LOST", "STREAM_BROKEN"]);
     }
 }
 

@@ -26,7 +26,7 @@ use tessera_formats::Value;
 use tessera_formats::ferol::{HEADER_BYTES, ferol_wire_len};
 use tessera_formats::frd::flags;
 use tessera_runtime::ru_node::OnCorruptStream;
-use tessera_runtime::stats::UnitStats;
+use tessera_runtime::stats::{FedError, SubState, UnitStats};
 use tessera_runtime::system::{Outcome, RunningSystem};
 
 const EVENTS: u64 = 300;
@@ -136,6 +136,14 @@ fn the_one_corrupt_fragment(outcome: &Outcome, stats: &[Arc<UnitStats>]) -> Stri
     reported[0].clone()
 }
 
+/// Asserts that the RUs' per-FED error counts are `expected` for [`FED`] (by [`FedError::ALL`])
+/// and nothing for every other FED.
+fn assert_fed_errors(stats: &[Arc<UnitStats>], expected: [u64; 5]) {
+    let ru = ru_of(FED);
+    assert_eq!(stats[ru].fed_errors.with_errors(), [(FED, expected)]);
+    assert_eq!(stats[1 - ru].fed_errors.with_errors(), [], "the other RU's FEDs");
+}
+
 /// Asserts that `verify` finds nothing wrong: events that lack a FED are flagged incomplete,
 /// which breaks no rule.
 fn assert_verifies(dir: &Path) {
@@ -150,6 +158,8 @@ fn two_by_two_bad_crc_on_fed_4_is_built_flagged_fragment_error() {
     let built = assert_all_built(tmp.path(), &outcome, 0);
     let reported = the_one_corrupt_fragment(&outcome, &stats);
     assert!(reported.contains("CRC-16 mismatch"), "{reported:?}");
+    assert_fed_errors(&stats, [1, 0, 0, 0, 0]);
+    assert_eq!(stats[ru_of(FED)].fed_errors.get(FED, FedError::Corrupt), 1);
     // The fault is the only thing wrong: one event flagged, with every FED.
     for (&event, b) in &built {
         let expected = if u64::from(event) == AT { flags::GENERATED | flags::FRAGMENT_ERROR } else { flags::GENERATED };
@@ -173,6 +183,8 @@ fn two_by_two_wrong_fed_id_on_fed_4_is_built_flagged_fragment_error() {
     let wrong = FED ^ 0x800;
     let says = format!("source id at byte {}: expected {FED}, found {wrong}", stream_offset(AT) + HEADER_BYTES as u64);
     assert!(reported.contains(&says), "{reported:?}");
+    // Counted for the stream's FED, whatever id the fragment claims.
+    assert_fed_errors(&stats, [1, 0, 0, 0, 0]);
     // The fragment is kept as it came, under the id its header says.
     let mut with_wrong_id: Vec<u16> = all_feds().into_iter().map(|f| if f == FED { wrong } else { f }).collect();
     with_wrong_id.sort_unstable();
@@ -204,6 +216,7 @@ fn two_by_two_truncated_fragment_on_fed_4_breaks_the_stream_and_later_events_are
     assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
     assert!(reported[0].contains(&format!("after {} fragments, last LV1 Some({})", AT - 1, AT - 1)), "{reported:?}");
     assert!(reported[0].contains(&format!("FED trailer: bad EOE marker at byte {at}")), "{reported:?}");
+    assert_fed_errors(&stats, [0, 0, missing, 0, 1]);
     assert_missing_from_fault_on(&built, FED);
     assert_verifies(tmp.path());
 }
@@ -224,6 +237,7 @@ fn two_by_two_garbage_on_fed_4_breaks_the_stream_and_later_events_are_incomplete
     assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
     assert!(reported[0].contains(&format!("after {} fragments, last LV1 Some({})", AT - 1, AT - 1)), "{reported:?}");
     assert!(reported[0].ends_with("the rest of the stream is thrown away"), "{reported:?}");
+    assert_fed_errors(&stats, [0, 0, missing, 0, 1]);
     assert_missing_from_fault_on(&built, FED);
     assert_verifies(tmp.path());
 }
@@ -242,6 +256,7 @@ fn two_by_two_disconnect_of_fed_4_stalls_it_and_later_events_are_incomplete() {
     assert_eq!((sent.end, sent.events), (End::Disconnect, AT - 1));
     let stalled = problems_with(&outcome, &format!("FED {FED} stalled at event {AT}"));
     assert_eq!(stalled.len(), 1, "{:#?}", outcome.problems);
+    assert_fed_errors(&stats, [0, 0, missing, 0, 0]);
     assert_missing_from_fault_on(&built, FED);
     assert_verifies(tmp.path());
 }
@@ -257,6 +272,12 @@ fn two_by_two_skipped_event_on_fed_4_loses_its_sync_and_later_events_are_incompl
     let lost =
         problems_with(&outcome, &format!("FED {FED} lost sync: expected event {AT}, it sent LV1 {:#08x}", AT + 1));
     assert_eq!(lost.len(), 1, "{:#?}", outcome.problems);
+    assert_fed_errors(&stats, [0, 0, missing, 1, 0]);
+    // A FED out of sync stays out: the RU says so until its end (and for a while after).
+    let ru = ru_of(FED);
+    let sub_states = stats[ru].sub_states();
+    assert!(sub_states.contains(&SubState::SyncLoss) && sub_states.contains(&SubState::MissingData), "{sub_states:?}");
+    assert!(!stats[1 - ru].sub_states().contains(&SubState::SyncLoss));
     assert_missing_from_fault_on(&built, FED);
     assert_verifies(tmp.path());
 }

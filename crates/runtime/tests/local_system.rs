@@ -8,8 +8,10 @@ mod common;
 use common::{RUN, Setup, built_events, plan, violations};
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 use tessera_emu::generator::SizeModel;
+use tessera_runtime::stats::UnitStats;
 use tessera_runtime::system::RunningSystem;
 
 /// Every event in the BUs' files, checking that the run directories verify and that no event is
@@ -26,11 +28,18 @@ fn a_2x2_system_on_loopback_builds_every_event_across_the_lv1_wrap() {
     let first_event = (1u64 << 24) - 700;
     let events = 2000;
     let system = RunningSystem::start(plan(tmp.path(), &Setup::new(first_event, events))).unwrap();
+    let bus = system.bu_stats.clone();
     let outcome = system.wait(Duration::from_secs(30));
     assert!(outcome.clean(), "{outcome:#?}");
     let c = outcome.conservation();
     assert_eq!((c.triggered, c.built, c.holds), (events, events, true), "{c:?}");
     assert_eq!(c.built_incomplete, 0, "{:#?}", outcome.problems);
+    // Every BU closes every lumi section of the run, the last one last.
+    let closed: Vec<(u64, u64)> =
+        bus.iter().map(|b| (b.lumi_sections_closed.get(), b.last_closed_lumi_section.get())).collect();
+    assert!(closed[0].0 > 1 && closed.iter().all(|&c| c == closed[0]), "{closed:?}");
+    assert!(bus.iter().all(|b| (1..=closed[0].1).contains(&b.lumi_section.get())), "{closed:?}");
+    assert!(bus.iter().all(|b| b.sub_states().is_empty()), "nothing wrong");
     assert_eq!(outcome.problem_count, 0, "a clean run has nothing to report: {:#?}", outcome.problems);
     assert!(c.per_bu.iter().all(|&n| n > 0), "both BUs built events: {c:?}");
     let expected: BTreeSet<u32> = (first_event..first_event + events).map(|e| e as u32).collect();
@@ -92,7 +101,7 @@ fn stray_clients_on_every_port_are_refused_and_the_run_goes_on() {
 
 #[test]
 fn a_bu_above_its_ramdisk_high_water_mark_asks_for_nothing_and_the_other_builds_everything() {
-    let tmp = bu_1_held_back(
+    let (tmp, _) = bu_1_held_back(
         |plan| {
             // Any file system in use is fuller than 1 %: BU 1 is above its mark from the start.
             plan.bus[1].ramdisk_high_water_percent = 1;
@@ -228,7 +237,8 @@ fn a_lumi_section_closed_on_its_time_out_counts_a_later_trigger_for_it_lost() {
     assert_eq!(events_in_files(tmp.path()).len() as u64, c.built);
 }
 
-/// A resource summary of an FU process in `bu_dir`, stamped `updated_unix_ms`.
+/// A resource summary of an FU process in `bu_dir`, stamped `updated_unix_ms`, that says it has
+/// used `pid` seconds of CPU.
 fn fu_summary(bu_dir: &Path, pid: u32, updated_unix_ms: u64) {
     let summary = tessera_fu::resources::ResourceSummary {
         host: "fuhost".into(),
@@ -239,13 +249,17 @@ fn fu_summary(bu_dir: &Path, pid: u32, updated_unix_ms: u64) {
         queued_lumi_sections: 0,
         output_bytes_per_s: 0.0,
         output_used_percent: 0,
+        cpu_seconds: f64::from(pid),
     };
     tessera_fu::resources::write_summary(bu_dir, &summary).unwrap();
 }
 
 /// Runs the 2×2 system for 1000 events with BU 1 set up by `configure`: BU 1 must ask for
 /// nothing, say why with `key`, and BU 0 build everything. Returns the run's directory.
-fn bu_1_held_back(configure: impl FnOnce(&mut tessera_runtime::system::SystemPlan), key: &str) -> tempfile::TempDir {
+fn bu_1_held_back(
+    configure: impl FnOnce(&mut tessera_runtime::system::SystemPlan),
+    key: &str,
+) -> (tempfile::TempDir, Arc<UnitStats>) {
     let tmp = tempfile::tempdir().unwrap();
     let events = 1000;
     let mut plan = plan(tmp.path(), &Setup::new(1, events));
@@ -259,18 +273,24 @@ fn bu_1_held_back(configure: impl FnOnce(&mut tessera_runtime::system::SystemPla
     assert_eq!(c.per_bu, vec![events, 0], "{c:?}");
     assert!(outcome.problems.iter().any(|p| p.starts_with("BU 1: ") && p.contains(key)), "{:#?}", outcome.problems);
     assert_eq!(throttled.throttle().key(), key);
-    tmp
+    (tmp, throttled)
 }
 
-/// BU 1 held back by its farm: `limits`, and summaries written by `farm` into its directory.
-fn bu_held_back_by_its_farm(limits: tessera_fu::resources::FarmLimits, farm: impl Fn(&Path), key: &str) {
+/// BU 1 held back by its farm: `limits`, and summaries written by `farm` into its directory;
+/// BU 1's figures.
+fn bu_held_back_by_its_farm(
+    limits: tessera_fu::resources::FarmLimits,
+    farm: impl Fn(&Path),
+    key: &str,
+) -> Arc<UnitStats> {
     bu_1_held_back(
         |plan| {
             plan.bus[1].farm_limits = Some(limits);
             farm(&plan.bus[1].directory);
         },
         key,
-    );
+    )
+    .1
 }
 
 #[test]
@@ -287,9 +307,10 @@ fn a_bu_with_fewer_fus_than_required_asks_for_nothing_not_enough_fus() {
     // Stamped in the future, the one summary stays live for the whole run.
     let later =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 + 3_600_000;
-    bu_held_back_by_its_farm(
+    let bu = bu_held_back_by_its_farm(
         tessera_fu::resources::FarmLimits { min_fus: 2, ..Default::default() },
         |dir| fu_summary(dir, 7, later),
         "NOT_ENOUGH_FUS",
     );
+    assert_eq!((bu.fu_processes.get(), bu.fu_cpu_ms.get()), (1, 7000), "the one FU's CPU time, as it said");
 }
