@@ -162,10 +162,8 @@ fn call_timeout(heartbeat_timeout: Duration) -> Duration {
 impl Controller {
     fn call(&self, host: &str, method: &str, path: &str, body: Option<&str>) -> Result<client::Answer> {
         let agent = self.hosts[host].agent;
-        let answer =
-            client::call(agent, method, path, self.token.as_deref(), body, call_timeout(self.heartbeat_timeout))
-                .with_context(|| format!("host {host}: agent {agent}"))?;
-        Ok(answer)
+        client::call(agent, method, path, self.token.as_deref(), body, call_timeout(self.heartbeat_timeout))
+            .map_err(|e| anyhow::anyhow!("host {host}: agent {e}"))
     }
 
     /// Configure: every host's agent answers, and the run's output is a path every host can use.
@@ -241,7 +239,12 @@ impl Controller {
             }
         }
         for p in &self.placed {
-            let Some(view) = self.hosts[&p.host].seen.get(&p.name) else { continue };
+            let host = &self.hosts[&p.host];
+            if host.last_error.is_some() {
+                // What was seen of its host is old: its units are judged once it answers again.
+                continue;
+            }
+            let Some(view) = host.seen.get(&p.name) else { continue };
             if let Some(exit) = view.exit {
                 // Front ends end when the builder stops taking their streams.
                 let expected_end = exit.success() || (matches!(p.role, Role::Trigger(_)) && self.stopping);

@@ -22,45 +22,81 @@ fn ip(args: &[&str]) -> bool {
     Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
-/// Two namespaces and the veth pair between them, removed when dropped.
-struct Hosts {
-    a: String,
-    b: String,
+/// Hosts as network namespaces, each joined by a veth pair to a bridge in a namespace of its
+/// own (the switch), so that a host's link can be cut. Every process left in them is killed and
+/// the namespaces removed when dropped.
+struct Lan {
+    switch: String,
+    hosts: Vec<String>,
+    /// The switch's end of each host's link.
+    ports: Vec<String>,
 }
 
-impl Hosts {
-    /// Two hosts named after this process and `tag`, so that tests running at once do not meet.
-    fn create(tag: char) -> Option<Hosts> {
+impl Lan {
+    /// Hosts with `addresses` (/24), named after this process and `tag`, so that tests running
+    /// at once do not meet (each test's namespaces are a network of their own).
+    fn create(tag: char, addresses: &[&str]) -> Option<Lan> {
         let id = std::process::id();
-        let hosts = Hosts { a: format!("tsr-a-{id}{tag}"), b: format!("tsr-b-{id}{tag}") };
-        let (va, vb) = (format!("tva{id}{tag}"), format!("tvb{id}{tag}"));
-        let steps: [&[&str]; 11] = [
-            &["netns", "add", &hosts.a],
-            &["netns", "add", &hosts.b],
-            &["link", "add", &va, "type", "veth", "peer", "name", &vb],
-            &["link", "set", &va, "netns", &hosts.a],
-            &["link", "set", &vb, "netns", &hosts.b],
-            &["-n", &hosts.a, "addr", "add", "10.231.7.1/24", "dev", &va],
-            &["-n", &hosts.b, "addr", "add", "10.231.7.2/24", "dev", &vb],
-            &["-n", &hosts.a, "link", "set", &va, "up"],
-            &["-n", &hosts.b, "link", "set", &vb, "up"],
-            &["-n", &hosts.a, "link", "set", "lo", "up"],
-            &["-n", &hosts.b, "link", "set", "lo", "up"],
-        ];
-        for step in steps {
-            if !ip(step) {
+        let mut lan = Lan { switch: format!("tsr-sw-{id}{tag}"), hosts: Vec::new(), ports: Vec::new() };
+        let run = |step: &[&str]| {
+            let ok = ip(step);
+            if !ok {
                 eprintln!("skipped: `ip {}` failed (needs root and network namespaces)", step.join(" "));
+            }
+            ok
+        };
+        let sw = lan.switch.clone();
+        for step in [
+            &["netns", "add", &sw][..],
+            &["-n", &sw, "link", "add", "br0", "type", "bridge"],
+            &["-n", &sw, "link", "set", "br0", "up"],
+        ] {
+            if !run(step) {
                 return None;
             }
         }
-        Some(hosts)
+        for (k, address) in addresses.iter().enumerate() {
+            let host = format!("tsr-h{k}-{id}{tag}");
+            let (veth, port) = (format!("tv{id}{tag}{k}"), format!("ts{id}{tag}{k}"));
+            let cidr = format!("{address}/24");
+            lan.hosts.push(host.clone());
+            lan.ports.push(port.clone());
+            for step in [
+                &["netns", "add", &host][..],
+                &["link", "add", &veth, "type", "veth", "peer", "name", &port],
+                &["link", "set", &veth, "netns", &host],
+                &["link", "set", &port, "netns", &sw],
+                &["-n", &sw, "link", "set", &port, "master", "br0"],
+                &["-n", &sw, "link", "set", &port, "up"],
+                &["-n", &host, "addr", "add", &cidr, "dev", &veth],
+                &["-n", &host, "link", "set", &veth, "up"],
+                &["-n", &host, "link", "set", "lo", "up"],
+            ] {
+                if !run(step) {
+                    return None;
+                }
+            }
+        }
+        Some(lan)
+    }
+
+    /// Cuts host `k`'s link: its packets go nowhere, and nothing tells its peers.
+    fn cut(&self, k: usize) {
+        assert!(ip(&["-n", &self.switch, "link", "set", &self.ports[k], "down"]), "cutting {}", self.hosts[k]);
     }
 }
 
-impl Drop for Hosts {
+impl Drop for Lan {
     fn drop(&mut self) {
-        ip(&["netns", "del", &self.a]);
-        ip(&["netns", "del", &self.b]);
+        for ns in self.hosts.iter().chain([&self.switch]) {
+            // Processes left behind a cut link (the controller could not end them) go too.
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            }
+            ip(&["netns", "del", ns]);
+        }
     }
 }
 
@@ -89,20 +125,21 @@ fn start(units: &mut Processes, dir: &Path, host: &str, label: &str, args: &[&st
 
 #[test]
 fn two_hosts_in_network_namespaces_build_every_event() {
-    let Some(hosts) = Hosts::create('e') else { return };
+    let Some(lan) = Lan::create('e', &["10.231.7.1", "10.231.7.2"]) else { return };
+    let (a, b) = (&lan.hosts[0], &lan.hosts[1]);
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let system = system_file(d);
     let sys = system.to_str().unwrap();
     let mut units = Processes(Vec::new());
-    start(&mut units, d, &hosts.a, "bu0", &["bu", "--system", sys, "--name", "bu0"]);
-    start(&mut units, d, &hosts.b, "bu1", &["bu", "--system", sys, "--name", "bu1"]);
-    start(&mut units, d, &hosts.b, "ru1", &["ru", "--system", sys, "--name", "ru1"]);
-    start(&mut units, d, &hosts.a, "evm", &["evm", "--system", sys]);
+    start(&mut units, d, a, "bu0", &["bu", "--system", sys, "--name", "bu0"]);
+    start(&mut units, d, b, "bu1", &["bu", "--system", sys, "--name", "bu1"]);
+    start(&mut units, d, b, "ru1", &["ru", "--system", sys, "--name", "ru1"]);
+    start(&mut units, d, a, "evm", &["evm", "--system", sys]);
     wait_for_line(d, "evm.log", "run 52");
     wait_for_line(d, "ru1.log", "run 52");
-    start(&mut units, d, &hosts.a, "ferol-ru0", &["ferol", "--system", sys, "--ru", "ru0"]);
-    start(&mut units, d, &hosts.b, "ferol-ru1", &["ferol", "--system", sys, "--ru", "ru1"]);
+    start(&mut units, d, a, "ferol-ru0", &["ferol", "--system", sys, "--ru", "ru0"]);
+    start(&mut units, d, b, "ferol-ru1", &["ferol", "--system", sys, "--ru", "ru1"]);
     units.wait_all(d, Duration::from_secs(120));
     let evm = std::fs::read_to_string(d.join("evm.log")).unwrap();
     assert!(evm.contains(&format!("triggered {EVENTS}, committed {EVENTS}")), "{evm}");
@@ -112,7 +149,8 @@ fn two_hosts_in_network_namespaces_build_every_event() {
 
 #[test]
 fn fu_on_another_host_processes_a_bu_through_its_file_broker() {
-    let Some(hosts) = Hosts::create('f') else { return };
+    let Some(lan) = Lan::create('f', &["10.231.7.1", "10.231.7.2"]) else { return };
+    let (a, b) = (&lan.hosts[0], &lan.hosts[1]);
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let yaml = format!(
@@ -131,8 +169,8 @@ fn fu_on_another_host_processes_a_bu_through_its_file_broker() {
     let fu_out = d.join("fu-host-b");
     let fu_args =
         ["fu", "--broker", "10.231.7.1:9300", "--output", fu_out.to_str().unwrap(), "--run", &RUN.to_string()];
-    start(&mut units, d, &hosts.b, "fu", &fu_args);
-    start(&mut units, d, &hosts.a, "run", &["run", system.to_str().unwrap()]);
+    start(&mut units, d, b, "fu", &fu_args);
+    start(&mut units, d, a, "run", &["run", system.to_str().unwrap()]);
     units.wait_all(d, Duration::from_secs(120));
     let run = std::fs::read_to_string(d.join("run.log")).unwrap();
     assert!(run.contains("conservation: triggered 3000 = built 3000"), "{run}");
@@ -152,4 +190,104 @@ fn fu_on_another_host_processes_a_bu_through_its_file_broker() {
     assert!(left.is_empty(), "{left:?}");
     let fu_log = std::fs::read_to_string(d.join("fu.log")).unwrap();
     assert!(fu_log.contains("\"events\":3000"), "{fu_log}");
+}
+
+/// The hosts of `examples/multi-host.yaml` (readout, builder, filter) and one for the controller.
+const MULTI_HOST: [&str; 4] = ["10.231.9.1", "10.231.9.2", "10.231.9.3", "10.231.9.10"];
+const AGENT_TOKEN: &str = "multi-host-test-token";
+
+fn repo() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Starts an agent on each of the example's three hosts, and `tessera run` of the example
+/// (with `args`) on the controller's host, its summary in `run.out`.
+fn start_multi_host(units: &mut Processes, lan: &Lan, d: &Path, args: &[&str]) {
+    for (k, address) in MULTI_HOST[..3].iter().enumerate() {
+        let listen = format!("{address}:9900");
+        let work = d.join(format!("agent{k}"));
+        let label = format!("agent{k}");
+        start(
+            units,
+            d,
+            &lan.hosts[k],
+            &label,
+            &["agent", "--listen", &listen, "--token", AGENT_TOKEN, "--work-dir", work.to_str().unwrap()],
+        );
+        wait_for_line(d, &format!("{label}.log"), "agent: serving");
+    }
+    let example = repo().join("examples/multi-host.yaml");
+    let mut command = Command::new("ip");
+    command
+        .args(["netns", "exec", &lan.hosts[3], env!("CARGO_BIN_EXE_tessera"), "run"])
+        .arg(example)
+        .args(args)
+        .env("TESSERA_AGENT_TOKEN", AGENT_TOKEN)
+        .stdout(std::fs::File::create(d.join("run.out")).unwrap())
+        .stderr(std::fs::File::create(d.join("run.log")).unwrap())
+        .stdin(Stdio::null());
+    units.0.push(("run".into(), command.spawn().unwrap()));
+}
+
+/// Waits for the controller (the last process started) to end; its exit code and summary.
+fn wait_controller(units: &mut Processes, d: &Path, timeout: Duration) -> (Option<i32>, String) {
+    let mut run = Processes(vec![units.0.pop().unwrap()]);
+    let ended = run.wait_exit(d, timeout);
+    (ended[0].1.code(), std::fs::read_to_string(d.join("run.out")).unwrap())
+}
+
+#[test]
+fn multi_host_example_runs_2x2_across_three_hosts_through_their_agents() {
+    let Some(lan) = Lan::create('m', &MULTI_HOST) else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let out = d.join("out");
+    let mut units = Processes(Vec::new());
+    start_multi_host(&mut units, &lan, d, &["--seconds", "4", "--output", out.to_str().unwrap()]);
+    let (code, summary) = wait_controller(&mut units, d, Duration::from_secs(180));
+    assert_eq!(code, Some(0), "{summary}\n{}", common::logs(d));
+    assert!(summary.contains("across 3 hosts"), "{summary}");
+    for (unit, host) in
+        [("ru0", "10.231.9.1"), ("bu1", "10.231.9.2"), ("bu0-fu1", "10.231.9.3"), ("mergers", "10.231.9.3")]
+    {
+        assert!(
+            summary.lines().any(|l| l.trim_start().starts_with(unit) && l.contains(host)),
+            "{unit} on {host}\n{summary}"
+        );
+    }
+    let conservation = summary.lines().find(|l| l.starts_with("conservation:")).unwrap();
+    assert!(conservation.ends_with("holds") && conservation.contains("lost 0"), "{summary}");
+    let chain = summary.lines().find(|l| l.starts_with("chain:")).unwrap();
+    assert!(chain.contains("in storage (tessera merge)") && chain.ends_with("holds"), "{summary}");
+    // The FUs on the filter host read the BUs' files through their brokers only.
+    let fu_log = std::fs::read_to_string(d.join("agent2/bu0-fu0/log")).unwrap();
+    assert!(!fu_log.is_empty() || std::fs::read_to_string(d.join("agent2/bu0-fu0/stdout")).unwrap().contains("events"));
+    let fu_args = std::fs::read_to_string(d.join("run.log")).unwrap();
+    assert!(fu_args.contains("started bu0-fu0 on 10.231.9.3: tessera fu --broker 10.231.9.2:9300"), "{fu_args}");
+}
+
+#[test]
+fn multi_host_bu_host_link_cut_is_detected_and_reported_with_its_units() {
+    let Some(lan) = Lan::create('c', &MULTI_HOST) else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let out = d.join("out");
+    let mut units = Processes(Vec::new());
+    start_multi_host(&mut units, &lan, d, &["--seconds", "300", "--output", out.to_str().unwrap()]);
+    wait_for_line(d, "run.log", "every unit is enabled");
+    std::thread::sleep(Duration::from_secs(2));
+    lan.cut(1);
+    let cut = std::time::Instant::now();
+    let (code, summary) = wait_controller(&mut units, d, Duration::from_secs(60));
+    // The heartbeat time-out is 3 s; one unanswered call (3 s) and the abort come on top.
+    assert!(cut.elapsed() < Duration::from_secs(30), "reported after {:?}", cut.elapsed());
+    assert_eq!(code, Some(1), "{summary}");
+    let fault = summary
+        .lines()
+        .find(|l| l.starts_with("fault: HOST_UNREACHABLE"))
+        .unwrap_or_else(|| panic!("{summary}\n{}", common::logs(d)));
+    assert!(fault.contains("bu0, bu1 on 10.231.9.2: its agent has not answered"), "{fault}");
+    // Nothing is said of units on the host that cannot be seen but that the cut cut off.
+    assert!(!summary.contains("UNIT_STALLED bu"), "{summary}");
+    assert!(summary.contains("conservation: NOT PROVEN"), "{summary}");
 }

@@ -29,20 +29,20 @@ impl Answer {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The connection could not be made in time.
-    #[error("{addr}: cannot connect: {source}")]
+    #[error("{addr}: cannot connect: {error}")]
     Connect {
         /// The address called.
         addr: SocketAddr,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Sending or reading failed or took too long.
-    #[error("{addr}: {source}")]
+    #[error("{addr}: {error}")]
     Io {
         /// The address called.
         addr: SocketAddr,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The answer is not HTTP as this client reads it.
     #[error("{addr}: unreadable answer: {what}")]
@@ -64,19 +64,19 @@ pub fn call(
     body: Option<&str>,
     timeout: Duration,
 ) -> Result<Answer, ClientError> {
-    let io = |source: std::io::Error| {
+    let io = |error: std::io::Error| {
         // A read or write time-out comes as "would block": say what it means.
-        let source = match source.kind() {
+        let error = match error.kind() {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!("no answer within {:.1} s", timeout.as_secs_f64()),
             ),
-            _ => source,
+            _ => error,
         };
-        ClientError::Io { addr, source }
+        ClientError::Io { addr, error }
     };
     let mut stream =
-        TcpStream::connect_timeout(&addr, timeout).map_err(|source| ClientError::Connect { addr, source })?;
+        TcpStream::connect_timeout(&addr, timeout).map_err(|error| ClientError::Connect { addr, error })?;
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
