@@ -16,14 +16,15 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_config::SystemConfig;
 use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
-use tessera_control::client;
+use tessera_control::{Action, Served, UnitSource, UnitView, client};
 
 use crate::farm::fu_args;
+use crate::run::{ControlArgs, serve_control};
 
 /// The options of `tessera agent`.
 #[derive(clap::Args, Debug, Clone)]
@@ -152,6 +153,8 @@ struct Controller {
     stopping: bool,
     /// Every unit's view as last seen, by unit name (a unit that stops answering keeps its last).
     last_units: BTreeMap<String, Value>,
+    /// The units' views, with their hosts, for the controller's own control server.
+    mirror: Arc<Mutex<Vec<UnitView>>>,
 }
 
 /// How long one call to an agent may take.
@@ -277,6 +280,11 @@ impl Controller {
                                 .to_owned();
                             faults.push(Fault { unit: name.clone(), host: p.host.clone(), key: "UNIT_FAILED", why });
                         }
+                        // A unit whose loop has ended (Halted: its process finishes other work,
+                        // such as serving its files to FUs) has no heartbeat to watch.
+                        if unit["state"] == "Halted" || unit["state"] == "Failed" {
+                            continue;
+                        }
                         let count = unit["figures"]["loop_heartbeats_total"].as_f64().unwrap_or(0.0);
                         let beat = self.beats.entry(name.clone()).or_insert(Beat { count, moved: now });
                         if count != beat.count {
@@ -318,7 +326,25 @@ impl Controller {
                 (None, None) => {}
             }
         }
+        self.update_mirror();
         faults
+    }
+
+    /// Refreshes the views the controller serves: each unit as last seen, with its host, and
+    /// marked stale while its host does not answer.
+    fn update_mirror(&self) {
+        let views: Vec<UnitView> = self
+            .placed
+            .iter()
+            .filter(|p| p.role.is_unit())
+            .filter_map(|p| {
+                let mut view: UnitView = serde_json::from_value(self.last_units.get(&p.name)?.clone()).ok()?;
+                view.host = Some(p.host.clone());
+                view.stale = self.hosts[&p.host].last_error.is_some();
+                Some(view)
+            })
+            .collect();
+        *self.mirror.lock().unwrap_or_else(|e| e.into_inner()) = views;
     }
 
     /// A figure of a unit as last seen (0 if never).
@@ -382,7 +408,9 @@ fn placement(cfg: &SystemConfig, output: &Path) -> Result<Vec<Placed>> {
             args.extend(["--name".to_owned(), name.to_owned()]);
         }
         args.extend(
-            ["--control", "127.0.0.1:0", "--control-file", "{control_file}", "--json"].into_iter().map(str::to_owned),
+            ["--control", "127.0.0.1:0", "--control-file", "{control_file}", "--json", "--wait-for-enable"]
+                .into_iter()
+                .map(str::to_owned),
         );
         args
     };
@@ -448,7 +476,7 @@ fn placement(cfg: &SystemConfig, output: &Path) -> Result<Vec<Placed>> {
 }
 
 /// `tessera run` on agents. `cfg` has the command line applied; `token` is the agents'.
-pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>) -> Result<ExitCode> {
+pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &ControlArgs) -> Result<ExitCode> {
     let port = cfg.controller.agent_port.context("controller.agent_port is not set")?;
     let output = cfg.run.output.clone().filter(|o| o.is_absolute()).with_context(|| {
         "run.output: a run across hosts needs an absolute output directory that is the same path on every host (give --output /path)"
@@ -484,6 +512,7 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>) -> Result<Exi
         heartbeat_timeout,
         stopping: false,
         last_units: BTreeMap::new(),
+        mirror: Arc::default(),
     };
     let run = c.cfg.run.number;
     tracing::info!(
@@ -502,6 +531,22 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>) -> Result<Exi
         counter.fetch_add(1, Ordering::SeqCst);
     })
     .context("installing the Ctrl-C handler")?;
+    // The controller's own control server: the dashboard, metrics and API of every unit on every
+    // host, as last gathered, and the run's stop.
+    let asked = interrupts.clone();
+    let stop: Action = Arc::new(move || {
+        // As a first Ctrl-C: stop the trigger at the EVM and drain.
+        Ok(match asked.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => "stopping the trigger; draining".to_owned(),
+            Err(_) => "already stopping".to_owned(),
+        })
+    });
+    let mirror = c.mirror.clone();
+    let views: Arc<dyn Fn() -> Vec<UnitView> + Send + Sync> =
+        Arc::new(move || mirror.lock().unwrap_or_else(|e| e.into_inner()).clone());
+    let served =
+        Served { units: UnitSource::Views(views), stop: Some(stop), enable: None, system: Some(c.system_text.clone()) };
+    let _control = serve_control(control, served)?;
     let started = Instant::now();
     let outcome = drive(&mut c, &interrupts);
     let faults = match outcome {
@@ -547,9 +592,22 @@ fn drive(c: &mut Controller, interrupts: &AtomicU32) -> Result<Vec<Fault>> {
             names.iter().all(|n| c.unit_state(n).is_some())
         })?;
     }
-    let units: Vec<String> = placed.iter().filter(|p| p.role.is_unit()).map(|p| p.name.clone()).collect();
+    // Configure: every unit binds its ports, reaches its peers and takes its memory, and waits
+    // in Ready. A unit that cannot fails here, before any unit takes data.
+    let units: Vec<&Placed> = placed.iter().filter(|p| p.role.is_unit()).collect();
+    c.wait_for("configuring the units", start_timeout, |c| {
+        units.iter().all(|p| c.unit_state(&p.name).as_deref() == Some("Ready"))
+    })?;
+    tracing::info!("every unit is configured (Ready): enabling the BUs, the RUs, then the EVM");
+    // Enable in the same order: whoever receives is taking data before whoever sends.
+    for p in &units {
+        let a = c.call(&p.host, "POST", &format!("/api/v1/processes/{}/enable", p.name), None)?;
+        if !a.ok() {
+            bail!("enabling {} on {}: HTTP {}: {}", p.name, p.host, a.status, a.body.trim());
+        }
+    }
     c.wait_for("enabling the units", start_timeout, |c| {
-        units.iter().all(|n| c.unit_state(n).as_deref() == Some("Enabled"))
+        units.iter().all(|p| c.unit_state(&p.name).as_deref() == Some("Enabled"))
     })?;
     tracing::info!("every unit is enabled: starting the trigger");
     for p in placed.iter().filter(|p| matches!(p.role, Role::Trigger(_))) {

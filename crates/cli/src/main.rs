@@ -149,9 +149,8 @@ enum Command {
         args: run::SystemArgs,
         #[command(flatten)]
         control: run::ControlArgs,
-        /// Print the unit's end as one JSON object (for a controller) instead of a sentence.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        unit: run::UnitArgs,
     },
     /// Run one RU (not the EVM's) of a system file in this process.
     Ru {
@@ -165,9 +164,8 @@ enum Command {
         args: run::SystemArgs,
         #[command(flatten)]
         control: run::ControlArgs,
-        /// Print the unit's end as one JSON object (for a controller) instead of a sentence.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        unit: run::UnitArgs,
     },
     /// Run one BU of a system file in this process.
     Bu {
@@ -185,9 +183,8 @@ enum Command {
         args: run::SystemArgs,
         #[command(flatten)]
         control: run::ControlArgs,
-        /// Print the unit's end as one JSON object (for a controller) instead of a sentence.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        unit: run::UnitArgs,
     },
     /// Serve as this host's agent: start the units that `tessera run` places on this host (a
     /// system file with `controller.agent_port`) as processes, supervise them and report their
@@ -575,14 +572,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Merge(args) => Ok(if farm::merge(&args)? { ExitCode::SUCCESS } else { ExitCode::from(1) }),
-        Command::Evm { system, args, control, json } => {
-            run::unit(run::Role::Evm, &system, None, &args, &control, false, json)
+        Command::Evm { system, args, control, unit } => {
+            run::unit(run::Role::Evm, &system, None, &args, &control, false, &unit)
         }
-        Command::Ru { system, name, args, control, json } => {
-            run::unit(run::Role::Ru, &system, Some(&name), &args, &control, false, json)
+        Command::Ru { system, name, args, control, unit } => {
+            run::unit(run::Role::Ru, &system, Some(&name), &args, &control, false, &unit)
         }
-        Command::Bu { system, name, restart, args, control, json } => {
-            run::unit(run::Role::Bu, &system, Some(&name), &args, &control, restart, json)
+        Command::Bu { system, name, restart, args, control, unit } => {
+            run::unit(run::Role::Bu, &system, Some(&name), &args, &control, restart, &unit)
         }
         Command::Agent(args) => controller::agent(&args),
         Command::Bench { suite, quick, out, json } => {

@@ -18,7 +18,7 @@ use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
 use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
 
-use tessera_control::{ControlConfig, ControlServer, StopAction, Unit, UnitKind};
+use tessera_control::{Action, ControlConfig, ControlServer, Served, Unit, UnitKind};
 use tessera_fu::resources::FarmLimits;
 
 use crate::farm::{
@@ -70,16 +70,11 @@ pub struct ControlArgs {
     pub control_file: Option<PathBuf>,
 }
 
-/// Starts the control server of this process's units, which serves `system` too, and says where
-/// it is.
-fn serve_control(
-    args: &ControlArgs,
-    units: Vec<Unit>,
-    stop: StopAction,
-    system: &SystemConfig,
-) -> Result<ControlServer> {
+/// Starts the control server of this process (its units, their actions and its system) and says
+/// where it is.
+pub fn serve_control(args: &ControlArgs, served: Served) -> Result<ControlServer> {
     let config = ControlConfig { listen: args.control, token: args.control_token.clone() };
-    let server = ControlServer::start(&config, units, Some(stop), Some(system.to_yaml())).context("--control")?;
+    let server = ControlServer::start(&config, served).context("--control")?;
     if let Some(path) = &args.control_file {
         server.write_address(path).with_context(|| format!("--control-file {}", path.display()))?;
     }
@@ -327,7 +322,7 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
     }
     if cfg.controller.agent_port.is_some() {
         require_ports(&cfg, system.unwrap_or(Path::new("the default system")))?;
-        return crate::controller::run_on_agents(cfg, std::env::var("TESSERA_AGENT_TOKEN").ok());
+        return crate::controller::run_on_agents(cfg, std::env::var("TESSERA_AGENT_TOKEN").ok(), control);
     }
     // A farm that cannot run is refused before anything starts.
     let streams = if cfg.fu.enabled { Some(system_streams(&cfg)?) } else { None };
@@ -410,14 +405,15 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
         }))
         .collect();
     let asked = interrupts.clone();
-    let stop: StopAction = Arc::new(move || {
+    let stop: Action = Arc::new(move || {
         // As a first Ctrl-C: stop the trigger and drain.
         Ok(match asked.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst) {
             Ok(_) => "stopping the trigger; draining".to_owned(),
             Err(_) => "already stopping".to_owned(),
         })
     });
-    let _control = serve_control(control, units, stop, &cfg)?;
+    let served = Served { stop: Some(stop), system: Some(cfg.to_yaml()), ..Served::live(units) };
+    let _control = serve_control(control, served)?;
     let started = Instant::now();
     let mut stopped = false;
     let mut last = Progress::default();
@@ -737,6 +733,24 @@ fn require_ports(cfg: &SystemConfig, system: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The options of `tessera evm|ru|bu` for a process that a controller drives.
+#[derive(clap::Args, Debug, Clone)]
+pub struct UnitArgs {
+    /// Print the unit's end as one JSON object (for a controller) instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+    /// Once configured (ports bound, peers reached, memory allocated), stay in Ready and take
+    /// no data until `POST /api/v1/enable` on the control server.
+    #[arg(long)]
+    pub wait_for_enable: bool,
+}
+
+/// What `POST /api/v1/enable` does for a unit: lets it take data if it was held in Ready.
+fn enable_action(control: &tessera_runtime::ru_node::Control) -> Action {
+    let control = control.clone();
+    Arc::new(move || Ok(if control.enable() { "enabled".to_owned() } else { "enabled already".to_owned() }))
+}
+
 /// Which unit a process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -756,8 +770,9 @@ pub fn unit(
     args: &SystemArgs,
     control_args: &ControlArgs,
     restart: bool,
-    json: bool,
+    unit_args: &UnitArgs,
 ) -> Result<ExitCode> {
+    let json = unit_args.json;
     let cfg = load(Some(system), args)?;
     match (role, name) {
         (Role::Ru, Some(n)) if !cfg.rus.iter().any(|r| r.name == n) => bail!("no RU named {n} in {}", system.display()),
@@ -810,7 +825,7 @@ pub fn unit(
             let control = node.control();
             let stats = node.stats();
             let kind = if i == 0 { UnitKind::Evm } else { UnitKind::Ru };
-            let stop: StopAction = if i == 0 {
+            let stop: Action = if i == 0 {
                 let evm = control.clone();
                 Arc::new(move || {
                     evm.stop_trigger();
@@ -819,12 +834,16 @@ pub fn unit(
             } else {
                 Arc::new(|| Err("an RU does not stop the run: ask the EVM's process".to_owned()))
             };
-            let _control = serve_control(
-                control_args,
-                vec![Unit { name: ru.name.clone(), kind, stats: stats.clone() }],
-                stop,
-                &cfg,
-            )?;
+            if unit_args.wait_for_enable {
+                control.hold_in_ready();
+            }
+            let served = Served {
+                stop: Some(stop),
+                enable: Some(enable_action(&control)),
+                system: Some(cfg.to_yaml()),
+                ..Served::live(vec![Unit { name: ru.name.clone(), kind, stats: stats.clone() }])
+            };
+            let _control = serve_control(control_args, served)?;
             tracing::info!(
                 unit = %ru.name,
                 run = cfg.run.number,
@@ -891,13 +910,17 @@ pub fn unit(
             let broker = start_broker(&cfg, i, &output)?;
             let node = BuNode::new(bu_node(&cfg, i, &output, data, evm, restart, bu_peers(&cfg)?))?;
             let control = node.control();
-            let stop: StopAction = Arc::new(|| Err("a BU does not stop the run: ask the EVM's process".to_owned()));
-            let _control = serve_control(
-                control_args,
-                vec![Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() }],
-                stop,
-                &cfg,
-            )?;
+            let stop: Action = Arc::new(|| Err("a BU does not stop the run: ask the EVM's process".to_owned()));
+            if unit_args.wait_for_enable {
+                control.hold_in_ready();
+            }
+            let served = Served {
+                stop: Some(stop),
+                enable: Some(enable_action(&control)),
+                system: Some(cfg.to_yaml()),
+                ..Served::live(vec![Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() }])
+            };
+            let _control = serve_control(control_args, served)?;
             tracing::info!(
                 unit = %bu.name,
                 run = cfg.run.number,

@@ -132,6 +132,80 @@ fn a_2x2_bu_stalled_is_reported_within_seconds_and_ends_the_run() {
     assert!(log.contains("FAULT UNIT_STALLED bu1"), "{log}");
 }
 
+/// The address of the controller's control server, from its log.
+fn controller_address(dir: &Path) -> SocketAddr {
+    let log = std::fs::read_to_string(dir.join("run.log")).unwrap();
+    let line = log.lines().find_map(|l| l.strip_prefix("monitoring: http://")).expect("the controller serves");
+    line.split('/').next().unwrap().parse().unwrap()
+}
+
+fn get(addr: SocketAddr, method: &str, path: &str) -> String {
+    let answer = client::call(addr, method, path, None, None, Duration::from_secs(5)).unwrap();
+    assert!(answer.ok(), "{method} {path}: {answer:?}");
+    answer.body
+}
+
+#[test]
+fn a_2x2_run_through_agents_is_watched_and_stopped_through_the_controllers_api() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, d);
+    let system = system_file(d, agent, "seconds: 120", 3.0);
+    start_run(&mut units, d, &system);
+    wait_for_line(d, "run.log", "every unit is enabled");
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    assert!(log.contains("every unit is configured (Ready)"), "configured before enabled\n{log}");
+    let controller = controller_address(d);
+    // Every unit of every host, with its host, as the units' own servers show them.
+    let views: Vec<tessera_control::UnitView> = serde_json::from_str(&get(controller, "GET", "/api/v1/units")).unwrap();
+    let mut names: Vec<&str> = views.iter().map(|v| v.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["bu0", "bu1", "ru0", "ru1"]);
+    assert!(views.iter().all(|v| v.host.as_deref() == Some("127.0.0.1") && !v.stale), "{views:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !get(controller, "GET", "/metrics")
+        .contains("tessera_events_triggered_total{unit=\"ru0\",kind=\"evm\",host=\"127.0.0.1\"} ")
+        || serde_json::from_str::<serde_json::Value>(&get(controller, "GET", "/api/v1/conservation")).unwrap()["triggered"]
+            == 0
+    {
+        assert!(Instant::now() < deadline, "the controller's figures never moved\n{}", logs(d));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(get(controller, "GET", "/").contains("<title>"), "the dashboard");
+    // The operator's stop: the trigger stops at the EVM, the run drains and conserves.
+    let said = get(controller, "POST", "/api/v1/stop");
+    assert!(said.contains("stopping the trigger"), "{said}");
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
+    let conservation = out.lines().find(|l| l.starts_with("conservation:")).unwrap();
+    assert!(conservation.contains("lost 0") && conservation.ends_with("holds"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("chain:") && l.ends_with("holds")), "{out}");
+}
+
+#[test]
+fn a_2x2_bu_port_taken_is_refused_at_configure_before_any_unit_takes_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, d);
+    let system = system_file(d, agent, "seconds: 120", 3.0);
+    let yaml = std::fs::read_to_string(&system).unwrap();
+    let port: u16 = yaml.split("data_port: ").nth(2).unwrap().lines().next().unwrap().parse().unwrap();
+    let _squatter = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    start_run(&mut units, d, &system);
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(60));
+    assert_eq!(code, Some(1), "{out}");
+    let fault = out.lines().find(|l| l.starts_with("fault:")).unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        fault.contains("PROCESS_ENDED bu1 on 127.0.0.1")
+            && fault.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{fault}"
+    );
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    assert!(!log.contains("every unit is configured"), "nothing was enabled\n{log}");
+}
+
 #[test]
 fn a_host_without_an_agent_is_refused_before_anything_starts() {
     let tmp = tempfile::tempdir().unwrap();

@@ -9,6 +9,7 @@
 //! | `GET /api/v1/processes` | every process: pid, running or how it ended, the end of its log, its units' states and figures (asked of the unit's control server, with a time-out) |
 //! | `POST /api/v1/processes` | starts a process: `{"name", "args", "system"}` |
 //! | `POST /api/v1/processes/{name}/stop` | asks the process's control server to stop its run (the EVM's process drains it) |
+//! | `POST /api/v1/processes/{name}/enable` | asks the process's control server to enable its units (held in Ready) |
 //! | `POST /api/v1/processes/{name}/signal?signal=TERM` | sends `INT`, `TERM`, `KILL`, `STOP` or `CONT` |
 //! | `DELETE /api/v1/processes` | kills every process still running and forgets every process |
 //!
@@ -207,7 +208,8 @@ impl Agent {
         let app = Router::new()
             .route("/api/v1/health", get(health))
             .route("/api/v1/processes", get(list).post(start).delete(forget_all))
-            .route("/api/v1/processes/{name}/stop", post(stop_run))
+            .route("/api/v1/processes/{name}/stop", post(|s, n| forward(s, n, "stop")))
+            .route("/api/v1/processes/{name}/enable", post(|s, n| forward(s, n, "enable")))
             .route("/api/v1/processes/{name}/signal", post(signal))
             .layer(middleware::from_fn_with_state(token.map(Arc::<str>::from), require_token))
             .with_state(shared.clone());
@@ -389,7 +391,8 @@ async fn list(State(shared): State<Arc<Shared>>) -> Json<Vec<ProcessView>> {
     Json(views)
 }
 
-async fn stop_run(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>) -> Response {
+/// Passes `POST /api/v1/{action}` on to the process's control server.
+async fn forward(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>, action: &'static str) -> Response {
     let addr = match shared.processes().get(&name) {
         None => return refuse(StatusCode::NOT_FOUND, format!("no process {name}")),
         Some(p) if p.exit.is_some() => return refuse(StatusCode::CONFLICT, format!("{name} has ended")),
@@ -398,8 +401,10 @@ async fn stop_run(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<Stri
     let Some(addr) = addr else {
         return refuse(StatusCode::CONFLICT, format!("{name} has no control server (yet)"));
     };
-    let answer =
-        tokio::task::spawn_blocking(move || client::call(addr, "POST", "/api/v1/stop", None, None, UNIT_TIMEOUT)).await;
+    let answer = tokio::task::spawn_blocking(move || {
+        client::call(addr, "POST", &format!("/api/v1/{action}"), None, None, UNIT_TIMEOUT)
+    })
+    .await;
     match answer {
         Ok(Ok(a)) => (StatusCode::from_u16(a.status).unwrap_or(StatusCode::BAD_GATEWAY), a.body).into_response(),
         Ok(Err(e)) => refuse(StatusCode::BAD_GATEWAY, e.to_string()),

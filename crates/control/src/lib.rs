@@ -23,7 +23,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub const DASHBOARD: &str = include_str!("../dashboard.html");
 pub const OPENAPI: &str = include_str!("../openapi.json");
 
 /// What kind of unit a figure belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UnitKind {
     /// A readout unit.
@@ -294,119 +294,117 @@ fn label(value: &str) -> String {
 
 /// The units' figures in the Prometheus text exposition format (version 0.0.4).
 pub fn metrics_text(units: &[Unit]) -> String {
+    metrics_from_views(&unit_views(units))
+}
+
+/// The Prometheus text of units as their views show them: the same text for units of this
+/// process and for units that a controller gathers from other hosts.
+pub fn metrics_from_views(units: &[UnitView]) -> String {
     let mut out = String::new();
+    let head = |out: &mut String, name: &str, help: &str, kind: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    let who = |u: &UnitView| {
+        let host = u.host.as_deref().map(|h| format!(",host=\"{}\"", label(h))).unwrap_or_default();
+        format!("unit=\"{}\",kind=\"{}\"{host}", label(&u.name), u.kind.label())
+    };
     for family in FAMILIES {
-        let _ = writeln!(out, "# HELP {} {}\n# TYPE {} {}", family.name, family.help, family.name, family.kind);
-        for unit in units {
-            let _ = writeln!(
-                out,
-                "{}{{unit=\"{}\",kind=\"{}\"}} {}",
-                family.name,
-                label(&unit.name),
-                unit.kind.label(),
-                (family.read)(&unit.stats)
-            );
+        head(&mut out, family.name, family.help, family.kind);
+        for u in units.iter().filter(|u| !u.stale) {
+            let value = u.figures.get(family.name.trim_start_matches("tessera_")).copied().unwrap_or(0.0);
+            let _ = writeln!(out, "{}{{{}}} {value}", family.name, who(u));
         }
     }
     let name = "tessera_unit_state";
-    let _ = writeln!(out, "# HELP {name} 1 for the state the unit is in.\n# TYPE {name} gauge");
-    for unit in units {
-        let now = unit.stats.state();
+    head(&mut out, name, "1 for the state the unit is in.", "gauge");
+    for u in units.iter().filter(|u| !u.stale) {
         for state in UnitState::ALL {
-            let _ = writeln!(
-                out,
-                "{name}{{unit=\"{}\",kind=\"{}\",state=\"{}\"}} {}",
-                label(&unit.name),
-                unit.kind.label(),
-                state.name(),
-                u8::from(now == state)
-            );
+            let _ =
+                writeln!(out, "{name}{{{},state=\"{}\"}} {}", who(u), state.name(), u8::from(u.state == state.name()));
         }
     }
     let name = "tessera_throttled";
-    let _ = writeln!(out, "# HELP {name} 1 while the unit holds back for this reason.\n# TYPE {name} gauge");
-    for unit in units {
-        let now = unit.stats.throttle();
+    head(&mut out, name, "1 while the unit holds back for this reason.", "gauge");
+    for u in units.iter().filter(|u| !u.stale) {
         for reason in Throttle::REASONS {
             let _ = writeln!(
                 out,
-                "{name}{{unit=\"{}\",kind=\"{}\",reason=\"{}\"}} {}",
-                label(&unit.name),
-                unit.kind.label(),
+                "{name}{{{},reason=\"{}\"}} {}",
+                who(u),
                 reason.key(),
-                u8::from(now == reason)
+                u8::from(u.throttle == reason.key())
             );
         }
     }
     let name = "tessera_sub_state";
-    let _ = writeln!(
-        out,
-        "# HELP {name} 1 while the unit is in this sub-state (its cause seen within the last {} s).\n# TYPE {name} gauge",
+    let help = format!(
+        "1 while the unit is in this sub-state (its cause seen within the last {} s).",
         tessera_runtime::stats::SUB_STATE_HOLD.as_secs()
     );
-    for unit in units {
-        let now = unit.stats.sub_states();
+    head(&mut out, name, &help, "gauge");
+    for u in units.iter().filter(|u| !u.stale) {
         for sub_state in SubState::ALL {
-            let _ = writeln!(
-                out,
-                "{name}{{unit=\"{}\",kind=\"{}\",reason=\"{}\"}} {}",
-                label(&unit.name),
-                unit.kind.label(),
-                sub_state.key(),
-                u8::from(now.contains(&sub_state))
-            );
+            let on = u.sub_states.iter().any(|s| s.key == sub_state.key());
+            let _ = writeln!(out, "{name}{{{},reason=\"{}\"}} {}", who(u), sub_state.key(), u8::from(on));
         }
     }
     let name = "tessera_fed_errors_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Fragments of a FED in error, by reason (only FEDs and reasons with a count are written).\n# TYPE {name} counter"
+    head(
+        &mut out,
+        name,
+        "Fragments of a FED in error, by reason (only FEDs and reasons with a count are written).",
+        "counter",
     );
-    for unit in units {
-        for (fed, counts) in unit.stats.fed_errors.with_errors() {
-            for (reason, n) in FedError::ALL.iter().zip(counts).filter(|(_, n)| *n > 0) {
-                let _ = writeln!(
-                    out,
-                    "{name}{{unit=\"{}\",kind=\"{}\",fed=\"{fed}\",reason=\"{}\"}} {n}",
-                    label(&unit.name),
-                    unit.kind.label(),
-                    reason.key()
-                );
+    for u in units.iter().filter(|u| !u.stale) {
+        for f in &u.fed_errors {
+            for (reason, n) in f.errors.iter().filter(|(_, n)| **n > 0) {
+                let _ = writeln!(out, "{name}{{{},fed=\"{}\",reason=\"{}\"}} {n}", who(u), f.fed, label(reason));
             }
         }
+    }
+    let name = "tessera_unit_reachable";
+    head(&mut out, name, "0 while the unit's host does not answer (its figures are then left out).", "gauge");
+    for u in units {
+        let _ = writeln!(out, "{name}{{{}}} {}", who(u), u8::from(!u.stale));
     }
     out
 }
 
 /// A sub-state as the API shows it: its stable key and what it means.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubStateView {
     /// The stable key (a [`Throttle`] or [`SubState`] key).
-    pub key: &'static str,
+    pub key: String,
     /// What it means, in one sentence.
-    pub sentence: &'static str,
+    pub sentence: String,
 }
 
 /// One FED's error counts as the API shows them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FedErrorsView {
     /// The FED.
     pub fed: u16,
     /// Fragments in error by reason key (every reason, 0 included).
-    pub errors: std::collections::BTreeMap<&'static str, u64>,
+    pub errors: std::collections::BTreeMap<String, u64>,
 }
 
 /// One unit as `GET /api/v1/units` shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UnitView {
     /// Its name.
     pub name: String,
     /// What it is.
     pub kind: UnitKind,
+    /// The host it runs on, when a controller gathers units from several hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// True when its host no longer answers: the view is the last one seen.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stale: bool,
     /// Its state (`Halted`, `Configuring`, `Ready`, `Enabled`, `Draining`, `Failed`).
-    pub state: &'static str,
+    pub state: String,
     /// Why it holds back, or "" when it does not.
-    pub throttle: &'static str,
+    pub throttle: String,
     /// Its sub-states with their sentences: why it holds back (as `throttle`), then the
     /// [`SubState`]s whose cause was seen within the last [`SUB_STATE_HOLD`] (empty when all is
     /// well).
@@ -418,20 +416,25 @@ pub struct UnitView {
     /// Whether it ended by an error.
     pub failed: bool,
     /// Every figure of [`metrics_text`], by metric name without the `tessera_` prefix.
-    pub figures: std::collections::BTreeMap<&'static str, f64>,
+    pub figures: std::collections::BTreeMap<String, f64>,
     /// The first problems it reported.
     pub problems: Vec<String>,
 }
 
-/// The units as JSON values.
+/// The units as JSON values. They are read last to first: BUs come after the EVM in every list
+/// of units, and an event is triggered before it is published, so that views read in this order
+/// never show more published than triggered in a run that is right.
 pub fn unit_views(units: &[Unit]) -> Vec<UnitView> {
-    units
+    let mut views: Vec<UnitView> = units
         .iter()
+        .rev()
         .map(|u| UnitView {
             name: u.name.clone(),
             kind: u.kind,
-            state: u.stats.state().name(),
-            throttle: u.stats.throttle().key(),
+            host: None,
+            stale: false,
+            state: u.stats.state().name().to_owned(),
+            throttle: u.stats.throttle().key().to_owned(),
             sub_states: sub_states(&u.stats),
             fed_errors: u
                 .stats
@@ -440,24 +443,31 @@ pub fn unit_views(units: &[Unit]) -> Vec<UnitView> {
                 .into_iter()
                 .map(|(fed, counts)| FedErrorsView {
                     fed,
-                    errors: FedError::ALL.iter().map(|r| r.key()).zip(counts).collect(),
+                    errors: FedError::ALL.iter().map(|r| r.key().to_owned()).zip(counts).collect(),
                 })
                 .collect(),
             failed: u.stats.failed(),
-            figures: FAMILIES.iter().map(|f| (f.name.trim_start_matches("tessera_"), (f.read)(&u.stats))).collect(),
+            figures: FAMILIES
+                .iter()
+                .map(|f| (f.name.trim_start_matches("tessera_").to_owned(), (f.read)(&u.stats)))
+                .collect(),
             problems: u.stats.problems().0,
         })
-        .collect()
+        .collect();
+    views.reverse();
+    views
 }
 
 /// A unit's sub-states: why it holds back, then the others seen lately.
 fn sub_states(stats: &UnitStats) -> Vec<SubStateView> {
     let throttle = stats.throttle();
-    let holds_back =
-        (throttle != Throttle::None).then(|| SubStateView { key: throttle.key(), sentence: throttle.sentence() });
+    let holds_back = (throttle != Throttle::None)
+        .then(|| SubStateView { key: throttle.key().into(), sentence: throttle.sentence().into() });
     holds_back
         .into_iter()
-        .chain(stats.sub_states().into_iter().map(|s| SubStateView { key: s.key(), sentence: s.sentence() }))
+        .chain(
+            stats.sub_states().into_iter().map(|s| SubStateView { key: s.key().into(), sentence: s.sentence().into() }),
+        )
         .collect()
 }
 
@@ -484,14 +494,20 @@ pub struct ConservationView {
     pub sentence: String,
 }
 
-/// The conservation of the run as the figures of `units` stand. The BUs are read before the
-/// EVM: an event is triggered before it is published or lost, so figures read in this order
-/// never show more published than triggered in a run that is right.
+/// The conservation of the run as the figures of `units` stand.
 pub fn conservation(units: &[Unit]) -> ConservationView {
-    let published: u64 = units.iter().filter(|u| u.kind == UnitKind::Bu).map(|u| u.stats.events_published.get()).sum();
+    conservation_from_views(&unit_views(units))
+}
+
+/// The conservation of the run as the views of its units stand (see [`unit_views`] for the
+/// order in which a process's figures are read).
+pub fn conservation_from_views(units: &[UnitView]) -> ConservationView {
+    let figure = |u: &UnitView, name: &str| u.figures.get(name).copied().unwrap_or(0.0) as u64;
+    let published: u64 =
+        units.iter().filter(|u| u.kind == UnitKind::Bu).map(|u| figure(u, "events_published_total")).sum();
     let evm = units.iter().find(|u| u.kind == UnitKind::Evm);
-    let closed = evm.map_or(0, |u| u.stats.lost_lumi_closed.get());
-    let triggered = evm.map_or(0, |u| u.stats.triggered.get());
+    let closed = evm.map_or(0, |u| figure(u, "events_lost_lumi_section_closed_total"));
+    let triggered = evm.map_or(0, |u| figure(u, "events_triggered_total"));
     let lost: std::collections::BTreeMap<&'static str, u64> =
         [("LUMI_SECTION_CLOSED", closed)].into_iter().filter(|(_, n)| *n > 0).collect();
     let accounted = published + closed;
@@ -542,34 +558,67 @@ pub struct ControlServer {
     thread: Option<JoinHandle<()>>,
 }
 
-/// What `POST /api/v1/stop` does: stops the trigger and drains (`Ok` with a sentence), or why
-/// this process cannot (`Err`: a unit whose run is stopped elsewhere).
-pub type StopAction = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+/// A run-control action (`POST /api/v1/stop`, `POST /api/v1/enable`): what it did, in a
+/// sentence (`Ok`), or why this process cannot do it (`Err`).
+pub type Action = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+
+/// Where the served units' views come from.
+#[derive(Clone)]
+pub enum UnitSource {
+    /// Units of this process, read live.
+    Live(Arc<Vec<Unit>>),
+    /// Views gathered elsewhere (a controller's, from its agents), read when asked.
+    Views(Arc<dyn Fn() -> Vec<UnitView> + Send + Sync>),
+}
+
+impl UnitSource {
+    fn views(&self) -> Vec<UnitView> {
+        match self {
+            UnitSource::Live(units) => unit_views(units),
+            UnitSource::Views(views) => views(),
+        }
+    }
+}
+
+/// What a control server serves.
+#[derive(Clone)]
+pub struct Served {
+    /// The units.
+    pub units: UnitSource,
+    /// What `POST /api/v1/stop` does: stop the trigger and drain (none: refused).
+    pub stop: Option<Action>,
+    /// What `POST /api/v1/enable` does: let units held in Ready take data (none: refused).
+    pub enable: Option<Action>,
+    /// The system configuration, as YAML, for `GET /api/v1/config` (none: 404).
+    pub system: Option<String>,
+}
+
+impl Served {
+    /// Units of this process, with no action and no configuration.
+    pub fn live(units: Vec<Unit>) -> Self {
+        Served { units: UnitSource::Live(Arc::new(units)), stop: None, enable: None, system: None }
+    }
+}
 
 #[derive(Clone)]
 struct Shared {
-    units: Arc<Vec<Unit>>,
+    units: UnitSource,
     token: Option<Arc<str>>,
-    stop: Option<StopAction>,
+    stop: Option<Action>,
+    enable: Option<Action>,
     system: Option<Arc<str>>,
 }
 
 impl ControlServer {
-    /// Binds `config.listen` and serves `units` on a thread of its own; `stop` is what
-    /// `POST /api/v1/stop` does (none: the request is refused); `system` is the system
-    /// configuration the process runs, as YAML, for `GET /api/v1/config` (none: 404).
-    pub fn start(
-        config: &ControlConfig,
-        units: Vec<Unit>,
-        stop: Option<StopAction>,
-        system: Option<String>,
-    ) -> Result<ControlServer, ControlError> {
+    /// Binds `config.listen` and serves what `served` says on a thread of its own.
+    pub fn start(config: &ControlConfig, served: Served) -> Result<ControlServer, ControlError> {
         token_required(config.listen, config.token.as_deref())?;
         let shared = Shared {
-            units: Arc::new(units),
+            units: served.units,
             token: config.token.as_deref().map(Arc::from),
-            stop,
-            system: system.map(Arc::from),
+            stop: served.stop,
+            enable: served.enable,
+            system: served.system.map(Arc::from),
         };
         let app = Router::new()
             .route("/", get(|| async { axum::response::Html(DASHBOARD) }))
@@ -579,6 +628,7 @@ impl ControlServer {
             .route("/api/v1/config", get(system_config))
             .route("/api/v1/health", get(|| async { "ok\n" }))
             .route("/api/v1/stop", axum::routing::post(stop_run))
+            .route("/api/v1/enable", axum::routing::post(enable_run))
             .route("/api/v1/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
             .layer(middleware::from_fn_with_state(shared.clone(), require_token))
             .with_state(shared);
@@ -680,24 +730,31 @@ async fn require_token(State(shared): State<Shared>, request: Request, next: Nex
 }
 
 async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics_text(&shared.units))
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics_from_views(&shared.units.views()))
 }
 
-async fn stop_run(State(shared): State<Shared>) -> Response {
-    match shared.stop.as_ref().map(|stop| stop()) {
+fn act(action: Option<&Action>, cannot: &str) -> Response {
+    match action.map(|act| act()) {
         Some(Ok(said)) => (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "result": said }))).into_response(),
         Some(Err(why)) => (StatusCode::CONFLICT, axum::Json(serde_json::json!({ "error": why }))).into_response(),
-        None => (StatusCode::CONFLICT, axum::Json(serde_json::json!({ "error": "this process cannot stop a run" })))
-            .into_response(),
+        None => (StatusCode::CONFLICT, axum::Json(serde_json::json!({ "error": cannot }))).into_response(),
     }
 }
 
+async fn stop_run(State(shared): State<Shared>) -> Response {
+    act(shared.stop.as_ref(), "this process cannot stop a run")
+}
+
+async fn enable_run(State(shared): State<Shared>) -> Response {
+    act(shared.enable.as_ref(), "this process has no unit to enable")
+}
+
 async fn units_json(State(shared): State<Shared>) -> impl IntoResponse {
-    axum::Json(unit_views(&shared.units))
+    axum::Json(shared.units.views())
 }
 
 async fn conservation_json(State(shared): State<Shared>) -> impl IntoResponse {
-    axum::Json(conservation(&shared.units))
+    axum::Json(conservation_from_views(&shared.units.views()))
 }
 
 async fn system_config(State(shared): State<Shared>) -> Response {

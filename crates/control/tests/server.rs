@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use tessera_control::{ControlConfig, ControlError, ControlServer, Unit, UnitKind};
+use tessera_control::{ControlConfig, ControlError, ControlServer, Served, Unit, UnitKind};
 use tessera_runtime::stats::{FedError, SubState, Throttle, UnitStats};
 
 /// One GET; the status code and the body.
@@ -39,9 +39,11 @@ fn units() -> Vec<Unit> {
 fn metrics_move_with_the_units_and_the_api_agrees() {
     let units = units();
     let (evm, bu) = (units[0].stats.clone(), units[1].stats.clone());
-    let server =
-        ControlServer::start(&ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None }, units, None, None)
-            .unwrap();
+    let server = ControlServer::start(
+        &ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None },
+        Served::live(units),
+    )
+    .unwrap();
     let addr = server.local_addr();
     let (status, text) = get(addr, "/metrics", None);
     assert_eq!(status, 200);
@@ -68,9 +70,9 @@ fn metrics_move_with_the_units_and_the_api_agrees() {
 #[test]
 fn any_address_but_loopback_needs_a_token_and_every_request_brings_it() {
     let open = ControlConfig { listen: "0.0.0.0:0".parse().unwrap(), token: None };
-    assert!(matches!(ControlServer::start(&open, units(), None, None), Err(ControlError::TokenRequired(_))));
+    assert!(matches!(ControlServer::start(&open, Served::live(units())), Err(ControlError::TokenRequired(_))));
     let guarded = ControlConfig { listen: "0.0.0.0:0".parse().unwrap(), token: Some("s3cret".into()) };
-    let server = ControlServer::start(&guarded, units(), None, None).unwrap();
+    let server = ControlServer::start(&guarded, Served::live(units())).unwrap();
     let addr: SocketAddr = format!("127.0.0.1:{}", server.local_addr().port()).parse().unwrap();
     assert_eq!(get(addr, "/metrics", None).0, 401);
     assert_eq!(get(addr, "/metrics", Some("wrong")).0, 401);
@@ -112,10 +114,11 @@ fn status(addr: SocketAddr, method: &str, path: &str) -> u16 {
 /// the statuses it documents; with a stop action and without.
 #[test]
 fn every_documented_operation_answers_as_documented() {
-    let stop: tessera_control::StopAction = Arc::new(|| Ok("stopping".into()));
-    for (action, system) in [(Some(stop), Some("run:\n  number: 7\n".to_owned())), (None, None)] {
+    let act: tessera_control::Action = Arc::new(|| Ok("done".into()));
+    for (action, system) in [(Some(act), Some("run:\n  number: 7\n".to_owned())), (None, None)] {
         let config = ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None };
-        let server = ControlServer::start(&config, units(), action, system).unwrap();
+        let served = Served { stop: action.clone(), enable: action, system, ..Served::live(units()) };
+        let server = ControlServer::start(&config, served).unwrap();
         let addr = server.local_addr();
         let (code, served) = get(addr, "/api/v1/openapi.json", None);
         assert_eq!(code, 200);
@@ -132,14 +135,14 @@ fn every_documented_operation_answers_as_documented() {
                 operations += 1;
             }
         }
-        assert_eq!(operations, 8);
+        assert_eq!(operations, 9);
     }
 }
 
 /// A server on loopback for `units`, serving `system`.
 fn serve(units: Vec<Unit>, system: Option<String>) -> ControlServer {
     let config = ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None };
-    ControlServer::start(&config, units, None, system).unwrap()
+    ControlServer::start(&config, Served { system, ..Served::live(units) }).unwrap()
 }
 
 #[test]

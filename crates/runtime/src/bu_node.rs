@@ -309,11 +309,13 @@ impl BuLoop {
         let mut farm: Option<BackPressure> = None;
         let mut farm_cpu = FarmCpu::default();
         let mut throttle = Throttle::None;
-        let started = Instant::now();
         let mut last_check: Option<Instant> = None;
         let mut ended_at: Option<Instant> = None;
         self.stats.transition(Transition::Configured);
+        self.control.wait_enabled(&format!("BU {}", self.cfg.bu.bu), &self.stats)?;
         self.stats.transition(Transition::Enable);
+        // The farm's grace counts from the moment the BU takes data.
+        let started = Instant::now();
         loop {
             if self.control.aborted() {
                 return Err(NodeError::Aborted(format!("{} events in flight", self.core.events_in_flight())));

@@ -218,6 +218,7 @@ pub struct Control {
     waker: Arc<Waker>,
     stop_trigger: Arc<AtomicBool>,
     abort: Arc<AtomicBool>,
+    enabled: Arc<AtomicBool>,
 }
 
 impl Control {
@@ -232,6 +233,35 @@ impl Control {
         self.abort.store(true, Ordering::SeqCst);
         let _ = self.waker.wake();
     }
+
+    /// Keeps the unit in Ready once configured (ports bound, peers reached, memory allocated),
+    /// taking no data, until [`Control::enable`]: a controller configures every unit before it
+    /// enables any. Call before the node runs; without it a unit enables itself.
+    pub fn hold_in_ready(&self) {
+        self.enabled.store(false, Ordering::SeqCst);
+    }
+
+    /// Lets a unit held in Ready take data; true if it was held (false: it was enabled
+    /// already, and this changes nothing).
+    pub fn enable(&self) -> bool {
+        let was_held = !self.enabled.swap(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
+        was_held
+    }
+
+    /// Waits in Ready until enabled, or fails if aborted meanwhile. Unbounded by design: a
+    /// unit in Ready waits for its operator; an abort (Ctrl-C, a controller) ends the wait.
+    /// Its heartbeat goes on meanwhile: a unit waiting in Ready is not stalled.
+    pub(crate) fn wait_enabled(&self, unit: &str, stats: &UnitStats) -> Result<(), NodeError> {
+        while !self.enabled.load(Ordering::SeqCst) {
+            if self.aborted() {
+                return Err(NodeError::Aborted(format!("{unit} was never enabled")));
+            }
+            stats.heartbeats.add(1);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
 }
 
 /// A node's poller and the run-control handle that wakes it.
@@ -242,6 +272,7 @@ pub(crate) fn poller() -> Result<(Poll, Control), NodeError> {
         waker: Arc::new(waker),
         stop_trigger: Arc::new(AtomicBool::new(false)),
         abort: Arc::new(AtomicBool::new(false)),
+        enabled: Arc::new(AtomicBool::new(true)),
     };
     Ok((poll, control))
 }
@@ -544,6 +575,7 @@ impl RuLoop {
             .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
         self.buffers = Buffers(buffers);
         self.stats.transition(Transition::Configured);
+        self.control.wait_enabled(&format!("RU {}", self.cfg.ru.ru), &self.stats)?;
         self.stats.transition(Transition::Enable);
         let mut events = Events::with_capacity(1024);
         let mut drained_at: Option<Instant> = None;
