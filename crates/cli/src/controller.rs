@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_config::SystemConfig;
 use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
-use tessera_control::{Action, Served, UnitSource, UnitView, client};
+use tessera_control::{Action, HeartbeatWatch, Served, UnitSource, UnitView, client};
 
 use crate::farm::fu_args;
 use crate::run::{ControlArgs, serve_control};
@@ -133,19 +133,13 @@ impl std::fmt::Display for Fault {
     }
 }
 
-/// A unit's loop heartbeat: the count and when it last moved.
-struct Beat {
-    count: f64,
-    moved: Instant,
-}
-
 struct Controller {
     cfg: SystemConfig,
     system_text: String,
     token: Option<String>,
     hosts: BTreeMap<String, Host>,
     placed: Vec<Placed>,
-    beats: BTreeMap<String, Beat>,
+    beats: HeartbeatWatch,
     /// Since when a running unit's control server has not answered its agent.
     silent: BTreeMap<String, Instant>,
     heartbeat_timeout: Duration,
@@ -285,19 +279,13 @@ impl Controller {
                         if unit["state"] == "Halted" || unit["state"] == "Failed" {
                             continue;
                         }
-                        let count = unit["figures"]["loop_heartbeats_total"].as_f64().unwrap_or(0.0);
-                        let beat = self.beats.entry(name.clone()).or_insert(Beat { count, moved: now });
-                        if count != beat.count {
-                            *beat = Beat { count, moved: now };
-                        } else if now.duration_since(beat.moved) > self.heartbeat_timeout {
+                        let count = unit["figures"]["loop_heartbeats_total"].as_f64().unwrap_or(0.0) as u64;
+                        if let Some(still) = self.beats.check(&name, count, now) {
                             faults.push(Fault {
                                 unit: name,
                                 host: p.host.clone(),
                                 key: "UNIT_STALLED",
-                                why: format!(
-                                    "its loop heartbeat has not moved for {:.1} s",
-                                    now.duration_since(beat.moved).as_secs_f64()
-                                ),
+                                why: format!("its loop heartbeat has not moved for {:.1} s", still.as_secs_f64()),
                             });
                         }
                     }
@@ -305,7 +293,7 @@ impl Controller {
                 (None, Some(e)) => {
                     let since = *self.silent.entry(p.name.clone()).or_insert(now);
                     // A unit starts its control server only once configured: give it the start time.
-                    let started = self.beats.contains_key(&p.name);
+                    let started = self.beats.knows(&p.name);
                     let patience = if started {
                         self.heartbeat_timeout
                     } else {
@@ -507,7 +495,7 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &Con
         token,
         hosts,
         placed,
-        beats: BTreeMap::new(),
+        beats: HeartbeatWatch::new(heartbeat_timeout),
         silent: BTreeMap::new(),
         heartbeat_timeout,
         stopping: false,

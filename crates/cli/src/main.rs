@@ -472,8 +472,18 @@ fn config_check(file: &Path) -> Result<ExitCode> {
     } else {
         "no filter farm".to_owned()
     };
+    let placement = match cfg.controller.agent_port {
+        Some(port) => {
+            let mut hosts: Vec<&str> = cfg.rus.iter().map(|r| r.host.as_str()).collect();
+            hosts.extend(cfg.bus.iter().flat_map(|b| [b.host.as_str(), b.fu_host()]));
+            hosts.sort_unstable();
+            hosts.dedup();
+            format!("; placed on {} hosts through agents on port {port}", hosts.len())
+        }
+        None => String::new(),
+    };
     println!(
-        "{}: OK: run {}, {} RUs, {} BUs, {} FEDs, {}",
+        "{}: OK: run {}, {} RUs, {} BUs, {} FEDs, {}{placement}",
         file.display(),
         cfg.run.number,
         cfg.rus.len(),

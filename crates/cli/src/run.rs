@@ -18,8 +18,10 @@ use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
 use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
 
-use tessera_control::{Action, ControlConfig, ControlServer, Served, Unit, UnitKind};
+use tessera_control::{Action, ControlConfig, ControlServer, HeartbeatWatch, Served, Unit, UnitKind};
 use tessera_fu::resources::FarmLimits;
+use tessera_runtime::state::UnitState;
+use tessera_runtime::stats::UnitStats;
 
 use crate::farm::{
     Farm, FarmDirs, FarmOutcome, check_chain, start_broker, storage_run_dir, system_streams, wait_drained,
@@ -418,9 +420,19 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
     let mut stopped = false;
     let mut last = Progress::default();
     let tty = std::io::stderr().is_terminal();
+    let named: Vec<(&str, &Arc<UnitStats>)> = cfg
+        .rus
+        .iter()
+        .map(|r| r.name.as_str())
+        .zip(&system.ru_stats)
+        .chain(cfg.bus.iter().map(|b| b.name.as_str()).zip(&system.bu_stats))
+        .collect();
+    let mut watch = HeartbeatWatch::new(Duration::from_secs_f64(cfg.controller.heartbeat_timeout_s));
+    let mut stalled = std::collections::BTreeSet::new();
     // Bounded: the run ends by its limit or Ctrl-C, then within DRAIN_TIMEOUT.
     while !system.finished() {
         std::thread::sleep(Duration::from_millis(if tty { 250 } else { 1000 }));
+        watch_heartbeats(&named, &mut watch, &mut stalled);
         let p = system.progress();
         show(&p, &last, tty);
         last = p;
@@ -478,6 +490,31 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
     drop(brokers);
     let ok = summarize(&cfg, &output, &outcome, farm.as_ref())?;
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Reports, once each, the units whose loop has stopped beating while it should run: a stalled
+/// unit (a deadlock, a thread that hangs in a call) shows before the run's drain time-out.
+fn watch_heartbeats(
+    units: &[(&str, &Arc<UnitStats>)],
+    watch: &mut HeartbeatWatch,
+    stalled: &mut std::collections::BTreeSet<String>,
+) {
+    let now = Instant::now();
+    for (name, stats) in units {
+        let running = matches!(
+            stats.state(),
+            UnitState::Configuring | UnitState::Ready | UnitState::Enabled | UnitState::Draining
+        );
+        if !running || stalled.contains(*name) {
+            continue;
+        }
+        if let Some(still) = watch.check(name, stats.heartbeats.get(), now) {
+            let why = format!("UNIT_STALLED {name}: its loop heartbeat has not moved for {:.1} s", still.as_secs_f64());
+            tracing::error!(unit = %name, reason = "UNIT_STALLED", "{why}");
+            stats.problem(why);
+            stalled.insert((*name).to_owned());
+        }
+    }
 }
 
 fn system_failed(system: &RunningSystem) -> bool {

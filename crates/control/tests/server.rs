@@ -224,3 +224,20 @@ fn the_system_configuration_is_served_as_given() {
     assert_eq!(code, 404);
     assert!(body.contains("without a system configuration"), "{body}");
 }
+
+#[test]
+fn a_heartbeat_that_stops_moving_is_a_stall_after_the_time_out_only() {
+    use std::time::{Duration, Instant};
+    let mut watch = tessera_control::HeartbeatWatch::new(Duration::from_secs(3));
+    let t0 = Instant::now();
+    assert!(!watch.knows("bu0"));
+    assert_eq!(watch.check("bu0", 10, t0), None);
+    assert!(watch.knows("bu0"));
+    assert_eq!(watch.check("bu0", 10, t0 + Duration::from_secs(3)), None, "not longer than the time-out");
+    assert_eq!(watch.check("bu0", 10, t0 + Duration::from_secs(4)), Some(Duration::from_secs(4)));
+    // A beat starts the count again; another unit is watched on its own.
+    assert_eq!(watch.check("bu0", 11, t0 + Duration::from_secs(5)), None);
+    assert_eq!(watch.check("bu0", 11, t0 + Duration::from_secs(7)), None);
+    assert_eq!(watch.check("ru0", 5, t0 + Duration::from_secs(7)), None);
+    assert_eq!(watch.check("bu0", 11, t0 + Duration::from_secs(9)), Some(Duration::from_secs(4)));
+}
