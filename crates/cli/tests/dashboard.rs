@@ -1,8 +1,11 @@
 //! The live dashboard in a real browser (headless Chromium, which `.ci/run` installs): during a
 //! `tessera run`, the page shows the units and figures that move and agree with the API: the
 //! FEDs in error, the sub-states with their sentences, the BUs' lumi sections, the run's
-//! conservation so far and the system configuration. Without Chromium the test says so and
-//! passes without running.
+//! conservation so far, the system configuration, and every unit in the system diagram with the
+//! API's state. A second test serves the page with fixed answers of the API (a tiny HTTP server
+//! in the test) whose views name hosts, one of them stale and one partial: the page draws a box
+//! per host with its units and shows the unreachable units as such. Without Chromium the tests
+//! say so and pass without running.
 
 mod live;
 
@@ -74,15 +77,34 @@ fn shown(dom: &str, id: &str) -> u64 {
     text.parse().unwrap_or_else(|_| panic!("#{id} holds no number in\n{dom}"))
 }
 
+/// The system diagram of a dumped page.
+fn diagram(dom: &str) -> &str {
+    let at = dom.find("id=\"diagram\"").unwrap_or_else(|| panic!("no diagram in\n{dom}"));
+    let end = dom[at..].find("<h2>").map_or(dom.len(), |n| at + n);
+    &dom[at..end]
+}
+
+/// The state the diagram shows for `unit`.
+fn diagram_state(diagram: &str, unit: &str) -> String {
+    let key = format!("data-unit=\"{unit}\" data-state=\"");
+    let at = diagram.find(&key).unwrap_or_else(|| panic!("{unit} is not in the diagram:\n{diagram}")) + key.len();
+    diagram[at..].chars().take_while(|c| *c != '"').collect()
+}
+
+/// Chromium, or `None` (with a message) when this machine has none.
+fn chromium() -> Option<&'static str> {
+    let found = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok());
+    if found.is_none() {
+        eprintln!("skipped: no chromium (.ci/run installs Debian's)");
+    }
+    found
+}
+
 #[test]
 fn the_dashboard_in_chromium_shows_figures_that_move_and_match_the_api() {
-    let Some(chromium) = ["chromium", "chromium-browser"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
-    else {
-        eprintln!("skipped: no chromium (.ci/run installs Debian's)");
-        return;
-    };
+    let Some(chromium) = chromium() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let (mut run, addr) = start_run(tmp.path(), 120);
     std::thread::sleep(Duration::from_millis(1000));
@@ -100,6 +122,18 @@ fn the_dashboard_in_chromium_shows_figures_that_move_and_match_the_api() {
             assert!(dom.contains(&format!("<tr data-unit=\"{unit}\">")), "{unit} in the table");
         }
         assert!(dom.contains("Enabled"), "the units' states are shown");
+        // The diagram shows every unit the API names, with the state the API gives it, in the
+        // columns of a process that runs every unit itself (no hosts).
+        let diagram = diagram(dom);
+        assert!(!diagram.contains("data-host="), "no host boxes without hosts:\n{diagram}");
+        for u in api_before.as_array().unwrap() {
+            let name = u["name"].as_str().unwrap();
+            let state = diagram_state(diagram, name);
+            let states: Vec<&str> =
+                [&api_before, &api_after].iter().map(|api| unit(api, name)["state"].as_str().unwrap()).collect();
+            assert!(states.contains(&state.as_str()), "{name} is {state} in the diagram, {states:?} in the API");
+        }
+        assert!(diagram.find("data-unit=\"ru1\"") < diagram.find("data-unit=\"bu0\""), "RUs ⇉ BUs:\n{diagram}");
     }
     let (a, b) = (shown(&first, "triggered"), shown(&second, "triggered"));
     assert!(before <= a && a <= between, "the page agrees with the API: {before} <= {a} <= {between}");
@@ -130,7 +164,12 @@ fn the_dashboard_in_chromium_shows_figures_that_move_and_match_the_api() {
             figure(&api_after, bu, "lumi_sections_closed_total"),
         );
         assert!(low <= closed && closed <= high, "{bu}: {low} <= {closed} <= {high}");
-        let writing = shown(&second, &format!("ls-{bu}-writing"));
+        // A BU that has written no file yet shows "–" (lumi sections count from 1).
+        let writing = if text(&second, &format!("ls-{bu}-writing")) == "–" {
+            0
+        } else {
+            shown(&second, &format!("ls-{bu}-writing"))
+        };
         let (low, high) = (figure(&api_between, bu, "lumi_section"), figure(&api_after, bu, "lumi_section"));
         assert!(low <= writing && writing <= high, "{bu}: {low} <= {writing} <= {high}");
     }
@@ -148,4 +187,120 @@ fn the_dashboard_in_chromium_shows_figures_that_move_and_match_the_api() {
     let status = run.wait().unwrap();
     let summary = std::fs::read_to_string(tmp.path().join("summary.txt")).unwrap();
     assert!(status.success(), "{status}\n{summary}");
+}
+
+/// A unit view as a controller gathering several hosts gives it.
+fn view(name: &str, kind: &str, host: &str, state: &str, built: u64) -> serde_json::Value {
+    serde_json::json!({
+        "name": name, "kind": kind, "host": host, "state": state, "throttle": "", "sub_states": [],
+        "fed_errors": [], "failed": false, "problems": [],
+        "figures": { "events_triggered_total": if kind == "evm" { built } else { 0 }, "events_built_total": built,
+            "events_published_total": built, "events_in_flight": 0, "fragments_total": built * 4,
+            "fragment_bytes_total": built * 8192, "problems_total": 0 },
+    })
+}
+
+/// Serves the dashboard and fixed answers of the API on loopback, for as long as the test runs.
+fn serve_canned(units: serde_json::Value) -> SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let units = units.to_string();
+    let conservation = serde_json::json!({ "evm_here": true, "triggered": 5000, "published": 4000, "lost": {},
+        "in_flight": 1000, "holds_so_far": true,
+        "sentence": "Holds so far: 1000 events in flight; it holds for the run once none is left at its end." })
+    .to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let (units, conservation) = (units.clone(), conservation.clone());
+            std::thread::spawn(move || {
+                let mut request = Vec::new();
+                let mut buf = [0; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let request = String::from_utf8_lossy(&request);
+                let path = request.split_whitespace().nth(1).unwrap_or("/").split('?').next().unwrap().to_owned();
+                let (status, kind, body) = match path.as_str() {
+                    "/" => ("200 OK", "text/html; charset=utf-8", tessera_control::DASHBOARD.to_owned()),
+                    "/api/v1/units" => ("200 OK", "application/json", units),
+                    "/api/v1/conservation" => ("200 OK", "application/json", conservation),
+                    "/api/v1/config" => ("200 OK", "application/yaml", "run:\n  number: 7\n".to_owned()),
+                    _ => ("404 Not Found", "text/plain", "not here\n".to_owned()),
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    addr
+}
+
+/// The host box of `host` in a diagram, up to the next host box.
+fn host_box<'a>(diagram: &'a str, host: &str) -> &'a str {
+    let key = format!("data-host=\"{host}\"");
+    let at = diagram.find(&key).unwrap_or_else(|| panic!("no box of host {host}:\n{diagram}"));
+    let start = diagram[..at].rfind("<section").unwrap();
+    let end = diagram[at..].find("<section").map_or(diagram.len(), |n| at + n);
+    &diagram[start..end]
+}
+
+#[test]
+fn the_dashboard_draws_the_hosts_with_their_units_and_shows_an_unreachable_one_as_such() {
+    let Some(chromium) = chromium() else { return };
+    let mut stale = view("bu1", "bu", "bu-host-2", "Enabled", 2000);
+    stale["stale"] = true.into();
+    let mut throttled = view("ru1", "ru", "ru-host", "Enabled", 5000);
+    throttled["throttle"] = "RU_BUFFERS_FULL".into();
+    let units = serde_json::json!([
+        view("ru0", "evm", "ru-host", "Enabled", 5000),
+        throttled,
+        view("bu0", "bu", "bu-host-1", "Enabled", 2000),
+        stale,
+        // An older or partial view: the page must still draw it, and everything else.
+        { "name": "bu2", "kind": "bu", "host": "bu-host-1", "state": "Unreachable" },
+        { "name": "odd" },
+    ]);
+    let addr = serve_canned(units);
+    let tmp = tempfile::tempdir().unwrap();
+    let dom = rendered(chromium, addr, &tmp.path().join("profile"));
+
+    assert!(shown(&dom, "samples") >= 2, "the page updated itself, no error stopped it:\n{dom}");
+    let diagram = diagram(&dom);
+    // A box per host, its units inside it, with their states.
+    let ru_host = host_box(diagram, "ru-host");
+    for unit in ["ru0", "ru1"] {
+        assert_eq!(diagram_state(ru_host, unit), "Enabled", "{unit} in ru-host:\n{ru_host}");
+    }
+    assert!(ru_host.contains("RU_BUFFERS_FULL"), "ru1's throttle as a badge:\n{ru_host}");
+    let bu_host_1 = host_box(diagram, "bu-host-1");
+    assert_eq!(diagram_state(bu_host_1, "bu0"), "Enabled", "{bu_host_1}");
+    // A unit whose state is Unreachable, and one whose view is stale, show as unreachable, not
+    // as their last state; a host none of whose units answers is marked.
+    assert_eq!(diagram_state(bu_host_1, "bu2"), "Unreachable", "{bu_host_1}");
+    let bu_host_2 = host_box(diagram, "bu-host-2");
+    assert_eq!(diagram_state(bu_host_2, "bu1"), "Unreachable", "{bu_host_2}");
+    assert!(bu_host_2.contains("class=\"host unreachable\""), "{bu_host_2}");
+    assert!(bu_host_2.contains("not answering") && bu_host_2.contains("last seen Enabled"), "{bu_host_2}");
+    assert!(!bu_host_1.contains("class=\"host unreachable\""), "bu-host-1 still has bu0:\n{bu_host_1}");
+    // The unit without a host is drawn too, in a box of its own.
+    assert!(diagram.contains("data-unit=\"odd\""), "{diagram}");
+    // The data flow from the readout hosts to the builder hosts.
+    assert!(diagram.find("data-host=\"ru-host\"") < diagram.find("data-host=\"bu-host-1\""), "{diagram}");
+    assert!(diagram.contains("⇉"), "{diagram}");
+    // The heading and the units' table say it too.
+    assert!(text(&dom, "unreachable").contains("2 unreachable (bu1, bu2)"), "{}", text(&dom, "unreachable"));
+    assert!(dom.contains("<tr data-unit=\"bu1\" class=\"unreachable\">"), "{dom}");
+    assert_eq!(
+        text(&dom, "cons_sentence"),
+        "Holds so far: 1000 events in flight; it holds for the run once none is left at its end."
+    );
+    assert!(text(&dom, "config").contains("number: 7"), "{dom}");
 }
