@@ -321,10 +321,16 @@ impl Controller {
     /// Refreshes the views the controller serves: each unit as last seen, with its host, and
     /// marked stale while its host does not answer.
     fn update_mirror(&self) {
-        let views: Vec<UnitView> = self
-            .placed
-            .iter()
-            .filter(|p| p.role.is_unit())
+        // In the system file's order: the RUs (the EVM's first), then the BUs.
+        let rank = |p: &&Placed| match p.role {
+            Role::Ru(i) => i,
+            Role::Bu(i) => self.cfg.rus.len() + i,
+            _ => usize::MAX,
+        };
+        let mut units: Vec<&Placed> = self.placed.iter().filter(|p| p.role.is_unit()).collect();
+        units.sort_by_key(rank);
+        let views: Vec<UnitView> = units
+            .into_iter()
             .filter_map(|p| {
                 let mut view: UnitView = serde_json::from_value(self.last_units.get(&p.name)?.clone()).ok()?;
                 view.host = Some(p.host.clone());
