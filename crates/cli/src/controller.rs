@@ -693,7 +693,7 @@ fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> R
                 view.and_then(|v| v.stdout.as_deref()).and_then(|s| s.lines().last()).unwrap_or("ended").to_owned()
             }
             (None, Some(_)) if matches!(p.role, Role::Trigger(_)) && c.stopping => {
-                format!("stopped with the run: {}", view.and_then(|v| v.log_tail.last()).map_or("", String::as_str))
+                "stopped with the run (the RU closed its streams)".to_owned()
             }
             (None, Some(exit)) => {
                 clean = false;
