@@ -56,13 +56,16 @@ pub fn agent(args: &AgentArgs) -> Result<ExitCode> {
         flag.fetch_add(1, Ordering::SeqCst);
     })
     .context("installing the signal handler")?;
-    let agent = Agent::start(AgentConfig {
-        listen: args.listen,
-        token: args.token.clone(),
-        work_dir: work_dir.clone(),
-        program,
-    })
-    .context("--listen")?;
+    let config = AgentConfig { listen: args.listen, token: args.token.clone(), work_dir: work_dir.clone(), program };
+    let agent = match Agent::start(config) {
+        Ok(agent) => agent,
+        Err(tessera_control::ControlError::TokenRequired(addr)) => {
+            bail!(
+                "--listen {addr}: an address other than loopback needs a token: give --token or set TESSERA_AGENT_TOKEN"
+            )
+        }
+        Err(e) => return Err(e).context("--listen"),
+    };
     tracing::info!(
         address = %agent.local_addr(),
         "agent: serving on http://{}/api/v1/processes; processes under {}",

@@ -207,6 +207,39 @@ fn a_2x2_bu_port_taken_is_refused_at_configure_before_any_unit_takes_data() {
 }
 
 #[test]
+fn a_wrong_token_is_refused_before_anything_starts_and_an_open_agent_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let port = free_ports(1)[0];
+    let mut units = Processes(Vec::new());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    command
+        .args(["agent", "--listen", &format!("127.0.0.1:{port}"), "--token", "right"])
+        .arg("--work-dir")
+        .arg(d.join("agent"));
+    units.0.push(("agent".into(), spawn_logged(command, &d.join("agent.log"))));
+    wait_for_line(d, "agent.log", "agent: serving");
+    let system = system_file(d, port, "events: 10", 3.0);
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("run")
+        .arg(&system)
+        .env("TESSERA_AGENT_TOKEN", "wrong")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("host 127.0.0.1: agent 127.0.0.1:{port} refuses the token")), "{err}");
+    // An agent that anyone on the network could drive is not started.
+    let open = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["agent", "--listen", "0.0.0.0:0"])
+        .env_remove("TESSERA_AGENT_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(open.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&open.stderr).contains("needs a token: give --token or set TESSERA_AGENT_TOKEN"));
+}
+
+#[test]
 fn a_host_without_an_agent_is_refused_before_anything_starts() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
