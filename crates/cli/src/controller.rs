@@ -101,6 +101,14 @@ impl Role {
     fn is_unit(self) -> bool {
         matches!(self, Role::Bu(_) | Role::Ru(_))
     }
+
+    /// Whether a crashed process of this role can be started again without loss: a BU (the
+    /// protocol reassigns its events and its restart recovers its files), an FU (its claims
+    /// go back to the pool) and the mergers (each step is idempotent). An RU or the EVM holds
+    /// the only copy of its fragments: its crash ends the run.
+    fn restartable(self) -> bool {
+        matches!(self, Role::Bu(_) | Role::Fu(_) | Role::Merger)
+    }
 }
 
 /// One process of the run, on one host.
@@ -152,6 +160,8 @@ struct Controller {
     last_units: BTreeMap<String, Value>,
     /// The units' views, with their hosts, for the controller's own control server.
     mirror: Arc<Mutex<Vec<UnitView>>>,
+    /// How many times each process was started again after a crash.
+    restarts: BTreeMap<String, u32>,
 }
 
 /// How long one call to an agent may take.
@@ -238,6 +248,7 @@ impl Controller {
                 }
             }
         }
+        let mut crashed = Vec::new();
         for p in &self.placed {
             let host = &self.hosts[&p.host];
             if host.last_error.is_some() {
@@ -250,12 +261,18 @@ impl Controller {
                 let expected_end = exit.success() || (matches!(p.role, Role::Trigger(_)) && self.stopping);
                 if !expected_end {
                     let last = view.log_tail.last().cloned().unwrap_or_default();
-                    faults.push(Fault {
+                    let fault = Fault {
                         unit: p.name.clone(),
                         host: p.host.clone(),
                         key: "PROCESS_ENDED",
                         why: format!("ended with {exit}: {last}"),
-                    });
+                    };
+                    let restarts = self.restarts.get(&p.name).copied().unwrap_or(0);
+                    if p.role.restartable() && restarts < self.cfg.controller.max_restarts {
+                        crashed.push((p.clone(), fault));
+                    } else {
+                        faults.push(fault);
+                    }
                 }
                 continue;
             }
@@ -317,8 +334,37 @@ impl Controller {
                 (None, None) => {}
             }
         }
+        for (p, why) in crashed {
+            if let Err(e) = self.restart(&p, &why) {
+                faults.push(Fault { why: format!("{}; starting it again failed: {e:#}", why.why), ..why });
+            }
+        }
         self.update_mirror();
         faults
+    }
+
+    /// Starts a crashed BU, FU or merger again: a BU with `--restart` (it discards its partial
+    /// files and lets the EVM say which complete ones to publish) and enabled at once; an FU or
+    /// the mergers as they were (they take up where their predecessor stopped).
+    fn restart(&mut self, p: &Placed, why: &Fault) -> Result<()> {
+        let n = self.restarts.entry(p.name.clone()).or_insert(0);
+        *n += 1;
+        tracing::warn!(
+            unit = %p.name,
+            host = %p.host,
+            "{why}; starting it again ({} of at most {})",
+            n,
+            self.cfg.controller.max_restarts
+        );
+        let mut again = p.clone();
+        if matches!(p.role, Role::Bu(_)) {
+            again.args.retain(|a| a != "--wait-for-enable");
+            again.args.push("--restart".into());
+        }
+        self.start(&again)?;
+        // Its end is no longer the news: the next poll shows the new process.
+        self.hosts.get_mut(&p.host).expect("known host").seen.remove(&p.name);
+        Ok(())
     }
 
     /// Refreshes the views the controller serves: each unit as last seen, with its host, and
@@ -510,6 +556,7 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &Con
         stopping: false,
         last_units: BTreeMap::new(),
         mirror: Arc::default(),
+        restarts: BTreeMap::new(),
     };
     let run = c.cfg.run.number;
     tracing::info!(
@@ -710,7 +757,12 @@ fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> R
                 }
             }
         };
-        println!("  {:<12} {:<16} {line}", p.name, p.host);
+        let again = match c.restarts.get(&p.name) {
+            Some(1) => " (started again once after a crash)".to_owned(),
+            Some(n) => format!(" (started again {n} times after crashes)"),
+            None => String::new(),
+        };
+        println!("  {:<12} {:<16} {line}{again}", p.name, p.host);
         if let Some(r) = r {
             reports.insert(p.name.clone(), r);
         }
@@ -719,7 +771,17 @@ fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> R
     let evm_report = reports.get(evm).map(|r| r["evm"].clone()).unwrap_or(Value::Null);
     let triggered = evm_report["triggered"].as_u64().unwrap_or(0);
     let lost_closed = evm_report["lost_lumi_closed"].as_u64().unwrap_or(0);
-    let built: u64 = cfg.bus.iter().filter_map(|b| reports.get(&b.name)?["events_published"].as_u64()).sum();
+    let restarted: Vec<&str> =
+        cfg.bus.iter().map(|b| b.name.as_str()).filter(|b| c.restarts.contains_key(*b)).collect();
+    // A BU's report counts what its last incarnation published. When one was started again,
+    // the events built are those the EVM committed (each is published exactly once: before its
+    // crash, by its restart, or by another BU); the chain's check below proves them in storage.
+    let built: u64 = if restarted.is_empty() {
+        cfg.bus.iter().filter_map(|b| reports.get(&b.name)?["events_published"].as_u64()).sum()
+    } else {
+        println!("  {} started again: events built are those the EVM committed to the BUs", restarted.join(", "));
+        evm_report["committed"].as_u64().unwrap_or(0)
+    };
     let holds = evm_report.is_object() && triggered == built + lost_closed;
     if evm_report.is_object() {
         println!(
@@ -781,6 +843,7 @@ fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> R
         "conservation_holds": holds,
         "chain": chain,
         "faults": faults.iter().map(|f| json!({"unit": f.unit, "host": f.host, "reason": f.key, "why": f.why})).collect::<Vec<_>>(),
+        "restarts": c.restarts,
         "reports": reports,
     });
     let dir = if output.is_dir() { output.to_owned() } else { PathBuf::from(".") };

@@ -184,6 +184,32 @@ fn a_2x2_run_through_agents_is_watched_and_stopped_through_the_controllers_api()
 }
 
 #[test]
+fn a_2x2_bu_killed_is_started_again_by_the_controller_and_nothing_is_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, d);
+    // 20000 events at 20 kHz: about a second of triggers after the kill.
+    let system = system_file(d, agent, "events: 40000", 3.0);
+    start_run(&mut units, d, &system);
+    wait_for_line(d, "run.log", "every unit is enabled");
+    std::thread::sleep(Duration::from_millis(700));
+    let addr: SocketAddr = format!("127.0.0.1:{agent}").parse().unwrap();
+    let killed =
+        client::call(addr, "POST", "/api/v1/processes/bu1/signal?signal=KILL", None, None, Duration::from_secs(5))
+            .unwrap();
+    assert_eq!(killed.status, 202, "{}", killed.body);
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
+    let bu1 = out.lines().find(|l| l.trim_start().starts_with("bu1 ")).unwrap();
+    assert!(bu1.ends_with("(started again once after a crash)"), "{out}");
+    assert!(out.contains("conservation: triggered 40000 = built 40000 + lost 0  holds"), "{out}");
+    assert!(out.contains("chain: built 40000 = processed 40000 by the FUs = processed 40000 in storage"), "{out}");
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    assert!(log.contains("PROCESS_ENDED bu1 on 127.0.0.1: ended with signal 9"), "{log}");
+}
+
+#[test]
 fn a_2x2_bu_port_taken_is_refused_at_configure_before_any_unit_takes_data() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();

@@ -263,6 +263,9 @@ pub struct ControllerSection {
     pub heartbeat_timeout_s: f64,
     /// Longest a unit may take from its start until it takes data, in s.
     pub start_timeout_s: u64,
+    /// A BU, FU or merger process that dies is started again (a BU with `--restart`) up to
+    /// this many times each; 0: its death ends the run. An RU's or the EVM's always does.
+    pub max_restarts: u32,
     /// The host that runs the mergers (`tessera merge`), which read the FUs' outputs and the
     /// BUs' directories through a file system all hosts share; absent: the FU host of `bus[0]`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -271,7 +274,13 @@ pub struct ControllerSection {
 
 impl Default for ControllerSection {
     fn default() -> Self {
-        ControllerSection { agent_port: None, heartbeat_timeout_s: 3.0, start_timeout_s: 30, merger_host: None }
+        ControllerSection {
+            agent_port: None,
+            heartbeat_timeout_s: 3.0,
+            start_timeout_s: 30,
+            max_restarts: 2,
+            merger_host: None,
+        }
     }
 }
 
