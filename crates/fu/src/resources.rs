@@ -141,6 +141,11 @@ impl Default for FarmLimits {
     }
 }
 
+/// Now, in ms since the Unix epoch, as summaries are stamped (0 if the clock is before 1970).
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// The summary file of process `pid` on `host`.
 pub fn summary_path(bu_dir: &Path, host: &str, pid: u32) -> PathBuf {
     bu_dir.join(RESOURCES_DIR).join(format!("{host}-pid{pid}.json"))
