@@ -4,7 +4,10 @@
 //!
 //! Summaries are `<bu_dir>/appliance/resources/<host>-pid<pid>.json`, written atomically about
 //! once a second and removed when the FU leaves. They sit beside the run directories, not in
-//! them, so that the file contract of a run directory is unchanged.
+//! them, so that the file contract of a run directory is unchanged. An FU on another host than
+//! its BU's publishes and removes its summary through the BU's file broker
+//! ([`broker`](crate::broker), `POST` and `DELETE /summary`), which writes it here under the
+//! host name it gives the FU's claims.
 
 use crate::output::{list, write_atomically};
 use crate::{FuError, io_error};
