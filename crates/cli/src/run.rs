@@ -280,9 +280,7 @@ fn bu_node(
         allowed_peers,
         discard: false,
         pin_core: cfg.bus[i].cpu,
-        // FUs on another host reach the BU through its file broker, which carries no resource
-        // summaries yet: such a BU holds back on its RAM disk's marks alone.
-        farm_limits: (cfg.fu.enabled && cfg.bus[i].fu_host() == cfg.bus[i].host).then(|| FarmLimits {
+        farm_limits: cfg.fu.enabled.then(|| FarmLimits {
             min_fus: cfg.fu.min_fus_per_bu,
             max_queued_lumi_sections: cfg.fu.max_queued_lumi_sections,
             output_high_water_percent: cfg.fu.output_high_water_percent,
