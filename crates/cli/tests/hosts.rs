@@ -190,6 +190,33 @@ fn fu_on_another_host_processes_a_bu_through_its_file_broker() {
     assert!(left.is_empty(), "{left:?}");
     let fu_log = std::fs::read_to_string(d.join("fu.log")).unwrap();
     assert!(fu_log.contains("\"events\":3000"), "{fu_log}");
+    assert_summaries_came_and_went(&d.join("out").join("bu0"));
+}
+
+/// Asserts that FUs published resource summaries in `bu_dir` (a publication made the directory)
+/// and removed them as they left, through the BU's broker before it went.
+fn assert_summaries_came_and_went(bu_dir: &Path) {
+    let resources = bu_dir.join(tessera_fu::resources::RESOURCES_DIR);
+    let left: Vec<_> = std::fs::read_dir(&resources)
+        .unwrap_or_else(|e| panic!("no FU published a summary in {}: {e}", resources.display()))
+        .collect();
+    assert!(left.is_empty(), "summaries left behind: {left:?}");
+}
+
+/// Waits, at most 20 s, until BU directory `bu_dir` holds live resource summaries of run `run`
+/// from `count` FU processes on `host` (as the BU's broker names it).
+fn wait_for_remote_summaries(bu_dir: &Path, run: u32, host: &str, count: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = tessera_fu::resources::now_unix_ms();
+        let summaries = tessera_fu::resources::read_summaries(bu_dir, run);
+        let live = summaries.iter().filter(|s| s.host == host && now.saturating_sub(s.updated_unix_ms) < 5000);
+        if live.count() == count {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}: {summaries:?}", bu_dir.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The hosts of `examples/multi-host.yaml` (readout, builder, filter) and one for the controller.
@@ -264,6 +291,9 @@ fn multi_host_example_runs_2x2_across_three_hosts_through_their_agents() {
     assert!(!fu_log.is_empty() || std::fs::read_to_string(d.join("agent2/bu0-fu0/stdout")).unwrap().contains("events"));
     let fu_args = std::fs::read_to_string(d.join("run.log")).unwrap();
     assert!(fu_args.contains("started bu0-fu0 on 10.231.9.3: tessera fu --broker 10.231.9.2:9300"), "{fu_args}");
+    for bu in ["bu0", "bu1"] {
+        assert_summaries_came_and_went(&out.join(bu));
+    }
 }
 
 #[test]
@@ -275,6 +305,11 @@ fn multi_host_bu_host_link_cut_is_detected_and_reported_with_its_units() {
     let mut units = Processes(Vec::new());
     start_multi_host(&mut units, &lan, d, &["--seconds", "300", "--output", out.to_str().unwrap()]);
     wait_for_line(d, "run.log", "every unit is enabled");
+    // The FUs on the filter host publish their resource summaries through the brokers on the
+    // builder host, and the BUs, which hold back on them, read them.
+    for bu in ["bu0", "bu1"] {
+        wait_for_remote_summaries(&out.join(bu), 2001, "10-231-9-3", 2);
+    }
     std::thread::sleep(Duration::from_secs(2));
     lan.cut(1);
     let cut = std::time::Instant::now();
