@@ -18,6 +18,7 @@ use tessera_fu::claim::host_name;
 use tessera_fu::merge::{MacroMerger, MicroMerger, MiniMerger, STORAGE_PRODUCER, with_error_stream};
 use tessera_fu::process::{FuConfig, FuReport, run_fu};
 use tessera_fu::remote::BuAccess;
+use tessera_fu::resources::{now_unix_ms, read_summaries};
 use tessera_fu::{Hlt, MenuHlt};
 
 /// The options of `tessera fu`.
@@ -524,8 +525,11 @@ pub fn start_broker(cfg: &SystemConfig, i: usize, output: &Path) -> Result<Optio
 }
 
 /// Waits, at most `timeout`, until every file of the BU's ended run has been processed and
-/// removed, so that remote FUs can finish through the broker before it goes.
-pub fn wait_drained(bu_dir: &Path, run: u32, timeout: Duration) -> bool {
+/// removed, so that remote FUs can finish through the broker before it goes; then, within the
+/// same `timeout`, until no FU's resource summary of the run is younger than `stale_after`, so
+/// that the FUs, which leave after their last file, can remove theirs through the broker too (a
+/// summary no longer renewed stops counting). Whether every file was processed.
+pub fn wait_drained(bu_dir: &Path, run: u32, stale_after: Duration, timeout: Duration) -> bool {
     let claimer = match tessera_fu::claim::Claimer::new(bu_dir, run, &host_name(), std::process::id()) {
         Ok(c) => c,
         Err(_) => return false,
@@ -533,12 +537,21 @@ pub fn wait_drained(bu_dir: &Path, run: u32, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
         match claimer.listing() {
-            Ok(state) if state.ended && state.lumi_sections_with_files.is_empty() => return true,
+            Ok(state) if state.ended && state.lumi_sections_with_files.is_empty() => break,
             Err(_) => return false,
             _ if Instant::now() >= deadline => return false,
             _ => std::thread::sleep(Duration::from_millis(100)),
         }
     }
+    let stale_after_ms = u64::try_from(stale_after.as_millis()).unwrap_or(u64::MAX);
+    let publishing = || {
+        let now = now_unix_ms();
+        read_summaries(bu_dir, run).iter().any(|s| now.saturating_sub(s.updated_unix_ms) <= stale_after_ms)
+    };
+    while publishing() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    true
 }
 
 /// The options of `tessera merge`.

@@ -280,9 +280,7 @@ fn bu_node(
         allowed_peers,
         discard: false,
         pin_core: cfg.bus[i].cpu,
-        // FUs on another host reach the BU through its file broker, which carries no resource
-        // summaries yet: such a BU holds back on its RAM disk's marks alone.
-        farm_limits: (cfg.fu.enabled && cfg.bus[i].fu_host() == cfg.bus[i].host).then(|| FarmLimits {
+        farm_limits: cfg.fu.enabled.then(|| FarmLimits {
             min_fus: cfg.fu.min_fus_per_bu,
             max_queued_lumi_sections: cfg.fu.max_queued_lumi_sections,
             output_high_water_percent: cfg.fu.output_high_water_percent,
@@ -482,7 +480,8 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
         if broker.is_some() && interrupts.load(Ordering::SeqCst) == 0 {
             // FUs on other hosts finish their last files through the broker.
             let bu_dir = cfg.bu_directory(i, &output);
-            if !wait_drained(&bu_dir, cfg.run.number, Duration::from_secs(cfg.fu.drain_timeout_s)) {
+            let stale_after = Duration::from_secs(cfg.fu.resource_summary_stale_s);
+            if !wait_drained(&bu_dir, cfg.run.number, stale_after, Duration::from_secs(cfg.fu.drain_timeout_s)) {
                 tracing::warn!(unit = %cfg.bus[i].name, "{}: files are left unprocessed in {}", cfg.bus[i].name, bu_dir.display());
             }
         }
@@ -982,7 +981,8 @@ pub fn unit(
                     "{}: serving the file broker until FUs have processed every file (at most {drain:?})",
                     bu.name
                 );
-                if !wait_drained(&cfg.bu_directory(i, &output), cfg.run.number, drain) {
+                let stale_after = Duration::from_secs(cfg.fu.resource_summary_stale_s);
+                if !wait_drained(&cfg.bu_directory(i, &output), cfg.run.number, stale_after, drain) {
                     tracing::warn!(unit = %bu.name, "{}: files are left unprocessed after {drain:?}", bu.name);
                 }
             }

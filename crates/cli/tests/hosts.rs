@@ -4,7 +4,8 @@
 //! event is built once and every run directory verifies.
 //!
 //! A second test puts an FU on the other host, reaching its BU only through the BU's file
-//! broker.
+//! broker, its resource summary included. The multi-host tests run the example across three
+//! hosts through agents; the BUs hold back on FUs that reach them only through their brokers.
 //!
 //! Needs root (to create namespaces); without it the test says so and passes without running.
 
@@ -190,6 +191,69 @@ fn fu_on_another_host_processes_a_bu_through_its_file_broker() {
     assert!(left.is_empty(), "{left:?}");
     let fu_log = std::fs::read_to_string(d.join("fu.log")).unwrap();
     assert!(fu_log.contains("\"events\":3000"), "{fu_log}");
+    assert_summaries_came_and_went(&d.join("out").join("bu0"));
+}
+
+/// Asserts that FUs published resource summaries in `bu_dir` (a publication made the directory)
+/// and removed them as they left, through the BU's broker before it went.
+fn assert_summaries_came_and_went(bu_dir: &Path) {
+    let resources = bu_dir.join(tessera_fu::resources::RESOURCES_DIR);
+    let left: Vec<_> = std::fs::read_dir(&resources)
+        .unwrap_or_else(|e| panic!("no FU published a summary in {}: {e}", resources.display()))
+        .collect();
+    assert!(left.is_empty(), "summaries left behind: {left:?}");
+}
+
+/// Waits, at most 20 s, until the controller's metrics (read from its host) show both BUs
+/// counting the two FUs of the filter host as live: a BU counts its FUs only when it holds back
+/// on its farm, so both do, and neither holds back for a farm reason.
+fn wait_for_farm_counted(lan: &Lan, d: &Path) {
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    let address = log
+        .lines()
+        .find_map(|l| l.split("monitoring: http://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("the controller serves its metrics\n{log}"))
+        .to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = Command::new("ip")
+            .args(["netns", "exec", &lan.hosts[3], "curl", "-sS", "--max-time", "5"])
+            .arg(format!("http://{address}/metrics"))
+            .output()
+            .unwrap();
+        let metrics = String::from_utf8_lossy(&got.stdout);
+        let counted = ["bu0", "bu1"].iter().all(|bu| {
+            metrics.lines().any(|l| l.starts_with(&format!("tessera_fu_processes{{unit=\"{bu}\"")) && l.ends_with(" 2"))
+        });
+        if counted {
+            let held: Vec<&str> = metrics
+                .lines()
+                .filter(|l| l.starts_with("tessera_throttled{unit=\"bu") && l.ends_with(" 1"))
+                .filter(|l| ["NOT_ENOUGH_FUS", "RESOURCE_SUMMARY_STALE"].iter().any(|k| l.contains(k)))
+                .collect();
+            assert!(held.is_empty(), "{held:?}");
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}\n{metrics}", String::from_utf8_lossy(&got.stderr));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits, at most 20 s, until BU directory `bu_dir` holds live resource summaries of run `run`
+/// from `count` FU processes on `host` (as the BU's broker names it).
+fn wait_for_remote_summaries(bu_dir: &Path, run: u32, host: &str, count: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = tessera_fu::resources::now_unix_ms();
+        let summaries = tessera_fu::resources::read_summaries(bu_dir, run);
+        let live = summaries.iter().filter(|s| s.host == host && now.saturating_sub(s.updated_unix_ms) < 5000);
+        if live.count() == count {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}: {summaries:?}", bu_dir.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The hosts of `examples/multi-host.yaml` (readout, builder, filter) and one for the controller.
@@ -264,6 +328,9 @@ fn multi_host_example_runs_2x2_across_three_hosts_through_their_agents() {
     assert!(!fu_log.is_empty() || std::fs::read_to_string(d.join("agent2/bu0-fu0/stdout")).unwrap().contains("events"));
     let fu_args = std::fs::read_to_string(d.join("run.log")).unwrap();
     assert!(fu_args.contains("started bu0-fu0 on 10.231.9.3: tessera fu --broker 10.231.9.2:9300"), "{fu_args}");
+    for bu in ["bu0", "bu1"] {
+        assert_summaries_came_and_went(&out.join(bu));
+    }
 }
 
 #[test]
@@ -275,6 +342,12 @@ fn multi_host_bu_host_link_cut_is_detected_and_reported_with_its_units() {
     let mut units = Processes(Vec::new());
     start_multi_host(&mut units, &lan, d, &["--seconds", "300", "--output", out.to_str().unwrap()]);
     wait_for_line(d, "run.log", "every unit is enabled");
+    // The FUs on the filter host publish their resource summaries through the brokers on the
+    // builder host, and the BUs, which hold back on them, read them.
+    for bu in ["bu0", "bu1"] {
+        wait_for_remote_summaries(&out.join(bu), 2001, "10-231-9-3", 2);
+    }
+    wait_for_farm_counted(&lan, d);
     std::thread::sleep(Duration::from_secs(2));
     lan.cut(1);
     let cut = std::time::Instant::now();

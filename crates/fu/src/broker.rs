@@ -1,5 +1,6 @@
 //! The BU's file broker (FORMATS.md §7 (c)): a small HTTP/1.1 server that hands a BU's raw files
-//! to FUs without a shared file system, and [`BrokerClient`], its client.
+//! to FUs without a shared file system and takes their resource summaries, and [`BrokerClient`],
+//! its client.
 //!
 //! The broker claims files for a remote FU exactly as a local FU claims them (§7 (a)): by an
 //! atomic rename of `runRRRRRR_lsLLLL_indexIIIIII.raw` into
@@ -21,6 +22,8 @@
 //! | `GET /index?runnumber=R&name=N` | the index JSON of the claimed file `N` (`application/json`) |
 //! | `POST /done?runnumber=R&name=N` | the FU has published its outputs for `N`: the claim and its index JSON are removed |
 //! | `POST /release?runnumber=R&name=N` | gives the claim `N` back to the pool (renamed back to its BU name) |
+//! | `POST /summary?runnumber=R[&host=H]` | the body, a [`ResourceSummary`] in JSON of run `R` and host `H`, is written where a local FU's goes ([`write_summary`]), stamped with the time of receipt |
+//! | `DELETE /summary?runnumber=R&pid=P[&host=H]` | removes the summary of process `P` on host `H`: the FU is leaving |
 //!
 //! `N` is a claimed file's name, `runRRRRRR_lsLLLL_indexIIIIII_<host>_pid<pid>.raw`, with or
 //! without the leading `fu/`; anything else (a path, `..`, another run's file) is refused with
@@ -43,12 +46,18 @@
 //! - `ERROR`: with `errormessage`; the HTTP status is 400 for a bad query, 500 when the BU's
 //!   directory cannot be read or renamed in.
 //!
+//! A summary's `updated_unix_ms` is replaced by the BU host's clock on receipt, so that the BU
+//! judges its age by one clock whatever the FU host's says. A body that is not a summary, or a
+//! summary of another run or host, or with a negative figure, is refused with 400; `R` must be
+//! the run served (404 otherwise), as for `/done` and `/release`.
+//!
 //! The other endpoints answer 200 on success (`/done` and `/release` with a `key=value`
-//! document holding `version`, `runnumber`, `file` and `result` = `removed` | `released`); on
-//! failure 400 (bad query), 404 (wrong run, no such claim, unknown path), 405 (wrong method),
-//! 409 (`/release` when the BU name is taken again), 413/414/431 (request too large), 501
-//! (chunked body), 503 (too many connections), 505 (not HTTP/1.x) or 500, each with a
-//! `state=ERROR` document. Every answer has a `Content-Length`.
+//! document holding `version`, `runnumber`, `file` and `result` = `removed` | `released`;
+//! `/summary` with `version`, `runnumber`, `pid` and `result` = `published` | `removed` |
+//! `absent`); on failure 400 (bad query), 404 (wrong run, no such claim, unknown path), 405
+//! (wrong method), 409 (`/release` when the BU name is taken again), 413/414/431 (request too
+//! large), 501 (chunked body), 503 (too many connections), 505 (not HTTP/1.x) or 500, each with
+//! a `state=ERROR` document. Every answer has a `Content-Length`.
 //!
 //! If writing a `READY` answer fails, the broker gives the claim back at once; an answer lost
 //! after the broker wrote it leaves the claim in `fu/` until someone releases it.
@@ -56,12 +65,14 @@
 //! # Limits
 //!
 //! Requests: a head of at most [`MAX_REQUEST_HEAD_BYTES`] and [`MAX_REQUEST_HEADERS`] header
-//! lines, a body of at most [`MAX_REQUEST_BODY_BYTES`] (read and ignored), no chunked bodies.
+//! lines, a body of at most [`MAX_REQUEST_BODY_BYTES`] (read by `POST /summary`, ignored
+//! elsewhere), no chunked bodies.
 //! One thread per connection, at most [`BrokerConfig::max_connections`] at once (others get
 //! 503); HTTP/1.1 connections stay open until the client closes them, `Connection: close`, or
 //! [`BrokerConfig::read_timeout`] passes without a request.
 
 use crate::claim::{BuRunState, Claimer, FileSource, host_name};
+use crate::resources::{ResourceSummary, now_unix_ms, summary_path, write_summary};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::fs::{self, File};
@@ -80,7 +91,8 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub const MAX_REQUEST_HEAD_BYTES: usize = 8192;
 /// Header lines a request may have.
 pub const MAX_REQUEST_HEADERS: usize = 64;
-/// Bytes of request body the broker reads (and ignores); a longer one gets 413.
+/// Bytes of request body the broker reads (a resource summary takes a few hundred); a longer
+/// one gets 413.
 pub const MAX_REQUEST_BODY_BYTES: u64 = 4096;
 
 /// How many times `/popfile` lists the directory again when other FUs took every candidate.
@@ -331,6 +343,8 @@ struct Request {
     method: String,
     path: String,
     query: String,
+    /// At most [`MAX_REQUEST_BODY_BYTES`]; only `/summary` reads it.
+    body: Vec<u8>,
     keep_alive: bool,
 }
 
@@ -343,7 +357,7 @@ enum RequestError {
     Bad(u16, String),
 }
 
-/// Reads one request head (and skips its body); `None` at a clean end of the connection.
+/// Reads one request, its body included; `None` at a clean end of the connection.
 fn read_request(reader: &mut BufReader<TcpStream>) -> Result<Option<Request>, RequestError> {
     let mut budget = MAX_REQUEST_HEAD_BYTES;
     let mut line = Vec::new();
@@ -411,11 +425,12 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Result<Option<Request>, Re
     if body_bytes > MAX_REQUEST_BODY_BYTES {
         return Err(RequestError::Bad(413, format!("request body over {MAX_REQUEST_BODY_BYTES} bytes")));
     }
-    let skipped = io::copy(&mut reader.by_ref().take(body_bytes), &mut io::sink()).map_err(|_| RequestError::Io)?;
-    if skipped != body_bytes {
+    let mut body = Vec::with_capacity(body_bytes as usize);
+    reader.by_ref().take(body_bytes).read_to_end(&mut body).map_err(|_| RequestError::Io)?;
+    if body.len() as u64 != body_bytes {
         return Err(RequestError::Io);
     }
-    Ok(Some(Request { method: method.to_owned(), path: path.to_owned(), query: query.to_owned(), keep_alive }))
+    Ok(Some(Request { method: method.to_owned(), path: path.to_owned(), query: query.to_owned(), body, keep_alive }))
 }
 
 /// Why a line could not be read.
@@ -567,6 +582,8 @@ fn handle(request: &Request, peer: SocketAddr, shared: &Shared) -> Answer {
         ("GET", "/index") => serve_claimed(&request.query, shared, true),
         ("POST", "/done") => done(&request.query, shared),
         ("POST", "/release") => release(&request.query, shared),
+        ("POST", "/summary") => publish_summary(&request.query, &request.body, peer, shared),
+        ("DELETE", "/summary") => remove_summary(&request.query, peer, shared),
         (_, "/popfile" | "/state" | "/file" | "/index") => {
             let mut answer = Answer::error(405, run, &format!("{} takes GET", request.path));
             answer.allow = Some("GET");
@@ -575,6 +592,11 @@ fn handle(request: &Request, peer: SocketAddr, shared: &Shared) -> Answer {
         (_, "/done" | "/release") => {
             let mut answer = Answer::error(405, run, &format!("{} takes POST", request.path));
             answer.allow = Some("POST");
+            Ok(answer)
+        }
+        (_, "/summary") => {
+            let mut answer = Answer::error(405, run, "/summary takes POST or DELETE");
+            answer.allow = Some("POST, DELETE");
             Ok(answer)
         }
         _ => Err((404, format!("no endpoint {:?}", request.path))),
@@ -684,11 +706,7 @@ fn claimed_name(query: &Query, shared: &Shared) -> Result<(u32, ClaimedRawName),
     if claim.run != run {
         return Err((400, format!("name {name:?} is not a file of run {run}")));
     }
-    let current = shared.run.load(Ordering::Relaxed);
-    if run != current {
-        return Err((404, format!("run {run} is not served (the broker serves run {current})")));
-    }
-    Ok((run, claim))
+    Ok((served(run, shared)?, claim))
 }
 
 /// Whether `path` is a regular file (not a link to one).
@@ -747,6 +765,57 @@ fn release(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err((404, format!("{} is not claimed", claim.path()))),
         Err(e) => Err((500, format!("giving back {}: {e}", from.display()))),
     }
+}
+
+/// `POST /summary`: a remote FU's resource summary (JSON, [`ResourceSummary`]), written where
+/// a local FU's goes. Its `run` must be the run served and its `host` the name the FU claims
+/// under; `updated_unix_ms` is replaced by the time of receipt, so that the BU judges the
+/// summary's age by its own clock, not by the FU host's.
+fn publish_summary(raw_query: &str, body: &[u8], peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+    let query = Query::parse(raw_query, &["runnumber", "host"])?;
+    let run = served(query.number("runnumber")?, shared)?;
+    let host = remote_host(&query, peer, shared)?;
+    let mut summary: ResourceSummary =
+        serde_json::from_slice(body).map_err(|e| (400, format!("the body is not a resource summary: {e}")))?;
+    if summary.run != run {
+        return Err((400, format!("a summary of run {} posted for run {run}", summary.run)));
+    }
+    if summary.host != host {
+        return Err((
+            400,
+            format!("a summary of host {:?} from a client whose claims are made under {host:?}", summary.host),
+        ));
+    }
+    if !(summary.output_bytes_per_s >= 0.0 && summary.cpu_seconds >= 0.0) {
+        return Err((400, "output_bytes_per_s and cpu_seconds must not be negative".into()));
+    }
+    summary.updated_unix_ms = now_unix_ms();
+    write_summary(&shared.bu_dir, &summary).map_err(|e| (500, e.to_string()))?;
+    Ok(Answer::document(200, run, &[("pid", summary.pid.to_string()), ("result", "published".to_owned())]))
+}
+
+/// `DELETE /summary`: a remote FU is leaving; its summary is removed, if there.
+fn remove_summary(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+    let query = Query::parse(raw_query, &["runnumber", "pid", "host"])?;
+    let run = served(query.number("runnumber")?, shared)?;
+    let pid = query.number("pid")?;
+    let host = remote_host(&query, peer, shared)?;
+    let path = summary_path(&shared.bu_dir, &host, pid);
+    let result = match fs::remove_file(&path) {
+        Ok(()) => "removed",
+        Err(e) if e.kind() == io::ErrorKind::NotFound => "absent",
+        Err(e) => return Err((500, format!("removing {}: {e}", path.display()))),
+    };
+    Ok(Answer::document(200, run, &[("pid", pid.to_string()), ("result", result.to_owned())]))
+}
+
+/// `run` if it is the run served; 404 otherwise.
+fn served(run: u32, shared: &Shared) -> Result<u32, Refusal> {
+    let current = shared.run.load(Ordering::Relaxed);
+    if run != current {
+        return Err((404, format!("run {run} is not served (the broker serves run {current})")));
+    }
+    Ok(run)
 }
 
 /// The host name a remote FU claims under when it gives none: its IP address with `.` and `:`
@@ -976,7 +1045,7 @@ impl BrokerClient {
         if let Some(stop_ls) = self.stop_ls {
             let _ = write!(target, "&stopls={stop_ls}");
         }
-        let (url, body) = self.request("GET", &target)?;
+        let (url, body) = self.request("GET", &target, &[])?;
         let doc = parse_document(&url, &body)?;
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
         let field =
@@ -1016,7 +1085,7 @@ impl BrokerClient {
         if let Some(host) = &self.host {
             let _ = write!(target, "&host={}", percent_encode(host));
         }
-        let (url, body) = self.request("GET", &target)?;
+        let (url, body) = self.request("GET", &target, &[])?;
         let doc = parse_document(&url, &body)?;
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
         let field = |key: &str| doc.get(key).ok_or_else(|| protocol(format!("no {key:?} in a /state answer")));
@@ -1058,40 +1127,72 @@ impl BrokerClient {
 
     /// The bytes of the claimed file `name`.
     pub fn fetch(&self, name: &ClaimedRawName) -> Result<Vec<u8>, BrokerError> {
-        self.request("GET", &self.file_target("file", name)).map(|(_, body)| body)
+        self.request("GET", &self.file_target("file", name), &[]).map(|(_, body)| body)
     }
 
     /// The index JSON of the claimed file `name`.
     pub fn fetch_index(&self, name: &ClaimedRawName) -> Result<Vec<u8>, BrokerError> {
-        self.request("GET", &self.file_target("index", name)).map(|(_, body)| body)
+        self.request("GET", &self.file_target("index", name), &[]).map(|(_, body)| body)
     }
 
     /// Tells the broker that the outputs for `name` are published: it removes the file.
     pub fn done(&self, name: &ClaimedRawName) -> Result<(), BrokerError> {
-        self.request("POST", &self.file_target("done", name)).map(drop)
+        self.request("POST", &self.file_target("done", name), &[]).map(drop)
     }
 
     /// Gives the claim `name` back to the pool.
     pub fn release(&self, name: &ClaimedRawName) -> Result<(), BrokerError> {
-        self.request("POST", &self.file_target("release", name)).map(drop)
+        self.request("POST", &self.file_target("release", name), &[]).map(drop)
+    }
+
+    /// Publishes this process's resource summary in the BU's directory. Its `host` must be the
+    /// name the broker gives this client's claims ([`RemoteRunState`]'s `host`), its `run` the
+    /// client's.
+    pub fn publish_summary(&self, summary: &ResourceSummary) -> Result<(), BrokerError> {
+        let body = serde_json::to_vec(summary).expect("a summary always serializes");
+        self.request("POST", &self.summary_target(None), &body).map(drop)
+    }
+
+    /// Removes this process's resource summary from the BU's directory (one already gone is fine).
+    pub fn remove_summary(&self) -> Result<(), BrokerError> {
+        self.request("DELETE", &self.summary_target(Some(self.pid)), &[]).map(drop)
+    }
+
+    fn summary_target(&self, pid: Option<u32>) -> String {
+        let mut target = format!("/summary?runnumber={}", self.run);
+        if let Some(pid) = pid {
+            let _ = write!(target, "&pid={pid}");
+        }
+        if let Some(host) = &self.host {
+            let _ = write!(target, "&host={}", percent_encode(host));
+        }
+        target
     }
 
     fn file_target(&self, endpoint: &str, name: &ClaimedRawName) -> String {
         format!("/{endpoint}?runnumber={}&name={}", self.run, percent_encode(&name.to_string()))
     }
 
-    /// Sends one request on a fresh connection; the URL and the body of a 200 answer.
-    fn request(&self, method: &str, target: &str) -> Result<(String, Vec<u8>), BrokerError> {
+    /// Sends one request (with `body`, JSON, unless empty) on a fresh connection; the URL and
+    /// the body of a 200 answer.
+    fn request(&self, method: &str, target: &str, body: &[u8]) -> Result<(String, Vec<u8>), BrokerError> {
         let url = format!("http://{}{target}", self.addr);
         let io_err = |source| BrokerError::Io { url: url.clone(), source };
         let stream = TcpStream::connect_timeout(&self.addr, self.timeout).map_err(io_err)?;
         stream.set_read_timeout(Some(self.timeout)).map_err(io_err)?;
         stream.set_write_timeout(Some(self.timeout)).map_err(io_err)?;
         let _ = stream.set_nodelay(true);
-        let body_header = if method == "POST" { "Content-Length: 0\r\n" } else { "" };
-        let head =
-            format!("{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{body_header}\r\n", self.addr);
-        (&stream).write_all(head.as_bytes()).map_err(io_err)?;
+        let mut request = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
+        if !body.is_empty() {
+            request.push_str("Content-Type: application/json\r\n");
+        }
+        if method != "GET" {
+            let _ = write!(request, "Content-Length: {}\r\n", body.len());
+        }
+        request.push_str("\r\n");
+        let mut request = request.into_bytes();
+        request.extend_from_slice(body);
+        (&stream).write_all(&request).map_err(io_err)?;
         let mut reader = BufReader::new(stream);
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
         let mut head_budget = 16 * 1024u64;

@@ -2,6 +2,7 @@
 //! it into `fu/<stem>_<host>_pid<pid>.raw`; a failed rename means another FU won. Claims of an
 //! FU process that died are given back to the pool by any FU (or merger) on the same host.
 
+use crate::resources::{ResourceSummary, summary_path, write_summary};
 use crate::{FuError, io_error};
 use std::collections::BTreeSet;
 use std::fs;
@@ -53,6 +54,8 @@ pub struct Claim {
 /// One FU process's view of a BU run directory.
 #[derive(Debug, Clone)]
 pub struct Claimer {
+    /// The BU directory, where resource summaries go beside the run directories.
+    bu_dir: PathBuf,
     run_dir: PathBuf,
     run: u32,
     host: String,
@@ -68,7 +71,7 @@ impl Claimer {
         if run_dir.is_dir() {
             fs::create_dir_all(&fu_dir).map_err(io_error("creating", &fu_dir))?;
         }
-        Ok(Claimer { run_dir, run, host: host.to_owned(), pid })
+        Ok(Claimer { bu_dir: bu_dir.to_owned(), run_dir, run, host: host.to_owned(), pid })
     }
 
     /// The BU's run directory.
@@ -216,8 +219,9 @@ pub struct ClaimedFile {
     pub indexed_events: Option<u64>,
 }
 
-/// Where an FU or a micro merger gets the BU's raw files: the BU directory itself
-/// ([`Claimer`]), or the BU's HTTP file broker ([`BrokerSource`](crate::remote::BrokerSource)).
+/// Where an FU or a micro merger gets the BU's raw files, and where an FU tells the BU of its
+/// resources: the BU directory itself ([`Claimer`]), or the BU's HTTP file broker
+/// ([`BrokerSource`](crate::remote::BrokerSource)).
 pub trait FileSource {
     /// The host name claims are made under.
     fn host(&self) -> &str;
@@ -239,6 +243,13 @@ pub trait FileSource {
 
     /// Gives a claim back to the pool. A claim already gone is fine.
     fn give_back(&self, claim: &ClaimedRawName) -> Result<(), FuError>;
+
+    /// Publishes this process's resource summary where the BU reads it
+    /// ([`resources`](crate::resources)); `summary.host` is [`FileSource::host`].
+    fn publish_summary(&self, summary: &ResourceSummary) -> Result<(), FuError>;
+
+    /// Removes this process's resource summary: it is leaving. One already gone is fine.
+    fn remove_summary(&self) -> Result<(), FuError>;
 }
 
 /// Gives claims of processes on the source's host that no longer run back to the pool, after
@@ -315,6 +326,14 @@ impl FileSource for Claimer {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io_error("giving back", &from)(e)),
         }
+    }
+
+    fn publish_summary(&self, summary: &ResourceSummary) -> Result<(), FuError> {
+        write_summary(&self.bu_dir, summary)
+    }
+
+    fn remove_summary(&self) -> Result<(), FuError> {
+        remove_if_present(&summary_path(&self.bu_dir, &self.host, self.pid))
     }
 }
 

@@ -5,11 +5,10 @@
 use crate::claim::{BuRunState, ClaimedFile, FileSource, remove_if_present, return_dead_claims};
 use crate::output::{Batch, EventOutcome, FuOutputDir, LumiOutputs};
 use crate::remote::BuAccess;
-use crate::resources::{ResourceSummary, summary_path, used_percent, write_summary};
+use crate::resources::{ResourceSummary, now_unix_ms, used_percent};
 use crate::{FuError, Hlt, Verdict};
 use std::collections::BTreeMap;
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tessera_formats::frd::FrdEvent;
@@ -34,8 +33,8 @@ pub struct FuConfig {
     pub recovery_interval: Duration,
     /// Give up when the BU's run directory has not appeared after this long.
     pub run_start_timeout: Duration,
-    /// How often to publish the resource summary in the BU directory (see
-    /// [`resources`](crate::resources)).
+    /// How often to publish the resource summary in the BU directory, directly or through the
+    /// BU's file broker (see [`resources`](crate::resources)).
     pub summary_interval: Duration,
 }
 
@@ -78,28 +77,32 @@ impl FuReport {
 /// Runs an FU process until the BU's run has ended and every file of it is processed, or
 /// until `stop` is set (then it leaves at once; its claims go back to the pool when it is gone).
 pub fn run_fu(cfg: &FuConfig, hlt: &mut dyn Hlt, stop: &AtomicBool) -> Result<FuReport, FuError> {
-    let mut resources = Resources::new(cfg);
-    let result = run_loop(cfg, hlt, stop, &mut resources);
+    let source = cfg.bu.open(cfg.run, &cfg.host, cfg.pid, cfg.run_start_timeout)?;
+    let mut resources = Resources::new(cfg, source.as_ref());
+    let result = run_loop(cfg, source.as_ref(), hlt, stop, &mut resources);
     // Gone is not stale: the BU judges the FUs that remain.
     resources.remove();
     result
 }
 
-/// The resource summary of this process and when it was last published.
-struct Resources {
+/// The resource summary of this process, where it is published (the BU directory, or the
+/// broker that writes it there), and when it was last published.
+struct Resources<'a> {
     summary: ResourceSummary,
-    /// The BU directory to publish in; FUs behind a broker publish no summary.
-    bu_dir: Option<PathBuf>,
+    source: &'a dyn FileSource,
     output_dir: PathBuf,
     interval: Duration,
     last: Option<(Instant, u64)>,
+    /// Whether the last publication failed: a run of failures is said once, not every interval.
+    failing: bool,
 }
 
-impl Resources {
-    fn new(cfg: &FuConfig) -> Self {
+impl<'a> Resources<'a> {
+    fn new(cfg: &FuConfig, source: &'a dyn FileSource) -> Self {
         Resources {
             summary: ResourceSummary {
-                host: cfg.host.clone(),
+                // The name the claims are made under: a broker names a remote FU's host itself.
+                host: source.host().to_owned(),
                 pid: cfg.pid,
                 run: cfg.run,
                 updated_unix_ms: 0,
@@ -109,24 +112,25 @@ impl Resources {
                 output_used_percent: 0,
                 cpu_seconds: 0.0,
             },
-            bu_dir: cfg.bu.directory().map(Path::to_owned),
+            source,
             output_dir: cfg.output_dir.clone(),
             interval: cfg.summary_interval,
             last: None,
+            failing: false,
         }
     }
 
     /// Publishes the summary if the interval has passed: `queued` lumi sections the BU has ended
-    /// and the farm not yet processed, `idle` when there was nothing to claim.
-    fn publish(&mut self, queued: u32, idle: bool, output_bytes: u64) -> Result<(), FuError> {
+    /// and the farm not yet processed, `idle` when there was nothing to claim. A summary that
+    /// cannot be published is a warning, not a failure of the FU: the BU sees it go stale and
+    /// holds back, and the next interval tries again.
+    fn publish(&mut self, queued: u32, idle: bool, output_bytes: u64) {
         let now = Instant::now();
-        let Some(bu_dir) = &self.bu_dir else { return Ok(()) };
         if self.last.is_some_and(|(t, _)| now.duration_since(t) < self.interval) {
-            return Ok(());
+            return;
         }
         let s = &mut self.summary;
-        s.updated_unix_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        s.updated_unix_ms = now_unix_ms();
         s.free_slots = u32::from(idle);
         s.queued_lumi_sections = queued;
         s.output_bytes_per_s = self
@@ -137,7 +141,16 @@ impl Resources {
             s.cpu_seconds = cpu.as_duration().as_secs_f64();
         }
         self.last = Some((now, output_bytes));
-        write_summary(bu_dir, s)
+        match self.source.publish_summary(s) {
+            Ok(()) if std::mem::take(&mut self.failing) => {
+                tracing::info!(host = %s.host, pid = s.pid, "resource summary published again");
+            }
+            Ok(()) => {}
+            Err(e) if !std::mem::replace(&mut self.failing, true) => {
+                tracing::warn!(host = %s.host, pid = s.pid, "resource summary not published: {e}");
+            }
+            Err(_) => {}
+        }
     }
 
     /// Publishes at once, with no free slot and the lumi sections queued as last seen: a full
@@ -145,28 +158,26 @@ impl Resources {
     /// the full one; if it cannot be written either, the BU sees it go stale.
     fn publish_now(&mut self, output_bytes: u64) {
         self.last = None;
-        if let Err(e) = self.publish(self.summary.queued_lumi_sections, false, output_bytes) {
-            tracing::warn!(pid = self.summary.pid, "resource summary not written: {e}");
-        }
+        self.publish(self.summary.queued_lumi_sections, false, output_bytes);
     }
 
     fn remove(&self) {
-        if let Some(bu_dir) = &self.bu_dir {
-            let _ = fs::remove_file(summary_path(bu_dir, &self.summary.host, self.summary.pid));
+        if let Err(e) = self.source.remove_summary() {
+            tracing::warn!(host = %self.summary.host, pid = self.summary.pid, "resource summary not removed: {e}");
         }
     }
 }
 
 fn run_loop(
     cfg: &FuConfig,
+    source: &dyn FileSource,
     hlt: &mut dyn Hlt,
     stop: &AtomicBool,
-    resources: &mut Resources,
+    resources: &mut Resources<'_>,
 ) -> Result<FuReport, FuError> {
-    let source = cfg.bu.open(cfg.run, &cfg.host, cfg.pid, cfg.run_start_timeout)?;
     let mut fu = Fu {
         cfg,
-        source: source.as_ref(),
+        source,
         outputs: FuOutputDir::create(&cfg.output_dir, cfg.run)?,
         name: format!("{}-pid{}", source.host(), cfg.pid),
         open: BTreeMap::new(),
@@ -244,7 +255,7 @@ struct Fu<'a> {
 }
 
 impl Fu<'_> {
-    fn step(&mut self, hlt: &mut dyn Hlt, resources: &mut Resources) -> Result<Step, FuError> {
+    fn step(&mut self, hlt: &mut dyn Hlt, resources: &mut Resources<'_>) -> Result<Step, FuError> {
         let (cfg, source) = (self.cfg, self.source);
         let Some(mut state) = source.state()? else {
             if !self.waiting_said {
@@ -277,7 +288,7 @@ impl Fu<'_> {
         }
         publish_ended(&mut self.open, &state, source, &self.name, &mut self.report)?;
         let queued = state.ended_lumi_sections.intersection(&state.lumi_sections_with_files).count() as u32;
-        resources.publish(queued, state.unclaimed.is_empty(), self.report.output_bytes)?;
+        resources.publish(queued, state.unclaimed.is_empty(), self.report.output_bytes);
         if let Some(file) = source.claim(&state, &self.outputs.spool(), &mut self.buf)? {
             let processed = process_file(
                 &file,

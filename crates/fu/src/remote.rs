@@ -1,10 +1,12 @@
 //! An FU (or micro merger) on a host without the BU's directory: the [`FileSource`] that claims,
-//! reads and removes files through the BU's HTTP file broker ([`crate::broker`]).
+//! reads and removes files through the BU's HTTP file broker ([`crate::broker`]), and publishes
+//! the FU's resource summary through it.
 
 use crate::FuError;
 use crate::broker::{BrokerClient, BrokerError, PopAnswer, RemoteRunState};
 use crate::claim::{BuRunState, ClaimedFile, FileSource};
 use crate::output::write_atomically;
+use crate::resources::ResourceSummary;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -108,6 +110,14 @@ impl FileSource for BrokerSource {
             _ => Ok(()),
         }
     }
+
+    fn publish_summary(&self, summary: &ResourceSummary) -> Result<(), FuError> {
+        self.client.publish_summary(summary).map_err(broker_error)
+    }
+
+    fn remove_summary(&self) -> Result<(), FuError> {
+        self.client.remove_summary().map_err(broker_error)
+    }
 }
 
 /// How an FU or micro merger reaches its BU's files.
@@ -127,13 +137,5 @@ impl BuAccess {
             BuAccess::Directory(dir) => Box::new(crate::claim::Claimer::new(dir, run, host, pid)?),
             BuAccess::Broker(addr) => Box::new(BrokerSource::connect(*addr, run, pid, patience)?),
         })
-    }
-
-    /// The BU directory, if the files are reached through it.
-    pub fn directory(&self) -> Option<&Path> {
-        match self {
-            BuAccess::Directory(dir) => Some(dir),
-            BuAccess::Broker(_) => None,
-        }
     }
 }

@@ -4,7 +4,10 @@
 //!
 //! Summaries are `<bu_dir>/appliance/resources/<host>-pid<pid>.json`, written atomically about
 //! once a second and removed when the FU leaves. They sit beside the run directories, not in
-//! them, so that the file contract of a run directory is unchanged.
+//! them, so that the file contract of a run directory is unchanged. An FU on another host than
+//! its BU's publishes and removes its summary through the BU's file broker
+//! ([`broker`](crate::broker), `POST` and `DELETE /summary`), which writes it here under the
+//! host name it gives the FU's claims.
 
 use crate::output::{list, write_atomically};
 use crate::{FuError, io_error};
@@ -139,6 +142,11 @@ impl Default for FarmLimits {
             stale_after: Duration::from_secs(10),
         }
     }
+}
+
+/// Now, in ms since the Unix epoch, as summaries are stamped (0 if the clock is before 1970).
+pub fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The summary file of process `pid` on `host`.

@@ -1,5 +1,6 @@
 //! The BU's file broker over loopback: remote FUs popping, fetching and finishing every file of
-//! sample runs, and the answers to wrong runs, bad queries and path traversal attempts.
+//! sample runs, publishing and removing their resource summaries, and the answers to wrong runs,
+//! bad queries and path traversal attempts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -11,7 +12,9 @@ use std::time::{Duration, Instant};
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc};
 use tessera_formats::names::{ClaimedRawName, run_dir_name};
 use tessera_formats::raw::data_type;
-use tessera_fu::broker::{Broker, BrokerClient, BrokerConfig, BrokerError, PopAnswer, peer_host_name};
+use tessera_fu::broker::{Broker, BrokerClient, BrokerConfig, BrokerError, PopAnswer, RemoteRunState, peer_host_name};
+use tessera_fu::claim::host_name;
+use tessera_fu::resources::{FarmLimits, ResourceSummary, assess, now_unix_ms, read_summaries, summary_path};
 use tessera_rundir::RunDirectory;
 use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
@@ -67,6 +70,24 @@ fn get(addr: SocketAddr, target: &str) -> (u16, String) {
 
 fn post(addr: SocketAddr, target: &str) -> (u16, String) {
     raw_request(addr, &format!("POST {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+}
+
+fn post_json(addr: SocketAddr, target: &str, body: &str) -> (u16, String) {
+    raw_request(
+        addr,
+        &format!(
+            "POST {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+/// The status and message of a refusal.
+fn refusal(e: BrokerError) -> (u16, String) {
+    match e {
+        BrokerError::Refused { status, message, .. } => (status, message),
+        other => panic!("expected a refusal, got {other}"),
+    }
 }
 
 fn refused_status(e: BrokerError) -> u16 {
@@ -362,4 +383,71 @@ fn connections_over_the_limit_get_503() {
         assert!(Instant::now() < deadline, "the slot was not freed");
         thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn a_remote_fu_publishes_and_removes_its_resource_summary_through_the_broker() {
+    let bu = tempfile::tempdir().unwrap();
+    let run = 15;
+    let broker = start(bu.path(), run);
+    let addr = broker.local_addr();
+    let pid = 4242;
+    let client = BrokerClient::new(addr, run, pid);
+    let Ok(RemoteRunState::Starting { host }) = client.state() else { panic!("no run directory yet") };
+    assert_eq!(host, "127-0-0-1", "the broker names a client by its address");
+    let summary = ResourceSummary {
+        host: host.clone(),
+        pid,
+        run,
+        updated_unix_ms: 1,
+        free_slots: 1,
+        queued_lumi_sections: 2,
+        output_bytes_per_s: 1000.0,
+        output_used_percent: 30,
+        cpu_seconds: 1.5,
+    };
+    let before = now_unix_ms();
+    client.publish_summary(&summary).unwrap();
+    // Where a local FU's summary goes, read as the BU reads it, and stamped on receipt.
+    let path = summary_path(bu.path(), &host, pid);
+    assert!(path.is_file(), "{}", path.display());
+    let read = read_summaries(bu.path(), run);
+    assert_eq!(read.len(), 1);
+    assert!(read[0].updated_unix_ms >= before, "stamped by the BU host's clock, not the FU's");
+    assert_eq!(read[0], ResourceSummary { updated_unix_ms: read[0].updated_unix_ms, ..summary.clone() });
+    assert_eq!(assess(&read, now_unix_ms(), Duration::from_secs(60), &FarmLimits::default()), None);
+
+    // Summaries of another run, host or process's host, and bodies that are not summaries.
+    let (status, message) =
+        refusal(client.publish_summary(&ResourceSummary { run: 16, ..summary.clone() }).unwrap_err());
+    assert_eq!((status, message.as_str()), (400, "a summary of run 16 posted for run 15"));
+    let (status, message) =
+        refusal(client.publish_summary(&ResourceSummary { host: "fu7".into(), ..summary.clone() }).unwrap_err());
+    assert_eq!(status, 400);
+    assert!(message.contains(r#"host "fu7""#) && message.contains(r#"claims are made under "127-0-0-1""#), "{message}");
+    let other_run = BrokerClient::new(addr, 16, pid).publish_summary(&ResourceSummary { run: 16, ..summary.clone() });
+    assert_eq!(refusal(other_run.unwrap_err()), (404, "run 16 is not served (the broker serves run 15)".into()));
+    let local = ResourceSummary { host: host_name(), ..summary.clone() };
+    let (status, message) = refusal(client.clone().with_host(host_name()).publish_summary(&local).unwrap_err());
+    assert!(status == 400 && message.contains("the BU's own host name"), "{status} {message}");
+    let (status, body) = post_json(addr, "/summary?runnumber=15", r#"{"host": "127-0-0-1", "pid": "#);
+    assert!(status == 400 && body.contains("the body is not a resource summary"), "{body}");
+    let negative = serde_json::to_string(&ResourceSummary { cpu_seconds: -1.0, ..summary.clone() }).unwrap();
+    let (status, body) = post_json(addr, "/summary?runnumber=15", &negative);
+    assert!(status == 400 && body.contains("must not be negative"), "{body}");
+    assert_eq!(post_json(addr, "/summary?runnumber=15", &" ".repeat(5000)).0, 413);
+    let (status, body) = get(addr, "/summary?runnumber=15");
+    assert!(status == 405 && body.contains("/summary takes POST or DELETE"), "{body}");
+    // None of them was written.
+    assert_eq!(fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+    assert_eq!(read_summaries(bu.path(), run), read);
+
+    // The FU leaves: its summary goes, and removing it again is fine.
+    client.remove_summary().unwrap();
+    assert!(!path.exists());
+    assert!(read_summaries(bu.path(), run).is_empty());
+    client.remove_summary().unwrap();
+    let (status, body) =
+        raw_request(addr, "DELETE /summary?runnumber=15&pid=4242 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(status == 200 && body.contains("result=absent"), "{body}");
 }

@@ -455,6 +455,10 @@ fn fu_2x1_chain_through_the_file_broker_with_a_dead_remote_fu() {
         let report = run_fu(&cfg, &mut TestHlt::new(), &AtomicBool::new(false)).unwrap();
         assert_eq!(report.events, 75, "{bu}");
         assert_eq!(report.returned_claims, u64::from(bu == "bu0"), "{bu}");
+        // The FU published its resource summary through the broker (which made the directory)
+        // and removed it when it left.
+        let resources = farm.bu_dir(bu).join(tessera_fu::resources::RESOURCES_DIR);
+        assert_eq!(fs::read_dir(&resources).map(Iterator::count).ok(), Some(0), "{bu}");
     }
     for _ in 0..10 {
         for (bu, broker) in farm.buses.iter().zip(&brokers) {

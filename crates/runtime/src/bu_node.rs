@@ -40,7 +40,7 @@ use tessera_evb::types::{Epoch, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuiltEvent, Input, Output};
 use tessera_evb::wire::encode;
 use tessera_evb::{Bu, BuConfig, BuDisk};
-use tessera_fu::resources::{BackPressure, FarmCpu, assess, read_summaries, used_percent};
+use tessera_fu::resources::{BackPressure, FarmCpu, assess, now_unix_ms, read_summaries, used_percent};
 
 /// How a BU node runs.
 #[derive(Debug)]
@@ -139,12 +139,6 @@ fn next_epoch(directory: &Path, run: u32, restart: bool) -> Result<Epoch, NodeEr
     tessera_rundir::write_atomically(&path, epoch.to_string().as_bytes())
         .map_err(|e| NodeError::Bu(format!("recording the BU's incarnation: {e}")))?;
     Ok(epoch)
-}
-
-/// Fullness of the file system that holds `path`, in percent.
-/// Now, in ms since the Unix epoch, as FUs stamp their resource summaries.
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 impl BuNode {
@@ -336,7 +330,7 @@ impl BuLoop {
                 }
                 if let Some(limits) = &self.cfg.farm_limits {
                     let summaries = read_summaries(&self.cfg.directory, self.cfg.run);
-                    let now_ms = unix_ms();
+                    let now_ms = now_unix_ms();
                     let pressure = assess(&summaries, now_ms, started.elapsed(), limits);
                     self.stats.fu_cpu_ms.set((farm_cpu.update(&summaries) * 1e3) as u64);
                     let live: Vec<_> = summaries
