@@ -176,8 +176,8 @@ impl Controller {
             .map_err(|e| anyhow::anyhow!("host {host}: agent {e}"))
     }
 
-    /// Configure: every host's agent answers, and the run's output is a path every host can use.
-    fn check_agents(&mut self) -> Result<()> {
+    /// Before anything starts: every host's agent answers and takes the token.
+    fn check_agents(&self) -> Result<()> {
         let mut problems = Vec::new();
         for host in self.hosts.keys().cloned().collect::<Vec<_>>() {
             let agent = self.hosts[&host].agent;
@@ -218,13 +218,28 @@ impl Controller {
     fn poll(&mut self) -> Vec<Fault> {
         let mut faults = Vec::new();
         let now = Instant::now();
-        for host in self.hosts.keys().cloned().collect::<Vec<_>>() {
-            let answer = self.call(&host, "GET", "/api/v1/processes", None).and_then(|a| {
-                if !a.ok() {
-                    bail!("HTTP {}: {}", a.status, a.body.trim());
-                }
-                serde_json::from_str::<Vec<ProcessView>>(&a.body).context("unreadable process list")
-            });
+        // Every host at once: an unreachable one costs one time-out, not one per host.
+        let this: &Controller = self;
+        let answers: Vec<(String, Result<Vec<ProcessView>>)> = std::thread::scope(|scope| {
+            let asks: Vec<_> = this
+                .hosts
+                .keys()
+                .map(|host| {
+                    let ask = scope.spawn(move || {
+                        let a = this.call(host, "GET", "/api/v1/processes", None)?;
+                        if !a.ok() {
+                            bail!("HTTP {}: {}", a.status, a.body.trim());
+                        }
+                        serde_json::from_str::<Vec<ProcessView>>(&a.body).context("unreadable process list")
+                    });
+                    (host.clone(), ask)
+                })
+                .collect();
+            asks.into_iter()
+                .map(|(host, ask)| (host, ask.join().unwrap_or_else(|_| Err(anyhow::anyhow!("polling panicked")))))
+                .collect()
+        });
+        for (host, answer) in answers {
             let h = self.hosts.get_mut(&host).expect("known host");
             match answer {
                 Ok(list) => {
@@ -443,7 +458,7 @@ impl Controller {
 }
 
 /// Every process of the run, in the order they start.
-fn placement(cfg: &SystemConfig, output: &Path) -> Result<Vec<Placed>> {
+fn placement(cfg: &SystemConfig, output: &Path) -> Vec<Placed> {
     let mut placed = Vec::new();
     let unit_args = |command: &str, name: Option<&str>| {
         let mut args = vec![command.to_owned(), "--system".to_owned(), "{system}".to_owned()];
@@ -515,7 +530,7 @@ fn placement(cfg: &SystemConfig, output: &Path) -> Result<Vec<Placed>> {
             args,
         });
     }
-    Ok(placed)
+    placed
 }
 
 /// `tessera run` on agents. `cfg` has the command line applied; `token` is the agents'.
@@ -530,7 +545,7 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &Con
     }
     let heartbeat_timeout = Duration::from_secs_f64(cfg.controller.heartbeat_timeout_s);
     let mut hosts = BTreeMap::new();
-    let placed = placement(&cfg, &output)?;
+    let placed = placement(&cfg, &output);
     for p in &placed {
         if !hosts.contains_key(&p.host) {
             let agent = (p.host.as_str(), port)

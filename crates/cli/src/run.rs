@@ -781,10 +781,25 @@ pub struct UnitArgs {
     pub wait_for_enable: bool,
 }
 
-/// What `POST /api/v1/enable` does for a unit: lets it take data if it was held in Ready.
-fn enable_action(control: &tessera_runtime::ru_node::Control) -> Action {
-    let control = control.clone();
-    Arc::new(move || Ok(if control.enable() { "enabled".to_owned() } else { "enabled already".to_owned() }))
+/// Serves the control server of a unit process: its unit, `stop`, and an enable that lets it
+/// take data if it is held in Ready (with `--wait-for-enable`, held from now on).
+fn serve_unit(
+    control_args: &ControlArgs,
+    unit_args: &UnitArgs,
+    control: &tessera_runtime::ru_node::Control,
+    unit: Unit,
+    stop: Action,
+    cfg: &SystemConfig,
+) -> Result<ControlServer> {
+    if unit_args.wait_for_enable {
+        control.hold_in_ready();
+    }
+    let held = control.clone();
+    let enable: Action =
+        Arc::new(move || Ok(if held.enable() { "enabled".to_owned() } else { "enabled already".to_owned() }));
+    let served =
+        Served { stop: Some(stop), enable: Some(enable), system: Some(cfg.to_yaml()), ..Served::live(vec![unit]) };
+    serve_control(control_args, served)
 }
 
 /// Which unit a process runs.
@@ -870,16 +885,8 @@ pub fn unit(
             } else {
                 Arc::new(|| Err("an RU does not stop the run: ask the EVM's process".to_owned()))
             };
-            if unit_args.wait_for_enable {
-                control.hold_in_ready();
-            }
-            let served = Served {
-                stop: Some(stop),
-                enable: Some(enable_action(&control)),
-                system: Some(cfg.to_yaml()),
-                ..Served::live(vec![Unit { name: ru.name.clone(), kind, stats: stats.clone() }])
-            };
-            let _control = serve_control(control_args, served)?;
+            let unit = Unit { name: ru.name.clone(), kind, stats: stats.clone() };
+            let _control = serve_unit(control_args, unit_args, &control, unit, stop, &cfg)?;
             tracing::info!(
                 unit = %ru.name,
                 run = cfg.run.number,
@@ -947,16 +954,8 @@ pub fn unit(
             let node = BuNode::new(bu_node(&cfg, i, &output, data, evm, restart, bu_peers(&cfg)?))?;
             let control = node.control();
             let stop: Action = Arc::new(|| Err("a BU does not stop the run: ask the EVM's process".to_owned()));
-            if unit_args.wait_for_enable {
-                control.hold_in_ready();
-            }
-            let served = Served {
-                stop: Some(stop),
-                enable: Some(enable_action(&control)),
-                system: Some(cfg.to_yaml()),
-                ..Served::live(vec![Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() }])
-            };
-            let _control = serve_control(control_args, served)?;
+            let unit = Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() };
+            let _control = serve_unit(control_args, unit_args, &control, unit, stop, &cfg)?;
             tracing::info!(
                 unit = %bu.name,
                 run = cfg.run.number,
