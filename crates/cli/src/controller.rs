@@ -188,9 +188,11 @@ impl Controller {
                 Ok(a) if a.status == 401 => problems.push(format!(
                     "host {host}: agent {agent} refuses the token (set TESSERA_AGENT_TOKEN to the agent's)"
                 )),
-                Ok(a) => {
-                    problems.push(format!("host {host}: agent {agent} answers HTTP {}: {}", a.status, a.body.trim()))
-                }
+                Ok(a) => problems.push(format!(
+                    "host {host}: {agent} answers HTTP {} ({}): is it a tessera agent of this version?",
+                    a.status,
+                    a.body.trim()
+                )),
                 Err(e) => problems.push(format!(
                     "{e:#}; start `tessera agent --listen {agent}` on {host} (with the same TESSERA_AGENT_TOKEN)"
                 )),
