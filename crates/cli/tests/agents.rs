@@ -63,6 +63,25 @@ fn start_run(units: &mut Processes, dir: &Path, system: &Path) {
     units.0.push(("run".into(), child));
 }
 
+/// A 2×2 run (`limit`, `heartbeat_timeout_s`) through an agent, started: its directory, its
+/// processes (the agent's, then the controller's) and the agent's port.
+fn run_through_agent(limit: &str, heartbeat_timeout_s: f64) -> (tempfile::TempDir, Processes, u16) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, tmp.path());
+    let system = system_file(tmp.path(), agent, limit, heartbeat_timeout_s);
+    start_run(&mut units, tmp.path(), &system);
+    (tmp, units, agent)
+}
+
+/// Has the agent send `signal` to its process `process`.
+fn signal(agent: u16, process: &str, signal: &str) {
+    let addr: SocketAddr = format!("127.0.0.1:{agent}").parse().unwrap();
+    let path = format!("/api/v1/processes/{process}/signal?signal={signal}");
+    let answer = client::call(addr, "POST", &path, None, None, Duration::from_secs(5)).unwrap();
+    assert_eq!(answer.status, 202, "{}", answer.body);
+}
+
 /// Waits for the controller (the last process) to exit; returns its exit code and summary.
 fn wait_run(units: &mut Processes, dir: &Path, timeout: Duration) -> (Option<i32>, String) {
     let deadline = Instant::now() + timeout;
@@ -79,12 +98,8 @@ fn wait_run(units: &mut Processes, dir: &Path, timeout: Duration) -> (Option<i32
 
 #[test]
 fn a_2x2_system_with_its_farm_runs_through_an_agent_and_conserves_every_event() {
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, mut units, _) = run_through_agent("events: 3000", 3.0);
     let d = tmp.path();
-    let mut units = Processes(Vec::new());
-    let agent = start_agent(&mut units, d);
-    let system = system_file(d, agent, "events: 3000", 3.0);
-    start_run(&mut units, d, &system);
     let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
     assert_eq!(code, Some(0), "{out}\n{}", logs(d));
     assert!(out.contains("conservation: triggered 3000 = built 3000 + lost 0  holds"), "{out}");
@@ -108,20 +123,12 @@ fn a_2x2_system_with_its_farm_runs_through_an_agent_and_conserves_every_event() 
 
 #[test]
 fn a_2x2_bu_stalled_is_reported_within_seconds_and_ends_the_run() {
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, mut units, agent) = run_through_agent("seconds: 120", 1.5);
     let d = tmp.path();
-    let mut units = Processes(Vec::new());
-    let agent = start_agent(&mut units, d);
-    let system = system_file(d, agent, "seconds: 120", 1.5);
-    start_run(&mut units, d, &system);
     wait_for_line(d, "run.log", "every unit is enabled");
     std::thread::sleep(Duration::from_secs(1));
     // Alive but silent: its loop and its control server stop, its sockets stay open.
-    let addr: SocketAddr = format!("127.0.0.1:{agent}").parse().unwrap();
-    let stopped =
-        client::call(addr, "POST", "/api/v1/processes/bu1/signal?signal=STOP", None, None, Duration::from_secs(5))
-            .unwrap();
-    assert_eq!(stopped.status, 202, "{}", stopped.body);
+    signal(agent, "bu1", "STOP");
     let at = Instant::now();
     let (code, out) = wait_run(&mut units, d, Duration::from_secs(60));
     // The heartbeat time-out is 1.5 s; a poll a second and the abort come on top.
@@ -147,12 +154,8 @@ fn get(addr: SocketAddr, method: &str, path: &str) -> String {
 
 #[test]
 fn a_2x2_run_through_agents_is_watched_and_stopped_through_the_controllers_api() {
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, mut units, _) = run_through_agent("seconds: 120", 3.0);
     let d = tmp.path();
-    let mut units = Processes(Vec::new());
-    let agent = start_agent(&mut units, d);
-    let system = system_file(d, agent, "seconds: 120", 3.0);
-    start_run(&mut units, d, &system);
     wait_for_line(d, "run.log", "every unit is enabled");
     let log = std::fs::read_to_string(d.join("run.log")).unwrap();
     assert!(log.contains("every unit is configured (Ready)"), "configured before enabled\n{log}");
@@ -185,20 +188,12 @@ fn a_2x2_run_through_agents_is_watched_and_stopped_through_the_controllers_api()
 
 #[test]
 fn a_2x2_bu_killed_is_started_again_by_the_controller_and_nothing_is_lost() {
-    let tmp = tempfile::tempdir().unwrap();
+    // 40000 events at 20 kHz: two seconds of triggers, most of them after the kill.
+    let (tmp, mut units, agent) = run_through_agent("events: 40000", 3.0);
     let d = tmp.path();
-    let mut units = Processes(Vec::new());
-    let agent = start_agent(&mut units, d);
-    // 20000 events at 20 kHz: about a second of triggers after the kill.
-    let system = system_file(d, agent, "events: 40000", 3.0);
-    start_run(&mut units, d, &system);
     wait_for_line(d, "run.log", "every unit is enabled");
     std::thread::sleep(Duration::from_millis(700));
-    let addr: SocketAddr = format!("127.0.0.1:{agent}").parse().unwrap();
-    let killed =
-        client::call(addr, "POST", "/api/v1/processes/bu1/signal?signal=KILL", None, None, Duration::from_secs(5))
-            .unwrap();
-    assert_eq!(killed.status, 202, "{}", killed.body);
+    signal(agent, "bu1", "KILL");
     let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
     assert_eq!(code, Some(0), "{out}\n{}", logs(d));
     let bu1 = out.lines().find(|l| l.trim_start().starts_with("bu1 ")).unwrap();
