@@ -64,7 +64,7 @@ pub struct AgentConfig {
 /// What `POST /api/v1/processes` takes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StartRequest {
-    /// The process's name, unique on this agent: letters, digits, `.`, `_`, `-`.
+    /// The process's name, unique on this agent: letters, digits, `_`, `-`.
     pub name: String,
     /// The program's arguments, with the placeholders of the module's documentation.
     pub args: Vec<String>,
@@ -268,17 +268,14 @@ fn tessera_host_name() -> String {
 }
 
 fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
 }
 
 async fn start(State(shared): State<Arc<Shared>>, Json(request): Json<StartRequest>) -> Response {
     if !valid_name(&request.name) {
         return refuse(
             StatusCode::BAD_REQUEST,
-            format!("name {:?}: expected 1 to 64 letters, digits, `.`, `_` or `-`", request.name),
+            format!("name {:?}: expected 1 to 64 letters, digits, `_` or `-`", request.name),
         );
     }
     let mut all = shared.processes();
@@ -300,8 +297,13 @@ async fn start(State(shared): State<Arc<Shared>>, Json(request): Json<StartReque
 }
 
 fn launch(config: &AgentConfig, request: &StartRequest, dir: &Path) -> Result<Process, String> {
-    // A name used again starts afresh (a restarted BU): its old log and address go.
-    let _ = fs::remove_dir_all(dir);
+    // A name used again (a restarted BU) starts afresh; the directory of the one before is kept
+    // beside it, one generation, for its log.
+    if dir.exists() {
+        let previous = dir.with_file_name(format!("{}.previous", request.name));
+        let _ = fs::remove_dir_all(&previous);
+        let _ = fs::rename(dir, &previous);
+    }
     fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let system = dir.join("system.yaml");
     if let Some(text) = &request.system {
@@ -465,7 +467,8 @@ mod tests {
     #[test]
     fn names_are_plain_words() {
         assert!(valid_name("bu0-fu1"));
-        assert!(valid_name("ferol.ru0"));
+        assert!(valid_name("trigger-ru0"));
+        assert!(!valid_name("bu0.previous"), "the name of a kept directory");
         assert!(!valid_name("../etc"));
         assert!(!valid_name(".hidden"));
         assert!(!valid_name("a b"));

@@ -63,9 +63,11 @@ fn it_starts_a_process_with_its_system_file_and_keeps_its_output_and_end() {
     assert_eq!(p.log_tail, vec!["to the log".to_owned()]);
     assert_eq!(p.dir, dir.path().join("unit-1"));
     assert!(p.args[1].ends_with("unit-1/system.yaml; echo to the log >&2; exit 3"), "{:?}", p.args);
-    // A name that ended may be used again (a restarted unit).
+    // A name that ended may be used again (a restarted unit); the log of the one before stays.
     assert_eq!(start(addr, "unit-1", "exit 0").status, 201);
     assert!(wait_ended(addr, "unit-1").exit.unwrap().success());
+    let before = std::fs::read_to_string(dir.path().join("unit-1.previous/log")).unwrap();
+    assert_eq!(before, "to the log\n");
 }
 
 #[test]
