@@ -24,7 +24,7 @@ use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
 use tessera_control::{Action, HeartbeatWatch, Served, UnitSource, UnitView, client};
 
 use crate::farm::fu_args;
-use crate::run::{ControlArgs, serve_control};
+use crate::run::{ControlArgs, DRAIN_TIMEOUT, serve_control};
 
 /// The options of `tessera agent`.
 #[derive(clap::Args, Debug, Clone)]
@@ -677,6 +677,7 @@ fn drive(c: &mut Controller, interrupts: &AtomicU32) -> Result<Vec<Fault>> {
     let enabled = Instant::now();
     let evm = placed.iter().find(|p| p.role == Role::Ru(0)).expect("an EVM").clone();
     let mut last = (Instant::now(), 0u64);
+    let (mut stopped_at, mut builder_ended_at): (Option<Instant>, Option<Instant>) = (None, None);
     loop {
         std::thread::sleep(Duration::from_secs(1));
         let faults = c.poll();
@@ -709,8 +710,13 @@ fn drive(c: &mut Controller, interrupts: &AtomicU32) -> Result<Vec<Fault>> {
                 a.body.trim()
             );
         }
+        let triggers_ended = placed.iter().filter(|p| matches!(p.role, Role::Trigger(_))).all(|p| c.ended(p));
+        if c.stopping || triggers_ended {
+            stopped_at.get_or_insert_with(Instant::now);
+        }
         let builder_ended = placed.iter().filter(|p| p.role.is_unit()).all(|p| c.ended(p));
         if builder_ended {
+            builder_ended_at.get_or_insert_with(Instant::now);
             c.stopping = true;
             // Front ends still sending after the EVM's stop have nobody to send to.
             for p in placed.iter().filter(|p| matches!(p.role, Role::Trigger(_)) && !c.ended(p)) {
@@ -720,10 +726,12 @@ fn drive(c: &mut Controller, interrupts: &AtomicU32) -> Result<Vec<Fault>> {
         if placed.iter().all(|p| c.ended(p)) {
             return Ok(Vec::new());
         }
+        // Every wait after the trigger's end is bounded.
+        if !builder_ended && stopped_at.is_some_and(|t| t.elapsed() > DRAIN_TIMEOUT) {
+            bail!("the builder did not drain within {DRAIN_TIMEOUT:?} of the trigger's end");
+        }
         let farm_deadline = Duration::from_secs(c.cfg.fu.drain_timeout_s) + start_timeout;
-        if builder_ended
-            && enabled.elapsed() > Duration::from_secs_f64(c.cfg.run.seconds.unwrap_or(0.0)) + farm_deadline * 2
-        {
+        if builder_ended_at.is_some_and(|t| t.elapsed() > farm_deadline) {
             bail!("the filter farm did not finish within {farm_deadline:?} of the builder's end");
         }
     }

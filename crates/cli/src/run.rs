@@ -39,7 +39,7 @@ fn max_frame_bytes(cfg: &SystemConfig) -> u32 {
     u32::try_from(largest).unwrap_or(u32::MAX).max(MIN_MAX_FRAME_BYTES)
 }
 /// How long a stopped run may take to drain before its units are aborted.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The options `tessera run` and the unit commands share.
 #[derive(clap::Args, Debug, Clone)]
