@@ -6,18 +6,12 @@
 #[allow(dead_code)] // each test binary uses a part of the shared helpers
 mod common;
 
-use common::{Processes, logs, spawn_logged, wait_for_line};
+use common::{Processes, free_ports, logs, spawn_logged, wait_for_line};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_control::client;
-
-/// `n` ports free on loopback right now.
-fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    held.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
 
 /// A 2×2 system on loopback whose units the controller places through the agent at `agent`.
 fn system_file(dir: &Path, agent: u16, limit: &str, heartbeat_timeout_s: f64) -> PathBuf {

@@ -9,6 +9,7 @@
 //!
 //! Needs root (to create namespaces); without it the test says so and passes without running.
 
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
 mod common;
 
 use common::{Processes, spawn_logged, verified_events, wait_for_line};

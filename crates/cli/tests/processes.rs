@@ -7,20 +7,16 @@
 
 mod common;
 
-use common::{Processes, logs, spawn_logged, verified_events, wait_for_line};
+use common::{Processes, free_ports, logs, spawn_logged, verified_events, wait_for_line};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tessera_formats::raw::RawFile;
 
 const RUN: u32 = 31;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// A 2×2 system file with fixed ports, paced at `rate_hz` (free running when `None`), with
 /// `fault` (an emulator fault spec for `ru1`'s FEDs, and the RUs' `on_corrupt_stream`) if given.
@@ -31,7 +27,7 @@ fn system_file(
     rate_hz: Option<f64>,
     fault: Option<(&str, &str)>,
 ) -> std::path::PathBuf {
-    let p: Vec<u16> = (0..6).map(|_| free_port()).collect();
+    let p = free_ports(6);
     let trigger = match rate_hz {
         Some(r) => format!("trigger:\n  rate_hz: {r}\n"),
         None => "trigger:\n  free_running: true\n".to_string(),

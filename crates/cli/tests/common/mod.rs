@@ -3,10 +3,32 @@
 //! wrote.
 
 use std::collections::BTreeSet;
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 use tessera_formats::raw::RawFile;
+
+/// `n` ports free on loopback, for units that run as processes of their own. They are taken
+/// below the kernel's ephemeral range (32768 and up by default), from which port-0 listeners and
+/// outgoing connections draw theirs, so that no other socket of the tests can take one between
+/// its choice here and its unit's bind; each test process has a range of its own.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + (std::process::id() % 120) as u16 * 100;
+    let mut ports = Vec::with_capacity(n);
+    while ports.len() < n {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(offset < 100, "a test process takes at most 100 ports");
+        let port = base + offset;
+        // Skip one a process outside the tests holds.
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+        }
+    }
+    ports
+}
 
 /// Starts `command` with stdout and stderr in `log` and no stdin.
 pub fn spawn_logged(mut command: Command, log: &Path) -> Child {
