@@ -153,7 +153,6 @@ struct Controller {
     beats: HeartbeatWatch,
     /// Since when a running unit's control server has not answered its agent.
     silent: BTreeMap<String, Instant>,
-    heartbeat_timeout: Duration,
     /// Whether the run has been asked to stop (front ends may then end).
     stopping: bool,
     /// Every unit's view as last seen, by unit name (a unit that stops answering keeps its last).
@@ -164,15 +163,20 @@ struct Controller {
     restarts: BTreeMap<String, u32>,
 }
 
-/// How long one call to an agent may take.
-fn call_timeout(heartbeat_timeout: Duration) -> Duration {
-    heartbeat_timeout.clamp(Duration::from_millis(500), Duration::from_secs(3))
-}
-
 impl Controller {
+    /// How long a unit or a host may stay silent (`controller.heartbeat_timeout_s`).
+    fn heartbeat_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.cfg.controller.heartbeat_timeout_s)
+    }
+
+    /// How long one call to an agent may take.
+    fn call_timeout(&self) -> Duration {
+        self.heartbeat_timeout().clamp(Duration::from_millis(500), Duration::from_secs(3))
+    }
+
     fn call(&self, host: &str, method: &str, path: &str, body: Option<&str>) -> Result<client::Answer> {
         let agent = self.hosts[host].agent;
-        client::call(agent, method, path, self.token.as_deref(), body, call_timeout(self.heartbeat_timeout))
+        client::call(agent, method, path, self.token.as_deref(), body, self.call_timeout())
             .map_err(|e| anyhow::anyhow!("host {host}: agent {e}"))
     }
 
@@ -252,7 +256,7 @@ impl Controller {
                 Err(e) => {
                     h.last_error = Some(format!("{e:#}"));
                     let silent = now.duration_since(h.last_answer);
-                    if silent > self.heartbeat_timeout {
+                    if silent > self.heartbeat_timeout() {
                         let units: Vec<&str> =
                             self.placed.iter().filter(|p| p.host == host).map(|p| p.name.as_str()).collect();
                         faults.push(Fault {
@@ -332,7 +336,7 @@ impl Controller {
                     // A unit starts its control server only once configured: give it the start time.
                     let started = self.beats.knows(&p.name);
                     let patience = if started {
-                        self.heartbeat_timeout
+                        self.heartbeat_timeout()
                     } else {
                         Duration::from_secs(self.cfg.controller.start_timeout_s)
                     };
@@ -569,7 +573,6 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &Con
         placed,
         beats: HeartbeatWatch::new(heartbeat_timeout),
         silent: BTreeMap::new(),
-        heartbeat_timeout,
         stopping: false,
         last_units: BTreeMap::new(),
         mirror: Arc::default(),
