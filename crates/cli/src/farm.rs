@@ -50,6 +50,11 @@ pub struct FuArgs {
     /// Give up if the BU's run directory has not appeared after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub wait_for_run_s: u64,
+    /// The process that started this FU (`tessera run`): this FU stops, as on SIGTERM, when that
+    /// process ends. FUs run in a process group of their own, so that a terminal's Ctrl-C reaches
+    /// only `tessera run`, which then drains them; this keeps them from outliving it.
+    #[arg(long, hide = true)]
+    pub parent_pid: Option<u32>,
 }
 
 /// The HLT an FU runs: the menu (a file, or the embedded default), or an external program.
@@ -95,7 +100,21 @@ pub fn fu(args: &FuArgs) -> Result<FuReport> {
     let flag = stop.clone();
     // Ctrl-C or SIGTERM leaves at once; the claims return to the pool when this process is gone.
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
+    if let Some(parent) = args.parent_pid {
+        end_with_parent(parent)?;
+    }
     Ok(run_fu(&cfg, hlt.as_mut(), &stop)?)
+}
+
+/// Asks the kernel to send this process SIGTERM when its parent ends, and checks that the parent
+/// is still `parent` (it may have ended before the request was made).
+fn end_with_parent(parent: u32) -> Result<()> {
+    use rustix::process::{Signal, getppid, set_parent_process_death_signal};
+    set_parent_process_death_signal(Some(Signal::TERM)).context("asking to end with the parent process")?;
+    if getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(parent) {
+        bail!("--parent-pid {parent}: that process has ended; this FU ends too");
+    }
+    Ok(())
 }
 
 /// The report of an FU process as one JSON line, which `tessera run` reads back.
@@ -196,7 +215,10 @@ impl Farm {
             for k in 0..fu.processes_per_bu {
                 let log = dirs.fu[i].join(format!("fu{k}.log"));
                 let mut cmd = Command::new(&exe);
-                cmd.args(fu_args(cfg, i, output, None));
+                cmd.args(fu_args(cfg, i, output, None)).args(["--parent-pid", &std::process::id().to_string()]);
+                // A group of its own: a terminal's Ctrl-C goes to `tessera run` alone, which
+                // drains the FUs rather than losing them mid-file.
+                std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
                 let stderr = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
                 let child = cmd
                     .stdin(Stdio::null())

@@ -17,6 +17,7 @@ use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
 use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
+use tessera_runtime::trigger::{Interval, TriggerAccount, TriggerSummary};
 
 use tessera_control::{Action, ControlConfig, ControlServer, HeartbeatWatch, Served, Unit, UnitKind};
 use tessera_fu::resources::FarmLimits;
@@ -417,6 +418,8 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
     let started = Instant::now();
     let mut stopped = false;
     let mut last = Progress::default();
+    let requested_hz = cfg.trigger.paced_rate_hz();
+    let mut trigger = TriggerAccount::new(requested_hz);
     let tty = std::io::stderr().is_terminal();
     let named: Vec<(&str, &Arc<UnitStats>)> = cfg
         .rus
@@ -432,13 +435,15 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
         std::thread::sleep(Duration::from_millis(if tty { 250 } else { 1000 }));
         watch_heartbeats(&named, &mut watch, &mut stalled);
         let p = system.progress();
-        show(&p, &last, tty);
+        let interval = trigger.interval(&p);
+        show(&p, &last, &interval, requested_hz, tty);
         last = p;
         let time_up = cfg.run.seconds.is_some_and(|s| started.elapsed().as_secs_f64() >= s);
         let interrupted = interrupts.load(Ordering::SeqCst);
         if !stopped && (time_up || interrupted > 0) {
             stopped = true;
             let n = system.stop();
+            trigger.stop();
             if tty {
                 eprintln!();
             }
@@ -487,7 +492,8 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
         }
     }
     drop(brokers);
-    let ok = summarize(&cfg, &output, &outcome, farm.as_ref())?;
+    trigger.interval(&outcome.progress);
+    let ok = summarize(&cfg, &output, &outcome, &trigger.summary(), farm.as_ref())?;
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -520,17 +526,26 @@ fn system_failed(system: &RunningSystem) -> bool {
     system.ru_stats.iter().chain(&system.bu_stats).any(|s| s.failed())
 }
 
-fn show(p: &Progress, last: &Progress, tty: bool) {
+/// One progress line: the trigger's rate got (and asked for) and dead time with its reasons in
+/// the interval since `last`, then the data rate, the buffers and what holds back.
+fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<f64>, tty: bool) {
     let dt = (p.seconds - last.seconds).max(1e-9);
-    let rate = (p.triggered - last.triggered) as f64 / dt;
     let gbs = (p.fragment_bytes - last.fragment_bytes) as f64 / dt / 1e9;
     let occupancy = if p.chunks.1 > 0 { 100.0 * p.chunks.0 as f64 / p.chunks.1 as f64 } else { 0.0 };
+    let rate = match requested_hz {
+        Some(r) => format!("{:>6.1} of {:.1} kHz", trigger.achieved_hz / 1e3, r / 1e3),
+        None => format!("{:>6.1} kHz free running", trigger.achieved_hz / 1e3),
+    };
+    let dead = match (requested_hz, trigger.reasons.is_empty()) {
+        (None, _) => String::new(),
+        (Some(_), true) => format!("  dead {:>3.0}%", 100.0 * trigger.dead_fraction),
+        (Some(_), false) => format!("  dead {:>3.0}% ({})", 100.0 * trigger.dead_fraction, trigger.reasons.join(",")),
+    };
     let line = format!(
-        "{:7.1} s  triggered {:>10}  built {:>10}  {:>8.1} kHz  {:>6.2} GB/s  RU buffers {:>3.0}%  BU store {:>5.1} MB  throttle {}  problems {}",
+        "{:7.1} s  triggered {:>10}  built {:>10}  {rate}{dead}  {:>6.2} GB/s  RU buffers {:>3.0}%  BU store {:>5.1} MB  throttle {}  problems {}",
         p.seconds,
         p.triggered,
         p.built,
-        rate / 1e3,
         gbs,
         occupancy,
         p.store_bytes as f64 / 1e6,
@@ -548,6 +563,8 @@ fn show(p: &Progress, last: &Progress, tty: bool) {
             fragment_bytes = p.fragment_bytes,
             store_bytes = p.store_bytes,
             problems = p.problems,
+            trigger_hz = trigger.achieved_hz,
+            dead_fraction = trigger.dead_fraction,
             "{line}"
         );
     }
@@ -560,6 +577,7 @@ fn summarize(
     cfg: &SystemConfig,
     output: &Path,
     outcome: &Outcome,
+    trigger: &TriggerSummary,
     farm: Option<&(FarmOutcome, Vec<String>, FarmDirs)>,
 ) -> Result<bool> {
     let c = outcome.conservation();
@@ -606,11 +624,15 @@ fn summarize(
     }
     let gb = p.fragment_bytes as f64 / 1e9;
     println!(
-        "  {:.3} GB of fragments, {:.2} GB/s, {:.1} kHz",
+        "  {:.3} GB of fragments, {:.2} GB/s, {:.1} kHz built",
         gb,
         gb / outcome.seconds.max(1e-9),
         c.built as f64 / outcome.seconds.max(1e-9) / 1e3
     );
+    println!("{}", trigger_line(trigger));
+    if let Some(bottleneck) = &trigger.bottleneck {
+        println!("  {bottleneck}");
+    }
     let lost: u64 = c.lost.values().sum();
     let reasons: Vec<String> = c.lost.iter().map(|(k, v)| format!("{v} {k}")).collect();
     println!(
@@ -643,6 +665,7 @@ fn summarize(
             "error": r.as_ref().err(),
         })).collect::<Vec<_>>(),
         "fragment_bytes": p.fragment_bytes,
+        "trigger": trigger,
         "problems": outcome.problem_count,
         "first_problems": outcome.problems.iter().take(20).collect::<Vec<_>>(),
     });
@@ -654,6 +677,23 @@ fn summarize(
         .with_context(|| format!("writing {}", path.display()))?;
     println!("summary: {}", path.display());
     Ok(outcome.clean() && c.holds && chain.is_none_or(|(_, ok)| ok))
+}
+
+/// The summary's line of the trigger: the rate asked for and got, and the dead time per reason.
+fn trigger_line(t: &TriggerSummary) -> String {
+    let Some(requested) = t.requested_hz else {
+        return format!("  trigger: free running, {:.1} kHz (dead time is defined for a paced trigger only)", t.achieved_hz / 1e3);
+    };
+    let reasons: Vec<String> =
+        t.dead_by_reason.iter().map(|(k, v)| format!("{k} {:.1} %", 100.0 * v)).collect();
+    format!(
+        "  trigger: {:.1} kHz asked for, {:.1} kHz got ({:.0} %); dead time {:.1} %{}",
+        requested / 1e3,
+        t.achieved_hz / 1e3,
+        100.0 * t.achieved_hz / requested.max(1e-9),
+        100.0 * t.dead_fraction,
+        if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) }
+    )
 }
 
 /// Prints the filter farm's part of the summary, ending with the chain's conservation; returns

@@ -12,15 +12,16 @@
 //! from the generator's buffer with its block headers in one vectored write. When paced by the
 //! trigger clock, a stream flushes before it sleeps for the next trigger.
 //!
-//! **Dead time**, paced runs only: a stream is dead while a trigger has fired (its time on the
-//! clock has passed) but the stream is still busy with earlier events. Per stream, the union of
-//! the intervals from each late trigger to the moment the stream turns to it, divided by the
-//! stream's wall time. A free-running stream is never waiting for a trigger, so its dead time is
-//! not defined; both modes report the fraction of wall time spent inside write calls ("busy").
-//! A stream waits for its next trigger with a plain sleep, which wakes up tens of microseconds
-//! late; those delays count as dead time too, so at rates above about 10 kHz per stream the
-//! figure is an upper bound that includes the emulator's own wake-up latency (measured here:
-//! 100 kHz of 8 KiB fragments over loopback, every trigger served, 0.88 "dead", 0.23 busy).
+//! **Dead time**, paced runs only: a stream holds the trigger while a trigger fired more than
+//! [`HOLD_TOLERANCE`] ago and the stream is still busy with earlier events (a write blocked by the
+//! RU's back-pressure, or the generator itself too slow). Per stream, the union of the intervals
+//! from each such trigger's time plus the tolerance to the moment the stream turns to it, divided
+//! by the stream's wall time; the trigger's dead time is the largest of its streams' (it waits for
+//! the slowest FED). The tolerance stands for the few events a real front end buffers before it
+//! asserts busy, and keeps the tens of microseconds a sleeping thread wakes up late from counting
+//! as dead time. A free-running stream is never waiting for a trigger, so its dead time is not
+//! defined; both modes report the fraction of wall time spent inside write calls ("busy").
+//! Both figures are also published while the run goes on, through the run's [`StopLine`].
 
 use crate::error::EmuError;
 use crate::generator::{MAX_FRAGMENT_BYTES, StreamConfig, StreamGenerator, Wire};
@@ -42,6 +43,8 @@ pub const STREAM_BUFFER_BYTES: usize = 256 << 10;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// When a run has a time limit, how often a blocked write wakes up to look at the clock.
 const WRITE_POLL: Duration = Duration::from_millis(100);
+/// How late a stream may turn to a trigger before the trigger counts as held (dead time).
+pub const HOLD_TOLERANCE: Duration = Duration::from_millis(1);
 /// Most FEROL blocks of one fragment.
 const MAX_BLOCKS: usize = MAX_FRAGMENT_BYTES.div_ceil(MAX_DATA_BYTES);
 
@@ -95,10 +98,33 @@ pub enum End {
 /// Stops every stream of a run after the same event, so that no FED ends short of the others: a
 /// stop at a moment's notice (a time limit, Ctrl-C) sets one event count for all streams, a
 /// margin beyond the furthest, and the streams behind catch up to it before they close.
+///
+/// Each stream also publishes its figures here while it runs ([`StreamGauge`]), so that run
+/// control sees the trigger's dead time live ([`StopLine::held`]).
 #[derive(Debug, Default)]
 pub struct StopLine {
     limit: AtomicU64,
-    progress: Mutex<Vec<Arc<AtomicU64>>>,
+    progress: Mutex<Vec<Arc<StreamGauge>>>,
+}
+
+/// One stream's figures while it runs, written by its thread after every event.
+#[derive(Debug, Default)]
+pub struct StreamGauge {
+    /// Events sent.
+    events: AtomicU64,
+    /// Time it held the trigger, in ns (see the module's dead time).
+    dead_ns: AtomicU64,
+    /// Time spent in write calls, in ns: blocked by the receiver, mostly, when it is large.
+    write_ns: AtomicU64,
+}
+
+/// What the streams of a run have held so far (see [`StopLine::held`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Held {
+    /// The trigger's dead time: the largest of the streams', in seconds.
+    pub dead_seconds: f64,
+    /// Time in write calls of the stream with the most dead time, in seconds.
+    pub write_seconds: f64,
 }
 
 impl StopLine {
@@ -107,10 +133,21 @@ impl StopLine {
         Arc::new(StopLine { limit: AtomicU64::new(u64::MAX), progress: Mutex::new(Vec::new()) })
     }
 
-    fn register(&self) -> Arc<AtomicU64> {
-        let p = Arc::new(AtomicU64::new(0));
+    fn register(&self) -> Arc<StreamGauge> {
+        let p = Arc::new(StreamGauge::default());
         self.progress.lock().unwrap_or_else(|e| e.into_inner()).push(p.clone());
         p
+    }
+
+    /// The trigger's dead time so far (the largest of every registered stream's, since the
+    /// trigger waits for its slowest FED), and how much of it that stream spent writing.
+    pub fn held(&self) -> Held {
+        let streams = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let worst = streams.iter().max_by_key(|g| g.dead_ns.load(Ordering::Relaxed));
+        worst.map_or(Held::default(), |g| Held {
+            dead_seconds: g.dead_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            write_seconds: g.write_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        })
     }
 
     /// Draws the line `margin` events beyond the furthest stream and returns the number of events
@@ -123,7 +160,7 @@ impl StopLine {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .map(|p| p.load(Ordering::SeqCst))
+            .map(|p| p.events.load(Ordering::SeqCst))
             .max()
             .unwrap_or(0);
         let limit = furthest.saturating_add(margin);
@@ -330,9 +367,10 @@ impl Meter {
         self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
-    /// The stream turns at `now` to a trigger that fired at `due`.
+    /// The stream turns at `now` to a trigger that fired at `due`; it held the trigger from
+    /// [`HOLD_TOLERANCE`] after `due`.
     fn late(&mut self, due: Instant, now: Instant) {
-        let from = due.max(self.dead_until);
+        let from = (due + HOLD_TOLERANCE).max(self.dead_until);
         if now > from {
             self.dead += now - from;
             self.dead_until = now;
@@ -346,7 +384,7 @@ fn send_stream(
     start: Instant,
     paced: bool,
     limits: Limits,
-    stop: Option<(Arc<StopLine>, Arc<AtomicU64>)>,
+    stop: Option<(Arc<StopLine>, Arc<StreamGauge>)>,
 ) -> Result<StreamSummary, EmuError> {
     let fed = generator.fed();
     let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, writer);
@@ -361,12 +399,14 @@ fn send_stream(
             end = End::Deadline;
             break;
         }
-        if let Some((line, progress)) = &stop {
+        if let Some((line, gauge)) = &stop {
             if events >= line.limit() {
                 end = End::Stopped;
                 break;
             }
-            progress.store(events, Ordering::Relaxed);
+            gauge.events.store(events, Ordering::Relaxed);
+            gauge.dead_ns.store(m.dead.as_nanos() as u64, Ordering::Relaxed);
+            gauge.write_ns.store(m.write.as_nanos() as u64, Ordering::Relaxed);
         }
         let event = generator.next_event()?;
         if matches!(event.wire, Wire::Disconnect) {
@@ -491,10 +531,12 @@ mod tests {
         let at = |ms| start + Duration::from_millis(ms);
         let mut m =
             Meter { start, deadline: None, bytes: 0, write: Duration::ZERO, dead: Duration::ZERO, dead_until: start };
-        m.late(at(10), at(30)); // busy from trigger at 10 ms until 30 ms: 20 ms
-        m.late(at(20), at(40)); // fired at 20, but 20..30 is counted already: 10 ms more
+        // Held from 1 ms (HOLD_TOLERANCE) after each trigger's time.
+        m.late(at(10), at(31)); // busy from trigger at 10 ms until 31 ms: 11..31, 20 ms
+        m.late(at(20), at(41)); // fired at 20, but 21..31 is counted already: 10 ms more
         m.late(at(50), at(50)); // on time: nothing
-        m.late(at(60), at(65)); // 5 ms
+        m.late(at(55), at(55) + Duration::from_micros(900)); // within the tolerance: nothing
+        m.late(at(60), at(66)); // 5 ms
         assert_eq!(m.dead, Duration::from_millis(35));
     }
 }

@@ -7,7 +7,8 @@
 //! - [`bu_node`]: a BU: its loop (received frames kept whole in the [`frame_store`], the core's
 //!   file actions on its run directory, [`bu_files`]) and its writer threads.
 //! - [`link`]: the opening of every protocol connection; [`stats`]: live figures;
-//!   [`system`]: a whole system in one process.
+//!   [`system`]: a whole system in one process; [`trigger`]: the rate asked and got, and the
+//!   dead time per reason.
 
 #![warn(missing_docs)]
 
@@ -21,3 +22,4 @@ pub mod ru_node;
 pub mod state;
 pub mod stats;
 pub mod system;
+pub mod trigger;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_emu::error::EmuError;
-use tessera_emu::sender::{self, RunSummary, SenderConfig, StopLine};
+use tessera_emu::sender::{self, Held, RunSummary, SenderConfig, StopLine};
 
 /// Events past the furthest FED at which a stop takes effect: far more than a stream sends in
 /// the microseconds between looking at the streams and drawing the line.
@@ -62,6 +62,8 @@ pub struct Progress {
     pub throttles: Vec<&'static str>,
     /// Problems reported so far.
     pub problems: u64,
+    /// How long the emulated front ends have held the trigger so far (paced runs).
+    pub held: Held,
 }
 
 /// How a system's run ended.
@@ -203,6 +205,7 @@ impl RunningSystem {
             store_bytes: sum(&self.bu_stats, |s| s.store_bytes.get()),
             throttles,
             problems: self.ru_stats.iter().chain(&self.bu_stats).map(|s| s.problem_count()).sum(),
+            held: self.stop_line.held(),
         }
     }
 
