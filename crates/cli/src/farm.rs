@@ -152,6 +152,9 @@ impl FarmDirs {
     }
 }
 
+/// How long the FUs of a run cut short have to leave after SIGTERM before they are killed.
+pub const CUT_SHORT_GRACE: Duration = Duration::from_secs(5);
+
 /// How long the mergers wait after a full disk before they try again.
 const MERGER_DISK_FULL_PAUSE: Duration = Duration::from_secs(1);
 
@@ -200,6 +203,8 @@ pub struct FarmOutcome {
     pub fus: Vec<(String, Result<serde_json::Value, String>)>,
     /// The mergers' error, if they failed or did not finish.
     pub merger_error: Option<String>,
+    /// Whether it was stopped at once rather than drained ([`Farm::finish`]).
+    pub cut_short: bool,
 }
 
 impl Farm {
@@ -245,22 +250,45 @@ impl Farm {
     }
 
     /// Waits up to `timeout` for the FUs and the mergers to finish the run (the BUs have ended
-    /// it), then stops what is left.
-    pub fn finish(mut self, timeout: Duration) -> FarmOutcome {
-        let deadline = Instant::now() + timeout;
-        let mut outcome = FarmOutcome::default();
-        for (name, mut child, log) in std::mem::take(&mut self.children) {
-            let status = loop {
-                match child.try_wait() {
-                    Ok(Some(status)) => break Some(status),
-                    Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                    _ => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        break None;
+    /// it), then stops what is left. Once `cut_short()` says so (an operator's second Ctrl-C),
+    /// it stops the farm at once instead: every FU gets SIGTERM and leaves within
+    /// [`CUT_SHORT_GRACE`] with its published outputs whole (its claims return to the pool), or
+    /// is killed; the mergers stop after their current step.
+    pub fn finish(mut self, timeout: Duration, cut_short: impl Fn() -> bool) -> FarmOutcome {
+        let mut deadline = Instant::now() + timeout;
+        let mut cut = false;
+        let mut children = std::mem::take(&mut self.children);
+        let mut statuses: Vec<Option<std::process::ExitStatus>> = vec![None; children.len()];
+        // Bounded by the deadline, which a cut only brings closer.
+        loop {
+            for ((_, child, _), status) in children.iter_mut().zip(&mut statuses) {
+                if status.is_none() {
+                    *status = child.try_wait().ok().flatten();
+                }
+            }
+            let mergers_done = self.merger.as_ref().is_none_or(JoinHandle::is_finished);
+            if (statuses.iter().all(Option::is_some) && mergers_done) || Instant::now() >= deadline {
+                break;
+            }
+            if !cut && cut_short() {
+                cut = true;
+                self.stop.store(true, Ordering::SeqCst);
+                deadline = deadline.min(Instant::now() + CUT_SHORT_GRACE);
+                for ((_, child, _), _) in children.iter().zip(&statuses).filter(|(_, s)| s.is_none()) {
+                    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
                     }
                 }
-            };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut outcome = FarmOutcome::default();
+        for ((name, mut child, log), status) in children.into_iter().zip(statuses) {
+            let status = status.or_else(|| {
+                let _ = child.kill();
+                let _ = child.wait();
+                None
+            });
             let mut out = String::new();
             if let Some(mut stdout) = child.stdout.take() {
                 let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
@@ -275,21 +303,23 @@ impl Farm {
                 Some(s) if s.success() => serde_json::from_str(out.trim())
                     .map_err(|e| format!("unreadable report ({e}); see {}", log.display())),
                 Some(s) => Err(format!("exited with {s}: {}; see {}", last(), log.display())),
+                None if cut => Err(format!(
+                    "killed: it did not leave within {CUT_SHORT_GRACE:?} of SIGTERM; see {}",
+                    log.display()
+                )),
                 None => Err(format!("did not finish in {timeout:?}; stopped: {}; see {}", last(), log.display())),
             };
             outcome.fus.push((name, result));
         }
+        self.stop.store(true, Ordering::SeqCst);
         if let Some(merger) = self.merger.take() {
-            while !merger.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            self.stop.store(true, Ordering::SeqCst);
             outcome.merger_error = match merger.join() {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(format!("{e:#}")),
                 Err(_) => Some("the merger thread panicked".into()),
             };
         }
+        outcome.cut_short = cut;
         outcome
     }
 }

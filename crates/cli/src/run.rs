@@ -39,6 +39,8 @@ fn max_frame_bytes(cfg: &SystemConfig) -> u32 {
     let largest = cfg.rus.iter().map(|r| r.feds.len() * r.max_wire_fragment_bytes()).max().unwrap_or(0) + (2 << 20);
     u32::try_from(largest).unwrap_or(u32::MAX).max(MIN_MAX_FRAME_BYTES)
 }
+/// The exit status of a run cut short by a second Ctrl-C (128 + SIGINT, as shells report it).
+pub(crate) const CUT_SHORT_EXIT: u8 = 130;
 /// How long a stopped run may take to drain before its units are aborted.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -450,10 +452,14 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
             tracing::info!(
                 run = cfg.run.number,
                 last_event = n,
-                "stopping: every FED ends after event {n} of the run; draining"
+                "stopping: every FED ends after event {n} of the run; draining (Ctrl-C again cuts it short)"
             );
         }
-        if interrupted > 1 || system_failed(&system) {
+        if interrupted > 1 {
+            tracing::warn!(run = cfg.run.number, "cutting the run short: units stop now, without draining");
+            break;
+        }
+        if system_failed(&system) {
             break;
         }
         if stopped && started.elapsed() > Duration::from_secs_f64(cfg.run.seconds.unwrap_or(0.0)) + DRAIN_TIMEOUT * 2 {
@@ -463,26 +469,22 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
     if tty {
         eprintln!();
     }
-    let outcome = system.wait(if interrupts.load(Ordering::SeqCst) > 1 { Duration::ZERO } else { DRAIN_TIMEOUT });
+    let cut = || interrupts.load(Ordering::SeqCst) > 1;
+    let outcome = if cut() { system.cut_short() } else { system.wait(DRAIN_TIMEOUT) };
     let farm = farm.map(|farm| {
-        let timeout = if interrupts.load(Ordering::SeqCst) > 1 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs(cfg.fu.drain_timeout_s)
-        };
-        if timeout > Duration::ZERO {
+        if !cut() {
             tracing::info!(
                 run = cfg.run.number,
-                "filter farm: processing the last files and merging into {}",
+                "filter farm: processing the last files and merging into {} (Ctrl-C again cuts it short)",
                 farm.dirs.storage.display()
             );
         }
         let streams = farm.streams.clone();
         let dirs = farm.dirs.clone();
-        (farm.finish(timeout), streams, dirs)
+        (farm.finish(Duration::from_secs(cfg.fu.drain_timeout_s), cut), streams, dirs)
     });
     for (i, broker) in brokers.iter().enumerate() {
-        if broker.is_some() && interrupts.load(Ordering::SeqCst) == 0 {
+        if broker.is_some() && !cut() {
             // FUs on other hosts finish their last files through the broker.
             let bu_dir = cfg.bu_directory(i, &output);
             let stale_after = Duration::from_secs(cfg.fu.resource_summary_stale_s);
@@ -494,7 +496,13 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
     drop(brokers);
     trigger.interval(&outcome.progress);
     let ok = summarize(&cfg, &output, &outcome, &trigger.summary(), farm.as_ref())?;
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if outcome.cut_short || farm.as_ref().is_some_and(|(f, _, _)| f.cut_short) {
+        ExitCode::from(CUT_SHORT_EXIT)
+    } else if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Reports, once each, the units whose loop has stopped beating while it should run: a stalled
@@ -582,6 +590,9 @@ fn summarize(
 ) -> Result<bool> {
     let c = outcome.conservation();
     let p = &outcome.progress;
+    let cut = outcome.cut_short || farm.is_some_and(|(f, _, _)| f.cut_short);
+    // A unit aborted because the operator cut the run short has not failed.
+    let failed = if cut { "cut short" } else { "FAILED" };
     println!("run {} ended after {:.1} s", cfg.run.number, outcome.seconds);
     for (i, r) in outcome.rus.iter().enumerate() {
         match r {
@@ -594,7 +605,7 @@ fn summarize(
                 r.ru.parts_sent,
                 r.ru.incomplete_parts
             ),
-            Err(e) => println!("  {:<10} FAILED: {e}", cfg.rus[i].name),
+            Err(e) => println!("  {:<10} {failed}: {e}", cfg.rus[i].name),
         }
     }
     for (i, b) in outcome.bus.iter().enumerate() {
@@ -608,12 +619,12 @@ fn summarize(
                 b.counters.error_events,
                 b.run_dir.display()
             ),
-            Err(e) => println!("  {:<10} FAILED: {e}", cfg.bus[i].name),
+            Err(e) => println!("  {:<10} {failed}: {e}", cfg.bus[i].name),
         }
     }
     for (i, e) in outcome.emulators.iter().enumerate() {
         if let Err(e) = e {
-            println!("  emulator {i} FAILED: {e}");
+            println!("  emulator {i} {failed}: {e}");
         }
     }
     if outcome.problem_count > 0 {
@@ -644,6 +655,28 @@ fn summarize(
         if c.holds { "holds" } else { "DOES NOT HOLD" }
     );
     let chain = farm.map(|(farm, streams, dirs)| summarize_farm(cfg, outcome, farm, streams, dirs));
+    let cut_short = cut.then(|| {
+        let not_built = c.lost.get("CUT_SHORT").copied().unwrap_or(0);
+        let processed =
+            chain.as_ref().map(|(j, _)| (j["processed_by_fus"].as_u64(), j["processed_in_storage"].as_u64()));
+        let farm_part = match processed {
+            Some((Some(fus), Some(storage))) => {
+                format!(", {fus} of them processed by the FUs and {storage} in storage")
+            }
+            Some((Some(fus), None)) => format!(", {fus} of them processed by the FUs"),
+            _ => String::new(),
+        };
+        format!(
+            "cut short: a second Ctrl-C (or SIGINT/SIGTERM) ended the run without draining it: {not_built} triggered \
+             events were not built (lost as CUT_SHORT); {} events are in published BU files{farm_part}. Every \
+             published file is whole; files being written were left unpublished in open/, and FU claims not \
+             finished return to the pool",
+            c.built
+        )
+    });
+    if let Some(line) = &cut_short {
+        println!("{line}");
+    }
     let mut summary = json!({
         "run": cfg.run.number,
         "seconds": outcome.seconds,
@@ -672,6 +705,9 @@ fn summarize(
     if let Some((chain, _)) = &chain {
         summary["chain"] = chain.clone();
     }
+    if let Some(line) = cut_short {
+        summary["cut_short"] = json!(line);
+    }
     let path = output.join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
@@ -682,10 +718,12 @@ fn summarize(
 /// The summary's line of the trigger: the rate asked for and got, and the dead time per reason.
 fn trigger_line(t: &TriggerSummary) -> String {
     let Some(requested) = t.requested_hz else {
-        return format!("  trigger: free running, {:.1} kHz (dead time is defined for a paced trigger only)", t.achieved_hz / 1e3);
+        return format!(
+            "  trigger: free running, {:.1} kHz (dead time is defined for a paced trigger only)",
+            t.achieved_hz / 1e3
+        );
     };
-    let reasons: Vec<String> =
-        t.dead_by_reason.iter().map(|(k, v)| format!("{k} {:.1} %", 100.0 * v)).collect();
+    let reasons: Vec<String> = t.dead_by_reason.iter().map(|(k, v)| format!("{k} {:.1} %", 100.0 * v)).collect();
     format!(
         "  trigger: {:.1} kHz asked for, {:.1} kHz got ({:.0} %); dead time {:.1} %{}",
         requested / 1e3,
@@ -724,12 +762,12 @@ fn summarize_farm(
             }
             Err(e) => {
                 clean = false;
-                println!("  {name:<10} FAILED: {e}");
+                println!("  {name:<10} {}: {e}", if farm.cut_short { "cut short" } else { "FAILED" });
             }
         }
     }
     if let Some(e) = &farm.merger_error {
-        println!("  mergers FAILED: {e}");
+        println!("  mergers {}: {e}", if farm.cut_short { "cut short" } else { "FAILED" });
     }
     if !cfg.fu.merge {
         // `tessera merge` merges the run later: only what the FUs processed can be checked now.
@@ -760,7 +798,11 @@ fn summarize_farm(
         fu_events,
         processed,
         check.per_ls.len(),
-        if holds { "holds" } else { "DOES NOT HOLD" }
+        match (holds, outcome.cut_short || farm.cut_short) {
+            (true, _) => "holds",
+            (false, true) => "not proven: the run was cut short",
+            (false, false) => "DOES NOT HOLD",
+        }
     );
     let json = json!({
         "holds": holds,

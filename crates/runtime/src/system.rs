@@ -83,6 +83,9 @@ pub struct Outcome {
     pub seconds: f64,
     /// The figures at the end.
     pub progress: Progress,
+    /// Whether run control cut the run short ([`RunningSystem::cut_short`]): units were aborted
+    /// on request, not because they failed.
+    pub cut_short: bool,
 }
 
 /// The conservation check of a run: every triggered event is built or counted lost by reason.
@@ -124,7 +127,8 @@ impl Outcome {
             lost.insert("LUMI_SECTION_CLOSED".to_string(), closed);
         }
         if !self.clean() && triggered > built + closed {
-            lost.insert("UNIT_FAILED".to_string(), triggered - built - closed);
+            let why = if self.cut_short { "CUT_SHORT" } else { "UNIT_FAILED" };
+            lost.insert(why.to_string(), triggered - built - closed);
         }
         let accounted = built + lost.values().sum::<u64>();
         Conservation { triggered, built, built_incomplete, lost, per_bu, holds: accounted == triggered }
@@ -212,6 +216,17 @@ impl RunningSystem {
     /// Waits for the run to end, at most `timeout`; units still running then are aborted, and
     /// the outcome says so.
     pub fn wait(self, timeout: Duration) -> Outcome {
+        self.end(timeout, false)
+    }
+
+    /// Ends the run at once without draining it (an operator's second Ctrl-C): every unit is
+    /// aborted, files not yet published stay unpublished, and the events they held are counted
+    /// lost as `CUT_SHORT`.
+    pub fn cut_short(self) -> Outcome {
+        self.end(Duration::ZERO, true)
+    }
+
+    fn end(self, timeout: Duration, cut_short: bool) -> Outcome {
         let deadline = Instant::now() + timeout;
         while !self.finished() && Instant::now() < deadline {
             // A node that failed leaves the others waiting for it: stop them all.
@@ -240,7 +255,9 @@ impl RunningSystem {
         }
         let seconds = self.started.elapsed().as_secs_f64();
         // Says why a unit that was aborted here was (its own error says nothing of it).
-        let why = if failed {
+        let why = if cut_short {
+            "the run was cut short".to_string()
+        } else if failed {
             "stopped because another unit failed".to_string()
         } else {
             format!("the run did not end within {} s", timeout.as_secs())
@@ -265,6 +282,7 @@ impl RunningSystem {
             problem_count,
             seconds,
             progress,
+            cut_short,
         }
     }
 }

@@ -92,8 +92,7 @@ impl TriggerAccount {
     /// Takes the figures at the end of an interval and returns the interval's.
     pub fn interval(&mut self, now: &Progress) -> Interval {
         let seconds = (now.seconds - self.last.seconds).max(1e-9);
-        let dead =
-            if self.stopped { 0.0 } else { (now.held.dead_seconds - self.last.held.dead_seconds).max(0.0) };
+        let dead = if self.stopped { 0.0 } else { (now.held.dead_seconds - self.last.held.dead_seconds).max(0.0) };
         let writing = (now.held.write_seconds - self.last.held.write_seconds).max(0.0);
         let reasons: Vec<&'static str> = if dead <= 0.0 {
             Vec::new()

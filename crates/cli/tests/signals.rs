@@ -1,0 +1,166 @@
+//! `tessera run` under the signals an operator sends: a terminal's Ctrl-C goes to the whole
+//! foreground process group, so the tests start `tessera run` in a group of its own and signal
+//! the group, as a terminal would. One Ctrl-C (or SIGTERM) drains the run and both conservation
+//! checks hold; a second one cuts it short within seconds, with whole files and a summary that
+//! says what was cut.
+
+use rustix::process::{Pid, Signal, kill_process_group};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Starts `tessera run` of the default system, in a process group of its own, into `output`,
+/// and returns once it has built events (its progress line says so).
+fn start_run(output: &Path) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["run", "--seconds", "120", "--output", output.to_str().unwrap()])
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tessera run starts");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let built =
+                line.split_whitespace().skip_while(|w| *w != "built").nth(1).and_then(|n| n.parse::<u64>().ok());
+            if built.is_some_and(|n| n > 0) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60)).expect("tessera run builds events within 60 s");
+    child
+}
+
+fn signal_group(child: &Child, signal: Signal) {
+    kill_process_group(Pid::from_raw(child.id() as i32).unwrap(), signal).expect("the process group takes the signal");
+}
+
+/// Waits at most `timeout` for `child` to exit; returns its status, its standard output and how
+/// long it took.
+fn wait(mut child: Child, timeout: Duration) -> (ExitStatus, String, Duration) {
+    let start = Instant::now();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+        out
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            panic!("tessera run still runs {timeout:?} after the signal");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status, reader.join().unwrap(), start.elapsed())
+}
+
+fn run_dirs(output: &Path, pattern: &str) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for unit in std::fs::read_dir(output).unwrap().flatten() {
+        if unit.file_name().to_string_lossy().starts_with(pattern) {
+            for run in std::fs::read_dir(unit.path()).unwrap().flatten() {
+                if run.file_name().to_string_lossy().starts_with("run") {
+                    dirs.push(run.path());
+                }
+            }
+        }
+    }
+    dirs
+}
+
+fn tessera(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().unwrap()
+}
+
+/// No FU process of the run is left behind (they are in groups of their own, so the group's
+/// signal did not end them: `tessera run` did).
+fn assert_no_fu_left(output: &Path) {
+    let needle = output.to_str().unwrap();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(!(cmdline.contains(" fu ") && cmdline.contains(needle)), "an FU outlived tessera run: {cmdline}");
+    }
+}
+
+fn drains_cleanly(signal: Signal) {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out");
+    let child = start_run(&output);
+    signal_group(&child, signal);
+    let (status, stdout, took) = wait(child, Duration::from_secs(150));
+    assert!(status.success(), "{status}\n{stdout}");
+    let conservation = stdout.lines().find(|l| l.starts_with("conservation:")).expect("a conservation line");
+    assert!(conservation.contains("+ lost 0") && conservation.ends_with("holds"), "{stdout}");
+    let chain = stdout.lines().find(|l| l.starts_with("chain:")).expect("a chain line");
+    assert!(chain.ends_with("holds"), "{stdout}");
+    assert!(!stdout.contains("cut short"), "{stdout}");
+    eprintln!("drained {took:?} after {signal:?}");
+    let bu_runs = run_dirs(&output, "bu");
+    assert_eq!(bu_runs.len(), 2, "{bu_runs:?}");
+    for run in &bu_runs {
+        let out = tessera(&["verify", run.to_str().unwrap()]);
+        assert!(out.status.success(), "{}: {}", run.display(), String::from_utf8_lossy(&out.stdout));
+    }
+    let storage = run_dirs(&output, "storage");
+    assert_eq!(storage.len(), 1);
+    let mut args = vec!["verify", storage[0].to_str().unwrap(), "--built"];
+    args.extend(bu_runs.iter().map(|r| r.to_str().unwrap()));
+    let out = tessera(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_no_fu_left(&output);
+}
+
+#[test]
+fn ctrl_c_to_the_process_group_drains_the_run_and_both_checks_hold() {
+    drains_cleanly(Signal::INT);
+}
+
+#[test]
+fn sigterm_to_the_process_group_drains_the_run_and_both_checks_hold() {
+    drains_cleanly(Signal::TERM);
+}
+
+#[test]
+fn a_second_ctrl_c_cuts_the_run_short_with_whole_files_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out");
+    let child = start_run(&output);
+    signal_group(&child, Signal::INT);
+    std::thread::sleep(Duration::from_millis(300));
+    signal_group(&child, Signal::INT);
+    let (status, stdout, took) = wait(child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(130), "{stdout}");
+    assert!(took < Duration::from_secs(20), "cut short after {took:?}");
+    let cut = stdout.lines().find(|l| l.starts_with("cut short:")).expect("a line saying what was cut short");
+    assert!(cut.contains("were not built") && cut.contains("published BU files"), "{cut}");
+    let conservation = stdout.lines().find(|l| l.starts_with("conservation:")).unwrap();
+    assert!(conservation.ends_with("holds"), "every event is built or counted: {stdout}");
+    assert!(!stdout.contains("FAILED"), "units cut short are not failures: {stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(output.join("summary.json")).unwrap()).unwrap();
+    assert!(summary["cut_short"].is_string(), "{summary}");
+    // Every published file is whole.
+    let mut files = 0;
+    for run in run_dirs(&output, "bu") {
+        for f in std::fs::read_dir(&run).unwrap().flatten() {
+            if f.path().extension().is_some_and(|e| e == "raw") {
+                let out = tessera(&["inspect", f.path().to_str().unwrap()]);
+                assert!(out.status.success(), "{}: {}", f.path().display(), String::from_utf8_lossy(&out.stdout));
+                files += 1;
+            }
+        }
+    }
+    eprintln!("cut short {took:?} after the second Ctrl-C; {files} published files left to the FUs are whole");
+    assert_no_fu_left(&output);
+}
