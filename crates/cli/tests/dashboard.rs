@@ -4,9 +4,11 @@
 //! conservation so far, the system configuration, and every unit in the system diagram with the
 //! API's state. A second test serves the page with fixed answers of the API (a tiny HTTP server
 //! in the test) whose views name hosts, one of them stale and one partial: the page draws a box
-//! per host with its units and shows the unreachable units as such. Without Chromium the tests
-//! say so and pass without running.
+//! per host with its units and shows the unreachable units as such. Without Chromium they fail
+//! under CI, and elsewhere say that they skip ([`common::require`]).
 
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
+mod common;
 mod live;
 
 use live::{BAD_CRC_FED, SKIP_FED, request, start_run};
@@ -91,15 +93,13 @@ fn diagram_state(diagram: &str, unit: &str) -> String {
     diagram[at..].chars().take_while(|c| *c != '"').collect()
 }
 
-/// Chromium, or `None` (with a message) when this machine has none.
+/// Chromium, or `None` when this machine has none (a failure under CI: [`common::require`]).
 fn chromium() -> Option<&'static str> {
     let found = ["chromium", "chromium-browser"]
         .into_iter()
         .find(|c| Command::new(c).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok());
-    if found.is_none() {
-        eprintln!("skipped: no chromium (.ci/run installs Debian's)");
-    }
-    found
+    let why = "no chromium: the test drives the dashboard in a real browser (.ci/run installs Debian's)";
+    if common::require(why, found.is_some()) { found } else { None }
 }
 
 #[test]
