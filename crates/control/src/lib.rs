@@ -40,7 +40,8 @@ use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{FedError, SubState, Throttle, UnitStats};
 use tokio::sync::oneshot;
 
-/// The live dashboard, served at `/`: it reads `/api/v1/units` every second.
+/// The live dashboard, served at `/`: it reads `/api/v1/units`, `/api/v1/conservation` and
+/// `/api/v1/run` every second, and its Stop button posts `/api/v1/stop`.
 pub const DASHBOARD: &str = include_str!("../dashboard.html");
 
 /// The OpenAPI document of the server, served at `/api/v1/openapi.json`.
