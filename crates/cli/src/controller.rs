@@ -608,8 +608,13 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &Con
     let mirror = c.mirror.clone();
     let views: Arc<dyn Fn() -> Vec<UnitView> + Send + Sync> =
         Arc::new(move || mirror.lock().unwrap_or_else(|e| e.into_inner()).clone());
-    let served =
-        Served { units: UnitSource::Views(views), stop: Some(stop), enable: None, system: Some(c.system_text.clone()) };
+    let served = Served {
+        units: UnitSource::Views(views),
+        stop: Some(stop),
+        enable: None,
+        system: Some(c.system_text.clone()),
+        run: None,
+    };
     let _control = serve_control(control, served)?;
     let started = Instant::now();
     let outcome = drive(&mut c, &interrupts);

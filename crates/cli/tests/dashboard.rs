@@ -2,17 +2,23 @@
 //! `tessera run`, the page shows the units and figures that move and agree with the API: the
 //! FEDs in error, the sub-states with their sentences, the BUs' lumi sections, the run's
 //! conservation so far, the system configuration, and every unit in the system diagram with the
-//! API's state. A second test serves the page with fixed answers of the API (a tiny HTTP server
-//! in the test) whose views name hosts, one of them stale and one partial: the page draws a box
-//! per host with its units and shows the unreachable units as such. Without Chromium the tests
-//! say so and pass without running.
+//! API's state. Other tests serve the page with fixed answers of the API (a tiny HTTP server in
+//! the test): views that name hosts, one of them stale, one partial and one held back, and a run
+//! short of its requested rate: the page draws a box per host with its units, shows the
+//! unreachable units as such and the held-back one amber with its reason, and the run's number,
+//! state, rates, dead time and mergers; its Stop button POSTs the stop. Without Chromium they
+//! fail under CI, and elsewhere say that they skip ([`common::require`]).
 
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
+mod common;
 mod live;
 
 use live::{BAD_CRC_FED, SKIP_FED, request, start_run};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tessera_control::{RunState, RunStatus};
 
 /// The units, from the API.
 fn units(addr: SocketAddr) -> serde_json::Value {
@@ -40,8 +46,9 @@ fn fed_errors(units: &serde_json::Value, fed: u16, reason: &str) -> u64 {
     feds.iter().find(|e| e["fed"] == fed).map_or(0, |e| e["errors"][reason].as_u64().unwrap())
 }
 
-/// The page's DOM after its script has run for a few (virtual) seconds.
-fn rendered(chromium: &str, addr: SocketAddr, profile: &std::path::Path) -> String {
+/// The page at `path` (`/`, with a query if any): its DOM after its script has run for a few
+/// (virtual) seconds.
+fn rendered(chromium: &str, addr: SocketAddr, path: &str, profile: &std::path::Path) -> String {
     let out = Command::new(chromium)
         .args([
             "--headless=new",
@@ -57,7 +64,7 @@ fn rendered(chromium: &str, addr: SocketAddr, profile: &std::path::Path) -> Stri
             "--dump-dom",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("http://{addr}/"))
+        .arg(format!("http://{addr}{path}"))
         .stderr(Stdio::null())
         .output()
         .unwrap();
@@ -91,15 +98,13 @@ fn diagram_state(diagram: &str, unit: &str) -> String {
     diagram[at..].chars().take_while(|c| *c != '"').collect()
 }
 
-/// Chromium, or `None` (with a message) when this machine has none.
+/// Chromium, or `None` when this machine has none (a failure under CI: [`common::require`]).
 fn chromium() -> Option<&'static str> {
     let found = ["chromium", "chromium-browser"]
         .into_iter()
         .find(|c| Command::new(c).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok());
-    if found.is_none() {
-        eprintln!("skipped: no chromium (.ci/run installs Debian's)");
-    }
-    found
+    let why = "no chromium: the test drives the dashboard in a real browser (.ci/run installs Debian's)";
+    if common::require(why, found.is_some()) { found } else { None }
 }
 
 #[test]
@@ -110,16 +115,17 @@ fn the_dashboard_in_chromium_shows_figures_that_move_and_match_the_api() {
     std::thread::sleep(Duration::from_millis(1000));
 
     let api_before = units(addr);
-    let first = rendered(chromium, addr, &tmp.path().join("profile1"));
+    let first = rendered(chromium, addr, "/", &tmp.path().join("profile1"));
     let api_between = units(addr);
-    let second = rendered(chromium, addr, &tmp.path().join("profile2"));
+    let second = rendered(chromium, addr, "/", &tmp.path().join("profile2"));
     let api_after = units(addr);
     let (before, between, after) = (triggered(&api_before), triggered(&api_between), triggered(&api_after));
 
     for dom in [&first, &second] {
         assert!(shown(dom, "samples") >= 2, "the page updated itself:\n{dom}");
         for unit in ["ru0", "ru1", "bu0", "bu1"] {
-            assert!(dom.contains(&format!("<tr data-unit=\"{unit}\">")), "{unit} in the table");
+            // A row of its own (amber, `class="throttled"`, while the unit holds back).
+            assert!(dom.contains(&format!("<tr data-unit=\"{unit}\"")), "{unit} in the table");
         }
         assert!(dom.contains("Enabled"), "the units' states are shown");
         // The diagram shows every unit the API names, with the state the API gives it, in the
@@ -200,20 +206,39 @@ fn view(name: &str, kind: &str, host: &str, state: &str, built: u64) -> serde_js
     })
 }
 
-/// Serves the dashboard and fixed answers of the API on loopback, for as long as the test runs.
-fn serve_canned(units: serde_json::Value) -> SocketAddr {
+/// A script that clicks the page's Stop button `clicks` times once the page has drawn its first
+/// answers, added to the page when it is asked for with `?clicks=N`.
+fn clicker(clicks: &str) -> String {
+    format!(
+        "<script>setTimeout(() => {{ const b = document.getElementById('stop'); \
+         for (let i = 0; i < {clicks}; i++) b.click(); }}, 1500);</script>"
+    )
+}
+
+/// The dashboard and fixed answers of the API, served on loopback for as long as the test runs;
+/// the requests it was sent (method and path) are in `requests`. `POST /api/v1/stop` is
+/// accepted and turns the run to Draining with its stop asked for.
+struct Canned {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+/// Serves the dashboard, `units` as `/api/v1/units` and `run` as `/api/v1/run` (none: 404).
+fn serve_canned(units: serde_json::Value, run: Option<Arc<RunStatus>>) -> Canned {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
+    let requests = Arc::new(Mutex::new(Vec::new()));
     let units = units.to_string();
     let conservation = serde_json::json!({ "evm_here": true, "triggered": 5000, "published": 4000, "lost": {},
         "in_flight": 1000, "holds_so_far": true,
         "sentence": "Holds so far: 1000 events in flight; it holds for the run once none is left at its end." })
     .to_string();
+    let seen = requests.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let (units, conservation) = (units.clone(), conservation.clone());
+            let (units, conservation, run, seen) = (units.clone(), conservation.clone(), run.clone(), seen.clone());
             std::thread::spawn(move || {
                 let mut request = Vec::new();
                 let mut buf = [0; 4096];
@@ -224,12 +249,32 @@ fn serve_canned(units: serde_json::Value) -> SocketAddr {
                     }
                 }
                 let request = String::from_utf8_lossy(&request);
-                let path = request.split_whitespace().nth(1).unwrap_or("/").split('?').next().unwrap().to_owned();
-                let (status, kind, body) = match path.as_str() {
-                    "/" => ("200 OK", "text/html; charset=utf-8", tessera_control::DASHBOARD.to_owned()),
-                    "/api/v1/units" => ("200 OK", "application/json", units),
-                    "/api/v1/conservation" => ("200 OK", "application/json", conservation),
-                    "/api/v1/config" => ("200 OK", "application/yaml", "run:\n  number: 7\n".to_owned()),
+                let mut words = request.split_whitespace();
+                let method = words.next().unwrap_or("GET").to_owned();
+                let target = words.next().unwrap_or("/");
+                let (path, query) = target.split_once('?').unwrap_or((target, ""));
+                seen.lock().unwrap().push(format!("{method} {path}"));
+                let json = "application/json";
+                let (status, kind, body) = match (method.as_str(), path, &run) {
+                    ("GET", "/", _) => {
+                        let clicks = query.strip_prefix("clicks=").map(clicker).unwrap_or_default();
+                        let page = tessera_control::DASHBOARD.replace("</body>", &format!("{clicks}</body>"));
+                        ("200 OK", "text/html; charset=utf-8", page)
+                    }
+                    ("GET", "/api/v1/units", _) => ("200 OK", json, units),
+                    ("GET", "/api/v1/conservation", _) => ("200 OK", json, conservation),
+                    ("GET", "/api/v1/config", _) => ("200 OK", "application/yaml", "run:\n  number: 7\n".to_owned()),
+                    ("GET", "/api/v1/run", Some(run)) => ("200 OK", json, serde_json::to_string(&run.view()).unwrap()),
+                    ("GET", "/api/v1/run", None) => ("404 Not Found", json, r#"{"error":"no run"}"#.to_owned()),
+                    ("POST", "/api/v1/stop", _) => {
+                        if let Some(run) = &run {
+                            run.update(|v| {
+                                v.state = RunState::Draining;
+                                v.stop_requested = true;
+                            });
+                        }
+                        ("202 Accepted", json, r#"{"result":"stopping the trigger; the run drains"}"#.to_owned())
+                    }
                     _ => ("404 Not Found", "text/plain", "not here\n".to_owned()),
                 };
                 let _ = write!(
@@ -240,7 +285,25 @@ fn serve_canned(units: serde_json::Value) -> SocketAddr {
             });
         }
     });
-    addr
+    Canned { addr, requests }
+}
+
+/// A run of 100 kHz requested that achieves 45 kHz, its trigger held back mostly because ru1's
+/// buffers are full, with 9 of its 12 closed lumi sections merged.
+fn short_run() -> Arc<RunStatus> {
+    let run = Arc::new(RunStatus::new(7));
+    run.update(|v| {
+        v.state = RunState::Running;
+        v.elapsed_s = 83.4;
+        v.requested_rate_hz = Some(100_000.0);
+        v.achieved_rate_hz = 45_000.0;
+        v.mean_rate_hz = 61_000.0;
+        v.dead_time_fraction = 0.55;
+        v.dead_time_by_reason = [("RU_BUFFERS_FULL".to_owned(), 0.5), ("BU_STORE_FULL".to_owned(), 0.05)].into();
+        v.lumi_sections_built = 12;
+        v.lumi_sections_merged = 9;
+    });
+    run
 }
 
 /// The host box of `host` in a diagram, up to the next host box.
@@ -268,9 +331,10 @@ fn the_dashboard_draws_the_hosts_with_their_units_and_shows_an_unreachable_one_a
         { "name": "bu2", "kind": "bu", "host": "bu-host-1", "state": "Unreachable" },
         { "name": "odd" },
     ]);
-    let addr = serve_canned(units);
+    let run = short_run();
+    let canned = serve_canned(units, Some(run.clone()));
     let tmp = tempfile::tempdir().unwrap();
-    let dom = rendered(chromium, addr, &tmp.path().join("profile"));
+    let dom = rendered(chromium, canned.addr, "/", &tmp.path().join("profile"));
 
     assert!(shown(&dom, "samples") >= 2, "the page updated itself, no error stopped it:\n{dom}");
     let diagram = diagram(&dom);
@@ -280,6 +344,16 @@ fn the_dashboard_draws_the_hosts_with_their_units_and_shows_an_unreachable_one_a
         assert_eq!(diagram_state(ru_host, unit), "Enabled", "{unit} in ru-host:\n{ru_host}");
     }
     assert!(ru_host.contains("RU_BUFFERS_FULL"), "ru1's throttle as a badge:\n{ru_host}");
+    // ru1 holds back: amber with its reason, not green; ru0 runs free and is green.
+    let ru1 = unit_box(diagram, "ru1");
+    assert!(ru1.starts_with(r#"<div class="unit throttled" data-unit="ru1""#), "{ru1}");
+    assert!(ru1.contains(r#"data-throttle="RU_BUFFERS_FULL""#) && ru1.contains("holds back: RU_BUFFERS_FULL"), "{ru1}");
+    assert!(unit_box(diagram, "ru0").starts_with(r#"<div class="unit st-Enabled" data-unit="ru0""#), "{diagram}");
+    assert!(dom.contains(r#"<tr data-unit="ru1" class="throttled">"#), "ru1's row is amber too:\n{dom}");
+    // The heading and the tiles count the same units holding back as the diagram draws amber.
+    assert_eq!(diagram.matches(r#"class="unit throttled""#).count(), 1, "{diagram}");
+    assert_eq!(shown(&dom, "held_back"), 1);
+    assert_eq!(text(&dom, "held"), " · ⚠ 1 holding back (ru1: RU_BUFFERS_FULL)");
     let bu_host_1 = host_box(diagram, "bu-host-1");
     assert_eq!(diagram_state(bu_host_1, "bu0"), "Enabled", "{bu_host_1}");
     // A unit whose state is Unreachable, and one whose view is stale, show as unreachable, not
@@ -303,4 +377,82 @@ fn the_dashboard_draws_the_hosts_with_their_units_and_shows_an_unreachable_one_a
         "Holds so far: 1000 events in flight; it holds for the run once none is left at its end."
     );
     assert!(text(&dom, "config").contains("number: 7"), "{dom}");
+
+    // The run: number, state, time, the rates (the tile's trigger rate is the run's achieved
+    // one), the dead time with its reasons, the mergers' progress, and why it is short.
+    assert_eq!(text(&dom, "run_number"), "7");
+    assert_eq!(text(&dom, "run_state"), "Running");
+    assert_eq!(text(&dom, "run_elapsed"), "1 min 23 s");
+    assert_eq!(text(&dom, "rate_requested"), "100.0 kHz");
+    assert_eq!(text(&dom, "rate_achieved"), "45.0 kHz");
+    assert_eq!(shown(&dom, "rate"), 45_000, "the tile shows the run's rate");
+    assert!(unit_box(diagram, "ru0").contains("trigger 45.0 kHz"), "and so does the EVM's box:\n{diagram}");
+    assert_eq!(text(&dom, "rate_mean"), "61.0 kHz");
+    assert_eq!(text(&dom, "dead_time"), "55 %");
+    for reason in ["RU_BUFFERS_FULL 50 %", "BU_STORE_FULL 5.0 %"] {
+        let key = reason.split(' ').next().unwrap();
+        assert!(dom.contains(&format!(r#"<div data-reason="{key}">{reason}</div>"#)), "{reason}:\n{dom}");
+    }
+    assert_eq!((shown(&dom, "ls_merged"), shown(&dom, "ls_built")), (9, 12));
+    assert!(dom.contains(r#"<progress id="merge_progress" max="12" value="9">"#), "{dom}");
+    let bottleneck = text(&dom, "bottleneck");
+    assert!(bottleneck.contains(&run.view().bottleneck.unwrap()), "{bottleneck}");
+    assert!(
+        dom.contains(r#"<section class="run held" id="run_box" data-state="Running">"#),
+        "the run's box is amber:\n{dom}"
+    );
+    assert_eq!(text(&dom, "stop"), "Stop the run");
+    assert!(!canned.requests.lock().unwrap().iter().any(|r| r.starts_with("POST")), "nothing was stopped");
+}
+
+/// The `<div>` of `unit` in a diagram, up to the next unit's.
+fn unit_box<'a>(diagram: &'a str, unit: &str) -> &'a str {
+    let key = format!("data-unit=\"{unit}\"");
+    let at = diagram.find(&key).unwrap_or_else(|| panic!("{unit} is not in the diagram:\n{diagram}"));
+    let start = diagram[..at].rfind("<div").unwrap();
+    let end = diagram[at..].find("<div class=\"unit").map_or(diagram.len(), |n| at + n);
+    &diagram[start..end]
+}
+
+#[test]
+fn the_dashboard_stop_button_posts_the_stop_after_a_second_click_and_shows_the_run_draining() {
+    let Some(chromium) = chromium() else { return };
+    let units = serde_json::json!([
+        view("ru0", "evm", "ru-host", "Enabled", 5000),
+        view("bu0", "bu", "bu-host", "Enabled", 5000)
+    ]);
+    let canned = serve_canned(units, Some(short_run()));
+    let tmp = tempfile::tempdir().unwrap();
+    let posts = || canned.requests.lock().unwrap().iter().filter(|r| r.starts_with("POST")).count();
+    // One click only arms the button: nothing is stopped.
+    let dom = rendered(chromium, canned.addr, "/?clicks=1", &tmp.path().join("profile1"));
+    assert_eq!(posts(), 0, "{dom}");
+    assert_eq!(text(&dom, "stop"), "Click again to stop the run");
+    assert_eq!(text(&dom, "run_state"), "Running");
+    let dom = rendered(chromium, canned.addr, "/?clicks=2", &tmp.path().join("profile2"));
+    let posted: Vec<String> =
+        canned.requests.lock().unwrap().iter().filter(|r| r.starts_with("POST")).cloned().collect();
+    assert_eq!(posted, ["POST /api/v1/stop"], "two clicks, one stop:\n{dom}");
+    assert_eq!(text(&dom, "stop_said"), "stop: stopping the trigger; the run drains");
+    // The next answer of /api/v1/run says Draining, and the button stays off.
+    assert_eq!(text(&dom, "run_state"), "Draining");
+    assert!(text(&dom, "run_note").contains("stop requested"), "{dom}");
+    assert!(dom.contains(r#"<button id="stop" type="button""#) && dom.contains("disabled=\"\""), "{dom}");
+    assert_eq!(text(&dom, "stop"), "Stopping…");
+}
+
+#[test]
+fn the_dashboard_of_a_process_without_a_whole_run_says_so_and_shows_the_trigger_rate_from_the_units() {
+    let Some(chromium) = chromium() else { return };
+    let units = serde_json::json!([view("ru0", "evm", "ru-host", "Enabled", 5000)]);
+    let canned = serve_canned(units, None);
+    let tmp = tempfile::tempdir().unwrap();
+    let dom = rendered(chromium, canned.addr, "/", &tmp.path().join("profile"));
+    assert!(shown(&dom, "samples") >= 2, "{dom}");
+    assert_eq!(text(&dom, "run_number"), "–");
+    assert_eq!(text(&dom, "run_note"), "this process runs units, not a whole run");
+    assert!(dom.contains(r#"<section class="run none" id="run_box""#), "{dom}");
+    // The canned counts do not move: the trigger rate between two answers is 0.
+    assert_eq!(shown(&dom, "rate"), 0);
+    assert_eq!(shown(&dom, "held_back"), 0);
 }

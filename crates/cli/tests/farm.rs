@@ -1,6 +1,9 @@
 //! The filter unit as a process: `tessera fu` killed with SIGKILL mid-run, and `tessera verify`
 //! of a storage directory.
 
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
@@ -175,8 +178,8 @@ fn run_with_a_menu_that_cannot_be_read_is_refused_before_anything_starts() {
 
 #[test]
 fn run_with_the_python_hlt_in_place_of_the_menu_proves_the_chain() {
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("skipped: no python3");
+    let python = Command::new("python3").arg("--version").output().is_ok();
+    if !common::require("no python3: the test runs the example HLT, examples/hlt/select.py", python) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

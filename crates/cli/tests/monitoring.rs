@@ -1,6 +1,6 @@
 //! `tessera run` serves its units' metrics while it runs: the figures move, the JSON API names
-//! the same units, the FED that got a bad CRC-16 is the one counted, and the process serves the
-//! configuration it runs.
+//! the same units, the FED that got a bad CRC-16 is the one counted, the process's own figures
+//! and its build are there, and the process serves the configuration it runs.
 
 mod live;
 
@@ -55,6 +55,12 @@ fn run_serves_metrics_that_move_and_an_api_that_names_the_units_and_stops_the_ru
     let triggered = |m: &str| sum(m, "tessera_events_triggered_total");
     assert!(triggered(&second) > triggered(&first) && triggered(&first) > 0.0, "{first}\n{second}");
     assert!(sum(&second, "tessera_fragment_bytes_total") > sum(&first, "tessera_fragment_bytes_total"));
+    // The process's own figures, as every Prometheus client names them, and the build's.
+    assert!(sample(&second, "process_cpu_seconds_total") > sample(&first, "process_cpu_seconds_total"), "{second}");
+    assert!(sample(&second, "process_resident_memory_bytes") > 1e6, "{second}");
+    assert!(sample(&second, "process_open_fds") > 0.0, "{second}");
+    let build = format!("tessera_build_info{{version=\"{}\",git_hash=\"", env!("CARGO_PKG_VERSION"));
+    assert!(second.lines().any(|l| l.starts_with(&build) && l.ends_with("\"} 1")), "{second}");
     let units: serde_json::Value = serde_json::from_str(&get(addr, "/api/v1/units")).unwrap();
     let names: Vec<&str> = units.as_array().unwrap().iter().map(|u| u["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["ru0", "ru1", "bu0", "bu1"]);

@@ -1,8 +1,11 @@
 //! Tessera's monitoring and control plane: the live figures and states of the units of a
 //! process, as Prometheus metrics (`GET /metrics`) and as JSON (`GET /api/v1/units`), the run's
 //! conservation as the figures stand (`GET /api/v1/conservation`), the system configuration the
-//! process runs (`GET /api/v1/config`), and the run's stop (`POST /api/v1/stop`), served over
-//! HTTP by [`ControlServer`].
+//! process runs (`GET /api/v1/config`), the run as a whole (`GET /api/v1/run`: its state, the
+//! trigger rate asked for and achieved, dead time, the mergers' progress; see [`RunStatus`]), and
+//! the run's stop (`POST /api/v1/stop`), served over HTTP by [`ControlServer`]. `/metrics` also
+//! carries the process's own figures (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+//! `process_open_fds`) and `tessera_build_info`.
 //!
 //! The server binds loopback unless told otherwise; any other address needs a token, which every
 //! request must then bring as `Authorization: Bearer <token>` (guarantee 5 of the design).
@@ -16,6 +19,11 @@
 
 pub mod agent;
 pub mod client;
+mod process;
+mod run;
+
+pub use process::{GIT_HASH, VERSION};
+pub use run::{RATE_SHORTFALL_SHARE, RunState, RunStatus, RunView};
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -32,7 +40,8 @@ use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{FedError, SubState, Throttle, UnitStats};
 use tokio::sync::oneshot;
 
-/// The live dashboard, served at `/`: it reads `/api/v1/units` every second.
+/// The live dashboard, served at `/`: it reads `/api/v1/units`, `/api/v1/conservation` and
+/// `/api/v1/run` every second, and its Stop button posts `/api/v1/stop`.
 pub const DASHBOARD: &str = include_str!("../dashboard.html");
 
 /// The OpenAPI document of the server, served at `/api/v1/openapi.json`.
@@ -295,6 +304,26 @@ fn label(value: &str) -> String {
 /// The units' figures in the Prometheus text exposition format (version 0.0.4).
 pub fn metrics_text(units: &[Unit]) -> String {
     metrics_from_views(&unit_views(units))
+}
+
+/// The whole `/metrics` page: the units' figures ([`metrics_from_views`]), the run's
+/// conservation so far (`tessera_conservation_holds`, where the EVM's figures are), the run's
+/// (`tessera_run_*`, with a `run`), the process's and the build's.
+pub fn metrics_page(units: &[UnitView], run: Option<&RunView>) -> String {
+    let mut out = metrics_from_views(units);
+    let conservation = conservation_from_views(units);
+    let name = "tessera_conservation_holds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} 1 while every event published or lost was triggered (written where the EVM's figures are).\n\
+         # TYPE {name} gauge"
+    );
+    if conservation.evm_here {
+        let _ = writeln!(out, "{name} {}", u8::from(conservation.holds_so_far));
+    }
+    run::run_metrics(&mut out, run);
+    process::process_metrics(&mut out);
+    out
 }
 
 /// The Prometheus text of units as their views show them: the same text for units of this
@@ -625,12 +654,15 @@ pub struct Served {
     pub enable: Option<Action>,
     /// The system configuration, as YAML, for `GET /api/v1/config` (none: 404).
     pub system: Option<String>,
+    /// The run as a whole, for `GET /api/v1/run` and the `tessera_run_*` metrics (none: 404,
+    /// and no samples): what runs a whole run (`tessera run`, a controller) has one.
+    pub run: Option<Arc<RunStatus>>,
 }
 
 impl Served {
     /// Units of this process, with no action and no configuration.
     pub fn live(units: Vec<Unit>) -> Self {
-        Served { units: UnitSource::Live(Arc::new(units)), stop: None, enable: None, system: None }
+        Served { units: UnitSource::Live(Arc::new(units)), stop: None, enable: None, system: None, run: None }
     }
 }
 
@@ -641,6 +673,7 @@ struct Shared {
     stop: Option<Action>,
     enable: Option<Action>,
     system: Option<Arc<str>>,
+    run: Option<Arc<RunStatus>>,
 }
 
 impl ControlServer {
@@ -653,6 +686,7 @@ impl ControlServer {
             stop: served.stop,
             enable: served.enable,
             system: served.system.map(Arc::from),
+            run: served.run,
         };
         let app = Router::new()
             .route("/", get(|| async { axum::response::Html(DASHBOARD) }))
@@ -660,6 +694,7 @@ impl ControlServer {
             .route("/api/v1/units", get(units_json))
             .route("/api/v1/conservation", get(conservation_json))
             .route("/api/v1/config", get(system_config))
+            .route("/api/v1/run", get(run_json))
             .route("/api/v1/health", get(|| async { "ok\n" }))
             .route("/api/v1/stop", axum::routing::post(stop_run))
             .route("/api/v1/enable", axum::routing::post(enable_run))
@@ -764,7 +799,11 @@ async fn require_token(State(shared): State<Shared>, request: Request, next: Nex
 }
 
 async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics_from_views(&shared.units.views()))
+    let run = shared.run.as_ref().map(|r| r.view());
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        metrics_page(&shared.units.views(), run.as_ref()),
+    )
 }
 
 fn act(action: Option<&Action>, cannot: &str) -> Response {
@@ -797,6 +836,17 @@ async fn system_config(State(shared): State<Shared>) -> Response {
         None => (
             StatusCode::NOT_FOUND,
             axum::Json(serde_json::json!({ "error": "this process was started without a system configuration" })),
+        )
+            .into_response(),
+    }
+}
+
+async fn run_json(State(shared): State<Shared>) -> Response {
+    match &shared.run {
+        Some(run) => axum::Json(run.view()).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            axum::Json(serde_json::json!({ "error": "this process runs units, not a whole run: ask the process that runs the run" })),
         )
             .into_response(),
     }

@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use tessera_control::{ControlConfig, ControlError, ControlServer, Served, Unit, UnitKind};
+use tessera_control::{ControlConfig, ControlError, ControlServer, RunState, RunStatus, Served, Unit, UnitKind};
 use tessera_runtime::stats::{FedError, SubState, Throttle, UnitStats};
 
 /// One GET; the status code and the body.
@@ -79,26 +79,89 @@ fn any_address_but_loopback_needs_a_token_and_every_request_brings_it() {
     assert_eq!(get(addr, "/metrics", Some("s3cret")).0, 200);
 }
 
+/// The `/metrics` page of a server with units and a run, as Prometheus reads it.
+fn served_metrics() -> String {
+    let run = Arc::new(RunStatus::new(7));
+    let served = Served { run: Some(run), ..Served::live(units()) };
+    let server =
+        ControlServer::start(&ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None }, served).unwrap();
+    let (status, text) = get(server.local_addr(), "/metrics", None);
+    assert_eq!(status, 200);
+    text
+}
+
+/// The metrics a PromQL expression names (Tessera's and the process's; `up` and the like are
+/// Prometheus's own), each asserted to be a family of `exported`; how many there were.
+fn assert_exported(expr: &str, exported: &str, whose: &str) -> usize {
+    let mut named = 0;
+    // Label values in quotes may hold any word: only what is outside them names metrics.
+    for outside in expr.split('"').step_by(2) {
+        for word in outside.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("tessera_") || word.starts_with("process_") {
+                named += 1;
+                assert!(exported.contains(&format!("# TYPE {word} ")), "{word} in {whose} {expr:?} is not exported");
+            }
+        }
+    }
+    named
+}
+
 /// Every metric the Grafana dashboard of the repository queries is one the server exports, so
 /// that the two cannot drift apart.
 #[test]
 fn the_grafana_dashboard_queries_only_exported_metrics() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../monitoring/grafana-dashboard.json");
     let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let exported = tessera_control::metrics_text(&units());
+    let exported = served_metrics();
     let mut queried = 0;
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
-            let expr = target["expr"].as_str().unwrap();
-            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                if word.starts_with("tessera_") {
-                    queried += 1;
-                    assert!(exported.contains(&format!("# TYPE {word} ")), "{word} in {expr:?} is not exported");
-                }
-            }
+            queried += assert_exported(target["expr"].as_str().unwrap(), &exported, "the Grafana dashboard's query");
         }
     }
     assert!(queried >= 10, "{queried}");
+}
+
+/// Prometheus's alerting rules, as far as the test reads them.
+#[derive(serde::Deserialize)]
+struct RuleFile {
+    groups: Vec<RuleGroup>,
+}
+
+#[derive(serde::Deserialize)]
+struct RuleGroup {
+    rules: Vec<Rule>,
+}
+
+#[derive(serde::Deserialize)]
+struct Rule {
+    alert: String,
+    expr: String,
+}
+
+/// Every metric the alerting rules of the repository name is one the server exports, and every
+/// rule names one: an alert on a metric that does not exist would never fire.
+#[test]
+fn the_alerting_rules_name_only_exported_metrics() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../monitoring/alerts.yaml");
+    let rules: RuleFile = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let exported = served_metrics();
+    let mut alerts = Vec::new();
+    for rule in rules.groups.iter().flat_map(|g| &g.rules) {
+        let named = assert_exported(&rule.expr, &exported, &rule.alert);
+        assert!(
+            named > 0 || rule.expr.starts_with("up{"),
+            "{} names no metric of Tessera's: {:?}",
+            rule.alert,
+            rule.expr
+        );
+        alerts.push(rule.alert.as_str());
+    }
+    for alert in
+        ["TesseraUnitUnreachable", "TesseraUnitThrottled", "TesseraConservationBroken", "TesseraRamDiskAlmostFull"]
+    {
+        assert!(alerts.contains(&alert), "{alert} in {alerts:?}");
+    }
 }
 
 /// A request with any method; the status code.
@@ -115,9 +178,10 @@ fn status(addr: SocketAddr, method: &str, path: &str) -> u16 {
 #[test]
 fn every_documented_operation_answers_as_documented() {
     let act: tessera_control::Action = Arc::new(|| Ok("done".into()));
-    for (action, system) in [(Some(act), Some("run:\n  number: 7\n".to_owned())), (None, None)] {
+    let run = Some(Arc::new(RunStatus::new(7)));
+    for (action, system, run) in [(Some(act), Some("run:\n  number: 7\n".to_owned()), run), (None, None, None)] {
         let config = ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None };
-        let served = Served { stop: action.clone(), enable: action, system, ..Served::live(units()) };
+        let served = Served { stop: action.clone(), enable: action, system, run, ..Served::live(units()) };
         let server = ControlServer::start(&config, served).unwrap();
         let addr = server.local_addr();
         let (code, served) = get(addr, "/api/v1/openapi.json", None);
@@ -135,7 +199,7 @@ fn every_documented_operation_answers_as_documented() {
                 operations += 1;
             }
         }
-        assert_eq!(operations, 9);
+        assert_eq!(operations, 10);
     }
 }
 
@@ -240,4 +304,83 @@ fn a_heartbeat_that_stops_moving_is_a_stall_after_the_time_out_only() {
     assert_eq!(watch.check("bu0", 11, t0 + Duration::from_secs(7)), None);
     assert_eq!(watch.check("ru0", 5, t0 + Duration::from_secs(7)), None);
     assert_eq!(watch.check("bu0", 11, t0 + Duration::from_secs(9)), Some(Duration::from_secs(4)));
+}
+
+#[test]
+fn the_run_is_served_as_its_filler_writes_it_in_the_api_and_the_metrics() {
+    let run = Arc::new(RunStatus::new(42));
+    let server = serve_run(Some(run.clone()));
+    let addr = server.local_addr();
+    let view: serde_json::Value = serde_json::from_str(&get(addr, "/api/v1/run", None).1).unwrap();
+    assert_eq!((view["run"].as_u64(), view["state"].as_str()), (Some(42), Some("Configuring")), "{view}");
+    run.update(|v| {
+        v.state = RunState::Running;
+        v.elapsed_s = 12.5;
+        v.requested_rate_hz = Some(100_000.0);
+        v.achieved_rate_hz = 40_000.0;
+        v.mean_rate_hz = 60_000.0;
+        v.dead_time_fraction = 0.6;
+        v.dead_time_by_reason.insert("NOT_ENOUGH_FUS".into(), 0.6);
+        v.lumi_sections_built = 9;
+        v.lumi_sections_merged = 4;
+    });
+    let (code, json) = get(addr, "/api/v1/run", None);
+    assert_eq!(code, 200);
+    let view: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(view["state"], "Running");
+    assert_eq!(view["requested_rate_hz"], 100_000.0);
+    assert_eq!(view["dead_time_by_reason"], serde_json::json!({"NOT_ENOUGH_FUS": 0.6}));
+    assert_eq!((view["lumi_sections_built"].as_u64(), view["lumi_sections_merged"].as_u64()), (Some(9), Some(4)));
+    let bottleneck = view["bottleneck"].as_str().unwrap();
+    assert!(bottleneck.contains("40.0 kHz of the 100.0 kHz requested") && bottleneck.contains("NOT_ENOUGH_FUS"));
+    let (_, text) = get(addr, "/metrics", None);
+    assert_eq!(sample(&text, r#"tessera_run_info{run="42",state="Running"}"#), 1.0);
+    assert_eq!(sample(&text, r#"tessera_run_info{run="42",state="Configuring"}"#), 0.0);
+    assert_eq!(sample(&text, r#"tessera_run_elapsed_seconds{run="42"}"#), 12.5);
+    assert_eq!(sample(&text, r#"tessera_trigger_rate_requested_hz{run="42"}"#), 100_000.0);
+    assert_eq!(sample(&text, r#"tessera_trigger_rate_hz{run="42"}"#), 40_000.0);
+    assert_eq!(sample(&text, r#"tessera_dead_time_ratio{run="42"}"#), 0.6);
+    assert_eq!(sample(&text, r#"tessera_dead_time_by_reason_ratio{run="42",reason="NOT_ENOUGH_FUS"}"#), 0.6);
+    assert_eq!(sample(&text, r#"tessera_lumi_sections_built{run="42"}"#), 9.0);
+    assert_eq!(sample(&text, r#"tessera_lumi_sections_merged{run="42"}"#), 4.0);
+    // A process without a run says so, and has no run samples.
+    let without = serve_run(None);
+    let (code, body) = get(without.local_addr(), "/api/v1/run", None);
+    assert_eq!(code, 404);
+    assert!(body.contains("not a whole run"), "{body}");
+    let (_, text) = get(without.local_addr(), "/metrics", None);
+    assert!(text.contains("# TYPE tessera_run_info gauge") && !text.contains("tessera_run_info{"), "{text}");
+}
+
+/// A server on loopback for [`units`] and `run`.
+fn serve_run(run: Option<Arc<RunStatus>>) -> ControlServer {
+    let config = ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None };
+    ControlServer::start(&config, Served { run, ..Served::live(units()) }).unwrap()
+}
+
+#[test]
+fn metrics_carry_the_process_the_build_and_the_conservation_where_the_evm_is() {
+    let units = units();
+    let (evm, bu) = (units[0].stats.clone(), units[1].stats.clone());
+    let server = serve(units, None);
+    let (_, text) = get(server.local_addr(), "/metrics", None);
+    assert!(sample(&text, "process_resident_memory_bytes") > 0.0, "{text}");
+    assert!(sample(&text, "process_open_fds") > 0.0, "{text}");
+    assert!(text.contains("# TYPE process_cpu_seconds_total counter"), "{text}");
+    let build = format!(
+        "tessera_build_info{{version=\"{}\",git_hash=\"{}\"}}",
+        tessera_control::VERSION,
+        tessera_control::GIT_HASH
+    );
+    assert_eq!(sample(&text, &build), 1.0);
+    assert_eq!(sample(&text, "tessera_conservation_holds"), 1.0);
+    evm.triggered.add(10);
+    bu.events_published.add(11);
+    let (_, text) = get(server.local_addr(), "/metrics", None);
+    assert_eq!(sample(&text, "tessera_conservation_holds"), 0.0, "{text}");
+    // Without the EVM the figures say nothing of the run's conservation: no sample.
+    let bu_only =
+        serve(vec![Unit { name: "bu0".into(), kind: UnitKind::Bu, stats: Arc::new(UnitStats::default()) }], None);
+    let (_, text) = get(bu_only.local_addr(), "/metrics", None);
+    assert!(!text.lines().any(|l| l.starts_with("tessera_conservation_holds ")), "{text}");
 }

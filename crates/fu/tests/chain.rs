@@ -17,6 +17,9 @@ use tessera_fu::remote::BuAccess;
 use tessera_fu::{FuError, Hlt, StreamSet, Verdict};
 use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
+#[path = "../../cli/tests/common/require.rs"]
+mod require;
+
 /// Physics: every event; Express: event numbers divisible by 3; the HLT fails on multiples of 17.
 struct TestHlt {
     streams: Vec<String>,
@@ -483,10 +486,8 @@ impl SmallDisk {
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("skipped: cannot mount a tmpfs on {} (needs root)", dir.display());
-        }
-        ok.then(|| SmallDisk(dir.to_owned()))
+        let why = format!("cannot mount a tmpfs on {}: the test fills a small disk of its own (root)", dir.display());
+        require::require(&why, ok).then(|| SmallDisk(dir.to_owned()))
     }
 
     fn grow(&self, size: &str) {

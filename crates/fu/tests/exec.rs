@@ -9,10 +9,14 @@ use tessera_fu::exec::{ExecConfig, ExecHlt};
 use tessera_fu::{FuError, Hlt, StreamSet, Verdict};
 use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
-/// The example program's command, or `None` (with the reason printed) without python3.
+#[path = "../../cli/tests/common/require.rs"]
+mod require;
+
+/// The example program's command, or `None` without python3 (a failure under CI:
+/// [`require::require`]).
 fn select_py() -> Option<Vec<String>> {
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("skipped: python3 is not installed");
+    let python = Command::new("python3").arg("--version").output().is_ok();
+    if !require::require("no python3: the test runs the example HLT, examples/hlt/select.py", python) {
         return None;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py");

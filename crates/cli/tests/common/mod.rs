@@ -2,6 +2,13 @@
 //! in a log file each, waiting for them (killing them whatever happens), and checking what they
 //! wrote.
 
+// Not every test binary that includes these helpers needs `require`.
+#[allow(dead_code)]
+mod require;
+
+#[allow(unused_imports)]
+pub use require::require;
+
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;

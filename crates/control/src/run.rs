@@ -1,0 +1,325 @@
+//! The run as a whole, as the dashboard, `GET /api/v1/run` and the `tessera_run_*` metrics show
+//! it: its number and state, how long it has run, the trigger rate asked for and the one
+//! achieved, the dead time and what caused it, and how far the mergers have got. Whoever runs
+//! the run ([`RunStatus::update`], once a second) fills it; the server only reads it.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Mutex, PoisonError};
+use tessera_runtime::stats::Throttle;
+
+/// The share of the requested trigger rate below which the run names its bottleneck
+/// ([`RunView::bottleneck`]).
+pub const RATE_SHORTFALL_SHARE: f64 = 0.9;
+
+/// Where the run is in its life.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunState {
+    /// The units are being started and configured; no trigger yet.
+    #[default]
+    Configuring,
+    /// The trigger runs and events are built.
+    Running,
+    /// The trigger has stopped (its limit, a stop, or the front ends' end): the events in
+    /// flight are being built and the lumi sections closed.
+    Draining,
+    /// The builder has ended; the filter farm and the mergers finish the last lumi sections.
+    Merging,
+    /// The run ended cleanly: every unit, FU and merger finished.
+    Ended,
+    /// The run ended early on a failure (a unit failed, a host stopped answering, a time-out).
+    Aborted,
+}
+
+impl RunState {
+    /// Every state, in the order of a run's life.
+    pub const ALL: [RunState; 6] = [
+        RunState::Configuring,
+        RunState::Running,
+        RunState::Draining,
+        RunState::Merging,
+        RunState::Ended,
+        RunState::Aborted,
+    ];
+
+    /// Its name, as the API and the metrics give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunState::Configuring => "Configuring",
+            RunState::Running => "Running",
+            RunState::Draining => "Draining",
+            RunState::Merging => "Merging",
+            RunState::Ended => "Ended",
+            RunState::Aborted => "Aborted",
+        }
+    }
+}
+
+/// The run as `GET /api/v1/run` shows it. Rates are of the trigger (events triggered at the
+/// EVM), in Hz; fractions are of wall time, from 0 to 1.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunView {
+    /// The run number.
+    pub run: u32,
+    /// Where the run is in its life.
+    pub state: RunState,
+    /// Seconds since the trigger started (0 while configuring), frozen at the run's end.
+    pub elapsed_s: f64,
+    /// The trigger rate the system file asks for; `None` when the front ends run free (as fast
+    /// as the event builder takes their data).
+    pub requested_rate_hz: Option<f64>,
+    /// The trigger rate over the last second.
+    pub achieved_rate_hz: f64,
+    /// The trigger rate over the whole run: events triggered over `elapsed_s`.
+    pub mean_rate_hz: f64,
+    /// The share of the last second during which the trigger was held back (dead time).
+    pub dead_time_fraction: f64,
+    /// The share of the last second during which the trigger was held back, by reason key (a
+    /// [`Throttle`] key such as `RU_BUFFERS_FULL`, or another stable key of the filler's). Each
+    /// reason counts on its own, so that two at once may add up to more than
+    /// `dead_time_fraction`.
+    pub dead_time_by_reason: BTreeMap<String, f64>,
+    /// Why the trigger is short of the requested rate, in one sentence, while it runs below
+    /// [`RATE_SHORTFALL_SHARE`] of it; `None` otherwise. [`RunStatus::update`] writes it from the
+    /// figures above: a filler sets those, not this.
+    pub bottleneck: Option<String>,
+    /// Lumi sections the BUs have closed (end-of-lumi record written), over all BUs: what the
+    /// mergers have to merge.
+    pub lumi_sections_built: u64,
+    /// Lumi sections the mergers have finished (the final files of every stream written).
+    pub lumi_sections_merged: u64,
+    /// Whether a stop was asked for (`POST /api/v1/stop`, Ctrl-C) and is being carried out.
+    pub stop_requested: bool,
+}
+
+impl RunView {
+    /// Why the trigger is short of the requested rate, in one sentence, from the rates and the
+    /// dead time by reason; `None` while not running or when the rate is at least
+    /// [`RATE_SHORTFALL_SHARE`] of the one requested (or none is requested).
+    pub fn explain_shortfall(&self) -> Option<String> {
+        let requested = self.requested_rate_hz.filter(|r| *r > 0.0)?;
+        if self.state != RunState::Running || self.achieved_rate_hz >= RATE_SHORTFALL_SHARE * requested {
+            return None;
+        }
+        let mut said = format!(
+            "The trigger runs at {} of the {} requested ({:.0} %)",
+            rate_text(self.achieved_rate_hz),
+            rate_text(requested),
+            100.0 * self.achieved_rate_hz / requested
+        );
+        let worst = self
+            .dead_time_by_reason
+            .iter()
+            .filter(|(_, share)| **share > 0.0)
+            .max_by(|a, b| a.1.total_cmp(b.1).then_with(|| b.0.cmp(a.0)));
+        match worst {
+            Some((reason, share)) => {
+                let _ = write!(
+                    said,
+                    ": it was held {:.0} % of the last second, mostly for {reason} ({:.0} %)",
+                    100.0 * self.dead_time_fraction,
+                    100.0 * share
+                );
+                let sentence = Throttle::REASONS.into_iter().find(|t| t.key() == reason).map(Throttle::sentence);
+                match sentence {
+                    Some(sentence) => {
+                        let _ = write!(said, ". {sentence}");
+                    }
+                    None => said.push('.'),
+                }
+            }
+            None if self.dead_time_fraction > 0.0 => {
+                let _ = write!(said, ": it was held {:.0} % of the last second.", 100.0 * self.dead_time_fraction);
+            }
+            None => said.push_str(
+                ", and nothing held it back: the front ends cannot send faster (their threads may lack CPU).",
+            ),
+        }
+        Some(said)
+    }
+}
+
+/// A rate for a sentence: Hz, kHz or MHz.
+fn rate_text(hz: f64) -> String {
+    if hz >= 1e6 {
+        format!("{:.2} MHz", hz / 1e6)
+    } else if hz >= 1e3 {
+        format!("{:.1} kHz", hz / 1e3)
+    } else {
+        format!("{hz:.0} Hz")
+    }
+}
+
+/// The run's view, shared between whoever runs the run (writes it) and the control server
+/// (reads it).
+#[derive(Debug, Default)]
+pub struct RunStatus(Mutex<RunView>);
+
+impl RunStatus {
+    /// The status of run `run`, configuring, nothing measured yet.
+    pub fn new(run: u32) -> Self {
+        RunStatus(Mutex::new(RunView { run, ..RunView::default() }))
+    }
+
+    /// Changes the view with `change`, then writes its [`RunView::bottleneck`] from the figures
+    /// as they now stand.
+    pub fn update(&self, change: impl FnOnce(&mut RunView)) {
+        let mut view = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        change(&mut view);
+        view.bottleneck = view.explain_shortfall();
+    }
+
+    /// The view as it stands.
+    pub fn view(&self) -> RunView {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// A gauge of the run: name, help, and how to read it from the view (`None`: no sample).
+struct RunGauge {
+    name: &'static str,
+    help: &'static str,
+    read: fn(&RunView) -> Option<f64>,
+}
+
+const RUN_GAUGES: &[RunGauge] = &[
+    RunGauge {
+        name: "tessera_run_elapsed_seconds",
+        help: "Seconds since the trigger started.",
+        read: |v| Some(v.elapsed_s),
+    },
+    RunGauge {
+        name: "tessera_trigger_rate_requested_hz",
+        help: "The trigger rate the system asks for (absent when the front ends run free).",
+        read: |v| v.requested_rate_hz,
+    },
+    RunGauge {
+        name: "tessera_trigger_rate_hz",
+        help: "The trigger rate over the last second.",
+        read: |v| Some(v.achieved_rate_hz),
+    },
+    RunGauge {
+        name: "tessera_trigger_rate_mean_hz",
+        help: "The trigger rate over the run.",
+        read: |v| Some(v.mean_rate_hz),
+    },
+    RunGauge {
+        name: "tessera_dead_time_ratio",
+        help: "The share of the last second during which the trigger was held back.",
+        read: |v| Some(v.dead_time_fraction),
+    },
+    RunGauge {
+        name: "tessera_lumi_sections_built",
+        help: "Lumi sections the BUs have closed, over all BUs: what the mergers have to merge.",
+        read: |v| Some(v.lumi_sections_built as f64),
+    },
+    RunGauge {
+        name: "tessera_lumi_sections_merged",
+        help: "Lumi sections the mergers have finished (every stream's final file written).",
+        read: |v| Some(v.lumi_sections_merged as f64),
+    },
+];
+
+/// The run's metrics in the Prometheus text format: the families' help and type always, their
+/// samples when there is a run.
+pub(crate) fn run_metrics(out: &mut String, run: Option<&RunView>) {
+    let head = |out: &mut String, name: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    };
+    let run_label = |v: &RunView| format!("run=\"{}\"", v.run);
+    head(out, "tessera_run_info", "1 for the run and the state it is in.");
+    if let Some(v) = run {
+        for state in RunState::ALL {
+            let on = u8::from(v.state == state);
+            let _ = writeln!(out, "tessera_run_info{{{},state=\"{}\"}} {on}", run_label(v), state.name());
+        }
+    }
+    for gauge in RUN_GAUGES {
+        head(out, gauge.name, gauge.help);
+        if let Some(v) = run
+            && let Some(value) = (gauge.read)(v)
+        {
+            let _ = writeln!(out, "{}{{{}}} {value}", gauge.name, run_label(v));
+        }
+    }
+    let name = "tessera_dead_time_by_reason_ratio";
+    head(out, name, "The share of the last second during which the trigger was held back for this reason.");
+    if let Some(v) = run {
+        for (reason, share) in &v.dead_time_by_reason {
+            let _ = writeln!(out, "{name}{{{},reason=\"{}\"}} {share}", run_label(v), crate::label(reason));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(requested: Option<f64>, achieved: f64) -> RunView {
+        RunView {
+            run: 7,
+            state: RunState::Running,
+            requested_rate_hz: requested,
+            achieved_rate_hz: achieved,
+            ..RunView::default()
+        }
+    }
+
+    #[test]
+    fn a_bottleneck_is_named_only_below_nine_tenths_of_the_requested_rate_while_running() {
+        let status = RunStatus::new(7);
+        status.update(|v| *v = running(Some(100_000.0), 95_000.0));
+        assert_eq!(status.view().bottleneck, None);
+        status.update(|v| {
+            v.achieved_rate_hz = 45_000.0;
+            v.dead_time_fraction = 0.55;
+            v.dead_time_by_reason = [("RU_BUFFERS_FULL".to_owned(), 0.5), ("BU_STORE_FULL".to_owned(), 0.1)].into();
+        });
+        let said = status.view().bottleneck.unwrap();
+        assert!(said.starts_with("The trigger runs at 45.0 kHz of the 100.0 kHz requested (45 %)"), "{said}");
+        assert!(said.contains("held 55 % of the last second, mostly for RU_BUFFERS_FULL (50 %)"), "{said}");
+        assert!(said.ends_with(Throttle::BuffersFull.sentence()), "{said}");
+        // Draining: the rate falls to 0 as it should, and no bottleneck is named.
+        status.update(|v| v.state = RunState::Draining);
+        assert_eq!(status.view().bottleneck, None);
+        // Free running: nothing to fall short of.
+        assert_eq!(running(None, 10.0).explain_shortfall(), None);
+    }
+
+    #[test]
+    fn a_shortfall_without_dead_time_says_the_front_ends_do_not_keep_up() {
+        let said = running(Some(1000.0), 100.0).explain_shortfall().unwrap();
+        assert!(said.contains("100 Hz of the 1.0 kHz requested (10 %)"), "{said}");
+        assert!(said.contains("nothing held it back"), "{said}");
+    }
+
+    #[test]
+    fn the_view_reads_back_as_written_in_json_with_the_state_by_name() {
+        let mut view = running(Some(100.0), 80.0);
+        view.dead_time_by_reason.insert("NOT_ENOUGH_FUS".into(), 0.2);
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["state"], "Running");
+        assert_eq!(serde_json::from_value::<RunView>(json).unwrap(), view);
+        assert_eq!(serde_json::to_value(running(None, 1.0)).unwrap()["requested_rate_hz"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn run_metrics_have_their_families_always_and_samples_with_a_run() {
+        let mut none = String::new();
+        run_metrics(&mut none, None);
+        assert!(none.contains("# TYPE tessera_trigger_rate_hz gauge"), "{none}");
+        assert!(!none.lines().any(|l| !l.starts_with('#')), "{none}");
+        let mut view = running(None, 80.0);
+        view.dead_time_by_reason.insert("NOT_ENOUGH_FUS".into(), 0.25);
+        view.lumi_sections_merged = 3;
+        let mut text = String::new();
+        run_metrics(&mut text, Some(&view));
+        assert!(text.contains("tessera_run_info{run=\"7\",state=\"Running\"} 1\n"), "{text}");
+        assert!(text.contains("tessera_run_info{run=\"7\",state=\"Ended\"} 0\n"), "{text}");
+        assert!(text.contains("tessera_trigger_rate_hz{run=\"7\"} 80\n"), "{text}");
+        assert!(!text.contains("tessera_trigger_rate_requested_hz{"), "free running: {text}");
+        assert!(text.contains("tessera_dead_time_by_reason_ratio{run=\"7\",reason=\"NOT_ENOUGH_FUS\"} 0.25\n"));
+        assert!(text.contains("tessera_lumi_sections_merged{run=\"7\"} 3\n"), "{text}");
+    }
+}
