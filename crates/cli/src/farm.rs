@@ -250,11 +250,11 @@ impl Farm {
     }
 
     /// Waits up to `timeout` for the FUs and the mergers to finish the run (the BUs have ended
-    /// it), then stops what is left. Once `cut_short()` says so (an operator's second Ctrl-C),
-    /// it stops the farm at once instead: every FU gets SIGTERM and leaves within
+    /// it), then stops what is left. `tick` is called on every pass (every 20 ms; it may refresh
+    /// figures); once it returns true (an operator's second Ctrl-C), the farm is stopped at once: every FU gets SIGTERM and leaves within
     /// [`CUT_SHORT_GRACE`] with its published outputs whole (its claims return to the pool), or
     /// is killed; the mergers stop after their current step.
-    pub fn finish(mut self, timeout: Duration, cut_short: impl Fn() -> bool) -> FarmOutcome {
+    pub fn finish(mut self, timeout: Duration, mut tick: impl FnMut() -> bool) -> FarmOutcome {
         let mut deadline = Instant::now() + timeout;
         let mut cut = false;
         let mut children = std::mem::take(&mut self.children);
@@ -270,7 +270,7 @@ impl Farm {
             if (statuses.iter().all(Option::is_some) && mergers_done) || Instant::now() >= deadline {
                 break;
             }
-            if !cut && cut_short() {
+            if tick() && !cut {
                 cut = true;
                 self.stop.store(true, Ordering::SeqCst);
                 deadline = deadline.min(Instant::now() + CUT_SHORT_GRACE);

@@ -19,7 +19,9 @@ use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
 use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
 use tessera_runtime::trigger::{Interval, TriggerAccount, TriggerSummary};
 
-use tessera_control::{Action, ControlConfig, ControlServer, HeartbeatWatch, Served, Unit, UnitKind};
+use tessera_control::{
+    Action, ControlConfig, ControlServer, HeartbeatWatch, RunState, RunStatus, Served, Unit, UnitKind,
+};
 use tessera_fu::resources::FarmLimits;
 use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::UnitStats;
@@ -415,7 +417,9 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
             Err(_) => "already stopping".to_owned(),
         })
     });
-    let served = Served { stop: Some(stop), system: Some(cfg.to_yaml()), ..Served::live(units) };
+    let status = Arc::new(RunStatus::new(cfg.run.number));
+    let served =
+        Served { stop: Some(stop), system: Some(cfg.to_yaml()), run: Some(status.clone()), ..Served::live(units) };
     let _control = serve_control(control, served)?;
     let started = Instant::now();
     let mut stopped = false;
@@ -439,6 +443,23 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
         let p = system.progress();
         let interval = trigger.interval(&p);
         show(&p, &last, &interval, requested_hz, tty);
+        status.update(|v| {
+            v.state = if stopped { RunState::Draining } else { RunState::Running };
+            v.elapsed_s = p.seconds;
+            v.requested_rate_hz = requested_hz;
+            v.achieved_rate_hz = interval.achieved_hz;
+            v.dead_time_fraction = interval.dead_fraction;
+            v.dead_time_by_reason = interval
+                .reasons
+                .iter()
+                .map(|r| (r.to_string(), interval.dead_fraction / interval.reasons.len() as f64))
+                .collect();
+            let run = trigger.summary();
+            v.mean_rate_hz = run.achieved_hz;
+            v.bottleneck = run.bottleneck;
+            v.lumi_sections_built = p.lumi_sections_closed;
+            v.stop_requested = interrupts.load(Ordering::SeqCst) > 0;
+        });
         last = p;
         let time_up = cfg.run.seconds.is_some_and(|s| started.elapsed().as_secs_f64() >= s);
         let interrupted = interrupts.load(Ordering::SeqCst);
@@ -471,6 +492,10 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
     }
     let cut = || interrupts.load(Ordering::SeqCst) > 1;
     let outcome = if cut() { system.cut_short() } else { system.wait(DRAIN_TIMEOUT) };
+    status.update(|v| {
+        v.state = RunState::Merging;
+        v.lumi_sections_built = outcome.progress.lumi_sections_closed;
+    });
     let farm = farm.map(|farm| {
         if !cut() {
             tracing::info!(
@@ -481,7 +506,17 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
         }
         let streams = farm.streams.clone();
         let dirs = farm.dirs.clone();
-        (farm.finish(Duration::from_secs(cfg.fu.drain_timeout_s), cut), streams, dirs)
+        let storage = storage_run_dir(&dirs, cfg.run.number);
+        let mut looked = Instant::now();
+        let tick = || {
+            if looked.elapsed() >= Duration::from_secs(1) {
+                looked = Instant::now();
+                let merged = merged_lumi_sections(&storage, streams.len());
+                status.update(|v| v.lumi_sections_merged = merged);
+            }
+            cut()
+        };
+        (farm.finish(Duration::from_secs(cfg.fu.drain_timeout_s), tick), streams, dirs)
     });
     for (i, broker) in brokers.iter().enumerate() {
         if broker.is_some() && !cut() {
@@ -496,13 +531,35 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
     drop(brokers);
     trigger.interval(&outcome.progress);
     let ok = summarize(&cfg, &output, &outcome, &trigger.summary(), farm.as_ref())?;
-    Ok(if outcome.cut_short || farm.as_ref().is_some_and(|(f, _, _)| f.cut_short) {
+    let cut_short = outcome.cut_short || farm.as_ref().is_some_and(|(f, _, _)| f.cut_short);
+    status.update(|v| {
+        v.state = if ok && !cut_short { RunState::Ended } else { RunState::Aborted };
+        if let Some((_, streams, dirs)) = &farm {
+            v.lumi_sections_merged = merged_lumi_sections(&storage_run_dir(dirs, cfg.run.number), streams.len());
+        }
+    });
+    Ok(if cut_short {
         ExitCode::from(CUT_SHORT_EXIT)
     } else if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Lumi sections whose final files the mergers have written for every one of `streams`
+/// streams in the storage run directory `storage`.
+fn merged_lumi_sections(storage: &Path, streams: usize) -> u64 {
+    let mut per_ls: std::collections::BTreeMap<u32, usize> = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(storage).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        if let Ok(n) = tessera_formats::names::StreamFileName::parse(&name.to_string_lossy())
+            && n.ext == "jsn"
+        {
+            *per_ls.entry(n.ls).or_default() += 1;
+        }
+    }
+    per_ls.values().filter(|&&n| n >= streams).count() as u64
 }
 
 /// Reports, once each, the units whose loop has stopped beating while it should run: a stalled

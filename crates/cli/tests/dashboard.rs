@@ -302,6 +302,7 @@ fn short_run() -> Arc<RunStatus> {
         v.dead_time_by_reason = [("RU_BUFFERS_FULL".to_owned(), 0.5), ("BU_STORE_FULL".to_owned(), 0.05)].into();
         v.lumi_sections_built = 12;
         v.lumi_sections_merged = 9;
+        v.bottleneck = Some("bottleneck: RU_BUFFERS_FULL (50 % of the run held): the trigger got 61.0 kHz of the 100.0 kHz asked for (61 %).".into());
     });
     run
 }

@@ -112,6 +112,12 @@ fn run_serves_metrics_that_move_and_an_api_that_names_the_units_and_stops_the_ru
     let said: serde_json::Value = serde_json::from_str(&get(addr, "/api/v1/conservation")).unwrap();
     assert_eq!((said["evm_here"].as_bool(), said["holds_so_far"].as_bool()), (Some(true), Some(true)), "{said}");
     assert!(said["triggered"].as_u64().unwrap() > 0, "{said}");
+    // The run as a whole, as its loop fills it: number, state, the rate asked for and got.
+    let run: serde_json::Value = serde_json::from_str(&get(addr, "/api/v1/run")).unwrap();
+    assert_eq!((run["run"].as_u64(), run["state"].as_str()), (Some(1), Some("Running")), "{run}");
+    assert!(run["elapsed_s"].as_f64().unwrap() > 1.0 && run["mean_rate_hz"].as_f64().unwrap() > 0.0, "{run}");
+    let metrics = get(addr, "/metrics");
+    assert_eq!(sample(&metrics, r#"tessera_run_info{run="1",state="Running"}"#), 1.0, "{metrics}");
     // Stopping over the API drains the run and ends it cleanly, long before its 120 s.
     let said = request(addr, "POST", "/api/v1/stop");
     assert!(said.contains("stopping the trigger"), "{said}");

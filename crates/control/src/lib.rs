@@ -23,7 +23,7 @@ mod process;
 mod run;
 
 pub use process::{GIT_HASH, VERSION};
-pub use run::{RATE_SHORTFALL_SHARE, RunState, RunStatus, RunView};
+pub use run::{RunState, RunStatus, RunView};
 
 use axum::Router;
 use axum::extract::{Request, State};

@@ -7,11 +7,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Mutex, PoisonError};
-use tessera_runtime::stats::Throttle;
-
-/// The share of the requested trigger rate below which the run names its bottleneck
-/// ([`RunView::bottleneck`]).
-pub const RATE_SHORTFALL_SHARE: f64 = 0.9;
 
 /// Where the run is in its life.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,9 +75,9 @@ pub struct RunView {
     /// reason counts on its own, so that two at once may add up to more than
     /// `dead_time_fraction`.
     pub dead_time_by_reason: BTreeMap<String, f64>,
-    /// Why the trigger is short of the requested rate, in one sentence, while it runs below
-    /// [`RATE_SHORTFALL_SHARE`] of it; `None` otherwise. [`RunStatus::update`] writes it from the
-    /// figures above: a filler sets those, not this.
+    /// Why the trigger is short of the requested rate over the run so far, in one sentence,
+    /// while it is below nine tenths of it; `None` otherwise. The runtime's trigger account
+    /// (`tessera_runtime::trigger`) writes it, the same sentence as the run's summary.
     pub bottleneck: Option<String>,
     /// Lumi sections the BUs have closed (end-of-lumi record written), over all BUs: what the
     /// mergers have to merge.
@@ -91,64 +86,6 @@ pub struct RunView {
     pub lumi_sections_merged: u64,
     /// Whether a stop was asked for (`POST /api/v1/stop`, Ctrl-C) and is being carried out.
     pub stop_requested: bool,
-}
-
-impl RunView {
-    /// Why the trigger is short of the requested rate, in one sentence, from the rates and the
-    /// dead time by reason; `None` while not running or when the rate is at least
-    /// [`RATE_SHORTFALL_SHARE`] of the one requested (or none is requested).
-    pub fn explain_shortfall(&self) -> Option<String> {
-        let requested = self.requested_rate_hz.filter(|r| *r > 0.0)?;
-        if self.state != RunState::Running || self.achieved_rate_hz >= RATE_SHORTFALL_SHARE * requested {
-            return None;
-        }
-        let mut said = format!(
-            "The trigger runs at {} of the {} requested ({:.0} %)",
-            rate_text(self.achieved_rate_hz),
-            rate_text(requested),
-            100.0 * self.achieved_rate_hz / requested
-        );
-        let worst = self
-            .dead_time_by_reason
-            .iter()
-            .filter(|(_, share)| **share > 0.0)
-            .max_by(|a, b| a.1.total_cmp(b.1).then_with(|| b.0.cmp(a.0)));
-        match worst {
-            Some((reason, share)) => {
-                let _ = write!(
-                    said,
-                    ": it was held {:.0} % of the last second, mostly for {reason} ({:.0} %)",
-                    100.0 * self.dead_time_fraction,
-                    100.0 * share
-                );
-                let sentence = Throttle::REASONS.into_iter().find(|t| t.key() == reason).map(Throttle::sentence);
-                match sentence {
-                    Some(sentence) => {
-                        let _ = write!(said, ". {sentence}");
-                    }
-                    None => said.push('.'),
-                }
-            }
-            None if self.dead_time_fraction > 0.0 => {
-                let _ = write!(said, ": it was held {:.0} % of the last second.", 100.0 * self.dead_time_fraction);
-            }
-            None => said.push_str(
-                ", and nothing held it back: the front ends cannot send faster (their threads may lack CPU).",
-            ),
-        }
-        Some(said)
-    }
-}
-
-/// A rate for a sentence: Hz, kHz or MHz.
-fn rate_text(hz: f64) -> String {
-    if hz >= 1e6 {
-        format!("{:.2} MHz", hz / 1e6)
-    } else if hz >= 1e3 {
-        format!("{:.1} kHz", hz / 1e3)
-    } else {
-        format!("{hz:.0} Hz")
-    }
 }
 
 /// The run's view, shared between whoever runs the run (writes it) and the control server
@@ -162,12 +99,9 @@ impl RunStatus {
         RunStatus(Mutex::new(RunView { run, ..RunView::default() }))
     }
 
-    /// Changes the view with `change`, then writes its [`RunView::bottleneck`] from the figures
-    /// as they now stand.
+    /// Changes the view with `change`.
     pub fn update(&self, change: impl FnOnce(&mut RunView)) {
-        let mut view = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        change(&mut view);
-        view.bottleneck = view.explain_shortfall();
+        change(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
     /// The view as it stands.
@@ -264,34 +198,6 @@ mod tests {
             achieved_rate_hz: achieved,
             ..RunView::default()
         }
-    }
-
-    #[test]
-    fn a_bottleneck_is_named_only_below_nine_tenths_of_the_requested_rate_while_running() {
-        let status = RunStatus::new(7);
-        status.update(|v| *v = running(Some(100_000.0), 95_000.0));
-        assert_eq!(status.view().bottleneck, None);
-        status.update(|v| {
-            v.achieved_rate_hz = 45_000.0;
-            v.dead_time_fraction = 0.55;
-            v.dead_time_by_reason = [("RU_BUFFERS_FULL".to_owned(), 0.5), ("BU_STORE_FULL".to_owned(), 0.1)].into();
-        });
-        let said = status.view().bottleneck.unwrap();
-        assert!(said.starts_with("The trigger runs at 45.0 kHz of the 100.0 kHz requested (45 %)"), "{said}");
-        assert!(said.contains("held 55 % of the last second, mostly for RU_BUFFERS_FULL (50 %)"), "{said}");
-        assert!(said.ends_with(Throttle::BuffersFull.sentence()), "{said}");
-        // Draining: the rate falls to 0 as it should, and no bottleneck is named.
-        status.update(|v| v.state = RunState::Draining);
-        assert_eq!(status.view().bottleneck, None);
-        // Free running: nothing to fall short of.
-        assert_eq!(running(None, 10.0).explain_shortfall(), None);
-    }
-
-    #[test]
-    fn a_shortfall_without_dead_time_says_the_front_ends_do_not_keep_up() {
-        let said = running(Some(1000.0), 100.0).explain_shortfall().unwrap();
-        assert!(said.contains("100 Hz of the 1.0 kHz requested (10 %)"), "{said}");
-        assert!(said.contains("nothing held it back"), "{said}");
     }
 
     #[test]

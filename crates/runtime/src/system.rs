@@ -64,6 +64,8 @@ pub struct Progress {
     pub problems: u64,
     /// How long the emulated front ends have held the trigger so far (paced runs).
     pub held: Held,
+    /// Lumi sections the BUs have closed, over all BUs.
+    pub lumi_sections_closed: u64,
 }
 
 /// How a system's run ended.
@@ -210,6 +212,7 @@ impl RunningSystem {
             throttles,
             problems: self.ru_stats.iter().chain(&self.bu_stats).map(|s| s.problem_count()).sum(),
             held: self.stop_line.held(),
+            lumi_sections_closed: sum(&self.bu_stats, |s| s.lumi_sections_closed.get()),
         }
     }
 
