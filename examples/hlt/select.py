@@ -7,7 +7,7 @@ FRD header):
     Express  if event number % 10 == 0
     rejected ("-") otherwise.
 
-It reads the raw files itself: a RAW_0002 header (FORMATS.md section 5), then FRD v5/v6 records
+It reads the raw files itself: a RAW_0002 header (docs/formats.md §5), then FRD v5/v6 records
 (section 4), each payload walked backwards through its FED fragments' 8-byte SLINK trailers
 (section 1) to find the trigger fragment and read its trigger type and BX (section 3).
 

@@ -750,8 +750,8 @@ fn report(view: Option<&ProcessView>) -> Option<Value> {
     view?.stdout.as_deref()?.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok())
 }
 
-/// Prints the run's summary with its conservation checks and writes `summary.json` into the
-/// output directory (or the current one, if the output is not visible here). True if they hold.
+/// Prints the run's summary with its conservation checks and writes `summary-runNNNNNN.json`
+/// into the output directory (or the current one, if the output is not visible here). True if they hold.
 fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> Result<bool> {
     let cfg = &c.cfg;
     let hosts = c.hosts.len();

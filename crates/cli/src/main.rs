@@ -1,7 +1,7 @@
 //! `tessera`: every role and tool of the Tessera event builder behind one binary.
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tessera_inspect::event::EventChecks;
@@ -12,7 +12,7 @@ mod controller;
 mod farm;
 mod run;
 
-/// Tessera: a software event builder and orbit builder for trigger/DAQ systems.
+/// Tessera: a software event builder for trigger/DAQ systems.
 #[derive(Parser)]
 #[command(name = "tessera", version, about, long_about = None)]
 struct Cli {
@@ -209,6 +209,23 @@ enum Command {
         /// Print the results as one JSON object (suites `net`, `evb` and `fu` only).
         #[arg(long)]
         json: bool,
+    },
+    /// Print a completion script for a shell on standard output, made from this command line's
+    /// own definition, e.g. `tessera completions bash >
+    /// ~/.local/share/bash-completion/completions/tessera`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page `tessera.1` on standard output, or with `--output DIR` write it and
+    /// one page per subcommand (`tessera-run.1`, `tessera-config-check.1`, ...) into DIR; all
+    /// made from this command line's own definition.
+    Man {
+        /// Directory to write the pages into (created if it does not exist; pages of the same
+        /// name are overwritten).
+        #[arg(long)]
+        output: Option<PathBuf>,
     },
 }
 
@@ -611,7 +628,33 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Completions { shell } => {
+            // Into memory first: the generator panics on a write error such as a closed pipe.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tessera", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &script)
+                .context("writing the completion script to standard output")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { output } => man(output.as_deref()),
     }
+}
+
+/// `tessera man`: the page of `tessera` on standard output, or every page written into `output`.
+fn man(output: Option<&Path>) -> Result<ExitCode> {
+    let command = Cli::command();
+    match output {
+        None => clap_mangen::Man::new(command)
+            .render(&mut std::io::stdout().lock())
+            .context("writing the manual page to standard output")?,
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(command, dir)
+                .with_context(|| format!("writing the manual pages into {}", dir.display()))?;
+            println!("{}: tessera.1 and a page per subcommand", dir.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn bench_fu(quick: bool, json: bool) -> Result<()> {

@@ -504,7 +504,7 @@ pub struct BuSection {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<usize>,
     /// Serve the BU's files to FUs on other hosts over HTTP on this port of `host` (the file
-    /// broker, FORMATS.md §7 (c)); 0 takes any free port; absent: no broker.
+    /// broker, docs/formats.md §7 (c) and §16); 0 takes any free port; absent: no broker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broker_port: Option<u16>,
     /// The host on which `tessera run` starts this BU's FU processes through its agent (they

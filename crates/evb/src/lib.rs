@@ -2,7 +2,7 @@
 //! no sockets, threads or clocks inside. A driver (the runtime, or the deterministic simulator)
 //! feeds each unit its inputs with the current time and carries out what it outputs.
 //!
-//! The pull protocol (DESIGN.md §2):
+//! The pull protocol (docs/design.md §8):
 //! 1. A BU says Hello, then asks the EVM for events in batches up to its free capacity
 //!    ([`msg::Message::Request`]).
 //! 2. The EVM gives the next triggered events to that BU and tells every RU

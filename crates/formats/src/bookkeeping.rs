@@ -1,4 +1,4 @@
-//! Bookkeeping JSON of the BU directory and of the filter farm (FORMATS.md §7–§8): the `.jsd`
+//! Bookkeeping JSON of the BU directory and of the filter farm (docs/formats.md §7–§8): the `.jsd`
 //! definitions, the documents they describe, their merging, and the Adler-32 checksum that merged
 //! outputs carry.
 //!
@@ -56,7 +56,7 @@ macro_rules! json_names {
 }
 
 json_names! {
-    /// How a field combines when documents are merged (FORMATS.md §8).
+    /// How a field combines when documents are merged (docs/formats.md §8).
     MergeOp {
         /// Unsigned sum.
         Sum = "sum",
@@ -171,7 +171,7 @@ impl Legend {
         Legend::from_specs(EOR)
     }
 
-    /// The legend of a filter-farm output's `.jsn`, the 11 fields of FORMATS.md §8 in order.
+    /// The legend of a filter-farm output's `.jsn`, the 11 fields of docs/formats.md §8 in order.
     pub fn fu_output() -> Legend {
         Legend::from_specs(FU_OUTPUT)
     }
@@ -415,7 +415,7 @@ impl EolsDoc {
     pub const WHAT: &'static str = "EoLS JSON";
 
     /// Whether every event is accounted for (`events + lost_events == total_events`), the
-    /// condition under which a BU may write the document (FORMATS.md §7).
+    /// condition under which a BU may write the document (docs/formats.md §7).
     pub fn is_complete(&self) -> bool {
         self.events.checked_add(self.lost_events) == Some(self.total_events)
     }

@@ -1,9 +1,9 @@
 //! The two checksums of the formats: CRC-16/CMS over FED fragments and CRC-32C over events.
 //!
 //! Both run on `crc-fast`, which dispatches at run time to carry-less-multiply code where the CPU
-//! has it. The FED CRC-16 takes each 64-bit word's bytes most significant first (FORMATS.md §1):
+//! has it. The FED CRC-16 takes each 64-bit word's bytes most significant first (docs/formats.md §1):
 //! for a little-endian word that is the reverse of memory order, so words are byte-swapped through
-//! a small stack buffer on their way into the digest.
+//! a per-thread buffer on their way into the digest.
 
 use crc_fast::{CrcAlgorithm, Digest};
 

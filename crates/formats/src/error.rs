@@ -69,7 +69,7 @@ pub enum FormatError {
         /// Bytes the buffer holds.
         available: usize,
     },
-    /// A file name does not follow the naming rules of FORMATS.md §7–§8.
+    /// A file name does not follow the naming rules of docs/formats.md §7–§8.
     #[error("file name {name:?}: {problem}")]
     Name {
         /// The name as found.

@@ -1,4 +1,4 @@
-//! FED fragments in the CMS common data format (SLINK-64), FORMATS.md §1.
+//! FED fragments in the CMS common data format (SLINK-64), docs/formats.md §1.
 //!
 //! A fragment is whole 64-bit little-endian words: a header word, the payload, a trailer word.
 //! [`Fragment::parse`] checks a fragment in place without copying it; [`seal_fragment`] and
@@ -317,7 +317,7 @@ pub fn write_fragment(out: &mut [u8], header: &FedHeader, payload: &[u8], traile
 mod tests {
     use super::*;
 
-    /// FORMATS.md §10: the 3-word fragment.
+    /// docs/formats.md §10: the 3-word fragment.
     const VECTOR: [u8; 24] = [
         0x00, 0x01, 0x10, 0x00, 0x01, 0x00, 0x00, 0x51, 0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, 0x00, 0x00,
         0x85, 0x2f, 0x03, 0x00, 0x00, 0xa0,

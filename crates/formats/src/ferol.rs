@@ -1,4 +1,4 @@
-//! FEROL streams, FORMATS.md §2: the TCP stream that carries one FED's fragments into an RU.
+//! FEROL streams, docs/formats.md §2: the TCP stream that carries one FED's fragments into an RU.
 //!
 //! A stream is a sequence of blocks, each a 16-byte header (two **big-endian** 64-bit words) and
 //! up to 4080 data bytes. A fragment larger than one block's data spans several blocks; the first
@@ -587,7 +587,7 @@ mod tests {
     use crate::fed::write_fragment;
     use proptest::prelude::*;
 
-    /// FORMATS.md §10: the 3-word fragment (FED 1, LV1 id 1).
+    /// docs/formats.md §10: the 3-word fragment (FED 1, LV1 id 1).
     const VECTOR: [u8; 24] = [
         0x00, 0x01, 0x10, 0x00, 0x01, 0x00, 0x00, 0x51, 0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, 0x00, 0x00,
         0x85, 0x2f, 0x03, 0x00, 0x00, 0xa0,

@@ -1,4 +1,4 @@
-//! FRD events, FORMATS.md §4: what a BU writes, one record per event.
+//! FRD events, docs/formats.md §4: what a BU writes, one record per event.
 //!
 //! A record is a 24-byte header (version 6: u16 version, u16 flags; version 5: u32 version) and a
 //! payload of FED fragments back to back. Readers walk the payload backwards from its end, as the

@@ -1,5 +1,5 @@
-//! Byte formats of the CMS DAQ as Tessera reads and writes them (FORMATS.md in the design
-//! documents; docs/formats.md in this repository).
+//! Byte formats of the CMS DAQ as Tessera reads and writes them (docs/formats.md,
+//! whose numbered sections the modules cite).
 //!
 //! No I/O and no threads: parsers are views over `&[u8]` that check every field and never panic
 //! on any input; writers fill caller-provided buffers. Every error is a [`FormatError`] that says

@@ -1,4 +1,5 @@
-//! Names of the files in a BU run directory (FORMATS.md §7) and of the filter farm's outputs (§8).
+//! Names of the files in a BU run directory (docs/formats.md §7) and of the filter farm's outputs
+//! (docs/formats.md §8).
 //!
 //! Writers zero-pad numbers to their minimum width and write wider values in full. Parsers accept
 //! exactly what the writers produce and nothing else (no superfluous leading zeros, no missing
@@ -16,7 +17,7 @@ pub const OPEN_DIR: &str = "open";
 pub const JSD_DIR: &str = "jsd";
 /// Directory of the HLT menu and parameters (appears atomically).
 pub const HLT_DIR: &str = "hlt";
-/// Directory into which FUs claim raw files by rename (FORMATS.md §7 (a)).
+/// Directory into which FUs claim raw files by rename (docs/formats.md §7 (a)).
 pub const FU_DIR: &str = "fu";
 /// File holding "next LS, next index" for FUs that claim files under an `fcntl` lock.
 pub const FU_LOCK: &str = "fu.lock";
@@ -99,7 +100,7 @@ pub fn parse_run_dir_name(name: &str) -> Result<u32> {
     RUN.parse(name, name)
 }
 
-/// A file a BU publishes in its run directory (FORMATS.md §7).
+/// A file a BU publishes in its run directory (docs/formats.md §7).
 ///
 /// Lumi sections count from 1; lumi section 0 appears only in the end-of-run name. Indices
 /// restart at 0 in each lumi section.
@@ -279,7 +280,7 @@ impl fmt::Display for Producer {
     }
 }
 
-/// A filter-farm output: `runRRRRRR_lsLLLL_streamNAME_<producer>.<ext>` (FORMATS.md §8).
+/// A filter-farm output: `runRRRRRR_lsLLLL_streamNAME_<producer>.<ext>` (docs/formats.md §8).
 ///
 /// `Display` writes the fields as they are; [`StreamFileName::parse`] checks them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -350,7 +351,7 @@ impl FromStr for StreamFileName {
     }
 }
 
-/// Content of `fu.lock` (FORMATS.md §7 (b)): the next file an FU should claim, written
+/// Content of `fu.lock` (docs/formats.md §7 (b)): the next file an FU should claim, written
 /// "{ls} {index}".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FuLock {
@@ -395,7 +396,7 @@ impl fmt::Display for FuLock {
     }
 }
 
-/// A raw file claimed by an FU through an atomic rename (FORMATS.md §7 (a)):
+/// A raw file claimed by an FU through an atomic rename (docs/formats.md §7 (a)):
 /// `fu/runRRRRRR_lsLLLL_indexIIIIII_<host>_pid<pid>.raw`. The pid is written unpadded.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ClaimedRawName {

@@ -1,4 +1,4 @@
-//! HL-LHC DTH orbit data, FORMATS.md §6: orbit blocks of SlinkRocket fragments, and the TCP
+//! HL-LHC DTH orbit data, docs/formats.md §6: orbit blocks of SlinkRocket fragments, and the TCP
 //! stream blocks that carry them.
 //!
 //! An orbit block from one source is, all little-endian:

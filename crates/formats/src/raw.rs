@@ -1,4 +1,4 @@
-//! Raw files, FORMATS.md §5: a BU's output file, a header followed by FRD event records.
+//! Raw files, docs/formats.md §5: a BU's output file, a header followed by FRD event records.
 //!
 //! Tessera writes `RAW_0002` (32-byte header) and reads `RAW_0001` (24 bytes) and `RAW_0002`.
 //! For DTH orbit data Tessera uses its own data type, [`data_type::DTH_ORBITS`]: each record is an
@@ -23,7 +23,7 @@ pub mod data_type {
     pub const FRD_EVENTS: u16 = 0;
     /// Used by a Phase-2 scouting tool; Tessera reads its header but not its records.
     pub const PHASE2_SCOUTING: u16 = 20;
-    /// Tessera's own: FRD v6 records whose payload holds whole DTH orbits (FORMATS.md §6), one
+    /// Tessera's own: FRD v6 records whose payload holds whole DTH orbits (docs/formats.md §6), one
     /// record per orbit, the event field holding the orbit number.
     pub const DTH_ORBITS: u16 = 0x0100;
 }

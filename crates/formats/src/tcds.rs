@@ -1,4 +1,4 @@
-//! The trigger (TCDS) fragment, FORMATS.md §3: one per event, FED id 1024..=1099, 952 bytes.
+//! The trigger (TCDS) fragment, docs/formats.md §3: one per event, FED id 1024..=1099, 952 bytes.
 //!
 //! CMSSW takes the event number, orbit, BX and lumi section of an event from this fragment, so
 //! every field of the table sits at its exact offset (counted from the start of the fragment, the

@@ -1,8 +1,9 @@
-//! The BU's file broker (FORMATS.md §7 (c)): a small HTTP/1.1 server that hands a BU's raw files
+//! The BU's file broker (docs/formats.md §7 (c) and §16): a small HTTP/1.1 server that hands a BU's raw files
 //! to FUs without a shared file system and takes their resource summaries, and [`BrokerClient`],
 //! its client.
 //!
-//! The broker claims files for a remote FU exactly as a local FU claims them (§7 (a)): by an
+//! The broker claims files for a remote FU exactly as a local FU claims them (docs/formats.md
+//! §7 (a)): by an
 //! atomic rename of `runRRRRRR_lsLLLL_indexIIIIII.raw` into
 //! `fu/runRRRRRR_lsLLLL_indexIIIIII_<host>_pid<pid>.raw`, through a [`Claimer`] with the remote
 //! FU's host and pid. Local FUs and remote FUs can therefore share one run directory; a file is

@@ -1,4 +1,4 @@
-//! Claiming a BU's raw files (FORMATS.md §7 (a)): an FU takes a published raw file by renaming
+//! Claiming a BU's raw files (docs/formats.md §7 (a)): an FU takes a published raw file by renaming
 //! it into `fu/<stem>_<host>_pid<pid>.raw`; a failed rename means another FU won. Claims of an
 //! FU process that died are given back to the pool by any FU (or merger) on the same host.
 
@@ -132,7 +132,7 @@ impl Claimer {
 
     /// Claims the first of `candidates` that no other FU takes first.
     ///
-    /// It does so holding the `fcntl` lock of `fu.lock` (FORMATS.md §7 (b)), and moves the
+    /// It does so holding the `fcntl` lock of `fu.lock` (docs/formats.md §7 (b)), and moves the
     /// lock's "next LS, next index" past the file it claims and past every lumi section the BU
     /// has ended and whose files are all taken, so that FUs that follow `fu.lock` see the run as
     /// Tessera's FUs take it.

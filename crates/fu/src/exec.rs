@@ -1,6 +1,6 @@
 //! An external program as the HLT: [`ExecHlt`] runs a long-lived child process and talks to it
 //! with a line protocol on its standard input and output. The program reads the raw files itself
-//! (FORMATS.md §4, §5); the FU only tells it which file to judge and collects its answers.
+//! (docs/formats.md §4, §5); the FU only tells it which file to judge and collects its answers.
 //!
 //! # Protocol
 //!
@@ -17,7 +17,7 @@
 //!    restarted in the middle of the file). The program answers one line per record of the file
 //!    from record `<skip>` on, in file order:
 //!    `<event> <streams>`, where `<event>` is the event number of the record's FRD header
-//!    (decimal u32, FORMATS.md §4) and `<streams>` is `-` (rejected) or a comma-separated list of
+//!    (decimal u32, docs/formats.md §4) and `<streams>` is `-` (rejected) or a comma-separated list of
 //!    names from its `STREAMS` line. After the last record it writes `END`. A program may stop
 //!    with `END` at a record it cannot read (a truncated file); the FU does not need those.
 //!    The FU also passes over the answers for records it has set aside itself (a bad CRC), so

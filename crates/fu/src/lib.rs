@@ -1,6 +1,6 @@
 //! The filter unit (FU) of Tessera's file-based filter farm: it claims raw files from a BU's run
 //! directory, runs a selection menu over their events, and writes the accepted events into
-//! output streams per lumi section, with the bookkeeping the mergers combine (FORMATS.md §7–§8).
+//! output streams per lumi section, with the bookkeeping the mergers combine (docs/formats.md §7–§8).
 
 #![warn(missing_docs)]
 
@@ -108,7 +108,7 @@ pub enum FuError {
         /// The operating system's error.
         source: std::io::Error,
     },
-    /// A name or document that does not follow FORMATS.md.
+    /// A name or document that does not follow docs/formats.md.
     #[error(transparent)]
     Format(#[from] FormatError),
     /// A file written through the run-directory writer failed.

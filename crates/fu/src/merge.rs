@@ -1,4 +1,4 @@
-//! The mergers (FORMATS.md §8): micro (all FU processes of a node), mini (all FU nodes of a BU)
+//! The mergers (docs/formats.md §8): micro (all FU processes of a node), mini (all FU nodes of a BU)
 //! and macro (all BUs, into storage).
 //!
 //! Each works per lumi section, for every stream at once, and only when the bookkeeping says

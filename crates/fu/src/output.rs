@@ -1,4 +1,4 @@
-//! One FU process's outputs (FORMATS.md §8): per lumi section and stream, a raw file of the
+//! One FU process's outputs (docs/formats.md §8): per lumi section and stream, a raw file of the
 //! accepted events (RAW_0002 + FRD v6, the records copied as the BU wrote them) and its `.jsn`.
 //!
 //! Outputs are written under `open/` and published together when the lumi section closes, by a

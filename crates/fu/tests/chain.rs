@@ -540,7 +540,7 @@ fn fu_1x1_fu_lock_follows_the_files_tessera_fus_take() {
     assert_eq!(lock, "4 0");
 }
 
-/// An FU that follows `fu.lock` alone (FORMATS.md §7 (b)), as FUs written for CMS do: under the
+/// An FU that follows `fu.lock` alone (docs/formats.md §7 (b)), as FUs written for CMS do: under the
 /// fcntl lock it takes the file the lock names and moves the lock on; it reads files in place.
 #[test]
 fn fu_1x1_an_fu_lock_reader_takes_every_file_of_a_tessera_bu_once() {

@@ -1,4 +1,4 @@
-//! `tessera verify`: a BU run directory against every rule of FORMATS.md §4–§7.
+//! `tessera verify`: a BU run directory against every rule of docs/formats.md §4–§7.
 //!
 //! Checked: names; raw file headers (magic, header size, run and lumi section equal to the
 //! name's, event count, file size); every event (CRC-32C, the backward walk, every fragment's

@@ -13,13 +13,13 @@ use tessera_formats::seeded::write_seeded_fragment;
 use tessera_inspect::event::EventChecks;
 use tessera_inspect::inspect_path;
 
-/// FORMATS.md §10: the 3-word fragment.
+/// docs/formats.md §10: the 3-word fragment.
 const FRAGMENT: [u8; 24] = [
     0x00, 0x01, 0x10, 0x00, 0x01, 0x00, 0x00, 0x51, 0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, 0x00, 0x00, 0x85,
     0x2f, 0x03, 0x00, 0x00, 0xa0,
 ];
 
-/// The raw file of FORMATS.md §10: one event holding the fragment (80 bytes).
+/// The raw file of docs/formats.md §10: one event holding the fragment (80 bytes).
 fn raw_file() -> Vec<u8> {
     let mut file = vec![0u8; 80];
     write_frd_event(&mut file[32..], 0, 123_456, 1, 1, &[&FRAGMENT]).unwrap();
@@ -308,7 +308,7 @@ fn valid_inputs_give_no_problem() {
         std::fs::write(&path, bytes).unwrap();
         assert_eq!(first_problem(&path), "no problem reported", "{name}");
     }
-    // The FORMATS.md vector is a valid file whose one event lacks a trigger fragment: only the
+    // The docs/formats.md §10 vector is a valid file whose one event lacks a trigger fragment: only the
     // event-builder rule fails.
     let path = dir.path().join("vector.raw");
     std::fs::write(&path, raw_file()).unwrap();

@@ -16,7 +16,7 @@ use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
 const RUN: u32 = 7;
 const EOR: &str = "run000007_ls0000_EoR.jsn";
-/// Offset of the lumi section in a trigger fragment (FORMATS.md §3).
+/// Offset of the lumi section in a trigger fragment (docs/formats.md §3).
 const TCDS_LUMI_SECTION: usize = 68;
 
 /// A sample run in a temporary directory: 2 lumi sections of 5 events, 2 events per file (files

@@ -1,4 +1,4 @@
-//! A BU run directory on disk (FORMATS.md §5 and §7), written in the order the filter farm relies
+//! A BU run directory on disk (docs/formats.md §5 and §7), written in the order the filter farm relies
 //! on: a raw file grows under `open/`, its header is rewritten when it closes, it is renamed into
 //! the run directory, and only then does its `.jsn` appear (written as `.tmp`, then renamed). An
 //! end-of-lumi record is refused unless its counts close; the end-of-run record removes `open/`.

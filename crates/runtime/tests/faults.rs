@@ -1,5 +1,5 @@
 //! Faults of the front ends on a real 2×2 system on loopback (see `common`): one FED stream gets
-//! one fault from the emulator at one event, and the run must go on as DESIGN.md §3 says: the run
+//! one fault from the emulator at one event, and the run must go on as docs/design.md §1 (guarantee 3) says: the run
 //! ends, every triggered event is built exactly once (or the unit that cannot go on fails with an
 //! error naming the FED, the byte offset and the last LV1), the counters and problems say what
 //! happened, the built events carry the flags that tell what is wrong with them, and

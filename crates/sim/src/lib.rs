@@ -1,4 +1,4 @@
-//! Deterministic simulation of whole Tessera systems (DESIGN.md §4, "Deterministic
+//! Deterministic simulation of whole Tessera systems (docs/design.md §9, "Deterministic
 //! simulation").
 //!
 //! One thread and one seeded random generator drive every unit of a system — the EVM's node,
