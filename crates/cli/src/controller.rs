@@ -29,9 +29,10 @@ use crate::run::{ControlArgs, DRAIN_TIMEOUT, serve_control};
 /// The options of `tessera agent`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AgentArgs {
-    /// Address to serve on, e.g. `10.0.0.1:9900` (the host's address in the system file and
-    /// `controller.agent_port`). An address other than loopback needs `--token`.
-    #[arg(long)]
+    /// Address to serve on, `HOST:PORT` with a host name or an IP address (the host as the
+    /// system file names it and `controller.agent_port`). An address other than loopback needs
+    /// `--token`.
+    #[arg(long, value_parser = crate::socket_address)]
     pub listen: SocketAddr,
     /// The token every request must bring (`Authorization: Bearer TOKEN`); the controller
     /// reads the same variable.

@@ -27,8 +27,9 @@ pub struct FuArgs {
     /// The BU's directory, holding `runRRRRRR/` (on this host or a shared file system).
     #[arg(long, conflicts_with = "broker")]
     pub bu_dir: Option<PathBuf>,
-    /// Or the BU's file broker, `HOST:PORT`, for a host that does not see the BU's directory.
-    #[arg(long)]
+    /// Or the BU's file broker, `HOST:PORT` (a host name or an IP address), for a host that
+    /// does not see the BU's directory.
+    #[arg(long, value_parser = crate::socket_address)]
     pub broker: Option<std::net::SocketAddr>,
     /// This node's output directory, holding `runRRRRRR/`: every FU process on this host that
     /// reads the same BU directory must use the same one.

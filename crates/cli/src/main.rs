@@ -32,6 +32,13 @@ enum LogFormat {
     Json,
 }
 
+/// A `HOST:PORT` argument, the host a name or an IP address: the first address it resolves to.
+fn socket_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let mut addresses = text.to_socket_addrs().map_err(|e| format!("expected HOST:PORT ({e})"))?;
+    addresses.next().ok_or_else(|| format!("{text} resolves to no address"))
+}
+
 /// Sends the log to standard error: messages as they always read for people, every event as a
 /// JSON object for machines.
 fn init_log(format: LogFormat) {
