@@ -11,6 +11,7 @@ use tessera_rundir::sample::{SampleSpec, write_sample_run};
 mod controller;
 mod farm;
 mod run;
+mod space;
 
 /// Tessera: a software event builder for trigger/DAQ systems.
 #[derive(Parser)]
@@ -133,6 +134,13 @@ enum Command {
         /// a starting point for a system file, and exit.
         #[arg(long)]
         print_config: bool,
+        /// What stays in the output directory after the run: `storage` (the merged files and
+        /// summary.json; the units' own files go once the chain's check proves storage holds
+        /// every built event), `all` (the BUs' bookkeeping for `tessera verify --built`, the FUs'
+        /// and mergers' files and logs too), or `summary` (summary.json alone). A run on agents
+        /// keeps everything on its hosts.
+        #[arg(long, value_enum, default_value_t = space::Keep::Storage)]
+        keep: space::Keep,
     },
     /// Check a system file without running anything, or print the default one.
     Config {
@@ -592,8 +600,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo { output } => demo(output),
         Command::Sim { scenario, seeds, first_seed } => sim(&scenario, seeds, first_seed),
         Command::Ferol(args) => ferol(args),
-        Command::Run { system, args, control, print_config } => {
-            run::run(system.as_deref(), &args, &control, print_config)
+        Command::Run { system, args, control, print_config, keep } => {
+            run::run(system.as_deref(), &args, &control, print_config, keep)
         }
         Command::Config { action: ConfigAction::Default } => {
             print!("{}", tessera_config::SystemConfig::default().to_yaml());

@@ -29,6 +29,7 @@ use tessera_runtime::stats::UnitStats;
 use crate::farm::{
     Farm, FarmDirs, FarmOutcome, check_chain, start_broker, storage_run_dir, system_streams, wait_drained,
 };
+use crate::space::{Keep, announce_and_check, tidy};
 
 /// How long a unit keeps calling a peer that does not answer yet.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -319,7 +320,13 @@ fn emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<SenderConfig
 }
 
 /// `tessera run`: the whole system in this process.
-pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, print_config: bool) -> Result<ExitCode> {
+pub fn run(
+    system: Option<&Path>,
+    args: &SystemArgs,
+    control: &ControlArgs,
+    print_config: bool,
+    keep: Keep,
+) -> Result<ExitCode> {
     let cfg = load(system, args)?;
     if print_config {
         print!("{}", cfg.to_yaml());
@@ -342,6 +349,7 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
             );
         }
     }
+    announce_and_check(&cfg, &output, keep)?;
     let l = Listeners::bind_all(&cfg)?;
     std::fs::create_dir_all(&output).with_context(|| format!("creating {}", output.display()))?;
     let bu_data: Vec<SocketAddr> = l.data.iter().map(addr).collect();
@@ -532,6 +540,9 @@ pub fn run(system: Option<&Path>, args: &SystemArgs, control: &ControlArgs, prin
     trigger.interval(&outcome.progress);
     let ok = summarize(&cfg, &output, &outcome, &trigger.summary(), farm.as_ref())?;
     let cut_short = outcome.cut_short || farm.as_ref().is_some_and(|(f, _, _)| f.cut_short);
+    // Storage proves it holds every built event only through the mergers' chain check.
+    let proven = ok && !cut_short && cfg.fu.enabled && cfg.fu.merge;
+    println!("{}", tidy(&cfg, &output, if cfg.fu.enabled && cfg.fu.merge { keep } else { Keep::All }, proven)?);
     status.update(|v| {
         v.state = if ok && !cut_short { RunState::Ended } else { RunState::Aborted };
         if let Some((_, streams, dirs)) = &farm {

@@ -216,10 +216,39 @@ fn run_and_the_unit_commands_name_the_bad_input() {
 }
 
 #[test]
-fn run_writes_a_summary_that_proves_conservation_and_refuses_to_overwrite_a_run() {
+fn run_says_where_and_how_much_it_writes_and_keeps_storage_and_the_summary() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("out");
     let out = tessera(&["run", "--events", "2000", "--output", output.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let said = stderr.lines().find(|l| l.starts_with("output: ")).expect("where and how much, before the run");
+    assert!(said.contains("up to 34.7 MB (2000 events of 17.4 kB on average") && said.contains("free on"), "{said}");
+    assert!(stdout.contains("kept: ") && stdout.contains("--keep all keeps them"), "{stdout}");
+    let mut left: Vec<String> =
+        std::fs::read_dir(&output).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["storage", "summary.json"]);
+    let storage = output.join("storage/run000001");
+    assert!(tessera(&["verify", storage.to_str().unwrap()]).status.success());
+}
+
+#[test]
+fn run_refuses_to_start_when_its_file_system_lacks_the_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out");
+    let out = tessera(&["run", "--events", "100000000000", "--output", output.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(stderr.contains("the run may write up to") && stderr.contains("GB free"), "{stderr}");
+    assert!(!output.exists(), "nothing was written");
+}
+
+#[test]
+fn run_writes_a_summary_that_proves_conservation_and_refuses_to_overwrite_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out");
+    let out = tessera(&["run", "--events", "2000", "--keep", "all", "--output", output.to_str().unwrap()]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("conservation: triggered 2000 = built 2000 + lost 0  holds"), "{stdout}");

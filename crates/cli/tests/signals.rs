@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// and returns once it has built events (its progress line says so).
 fn start_run(output: &Path) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["run", "--seconds", "120", "--output", output.to_str().unwrap()])
+        .args(["run", "--seconds", "120", "--keep", "all", "--output", output.to_str().unwrap()])
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
