@@ -67,9 +67,9 @@ pub struct TriggerSummary {
 pub struct TriggerAccount {
     requested_hz: Option<f64>,
     last: Progress,
-    /// The end of the last interval in which triggers came: the run's rates are over the time
-    /// the trigger ran, not its drain.
-    triggering_seconds: f64,
+    /// The end of the last interval before the trigger stopped, and the events triggered by
+    /// then: the run's rates are over the time the trigger ran, not its drain.
+    triggering: (f64, u64),
     /// Set once the trigger is stopped: the streams then catch up to the stop line, which holds
     /// no trigger.
     stopped: bool,
@@ -83,7 +83,7 @@ impl TriggerAccount {
         TriggerAccount {
             requested_hz,
             last: Progress::default(),
-            triggering_seconds: 0.0,
+            triggering: (0.0, 0),
             stopped: false,
             dead_by_reason: BTreeMap::new(),
         }
@@ -111,8 +111,8 @@ impl TriggerAccount {
             dead_fraction: (dead / seconds).min(1.0),
             reasons,
         };
-        if now.triggered > self.last.triggered {
-            self.triggering_seconds = now.seconds;
+        if !self.stopped {
+            self.triggering = (now.seconds, now.triggered);
         }
         self.last = now.clone();
         interval
@@ -125,8 +125,8 @@ impl TriggerAccount {
 
     /// The run so far, up to the last interval taken, over the time the trigger ran.
     pub fn summary(&self) -> TriggerSummary {
-        let seconds = self.triggering_seconds.max(1e-9);
-        let achieved_hz = self.last.triggered as f64 / seconds;
+        let seconds = self.triggering.0.max(1e-9);
+        let achieved_hz = self.triggering.1 as f64 / seconds;
         let dead_by_reason: BTreeMap<&'static str, f64> =
             self.dead_by_reason.iter().map(|(&k, &v)| (k, (v / seconds).min(1.0))).collect();
         let bottleneck = self.requested_hz.filter(|&r| achieved_hz < SHORTFALL * r).map(|requested| {
