@@ -1,6 +1,7 @@
 //! `tessera config check`: every mistake of each wrong system file or menu kept in
-//! `crates/config/tests/bad/` (its `.expected` beside it), OK for every example, and every key of
-//! the default system documented in `docs/configuration.md`.
+//! `crates/config/tests/bad/` (its `.expected` beside it), OK for every example (those that name
+//! placeholder hosts once real addresses are put in), and every key of the default system
+//! documented in `docs/configuration.md`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -113,9 +114,25 @@ fn a_menu_is_checked_as_a_menu_with_every_mistake() {
     assert!(stderr.contains("menu.yaml:3:1: streams: unknown field `streams`"), "{stderr}");
 }
 
+/// The examples that name placeholder hosts under `.example`, each with the addresses that a
+/// test may put in their place (private ones: checking sends nothing anywhere).
+const PLACEHOLDERS: [(&str, &[(&str, &str)]); 2] = [
+    (
+        "multi-host.yaml",
+        &[("ru-host.example", "10.231.9.1"), ("bu-host.example", "10.231.9.2"), ("fu-host.example", "10.231.9.3")],
+    ),
+    ("two-hosts.yaml", &[("host-a.example", "10.0.0.1"), ("host-b.example", "10.0.0.2")]),
+];
+
+/// The lines of `text` that name a host under `.example`, comments left out.
+fn placeholder_lines(text: &str) -> usize {
+    text.lines().filter(|l| l.split('#').next().unwrap_or_default().contains(".example")).count()
+}
+
 #[test]
-fn every_example_checks_ok() {
+fn every_example_checks_ok_once_its_placeholder_hosts_are_replaced() {
     let dir = repo().join("examples");
+    let substituted = tempfile::tempdir().unwrap();
     let mut checked = 0;
     for entry in fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -123,12 +140,62 @@ fn every_example_checks_ok() {
         if path.extension().is_none_or(|e| e != "yaml") {
             continue;
         }
+        let text = fs::read_to_string(&path).unwrap();
         let (code, stdout, stderr) = check(&dir, &name);
-        assert_eq!(code, Some(0), "{name}: {stderr}");
+        let Some((_, hosts)) = PLACEHOLDERS.iter().find(|(example, _)| *example == name) else {
+            assert_eq!(placeholder_lines(&text), 0, "{name} names a placeholder host but is not in PLACEHOLDERS");
+            assert_eq!(code, Some(0), "{name}: {stderr}");
+            assert!(stdout.starts_with(&format!("{name}: OK: ")), "{stdout}");
+            checked += 1;
+            continue;
+        };
+        // As written: refused, every host key named, nothing else wrong.
+        assert_eq!(code, Some(1), "{name}: {stdout}");
+        let lines = stderr.lines().collect::<Vec<_>>();
+        let (count, refused) = lines.split_last().unwrap();
+        assert_eq!(*count, format!("{name}: {} mistakes", refused.len()));
+        assert_eq!(refused.len(), placeholder_lines(&text), "{stderr}");
+        for line in refused {
+            let host = hosts.iter().map(|(placeholder, _)| placeholder).find(|p| line.contains(&format!("\"{p}\"")));
+            assert!(host.is_some() && line.ends_with("is a placeholder: put your hosts' names here"), "{line}");
+        }
+        // With addresses in place of the placeholders: OK.
+        let text = hosts.iter().fold(text, |text, (placeholder, address)| text.replace(placeholder, address));
+        assert_eq!(placeholder_lines(&text), 0, "{name}: a placeholder that the test does not replace");
+        fs::write(substituted.path().join(&name), text).unwrap();
+        let (code, stdout, stderr) = check(substituted.path(), &name);
+        assert_eq!(code, Some(0), "{name} with addresses: {stderr}");
         assert!(stdout.starts_with(&format!("{name}: OK: ")), "{stdout}");
         checked += 1;
     }
     assert!(checked >= 6, "{checked} examples");
+}
+
+#[test]
+fn run_refuses_placeholder_hosts_before_it_starts_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = repo().join("examples/multi-host.yaml");
+    let out = dir.path().join("out");
+    let output = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("run")
+        .arg(&example)
+        .arg("--output")
+        .arg(&out)
+        .env("TESSERA_AGENT_TOKEN", "no-agent-is-asked")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Every error that stops `tessera run` before it starts is exit status 2.
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    // Only the refusal is said: no agent was called, no unit started, nothing written.
+    let (_, _, checked) = check(&repo().join("examples"), "multi-host.yaml");
+    let refusal = checked.replace("multi-host.yaml", &example.display().to_string());
+    assert_eq!(stderr, format!("tessera: {refusal}"));
+    assert!(stderr.contains("rus[0].host: \"ru-host.example\" is a placeholder: put your hosts' names here"));
+    assert!(!out.exists(), "nothing was started");
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was written");
+    assert!(output.stdout.is_empty(), "{}", String::from_utf8_lossy(&output.stdout));
 }
 
 /// The key paths of a YAML value: `run.number`, `rus[i].feds`, ...

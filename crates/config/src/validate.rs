@@ -56,6 +56,13 @@ fn reason(e: EmuError) -> String {
     }
 }
 
+/// Whether `host` is a name under `.example`, the top-level domain kept for examples that never
+/// resolves: the example files name their hosts so, and must be given real ones to run.
+fn is_placeholder(host: &str) -> bool {
+    let host = host.trim().trim_end_matches('.').to_ascii_lowercase();
+    host == "example" || host.ends_with(".example")
+}
+
 impl SystemConfig {
     /// Checks everything that the types alone do not: counts, ranges, unique names, host names,
     /// FEDs and ports, and that the tuning fits the fragments. The first problem, if any; see
@@ -106,8 +113,16 @@ impl SystemConfig {
                 }
             }
         }
-        if c.merger_host.is_some() && c.agent_port.is_none() {
-            p.add("controller.merger_host", "mergers on a host are started through agents: set controller.agent_port");
+        if let Some(host) = &c.merger_host {
+            if is_placeholder(host) {
+                p.add("controller.merger_host", placeholder(host));
+            }
+            if c.agent_port.is_none() {
+                p.add(
+                    "controller.merger_host",
+                    "mergers on a host are started through agents: set controller.agent_port",
+                );
+            }
         }
     }
 
@@ -174,6 +189,13 @@ impl SystemConfig {
             }
             if host.trim().is_empty() {
                 p.add(format!("{unit}.host"), "is empty");
+            } else if is_placeholder(host) {
+                p.add(format!("{unit}.host"), placeholder(host));
+            }
+        }
+        for (i, bu) in self.bus.iter().enumerate() {
+            if let Some(fu_host) = bu.fu_host.as_deref().filter(|host| is_placeholder(host)) {
+                p.add(format!("bus[{i}].fu_host"), placeholder(fu_host));
             }
         }
     }
@@ -352,6 +374,11 @@ impl SystemConfig {
             }
         }
     }
+}
+
+/// The problem with a host named `host`, a placeholder of an example file.
+fn placeholder(host: &str) -> String {
+    format!("{host:?} is a placeholder: put your hosts' names here")
 }
 
 fn validate_ru_params(p: &mut Problems, params: &RuParams, prefix: &str) {

@@ -68,8 +68,22 @@ fn laptop_example_parses_with_defaults_filled_in() {
 }
 
 #[test]
-fn two_hosts_example_parses_and_round_trips() {
-    let system = SystemConfig::load(&example("two-hosts.yaml")).unwrap();
+fn two_hosts_example_is_refused_until_its_placeholders_are_replaced() {
+    let path = example("two-hosts.yaml");
+    let refused = SystemConfig::load(&path).unwrap_err();
+    let keys: Vec<_> = refused.errors().iter().map(|e| e.place().unwrap().key.clone().unwrap()).collect();
+    assert_eq!(keys, ["rus[0].host", "rus[1].host", "bus[0].host", "bus[1].host"], "{refused}");
+    assert!(
+        refused.errors()[1]
+            .to_string()
+            .ends_with("rus[1].host: \"host-b.example\" is a placeholder: put your hosts' names here"),
+        "{refused}"
+    );
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("host-a.example", "10.0.0.1")
+        .replace("host-b.example", "10.0.0.2");
+    let system = SystemConfig::from_yaml(&text, &path).unwrap();
     assert_eq!((system.run.events, system.run.seconds), (Some(1_000_000), None));
     assert_eq!(system.rus[1].host, "10.0.0.2");
     assert_eq!(system.rus[1].fault_specs().unwrap()[0].fed, Some(9));
@@ -389,4 +403,21 @@ fn a_misspelt_key_is_not_also_reported_missing() {
              control_port, feds, fragment_size, faults, emulated, params, cpu",
         ]
     );
+}
+
+#[test]
+fn placeholder_hosts_are_refused_at_every_key_that_names_a_host() {
+    let text = "rus:\n  - {name: ru0, feds: 1024, host: ru-host.example}\nbus:\n  - name: bu0\n    host: BU.EXAMPLE.\n    \
+                broker_port: 9300\n    fu_host: fu-host.example\ncontroller:\n  agent_port: 9900\n  merger_host: merge.example\n";
+    assert_eq!(
+        errors(text),
+        [
+            "conf/bad.yaml:2:29: rus[0].host: \"ru-host.example\" is a placeholder: put your hosts' names here",
+            "conf/bad.yaml:5:5: bus[0].host: \"BU.EXAMPLE.\" is a placeholder: put your hosts' names here",
+            "conf/bad.yaml:7:5: bus[0].fu_host: \"fu-host.example\" is a placeholder: put your hosts' names here",
+            "conf/bad.yaml:10:3: controller.merger_host: \"merge.example\" is a placeholder: put your hosts' names here",
+        ]
+    );
+    // A name that only contains the word is a name.
+    parse(&text.replace(".example", ".example.org").replace(".EXAMPLE.", ".examples")).unwrap();
 }
