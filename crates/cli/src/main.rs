@@ -142,7 +142,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = space::Keep::Storage)]
         keep: space::Keep,
     },
-    /// Check a system file without running anything, or print the default one.
+    /// Check a system file or a selection menu without running anything, or print the default
+    /// system.
     Config {
         #[command(subcommand)]
         action: ConfigAction,
@@ -268,11 +269,19 @@ enum BenchSuite {
 #[derive(Subcommand)]
 enum ConfigAction {
     /// Read and check a system file as `tessera run` would (every key, every value, the menu
-    /// file it names); print a one-line summary, or the first problem with file, line, key,
-    /// what was expected and what was found (exit status 1).
+    /// file it names), or a selection menu as an FU would; print a one-line summary, or every
+    /// mistake with file, line, key, what was expected and what was found, then how many
+    /// (exit status 1). A file whose top-level keys are a menu's (`streams`, `paths`) is
+    /// checked as a menu.
     Check {
-        /// The system file.
+        /// The system file or menu.
         file: PathBuf,
+        /// Check the file as a selection menu, whatever its keys.
+        #[arg(long, conflicts_with = "system")]
+        menu: bool,
+        /// Check the file as a system file, whatever its keys.
+        #[arg(long)]
+        system: bool,
     },
     /// Print the default system (the one `tessera run` runs without a file) as YAML.
     Default,
@@ -484,20 +493,23 @@ fn main() -> ExitCode {
 
 /// `tessera config check`: the file read and checked as `tessera run` reads it, and the menu
 /// file it names.
-fn config_check(file: &Path) -> Result<ExitCode> {
+fn config_check(file: &Path) -> ExitCode {
     let cfg = match tessera_config::SystemConfig::load(file) {
         Ok(cfg) => cfg,
-        Err(e) => {
-            eprintln!("{e}");
-            return Ok(ExitCode::from(1));
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::from(1);
         }
     };
     if cfg.fu.enabled
         && let Some(menu) = &cfg.fu.menu
-        && let Err(e) = tessera_config::Menu::load(menu)
+        && let Err(errors) = tessera_config::Menu::load(menu)
     {
-        eprintln!("{}: fu.menu: {e}", file.display());
-        return Ok(ExitCode::from(1));
+        // The menu's mistakes are the system file's, through its `fu.menu`.
+        for line in errors.to_string().lines() {
+            eprintln!("{}: fu.menu: {line}", file.display());
+        }
+        return ExitCode::from(1);
     }
     let farm = if cfg.fu.enabled {
         format!("filter farm of {} FU processes per BU", cfg.fu.processes_per_bu)
@@ -523,7 +535,28 @@ fn config_check(file: &Path) -> Result<ExitCode> {
         cfg.all_feds().len(),
         farm
     );
-    Ok(ExitCode::SUCCESS)
+    ExitCode::SUCCESS
+}
+
+/// `tessera config check` of a selection menu: read and checked as an FU reads it.
+fn menu_check(file: &Path) -> ExitCode {
+    match tessera_config::Menu::load(file) {
+        Ok(menu) => {
+            println!(
+                "{}: OK: a selection menu of {} streams ({}) and {} paths ({})",
+                file.display(),
+                menu.streams.len(),
+                menu.streams.join(", "),
+                menu.paths.len(),
+                menu.paths.iter().map(|path| path.name.as_str()).collect::<Vec<_>>().join(", ")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 fn checks(no_seed_check: bool) -> EventChecks {
@@ -607,7 +640,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print!("{}", tessera_config::SystemConfig::default().to_yaml());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Config { action: ConfigAction::Check { file } } => config_check(&file),
+        Command::Config { action: ConfigAction::Check { file, menu, system } } => {
+            let kind = match (menu, system) {
+                (true, _) => tessera_config::FileKind::Menu,
+                (_, true) => tessera_config::FileKind::System,
+                _ => tessera_config::FileKind::of_file(&file),
+            };
+            Ok(match kind {
+                tessera_config::FileKind::System => config_check(&file),
+                tessera_config::FileKind::Menu => menu_check(&file),
+            })
+        }
         Command::Fu(args) => {
             let report = farm::fu(&args)?;
             println!("{}", farm::report_json(&report));

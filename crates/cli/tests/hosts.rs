@@ -259,14 +259,30 @@ fn wait_for_remote_summaries(bu_dir: &Path, run: u32, host: &str, count: usize) 
 
 /// The hosts of `examples/multi-host.yaml` (readout, builder, filter) and one for the controller.
 const MULTI_HOST: [&str; 4] = ["10.231.9.1", "10.231.9.2", "10.231.9.3", "10.231.9.10"];
+/// The placeholder names of the example's readout, builder and filter hosts.
+const MULTI_HOST_PLACEHOLDERS: [&str; 3] = ["ru-host.example", "bu-host.example", "fu-host.example"];
 const AGENT_TOKEN: &str = "multi-host-test-token";
 
 fn repo() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// `examples/multi-host.yaml` with the addresses of the test's hosts in place of its
+/// placeholders, written into `d`.
+fn multi_host_example(d: &Path) -> std::path::PathBuf {
+    let mut text = std::fs::read_to_string(repo().join("examples/multi-host.yaml")).unwrap();
+    for (placeholder, address) in MULTI_HOST_PLACEHOLDERS.iter().zip(MULTI_HOST) {
+        assert!(text.contains(&format!(": {placeholder}")), "the example names no {placeholder}");
+        text = text.replace(placeholder, address);
+    }
+    let path = d.join("multi-host.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 /// Starts an agent on each of the example's three hosts, and `tessera run` of the example
-/// (with `args`) on the controller's host, its summary in `run.out`.
+/// (with `args`, and the hosts' addresses in place of its placeholders) on the controller's
+/// host, its summary in `run.out`.
 fn start_multi_host(units: &mut Processes, lan: &Lan, d: &Path, args: &[&str]) {
     for (k, address) in MULTI_HOST[..3].iter().enumerate() {
         let listen = format!("{address}:9900");
@@ -281,7 +297,7 @@ fn start_multi_host(units: &mut Processes, lan: &Lan, d: &Path, args: &[&str]) {
         );
         wait_for_line(d, &format!("{label}.log"), "agent: serving");
     }
-    let example = repo().join("examples/multi-host.yaml");
+    let example = multi_host_example(d);
     let mut command = Command::new("ip");
     command
         .args(["netns", "exec", &lan.hosts[3], env!("CARGO_BIN_EXE_tessera"), "run"])

@@ -2,7 +2,7 @@
 //! known, the line, the column and the key path (`rus[1].feds`), then says what was expected.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Where in a system or menu file a problem is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,4 +94,61 @@ pub struct ValidationError {
     pub key: String,
     /// What is wrong and what would be right.
     pub message: String,
+}
+
+/// Every mistake found in one system or menu file, in the order of the file: reading goes on
+/// past an unknown key, a value of the wrong type or a value out of range, so that one check
+/// shows them all.
+#[derive(Debug)]
+pub struct ConfigErrors {
+    file: PathBuf,
+    errors: Vec<ConfigError>,
+}
+
+impl ConfigErrors {
+    /// The mistakes `errors`, at least one, found in `file`.
+    pub(crate) fn new(file: &Path, errors: Vec<ConfigError>) -> ConfigErrors {
+        debug_assert!(!errors.is_empty(), "a file is refused for at least one mistake");
+        ConfigErrors { file: file.to_owned(), errors }
+    }
+
+    /// The file, as it was given.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The mistakes, in the order of the file (those without a line last).
+    pub fn errors(&self) -> &[ConfigError] {
+        &self.errors
+    }
+
+    /// The one mistake when the file cannot be read: nothing else can be said of it.
+    fn unreadable(&self) -> Option<&ConfigError> {
+        match self.errors.as_slice() {
+            [read @ ConfigError::Read { .. }] => Some(read),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    /// One mistake a line, then `system.yaml: 3 mistakes` (no count for a file that cannot be
+    /// read).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(read) = self.unreadable() {
+            return write!(f, "{read}");
+        }
+        for error in &self.errors {
+            writeln!(f, "{error}")?;
+        }
+        let count = self.errors.len();
+        write!(f, "{}: {count} {}", self.file.display(), if count == 1 { "mistake" } else { "mistakes" })
+    }
+}
+
+impl std::error::Error for ConfigErrors {
+    /// Why a file cannot be read; a mistake in the text has nothing behind it.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.unreadable().and_then(std::error::Error::source)
+    }
 }

@@ -14,7 +14,8 @@
 //! An event goes to a path's streams when it passes all the path's [`Conditions`] and then its
 //! prescale; the filter unit applies the menu (`tessera_fu::select`).
 
-use crate::error::{ConfigError, ValidationError};
+use crate::error::{ConfigErrors, ValidationError};
+use crate::validate::Problems;
 use crate::yaml;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -222,34 +223,29 @@ impl Default for Menu {
     }
 }
 
-fn fail(key: impl Into<String>, message: impl Into<String>) -> Result<(), ValidationError> {
-    Err(ValidationError { key: key.into(), message: message.into() })
-}
-
-fn check_range(key: &str, min: u64, max: u64) -> Result<(), ValidationError> {
+fn check_range(p: &mut Problems, key: &str, min: u64, max: u64) {
     if min > max {
-        return fail(key, format!("min {min} is above max {max}: no event can pass"));
+        p.add(key, format!("min {min} is above max {max}: no event can pass"));
     }
-    Ok(())
 }
 
-fn check_fed(key: &str, fed: u16) -> Result<(), ValidationError> {
+fn check_fed(p: &mut Problems, key: &str, fed: u16) {
     if fed > MAX_FED_ID {
-        return fail(key, format!("FED id {fed} is above {MAX_FED_ID}"));
+        p.add(key, format!("FED id {fed} is above {MAX_FED_ID}"));
     }
-    Ok(())
 }
 
 impl Menu {
     /// Reads a menu from `text`, the contents of the file `origin` (named in errors), and
     /// [validates](Menu::validate) it. Errors name the file, line, column and key path, as
-    /// those of [`SystemConfig::from_yaml`](crate::SystemConfig::from_yaml) do.
-    pub fn from_yaml(text: &str, origin: &Path) -> Result<Menu, ConfigError> {
-        yaml::read_yaml(text, origin, Menu::validate)
+    /// those of [`SystemConfig::from_yaml`](crate::SystemConfig::from_yaml) do, and every
+    /// mistake is reported.
+    pub fn from_yaml(text: &str, origin: &Path) -> Result<Menu, ConfigErrors> {
+        yaml::read_yaml(text, origin, Menu::problems)
     }
 
     /// Reads and validates the menu file at `path`.
-    pub fn load(path: &Path) -> Result<Menu, ConfigError> {
+    pub fn load(path: &Path) -> Result<Menu, ConfigErrors> {
         Menu::from_yaml(&yaml::read_text(path)?, path)
     }
 
@@ -265,36 +261,39 @@ impl Menu {
     }
 
     /// Checks what the types alone do not: stream names, unique names, that each path feeds
-    /// known streams, and that each condition can hold. Stops at the first problem.
+    /// known streams, and that each condition can hold. The first problem, if any; see
+    /// [`Menu::problems`] for all of them.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        self.validate_streams()?;
+        self.problems().into_iter().next().map_or(Ok(()), Err)
+    }
+
+    /// Every problem [`Menu::validate`] looks for, at most one a key, in the order of the file.
+    pub fn problems(&self) -> Vec<ValidationError> {
+        let mut p = Problems::default();
+        self.validate_streams(&mut p);
         if self.paths.is_empty() {
-            return fail("paths", "no paths: the menu would reject every event");
+            p.add("paths", "no paths: the menu would reject every event");
         }
         let mut names = HashMap::new();
         for (i, path) in self.paths.iter().enumerate() {
             let key = format!("paths[{i}]");
             if path.name.is_empty() {
-                return fail(format!("{key}.name"), "a path needs a non-empty name");
+                p.add(format!("{key}.name"), "a path needs a non-empty name");
+            } else if let Some(first) = names.insert(path.name.as_str(), i) {
+                p.add(format!("{key}.name"), format!("path name {:?} is already used by paths[{first}]", path.name));
             }
-            if let Some(first) = names.insert(path.name.as_str(), i) {
-                return fail(
-                    format!("{key}.name"),
-                    format!("path name {:?} is already used by paths[{first}]", path.name),
-                );
-            }
-            self.validate_path_streams(&key, path)?;
-            validate_conditions(&format!("{key}.conditions"), &path.conditions)?;
+            self.validate_path_streams(&mut p, &key, path);
+            validate_conditions(&mut p, &format!("{key}.conditions"), &path.conditions);
         }
-        Ok(())
+        p.into_vec()
     }
 
-    fn validate_streams(&self) -> Result<(), ValidationError> {
+    fn validate_streams(&self, p: &mut Problems) {
         if self.streams.is_empty() {
-            return fail("streams", "no streams: a menu needs at least one");
+            p.add("streams", "no streams: a menu needs at least one");
         }
         if self.streams.len() > MAX_MENU_STREAMS {
-            return fail("streams", format!("{} streams; at most {MAX_MENU_STREAMS}", self.streams.len()));
+            p.add("streams", format!("{} streams; at most {MAX_MENU_STREAMS}", self.streams.len()));
         }
         for (i, stream) in self.streams.iter().enumerate() {
             if let Err(e) = validate_stream_name(stream) {
@@ -302,43 +301,43 @@ impl Menu {
                     FormatError::Name { problem, .. } => problem.to_owned(),
                     other => other.to_string(),
                 };
-                return fail(format!("streams[{i}]"), format!("{stream:?}: {problem} ('_' separates file name parts)"));
-            }
-            if let Some(first) = self.streams[..i].iter().position(|s| s == stream) {
-                return fail(format!("streams[{i}]"), format!("stream {stream:?} is already streams[{first}]"));
+                p.add(format!("streams[{i}]"), format!("{stream:?}: {problem} ('_' separates file name parts)"));
+            } else if let Some(first) = self.streams[..i].iter().position(|s| s == stream) {
+                p.add(format!("streams[{i}]"), format!("stream {stream:?} is already streams[{first}]"));
             }
         }
-        Ok(())
     }
 
-    fn validate_path_streams(&self, key: &str, path: &MenuPath) -> Result<(), ValidationError> {
+    fn validate_path_streams(&self, p: &mut Problems, key: &str, path: &MenuPath) {
         if path.streams.is_empty() {
-            return fail(format!("{key}.streams"), "a path must feed at least one stream");
+            p.add(format!("{key}.streams"), "a path must feed at least one stream");
         }
         for (j, stream) in path.streams.iter().enumerate() {
             let key = format!("{key}.streams[{j}]");
-            if self.stream_index(stream).is_none() {
-                return fail(key, format!("stream {stream:?} is not in streams ({})", self.streams.join(", ")));
+            // Without streams, that none is one of them is said once, of `streams`.
+            if self.streams.is_empty() {
+                break;
             }
-            if let Some(first) = path.streams[..j].iter().position(|s| s == stream) {
-                return fail(key, format!("stream {stream:?} is already the path's streams[{first}]"));
+            if self.stream_index(stream).is_none() {
+                p.add(key, format!("stream {stream:?} is not in streams ({})", self.streams.join(", ")));
+            } else if let Some(first) = path.streams[..j].iter().position(|s| s == stream) {
+                p.add(key, format!("stream {stream:?} is already the path's streams[{first}]"));
             }
         }
-        Ok(())
     }
 }
 
-fn validate_conditions(key: &str, c: &Conditions) -> Result<(), ValidationError> {
+fn validate_conditions(p: &mut Problems, key: &str, c: &Conditions) {
     if let Some(types) = &c.trigger_type {
         if types.is_empty() {
-            return fail(
+            p.add(
                 format!("{key}.trigger_type"),
                 "an empty list passes no event; leave the key out to pass every trigger type",
             );
         }
         for (i, &t) in types.iter().enumerate() {
             if t > MAX_TRIGGER_TYPE {
-                return fail(
+                p.add(
                     format!("{key}.trigger_type[{i}]"),
                     format!("trigger type {t} is above {MAX_TRIGGER_TYPE} (4 bits)"),
                 );
@@ -346,41 +345,40 @@ fn validate_conditions(key: &str, c: &Conditions) -> Result<(), ValidationError>
         }
     }
     if let Some(bx) = c.bx {
-        check_range(&format!("{key}.bx"), bx.min.into(), bx.max.into())?;
+        check_range(p, &format!("{key}.bx"), bx.min.into(), bx.max.into());
         if bx.min >= BX_PER_ORBIT {
-            return fail(
+            p.add(
                 format!("{key}.bx.min"),
                 format!("{} is past the last bunch crossing of an orbit ({})", bx.min, BX_PER_ORBIT - 1),
             );
         }
     }
     for (i, &fed) in c.feds_present.iter().enumerate() {
-        check_fed(&format!("{key}.feds_present[{i}]"), fed)?;
+        check_fed(p, &format!("{key}.feds_present[{i}]"), fed);
     }
     for (i, &fed) in c.feds_absent.iter().enumerate() {
         let at = format!("{key}.feds_absent[{i}]");
-        check_fed(&at, fed)?;
+        check_fed(p, &at, fed);
         if c.feds_present.contains(&fed) {
-            return fail(at, format!("FED {fed} is also in feds_present: no event can pass"));
+            p.add(at, format!("FED {fed} is also in feds_present: no event can pass"));
         }
     }
     if let Some(size) = c.fed_size_bytes {
-        check_fed(&format!("{key}.fed_size_bytes.fed"), size.fed)?;
-        check_range(&format!("{key}.fed_size_bytes"), size.min, size.max)?;
+        check_fed(p, &format!("{key}.fed_size_bytes.fed"), size.fed);
+        check_range(p, &format!("{key}.fed_size_bytes"), size.min, size.max);
         if c.feds_absent.contains(&size.fed) {
-            return fail(
+            p.add(
                 format!("{key}.fed_size_bytes.fed"),
                 format!("FED {} is also in feds_absent: no event can pass", size.fed),
             );
         }
     }
     if let Some(size) = c.event_size_bytes {
-        check_range(&format!("{key}.event_size_bytes"), size.min, size.max)?;
+        check_range(p, &format!("{key}.event_size_bytes"), size.min, size.max);
     }
     if let Some(f) = c.random_fraction
         && !(0.0..=1.0).contains(&f)
     {
-        return fail(format!("{key}.random_fraction"), format!("{f} is outside 0..=1"));
+        p.add(format!("{key}.random_fraction"), format!("{f} is outside 0..=1"));
     }
-    Ok(())
 }

@@ -16,15 +16,35 @@ pub const MAX_RUN_NUMBER: u32 = 999_999;
 /// Most writer threads of one BU.
 pub const MAX_WRITER_THREADS: u32 = 16;
 
-fn fail(key: impl Into<String>, message: impl Into<String>) -> Result<(), ValidationError> {
-    Err(ValidationError { key: key.into(), message: message.into() })
-}
+/// The problems found so far, at most one a key (the first found): a key with several problems
+/// is reported once, and the others show when it is put right.
+#[derive(Default)]
+pub(crate) struct Problems(Vec<ValidationError>);
 
-fn at_least_one(key: &str, value: u64) -> Result<(), ValidationError> {
-    if value == 0 {
-        return fail(key, "must be at least 1");
+impl Problems {
+    /// Notes that the value of `key` is wrong, unless a problem with it is noted already.
+    pub(crate) fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        let key = key.into();
+        if !self.0.iter().any(|p| p.key == key) {
+            self.0.push(ValidationError { key, message: message.into() });
+        }
     }
-    Ok(())
+
+    fn at_least_one(&mut self, key: &str, value: u64) {
+        if value == 0 {
+            self.add(key, "must be at least 1");
+        }
+    }
+
+    /// Whether a problem with `key` is noted.
+    fn has(&self, key: &str) -> bool {
+        self.0.iter().any(|p| p.key == key)
+    }
+
+    /// Every problem noted, in the order found.
+    pub(crate) fn into_vec(self) -> Vec<ValidationError> {
+        self.0
+    }
 }
 
 /// The reason of an emulator error without the emulator's own prefix, which names its
@@ -36,40 +56,54 @@ fn reason(e: EmuError) -> String {
     }
 }
 
+/// Whether `host` is a name under `.example`, the top-level domain kept for examples that never
+/// resolves: the example files name their hosts so, and must be given real ones to run.
+fn is_placeholder(host: &str) -> bool {
+    let host = host.trim().trim_end_matches('.').to_ascii_lowercase();
+    host == "example" || host.ends_with(".example")
+}
+
 impl SystemConfig {
-    /// Checks everything that the types alone do not: counts, ranges, unique names, FEDs and
-    /// ports, and that the tuning fits the fragments. Stops at the first problem.
+    /// Checks everything that the types alone do not: counts, ranges, unique names, host names,
+    /// FEDs and ports, and that the tuning fits the fragments. The first problem, if any; see
+    /// [`SystemConfig::problems`] for all of them.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        self.validate_run()?;
-        self.validate_units()?;
-        self.validate_feds()?;
-        self.validate_ports()?;
-        self.validate_params()?;
-        self.validate_controller()
+        self.problems().into_iter().next().map_or(Ok(()), Err)
     }
 
-    fn validate_controller(&self) -> Result<(), ValidationError> {
+    /// Every problem [`SystemConfig::validate`] looks for, at most one a key, in the order of
+    /// the sections. A check that needs a value already found wrong is left out, so that one
+    /// mistake is not reported again under other keys.
+    pub fn problems(&self) -> Vec<ValidationError> {
+        let mut p = Problems::default();
+        self.validate_run(&mut p);
+        self.validate_units(&mut p);
+        self.validate_feds(&mut p);
+        self.validate_ports(&mut p);
+        self.validate_params(&mut p);
+        self.validate_controller(&mut p);
+        p.into_vec()
+    }
+
+    fn validate_controller(&self, p: &mut Problems) {
         let c = &self.controller;
         if c.agent_port == Some(0) {
-            return fail("controller.agent_port", "0 is no port an agent can be reached at");
+            p.add("controller.agent_port", "0 is no port an agent can be reached at");
         }
         if !(c.heartbeat_timeout_s.is_finite() && (0.1..=3600.0).contains(&c.heartbeat_timeout_s)) {
-            return fail(
-                "controller.heartbeat_timeout_s",
-                format!("{} is outside 0.1..=3600 s", c.heartbeat_timeout_s),
-            );
+            p.add("controller.heartbeat_timeout_s", format!("{} is outside 0.1..=3600 s", c.heartbeat_timeout_s));
         }
-        at_least_one("controller.start_timeout_s", c.start_timeout_s)?;
+        p.at_least_one("controller.start_timeout_s", c.start_timeout_s);
         for (i, bu) in self.bus.iter().enumerate() {
             if let Some(fu_host) = &bu.fu_host {
                 if c.agent_port.is_none() && *fu_host != bu.host {
-                    return fail(
+                    p.add(
                         format!("bus[{i}].fu_host"),
                         "FUs on another host are started through agents: set controller.agent_port",
                     );
                 }
                 if self.fu.enabled && *fu_host != bu.host && bu.broker_port.is_none() {
-                    return fail(
+                    p.add(
                         format!("bus[{i}].fu_host"),
                         format!(
                             "FUs on {fu_host} reach {} only through its file broker: set bus[{i}].broker_port",
@@ -79,38 +113,50 @@ impl SystemConfig {
                 }
             }
         }
-        if c.merger_host.is_some() && c.agent_port.is_none() {
-            return fail(
-                "controller.merger_host",
-                "mergers on a host are started through agents: set controller.agent_port",
-            );
+        if let Some(host) = &c.merger_host {
+            if is_placeholder(host) {
+                p.add("controller.merger_host", placeholder(host));
+            }
+            if c.agent_port.is_none() {
+                p.add(
+                    "controller.merger_host",
+                    "mergers on a host are started through agents: set controller.agent_port",
+                );
+            }
         }
-        Ok(())
     }
 
-    fn validate_run(&self) -> Result<(), ValidationError> {
+    fn validate_run(&self, p: &mut Problems) {
         let run = &self.run;
         if !(1..=MAX_RUN_NUMBER).contains(&run.number) {
-            return fail("run.number", format!("{} is outside 1..={MAX_RUN_NUMBER}", run.number));
+            p.add("run.number", format!("{} is outside 1..={MAX_RUN_NUMBER}", run.number));
         }
-        at_least_one("run.first_event", run.first_event)?;
+        p.at_least_one("run.first_event", run.first_event);
         if let Some(events) = run.events {
-            at_least_one("run.events", events)?;
+            p.at_least_one("run.events", events);
         }
         match run.seconds {
             Some(s) if !(s.is_finite() && s > 0.0) => {
-                return fail("run.seconds", format!("{s} is not a number of seconds > 0"));
+                p.add("run.seconds", format!("{s} is not a number of seconds > 0"))
             }
             // Only an explicit `seconds: null` gets here: an absent one defaults to 10 s.
             None if run.events.is_none() => {
-                return fail("run.seconds", "null, and so is run.events: the run needs at least one stop condition");
+                p.add("run.seconds", "null, and so is run.events: the run needs at least one stop condition");
             }
             _ => {}
+        }
+        if !(1..=ORBITS_PER_LUMI_SECTION).contains(&run.orbits_per_lumi_section) {
+            p.add(
+                "run.orbits_per_lumi_section",
+                format!("{} is outside 1..={ORBITS_PER_LUMI_SECTION}", run.orbits_per_lumi_section),
+            );
+            // The time-out and the clock below are measured in lumi sections of this length.
+            return;
         }
         let lumi_seconds = run.orbits_per_lumi_section as f64 * tessera_emu::generator::ORBIT_SECONDS;
         let timeout = self.evm.lumi_section_timeout_s;
         if !(timeout.is_finite() && timeout >= lumi_seconds) {
-            return fail(
+            p.add(
                 "evm.lumi_section_timeout_s",
                 format!(
                     "{timeout} s is shorter than a lumi section ({lumi_seconds:.3} s for {} orbits): a trigger after the time-out could still belong to the section it closed",
@@ -118,25 +164,18 @@ impl SystemConfig {
                 ),
             );
         }
-        if !(1..=ORBITS_PER_LUMI_SECTION).contains(&run.orbits_per_lumi_section) {
-            return fail(
-                "run.orbits_per_lumi_section",
-                format!("{} is outside 1..={ORBITS_PER_LUMI_SECTION}", run.orbits_per_lumi_section),
-            );
-        }
         // The emulator's own check of the rate, so the file refuses what the emulator would.
         if let Err(e) = TriggerClock::new(self.clock_spec()) {
-            return fail("trigger.rate_hz", reason(e));
+            p.add("trigger.rate_hz", reason(e));
         }
-        Ok(())
     }
 
-    fn validate_units(&self) -> Result<(), ValidationError> {
+    fn validate_units(&self, p: &mut Problems) {
         if self.rus.is_empty() {
-            return fail("rus", "at least one RU is needed");
+            p.add("rus", "at least one RU is needed");
         }
         if self.bus.is_empty() {
-            return fail("bus", "at least one BU is needed");
+            p.add("bus", "at least one BU is needed");
         }
         let names = self.rus.iter().enumerate().map(|(i, ru)| (format!("rus[{i}]"), &ru.name, &ru.host));
         let names = names.chain(self.bus.iter().enumerate().map(|(i, bu)| (format!("bus[{i}]"), &bu.name, &bu.host)));
@@ -144,70 +183,71 @@ impl SystemConfig {
         for (unit, name, host) in names {
             let ok = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
             if name.is_empty() || !name.chars().all(ok) {
-                return fail(format!("{unit}.name"), format!("{name:?} is not a name of letters, digits, `_` and `-`"));
-            }
-            if let Some(first) = seen.insert(name, unit.clone()) {
-                return fail(format!("{unit}.name"), format!("{name:?} is already the name of {first}"));
+                p.add(format!("{unit}.name"), format!("{name:?} is not a name of letters, digits, `_` and `-`"));
+            } else if let Some(first) = seen.insert(name, unit.clone()) {
+                p.add(format!("{unit}.name"), format!("{name:?} is already the name of {first}"));
             }
             if host.trim().is_empty() {
-                return fail(format!("{unit}.host"), "is empty");
+                p.add(format!("{unit}.host"), "is empty");
+            } else if is_placeholder(host) {
+                p.add(format!("{unit}.host"), placeholder(host));
             }
         }
-        Ok(())
+        for (i, bu) in self.bus.iter().enumerate() {
+            if let Some(fu_host) = bu.fu_host.as_deref().filter(|host| is_placeholder(host)) {
+                p.add(format!("bus[{i}].fu_host"), placeholder(fu_host));
+            }
+        }
     }
 
-    fn validate_feds(&self) -> Result<(), ValidationError> {
+    fn validate_feds(&self, p: &mut Problems) {
         let mut owner: HashMap<u16, usize> = HashMap::new();
         for (i, ru) in self.rus.iter().enumerate() {
             let key = |field: &str| format!("rus[{i}].{field}");
             if let Err(e) = ru.fragment_size.model().validate() {
-                return fail(key("fragment_size"), reason(e));
+                p.add(key("fragment_size"), reason(e));
             }
             if ru.feds.is_empty() {
-                return fail(key("feds"), "an RU needs at least one FED");
+                p.add(key("feds"), "an RU needs at least one FED");
             }
             for &fed in &ru.feds {
                 // The size model is checked above; this refuses the other trigger FED ids.
                 if let Err(EmuError::BadFedId { reason, .. }) =
                     (FedSpec { fed, size: SizeModel::Fixed(1024) }).validate()
                 {
-                    return fail(key("feds"), format!("FED {fed}: {reason}"));
+                    p.add(key("feds"), format!("FED {fed}: {reason}"));
                 }
                 if let Some(first) = owner.insert(fed, i) {
-                    return fail(key("feds"), format!("FED {fed} is already read by rus[{first}]"));
-                }
-                if fed == TCDS_FED_ID && i != 0 {
-                    return fail(key("feds"), format!("the trigger FED {TCDS_FED_ID} belongs on rus[0], the EVM's RU"));
+                    p.add(key("feds"), format!("FED {fed} is already read by rus[{first}]"));
                 }
             }
+            // The trigger FED on another RU is either read twice or missing here: said once.
             if i == 0 && !ru.feds.contains(&TCDS_FED_ID) {
-                return fail(key("feds"), format!("rus[0] hosts the EVM and must read the trigger FED {TCDS_FED_ID}"));
+                p.add(key("feds"), format!("rus[0] hosts the EVM and must read the trigger FED {TCDS_FED_ID}"));
             }
             if ru.emulated && ru.feds.len() > MAX_STREAMS {
-                return fail(
-                    key("feds"),
-                    format!("{} FEDs; one emulator process sends at most {MAX_STREAMS}", ru.feds.len()),
-                );
+                p.add(key("feds"), format!("{} FEDs; one emulator process sends at most {MAX_STREAMS}", ru.feds.len()));
             }
             for (j, spec) in ru.faults.iter().enumerate() {
-                let fault = match spec.parse::<tessera_emu::fault::FaultSpec>() {
-                    Ok(fault) => fault,
-                    Err(e) => return fail(key(&format!("faults[{j}]")), format!("{spec:?}: {}", reason(e))),
-                };
-                if let Some(fed) = fault.fed.filter(|fed| !ru.feds.contains(fed)) {
-                    return fail(
-                        key(&format!("faults[{j}]")),
-                        format!("{spec:?} hits FED {fed}, which this RU does not read"),
-                    );
+                match spec.parse::<tessera_emu::fault::FaultSpec>() {
+                    Err(e) => p.add(key(&format!("faults[{j}]")), format!("{spec:?}: {}", reason(e))),
+                    Ok(fault) => {
+                        if let Some(fed) = fault.fed.filter(|fed| !ru.feds.contains(fed)) {
+                            p.add(
+                                key(&format!("faults[{j}]")),
+                                format!("{spec:?} hits FED {fed}, which this RU does not read"),
+                            );
+                        }
+                    }
                 }
             }
         }
-        Ok(())
     }
 
-    fn validate_ports(&self) -> Result<(), ValidationError> {
+    fn validate_ports(&self, p: &mut Problems) {
         // The EVM listens on the host of rus[0].
-        let mut ports = vec![("evm.port".to_owned(), self.rus[0].host.as_str(), self.evm.port)];
+        let mut ports: Vec<(String, &str, u16)> =
+            self.rus.first().map(|ru0| ("evm.port".to_owned(), ru0.host.as_str(), self.evm.port)).into_iter().collect();
         for (i, ru) in self.rus.iter().enumerate() {
             ports.push((format!("rus[{i}].ferol_port"), &ru.host, ru.ferol_port));
             ports.push((format!("rus[{i}].control_port"), &ru.host, ru.control_port));
@@ -224,30 +264,33 @@ impl SystemConfig {
                 continue;
             }
             if let Some(first) = seen.insert((host, *port), key) {
-                return fail(key.clone(), format!("port {port} on {host} is already taken by {first}"));
+                p.add(key.clone(), format!("port {port} on {host} is already taken by {first}"));
             }
         }
-        Ok(())
     }
 
-    fn validate_params(&self) -> Result<(), ValidationError> {
+    fn validate_params(&self, p: &mut Problems) {
         let evm = &self.evm;
-        at_least_one("evm.assign_batch_events", evm.assign_batch_events.into())?;
-        at_least_one("evm.max_assigned_per_bu", evm.max_assigned_per_bu.into())?;
-        if evm.assign_batch_events > evm.max_assigned_per_bu {
-            return fail(
+        p.at_least_one("evm.assign_batch_events", evm.assign_batch_events.into());
+        p.at_least_one("evm.max_assigned_per_bu", evm.max_assigned_per_bu.into());
+        if evm.max_assigned_per_bu > 0 && evm.assign_batch_events > evm.max_assigned_per_bu {
+            p.add(
                 "evm.assign_batch_events",
                 format!("{} is above evm.max_assigned_per_bu ({})", evm.assign_batch_events, evm.max_assigned_per_bu),
             );
         }
-        validate_ru_params(&self.ru, "ru")?;
+        validate_ru_params(p, &self.ru, "ru");
         for (i, ru) in self.rus.iter().enumerate() {
             let params = self.ru_params(i);
             let own = format!("rus[{i}].params");
             if ru.params != Default::default() {
-                validate_ru_params(&params, &own)?;
+                validate_ru_params(p, &params, &own);
             }
-            // A chunk holds whole fragments: the largest one this RU can receive must fit.
+            // A chunk holds whole fragments: the largest one this RU can receive must fit, if
+            // its size is one the emulator can send.
+            if p.has(&format!("rus[{i}].fragment_size")) {
+                continue;
+            }
             let largest = ru.max_wire_fragment_bytes();
             if params.chunk_bytes < largest {
                 let key = if ru.params.chunk_bytes.is_some() {
@@ -259,7 +302,7 @@ impl SystemConfig {
                     FragmentSize::LogNormal { .. } => ", as log-normal sizes can reach the emulator's 1 MiB clamp",
                     FragmentSize::Fixed { .. } => "",
                 };
-                return fail(
+                p.add(
                     key,
                     format!(
                         "{} bytes cannot hold the largest fragment of rus[{i}] on the wire, {largest} bytes \
@@ -270,25 +313,24 @@ impl SystemConfig {
             }
         }
         let bu = &self.bu;
-        at_least_one("bu.max_events_in_flight", bu.max_events_in_flight.into())?;
-        at_least_one("bu.request_batch_events", bu.request_batch_events.into())?;
-        if bu.request_batch_events > bu.max_events_in_flight {
-            return fail(
+        p.at_least_one("bu.max_events_in_flight", bu.max_events_in_flight.into());
+        p.at_least_one("bu.request_batch_events", bu.request_batch_events.into());
+        if bu.max_events_in_flight > 0 && bu.request_batch_events > bu.max_events_in_flight {
+            p.add(
                 "bu.request_batch_events",
                 format!("{} is above bu.max_events_in_flight ({})", bu.request_batch_events, bu.max_events_in_flight),
             );
         }
-        at_least_one("bu.max_events_per_file", bu.max_events_per_file.into())?;
-        at_least_one("bu.file_timeout_ms", bu.file_timeout_ms)?;
+        p.at_least_one("bu.max_events_per_file", bu.max_events_per_file.into());
+        p.at_least_one("bu.file_timeout_ms", bu.file_timeout_ms);
         if !(1..=MAX_WRITER_THREADS).contains(&bu.writer_threads) {
-            return fail("bu.writer_threads", format!("{} is outside 1..={MAX_WRITER_THREADS}", bu.writer_threads));
+            p.add("bu.writer_threads", format!("{} is outside 1..={MAX_WRITER_THREADS}", bu.writer_threads));
         }
-        at_least_one("bu.frame_store_bytes", bu.frame_store_bytes)?;
+        p.at_least_one("bu.frame_store_bytes", bu.frame_store_bytes);
         if bu.ramdisk_high_water_percent > 100 {
-            return fail("bu.ramdisk_high_water_percent", format!("{}% is above 100%", bu.ramdisk_high_water_percent));
-        }
-        if bu.ramdisk_low_water_percent >= bu.ramdisk_high_water_percent {
-            return fail(
+            p.add("bu.ramdisk_high_water_percent", format!("{}% is above 100%", bu.ramdisk_high_water_percent));
+        } else if bu.ramdisk_low_water_percent >= bu.ramdisk_high_water_percent {
+            p.add(
                 "bu.ramdisk_low_water_percent",
                 format!(
                     "{}% must be below bu.ramdisk_high_water_percent ({}%)",
@@ -296,61 +338,60 @@ impl SystemConfig {
                 ),
             );
         }
-        self.validate_fu()
+        self.validate_fu(p);
     }
 
-    fn validate_fu(&self) -> Result<(), ValidationError> {
+    fn validate_fu(&self, p: &mut Problems) {
         let fu = &self.fu;
         if !fu.enabled {
-            return Ok(());
+            return;
         }
         if !(1..=MAX_FU_PROCESSES_PER_BU).contains(&fu.processes_per_bu) {
-            return fail(
-                "fu.processes_per_bu",
-                format!("{} is outside 1..={MAX_FU_PROCESSES_PER_BU}", fu.processes_per_bu),
-            );
-        }
-        at_least_one("fu.poll_interval_ms", fu.poll_interval_ms)?;
-        if !(1..=fu.processes_per_bu).contains(&fu.min_fus_per_bu) {
-            return fail(
+            p.add("fu.processes_per_bu", format!("{} is outside 1..={MAX_FU_PROCESSES_PER_BU}", fu.processes_per_bu));
+        } else if !(1..=fu.processes_per_bu).contains(&fu.min_fus_per_bu) {
+            p.add(
                 "fu.min_fus_per_bu",
                 format!("{} is outside 1..=fu.processes_per_bu ({})", fu.min_fus_per_bu, fu.processes_per_bu),
             );
         }
-        at_least_one("fu.max_queued_lumi_sections", fu.max_queued_lumi_sections.into())?;
+        p.at_least_one("fu.poll_interval_ms", fu.poll_interval_ms);
+        p.at_least_one("fu.max_queued_lumi_sections", fu.max_queued_lumi_sections.into());
         if !(1..=100).contains(&fu.output_high_water_percent) {
-            return fail(
-                "fu.output_high_water_percent",
-                format!("{}% is outside 1..=100%", fu.output_high_water_percent),
-            );
+            p.add("fu.output_high_water_percent", format!("{}% is outside 1..=100%", fu.output_high_water_percent));
         }
-        at_least_one("fu.resource_summary_stale_s", fu.resource_summary_stale_s)?;
-        at_least_one("fu.drain_timeout_s", fu.drain_timeout_s)?;
+        p.at_least_one("fu.resource_summary_stale_s", fu.resource_summary_stale_s);
+        p.at_least_one("fu.drain_timeout_s", fu.drain_timeout_s);
         if fu.exec.first().is_some_and(String::is_empty) {
-            return fail("fu.exec", "the program's name is empty");
+            p.add("fu.exec", "the program's name is empty");
         }
         // A BU's name is the producer of its merged files, where `_` separates the name's parts.
         for (i, bu) in self.bus.iter().enumerate() {
             if bu.name.contains('_') {
-                return fail(
+                p.add(
                     format!("bus[{i}].name"),
                     format!("{:?}: with the filter farm on (fu.enabled), BU names may not contain `_`", bu.name),
                 );
             }
         }
-        Ok(())
     }
 }
 
-fn validate_ru_params(p: &RuParams, prefix: &str) -> Result<(), ValidationError> {
-    at_least_one(&format!("{prefix}.max_events_buffered"), p.max_events_buffered.into())?;
-    at_least_one(&format!("{prefix}.fragment_timeout_ms"), p.fragment_timeout_ms)?;
-    at_least_one(&format!("{prefix}.max_parts_per_message"), p.max_parts_per_message.into())?;
-    if p.chunks_per_fed < 2 {
-        return fail(
+/// The problem with a host named `host`, a placeholder of an example file.
+fn placeholder(host: &str) -> String {
+    format!("{host:?} is a placeholder: put your hosts' names here")
+}
+
+fn validate_ru_params(p: &mut Problems, params: &RuParams, prefix: &str) {
+    p.at_least_one(&format!("{prefix}.max_events_buffered"), params.max_events_buffered.into());
+    p.at_least_one(&format!("{prefix}.fragment_timeout_ms"), params.fragment_timeout_ms);
+    p.at_least_one(&format!("{prefix}.max_parts_per_message"), params.max_parts_per_message.into());
+    if params.chunks_per_fed < 2 {
+        p.add(
             format!("{prefix}.chunks_per_fed"),
-            format!("{} is below 2: a stream needs a chunk to fill while another is still in use", p.chunks_per_fed),
+            format!(
+                "{} is below 2: a stream needs a chunk to fill while another is still in use",
+                params.chunks_per_fed
+            ),
         );
     }
-    Ok(())
 }

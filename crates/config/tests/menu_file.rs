@@ -2,7 +2,7 @@
 //! problem.
 
 use std::path::{Path, PathBuf};
-use tessera_config::{BxRange, ByteRange, ConfigError, FedSizeRange, Menu};
+use tessera_config::{BxRange, ByteRange, ConfigErrors, FedSizeRange, FileKind, Menu};
 
 /// A valid menu; the negative tests change one thing in it. Lines: 1 `streams:`, 2 `paths:`,
 /// 3 `- name: physics`, 4 its streams, 5 its prescale, 6 `conditions:`, 7 trigger_type, 8 bx,
@@ -21,14 +21,23 @@ paths:
     conditions: {random_fraction: 0.05}
 ";
 
-fn parse(text: &str) -> Result<Menu, ConfigError> {
+fn parse(text: &str) -> Result<Menu, ConfigErrors> {
     Menu::from_yaml(text, Path::new("menu.yaml"))
 }
 
-fn error(text: &str) -> String {
+/// Every mistake found in `text`, one a line, in the order of the file.
+fn errors(text: &str) -> Vec<String> {
     match parse(text) {
         Ok(menu) => panic!("accepted:\n{text}\nas {menu:?}"),
-        Err(e) => e.to_string(),
+        Err(e) => e.errors().iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// The one mistake in `text`.
+fn error(text: &str) -> String {
+    match errors(text).as_slice() {
+        [one] => one.clone(),
+        more => panic!("{} mistakes, not one: {more:#?}", more.len()),
     }
 }
 
@@ -89,8 +98,10 @@ fn missing_file_is_named() {
 fn unknown_key_names_the_line_path_and_the_keys_allowed() {
     assert_eq!(
         error(&changed("    prescale: 1", "    prescal: 1")),
-        "menu.yaml:5:5: paths[0].prescal: unknown field `prescal`, expected one of name, streams, prescale, conditions"
+        "menu.yaml:5:5: paths[0].prescal: unknown field `prescal`, expected one of name, streams, prescale, conditions; \
+         did you mean `prescale`?"
     );
+    // No allowed key is near enough to `bunch` to be meant.
     assert_eq!(
         error(&changed("      bx:", "      bunch:")),
         "menu.yaml:8:7: paths[0].conditions.bunch: unknown field `bunch`, expected one of trigger_type, bx, \
@@ -211,4 +222,38 @@ fn wrong_type_and_missing_key_are_named() {
         "menu.yaml:8:7: paths[0].conditions.fed_size_bytes: missing field `fed`"
     );
     assert_eq!(error("streams: [A]\npaths: []\n"), "menu.yaml:2:1: paths: no paths: the menu would reject every event");
+}
+
+#[test]
+fn every_mistake_of_a_menu_is_reported() {
+    let text = BASE
+        .replace("prescale: 1", "prescale: -1")
+        .replace("trigger_type: [1]", "trigger_typ: [1]")
+        .replace("bx: {min: 1, max: 3563}", "bx: {min: 3563, max: 1}")
+        .replace("random_fraction: 0.05", "random_fraction: 1.5");
+    assert_eq!(
+        errors(&text),
+        [
+            "menu.yaml:5:15: paths[0].prescale: expected a whole number of 0 or more (u32), found \"-1\"",
+            "menu.yaml:7:7: paths[0].conditions.trigger_typ: unknown field `trigger_typ`, expected one of \
+             trigger_type, bx, feds_present, feds_absent, fed_size_bytes, event_size_bytes, random_fraction; did you \
+             mean `trigger_type`?",
+            "menu.yaml:8:7: paths[0].conditions.bx: min 3563 is above max 1: no event can pass",
+            "menu.yaml:11:18: paths[1].conditions.random_fraction: 1.5 is outside 0..=1",
+        ]
+    );
+    assert!(parse(&text).unwrap_err().to_string().ends_with("\nmenu.yaml: 4 mistakes"));
+}
+
+#[test]
+fn a_menu_is_told_from_a_system_by_its_keys() {
+    assert_eq!(FileKind::of(BASE), FileKind::Menu);
+    assert_eq!(FileKind::of(&BASE.replace("streams: [Physics, Express]", "streamz: [Physics]")), FileKind::Menu);
+    assert_eq!(FileKind::of(&format!("{BASE}rus: []\n")), FileKind::System);
+    assert_eq!(FileKind::of("rus:\n  - {name: ru0, feds: 1024}\nbus: [{name: bu0}]\n"), FileKind::System);
+    assert_eq!(FileKind::of("not: [yaml"), FileKind::System);
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    assert_eq!(FileKind::of_file(&example.join("menu.yaml")), FileKind::Menu);
+    assert_eq!(FileKind::of_file(&example.join("laptop-2x2.yaml")), FileKind::System);
+    assert_eq!(FileKind::of_file(&example.join("no-such-file.yaml")), FileKind::System);
 }

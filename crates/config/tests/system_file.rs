@@ -1,7 +1,7 @@
 //! The system file: defaults, the example files, and the errors that must point at the problem.
 
 use std::path::{Path, PathBuf};
-use tessera_config::{ConfigError, CorruptStreamPolicy, FragmentSize, SystemConfig};
+use tessera_config::{ConfigError, ConfigErrors, CorruptStreamPolicy, FragmentSize, SystemConfig};
 use tessera_emu::generator::SizeModel;
 
 fn example(name: &str) -> PathBuf {
@@ -12,14 +12,23 @@ fn example(name: &str) -> PathBuf {
 /// Lines: 1 `rus:`, 2 `- name: ru0`, 3 its feds, 4 `- name: ru1`, 5 its feds, 6 `bus:`, 7 `- name: bu0`.
 const BASE: &str = "rus:\n  - name: ru0\n    feds: \"1024,0-3\"\n  - name: ru1\n    feds: 4-7\nbus:\n  - name: bu0\n";
 
-fn parse(text: &str) -> Result<SystemConfig, ConfigError> {
+fn parse(text: &str) -> Result<SystemConfig, ConfigErrors> {
     SystemConfig::from_yaml(text, Path::new("conf/bad.yaml"))
 }
 
-fn error(text: &str) -> String {
+/// Every mistake found in `text`, one a line, in the order of the file.
+fn errors(text: &str) -> Vec<String> {
     match parse(text) {
         Ok(system) => panic!("accepted:\n{text}\nas {system:?}"),
-        Err(e) => e.to_string(),
+        Err(e) => e.errors().iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// The one mistake in `text`.
+fn error(text: &str) -> String {
+    match errors(text).as_slice() {
+        [one] => one.clone(),
+        more => panic!("{} mistakes, not one: {more:#?}", more.len()),
     }
 }
 
@@ -59,8 +68,22 @@ fn laptop_example_parses_with_defaults_filled_in() {
 }
 
 #[test]
-fn two_hosts_example_parses_and_round_trips() {
-    let system = SystemConfig::load(&example("two-hosts.yaml")).unwrap();
+fn two_hosts_example_is_refused_until_its_placeholders_are_replaced() {
+    let path = example("two-hosts.yaml");
+    let refused = SystemConfig::load(&path).unwrap_err();
+    let keys: Vec<_> = refused.errors().iter().map(|e| e.place().unwrap().key.clone().unwrap()).collect();
+    assert_eq!(keys, ["rus[0].host", "rus[1].host", "bus[0].host", "bus[1].host"], "{refused}");
+    assert!(
+        refused.errors()[1]
+            .to_string()
+            .ends_with("rus[1].host: \"host-b.example\" is a placeholder: put your hosts' names here"),
+        "{refused}"
+    );
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("host-a.example", "10.0.0.1")
+        .replace("host-b.example", "10.0.0.2");
+    let system = SystemConfig::from_yaml(&text, &path).unwrap();
     assert_eq!((system.run.events, system.run.seconds), (Some(1_000_000), None));
     assert_eq!(system.rus[1].host, "10.0.0.2");
     assert_eq!(system.rus[1].fault_specs().unwrap()[0].fed, Some(9));
@@ -91,7 +114,7 @@ fn unknown_key_names_the_file_line_path_and_the_keys_allowed() {
     assert_eq!(
         error(&BASE.replace("    feds: \"1024,0-3\"", "    fedz: \"1024,0-3\"")),
         "conf/bad.yaml:3:5: rus[0].fedz: unknown field `fedz`, expected one of name, host, ferol_port, control_port, \
-         feds, fragment_size, faults, emulated, params, cpu"
+         feds, fragment_size, faults, emulated, params, cpu; did you mean `feds`?"
     );
 }
 
@@ -213,6 +236,7 @@ fn a_run_needs_a_stop_condition() {
 fn yaml_syntax_error_names_the_line() {
     let text = BASE.replace("    feds: 4-7", "    feds: [4-7");
     let e = parse(&text).unwrap_err();
+    let [e] = e.errors() else { panic!("one syntax error: {e}") };
     assert!(matches!(e, ConfigError::Syntax { .. }), "{e:?}");
     let place = e.place().unwrap();
     assert_eq!((place.file.as_path(), place.key.as_deref()), (Path::new("conf/bad.yaml"), None));
@@ -315,4 +339,85 @@ fn the_lumi_section_time_out_must_outlast_a_lumi_section() {
     let message = error(&text);
     assert!(message.starts_with("conf/bad.yaml:"), "{message}");
     assert!(message.contains("evm.lumi_section_timeout_s: 10 s is shorter than a lumi section (23.311 s"), "{message}");
+}
+
+#[test]
+fn every_mistake_is_reported_in_the_order_of_the_file() {
+    let text = format!(
+        "runn:\n  number: 2\ntrigger:\n  sede: 3\n  rate_hz: fast\n{BASE}bu:\n  writer_threads: 17\n  ramdisk_high_water_percent: lots\n"
+    );
+    assert_eq!(
+        errors(&text),
+        [
+            "conf/bad.yaml:1:1: runn: unknown field `runn`, expected one of run, trigger, evm, rus, bus, ru, bu, fu, \
+             controller; did you mean `run`?",
+            "conf/bad.yaml:4:3: trigger.sede: unknown field `sede`, expected one of rate_hz, free_running, seed; did \
+             you mean `seed`?",
+            "conf/bad.yaml:5:12: trigger.rate_hz: expected a number (f64), found \"fast\"",
+            "conf/bad.yaml:14:3: bu.writer_threads: 17 is outside 1..=16",
+            "conf/bad.yaml:15:31: bu.ramdisk_high_water_percent: expected a whole number of 0 or more (u8), found \"lots\"",
+        ]
+    );
+    let e = parse(&text).unwrap_err();
+    assert_eq!(e.file(), Path::new("conf/bad.yaml"));
+    assert!(e.to_string().ends_with("\nconf/bad.yaml: 5 mistakes"), "{e}");
+    assert_eq!(e.to_string().lines().count(), 6, "{e}");
+}
+
+#[test]
+fn reading_goes_on_past_a_unit_that_cannot_be_read() {
+    // rus[1]'s FED list cannot be read, so rus[1] is left out: the mistakes after it are still
+    // found, and so is what is wrong beside the list of RUs, but not what depends on it (a
+    // port of rus[2], which is then read as rus[1]).
+    let text = BASE
+        .replace("feds: 4-7", "feds: 4-\n    cpu: one\n  - name: ru2\n    feds: 8\n    ferol_port: 9200")
+        .replace("name: bu0", "name: bu0\n    colour: red\n    data_port: 9200")
+        + "run:\n  number: 0\n";
+    assert_eq!(
+        errors(&text),
+        [
+            "conf/bad.yaml:5:11: rus[1].feds: \"4-\": expected a FED id (0 to 4095) or a range such as 0-7",
+            "conf/bad.yaml:6:10: rus[1].cpu: expected a whole number of 0 or more (u64), found \"one\"",
+            "conf/bad.yaml:12:5: bus[0].colour: unknown field `colour`, expected one of name, host, data_port, \
+             directory, cpu, broker_port, fu_host",
+            "conf/bad.yaml:15:3: run.number: 0 is outside 1..=999999",
+        ]
+    );
+}
+
+#[test]
+fn a_misspelt_key_is_not_also_reported_missing() {
+    let text = "rus:\n  - name: ru0\n    fedz: 1024\nbus:\n  - nam: bu0\n";
+    let found = errors(text);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("conf/bad.yaml:3:5: rus[0].fedz: unknown field `fedz`"), "{found:#?}");
+    assert!(found[0].ends_with("did you mean `feds`?"), "{found:#?}");
+    assert!(found[1].starts_with("conf/bad.yaml:5:5: bus[0].nam: unknown field `nam`"), "{found:#?}");
+    assert!(found[1].ends_with("did you mean `name`?"), "{found:#?}");
+    // A key that is missing with no misspelling of it in its place is reported.
+    assert_eq!(
+        errors("rus:\n  - name: ru0\n    colour: red\nbus:\n  - name: bu0\n"),
+        [
+            "conf/bad.yaml:2:5: rus[0]: missing field `feds`",
+            "conf/bad.yaml:3:5: rus[0].colour: unknown field `colour`, expected one of name, host, ferol_port, \
+             control_port, feds, fragment_size, faults, emulated, params, cpu",
+        ]
+    );
+}
+
+#[test]
+fn placeholder_hosts_are_refused_at_every_key_that_names_a_host() {
+    let text = "rus:\n  - {name: ru0, feds: 1024, host: ru-host.example}\nbus:\n  - name: bu0\n    host: BU.EXAMPLE.\n    \
+                broker_port: 9300\n    fu_host: fu-host.example\ncontroller:\n  agent_port: 9900\n  merger_host: merge.example\n";
+    assert_eq!(
+        errors(text),
+        [
+            "conf/bad.yaml:2:29: rus[0].host: \"ru-host.example\" is a placeholder: put your hosts' names here",
+            "conf/bad.yaml:5:5: bus[0].host: \"BU.EXAMPLE.\" is a placeholder: put your hosts' names here",
+            "conf/bad.yaml:7:5: bus[0].fu_host: \"fu-host.example\" is a placeholder: put your hosts' names here",
+            "conf/bad.yaml:10:3: controller.merger_host: \"merge.example\" is a placeholder: put your hosts' names here",
+        ]
+    );
+    // A name that only contains the word is a name.
+    parse(&text.replace(".example", ".example.org").replace(".EXAMPLE.", ".examples")).unwrap();
 }
