@@ -43,7 +43,7 @@ pub struct SystemConfig {
 
 impl Default for SystemConfig {
     /// The laptop system: two RUs (`ru0` with the trigger FED 1024 and FEDs 0–3, `ru1` with FEDs
-    /// 4–7), two BUs, everything on 127.0.0.1 on any free port, 100 kHz for 10 seconds.
+    /// 4–7), two BUs, everything on 127.0.0.1 on any free port, 20 kHz for 10 seconds.
     fn default() -> Self {
         SystemConfig {
             run: RunSection::default(),
@@ -198,8 +198,12 @@ pub struct TriggerSection {
     pub seed: u64,
 }
 
-/// The trigger rate when none is given (the CMS level-1 rate).
-pub const DEFAULT_RATE_HZ: f64 = 100_000.0;
+/// The trigger rate when none is given: what the default system sustains on a two-core machine,
+/// its emulator, units, FUs and mergers sharing both cores (BENCHMARKS.md).
+pub const DEFAULT_RATE_HZ: f64 = 20_000.0;
+/// The rate of the clock that stamps a free-running stream's orbits and BXs when no rate is
+/// given: the CMS level-1 trigger rate.
+pub const LEVEL1_RATE_HZ: f64 = 100_000.0;
 
 impl Default for TriggerSection {
     fn default() -> Self {
@@ -215,7 +219,7 @@ impl TriggerSection {
 
     /// The rate of the clock that stamps orbits and BXs, paced or not.
     pub fn clock_rate_hz(&self) -> f64 {
-        self.rate_hz.unwrap_or(DEFAULT_RATE_HZ)
+        self.rate_hz.unwrap_or(LEVEL1_RATE_HZ)
     }
 }
 
