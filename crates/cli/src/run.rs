@@ -108,9 +108,14 @@ pub fn load(system: Option<&Path>, args: &SystemArgs) -> Result<SystemConfig> {
     if args.output.is_some() {
         cfg.run.output = args.output.clone();
     }
-    cfg.validate().map_err(|e| {
-        anyhow::anyhow!("{}: {e}", system.map_or("the default system".into(), |p| p.display().to_string()))
-    })?;
+    // The command line may have made a file that was right wrong: say every problem, as a check does.
+    let problems = cfg.problems();
+    if !problems.is_empty() {
+        let name = system.map_or("the default system".into(), |p| p.display().to_string());
+        let lines: Vec<String> =
+            problems.iter().map(|e| format!("{name} with the command line applied: {e}")).collect();
+        bail!("{}", lines.join("\n"));
+    }
     Ok(cfg)
 }
 

@@ -47,7 +47,7 @@ fn default_is_the_laptop_system_and_round_trips() {
     assert_eq!(system.bus.len(), 2);
     assert_eq!(system.all_feds(), [1024, 0, 1, 2, 3, 4, 5, 6, 7]);
     assert_eq!(system.run.seconds, Some(10.0));
-    assert_eq!(system.trigger.paced_rate_hz(), Some(100_000.0));
+    assert_eq!(system.trigger.paced_rate_hz(), Some(20_000.0));
     let yaml = system.to_yaml();
     assert!(yaml.contains("feds: 1024,0-3"), "{yaml}");
     assert_eq!(parse(&yaml).unwrap(), system);
