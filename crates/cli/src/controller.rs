@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_config::SystemConfig;
 use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
-use tessera_control::{Action, HeartbeatWatch, Served, UnitSource, UnitView, client};
+use tessera_control::{Action, HeartbeatWatch, RunState, RunStatus, Served, UnitSource, UnitView, client};
 
 use crate::farm::fu_args;
 use crate::run::{ControlArgs, DRAIN_TIMEOUT, serve_control};
@@ -162,6 +162,9 @@ struct Controller {
     mirror: Arc<Mutex<Vec<UnitView>>>,
     /// How many times each process was started again after a crash.
     restarts: BTreeMap<String, u32>,
+    /// The run as a whole, for the controller's dashboard and `/api/v1/run`. The front ends run
+    /// as processes of their own here, so it has no dead time.
+    status: Arc<RunStatus>,
 }
 
 impl Controller {
@@ -566,6 +569,7 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &Con
             );
         }
     }
+    let run = cfg.run.number;
     let mut c = Controller {
         system_text: cfg.to_yaml(),
         cfg,
@@ -578,8 +582,8 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &Con
         last_units: BTreeMap::new(),
         mirror: Arc::default(),
         restarts: BTreeMap::new(),
+        status: Arc::new(RunStatus::new(run)),
     };
-    let run = c.cfg.run.number;
     tracing::info!(
         run,
         "tessera run {run} across {} hosts through their agents: {} RUs, {} BUs, {} processes; output in {}",
@@ -614,7 +618,7 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &Con
         stop: Some(stop),
         enable: None,
         system: Some(c.system_text.clone()),
-        run: None,
+        run: Some(c.status.clone()),
     };
     let _control = serve_control(control, served)?;
     let started = Instant::now();
@@ -636,6 +640,7 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &Con
         c.abort();
     }
     let ok = summarize(&c, &output, &faults, started.elapsed().as_secs_f64())?;
+    c.status.update(|v| v.state = if ok && faults.is_empty() { RunState::Ended } else { RunState::Aborted });
     Ok(if ok && faults.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -696,14 +701,29 @@ fn drive(c: &mut Controller, interrupts: &AtomicU32) -> Result<Vec<Fault>> {
         if !c.ended(&evm) {
             let (triggered, built) = c.progress();
             let dt = last.0.elapsed().as_secs_f64().max(1e-3);
+            let rate_hz = (triggered.saturating_sub(last.1)) as f64 / dt;
+            let requested_hz = c.cfg.trigger.paced_rate_hz();
             tracing::info!(
                 triggered,
                 built,
-                "{:7.1} s  triggered {triggered:>10}  built {built:>10}  {:>8.1} kHz",
+                "{:7.1} s  triggered {triggered:>10}  built {built:>10}  {:>8.1} kHz{}",
                 enabled.elapsed().as_secs_f64(),
-                (triggered.saturating_sub(last.1)) as f64 / dt / 1e3
+                rate_hz / 1e3,
+                requested_hz.map_or(String::new(), |r| format!(" of {:.1} kHz", r / 1e3))
             );
             last = (Instant::now(), triggered);
+            let elapsed_s = enabled.elapsed().as_secs_f64();
+            let stopping = c.stopping;
+            c.status.update(|v| {
+                v.state = if stopping { RunState::Draining } else { RunState::Running };
+                v.elapsed_s = elapsed_s;
+                v.requested_rate_hz = requested_hz;
+                v.achieved_rate_hz = rate_hz;
+                v.mean_rate_hz = triggered as f64 / elapsed_s.max(1e-3);
+                v.stop_requested = stopping;
+            });
+        } else {
+            c.status.update(|v| v.state = RunState::Merging);
         }
         let time_up = c.cfg.run.seconds.is_some_and(|s| enabled.elapsed().as_secs_f64() >= s);
         let asked = interrupts.load(Ordering::SeqCst);

@@ -170,6 +170,17 @@ fn a_2x2_run_through_agents_is_watched_and_stopped_through_the_controllers_api()
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(get(controller, "GET", "/").contains("<title>"), "the dashboard");
+    // The run as a whole, as the controller fills it from the EVM's figures.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let run = loop {
+        let run: serde_json::Value = serde_json::from_str(&get(controller, "GET", "/api/v1/run")).unwrap();
+        if run["mean_rate_hz"].as_f64().is_some_and(|r| r > 0.0) {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "the run's figures never moved: {run}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!((run["run"].as_u64(), run["state"].as_str()), (Some(61), Some("Running")), "{run}");
     // The operator's stop: the trigger stops at the EVM, the run drains and conserves.
     let said = get(controller, "POST", "/api/v1/stop");
     assert!(said.contains("stopping the trigger"), "{said}");

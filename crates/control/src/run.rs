@@ -71,9 +71,9 @@ pub struct RunView {
     /// The share of the last second during which the trigger was held back (dead time).
     pub dead_time_fraction: f64,
     /// The share of the last second during which the trigger was held back, by reason key (a
-    /// [`Throttle`] key such as `RU_BUFFERS_FULL`, or another stable key of the filler's). Each
-    /// reason counts on its own, so that two at once may add up to more than
-    /// `dead_time_fraction`.
+    /// [`tessera_runtime::stats::Throttle`] key such as `RU_BUFFERS_FULL`, or `RU_INPUT` and
+    /// `FRONT_END_CPU` of [`tessera_runtime::trigger`]); reasons of the same second share it, so
+    /// that they add up to `dead_time_fraction`.
     pub dead_time_by_reason: BTreeMap<String, f64>,
     /// Why the trigger is short of the requested rate over the run so far, in one sentence,
     /// while it is below nine tenths of it; `None` otherwise. The runtime's trigger account
