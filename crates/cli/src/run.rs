@@ -796,7 +796,13 @@ fn trigger_line(t: &TriggerSummary) -> String {
             t.achieved_hz / 1e3
         );
     };
-    let reasons: Vec<String> = t.dead_by_reason.iter().map(|(k, v)| format!("{k} {:.1} %", 100.0 * v)).collect();
+    // Reasons that round to 0.0 % say nothing.
+    let reasons: Vec<String> = t
+        .dead_by_reason
+        .iter()
+        .filter(|(_, v)| **v >= 0.0005)
+        .map(|(k, v)| format!("{k} {:.1} %", 100.0 * v))
+        .collect();
     format!(
         "  trigger: {:.1} kHz asked for, {:.1} kHz got ({:.0} %); dead time {:.1} %{}",
         requested / 1e3,
