@@ -109,7 +109,7 @@ enum Command {
     /// invariants after every step; exit status 1 on any violation.
     Sim {
         /// Scenario to run (default: all). Names: 1x1_lv1_wrap, 2x2_bu_crash, 4x4_slow_bu,
-        /// 2x2_missing_fed, 8x8_random.
+        /// 2x2_missing_fed, 2x2_ru_full, 4x4_slow_fed, 8x8_random.
         #[arg(long)]
         scenario: Vec<String>,
         /// Seeds per scenario.

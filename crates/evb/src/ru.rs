@@ -19,8 +19,10 @@ pub struct RuConfig {
     /// Events whose fragments the RU may hold at once (its buffer pool); past it, it stops
     /// reading its FED streams. Default 4096.
     pub max_events_buffered: usize,
-    /// How long an assigned event waits for a missing fragment before it is sent without it, in
-    /// nanoseconds. Default 100 ms.
+    /// How long a FED's stream may bring nothing, while an assigned event waits for its
+    /// fragment and this RU reads the stream, before the event is sent without it (the FED is
+    /// then stalled), in nanoseconds. A stream that delivers older events, or that this RU holds
+    /// back, is never stalled: its events wait. Default 100 ms.
     pub fragment_timeout_ns: Nanos,
     /// Super-fragments per data message at most. Default 256.
     pub max_parts_per_message: usize,
@@ -68,6 +70,9 @@ struct Fed {
     id: FedId,
     lv1: Lv1Unwrapper,
     state: FedState,
+    /// When its stream last brought bytes, or this RU last held it back: a stream is silent
+    /// only from then on.
+    alive_at: Nanos,
 }
 
 #[derive(Debug, Default)]
@@ -121,7 +126,7 @@ impl Ru {
         let feds = cfg
             .feds
             .iter()
-            .map(|&id| Fed { id, lv1: Lv1Unwrapper::new(cfg.first_event), state: FedState::Normal })
+            .map(|&id| Fed { id, lv1: Lv1Unwrapper::new(cfg.first_event), state: FedState::Normal, alive_at: 0 })
             .collect();
         Ru {
             events: EventRing::new(cfg.first_event),
@@ -153,9 +158,20 @@ impl Ru {
         event < self.events.end() || self.events.window() < self.cfg.max_events_buffered
     }
 
+    /// The stream of the FED at `fed_index` brought bytes at `now` (a part of a fragment, say),
+    /// or the driver held it back (did not read it, for want of memory): either way it is not
+    /// silent, and no event may give up on it before `now` plus the fragment time-out.
+    pub fn stream_alive(&mut self, fed_index: usize, now: Nanos) {
+        if let Some(fed) = self.feds.get_mut(fed_index) {
+            fed.alive_at = fed.alive_at.max(now);
+        }
+    }
+
     /// Takes the next fragment of the FED at `fed_index` in this RU's list. A full buffer refuses
     /// it; the driver stops reading that stream and offers it again later.
     pub fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
+        // Offered or refused, the stream is alive: refused, this RU holds it back.
+        self.stream_alive(fed_index, now);
         if !self.accepts(fed_index) {
             self.counters.refused += 1;
             return Err(BackPressure);
@@ -282,7 +298,6 @@ impl Ru {
         for event in events {
             let Some(e) = self.events.get(event) else { continue };
             let Some((bu, epoch, at)) = e.assigned.filter(|_| !e.sent) else { continue };
-            let timed_out = now >= at.saturating_add(self.cfg.fragment_timeout_ns);
             let mut missing = Vec::new();
             let mut wait = false;
             // Each FED gives at most one fragment per event: all there is the common case.
@@ -293,7 +308,12 @@ impl Ru {
                 }
                 // A FED that is past this event, stalled or out of sync will not send it.
                 let gave_up = fed.state != FedState::Normal || fed.lv1.expected() > event;
-                if gave_up || timed_out {
+                // Silent: nothing from its stream for the time-out, counted from the assignment
+                // at the earliest. (This RU's own window never holds back a FED an event waits
+                // for: its next fragment is of that event or an older one; the driver says when
+                // it holds a stream back for want of memory, through `stream_alive`.)
+                let silent = now >= at.max(fed.alive_at).saturating_add(self.cfg.fragment_timeout_ns);
+                if gave_up || silent {
                     missing.push(fed.id);
                 } else {
                     wait = true;
@@ -366,9 +386,20 @@ impl Ru {
         }
     }
 
-    /// The earliest time at which a tick could send a timed-out event.
+    /// The earliest time at which a tick could send a timed-out event: the oldest waiting event's
+    /// assignment or the last sign of life of the FEDs it waits for, whichever is later, plus the
+    /// time-out.
     pub fn next_timeout(&self) -> Option<Nanos> {
-        self.waiting.front().map(|&(at, _)| at.saturating_add(self.cfg.fragment_timeout_ns))
+        let &(at, event) = self.waiting.front()?;
+        let fragments = self.events.get(event).map_or(&[][..], |e| e.fragments.as_slice());
+        let alive_at = self
+            .feds
+            .iter()
+            .filter(|f| f.state == FedState::Normal && !fragments.iter().any(|x| x.fed == f.id))
+            .map(|f| f.alive_at)
+            .min()
+            .unwrap_or(at);
+        Some(at.max(alive_at).saturating_add(self.cfg.fragment_timeout_ns))
     }
 
     /// The next output, if any.

@@ -60,6 +60,8 @@ pub trait RuCore: Send {
     fn poll_output(&mut self) -> Option<Output>;
     /// The RU.
     fn ru(&self) -> &Ru;
+    /// The RU, to tell it of its streams ([`Ru::stream_alive`]).
+    fn ru_mut(&mut self) -> &mut Ru;
     /// The EVM, on the EVM's node.
     fn evm(&self) -> Option<&Evm>;
 }
@@ -81,6 +83,9 @@ impl RuCore for Ru {
         Ru::poll_output(self)
     }
     fn ru(&self) -> &Ru {
+        self
+    }
+    fn ru_mut(&mut self) -> &mut Ru {
         self
     }
     fn evm(&self) -> Option<&Evm> {
@@ -106,6 +111,9 @@ impl RuCore for EvmNode {
     }
     fn ru(&self) -> &Ru {
         &self.ru
+    }
+    fn ru_mut(&mut self) -> &mut Ru {
+        &mut self.ru
     }
     fn evm(&self) -> Option<&Evm> {
         Some(&self.evm)
@@ -891,11 +899,11 @@ impl RuLoop {
                     }
                     continue;
                 }
-                if !self.core.accepts(i) {
-                    blocked = true;
-                    break;
-                }
-                if full_at.is_some_and(|n| s.fragments >= n) {
+                // A stream this RU does not read is held back, not silent: no event gives up on
+                // it meanwhile (it would otherwise be declared stalled with its bytes unread).
+                let held = !self.core.accepts(i) || full_at.is_some_and(|n| s.fragments >= n);
+                if held {
+                    self.core.ru_mut().stream_alive(i, now);
                     blocked = true;
                     break;
                 }
@@ -904,6 +912,7 @@ impl RuLoop {
                     break;
                 }
                 let Some(spare) = buffer.spare() else {
+                    self.core.ru_mut().stream_alive(i, now);
                     blocked = true;
                     break;
                 };
@@ -917,7 +926,8 @@ impl RuLoop {
                     }
                     Ok(n) => {
                         taken += n;
-                        buffer.filled(n)
+                        buffer.filled(n);
+                        self.core.ru_mut().stream_alive(i, now);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.readable = false,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -24,6 +24,9 @@ pub struct Faults {
     pub dead_feds: u16,
     /// FEDs that skip one event (a sync loss).
     pub sync_losses: u16,
+    /// FEDs that send at half the trigger's rate: they fall further behind the trigger all run
+    /// long, yet their streams are never silent, so none of their events may go out without them.
+    pub slow_feds: u16,
     /// Probability that a fragment is corrupt.
     pub corrupt_fragment_probability: f64,
     /// Largest extra network delay, in nanoseconds (reordering between connections).
@@ -38,6 +41,7 @@ impl Faults {
         stalled_feds: 0,
         dead_feds: 0,
         sync_losses: 0,
+        slow_feds: 0,
         corrupt_fragment_probability: 0.0,
         network_jitter_ns: 20_000,
     };
@@ -69,6 +73,11 @@ pub struct Scenario {
     pub trigger_interval_ns: u64,
     /// Events per lumi section.
     pub events_per_lumi_section: u64,
+    /// The RU's memory per data FED stream, in fragments, as the runtime's receive pool: a
+    /// stream whose held fragments reach it is not read until some are released after their
+    /// commit. The trigger FED's fragments are small, and its memory is bound by the RU's window
+    /// alone, as with real fragment sizes (a 952-byte trigger fragment, kilobytes of data).
+    pub fed_buffer_fragments: u64,
     /// Faults.
     pub faults: Faults,
     /// A deliberate bug, for the mutation check.
@@ -90,6 +99,7 @@ const fn base(name: &'static str, n_ru: u16, feds_per_ru: u16, n_bu: u16, events
         first_event: 1,
         trigger_interval_ns: 10_000,
         events_per_lumi_section: 400,
+        fed_buffer_fragments: 1024,
         faults: Faults::NONE,
         bug: None,
     }
@@ -105,6 +115,11 @@ pub fn scenarios() -> Vec<Scenario> {
             faults: Faults { stalled_feds: 1, dead_feds: 1, ..Faults::NONE },
             ..base("2x2_missing_fed", 2, 4, 2, 1200)
         },
+        // Receive memory for 12 fragments a FED, less than one BU file holds (16 events): files
+        // close on their time-out only, the RUs are full and their streams unread most of the
+        // run, and no event may go out incomplete for it.
+        Scenario { fed_buffer_fragments: 12, ..base("2x2_ru_full", 2, 4, 2, 1200) },
+        Scenario { faults: Faults { slow_feds: 1, ..Faults::NONE }, ..base("4x4_slow_fed", 4, 4, 4, 1200) },
         Scenario {
             faults: Faults {
                 bu_crashes: 3,
@@ -112,6 +127,7 @@ pub fn scenarios() -> Vec<Scenario> {
                 stalled_feds: 1,
                 dead_feds: 0,
                 sync_losses: 1,
+                slow_feds: 1,
                 corrupt_fragment_probability: 0.001,
                 network_jitter_ns: 200_000,
             },

@@ -62,6 +62,12 @@ struct FedSource {
     next_event: EventNumber,
     stall: Option<(Nanos, Nanos)>,
     skip: Option<EventNumber>,
+    /// Sends at most one fragment every two mean trigger intervals.
+    slow: bool,
+    /// When it last sent a fragment.
+    sent_at: Nanos,
+    /// Its fragments the RU holds (not yet freed).
+    held: u64,
 }
 
 struct SimFile {
@@ -100,7 +106,8 @@ pub struct World {
     trigger_times: Vec<Nanos>,
     last_delivery: HashMap<(Peer, Peer), Nanos>,
     tick_generation: HashMap<Peer, (u64, Nanos)>,
-    buffers: BTreeSet<u64>,
+    /// Buffers the RUs hold, with the (RU, FED) whose stream filled each.
+    buffers: BTreeMap<u64, (usize, usize)>,
     next_buffer: u64,
     corrupt: BTreeSet<(FedId, EventNumber)>,
     published: BTreeMap<EventNumber, FileId>,
@@ -158,7 +165,18 @@ impl World {
         let mut sources: Vec<Vec<FedSource>> = ru_cfgs
             .iter()
             .map(|c| {
-                c.feds.iter().map(|&id| FedSource { id, next_event: sc.first_event, stall: None, skip: None }).collect()
+                c.feds
+                    .iter()
+                    .map(|&id| FedSource {
+                        id,
+                        next_event: sc.first_event,
+                        stall: None,
+                        skip: None,
+                        slow: false,
+                        sent_at: 0,
+                        held: 0,
+                    })
+                    .collect()
             })
             .collect();
         let mut tally = Tally::default();
@@ -183,6 +201,10 @@ impl World {
         for _ in 0..sc.faults.sync_losses {
             let (r, f) = pick_fed(&mut rng);
             fed_faults.push((r, f, None, Some(sc.first_event + rng.between(sc.events / 5, sc.events / 2))));
+        }
+        let slow: Vec<(usize, usize)> = (0..sc.faults.slow_feds).map(|_| pick_fed(&mut rng)).collect();
+        for (r, f) in slow {
+            sources[r][f].slow = true;
         }
         for (r, f, stall, skip) in fed_faults {
             let s = &mut sources[r][f];
@@ -222,7 +244,7 @@ impl World {
             pending: HashMap::new(),
             last_delivery: HashMap::new(),
             tick_generation: HashMap::new(),
-            buffers: BTreeSet::new(),
+            buffers: BTreeMap::new(),
             next_buffer: 0,
             corrupt: BTreeSet::new(),
             published: BTreeMap::new(),
@@ -420,7 +442,21 @@ impl World {
         if event >= last {
             return;
         }
-        let due = self.trigger_times[(event - first) as usize] + 2_000 * fed as u64;
+        let mut due = self.trigger_times[(event - first) as usize] + 2_000 * fed as u64;
+        if s.slow {
+            due = due.max(s.sent_at + 2 * self.sc.trigger_interval_ns);
+        }
+        if s.id != TCDS_FED_ID && s.held >= self.sc.fed_buffer_fragments {
+            // The RU's memory for this stream is full: it does not read it, and says so.
+            if ru == 0 {
+                self.evm.ru.stream_alive(fed, self.now);
+            } else {
+                self.rus[ru - 1].stream_alive(fed, self.now);
+            }
+            self.tally.back_pressure += 1;
+            self.schedule(self.now + 50_000, Ev::FedReady { ru, fed });
+            return;
+        }
         if self.now < due {
             self.schedule(due, Ev::FedReady { ru, fed });
             return;
@@ -453,7 +489,10 @@ impl World {
         match offered {
             Ok(()) => {
                 self.next_buffer += 1;
-                self.buffers.insert(fragment.buffer);
+                self.buffers.insert(fragment.buffer, (ru, fed));
+                let s = &mut self.sources[ru][fed];
+                s.held += 1;
+                s.sent_at = self.now;
                 self.tally.fragments += 1;
                 if corrupt {
                     self.tally.corrupt_fragments += 1;
@@ -533,8 +572,9 @@ impl World {
             Output::Triggered { .. } => {}
             Output::FreeBuffers(fragments) => {
                 for f in fragments {
-                    if !self.buffers.remove(&f.buffer) {
-                        self.violation(format!("{node:?} freed buffer {} twice", f.buffer));
+                    match self.buffers.remove(&f.buffer) {
+                        Some((ru, fed)) => self.sources[ru][fed].held -= 1,
+                        None => self.violation(format!("{node:?} freed buffer {} twice", f.buffer)),
                     }
                 }
             }

@@ -2,8 +2,9 @@
 
 use tessera_sim::{replay_command, run, scenario};
 
-fn check(name: &str, seeds: u64) {
+fn check(name: &str, seeds: u64) -> Vec<tessera_sim::SimReport> {
     let sc = scenario(name).expect("built-in scenario");
+    let mut reports = Vec::new();
     for seed in 0..seeds {
         let r = run(&sc, seed);
         assert!(
@@ -13,7 +14,9 @@ fn check(name: &str, seeds: u64) {
             r.violations.join("\n")
         );
         assert_eq!(r.events_checked, sc.events, "{name} seed {seed}");
+        reports.push(r);
     }
+    reports
 }
 
 #[test]
@@ -34,6 +37,26 @@ fn scenario_4x4_slow_bu() {
 #[test]
 fn scenario_2x2_missing_fed() {
     check("2x2_missing_fed", 5);
+}
+
+/// The RUs are full most of the run and their data streams unread: every event still comes out
+/// whole (the check's "FEDs missing though no FED fault was injected"), and the streams were
+/// held back.
+#[test]
+fn scenario_2x2_ru_full() {
+    for r in check("2x2_ru_full", 5) {
+        assert_eq!(r.tally.incomplete_events, 0, "seed {}", r.seed);
+        assert!(r.tally.back_pressure > 0, "seed {}: the streams were never held back", r.seed);
+    }
+}
+
+/// A FED at half the trigger's rate falls far behind it (more than the fragment time-out) but is
+/// never silent: its events wait for it, and none goes out without it.
+#[test]
+fn scenario_4x4_slow_fed() {
+    for r in check("4x4_slow_fed", 3) {
+        assert_eq!(r.tally.incomplete_events, 0, "seed {}", r.seed);
+    }
 }
 
 #[test]
