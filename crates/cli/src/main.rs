@@ -122,7 +122,7 @@ enum Command {
     /// Run a whole event builder on this machine: emulated front ends, the RUs (the first one
     /// with the EVM) and the BUs; show progress; stop after the configured events or seconds or
     /// on Ctrl-C, drain, and print a summary ending with the conservation check (exit status 1
-    /// if any unit failed or it does not hold).
+    /// if any unit failed, it does not hold, or more events are incomplete than allowed).
     Run {
         /// The system file (default: 2 RUs, one of them the EVM, and 2 BUs on this machine).
         system: Option<PathBuf>,
@@ -141,6 +141,11 @@ enum Command {
         /// keeps everything on its hosts.
         #[arg(long, value_enum, default_value_t = space::Keep::Storage)]
         keep: space::Keep,
+        /// Most events that may be built incomplete (a FED missing) for the run to succeed
+        /// (exit status 1 above it). Default: 0 when no fault is configured in the system file
+        /// (`rus[i].faults`), any number when one is.
+        #[arg(long, value_name = "N")]
+        max_incomplete: Option<u64>,
     },
     /// Check a system file or a selection menu without running anything, or print the default
     /// system.
@@ -633,8 +638,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo { output } => demo(output),
         Command::Sim { scenario, seeds, first_seed } => sim(&scenario, seeds, first_seed),
         Command::Ferol(args) => ferol(args),
-        Command::Run { system, args, control, print_config, keep } => {
-            run::run(system.as_deref(), &args, &control, print_config, keep)
+        Command::Run { system, args, control, print_config, keep, max_incomplete } => {
+            run::run(system.as_deref(), &args, &control, print_config, keep, max_incomplete)
         }
         Command::Config { action: ConfigAction::Default } => {
             print!("{}", tessera_config::SystemConfig::default().to_yaml());
