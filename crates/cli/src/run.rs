@@ -1324,3 +1324,30 @@ pub fn ferol_for(system: &Path, ru_name: &str, args: &SystemArgs) -> Result<Send
     s.limits = Limits { events: cfg.run.events, seconds: cfg.run.seconds.filter(|_| cfg.run.events.is_none()) };
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incomplete_events_are_allowed_by_configured_faults_or_the_command_line_only() {
+        let mut cfg = SystemConfig::default();
+        let clean = IncompleteRule::new(&cfg, None);
+        assert_eq!(clean.max, Some(0));
+        assert!(clean.allows(0) && !clean.allows(1));
+        assert!(clean.rule.starts_with("because no fault is configured"), "{}", clean.rule);
+        cfg.rus[1].faults = vec!["skip@500/4".into(), "bad-crc:0.01".into()];
+        let faulty = IncompleteRule::new(&cfg, None);
+        assert_eq!(faulty.max, None);
+        assert!(faulty.allows(u64::MAX));
+        assert_eq!(
+            faulty.rule,
+            "because faults are configured (rus[1].faults: skip@500/4, bad-crc:0.01); --max-incomplete N sets a limit"
+        );
+        for c in [&SystemConfig::default(), &cfg] {
+            let given = IncompleteRule::new(c, Some(10));
+            assert_eq!((given.max, given.rule.as_str()), (Some(10), "by --max-incomplete 10"));
+            assert!(given.allows(10) && !given.allows(11));
+        }
+    }
+}
