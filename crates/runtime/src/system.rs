@@ -358,3 +358,26 @@ fn flag_failure<T>(stats: &UnitStats, run: impl FnOnce() -> Result<T, NodeError>
 fn spawn<T: Send + 'static>(name: String, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
     std::thread::Builder::new().name(name).spawn(f).expect("spawning a unit thread")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fed_error_counts_list_every_fed_with_errors_over_the_rus_with_their_reasons() {
+        let ru0 = Arc::new(UnitStats::for_ru(&[1024, 0, 1]));
+        let ru1 = Arc::new(UnitStats::for_ru(&[2, 3]));
+        ru0.fed_errors.add(2, FedError::Corrupt, 2);
+        ru1.fed_errors.add(1, FedError::SyncLost, 1);
+        ru1.fed_errors.add(1, FedError::Missing, 501);
+        let counts = FedErrorCounts::of_units(&[ru0, ru1]);
+        let by_key = |pairs: &[(&str, u64)]| pairs.iter().map(|&(k, n)| (k.to_string(), n)).collect();
+        assert_eq!(
+            counts,
+            [
+                FedErrorCounts { fed: 1, missing: 0, errors: by_key(&[("CORRUPT", 2)]) },
+                FedErrorCounts { fed: 3, missing: 501, errors: by_key(&[("MISSING", 501), ("SYNC_LOST", 1)]) },
+            ]
+        );
+    }
+}
