@@ -24,7 +24,7 @@ use tessera_control::{
 };
 use tessera_fu::resources::FarmLimits;
 use tessera_runtime::state::UnitState;
-use tessera_runtime::stats::UnitStats;
+use tessera_runtime::stats::{FedError, UnitStats};
 
 use crate::farm::{
     Farm, FarmDirs, FarmOutcome, check_chain, start_broker, storage_run_dir, system_streams, wait_drained,
@@ -706,10 +706,11 @@ fn events_line(c: &Conservation, fed_errors: &[FedErrorCounts]) -> String {
         .iter()
         .filter(|f| f.missing > 0)
         .map(|f| {
+            let missing = FedError::Missing.key();
             let why: Vec<String> =
-                f.errors.iter().filter(|(k, _)| k.as_str() != "MISSING").map(|(k, n)| format!("{k} {n}")).collect();
+                f.errors.iter().filter(|(k, _)| k.as_str() != missing).map(|(k, n)| format!("{k} {n}")).collect();
             let why = if why.is_empty() { String::new() } else { format!(" after {}", why.join(", ")) };
-            format!("FED {}: {} MISSING{why}", f.fed, f.missing)
+            format!("FED {}: {} {missing}{why}", f.fed, f.missing)
         })
         .collect();
     format!(
