@@ -95,6 +95,16 @@ enum Command {
         /// Do not check generated payloads against Tessera's seeded content.
         #[arg(long)]
         no_seed_check: bool,
+        /// For a BU run directory: the run's FED list (`1024,0-7`, the trigger FED among them).
+        /// Every event must hold every FED of the list: one that misses some is a violation
+        /// (naming them, and whether its BU flagged it incomplete), and the events without each
+        /// FED are counted.
+        #[arg(long, value_name = "LIST", conflicts_with = "system")]
+        expect_feds: Option<String>,
+        /// For a BU run directory: the system file of the run, whose FEDs (every RU's) are the
+        /// list every event must hold, as with `--expect-feds`.
+        #[arg(long, value_name = "SYSTEM.yaml")]
+        system: Option<PathBuf>,
     },
     /// Write a run of seeded, emulated events as a BU would: raw files, JSON bookkeeping, EoLS
     /// and EoR.
@@ -122,7 +132,7 @@ enum Command {
     /// Run a whole event builder on this machine: emulated front ends, the RUs (the first one
     /// with the EVM) and the BUs; show progress; stop after the configured events or seconds or
     /// on Ctrl-C, drain, and print a summary ending with the conservation check (exit status 1
-    /// if any unit failed or it does not hold).
+    /// if any unit failed, it does not hold, or more events are incomplete than allowed).
     Run {
         /// The system file (default: 2 RUs, one of them the EVM, and 2 BUs on this machine).
         system: Option<PathBuf>,
@@ -141,6 +151,11 @@ enum Command {
         /// keeps everything on its hosts.
         #[arg(long, value_enum, default_value_t = space::Keep::Storage)]
         keep: space::Keep,
+        /// Most events that may be built incomplete (a FED missing) for the run to succeed
+        /// (exit status 1 above it). Default: 0 when no fault is configured in the system file
+        /// (`rus[i].faults`), any number when one is.
+        #[arg(long, value_name = "N")]
+        max_incomplete: Option<u64>,
     },
     /// Check a system file or a selection menu without running anything, or print the default
     /// system.
@@ -574,7 +589,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(if report.problem_count() == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Verify { run_dir, built, json, no_seed_check: _ } if farm::is_output_dir(&run_dir) => {
+        Command::Verify { run_dir, built, json, no_seed_check: _, expect_feds, system }
+            if farm::is_output_dir(&run_dir) =>
+        {
+            if expect_feds.is_some() || system.is_some() {
+                bail!(
+                    "--expect-feds and --system check the events of a BU run directory; {} holds filter-farm outputs",
+                    run_dir.display()
+                );
+            }
             let storage = farm::is_storage_run_dir(&run_dir);
             if !storage && !built.is_empty() {
                 bail!("--built: {} holds FU or merger outputs, not storage", run_dir.display());
@@ -616,11 +639,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             Ok(if check.holds() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        Command::Verify { run_dir, built: _, json, no_seed_check } => {
-            let violations = verify::verify_run_dir(&run_dir, checks(no_seed_check))?;
+        Command::Verify { run_dir, built: _, json, no_seed_check, expect_feds, system } => {
+            let expected = match (expect_feds, system) {
+                (Some(list), _) => {
+                    Some(tessera_config::parse_fed_list(&list).with_context(|| format!("--expect-feds {list}"))?)
+                }
+                (None, Some(path)) => Some(tessera_config::SystemConfig::load(&path)?.all_feds()),
+                (None, None) => None,
+            };
+            let Some(expected) = expected else {
+                let violations = verify::verify_run_dir(&run_dir, checks(no_seed_check))?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&violations)?);
+                } else {
+                    print!("{}", render::violations(&run_dir, &violations));
+                }
+                return Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+            };
+            let (violations, coverage) = verify::verify_run_dir_expecting(&run_dir, checks(no_seed_check), &expected)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&violations)?);
+                let report = serde_json::json!({ "violations": violations, "fed_coverage": coverage });
+                println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
+                print!("{}", render::fed_coverage(&run_dir, &coverage));
                 print!("{}", render::violations(&run_dir, &violations));
             }
             Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
@@ -633,8 +674,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo { output } => demo(output),
         Command::Sim { scenario, seeds, first_seed } => sim(&scenario, seeds, first_seed),
         Command::Ferol(args) => ferol(args),
-        Command::Run { system, args, control, print_config, keep } => {
-            run::run(system.as_deref(), &args, &control, print_config, keep)
+        Command::Run { system, args, control, print_config, keep, max_incomplete } => {
+            run::run(system.as_deref(), &args, &control, print_config, keep, max_incomplete)
         }
         Command::Config { action: ConfigAction::Default } => {
             print!("{}", tessera_config::SystemConfig::default().to_yaml());

@@ -16,7 +16,7 @@ use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
-use tessera_runtime::system::{Outcome, Progress, RunningSystem, SystemPlan};
+use tessera_runtime::system::{Conservation, FedErrorCounts, Outcome, Progress, RunningSystem, SystemPlan};
 use tessera_runtime::trigger::{Interval, TriggerAccount, TriggerSummary};
 
 use tessera_control::{
@@ -24,7 +24,7 @@ use tessera_control::{
 };
 use tessera_fu::resources::FarmLimits;
 use tessera_runtime::state::UnitState;
-use tessera_runtime::stats::UnitStats;
+use tessera_runtime::stats::{FedError, UnitStats};
 
 use crate::farm::{
     Farm, FarmDirs, FarmOutcome, check_chain, start_broker, storage_run_dir, system_streams, wait_drained,
@@ -331,13 +331,18 @@ pub fn run(
     control: &ControlArgs,
     print_config: bool,
     keep: Keep,
+    max_incomplete: Option<u64>,
 ) -> Result<ExitCode> {
     let cfg = load(system, args)?;
+    let incomplete_rule = IncompleteRule::new(&cfg, max_incomplete);
     if print_config {
         print!("{}", cfg.to_yaml());
         return Ok(ExitCode::SUCCESS);
     }
     if cfg.controller.agent_port.is_some() {
+        if max_incomplete.is_some() {
+            bail!("--max-incomplete: a run on agents does not count incomplete events against a limit yet");
+        }
         require_ports(&cfg, system.unwrap_or(Path::new("the default system")))?;
         return crate::controller::run_on_agents(cfg, std::env::var("TESSERA_AGENT_TOKEN").ok(), control);
     }
@@ -543,7 +548,7 @@ pub fn run(
     }
     drop(brokers);
     trigger.interval(&outcome.progress);
-    let ok = summarize(&cfg, &output, &outcome, &trigger.summary(), farm.as_ref())?;
+    let ok = summarize(&cfg, &output, &outcome, &trigger.summary(), &incomplete_rule, farm.as_ref())?;
     let cut_short = outcome.cut_short || farm.as_ref().is_some_and(|(f, _, _)| f.cut_short);
     // Storage proves it holds every built event only through the mergers' chain check.
     let proven = ok && !cut_short && cfg.fu.enabled && cfg.fu.merge;
@@ -652,13 +657,91 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
     let _ = err.flush();
 }
 
+/// How many incomplete events (built with a FED missing) a run may build and still succeed,
+/// and which rule says so: `--max-incomplete N` if given; otherwise none when no fault is
+/// configured in the system file (incomplete data is then a failure of the event builder), and
+/// any number when faults are (they make events incomplete on purpose).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct IncompleteRule {
+    /// The most incomplete events allowed; `None`: any number.
+    max: Option<u64>,
+    /// Which rule set `max` and why, as the summary says it after "N allowed, ".
+    rule: String,
+}
+
+impl IncompleteRule {
+    /// The rule for `cfg` with `--max-incomplete` given or not.
+    fn new(cfg: &SystemConfig, max_incomplete: Option<u64>) -> Self {
+        let faulty: Vec<String> = cfg
+            .rus
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.faults.is_empty())
+            .map(|(i, r)| format!("rus[{i}].faults: {}", r.faults.join(", ")))
+            .collect();
+        match (max_incomplete, faulty.is_empty()) {
+            (Some(n), _) => IncompleteRule { max: Some(n), rule: format!("by --max-incomplete {n}") },
+            (None, true) => IncompleteRule {
+                max: Some(0),
+                rule: "because no fault is configured (rus[i].faults); --max-incomplete N allows N".to_string(),
+            },
+            (None, false) => IncompleteRule {
+                max: None,
+                rule: format!("because faults are configured ({}); --max-incomplete N sets a limit", faulty.join("; ")),
+            },
+        }
+    }
+
+    /// Whether `incomplete` events are within the rule.
+    fn allows(&self, incomplete: u64) -> bool {
+        self.max.is_none_or(|max| incomplete <= max)
+    }
+}
+
+/// The summary's line of built events: complete, incomplete, and per FED the events that went
+/// out without it with the FED's error counts that say why (`MISSING` alone: the fragment
+/// time-out expired).
+fn events_line(c: &Conservation, fed_errors: &[FedErrorCounts]) -> String {
+    let feds: Vec<String> = fed_errors
+        .iter()
+        .filter(|f| f.missing > 0)
+        .map(|f| {
+            let missing = FedError::Missing.key();
+            let why: Vec<String> =
+                f.errors.iter().filter(|(k, _)| k.as_str() != missing).map(|(k, n)| format!("{k} {n}")).collect();
+            let why = if why.is_empty() { String::new() } else { format!(" after {}", why.join(", ")) };
+            format!("FED {}: {} {missing}{why}", f.fed, f.missing)
+        })
+        .collect();
+    format!(
+        "events: {} built, {} complete, {} incomplete{}",
+        c.built,
+        c.built_complete,
+        c.built_incomplete,
+        if feds.is_empty() { String::new() } else { format!(" ({})", feds.join("; ")) }
+    )
+}
+
+/// The summary's line of the incomplete-event rule: how many there are, how many are allowed
+/// and by which rule, and whether the run keeps to it.
+fn incomplete_line(incomplete: u64, rule: &IncompleteRule) -> String {
+    format!(
+        "incomplete events: {incomplete}, {}, {}  {}",
+        rule.max.map_or("any number allowed".to_string(), |m| format!("at most {m} allowed")),
+        rule.rule,
+        if rule.allows(incomplete) { "within the limit" } else { "ABOVE THE LIMIT" }
+    )
+}
+
 /// Prints the run's summary, ending with the conservation check, and writes
-/// `<output>/summary.json`. True if every unit ended cleanly and conservation holds.
+/// `<output>/summary.json`. True if every unit ended cleanly, conservation holds and the
+/// incomplete events are within `incomplete_rule`.
 fn summarize(
     cfg: &SystemConfig,
     output: &Path,
     outcome: &Outcome,
     trigger: &TriggerSummary,
+    incomplete_rule: &IncompleteRule,
     farm: Option<&(FarmOutcome, Vec<String>, FarmDirs)>,
 ) -> Result<bool> {
     let c = outcome.conservation();
@@ -727,6 +810,9 @@ fn summarize(
         if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
         if c.holds { "holds" } else { "DOES NOT HOLD" }
     );
+    println!("{}", events_line(&c, &outcome.fed_errors));
+    let incomplete_ok = incomplete_rule.allows(c.built_incomplete);
+    println!("{}", incomplete_line(c.built_incomplete, incomplete_rule));
     let chain = farm.map(|(farm, streams, dirs)| summarize_farm(cfg, outcome, farm, streams, dirs));
     let cut_short = cut.then(|| {
         let not_built = c.lost.get("CUT_SHORT").copied().unwrap_or(0);
@@ -755,7 +841,15 @@ fn summarize(
         "seconds": outcome.seconds,
         "triggered": c.triggered,
         "built": c.built,
+        "built_complete": c.built_complete,
         "built_incomplete": c.built_incomplete,
+        "fed_errors": outcome.fed_errors,
+        "incomplete_check": {
+            "incomplete": c.built_incomplete,
+            "max_incomplete": incomplete_rule.max,
+            "rule": incomplete_rule.rule,
+            "within_limit": incomplete_ok,
+        },
         "lost": c.lost,
         "conservation_holds": c.holds,
         "per_bu": cfg.bus.iter().zip(&outcome.bus).map(|(s, b)| json!({
@@ -785,7 +879,7 @@ fn summarize(
     std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     println!("summary: {}", path.display());
-    Ok(outcome.clean() && c.holds && chain.is_none_or(|(_, ok)| ok))
+    Ok(outcome.clean() && c.holds && incomplete_ok && chain.is_none_or(|(_, ok)| ok))
 }
 
 /// The summary's line of the trigger: the rate asked for and got, and the dead time per reason.
@@ -1230,4 +1324,31 @@ pub fn ferol_for(system: &Path, ru_name: &str, args: &SystemArgs) -> Result<Send
     let mut s = emulator(&cfg, i, to)?;
     s.limits = Limits { events: cfg.run.events, seconds: cfg.run.seconds.filter(|_| cfg.run.events.is_none()) };
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incomplete_events_are_allowed_by_configured_faults_or_the_command_line_only() {
+        let mut cfg = SystemConfig::default();
+        let clean = IncompleteRule::new(&cfg, None);
+        assert_eq!(clean.max, Some(0));
+        assert!(clean.allows(0) && !clean.allows(1));
+        assert!(clean.rule.starts_with("because no fault is configured"), "{}", clean.rule);
+        cfg.rus[1].faults = vec!["skip@500/4".into(), "bad-crc:0.01".into()];
+        let faulty = IncompleteRule::new(&cfg, None);
+        assert_eq!(faulty.max, None);
+        assert!(faulty.allows(u64::MAX));
+        assert_eq!(
+            faulty.rule,
+            "because faults are configured (rus[1].faults: skip@500/4, bad-crc:0.01); --max-incomplete N sets a limit"
+        );
+        for c in [&SystemConfig::default(), &cfg] {
+            let given = IncompleteRule::new(c, Some(10));
+            assert_eq!((given.max, given.rule.as_str()), (Some(10), "by --max-incomplete 10"));
+            assert!(given.allows(10) && !given.allows(11));
+        }
+    }
 }

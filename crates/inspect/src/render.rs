@@ -19,6 +19,9 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// Most violations [`violations`] prints; it counts the rest.
+pub const MAX_VIOLATIONS_PRINTED: usize = 100;
+
 fn flag_names(f: u16) -> String {
     let names: Vec<&str> = [
         (flags::GENERATED, "generated"),
@@ -186,9 +189,17 @@ pub fn run_dir(d: &crate::run_dir::RunDirReport) -> String {
 /// `verify`'s verdict: each violation with file and offset, then a count.
 pub fn violations(run_dir: &std::path::Path, v: &[crate::verify::Violation]) -> String {
     let mut out = String::new();
-    for x in v {
+    for x in v.iter().take(MAX_VIOLATIONS_PRINTED) {
         let at = x.offset.map_or(String::new(), |o| format!(" at byte {o}"));
         let _ = writeln!(out, "{}/{}{at}: {}", run_dir.display(), x.file, x.message);
+    }
+    if v.len() > MAX_VIOLATIONS_PRINTED {
+        let _ = writeln!(
+            out,
+            "{}: ... and {} more violations (--json lists every one)",
+            run_dir.display(),
+            v.len() - MAX_VIOLATIONS_PRINTED
+        );
     }
     if v.is_empty() {
         let _ = writeln!(out, "{}: OK, every rule holds", run_dir.display());
@@ -196,6 +207,29 @@ pub fn violations(run_dir: &std::path::Path, v: &[crate::verify::Violation]) -> 
         let _ = writeln!(out, "{}: {} violations", run_dir.display(), v.len());
     }
     out
+}
+
+/// How the events of a run cover its FED list, in one line: how many miss FEDs, per FED how
+/// many miss it, and how many their BU flagged incomplete.
+pub fn fed_coverage(run_dir: &std::path::Path, c: &crate::verify::FedCoverage) -> String {
+    let per_fed = |counts: &std::collections::BTreeMap<u16, u64>| {
+        counts.iter().map(|(fed, n)| format!("FED {fed}: {n}")).collect::<Vec<_>>().join(", ")
+    };
+    let mut line = format!(
+        "{}: {} of {} events miss FEDs of the expected list",
+        run_dir.display(),
+        c.events_missing_feds,
+        c.events
+    );
+    if !c.missing_per_fed.is_empty() {
+        let _ = write!(line, " ({})", per_fed(&c.missing_per_fed));
+    }
+    let _ = write!(line, "; {} flagged incomplete by their BU", c.events_flagged_incomplete);
+    if !c.unexpected_per_fed.is_empty() {
+        let _ = write!(line, "; events also hold FEDs outside the list ({})", per_fed(&c.unexpected_per_fed));
+    }
+    line.push('\n');
+    line
 }
 
 /// A stream capture: totals per source, and with `all` every fragment or orbit.

@@ -9,8 +9,13 @@
 //! (`NEvents + NLostEvents == TotalEvents`) and equal to its files; an EoR equal to the run; no
 //! `open/` and no temporary files after the run. What a listing cannot show, the order in time in
 //! which files appeared, is not checked.
+//!
+//! Given the FED list of the run ([`verify_run_dir_expecting`]), every event must also hold
+//! every FED of the list: an event that misses some is a violation that names them and says
+//! whether its BU flagged it incomplete (FRD flag bit 1), and the events without each FED and
+//! those flagged incomplete are counted ([`FedCoverage`]).
 
-use crate::event::{EventChecks, Problem};
+use crate::event::{EventChecks, EventReport, Problem};
 use crate::raw_file::inspect_raw_file;
 use crate::run_dir::{check_index_doc, file_name, read_doc, scan_run_dir};
 use serde::Serialize;
@@ -18,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend};
+use tessera_formats::frd::flags;
 use tessera_formats::names::{self, FuLock};
 use tessera_formats::raw::data_type;
 
@@ -48,6 +54,55 @@ pub enum VerifyError {
     NotARunDir(#[from] crate::run_dir::NotARunDir),
 }
 
+/// How the events of a run cover its FED list: what [`verify_run_dir_expecting`] counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct FedCoverage {
+    /// The FED list, sorted.
+    pub expected_feds: Vec<u16>,
+    /// Events checked against it (every FRD event of the run directory's raw files).
+    pub events: u64,
+    /// Events that miss at least one FED of the list.
+    pub events_missing_feds: u64,
+    /// Events flagged incomplete (FRD flag bit 1) by their BU.
+    pub events_flagged_incomplete: u64,
+    /// Per FED of the list that some event misses: the events without it.
+    pub missing_per_fed: BTreeMap<u16, u64>,
+    /// Per FED not in the list that some event holds: the events with it (not a violation: the
+    /// list says which FEDs every event must hold, and a shorter one leaves FEDs out on purpose).
+    pub unexpected_per_fed: BTreeMap<u16, u64>,
+}
+
+impl FedCoverage {
+    /// Checks `event` of `file` against the list `expected`: counts it, and adds a violation if
+    /// it misses a FED of the list.
+    fn check(&mut self, expected: &BTreeSet<u16>, file: &str, event: &EventReport, found: &mut Found) {
+        self.events += 1;
+        let held: BTreeSet<u16> = event.feds.iter().map(|f| f.source_id).collect();
+        let missing: Vec<u16> = expected.difference(&held).copied().collect();
+        let unexpected: Vec<u16> = held.difference(expected).copied().collect();
+        let flagged = event.header.flags & flags::INCOMPLETE != 0;
+        for &fed in &missing {
+            *self.missing_per_fed.entry(fed).or_default() += 1;
+        }
+        for &fed in &unexpected {
+            *self.unexpected_per_fed.entry(fed).or_default() += 1;
+        }
+        self.events_missing_feds += u64::from(!missing.is_empty());
+        self.events_flagged_incomplete += u64::from(flagged);
+        if !missing.is_empty() {
+            let flag = if flagged { "flagged incomplete" } else { "not flagged incomplete" };
+            let message = format!("event {}: {} missing ({flag})", event.header.event, fed_list(&missing));
+            found.add(file, Some(event.offset), message);
+        }
+    }
+}
+
+/// `FED 3` or `FEDs 3, 7`.
+fn fed_list(feds: &[u16]) -> String {
+    let ids: Vec<String> = feds.iter().map(u16::to_string).collect();
+    format!("FED{} {}", if feds.len() == 1 { "" } else { "s" }, ids.join(", "))
+}
+
 struct Found(Vec<Violation>);
 
 impl Found {
@@ -62,6 +117,28 @@ impl Found {
 
 /// Checks the run directory `dir`; returns every violation, sorted by file and offset.
 pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>, VerifyError> {
+    check_run_dir(dir, checks, None).map(|(violations, _)| violations)
+}
+
+/// Checks the run directory `dir` as [`verify_run_dir`] does, and that every event holds every
+/// FED of the run's list `expected_feds` (the trigger FED among them): returns every violation,
+/// sorted by file and offset, and how the events cover the list.
+pub fn verify_run_dir_expecting(
+    dir: &Path,
+    checks: EventChecks,
+    expected_feds: &[u16],
+) -> Result<(Vec<Violation>, FedCoverage), VerifyError> {
+    let expected: BTreeSet<u16> = expected_feds.iter().copied().collect();
+    check_run_dir(dir, checks, Some(&expected)).map(|(violations, coverage)| (violations, coverage.unwrap_or_default()))
+}
+
+fn check_run_dir(
+    dir: &Path,
+    checks: EventChecks,
+    expected: Option<&BTreeSet<u16>>,
+) -> Result<(Vec<Violation>, Option<FedCoverage>), VerifyError> {
+    let mut coverage =
+        expected.map(|feds| FedCoverage { expected_feds: feds.iter().copied().collect(), ..FedCoverage::default() });
     let unreadable = |source| VerifyError::Unreadable { path: dir.display().to_string(), source };
     if dir.is_dir() {
         crate::run_dir::require_run_dir(dir)?;
@@ -110,12 +187,15 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
                 found.add(&name, Some(16), format!("header says run {run}, the directory {dir_run}"));
             }
         }
+        let counted = report.header.as_ref().is_some_and(|h| h.data_type == data_type::FRD_EVENTS);
         for ev in &report.events {
             if let Some(first) = events_seen.insert(ev.header.event, name.clone()) {
                 found.add(&name, Some(ev.offset), format!("event {} is also in {first}: duplicated", ev.header.event));
             }
+            if let (Some(coverage), Some(expected), true) = (&mut coverage, expected, counted) {
+                coverage.check(expected, &name, ev, &mut found);
+            }
         }
-        let counted = report.header.as_ref().is_some_and(|h| h.data_type == data_type::FRD_EVENTS);
         let events = counted.then_some(report.events.len() as u64);
         let entry = per_ls.entry(ls).or_insert((0, Some(0), 0));
         *entry = (entry.0 + 1, entry.1.zip(events).map(|(a, b)| a + b), entry.2 + bytes.len() as u64);
@@ -223,7 +303,7 @@ pub fn verify_run_dir(dir: &Path, checks: EventChecks) -> Result<Vec<Violation>,
     }
     let mut violations = found.0;
     violations.sort_by(|a, b| (&a.file, a.offset).cmp(&(&b.file, b.offset)));
-    Ok(violations)
+    Ok((violations, coverage))
 }
 
 /// The `.jsd` definitions must be the standard ones, and `fu.lock` must be readable.

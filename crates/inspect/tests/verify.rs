@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use tempfile::TempDir;
 use tessera_formats::crc::crc32c;
 use tessera_formats::fed::{Fragment, fragment_crc, seal_fragment};
-use tessera_formats::frd::FrdEvent;
+use tessera_formats::frd::{FrdEvent, flags};
 use tessera_formats::raw::RawFile;
 use tessera_inspect::event::EventChecks;
-use tessera_inspect::verify::{Violation, verify_run_dir};
+use tessera_inspect::verify::{Violation, verify_run_dir, verify_run_dir_expecting};
 use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
 const RUN: u32 = 7;
@@ -31,13 +31,18 @@ fn sample() -> Run {
 }
 
 fn sample_from(first_event: u64) -> Run {
+    sample_of(first_event, (0..4).collect())
+}
+
+/// The sample run with data FEDs `fed_ids` instead of 0..4.
+fn sample_of(first_event: u64, fed_ids: Vec<u16>) -> Run {
     let tmp = tempfile::tempdir().unwrap();
     let spec = SampleSpec {
         run: RUN,
         lumi_sections: 2,
         events_per_lumi_section: 5,
         events_per_file: 2,
-        fed_ids: (0..4).collect(),
+        fed_ids,
         fed_payload_bytes_mean: 256,
         first_event,
         source: "test-bu".into(),
@@ -45,6 +50,18 @@ fn sample_from(first_event: u64) -> Run {
     let summary = write_sample_run(tmp.path(), &spec).unwrap();
     assert_eq!(summary.files.len(), 6);
     Run { dir: summary.run_dir, _tmp: tmp }
+}
+
+/// The sample run whose lumi section 2 (events 6..=10) was written without FED 3: its files,
+/// their `.jsn` and its EoLS are those of the same run written with FEDs 0..3, so that every
+/// rule of the file contract holds.
+fn sample_without_fed_3_in_ls_2() -> Run {
+    let run = sample();
+    let without = sample_of(1, (0..3).collect());
+    for name in [raw(2, 0), jsn(2, 0), raw(2, 1), jsn(2, 1), raw(2, 2), jsn(2, 2), eols(2)] {
+        fs::copy(without.path(&name), run.path(&name)).unwrap();
+    }
+    run
 }
 
 impl Run {
@@ -673,4 +690,56 @@ fn files_processed_by_fus_are_not_missing_but_counts_still_bound_what_is_left() 
     fs::copy(run.path(&raw(1, 1)), run.path(&raw(1, 5))).unwrap();
     fs::copy(run.path(&jsn(1, 1)), run.path(&jsn(1, 5))).unwrap();
     assert!(run.verify().iter().any(|v| v.message.contains("says")), "{:?}", run.verify());
+}
+
+// 11. Events against the run's FED list.
+
+#[test]
+fn events_that_miss_a_fed_of_the_list_are_violations_naming_it() {
+    let run = sample_without_fed_3_in_ls_2();
+    // Every rule of the file contract holds: only the FED list tells that FED 3 is missing.
+    assert_eq!(run.verify(), []);
+    // Event 8 (the first of lumi section 2's second file) flagged incomplete, as a BU does.
+    let flagged_at = run.edit_event(&raw(2, 1), 0, false, |record| {
+        let f = u16::from_le_bytes([record[2], record[3]]) | flags::INCOMPLETE;
+        record[2..4].copy_from_slice(&f.to_le_bytes());
+    });
+    let all = [1024, 0, 1, 2, 3];
+    let (found, coverage) = verify_run_dir_expecting(&run.dir, EventChecks::default(), &all).unwrap();
+    let offsets = |name: &str| records(&fs::read(run.path(name)).unwrap());
+    let mut expected = Vec::new();
+    for (index, first) in [(0, 6), (1, 8), (2, 10)] {
+        for (i, (at, _)) in offsets(&raw(2, index)).into_iter().enumerate() {
+            let event = first + i;
+            let flag = if event == 8 { "flagged incomplete" } else { "not flagged incomplete" };
+            expected.push(v(&raw(2, index), Some(at as u64), &format!("event {event}: FED 3 missing ({flag})")));
+        }
+    }
+    assert_eq!(expected[2].offset, Some(flagged_at as u64));
+    assert_eq!(found, expected);
+    assert_eq!((coverage.events, coverage.events_missing_feds, coverage.events_flagged_incomplete), (10, 5, 1));
+    assert_eq!(coverage.missing_per_fed.into_iter().collect::<Vec<_>>(), [(3, 5)]);
+    assert!(coverage.unexpected_per_fed.is_empty());
+    assert_eq!(coverage.expected_feds, [0, 1, 2, 3, 1024]);
+}
+
+#[test]
+fn a_list_of_the_feds_every_event_holds_passes_and_counts_the_others() {
+    let run = sample_without_fed_3_in_ls_2();
+    let (found, coverage) = verify_run_dir_expecting(&run.dir, EventChecks::default(), &[1024, 0, 1, 2]).unwrap();
+    assert_eq!(found, []);
+    assert_eq!((coverage.events, coverage.events_missing_feds), (10, 0));
+    // FED 3 is in lumi section 1's 5 events: outside the list, which is no violation.
+    assert_eq!(coverage.unexpected_per_fed.into_iter().collect::<Vec<_>>(), [(3, 5)]);
+}
+
+#[test]
+fn the_list_checks_nothing_else_and_misses_nothing_else() {
+    // A whole run passes against its list; a broken rule is still found with the list given.
+    let run = sample();
+    let list = [1024, 0, 1, 2, 3];
+    assert_eq!(verify_run_dir_expecting(&run.dir, EventChecks::default(), &list).unwrap().0, []);
+    run.remove(EOR);
+    let (found, _) = verify_run_dir_expecting(&run.dir, EventChecks::default(), &list).unwrap();
+    assert_eq!(found, [v(".", None, "no EoR record: the run did not end")]);
 }

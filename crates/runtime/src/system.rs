@@ -5,7 +5,7 @@
 
 use crate::bu_node::{BuNode, BuNodeConfig, BuReport};
 use crate::ru_node::{Control, NodeError, RuNode, RuNodeConfig, RuReport};
-use crate::stats::{Throttle, UnitStats};
+use crate::stats::{FedError, Throttle, UnitStats};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_emu::error::EmuError;
 use tessera_emu::sender::{self, Held, RunSummary, SenderConfig, StopLine};
+use tessera_evb::types::FedId;
 
 /// Events past the furthest FED at which a stop takes effect: far more than a stream sends in
 /// the microseconds between looking at the streams and drawing the line.
@@ -88,6 +89,41 @@ pub struct Outcome {
     /// Whether run control cut the run short ([`RunningSystem::cut_short`]): units were aborted
     /// on request, not because they failed.
     pub cut_short: bool,
+    /// The error counts of every FED that has any, in the RUs' order.
+    pub fed_errors: Vec<FedErrorCounts>,
+}
+
+/// One FED's error counts at the end of a run, as its RU counted them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FedErrorCounts {
+    /// The FED.
+    pub fed: FedId,
+    /// Events its RU sent on without its fragment ([`FedError::Missing`]), whatever the reason.
+    pub missing: u64,
+    /// Its counts by reason key ([`FedError::key`]), those above 0, `MISSING` among them: the
+    /// other keys say why events went without it (a lost sync, a broken stream, fragments that
+    /// came late).
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl FedErrorCounts {
+    /// The counts of every FED with at least one error, over `ru_stats`, in their order.
+    pub fn of_units(ru_stats: &[Arc<UnitStats>]) -> Vec<FedErrorCounts> {
+        ru_stats
+            .iter()
+            .flat_map(|s| s.fed_errors.with_errors())
+            .map(|(fed, counts)| FedErrorCounts {
+                fed,
+                missing: counts[FedError::Missing as usize],
+                errors: FedError::ALL
+                    .into_iter()
+                    .zip(counts)
+                    .filter(|&(_, n)| n > 0)
+                    .map(|(kind, n)| (kind.key().to_string(), n))
+                    .collect(),
+            })
+            .collect()
+    }
 }
 
 /// The conservation check of a run: every triggered event is built or counted lost by reason.
@@ -97,6 +133,8 @@ pub struct Conservation {
     pub triggered: u64,
     /// Events published in BU files.
     pub built: u64,
+    /// Of those, events built whole: every FED of the system in them.
+    pub built_complete: u64,
     /// Of those, events built with a part missing (flagged incomplete in their FRD header).
     pub built_incomplete: u64,
     /// Events lost, by reason key.
@@ -121,7 +159,8 @@ impl Outcome {
         let triggered = self.progress.triggered;
         let per_bu: Vec<u64> = self.bus.iter().map(|b| b.as_ref().map_or(0, |r| r.events_published)).collect();
         let built: u64 = self.progress.built;
-        let built_incomplete = self.bus.iter().flatten().map(|b| b.counters.incomplete_events).sum();
+        let built_incomplete: u64 = self.bus.iter().flatten().map(|b| b.counters.incomplete_events).sum();
+        let built_complete = built.saturating_sub(built_incomplete);
         let mut lost = BTreeMap::new();
         let closed =
             self.rus.first().and_then(|r| r.as_ref().ok()).and_then(|r| r.evm).map_or(0, |e| e.lost_lumi_closed);
@@ -133,7 +172,7 @@ impl Outcome {
             lost.insert(why.to_string(), triggered - built - closed);
         }
         let accounted = built + lost.values().sum::<u64>();
-        Conservation { triggered, built, built_incomplete, lost, per_bu, holds: accounted == triggered }
+        Conservation { triggered, built, built_complete, built_incomplete, lost, per_bu, holds: accounted == triggered }
     }
 }
 
@@ -286,6 +325,7 @@ impl RunningSystem {
             seconds,
             progress,
             cut_short,
+            fed_errors: FedErrorCounts::of_units(&self.ru_stats),
         }
     }
 }
@@ -317,4 +357,27 @@ fn flag_failure<T>(stats: &UnitStats, run: impl FnOnce() -> Result<T, NodeError>
 
 fn spawn<T: Send + 'static>(name: String, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
     std::thread::Builder::new().name(name).spawn(f).expect("spawning a unit thread")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fed_error_counts_list_every_fed_with_errors_over_the_rus_with_their_reasons() {
+        let ru0 = Arc::new(UnitStats::for_ru(&[1024, 0, 1]));
+        let ru1 = Arc::new(UnitStats::for_ru(&[2, 3]));
+        ru0.fed_errors.add(2, FedError::Corrupt, 2);
+        ru1.fed_errors.add(1, FedError::SyncLost, 1);
+        ru1.fed_errors.add(1, FedError::Missing, 501);
+        let counts = FedErrorCounts::of_units(&[ru0, ru1]);
+        let by_key = |pairs: &[(&str, u64)]| pairs.iter().map(|&(k, n)| (k.to_string(), n)).collect();
+        assert_eq!(
+            counts,
+            [
+                FedErrorCounts { fed: 1, missing: 0, errors: by_key(&[("CORRUPT", 2)]) },
+                FedErrorCounts { fed: 3, missing: 501, errors: by_key(&[("MISSING", 501), ("SYNC_LOST", 1)]) },
+            ]
+        );
+    }
 }
