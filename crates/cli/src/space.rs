@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
-use tessera_config::{FragmentSize, SystemConfig};
+use tessera_config::SystemConfig;
 use tessera_formats::frd::FRD_HEADER_BYTES;
 use tessera_formats::tcds::{TCDS_FRAGMENT_BYTES, is_tcds_fed};
 
@@ -38,11 +38,7 @@ impl Estimate {
             .rus
             .iter()
             .flat_map(|ru| ru.feds.iter().map(move |&fed| (fed, ru.fragment_size)))
-            .map(|(fed, size)| match size {
-                _ if is_tcds_fed(fed) => TCDS_FRAGMENT_BYTES as f64,
-                FragmentSize::Fixed { bytes } => bytes.next_multiple_of(8) as f64,
-                FragmentSize::LogNormal { mean_bytes, .. } => mean_bytes,
-            })
+            .map(|(fed, size)| if is_tcds_fed(fed) { TCDS_FRAGMENT_BYTES as f64 } else { size.mean_bytes() })
             .sum();
         let by_time = match (cfg.trigger.paced_rate_hz(), cfg.run.seconds) {
             (Some(rate), Some(seconds)) => Some((rate * seconds).ceil() as u64),

@@ -439,6 +439,14 @@ impl FragmentSize {
         }
     }
 
+    /// The mean fragment the model gives, in bytes, header and trailer included.
+    pub fn mean_bytes(&self) -> f64 {
+        match *self {
+            FragmentSize::Fixed { bytes } => bytes.next_multiple_of(8) as f64,
+            FragmentSize::LogNormal { mean_bytes, .. } => mean_bytes,
+        }
+    }
+
     /// The largest fragment the model gives, in bytes. Log-normal draws have no upper bound
     /// before the emulator clamps them, so this is the clamp, [`MAX_FRAGMENT_BYTES`], whatever
     /// the mean and sigma: a rare large draw must still fit in a receive chunk.

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use tessera_emu::EmuError;
 use tessera_emu::generator::{FedSpec, SizeModel, TriggerClock};
 use tessera_emu::sender::MAX_STREAMS;
+use tessera_formats::ferol::ferol_wire_len;
 use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID};
 
 /// Most FU processes per BU.
@@ -269,6 +270,63 @@ impl SystemConfig {
         }
     }
 
+    /// An RU holds every event until its BU's file is published, and a BU publishes a file when
+    /// it holds `bu.max_events_per_file` events (or on `bu.file_timeout_ms`). Receive memory that
+    /// cannot hold a file's worth of events for every BU starves: files then close on their
+    /// time-out only, and the RUs wait for them with their streams unread.
+    fn validate_memory_against_files(&self, p: &mut Problems) {
+        let per_file = u64::from(self.bu.max_events_per_file);
+        let n_bu = self.bus.len() as u64;
+        let held_back = n_bu * per_file;
+        if held_back == 0 {
+            return;
+        }
+        let files = format!(
+            "the {held_back} events the BUs' files can hold back ({n_bu} BUs × bu.max_events_per_file {per_file})"
+        );
+        for (i, ru) in self.rus.iter().enumerate() {
+            if p.has(&format!("rus[{i}].fragment_size")) {
+                continue;
+            }
+            let params = self.ru_params(i);
+            let own = |key: &str, set: bool| if set { format!("rus[{i}].params.{key}") } else { format!("ru.{key}") };
+            if u64::from(params.max_events_buffered) < held_back {
+                p.add(
+                    own("max_events_buffered", ru.params.max_events_buffered.is_some()),
+                    format!(
+                        "{} events for rus[{i}] are fewer than {files}; give at least {held_back}, or bu.max_events_per_file at most {}",
+                        params.max_events_buffered,
+                        u64::from(params.max_events_buffered) / n_bu
+                    ),
+                );
+            }
+            let has_data_fed = ru.feds.iter().any(|&f| f != TCDS_FED_ID);
+            let wire = ferol_wire_len(ru.fragment_size.mean_bytes().ceil() as usize) as u64;
+            if !has_data_fed || wire == 0 || params.chunk_bytes == 0 || params.chunks_per_fed < 2 {
+                continue;
+            }
+            // One chunk is being filled; the others hold whole fragments.
+            let per_chunk = params.chunk_bytes as u64 / wire;
+            let fragments = u64::from(params.chunks_per_fed - 1) * per_chunk;
+            if fragments < held_back {
+                p.add(
+                    own("chunks_per_fed", ru.params.chunks_per_fed.is_some()),
+                    format!(
+                        "{} chunks of {} bytes hold {fragments} of rus[{i}]'s fragments ({} chunks of {per_chunk} fragments \
+                         of {wire} bytes on the wire, one chunk being filled), fewer than {files}: files would close on \
+                         bu.file_timeout_ms only, with the RUs' streams unread; give at least {} chunks, or \
+                         bu.max_events_per_file at most {}",
+                        params.chunks_per_fed,
+                        params.chunk_bytes,
+                        params.chunks_per_fed - 1,
+                        held_back.div_ceil(per_chunk.max(1)) + 1,
+                        fragments / n_bu
+                    ),
+                );
+            }
+        }
+    }
+
     fn validate_params(&self, p: &mut Problems) {
         let evm = &self.evm;
         p.at_least_one("evm.assign_batch_events", evm.assign_batch_events.into());
@@ -312,6 +370,7 @@ impl SystemConfig {
                 );
             }
         }
+        self.validate_memory_against_files(p);
         let bu = &self.bu;
         p.at_least_one("bu.max_events_in_flight", bu.max_events_in_flight.into());
         p.at_least_one("bu.request_batch_events", bu.request_batch_events.into());
