@@ -289,6 +289,7 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
                     .collect(),
                 sink: Sink::Connect(address(to)?.to_string()),
                 paced: false,
+                pace_percent: 100,
                 // The bench stops the trigger; the time limit only bounds a run that hangs.
                 limits: Limits { events: None, seconds: safety },
                 stop: None,

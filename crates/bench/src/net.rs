@@ -146,6 +146,7 @@ impl NetCase {
                 .collect(),
             sink: Sink::Connect(address.to_string()),
             paced: false,
+            pace_percent: 100,
             limits: Limits { events: Some(per_stream.max(1)), seconds: Some(self.budget.seconds) },
             stop: None,
         }

@@ -487,6 +487,7 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
         streams,
         sink,
         paced: args.rate_hz.is_some(),
+        pace_percent: 100,
         limits: Limits { events: args.events, seconds: args.seconds },
         stop: None,
     })?;

@@ -319,6 +319,7 @@ fn emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<SenderConfig
             .collect(),
         sink: Sink::Connect(to.to_string()),
         paced: cfg.trigger.paced_rate_hz().is_some(),
+        pace_percent: section.send_rate_percent,
         limits: Limits { events: cfg.run.events, seconds: None },
         stop: None,
     })

@@ -338,12 +338,25 @@ pub struct RuSection {
     /// Whether `tessera run` starts an emulator for these FEDs.
     #[serde(default = "yes")]
     pub emulated: bool,
+    /// The pace of its emulated front ends, in percent of the trigger's (1 to 100): below 100
+    /// they send each event later than its trigger and fall further behind it all run long, as
+    /// slow front ends do (back-pressure then holds the trigger: dead time).
+    #[serde(default = "full_pace", skip_serializing_if = "is_full_pace")]
+    pub send_rate_percent: u32,
     /// This RU's own values for some of the shared `ru` tuning.
     #[serde(default, skip_serializing_if = "is_default")]
     pub params: RuParamsOverride,
     /// Pin the RU's loop thread to this CPU core of its host (optional).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<usize>,
+}
+
+fn full_pace() -> u32 {
+    100
+}
+
+fn is_full_pace(percent: &u32) -> bool {
+    *percent == 100
 }
 
 impl RuSection {
@@ -358,6 +371,7 @@ impl RuSection {
             fragment_size: FragmentSize::default(),
             faults: Vec::new(),
             emulated: true,
+            send_rate_percent: 100,
             params: RuParamsOverride::default(),
             cpu: None,
         }

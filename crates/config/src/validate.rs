@@ -229,6 +229,9 @@ impl SystemConfig {
             if ru.emulated && ru.feds.len() > MAX_STREAMS {
                 p.add(key("feds"), format!("{} FEDs; one emulator process sends at most {MAX_STREAMS}", ru.feds.len()));
             }
+            if !(1..=100).contains(&ru.send_rate_percent) {
+                p.add(key("send_rate_percent"), format!("{}% is outside 1..=100", ru.send_rate_percent));
+            }
             for (j, spec) in ru.faults.iter().enumerate() {
                 match spec.parse::<tessera_emu::fault::FaultSpec>() {
                     Err(e) => p.add(key(&format!("faults[{j}]")), format!("{spec:?}: {}", reason(e))),

@@ -72,7 +72,7 @@ pub struct RunView {
     pub dead_time_fraction: f64,
     /// The share of the last second during which the trigger was held back, by reason key (a
     /// [`tessera_runtime::stats::Throttle`] key such as `RU_BUFFERS_FULL`, or `RU_INPUT` and
-    /// `FRONT_END_CPU` of [`tessera_runtime::trigger`]); reasons of the same second share it, so
+    /// `FRONT_END_SLOW` of [`tessera_runtime::trigger`]); reasons of the same second share it, so
     /// that they add up to `dead_time_fraction`.
     pub dead_time_by_reason: BTreeMap<String, f64>,
     /// Why the trigger is short of the requested rate over the run so far, in one sentence,

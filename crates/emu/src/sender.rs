@@ -78,6 +78,10 @@ pub struct SenderConfig {
     pub sink: Sink,
     /// Wait for each trigger's time on the clock (`--rate-hz`); free running otherwise.
     pub paced: bool,
+    /// With `paced`, the streams' pace in percent of the trigger's (1 to 100): below 100 each
+    /// event is sent at its trigger time × 100 / `pace_percent`, so the streams fall further and
+    /// further behind the trigger, as slow front ends do.
+    pub pace_percent: u32,
     /// When to stop.
     pub limits: Limits,
     /// Run control's stop, shared by every stream of the run (and of other senders' runs).
@@ -283,7 +287,7 @@ impl fmt::Display for RunSummary {
 /// anything is sent), then sends each on its own thread until the limits; returns when all
 /// streams have ended. The first stream error is returned.
 pub fn run(config: SenderConfig) -> Result<RunSummary, EmuError> {
-    let SenderConfig { streams, sink, paced, limits, stop } = config;
+    let SenderConfig { streams, sink, paced, pace_percent, limits, stop } = config;
     if streams.is_empty() {
         return Err(EmuError::BadSender("no FED streams".into()));
     }
@@ -309,7 +313,8 @@ pub fn run(config: SenderConfig) -> Result<RunSummary, EmuError> {
             .zip(writers)
             .map(|(generator, writer)| {
                 let stop = stop.as_ref().map(|line| (line.clone(), line.register()));
-                scope.spawn(move || send_stream(generator, writer, start, paced, limits, stop))
+                let pace = paced.then_some(pace_percent);
+                scope.spawn(move || send_stream(generator, writer, start, pace, limits, stop))
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("stream thread panicked")).collect()
@@ -384,7 +389,7 @@ fn send_stream(
     mut generator: StreamGenerator,
     writer: Box<dyn Write + Send>,
     start: Instant,
-    paced: bool,
+    pace_percent: Option<u32>,
     limits: Limits,
     stop: Option<(Arc<StopLine>, Arc<StreamGauge>)>,
 ) -> Result<StreamSummary, EmuError> {
@@ -416,8 +421,11 @@ fn send_stream(
             end = End::Disconnect;
             break;
         }
-        if paced {
-            let due = start + Duration::from_secs_f64(event.trigger.time_seconds);
+        if let Some(percent) = pace_percent {
+            // A stream slower than the trigger sends each event later than its trigger: the
+            // trigger is held (dead time) for as long as the stream is late.
+            let trigger = start + Duration::from_secs_f64(event.trigger.time_seconds);
+            let due = start + Duration::from_secs_f64(event.trigger.time_seconds * 100.0 / f64::from(percent.max(1)));
             let now = Instant::now();
             if now < due {
                 if !flush(&mut out, &mut m).map_err(|e| failed(m.bytes, e))? || deadline.is_some_and(|d| d < due) {
@@ -425,9 +433,8 @@ fn send_stream(
                     break;
                 }
                 std::thread::sleep(due - now);
-            } else {
-                m.late(due, now);
             }
+            m.late(trigger, Instant::now().max(due));
         }
         events += 1;
         faults += u64::from(event.fault.is_some());

@@ -37,6 +37,7 @@ fn loopback_tcp_receiver_checks_every_fragment() {
         streams: vec![stream(12, size)],
         sink: Sink::Connect(address),
         paced: false,
+        pace_percent: 100,
         limits: Limits { events: Some(500), seconds: None },
         stop: None,
     })
@@ -66,6 +67,7 @@ fn capture_files_hold_each_fed_and_faults_end_or_mark_streams() {
         streams: vec![stream(0, SizeModel::Fixed(300_000)), faulty, stream(1024, SizeModel::Fixed(64))],
         sink: Sink::Directory(dir.path().to_owned()),
         paced: false,
+        pace_percent: 100,
         limits: Limits { events: Some(50), seconds: None },
         stop: None,
     })
@@ -92,6 +94,7 @@ fn a_paced_run_with_a_time_limit_ends_by_itself() {
         streams: vec![config],
         sink: Sink::Directory(dir.path().to_owned()),
         paced: true,
+        pace_percent: 100,
         limits: Limits { events: None, seconds: Some(0.3) },
         stop: None,
     })
@@ -107,7 +110,9 @@ fn a_paced_run_with_a_time_limit_ends_by_itself() {
 #[test]
 fn bad_configurations_are_refused_before_anything_is_sent() {
     let dir = tempfile::tempdir().unwrap();
-    let run = |streams, sink, limits| sender::run(SenderConfig { streams, sink, paced: false, limits, stop: None });
+    let run = |streams, sink, limits| {
+        sender::run(SenderConfig { streams, sink, paced: false, pace_percent: 100, limits, stop: None })
+    };
     let one = vec![stream(1, SizeModel::Fixed(64))];
     let events = Limits { events: Some(1), seconds: None };
     let msg = |r: Result<_, tessera_emu::EmuError>| r.unwrap_err().to_string();

@@ -6,8 +6,8 @@
 //! say why they hold back ([`Progress::throttles`]). Each interval's new dead time goes to the
 //! throttles of that interval, shared equally; with no unit holding back it goes to
 //! [`RU_INPUT`] when the stream that held the trigger spent most of it in blocked writes (the RUs
-//! read slower than the trigger, without being full), and to [`FRONT_END_CPU`] otherwise (the
-//! emulator itself cannot generate at the rate).
+//! read slower than the trigger, without being full), and to [`FRONT_END_SLOW`] otherwise (the
+//! front ends themselves are slower than the trigger).
 
 use crate::stats::Throttle;
 use crate::system::Progress;
@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 /// Dead time with no unit holding back, while the front ends' writes were blocked: the RUs read
 /// the streams slower than the trigger asks.
 pub const RU_INPUT: &str = "RU_INPUT";
-/// Dead time with no unit holding back and the front ends not blocked in writes: the emulated
-/// front ends cannot generate fragments at the rate asked for on this machine.
-pub const FRONT_END_CPU: &str = "FRONT_END_CPU";
+/// Dead time with no unit holding back and the front ends not blocked in writes: the front ends
+/// themselves send more slowly than the trigger (set to, or short of CPU to generate at the rate).
+pub const FRONT_END_SLOW: &str = "FRONT_END_SLOW";
 
 /// Below this share of the rate asked for, the summary names the bottleneck.
 pub const SHORTFALL: f64 = 0.9;
@@ -28,8 +28,8 @@ pub const SHORTFALL: f64 = 0.9;
 pub fn reason_sentence(key: &str) -> &'static str {
     match key {
         RU_INPUT => "The RUs read the front ends' streams slower than the trigger: their CPU is the limit.",
-        FRONT_END_CPU => {
-            "The emulated front ends cannot generate fragments at this rate: this machine's CPU is the limit."
+        FRONT_END_SLOW => {
+            "The front ends send more slowly than the trigger (set to, or short of CPU): the trigger waits for them."
         }
         _ => Throttle::REASONS.into_iter().find(|t| t.key() == key).map_or("", Throttle::sentence),
     }
@@ -101,7 +101,7 @@ impl TriggerAccount {
         } else if writing >= dead / 2.0 {
             vec![RU_INPUT]
         } else {
-            vec![FRONT_END_CPU]
+            vec![FRONT_END_SLOW]
         };
         for &key in &reasons {
             *self.dead_by_reason.entry(key).or_default() += dead / reasons.len() as f64;
@@ -182,7 +182,7 @@ mod tests {
         account.interval(&at(2.0, 40_000, 1.0, 0.1, vec!["BU_STORE_FULL", "RU_BUFFERS_FULL"]));
         // No throttle, writes not blocked: the emulator itself.
         let i = account.interval(&at(3.0, 60_000, 1.5, 0.2, vec![]));
-        assert_eq!(i.reasons, vec![FRONT_END_CPU]);
+        assert_eq!(i.reasons, vec![FRONT_END_SLOW]);
         // No throttle, most of the dead time in blocked writes: the RUs read too slowly.
         let i = account.interval(&at(4.0, 80_000, 1.9, 0.6, vec![]));
         assert_eq!(i.reasons, vec![RU_INPUT]);
@@ -213,7 +213,7 @@ mod tests {
 
     #[test]
     fn every_reason_has_a_sentence() {
-        for key in Throttle::REASONS.iter().map(|t| t.key()).chain([RU_INPUT, FRONT_END_CPU]) {
+        for key in Throttle::REASONS.iter().map(|t| t.key()).chain([RU_INPUT, FRONT_END_SLOW]) {
             assert!(!reason_sentence(key).is_empty(), "{key}");
         }
     }

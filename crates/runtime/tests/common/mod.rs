@@ -82,6 +82,7 @@ fn emulator(feds: &[u16], setup: &Setup, to: &TcpListener) -> SenderConfig {
         streams: feds.iter().map(|&fed| stream(fed, setup)).collect(),
         sink: Sink::Connect(to.local_addr().unwrap().to_string()),
         paced: false,
+        pace_percent: 100,
         limits: Limits { events: Some(setup.events), seconds: None },
         stop: None,
     }
