@@ -469,10 +469,8 @@ struct FerolConn {
     stream: TcpStream,
     readable: bool,
     ended: bool,
-    /// The stream cannot be read on: garbage, or closed inside a fragment. Its bytes are read
-    /// and thrown away until it ends.
-    broken: bool,
-    /// Where and why it could not be read on, once broken.
+    /// The stream cannot be read on (garbage, or closed inside a fragment): where (its byte
+    /// offset) and why. Its bytes are read and thrown away until it ends.
     broke: Option<(u64, String)>,
     /// Its end has been looked at (a clean end, a disconnect or a break): once.
     settled: bool,
@@ -576,7 +574,6 @@ impl RuNode {
             last_trigger: None,
             self_assigned: cfg.ru.first_event,
             to_release: Vec::new(),
-            sync_lost: false,
             left_out: vec![None; cfg.ru.feds.len()],
             trigger_fault: None,
             run_last_event: None,
@@ -619,11 +616,9 @@ struct RuLoop {
     /// Ingest only: the next event to assign to itself, and the events sent, to release.
     self_assigned: EventNumber,
     to_release: Vec<tessera_evb::types::EventRange>,
-    /// A FED has lost its sync: it stays out of the run, so the unit stays in
-    /// [`SubState::SyncLoss`].
-    sync_lost: bool,
     /// Why each FED (by index) is left out for the rest of the run, once it is: it lost sync or
-    /// disconnected.
+    /// disconnected. The unit stays in [`SubState::SyncLoss`] or [`SubState::FedDisconnected`]
+    /// meanwhile.
     left_out: Vec<Option<LeftOut>>,
     /// EVM: how the trigger stream broke before run control stopped the trigger.
     trigger_fault: Option<TriggerFault>,
@@ -834,7 +829,7 @@ impl RuLoop {
             let fed = self.cfg.ru.feds[i];
             let Some(s) = s.as_ref().filter(|_| fed != TCDS_FED_ID) else { continue };
             let mut received = s.fragments;
-            if !s.broken {
+            if s.broke.is_none() {
                 while let Some(Ok(_)) = self.buffers.0[i].next_fragment() {
                     received += 1;
                 }
@@ -909,7 +904,7 @@ impl RuLoop {
     }
 
     fn publish_stats(&self) {
-        if self.sync_lost {
+        if self.left_out.contains(&Some(LeftOut::SyncLost)) {
             self.stats.saw(SubState::SyncLoss);
         }
         if self.left_out.contains(&Some(LeftOut::Disconnected)) {
@@ -1000,7 +995,6 @@ impl RuLoop {
                         stream,
                         readable: true,
                         ended: false,
-                        broken: false,
                         broke: None,
                         settled: false,
                         fragments: 0,
@@ -1032,7 +1026,7 @@ impl RuLoop {
         let full_at = (0..self.streams.len())
             .filter_map(|i| {
                 let s = self.streams[i].as_ref()?;
-                (!s.ended && !s.broken && !self.buffers.0[i].has_room()).then_some(s.fragments)
+                (!s.ended && s.broke.is_none() && !self.buffers.0[i].has_room()).then_some(s.fragments)
             })
             .min();
         for i in 0..self.streams.len() {
@@ -1050,11 +1044,10 @@ impl RuLoop {
             let mut trigger_break = None;
             loop {
                 // Fragments already received go first, as far as the core takes them.
-                while !s.broken && trigger_break.is_none() && self.core.accepts(i) {
+                while s.broke.is_none() && trigger_break.is_none() && self.core.accepts(i) {
                     match buffer.next_fragment() {
                         None => {
                             if s.ended && buffer.pending_bytes() > 0 {
-                                s.broken = true;
                                 let why = format!(
                                     "closed inside a fragment, {} bytes after its fragment {} (last LV1 {:?})",
                                     buffer.pending_bytes(),
@@ -1107,6 +1100,7 @@ impl RuLoop {
                         Some(Err(e)) => {
                             self.stats.broken_streams.add(1);
                             self.stats.fed_errors.add(i, FedError::StreamBroken, 1);
+                            let broke = (e.stream_offset, e.error.to_string());
                             let err = NodeError::Stream {
                                 ru,
                                 fed: e.fed,
@@ -1119,17 +1113,14 @@ impl RuLoop {
                                 return Err(err);
                             }
                             self.stats.problem(format!("{err}; the rest of the stream is thrown away"));
-                            s.broken = true;
-                            if let NodeError::Stream { stream_offset, error, .. } = err {
-                                s.broke = Some((stream_offset, error.to_string()));
-                            }
+                            s.broke = Some(broke);
                         }
                     }
                 }
                 if s.ended || trigger_break.is_some() {
                     break;
                 }
-                if s.broken {
+                if s.broke.is_some() {
                     // Read and thrown away: a front end held back by a stream that nobody reads
                     // would hold back the trigger in a real system.
                     if !s.readable || taken >= STREAM_TURN_BYTES {
@@ -1191,7 +1182,7 @@ impl RuLoop {
             // A stream's end is looked at once all of it is offered: the trigger stream's clean
             // end is the trigger's end, anything else a fault; a data FED's early close is a
             // disconnect.
-            let settled = !s.settled && (s.broken || (s.ended && buffer.pending_bytes() == 0));
+            let settled = !s.settled && (s.broke.is_some() || (s.ended && buffer.pending_bytes() == 0));
             s.settled |= settled;
             let fragments = s.fragments;
             if let Some((what, at)) = trigger_break {
@@ -1411,7 +1402,6 @@ impl RuLoop {
                 if let Some(i) = errors.index_of(*fed) {
                     self.left_out[i] = Some(LeftOut::SyncLost);
                 }
-                self.sync_lost = true;
                 self.stats.saw(SubState::SyncLoss);
             }
             Notice::MissingFragments { feds, .. } => {
@@ -1432,7 +1422,7 @@ impl RuLoop {
             (Some(LeftOut::SyncLost), _) => "lost sync",
             (Some(LeftOut::Disconnected), _) => "disconnected",
             (None, None) => "is not connected",
-            (None, Some(s)) if s.broken => "has a broken stream",
+            (None, Some(s)) if s.broke.is_some() => "has a broken stream",
             (None, Some(_)) => "sent nothing within the fragment time-out",
         }
     }
