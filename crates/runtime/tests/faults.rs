@@ -470,3 +470,33 @@ fn two_by_two_garbage_on_fed_4_early_in_a_long_run_does_not_hold_back_its_front_
     let c = outcome.conservation();
     assert_eq!((c.triggered, c.built, c.built_incomplete, c.holds), (events, events, events - AT + 1, true), "{c:?}");
 }
+
+#[test]
+fn two_by_two_without_an_event_limit_ends_cleanly_at_the_stop_line_and_nothing_is_orphaned() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The front ends send until the stop line: the trigger stream's end there is the stop.
+    let mut plan = plan(tmp.path(), &Setup::new(1, EVENTS));
+    for e in &mut plan.emulators {
+        e.limits.events = None;
+    }
+    for r in &mut plan.rus {
+        r.event_limit = None;
+    }
+    let system = RunningSystem::start(plan).unwrap();
+    let stats = system.ru_stats.clone();
+    let deadline = std::time::Instant::now() + WAIT;
+    while system.progress().triggered < EVENTS && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let last = system.stop();
+    let outcome = system.wait(WAIT);
+    assert!(outcome.clean(), "{outcome:#?}");
+    assert_eq!(outcome.problem_count, 0, "{:#?}", outcome.problems);
+    let c = outcome.conservation();
+    assert_eq!((c.triggered, c.built, c.built_incomplete, c.holds), (last, last, 0, true), "{c:?}");
+    for r in &outcome.rus {
+        let r = r.as_ref().unwrap();
+        assert!(r.trigger_fault.is_none() && r.orphan_fragments.is_empty(), "{r:?}");
+    }
+    assert!(stats.iter().all(|s| s.state() == UnitState::Halted && s.fed_errors.with_errors().is_empty()));
+}
