@@ -277,7 +277,7 @@ fn two_by_two_garbage_on_fed_4_breaks_the_stream_and_later_events_are_incomplete
 }
 
 #[test]
-fn two_by_two_disconnect_of_fed_4_stalls_it_and_later_events_are_incomplete() {
+fn two_by_two_disconnect_of_fed_4_is_said_at_once_and_later_events_are_incomplete() {
     let tmp = tempfile::tempdir().unwrap();
     let (outcome, stats) = run(tmp.path(), &setup(Fault::Disconnect, FED));
     let missing = EVENTS - AT + 1;
