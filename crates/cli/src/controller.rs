@@ -792,6 +792,11 @@ fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> R
                 clean = false;
                 format!("FAILED: {}", r["error"].as_str().unwrap_or_default())
             }
+            // The EVM drained the run, but its trigger stream broke before the stop.
+            (Some(r), _) if !r["trigger_fault"].is_null() => {
+                clean = false;
+                format!("FAILED: {}", r["trigger_fault"]["error"].as_str().unwrap_or_default())
+            }
             (Some(r), _) => summary_line(p.role, r),
             (None, Some(exit)) if exit.success() => {
                 view.and_then(|v| v.stdout.as_deref()).and_then(|s| s.lines().last()).unwrap_or("ended").to_owned()

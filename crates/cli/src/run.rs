@@ -248,6 +248,7 @@ fn ru_node(
             CorruptStreamPolicy::Continue => OnCorruptStream::Continue,
             CorruptStreamPolicy::Fail => OnCorruptStream::Fail,
         },
+        event_limit: cfg.run.events,
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: max_frame_bytes(cfg),
         allowed_peers,
@@ -1172,12 +1173,17 @@ pub fn unit(
             for p in problems.iter().take(10) {
                 tracing::warn!(unit = %ru.name, "  {p}");
             }
+            // A trigger stream that broke fails the run, though the EVM drained it.
+            let failed = result.as_ref().map_or(true, |r| r.trigger_fault.is_some());
             if json {
                 println!("{}", ru_report_json(&ru.name, &result, count));
-                return Ok(if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+                return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
             }
             match result {
                 Ok(r) => {
+                    if let Some(fault) = &r.trigger_fault {
+                        tracing::error!(unit = %ru.name, "{}: {fault}", ru.name);
+                    }
                     println!(
                         "{}: {} fragments ({} corrupt), {} super-fragments sent, {} problems{}",
                         ru.name,
@@ -1189,7 +1195,7 @@ pub fn unit(
                             .map(|e| format!("; triggered {}, committed {}", e.triggered, e.committed))
                             .unwrap_or_default()
                     );
-                    Ok(ExitCode::SUCCESS)
+                    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
                 }
                 Err(e) => {
                     tracing::error!(unit = %ru.name, "{}: {e}", ru.name);
@@ -1288,6 +1294,12 @@ fn ru_report_json(
                 "reassigned": e.reassigned,
                 "lost_lumi_closed": e.lost_lumi_closed,
             })),
+            "trigger_fault": r.trigger_fault.as_ref().map(|f| json!({ "key": f.what.key(), "error": f.to_string() })),
+            "orphan_fragments": r
+                .orphan_fragments
+                .iter()
+                .map(|(fed, n)| json!({ "fed": fed, "fragments": n }))
+                .collect::<Vec<_>>(),
         }),
         Err(e) => json!({ "unit": name, "problems": problems, "error": e.to_string() }),
     }

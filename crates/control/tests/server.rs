@@ -240,7 +240,7 @@ fn fed_errors_and_sub_states_show_in_the_metrics_and_the_api_with_their_sentence
     let units: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(
         units[0]["fed_errors"],
-        serde_json::json!([{"fed": 4, "errors": {"CORRUPT": 2, "LATE": 0, "MISSING": 7, "SYNC_LOST": 0, "STREAM_BROKEN": 0}}])
+        serde_json::json!([{"fed": 4, "errors": {"CORRUPT": 2, "LATE": 0, "MISSING": 7, "SYNC_LOST": 0, "STREAM_BROKEN": 0, "DISCONNECTED": 0}}])
     );
     assert_eq!(
         units[0]["sub_states"],

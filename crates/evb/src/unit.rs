@@ -41,7 +41,9 @@ pub enum Notice {
         /// The LV1 id it sent.
         found_lv1: u32,
     },
-    /// An event was sent on without some FEDs, after the fragment time-out.
+    /// An event was sent on without some FEDs: they are out of sync, stalled (the fragment
+    /// time-out passed), or their event is already behind them. The notice does not say which:
+    /// a driver that knows more of the FEDs' streams (a disconnect, a broken stream) says it.
     MissingFragments {
         /// The event.
         event: EventNumber,
@@ -149,7 +151,7 @@ impl std::fmt::Display for Notice {
                 "FED {fed} lost sync: expected event {expected}, it sent LV1 {found_lv1:#08x}; it is ignored from then on"
             ),
             Notice::MissingFragments { event, feds } => {
-                write!(f, "event {event} sent on without FEDs {feds:?} after the fragment time-out")
+                write!(f, "event {event} sent on without FEDs {feds:?}")
             }
             Notice::LateFragment { fed, event } => {
                 write!(f, "FED {fed}'s fragment of event {event} came after the event was sent on; dropped")

@@ -200,6 +200,20 @@ impl StreamBuffer {
         FerolFragment::parse_framed(blocks).into_iter().flat_map(|(f, _)| f.segments())
     }
 
+    /// Sets the F bit ("unexpected FED id", bit 14 of the trailer word) of a received fragment
+    /// whose FED header names another FED than its stream's, as CMS's receiving board does: no
+    /// reader can then take it for the other FED's data. Nothing else changes: the CRC-16 does
+    /// not cover the F bit.
+    pub fn flag_wrong_fed_id(&mut self, handle: FragmentHandle) {
+        let Some(chunk) = self.chunks.get_mut(handle.chunk as usize) else { return };
+        // The trailer is the last word of the fragment's last block, the last word on the wire.
+        let end = handle.offset as usize + handle.wire_len as usize;
+        if let Some(byte) = end.checked_sub(7).and_then(|at| chunk.data.get_mut(at)) {
+            // Bit 14 of the little-endian word: bit 6 of its second byte.
+            *byte |= 0x40;
+        }
+    }
+
     /// Releases a fragment: its chunk is reused once all of its fragments are released.
     pub fn release(&mut self, handle: FragmentHandle) {
         let Some(chunk) = self.chunks.get_mut(handle.chunk as usize) else { return };

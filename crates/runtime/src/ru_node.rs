@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo};
 use tessera_evb::ru::BackPressure;
@@ -31,6 +31,7 @@ use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 use tessera_evb::unit::{Input, Notice, Output};
 use tessera_evb::wire::{encode, encode_data_header_pieces};
 use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_formats::fed::lv1_id;
 use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
 use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord};
 
@@ -145,6 +146,11 @@ pub struct RuNodeConfig {
     pub max_wire_bytes: usize,
     /// What a stream that cannot be read on does to the run.
     pub on_corrupt_stream: OnCorruptStream,
+    /// The run's event limit (`run.events`): every FED stream, the trigger's too, brings this
+    /// many events and closes. A stream that closes there ends cleanly; one that closes before
+    /// has disconnected (for the trigger stream, a fault that fails the run). `None`: the run
+    /// ends by run control's stop ([`Control::stop_trigger`], [`Control::streams_end_after`]).
+    pub event_limit: Option<u64>,
     /// How long to keep trying to reach a peer at start-up.
     pub connect_timeout: Duration,
     /// Largest protocol frame accepted, in bytes.
@@ -225,6 +231,8 @@ pub enum NodeError {
 pub struct Control {
     waker: Arc<Waker>,
     stop_trigger: Arc<AtomicBool>,
+    /// The stop line's events ([`Control::streams_end_after`]); `u64::MAX` while none is drawn.
+    stop_line: Arc<AtomicU64>,
     abort: Arc<AtomicBool>,
     enabled: Arc<AtomicBool>,
 }
@@ -234,6 +242,20 @@ impl Control {
     pub fn stop_trigger(&self) {
         self.stop_trigger.store(true, Ordering::SeqCst);
         let _ = self.waker.wake();
+    }
+
+    /// Run control drew the emulators' stop line: every FED stream, the trigger's too, ends
+    /// after `events` events of the run (what the stop line says they will have sent). A stream
+    /// that ends there ends cleanly; the trigger stream's end there is the trigger's stop, as
+    /// [`Control::stop_trigger`] is. A line drawn again only moves it earlier.
+    pub fn streams_end_after(&self, events: u64) {
+        self.stop_line.fetch_min(events, Ordering::SeqCst);
+        let _ = self.waker.wake();
+    }
+
+    /// The stop line's events, once drawn.
+    fn stop_line(&self) -> Option<u64> {
+        Some(self.stop_line.load(Ordering::SeqCst)).filter(|&n| n != u64::MAX)
     }
 
     /// Stops the unit now, whatever it holds.
@@ -279,6 +301,7 @@ pub(crate) fn poller() -> Result<(Poll, Control), NodeError> {
     let control = Control {
         waker: Arc::new(waker),
         stop_trigger: Arc::new(AtomicBool::new(false)),
+        stop_line: Arc::new(AtomicU64::new(u64::MAX)),
         abort: Arc::new(AtomicBool::new(false)),
         enabled: Arc::new(AtomicBool::new(true)),
     };
@@ -305,6 +328,79 @@ pub struct RuReport {
     pub evm: Option<tessera_evb::evm::EvmCounters>,
     /// The last event triggered (EVM).
     pub last_event: Option<EventNumber>,
+    /// EVM: how the trigger stream broke before run control stopped the trigger. The node
+    /// drained the events triggered before it and ended, but the run has failed.
+    pub trigger_fault: Option<TriggerFault>,
+    /// Fragments received of events after the run's last triggered event, per FED in the RU's
+    /// order (FEDs with none left out; the trigger FED's own never counted): what the front ends
+    /// sent that no trigger made an event of, discarded at the end of the run.
+    pub orphan_fragments: Vec<(FedId, u64)>,
+}
+
+/// How the trigger stream (FED 1024) broke before run control stopped the trigger: the EVM's
+/// node drains the events triggered before it, then ends with it in its [`RuReport`], and the
+/// run has failed. The trigger's only clean ends are run control's stop and, with an event
+/// limit, the trigger stream's close at a fragment boundary after exactly that many events.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the trigger stream (FED {fed}) {what} at stream byte {stream_offset}, after {fragments} fragments \
+     (last good event {last_event:?}), before run control stopped the trigger: the run failed"
+)]
+pub struct TriggerFault {
+    /// The trigger FED.
+    pub fed: FedId,
+    /// What happened.
+    pub what: TriggerBreak,
+    /// Byte offset in the stream where it happened (the end of the last good fragment, or where
+    /// the stream could not be read on).
+    pub stream_offset: u64,
+    /// Good trigger fragments before it.
+    pub fragments: u64,
+    /// The last event triggered.
+    pub last_event: Option<EventNumber>,
+}
+
+/// What broke the trigger stream ([`TriggerFault`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TriggerBreak {
+    /// It closed at a fragment boundary, before the run's event limit (if it has one).
+    Closed {
+        /// The run's event limit, or the stop line's.
+        expected: Option<u64>,
+    },
+    /// It could not be read on (garbage, a fragment cut short).
+    Broken(String),
+    /// It sent an event out of sequence.
+    SyncLost {
+        /// The event it should have sent.
+        expected: EventNumber,
+        /// The LV1 id it sent.
+        found_lv1: u32,
+    },
+}
+
+impl TriggerBreak {
+    /// A stable key, for summaries and monitoring.
+    pub fn key(&self) -> &'static str {
+        match self {
+            TriggerBreak::Closed { .. } => "TRIGGER_STREAM_CLOSED",
+            TriggerBreak::Broken(_) => "TRIGGER_STREAM_BROKEN",
+            TriggerBreak::SyncLost { .. } => "TRIGGER_SYNC_LOST",
+        }
+    }
+}
+
+impl std::fmt::Display for TriggerBreak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TriggerBreak::Closed { expected: Some(n) } => write!(f, "closed early (the run expects {n} events)"),
+            TriggerBreak::Closed { expected: None } => write!(f, "closed"),
+            TriggerBreak::Broken(why) => write!(f, "broke ({why})"),
+            TriggerBreak::SyncLost { expected, found_lv1 } => {
+                write!(f, "lost sync (expected event {expected}, it sent LV1 {found_lv1:#08x})")
+            }
+        }
+    }
 }
 
 pub(crate) const WAKER: Token = Token(0);
@@ -367,15 +463,28 @@ impl PieceSource for Buffers {
     }
 }
 
+/// Why a FED is left out for the rest of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeftOut {
+    /// It sent an event out of sequence.
+    SyncLost,
+    /// Its stream closed before the run's end.
+    Disconnected,
+}
+
 /// One FEROL stream's connection.
 struct FerolConn {
     stream: TcpStream,
     readable: bool,
     ended: bool,
-    /// The stream cannot be read on: garbage, or closed inside a fragment. Its bytes are read
-    /// and thrown away until it ends.
-    broken: bool,
+    /// The stream cannot be read on (garbage, or closed inside a fragment): where (its byte
+    /// offset) and why. Its bytes are read and thrown away until it ends.
+    broke: Option<(u64, String)>,
+    /// Its end has been looked at (a clean end, a disconnect or a break): once.
+    settled: bool,
     fragments: u64,
+    /// Bytes of the stream up to the end of its last whole fragment.
+    bytes: u64,
     last_lv1: Option<u32>,
 }
 
@@ -473,7 +582,9 @@ impl RuNode {
             last_trigger: None,
             self_assigned: cfg.ru.first_event,
             to_release: Vec::new(),
-            sync_lost: false,
+            left_out: vec![None; cfg.ru.feds.len()],
+            trigger_fault: None,
+            run_last_event: None,
             stalls: Stalls::default(),
             cpu: CpuSampler::default(),
             stats,
@@ -484,6 +595,7 @@ impl RuNode {
         };
         let result = lp.run();
         match &result {
+            Ok(r) if r.trigger_fault.is_some() => lp.stats.end_failed_after_drain(),
             Ok(_) => lp.stats.end_cleanly(),
             Err(_) => lp.stats.set_failed(),
         }
@@ -512,9 +624,14 @@ struct RuLoop {
     /// Ingest only: the next event to assign to itself, and the events sent, to release.
     self_assigned: EventNumber,
     to_release: Vec<tessera_evb::types::EventRange>,
-    /// A FED has lost its sync: it stays out of the run, so the unit stays in
-    /// [`SubState::SyncLoss`].
-    sync_lost: bool,
+    /// Why each FED (by index) is left out for the rest of the run, once it is: it lost sync or
+    /// disconnected. The unit stays in [`SubState::SyncLoss`] or [`SubState::FedDisconnected`]
+    /// meanwhile.
+    left_out: Vec<Option<LeftOut>>,
+    /// EVM: how the trigger stream broke before run control stopped the trigger.
+    trigger_fault: Option<TriggerFault>,
+    /// RU: the run's last event, as the EVM's drain says.
+    run_last_event: Option<EventNumber>,
     stalls: Stalls,
     cpu: CpuSampler,
 }
@@ -669,29 +786,137 @@ impl RuLoop {
         }
     }
 
-    /// The end-of-run report. Fragments still held belong to events the trigger never issued
-    /// (the front ends sent past the trigger's last event): they are not events, but they are
-    /// said, not dropped silently.
+    /// The end-of-run report. Fragments received of events after the run's last belong to
+    /// events the trigger never issued (the front ends sent past the trigger's last event, or
+    /// the trigger stream broke): they are not events, but they are counted per FED and said,
+    /// not dropped silently.
     fn report(&mut self) -> RuReport {
         self.cpu.sample(&self.stats, true);
         self.publish_stats();
-        let held = self.core.ru().events_buffered();
-        if held > 0 {
+        let orphan_fragments = self.orphan_fragments();
+        if !orphan_fragments.is_empty() {
+            let per_fed: Vec<String> = orphan_fragments.iter().map(|(fed, n)| format!("FED {fed}: {n}")).collect();
             self.stats.problem(format!(
-                "{:?}: fragments of {held} events after the trigger's last event were discarded at the end of the run",
-                self.me()
+                "{:?}: fragments received of events after the run's last event {:?}, discarded at the end of the run: {}",
+                self.me(),
+                self.last_event_of_run(),
+                per_fed.join(", ")
             ));
         }
         RuReport {
             ru: self.core.ru().counters(),
             evm: self.core.evm().map(Evm::counters),
             last_event: self.core.evm().and_then(Evm::last_triggered),
+            trigger_fault: self.trigger_fault.clone(),
+            orphan_fragments,
         }
     }
 
+    /// The run's last event: the last triggered (EVM), or as the EVM's drain said (RU).
+    fn last_event_of_run(&self) -> Option<EventNumber> {
+        match self.core.evm() {
+            Some(evm) => evm.last_triggered(),
+            None => self.run_last_event,
+        }
+    }
+
+    /// Events of the run up to its last event (0 before the first).
+    fn events_of_run(&self) -> u64 {
+        self.last_event_of_run().map_or(0, |last| (last + 1).saturating_sub(self.cfg.ru.first_event))
+    }
+
+    /// Per data FED, the fragments received, taken or still whole in its receive memory, of
+    /// events after the run's last.
+    fn orphan_fragments(&mut self) -> Vec<(FedId, u64)> {
+        if self.cfg.ingest_only {
+            return Vec::new();
+        }
+        let events = self.events_of_run();
+        let mut orphans = Vec::new();
+        for (i, s) in self.streams.iter().enumerate() {
+            let fed = self.cfg.ru.feds[i];
+            let Some(s) = s.as_ref().filter(|_| fed != TCDS_FED_ID) else { continue };
+            let mut received = s.fragments;
+            if s.broke.is_none() {
+                while let Some(Ok(_)) = self.buffers.0[i].next_fragment() {
+                    received += 1;
+                }
+            }
+            let n = received.saturating_sub(events);
+            if n > 0 {
+                orphans.push((fed, n));
+            }
+        }
+        orphans
+    }
+
+    /// Where a FED stream that closes cleanly is expected to close, when known: the run's
+    /// event limit, the stop line, and once the run's last event is known (the trigger stopped,
+    /// the drain seen), the events of the run.
+    fn clean_end_at(&self) -> Option<u64> {
+        let stopped = if self.is_evm() { self.trigger_stopped } else { self.drain_seen };
+        let run = stopped.then(|| self.events_of_run());
+        [self.cfg.event_limit, self.control.stop_line(), run].into_iter().flatten().min()
+    }
+
+    /// A FEROL stream has ended (closed, or broken and reported): a data FED's clean close
+    /// before its expected end is a disconnect, reported now; the trigger stream's end before
+    /// run control stopped the trigger is a fault of the run ([`TriggerFault`]).
+    fn stream_settled(&mut self, i: usize) {
+        let fed = self.cfg.ru.feds[i];
+        let Some(s) = &self.streams[i] else { return };
+        let (fragments, bytes, last_lv1, broke) = (s.fragments, s.bytes, s.last_lv1, s.broke.clone());
+        if fed == TCDS_FED_ID && self.is_evm() {
+            if self.trigger_stopped || self.trigger_fault.is_some() {
+                return;
+            }
+            // The trigger's expected end is the run's limit or the stop line, never the events
+            // triggered so far.
+            let limit = [self.cfg.event_limit, self.control.stop_line()].into_iter().flatten().min();
+            match broke {
+                Some((at, why)) => self.fail_trigger(TriggerBreak::Broken(why), at, fragments),
+                None if limit.is_some_and(|n| fragments >= n) => self.stop_trigger(),
+                None => self.fail_trigger(TriggerBreak::Closed { expected: limit }, bytes, fragments),
+            }
+            return;
+        }
+        // A broken stream was reported as it broke; a FED out of sync is left out already (the
+        // core's notices of what this stream brought are taken first).
+        self.dispatch(self.now());
+        if broke.is_some() || self.left_out[i].is_some() || self.clean_end_at().is_some_and(|n| fragments >= n) {
+            return;
+        }
+        self.left_out[i] = Some(LeftOut::Disconnected);
+        self.stats.fed_errors.add(i, FedError::Disconnected, 1);
+        self.stats.saw(SubState::FedDisconnected);
+        self.stats.problem(format!(
+            "RU {}: FED {fed} disconnected: its stream closed after {fragments} fragments, {bytes} bytes \
+             (last LV1 {last_lv1:?}), before the run's end; the events after it go on without FED {fed}",
+            self.cfg.ru.ru
+        ));
+    }
+
+    /// The trigger stream broke before run control stopped the trigger: says so, and stops the
+    /// trigger so that the events triggered before it are built.
+    fn fail_trigger(&mut self, what: TriggerBreak, stream_offset: u64, fragments: u64) {
+        let fault = TriggerFault {
+            fed: TCDS_FED_ID,
+            what,
+            stream_offset,
+            fragments,
+            last_event: self.core.evm().and_then(Evm::last_triggered),
+        };
+        self.stats.problem(format!("EVM: {fault}"));
+        self.trigger_fault = Some(fault);
+        self.stop_trigger();
+    }
+
     fn publish_stats(&self) {
-        if self.sync_lost {
+        if self.left_out.contains(&Some(LeftOut::SyncLost)) {
             self.stats.saw(SubState::SyncLoss);
+        }
+        if self.left_out.contains(&Some(LeftOut::Disconnected)) {
+            self.stats.saw(SubState::FedDisconnected);
         }
         let c = self.core.ru().counters();
         self.stats.events_buffered.set(self.core.ru().events_buffered() as u64);
@@ -778,8 +1003,10 @@ impl RuLoop {
                         stream,
                         readable: true,
                         ended: false,
-                        broken: false,
+                        broke: None,
+                        settled: false,
                         fragments: 0,
+                        bytes: 0,
                         last_lv1: None,
                     });
                 }
@@ -807,7 +1034,7 @@ impl RuLoop {
         let full_at = (0..self.streams.len())
             .filter_map(|i| {
                 let s = self.streams[i].as_ref()?;
-                (!s.ended && !s.broken && !self.buffers.0[i].has_room()).then_some(s.fragments)
+                (!s.ended && s.broke.is_none() && !self.buffers.0[i].has_room()).then_some(s.fragments)
             })
             .min();
         for i in 0..self.streams.len() {
@@ -820,35 +1047,58 @@ impl RuLoop {
             }
             let buffer = &mut self.buffers.0[i];
             let mut taken = 0;
+            // The trigger stream, read by the EVM's node: each fragment must be the next event.
+            let trigger = fed == TCDS_FED_ID && self.cfg.evm.is_some();
+            let mut trigger_break = None;
             loop {
                 // Fragments already received go first, as far as the core takes them.
-                while !s.broken && self.core.accepts(i) {
+                while s.broke.is_none() && trigger_break.is_none() && self.core.accepts(i) {
                     match buffer.next_fragment() {
                         None => {
                             if s.ended && buffer.pending_bytes() > 0 {
-                                s.broken = true;
-                                self.stats.broken_streams.add(1);
-                                self.stats.fed_errors.add(i, FedError::StreamBroken, 1);
-                                self.stats.problem(format!(
-                                    "RU {ru}: FED {fed} stream closed inside a fragment, {} bytes after its fragment {} (last LV1 {:?})",
+                                let why = format!(
+                                    "closed inside a fragment, {} bytes after its fragment {} (last LV1 {:?})",
                                     buffer.pending_bytes(),
                                     s.fragments,
                                     s.last_lv1
-                                ));
+                                );
+                                self.stats.broken_streams.add(1);
+                                self.stats.fed_errors.add(i, FedError::StreamBroken, 1);
+                                self.stats.problem(format!("RU {ru}: FED {fed} stream {why}"));
+                                s.broke = Some((s.bytes, why));
                             }
                             break;
                         }
                         Some(Ok(r)) => {
+                            if trigger {
+                                let expected = self.cfg.ru.first_event + s.fragments;
+                                if r.header.lv1_id != lv1_id(expected) {
+                                    let found_lv1 = r.header.lv1_id;
+                                    trigger_break = Some((TriggerBreak::SyncLost { expected, found_lv1 }, s.bytes));
+                                }
+                            }
                             s.fragments += 1;
+                            s.bytes = r.stream_offset + u64::from(r.handle.wire_len);
                             s.last_lv1 = Some(r.header.lv1_id);
                             self.stats.fragment_bytes.add(r.fragment_len as u64);
                             let fragment = to_fragment_ref(i, fed, &r, buffer, &mut self.last_trigger);
                             if fragment.corrupt {
                                 self.stats.fed_errors.add(i, FedError::Corrupt, 1);
                             }
+                            // A fragment that claims another FED's id is marked as CMS's
+                            // receiving board marks it: no reader can take it for that FED's.
+                            let wrong_id = r.header.source_id != fed;
+                            if wrong_id {
+                                buffer.flag_wrong_fed_id(r.handle);
+                            }
                             if let Some(p) = &r.problem {
+                                let flagged = if wrong_id {
+                                    "passed on flagged, its trailer's F bit (unexpected FED id) set"
+                                } else {
+                                    "passed on flagged"
+                                };
                                 self.stats.problem(format!(
-                                    "RU {ru}: FED {fed} fragment with LV1 {}, stream byte {}: {p}; passed on flagged",
+                                    "RU {ru}: FED {fed} fragment with LV1 {}, stream byte {}: {p}; {flagged}",
                                     r.header.lv1_id, r.stream_offset
                                 ));
                             }
@@ -858,6 +1108,7 @@ impl RuLoop {
                         Some(Err(e)) => {
                             self.stats.broken_streams.add(1);
                             self.stats.fed_errors.add(i, FedError::StreamBroken, 1);
+                            let broke = (e.stream_offset, e.error.to_string());
                             let err = NodeError::Stream {
                                 ru,
                                 fed: e.fed,
@@ -870,14 +1121,14 @@ impl RuLoop {
                                 return Err(err);
                             }
                             self.stats.problem(format!("{err}; the rest of the stream is thrown away"));
-                            s.broken = true;
+                            s.broke = Some(broke);
                         }
                     }
                 }
-                if s.ended {
+                if s.ended || trigger_break.is_some() {
                     break;
                 }
-                if s.broken {
+                if s.broke.is_some() {
                     // Read and thrown away: a front end held back by a stream that nobody reads
                     // would hold back the trigger in a real system.
                     if !s.readable || taken >= STREAM_TURN_BYTES {
@@ -938,10 +1189,16 @@ impl RuLoop {
                     }
                 }
             }
-            // The trigger stream's end is the trigger's end: drain once all of it is offered.
-            let finished = s.broken || (s.ended && buffer.pending_bytes() == 0);
-            if finished && fed == TCDS_FED_ID && self.is_evm() && !self.trigger_stopped {
-                self.stop_trigger();
+            // A stream's end is looked at once all of it is offered: the trigger stream's clean
+            // end is the trigger's end, anything else a fault; a data FED's early close is a
+            // disconnect.
+            let settled = !s.settled && (s.broke.is_some() || (s.ended && buffer.pending_bytes() == 0));
+            s.settled |= settled;
+            let fragments = s.fragments;
+            if let Some((what, at)) = trigger_break {
+                self.fail_trigger(what, at, fragments - 1);
+            } else if settled {
+                self.stream_settled(i);
             }
         }
         self.stats.set_throttle(if blocked { Throttle::BuffersFull } else { Throttle::None });
@@ -963,7 +1220,10 @@ impl RuLoop {
                 self.linked(token, peer);
             }
             for (from, msg) in inputs {
-                if matches!(msg, Message::Drain { .. }) && !self.is_evm() {
+                if let Message::Drain { last_event } = msg
+                    && !self.is_evm()
+                {
+                    self.run_last_event = last_event;
                     if !self.drain_seen {
                         self.stats.transition(Transition::Stop);
                     }
@@ -1122,7 +1382,16 @@ impl RuLoop {
                 }
                 Output::Notice(n) => {
                     self.count_fed_errors(&n);
-                    self.stats.problem(format!("{:?}: {n}", self.me()))
+                    let text = match &n {
+                        // The core does not know why a FED gave nothing; the streams say it.
+                        Notice::MissingFragments { feds, .. } => {
+                            let why: Vec<String> =
+                                feds.iter().map(|&fed| format!("FED {fed} {}", self.why_missing(fed))).collect();
+                            format!("{n}: {}", why.join(", "))
+                        }
+                        _ => n.to_string(),
+                    };
+                    self.stats.problem(format!("{:?}: {text}", self.me()))
                 }
                 _ => {}
             }
@@ -1140,7 +1409,9 @@ impl RuLoop {
         match notice {
             Notice::SyncLoss { fed, .. } => {
                 count(*fed, FedError::SyncLost);
-                self.sync_lost = true;
+                if let Some(i) = errors.index_of(*fed) {
+                    self.left_out[i] = Some(LeftOut::SyncLost);
+                }
                 self.stats.saw(SubState::SyncLoss);
             }
             Notice::MissingFragments { feds, .. } => {
@@ -1151,6 +1422,18 @@ impl RuLoop {
             }
             Notice::LateFragment { fed, .. } => count(*fed, FedError::Late),
             _ => {}
+        }
+    }
+
+    /// Why `fed` gave no fragment for an event sent on without it, in a few words.
+    fn why_missing(&self, fed: FedId) -> &'static str {
+        let Some(i) = self.cfg.ru.feds.iter().position(|&f| f == fed) else { return "is not read here" };
+        match (self.left_out[i], &self.streams[i]) {
+            (Some(LeftOut::SyncLost), _) => "lost sync",
+            (Some(LeftOut::Disconnected), _) => "disconnected",
+            (None, None) => "is not connected",
+            (None, Some(s)) if s.broke.is_some() => "has a broken stream",
+            (None, Some(_)) => "sent nothing within the fragment time-out",
         }
     }
 

@@ -109,12 +109,15 @@ impl Throttle {
 pub enum SubState {
     /// RU: a FED sent an event out of sequence; it is ignored for the rest of the run.
     SyncLoss = 0,
-    /// RU: events were sent on without a FED after the fragment time-out. BU: events were built
-    /// with a part missing.
+    /// RU: events were sent on without a FED (after the fragment time-out, or because the FED
+    /// lost sync, disconnected or its stream broke). BU: events were built with a part missing.
     MissingData = 1,
     /// RU or EVM: data or messages for a peer could not be sent: no connection to it, or it has
     /// taken nothing for [`BLOCKED_AFTER`].
     Blocked = 2,
+    /// RU: a FED's stream closed cleanly before the run's end; the FED is left out for the rest
+    /// of the run (like [`SubState::SyncLoss`], the RU says so until its end).
+    FedDisconnected = 3,
 }
 
 /// How long a connection may take no bytes while bytes wait for it before its unit is
@@ -123,7 +126,8 @@ pub const BLOCKED_AFTER: Duration = Duration::from_secs(1);
 
 impl SubState {
     /// Every sub-state.
-    pub const ALL: [SubState; 3] = [SubState::SyncLoss, SubState::MissingData, SubState::Blocked];
+    pub const ALL: [SubState; 4] =
+        [SubState::SyncLoss, SubState::MissingData, SubState::Blocked, SubState::FedDisconnected];
 
     /// The stable key.
     pub fn key(self) -> &'static str {
@@ -131,6 +135,7 @@ impl SubState {
             SubState::SyncLoss => "SYNC_LOSS",
             SubState::MissingData => "MISSING_DATA",
             SubState::Blocked => "BLOCKED",
+            SubState::FedDisconnected => "FED_DISCONNECTED",
         }
     }
 
@@ -140,6 +145,9 @@ impl SubState {
             SubState::SyncLoss => "A FED sent an event out of sequence: its data are left out for the rest of the run.",
             SubState::MissingData => "Events are built or sent on without the data of some FEDs.",
             SubState::Blocked => "Data for a peer cannot be sent: no connection to it, or it takes nothing.",
+            SubState::FedDisconnected => {
+                "A FED's stream closed before the run's end: its data are left out for the rest of the run."
+            }
         }
     }
 }
@@ -151,18 +159,28 @@ pub enum FedError {
     Corrupt = 0,
     /// The fragment came after its event was sent on; it was dropped.
     Late = 1,
-    /// An event was sent on without this FED's fragment after the fragment time-out.
+    /// An event was sent on without this FED's fragment (after the fragment time-out, or because
+    /// the FED lost sync, disconnected or its stream broke).
     Missing = 2,
     /// The FED sent an event out of sequence: it is ignored for the rest of the run.
     SyncLost = 3,
     /// The FED's stream could not be read on (garbage, a fragment cut short).
     StreamBroken = 4,
+    /// The FED's stream closed cleanly (at a fragment boundary) before the run's end: counted
+    /// once, when it closes.
+    Disconnected = 5,
 }
 
 impl FedError {
     /// Every reason.
-    pub const ALL: [FedError; 5] =
-        [FedError::Corrupt, FedError::Late, FedError::Missing, FedError::SyncLost, FedError::StreamBroken];
+    pub const ALL: [FedError; 6] = [
+        FedError::Corrupt,
+        FedError::Late,
+        FedError::Missing,
+        FedError::SyncLost,
+        FedError::StreamBroken,
+        FedError::Disconnected,
+    ];
 
     /// The stable key.
     pub fn key(self) -> &'static str {
@@ -172,6 +190,7 @@ impl FedError {
             FedError::Missing => "MISSING",
             FedError::SyncLost => "SYNC_LOST",
             FedError::StreamBroken => "STREAM_BROKEN",
+            FedError::Disconnected => "DISCONNECTED",
         }
     }
 }
@@ -397,6 +416,14 @@ impl UnitStats {
         self.transition(Transition::Halt);
     }
 
+    /// Ends a unit that drained its run but whose run failed (the EVM after its trigger stream
+    /// broke): its state is Failed. [`UnitStats::failed`] stays false: the unit ended its part
+    /// and leaves no other unit waiting for it, so nothing is to be stopped on its account (the
+    /// BUs still close their files after it).
+    pub fn end_failed_after_drain(&self) {
+        self.transition(Transition::Fail);
+    }
+
     /// Whether the unit ended with an error.
     pub fn failed(&self) -> bool {
         self.failed.get() != 0
@@ -441,7 +468,7 @@ mod tests {
         assert_eq!(stats.sub_states_at(1001 + hold), [SubState::SyncLoss], "Blocked's hold has passed");
         assert!(stats.sub_states_at(4001 + hold).is_empty());
         let keys: Vec<&str> = SubState::ALL.iter().map(|s| s.key()).collect();
-        assert_eq!(keys, ["SYNC_LOSS", "MISSING_DATA", "BLOCKED"]);
+        assert_eq!(keys, ["SYNC_LOSS", "MISSING_DATA", "BLOCKED", "FED_DISCONNECTED"]);
     }
 
     #[test]
@@ -452,9 +479,9 @@ mod tests {
         errors.add(9, FedError::Late, 1);
         assert_eq!(errors.get(4, FedError::Corrupt), 1);
         assert_eq!(errors.get(7, FedError::Corrupt), 0);
-        assert_eq!(errors.with_errors(), [(4, [1, 0, 3, 0, 0])]);
+        assert_eq!(errors.with_errors(), [(4, [1, 0, 3, 0, 0, 0])]);
         let keys: Vec<&str> = FedError::ALL.iter().map(|k| k.key()).collect();
-        assert_eq!(keys, ["CORRUPT", "LATE", "MISSING", "SYNC_LOST", "STREAM_BROKEN"]);
+        assert_eq!(keys, ["CORRUPT", "LATE", "MISSING", "SYNC_LOST", "STREAM_BROKEN", "DISCONNECTED"]);
     }
 }
 

@@ -146,9 +146,9 @@ pub struct Conservation {
 }
 
 impl Outcome {
-    /// Whether every unit ended without an error.
+    /// Whether every unit ended without an error, and the trigger stream did not break.
     pub fn clean(&self) -> bool {
-        self.rus.iter().all(Result::is_ok)
+        self.rus.iter().all(|r| r.as_ref().is_ok_and(|r| r.trigger_fault.is_none()))
             && self.bus.iter().all(Result::is_ok)
             && self.emulators.iter().all(Result::is_ok)
     }
@@ -213,9 +213,14 @@ impl RunningSystem {
     }
 
     /// Stops the trigger: every FED stream ends after the same event, the EVM sees the trigger
-    /// stream end and drains the run. Returns the events each stream will have sent.
+    /// stream end there and drains the run. Returns the events each stream will have sent. The
+    /// RUs are told where the streams end: a stream that ends before has failed.
     pub fn stop(&self) -> u64 {
-        self.stop_line.stop(STOP_MARGIN_EVENTS)
+        let events = self.stop_line.stop(STOP_MARGIN_EVENTS);
+        for c in &self.controls[..self.ru_stats.len()] {
+            c.streams_end_after(events);
+        }
+        events
     }
 
     /// Whether every node has ended.

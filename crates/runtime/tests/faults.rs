@@ -8,13 +8,14 @@
 //! Names: `two_by_two_<fault>_on_fed_<id>_<what the run does>`.
 //!
 //! Every run: events 1..=300, 2 kB fragments, the fault at event 101 of FED 4 (RU 1) unless said
-//! otherwise, a fragment time-out of 200 ms so that events missing a FED do not wait long. The
-//! trigger FED 1024 gets only a disconnect: the EVM takes the end of its stream as the end of
-//! triggers.
+//! otherwise, a fragment time-out of 200 ms so that events missing a FED do not wait long. Every
+//! stream ends cleanly after the run's event limit; a fault on the trigger FED 1024 (a disconnect,
+//! garbage, a skipped event) fails the run: the events triggered before it are built, the data
+//! FEDs' fragments of later events are counted per FED as orphans.
 
 mod common;
 
-use common::{Built, FEDS, Setup, built_events, plan, stream, violations};
+use common::{Built, FEDS, Setup, built_events, plan, run_dirs, stream, violations};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -25,7 +26,10 @@ use tessera_emu::sender::End;
 use tessera_formats::Value;
 use tessera_formats::ferol::{HEADER_BYTES, ferol_wire_len};
 use tessera_formats::frd::flags;
-use tessera_runtime::ru_node::OnCorruptStream;
+use tessera_formats::raw::RawFile;
+use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
+use tessera_runtime::ru_node::{OnCorruptStream, TriggerBreak, TriggerFault};
+use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{FedError, SubState, UnitStats};
 use tessera_runtime::system::{Outcome, RunningSystem};
 
@@ -138,7 +142,7 @@ fn the_one_corrupt_fragment(outcome: &Outcome, stats: &[Arc<UnitStats>]) -> Stri
 
 /// Asserts that the RUs' per-FED error counts are `expected` for [`FED`] (by [`FedError::ALL`])
 /// and nothing for every other FED.
-fn assert_fed_errors(stats: &[Arc<UnitStats>], expected: [u64; 5]) {
+fn assert_fed_errors(stats: &[Arc<UnitStats>], expected: [u64; 6]) {
     let ru = ru_of(FED);
     assert_eq!(stats[ru].fed_errors.with_errors(), [(FED, expected)]);
     assert_eq!(stats[1 - ru].fed_errors.with_errors(), [], "the other RU's FEDs");
@@ -158,7 +162,7 @@ fn two_by_two_bad_crc_on_fed_4_is_built_flagged_fragment_error() {
     let built = assert_all_built(tmp.path(), &outcome, 0);
     let reported = the_one_corrupt_fragment(&outcome, &stats);
     assert!(reported.contains("CRC-16 mismatch"), "{reported:?}");
-    assert_fed_errors(&stats, [1, 0, 0, 0, 0]);
+    assert_fed_errors(&stats, [1, 0, 0, 0, 0, 0]);
     assert_eq!(stats[ru_of(FED)].fed_errors.get(FED, FedError::Corrupt), 1);
     // The fault is the only thing wrong: one event flagged, with every FED.
     for (&event, b) in &built {
@@ -184,7 +188,7 @@ fn two_by_two_wrong_fed_id_on_fed_4_is_built_flagged_fragment_error() {
     let says = format!("source id at byte {}: expected {FED}, found {wrong}", stream_offset(AT) + HEADER_BYTES as u64);
     assert!(reported.contains(&says), "{reported:?}");
     // Counted for the stream's FED, whatever id the fragment claims.
-    assert_fed_errors(&stats, [1, 0, 0, 0, 0]);
+    assert_fed_errors(&stats, [1, 0, 0, 0, 0, 0]);
     // The fragment is kept as it came, under the id its header says.
     let mut with_wrong_id: Vec<u16> = all_feds().into_iter().map(|f| if f == FED { wrong } else { f }).collect();
     with_wrong_id.sort_unstable();
@@ -195,8 +199,38 @@ fn two_by_two_wrong_fed_id_on_fed_4_is_built_flagged_fragment_error() {
             assert_eq!((b.flags, &b.feds), (flags::GENERATED, &all_feds()), "event {event}");
         }
     }
-    // The CRC-16 was resealed: only the payload, seeded for FED 4, is not FED 2052's.
+    // The RU set its trailer's F bit (unexpected FED id), and nothing else: no reader can take
+    // it for FED 2052's data.
+    assert_eq!(f_bits(tmp.path()), [(AT as u32, wrong)]);
+    assert!(reported.ends_with("passed on flagged, its trailer's F bit (unexpected FED id) set"), "{reported:?}");
+    // The CRC-16 was resealed (and does not cover the F bit): only the payload, seeded for
+    // FED 4, is not FED 2052's.
     assert_violations_only_at(tmp.path(), &built, wrong, &["payload differs from its seeded content"]);
+}
+
+/// Every fragment in the BUs' raw files whose trailer has the F bit (unexpected FED id) set,
+/// as (event, the FED id its header claims).
+fn f_bits(dir: &Path) -> Vec<(u32, u16)> {
+    let mut found = Vec::new();
+    for run_dir in run_dirs(dir) {
+        for entry in std::fs::read_dir(run_dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|x| x != "raw") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            for ev in RawFile::parse(&bytes).unwrap().events() {
+                let (_, ev) = ev.unwrap();
+                for f in ev.fragments() {
+                    let (_, f) = f.unwrap();
+                    if f.trailer.wrong_fed_id {
+                        found.push((ev.header.event, f.header.source_id));
+                    }
+                }
+            }
+        }
+    }
+    found
 }
 
 #[test]
@@ -216,7 +250,7 @@ fn two_by_two_truncated_fragment_on_fed_4_breaks_the_stream_and_later_events_are
     assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
     assert!(reported[0].contains(&format!("after {} fragments, last LV1 Some({})", AT - 1, AT - 1)), "{reported:?}");
     assert!(reported[0].contains(&format!("FED trailer: bad EOE marker at byte {at}")), "{reported:?}");
-    assert_fed_errors(&stats, [0, 0, missing, 0, 1]);
+    assert_fed_errors(&stats, [0, 0, missing, 0, 1, 0]);
     assert_missing_from_fault_on(&built, FED);
     assert_verifies(tmp.path());
 }
@@ -237,13 +271,13 @@ fn two_by_two_garbage_on_fed_4_breaks_the_stream_and_later_events_are_incomplete
     assert_eq!(reported.len(), 1, "{:#?}", outcome.problems);
     assert!(reported[0].contains(&format!("after {} fragments, last LV1 Some({})", AT - 1, AT - 1)), "{reported:?}");
     assert!(reported[0].ends_with("the rest of the stream is thrown away"), "{reported:?}");
-    assert_fed_errors(&stats, [0, 0, missing, 0, 1]);
+    assert_fed_errors(&stats, [0, 0, missing, 0, 1, 0]);
     assert_missing_from_fault_on(&built, FED);
     assert_verifies(tmp.path());
 }
 
 #[test]
-fn two_by_two_disconnect_of_fed_4_stalls_it_and_later_events_are_incomplete() {
+fn two_by_two_disconnect_of_fed_4_is_said_at_once_and_later_events_are_incomplete() {
     let tmp = tempfile::tempdir().unwrap();
     let (outcome, stats) = run(tmp.path(), &setup(Fault::Disconnect, FED));
     let missing = EVENTS - AT + 1;
@@ -254,9 +288,26 @@ fn two_by_two_disconnect_of_fed_4_stalls_it_and_later_events_are_incomplete() {
     assert_eq!(stats.iter().map(|s| s.corrupt_fragments.get()).sum::<u64>(), 0);
     let sent = outcome.emulators[ru].as_ref().unwrap().streams.iter().find(|s| s.fed == FED).unwrap().clone();
     assert_eq!((sent.end, sent.events), (End::Disconnect, AT - 1));
-    let stalled = problems_with(&outcome, &format!("FED {FED} stalled at event {AT}"));
-    assert_eq!(stalled.len(), 1, "{:#?}", outcome.problems);
-    assert_fed_errors(&stats, [0, 0, missing, 0, 0]);
+    // Said at once, as the stream closes: before any event goes on without FED 4 (which waits
+    // for the fragment time-out), with the FED, its last LV1 and the bytes it sent.
+    let said = format!(
+        "RU {ru}: FED {FED} disconnected: its stream closed after {} fragments, {} bytes (last LV1 Some({})), \
+         before the run's end",
+        AT - 1,
+        stream_offset(AT),
+        AT - 1
+    );
+    let at = outcome.problems.iter().position(|p| p.starts_with(&said));
+    let first_missing = outcome.problems.iter().position(|p| p.contains(&format!("event {AT} sent on without")));
+    assert!(at.is_some() && at < first_missing, "{:#?}", outcome.problems);
+    assert!(
+        outcome.problems[first_missing.unwrap()].ends_with(&format!("without FEDs [{FED}]: FED {FED} disconnected")),
+        "{:#?}",
+        outcome.problems
+    );
+    assert!(stats[ru].sub_states().contains(&SubState::FedDisconnected));
+    assert!(!stats[1 - ru].sub_states().contains(&SubState::FedDisconnected));
+    assert_fed_errors(&stats, [0, 0, missing, 0, 0, 1]);
     assert_missing_from_fault_on(&built, FED);
     assert_verifies(tmp.path());
 }
@@ -272,7 +323,15 @@ fn two_by_two_skipped_event_on_fed_4_loses_its_sync_and_later_events_are_incompl
     let lost =
         problems_with(&outcome, &format!("FED {FED} lost sync: expected event {AT}, it sent LV1 {:#08x}", AT + 1));
     assert_eq!(lost.len(), 1, "{:#?}", outcome.problems);
-    assert_fed_errors(&stats, [0, 0, missing, 1, 0]);
+    // The events left out say why: the sync loss, not a time-out that never passed.
+    let left_out = problems_with(&outcome, "sent on without");
+    assert!(!left_out.is_empty(), "{:#?}", outcome.problems);
+    assert!(
+        left_out.iter().all(|p| p.ends_with(&format!("without FEDs [{FED}]: FED {FED} lost sync"))),
+        "{left_out:#?}"
+    );
+    assert!(problems_with(&outcome, "time-out").is_empty(), "{:#?}", outcome.problems);
+    assert_fed_errors(&stats, [0, 0, missing, 1, 0, 0]);
     // A FED out of sync stays out: the RU says so until its end (and for a while after).
     let ru = ru_of(FED);
     let sub_states = stats[ru].sub_states();
@@ -325,30 +384,75 @@ fn garbage_start(setup: &Setup, fed: u16, event: u64) -> u16 {
     u16::from_be_bytes([e.bytes[0], e.bytes[1]])
 }
 
-#[test]
-fn two_by_two_disconnect_of_the_trigger_fed_1024_ends_the_run_with_the_events_triggered() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (outcome, stats) = run(tmp.path(), &setup(Fault::Disconnect, 1024));
-    assert!(outcome.clean(), "{outcome:#?}");
-    // The trigger's end is the run's end: the events before it, whole; the other FEDs'
-    // fragments of later events were never triggered.
+/// Asserts that a fault on the trigger stream at event [`AT`] failed the run, and how: the
+/// EVM's unit drained and ended Failed with the fault in its report, every unit else ended
+/// cleanly, the events triggered before it were built whole, and the data FEDs' fragments of
+/// later events were counted per FED as orphans. Returns the fault.
+fn assert_trigger_failed(dir: &Path, outcome: &Outcome, stats: &[Arc<UnitStats>]) -> TriggerFault {
+    assert!(!outcome.clean(), "{outcome:#?}");
+    let evm = outcome.rus[0].as_ref().expect("the EVM drains the run before it fails it");
+    let fault = evm.trigger_fault.clone().expect("the fault is in the EVM's report");
+    let before = AT - 1;
+    let (fed, fragments, last_event) = (fault.fed, fault.fragments, fault.last_event);
+    assert_eq!((fed, fragments, last_event), (TCDS_FED_ID, before, Some(before)), "{fault:?}");
+    assert_eq!(fault.stream_offset, before * ferol_wire_len(TCDS_FRAGMENT_BYTES) as u64, "{fault:?}");
+    assert_eq!((stats[0].state(), stats[0].failed()), (UnitState::Failed, false));
+    assert!(outcome.rus[1].is_ok() && outcome.bus.iter().all(Result::is_ok), "{outcome:#?}");
+    assert_eq!(problems_with(outcome, &format!("EVM: {fault}")).len(), 1, "{:#?}", outcome.problems);
+    // The events before it, whole; none after it.
     let c = outcome.conservation();
-    assert_eq!((c.triggered, c.built, c.built_incomplete, c.holds), (AT - 1, AT - 1, 0, true), "{c:?}");
-    let sent = outcome.emulators[0].as_ref().unwrap().streams.iter().find(|s| s.fed == 1024).unwrap().clone();
-    assert_eq!((sent.end, sent.events), (End::Disconnect, AT - 1));
-    assert_eq!(stats.iter().map(|s| s.broken_streams.get() + s.corrupt_fragments.get()).sum::<u64>(), 0);
-    // Those fragments are not events, but they are said to be discarded, not dropped silently.
-    assert!(
-        outcome.problems.iter().any(|p| p.contains("after the trigger's last event were discarded")),
-        "{:#?}",
-        outcome.problems
-    );
-    let built = built_events(tmp.path());
+    assert_eq!((c.triggered, c.built, c.built_incomplete, c.holds), (before, before, 0, true), "{c:?}");
+    assert!(c.lost.is_empty(), "{c:?}");
+    let built = built_events(dir);
     assert_eq!(built.keys().copied().collect::<Vec<_>>(), (1..AT as u32).collect::<Vec<_>>());
     for (&event, b) in &built {
         assert_eq!((b.flags, &b.feds), (flags::GENERATED, &all_feds()), "event {event}");
     }
-    assert_verifies(tmp.path());
+    assert_verifies(dir);
+    // What the data FEDs sent of later events: counted per FED, each RU its own, never the
+    // trigger's; no more than they sent.
+    for (r, feds) in FEDS.iter().enumerate() {
+        let orphans = &outcome.rus[r].as_ref().unwrap().orphan_fragments;
+        let data: Vec<u16> = feds.iter().copied().filter(|&f| f != TCDS_FED_ID).collect();
+        assert_eq!(orphans.iter().map(|o| o.0).collect::<Vec<_>>(), data, "RU {r}: {orphans:?}");
+        assert!(orphans.iter().all(|&(_, n)| n > 0 && n <= EVENTS - before), "RU {r}: {orphans:?}");
+    }
+    let said = format!("fragments received of events after the run's last event Some({before}), discarded");
+    assert_eq!(problems_with(outcome, &said).len(), 2, "{:#?}", outcome.problems);
+    fault
+}
+
+#[test]
+fn two_by_two_disconnect_of_the_trigger_fed_1024_fails_the_run_after_building_the_events_triggered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (outcome, stats) = run(tmp.path(), &setup(Fault::Disconnect, TCDS_FED_ID));
+    let fault = assert_trigger_failed(tmp.path(), &outcome, &stats);
+    assert_eq!(fault.what, TriggerBreak::Closed { expected: Some(EVENTS) });
+    assert_eq!(fault.what.key(), "TRIGGER_STREAM_CLOSED");
+    let sent = outcome.emulators[0].as_ref().unwrap().streams.iter().find(|s| s.fed == TCDS_FED_ID).unwrap().clone();
+    assert_eq!((sent.end, sent.events), (End::Disconnect, AT - 1));
+    assert_eq!(stats.iter().map(|s| s.broken_streams.get() + s.corrupt_fragments.get()).sum::<u64>(), 0);
+}
+
+#[test]
+fn two_by_two_garbage_on_the_trigger_fed_1024_fails_the_run_after_building_the_events_triggered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (outcome, stats) = run(tmp.path(), &setup(Fault::Garbage, TCDS_FED_ID));
+    let fault = assert_trigger_failed(tmp.path(), &outcome, &stats);
+    let TriggerBreak::Broken(why) = &fault.what else { panic!("{fault:?}") };
+    assert!(why.starts_with("FEROL block header: bad signature at byte"), "{why}");
+    assert_eq!(stats[0].broken_streams.get(), 1);
+    assert_eq!(stats[0].fed_errors.get(TCDS_FED_ID, FedError::StreamBroken), 1);
+}
+
+#[test]
+fn two_by_two_skipped_event_on_the_trigger_fed_1024_fails_the_run_after_building_the_events_triggered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (outcome, stats) = run(tmp.path(), &setup(Fault::SkipEvent, TCDS_FED_ID));
+    let fault = assert_trigger_failed(tmp.path(), &outcome, &stats);
+    assert_eq!(fault.what, TriggerBreak::SyncLost { expected: AT, found_lv1: AT as u32 + 1 });
+    assert_eq!(stats[0].fed_errors.get(TCDS_FED_ID, FedError::SyncLost), 1);
+    assert_eq!(stats.iter().map(|s| s.broken_streams.get()).sum::<u64>(), 0);
 }
 
 #[test]
@@ -365,4 +469,34 @@ fn two_by_two_garbage_on_fed_4_early_in_a_long_run_does_not_hold_back_its_front_
     assert_eq!(stats[ru].broken_streams.get(), 1);
     let c = outcome.conservation();
     assert_eq!((c.triggered, c.built, c.built_incomplete, c.holds), (events, events, events - AT + 1, true), "{c:?}");
+}
+
+#[test]
+fn two_by_two_without_an_event_limit_ends_cleanly_at_the_stop_line_and_nothing_is_orphaned() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The front ends send until the stop line: the trigger stream's end there is the stop.
+    let mut plan = plan(tmp.path(), &Setup::new(1, EVENTS));
+    for e in &mut plan.emulators {
+        e.limits.events = None;
+    }
+    for r in &mut plan.rus {
+        r.event_limit = None;
+    }
+    let system = RunningSystem::start(plan).unwrap();
+    let stats = system.ru_stats.clone();
+    let deadline = std::time::Instant::now() + WAIT;
+    while system.progress().triggered < EVENTS && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let last = system.stop();
+    let outcome = system.wait(WAIT);
+    assert!(outcome.clean(), "{outcome:#?}");
+    assert_eq!(outcome.problem_count, 0, "{:#?}", outcome.problems);
+    let c = outcome.conservation();
+    assert_eq!((c.triggered, c.built, c.built_incomplete, c.holds), (last, last, 0, true), "{c:?}");
+    for r in &outcome.rus {
+        let r = r.as_ref().unwrap();
+        assert!(r.trigger_fault.is_none() && r.orphan_fragments.is_empty(), "{r:?}");
+    }
+    assert!(stats.iter().all(|s| s.state() == UnitState::Halted && s.fed_errors.with_errors().is_empty()));
 }

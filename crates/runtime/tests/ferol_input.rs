@@ -1,7 +1,7 @@
 //! The RU's receive memory for a FEROL stream: fragments come out whole whatever the read sizes,
 //! stay put until released, and a full pool stops the reading until releases make room.
 
-use tessera_formats::ferol::{FerolFragment, ferol_wire_len, write_ferol_blocks};
+use tessera_formats::ferol::{FerolFragment, HEADER_BYTES, ferol_wire_len, write_ferol_blocks};
 use tessera_formats::seeded::write_seeded_fragment;
 use tessera_runtime::ferol_input::{ConfigError, StreamBuffer};
 
@@ -108,4 +108,32 @@ fn impossible_pools_are_refused() {
         Some(ConfigError::ChunkTooSmall { chunk_bytes: 4096, max_wire_bytes: 8192 })
     );
     assert_eq!(StreamBuffer::new(7, 8192, 1, 4096).err(), Some(ConfigError::TooFewChunks(1)));
+}
+
+#[test]
+fn a_fragment_flagged_for_a_wrong_fed_id_has_only_its_f_bit_set_and_its_crc_still_holds() {
+    use tessera_formats::fed::Fragment;
+    let (wire, sent) = stream(9);
+    let mut buf = StreamBuffer::new(7, 1 << 20, 2, 64 << 10).unwrap();
+    buf.spare().unwrap()[..wire.len()].copy_from_slice(&wire);
+    buf.filled(wire.len());
+    let received: Vec<_> = std::iter::from_fn(|| buf.next_fragment()).map(Result::unwrap).collect();
+    assert_eq!(received.len(), 9);
+    // The largest takes several blocks: its trailer is in the last one.
+    let big = (0..9).max_by_key(|&i| received[i].handle.wire_len).unwrap();
+    let blocks = |i: usize| (received[i].handle.wire_len as usize - received[i].fragment_len) / HEADER_BYTES;
+    assert_eq!((blocks(0), blocks(big) > 1), (1, true));
+    for i in [0, big] {
+        buf.flag_wrong_fed_id(received[i].handle);
+        let bytes: Vec<u8> = buf.segments(received[i].handle).flatten().copied().collect();
+        let fragment = Fragment::parse(&bytes).unwrap();
+        assert!(fragment.trailer.wrong_fed_id, "fragment {}", i + 1);
+        fragment.check_crc().unwrap();
+        let mut expected = sent[i].clone();
+        let at = expected.len() - 7;
+        expected[at] |= 0x40;
+        assert_eq!(bytes, expected, "fragment {}: nothing but the F bit changed", i + 1);
+    }
+    let untouched: Vec<u8> = buf.segments(received[1].handle).flatten().copied().collect();
+    assert_eq!(untouched, sent[1]);
 }
