@@ -754,15 +754,29 @@ fn summarize(
     println!("run {} ended after {:.1} s", cfg.run.number, outcome.seconds);
     for (i, r) in outcome.rus.iter().enumerate() {
         match r {
-            Ok(r) => println!(
-                "  {:<10} {:>10} fragments, {:>6} corrupt, {:>6} late, {:>8} super-fragments sent, {:>6} incomplete",
-                cfg.rus[i].name,
-                r.ru.fragments,
-                r.ru.corrupt_fragments,
-                r.ru.late_fragments,
-                r.ru.parts_sent,
-                r.ru.incomplete_parts
-            ),
+            Ok(r) => {
+                println!(
+                    "  {:<10} {:>10} fragments, {:>6} corrupt, {:>6} late, {:>8} super-fragments sent, {:>6} incomplete",
+                    cfg.rus[i].name,
+                    r.ru.fragments,
+                    r.ru.corrupt_fragments,
+                    r.ru.late_fragments,
+                    r.ru.parts_sent,
+                    r.ru.incomplete_parts
+                );
+                if let Some(fault) = &r.trigger_fault {
+                    println!("  {:<10} FAILED ({}): {fault}", cfg.rus[i].name, fault.what.key());
+                }
+                if !r.orphan_fragments.is_empty() {
+                    let per_fed: Vec<String> =
+                        r.orphan_fragments.iter().map(|(fed, n)| format!("FED {fed}: {n}")).collect();
+                    println!(
+                        "  {:<10} orphan fragments (sent for events after the run's last): {}",
+                        cfg.rus[i].name,
+                        per_fed.join(", ")
+                    );
+                }
+            }
             Err(e) => println!("  {:<10} {failed}: {e}", cfg.rus[i].name),
         }
     }
@@ -864,6 +878,8 @@ fn summarize(
             "name": s.name,
             "fragments": r.as_ref().map_or(0, |r| r.ru.fragments),
             "corrupt_fragments": r.as_ref().map_or(0, |r| r.ru.corrupt_fragments),
+            "trigger_fault": r.as_ref().ok().and_then(|r| r.trigger_fault.as_ref()).map(|f| json!({"key": f.what.key(), "what": f.to_string()})),
+            "orphan_fragments": r.as_ref().map_or(Vec::new(), |r| r.orphan_fragments.iter().map(|(fed, n)| json!({"fed": fed, "fragments": n})).collect()),
             "error": r.as_ref().err(),
         })).collect::<Vec<_>>(),
         "fragment_bytes": p.fragment_bytes,

@@ -149,7 +149,8 @@ impl TriggerAccount {
         TriggerSummary {
             requested_hz: self.requested_hz,
             achieved_hz,
-            dead_fraction: (self.dead_by_reason.values().sum::<f64>() / seconds).min(1.0),
+            // Folded from +0.0: an empty sum of f64 is -0.0, which prints as "-0.0 %".
+            dead_fraction: (self.dead_by_reason.values().fold(0.0, |a, b| a + b) / seconds).min(1.0),
             dead_by_reason,
             bottleneck,
         }
