@@ -310,6 +310,10 @@ impl SystemConfig {
             }
             // One chunk is being filled; the others hold whole fragments.
             let per_chunk = params.chunk_bytes as u64 / wire;
+            if per_chunk == 0 {
+                // A chunk that cannot hold a fragment at all is its own mistake (above).
+                continue;
+            }
             let fragments = u64::from(params.chunks_per_fed - 1) * per_chunk;
             if fragments < held_back {
                 p.add(

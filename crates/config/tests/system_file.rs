@@ -114,7 +114,7 @@ fn unknown_key_names_the_file_line_path_and_the_keys_allowed() {
     assert_eq!(
         error(&BASE.replace("    feds: \"1024,0-3\"", "    fedz: \"1024,0-3\"")),
         "conf/bad.yaml:3:5: rus[0].fedz: unknown field `fedz`, expected one of name, host, ferol_port, control_port, \
-         feds, fragment_size, faults, emulated, params, cpu; did you mean `feds`?"
+         feds, fragment_size, faults, emulated, send_rate_percent, params, cpu; did you mean `feds`?"
     );
 }
 
@@ -400,7 +400,7 @@ fn a_misspelt_key_is_not_also_reported_missing() {
         [
             "conf/bad.yaml:2:5: rus[0]: missing field `feds`",
             "conf/bad.yaml:3:5: rus[0].colour: unknown field `colour`, expected one of name, host, ferol_port, \
-             control_port, feds, fragment_size, faults, emulated, params, cpu",
+             control_port, feds, fragment_size, faults, emulated, send_rate_percent, params, cpu",
         ]
     );
 }

@@ -63,6 +63,8 @@ enum FedState {
     Stalled,
     /// Sent an event out of sequence: ignored for the rest of the run.
     SyncLost,
+    /// Its stream ended (closed or broken) before the run's end: no event waits for it.
+    Ended,
 }
 
 #[derive(Debug)]
@@ -165,6 +167,20 @@ impl Ru {
         if let Some(fed) = self.feds.get_mut(fed_index) {
             fed.alive_at = fed.alive_at.max(now);
         }
+    }
+
+    /// The stream of the FED at `fed_index` ended (closed, or broken) before the run's end: it
+    /// brings nothing more, so the events waiting for it go on without it now rather than after
+    /// the fragment time-out.
+    pub fn stream_ended(&mut self, fed_index: usize, now: Nanos) {
+        let Some(fed) = self.feds.get_mut(fed_index) else { return };
+        if fed.state == FedState::SyncLost {
+            return;
+        }
+        fed.state = FedState::Ended;
+        let waiting: Vec<EventNumber> = self.waiting.iter().map(|&(_, e)| e).collect();
+        self.try_send(now, waiting);
+        self.flush_complete_batches();
     }
 
     /// Takes the next fragment of the FED at `fed_index` in this RU's list. A full buffer refuses
@@ -472,5 +488,57 @@ mod tests {
             _ => None,
         });
         assert_eq!(sent.map(|p| (p.event, p.missing)), Some((1, vec![8])), "sent at once, FED 8 missing");
+    }
+
+    fn sent(ru: &mut Ru) -> Vec<(EventNumber, Vec<FedId>)> {
+        std::iter::from_fn(|| ru.poll_output())
+            .filter_map(|o| match o {
+                Output::Send { msg: Message::Data { parts, .. }, .. } => Some(parts),
+                _ => None,
+            })
+            .flatten()
+            .map(|p| (p.event, p.missing))
+            .collect()
+    }
+
+    fn assign_first(ru: &mut Ru, now: Nanos) {
+        let assign =
+            Message::Assign { bu: 0, epoch: 1, events: vec![EventRange { first: 1, count: 1 }], release: vec![] };
+        ru.handle(now, Input::Message { from: Peer::Evm, msg: assign });
+    }
+
+    #[test]
+    fn a_stream_that_brings_bytes_or_is_held_back_is_waited_for_past_the_time_out() {
+        let timeout = 1_000;
+        let mut ru = Ru::new(RuConfig { fragment_timeout_ns: timeout, ..RuConfig::new(1, vec![7, 8]) });
+        ru.offer_fragment(0, 0, fragment(7, 1)).unwrap();
+        assign_first(&mut ru, 0);
+        // FED 8 delivers a part of a fragment, then is held back for want of memory: alive.
+        ru.stream_alive(1, 900);
+        ru.handle(1_500, Input::Tick);
+        ru.stream_alive(1, 1_800);
+        assert_eq!(ru.next_timeout(), Some(2_800), "the time-out counts from its last sign of life");
+        ru.handle(2_700, Input::Tick);
+        assert!(sent(&mut ru).is_empty(), "event 1 waits for FED 8");
+        ru.offer_fragment(2_750, 1, fragment(8, 1)).unwrap();
+        assert_eq!(sent(&mut ru), vec![(1, vec![])], "complete");
+    }
+
+    #[test]
+    fn a_silent_stream_is_given_up_after_the_time_out_and_an_ended_one_at_once() {
+        let timeout = 1_000;
+        let mut ru = Ru::new(RuConfig { fragment_timeout_ns: timeout, ..RuConfig::new(1, vec![7, 8]) });
+        ru.offer_fragment(0, 0, fragment(7, 1)).unwrap();
+        assign_first(&mut ru, 100);
+        ru.handle(1_099, Input::Tick);
+        assert!(sent(&mut ru).is_empty());
+        ru.handle(1_100, Input::Tick);
+        assert_eq!(sent(&mut ru), vec![(1, vec![8])], "silent for the time-out since the assignment");
+
+        let mut ru = Ru::new(RuConfig { fragment_timeout_ns: timeout, ..RuConfig::new(1, vec![7, 8]) });
+        ru.offer_fragment(0, 0, fragment(7, 1)).unwrap();
+        assign_first(&mut ru, 100);
+        ru.stream_ended(1, 200);
+        assert_eq!(sent(&mut ru), vec![(1, vec![8])], "its stream ended: no wait");
     }
 }

@@ -883,17 +883,23 @@ impl RuLoop {
         // A broken stream was reported as it broke; a FED out of sync is left out already (the
         // core's notices of what this stream brought are taken first).
         self.dispatch(self.now());
-        if broke.is_some() || self.left_out[i].is_some() || self.clean_end_at().is_some_and(|n| fragments >= n) {
-            return;
+        let clean = self.clean_end_at().is_some_and(|n| fragments >= n);
+        if broke.is_none() && self.left_out[i].is_none() && !clean {
+            self.left_out[i] = Some(LeftOut::Disconnected);
+            self.stats.fed_errors.add(i, FedError::Disconnected, 1);
+            self.stats.saw(SubState::FedDisconnected);
+            self.stats.problem(format!(
+                "RU {}: FED {fed} disconnected: its stream closed after {fragments} fragments, {bytes} bytes \
+                 (last LV1 {last_lv1:?}), before the run's end; the events after it go on without FED {fed}",
+                self.cfg.ru.ru
+            ));
         }
-        self.left_out[i] = Some(LeftOut::Disconnected);
-        self.stats.fed_errors.add(i, FedError::Disconnected, 1);
-        self.stats.saw(SubState::FedDisconnected);
-        self.stats.problem(format!(
-            "RU {}: FED {fed} disconnected: its stream closed after {fragments} fragments, {bytes} bytes \
-             (last LV1 {last_lv1:?}), before the run's end; the events after it go on without FED {fed}",
-            self.cfg.ru.ru
-        ));
+        if !clean {
+            // Its events go on without it now, not after the fragment time-out.
+            let now = self.now();
+            self.core.ru_mut().stream_ended(i, now);
+            self.dispatch(now);
+        }
     }
 
     /// The trigger stream broke before run control stopped the trigger: says so, and stops the
