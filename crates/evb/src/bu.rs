@@ -14,6 +14,12 @@ use tessera_formats::frd::flags;
 /// (at most the file time-out), in nanoseconds.
 pub const DRAIN_CLOSE_NS: Nanos = 20_000_000;
 
+/// How long an open file may go without a new event while events wait for data before it is
+/// closed (at most the file time-out), in nanoseconds. Events that wait that long are most often
+/// held by RUs short of room, which free their memory only when this BU's files are committed:
+/// closing the file early breaks the wait instead of letting it last the file time-out.
+pub const STARVED_CLOSE_NS: Nanos = 20_000_000;
+
 /// Configuration of a builder unit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuConfig {
@@ -87,6 +93,8 @@ struct OpenFile {
     lumi_section: u32,
     events: Vec<BuiltEvent>,
     opened_at: Nanos,
+    /// When its last event was added.
+    grown_at: Nanos,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,8 +309,13 @@ impl Bu {
                 self.end_lumis(now);
             }
             Input::Tick => {
+                let starved = self.starved_close_ns();
                 let stale: Vec<usize> = (0..self.open.len())
-                    .filter(|&i| now >= self.open[i].opened_at.saturating_add(self.cfg.file_timeout_ns))
+                    .filter(|&i| {
+                        let f = &self.open[i];
+                        now >= f.opened_at.saturating_add(self.cfg.file_timeout_ns)
+                            || starved.is_some_and(|wait| now >= f.grown_at.saturating_add(wait))
+                    })
                     .collect();
                 for i in stale.into_iter().rev() {
                     self.close(now, i);
@@ -445,11 +458,12 @@ impl Bu {
                 let next = self.next_index.entry(lumi_section).or_default();
                 let file = FileId { bu: self.cfg.bu, lumi_section, index: *next };
                 *next += 1;
-                self.open.push(OpenFile { file, lumi_section, events: Vec::new(), opened_at: now });
+                self.open.push(OpenFile { file, lumi_section, events: Vec::new(), opened_at: now, grown_at: now });
                 self.open.len() - 1
             }
         };
         self.open[index].events.push(built);
+        self.open[index].grown_at = now;
         if self.open[index].events.len() >= self.cfg.max_events_per_file.max(1) as usize {
             self.close(now, index);
         }
@@ -490,6 +504,12 @@ impl Bu {
         self.cfg.file_timeout_ns.min(DRAIN_CLOSE_NS)
     }
 
+    /// While events wait for data, how long an open file may go without a new one
+    /// ([`STARVED_CLOSE_NS`]); `None` while none waits.
+    fn starved_close_ns(&self) -> Option<Nanos> {
+        (!self.building.is_empty()).then(|| self.cfg.file_timeout_ns.min(STARVED_CLOSE_NS))
+    }
+
     /// Asks for more events when a batch of slots is free, and reports built and published
     /// files on the request (or alone, once they have waited `report_delay_ns`).
     fn maybe_request(&mut self, now: Nanos) {
@@ -519,7 +539,15 @@ impl Bu {
     /// The earliest time at which a tick has work.
     pub fn next_timeout(&self) -> Option<Nanos> {
         let wait = if self.draining { self.drain_close_ns() } else { self.cfg.file_timeout_ns };
-        let files = self.open.iter().map(|f| f.opened_at.saturating_add(wait)).min();
+        let starved = self.starved_close_ns();
+        let files = self
+            .open
+            .iter()
+            .map(|f| {
+                let grown = starved.map_or(Nanos::MAX, |w| f.grown_at.saturating_add(w));
+                f.opened_at.saturating_add(wait).min(grown)
+            })
+            .min();
         let report = self.report_since.map(|t| t.saturating_add(self.cfg.report_delay_ns));
         [files, report].into_iter().flatten().min()
     }
@@ -527,5 +555,47 @@ impl Bu {
     /// The next output, if any.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::FragmentRef;
+
+    fn part(ru: u16, event: EventNumber) -> Input {
+        let fragment =
+            FragmentRef { fed: ru, lv1: event as u32, bytes: 64, corrupt: false, buffer: event, trigger: None };
+        let part = SuperFragment { event, fragments: vec![fragment], missing: Vec::new() };
+        Input::Message {
+            from: Peer::Ru(ru),
+            msg: Message::Data { ru, epoch: 1, parts: vec![part], commits: Vec::new() },
+        }
+    }
+
+    fn written(bu: &mut Bu) -> Vec<usize> {
+        std::iter::from_fn(|| bu.poll_output())
+            .filter_map(|o| match o {
+                Output::WriteFile { events, .. } => Some(events.len()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A file that stops growing while an event waits for data (an RU short of room waits for
+    /// this BU's commits) is closed after STARVED_CLOSE_NS, not the file time-out; with nothing
+    /// waiting, it stays open.
+    #[test]
+    fn a_file_that_stops_growing_while_events_wait_for_data_is_closed_early() {
+        let mut bu = Bu::new(BuConfig::new(0, 2), 1, BuDisk::default());
+        let welcome = Message::Welcome { epoch: 1, publish: Vec::new(), discard: Vec::new() };
+        bu.handle(0, Input::Message { from: Peer::Evm, msg: welcome });
+        bu.handle(0, part(0, 1));
+        bu.handle(0, part(1, 1));
+        bu.handle(STARVED_CLOSE_NS + 1, Input::Tick);
+        assert!(written(&mut bu).is_empty(), "nothing waits: the file stays open for the file time-out");
+        bu.handle(STARVED_CLOSE_NS + 2, part(0, 2)); // event 2 waits for RU 1
+        bu.handle(STARVED_CLOSE_NS + 3, Input::Tick);
+        assert_eq!(written(&mut bu), vec![1], "event 1's file closed: it had not grown while event 2 waited");
     }
 }
