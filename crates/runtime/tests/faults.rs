@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{Built, FEDS, Setup, built_events, plan, run_dirs, stream, violations};
+use common::{Built, FEDS, Setup, built_events, each_built_event, plan, stream, violations};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -26,7 +26,6 @@ use tessera_emu::sender::End;
 use tessera_formats::Value;
 use tessera_formats::ferol::{HEADER_BYTES, ferol_wire_len};
 use tessera_formats::frd::flags;
-use tessera_formats::raw::RawFile;
 use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
 use tessera_runtime::ru_node::{OnCorruptStream, TriggerBreak, TriggerFault};
 use tessera_runtime::state::UnitState;
@@ -212,24 +211,14 @@ fn two_by_two_wrong_fed_id_on_fed_4_is_built_flagged_fragment_error() {
 /// as (event, the FED id its header claims).
 fn f_bits(dir: &Path) -> Vec<(u32, u16)> {
     let mut found = Vec::new();
-    for run_dir in run_dirs(dir) {
-        for entry in std::fs::read_dir(run_dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_none_or(|x| x != "raw") {
-                continue;
-            }
-            let bytes = std::fs::read(&path).unwrap();
-            for ev in RawFile::parse(&bytes).unwrap().events() {
-                let (_, ev) = ev.unwrap();
-                for f in ev.fragments() {
-                    let (_, f) = f.unwrap();
-                    if f.trailer.wrong_fed_id {
-                        found.push((ev.header.event, f.header.source_id));
-                    }
-                }
+    each_built_event(dir, |_, ev| {
+        for f in ev.fragments() {
+            let (_, f) = f.unwrap();
+            if f.trailer.wrong_fed_id {
+                found.push((ev.header.event, f.header.source_id));
             }
         }
-    }
+    });
     found
 }
 

@@ -179,9 +179,9 @@ pub struct Built {
     pub feds: Vec<u16>,
 }
 
-/// Every event in the BUs' raw files by FRD event number, checking that none is in two files.
-pub fn built_events(dir: &Path) -> BTreeMap<u32, Built> {
-    let mut seen = BTreeMap::new();
+/// Calls `each` with the BU's index and every event of every raw file of the BUs' run
+/// directories under `dir`.
+pub fn each_built_event(dir: &Path, mut each: impl FnMut(usize, &tessera_formats::frd::FrdEvent<'_>)) {
     for (bu, run_dir) in run_dirs(dir).iter().enumerate() {
         for entry in std::fs::read_dir(run_dir).unwrap() {
             let path = entry.unwrap().path();
@@ -190,14 +190,21 @@ pub fn built_events(dir: &Path) -> BTreeMap<u32, Built> {
             }
             let bytes = std::fs::read(&path).unwrap();
             for ev in RawFile::parse(&bytes).unwrap().events() {
-                let (_, ev) = ev.unwrap();
-                let mut feds: Vec<u16> = ev.fragments().map(|f| f.unwrap().1.header.source_id).collect();
-                feds.sort_unstable();
-                let built = Built { bu, flags: ev.header.flags, feds };
-                let event = ev.header.event;
-                assert!(seen.insert(event, built).is_none(), "event {event} in two files");
+                each(bu, &ev.unwrap().1);
             }
         }
     }
+}
+
+/// Every event in the BUs' raw files by FRD event number, checking that none is in two files.
+pub fn built_events(dir: &Path) -> BTreeMap<u32, Built> {
+    let mut seen = BTreeMap::new();
+    each_built_event(dir, |bu, ev| {
+        let mut feds: Vec<u16> = ev.fragments().map(|f| f.unwrap().1.header.source_id).collect();
+        feds.sort_unstable();
+        let built = Built { bu, flags: ev.header.flags, feds };
+        let event = ev.header.event;
+        assert!(seen.insert(event, built).is_none(), "event {event} in two files");
+    });
     seen
 }
