@@ -38,6 +38,13 @@ fn system_file(dir: &Path, agent: u16, limit: &str, heartbeat_timeout_s: f64) ->
     path
 }
 
+/// Whole systems through an agent run one at a time: seven of them at once on two cores starve
+/// their units of CPU, and heartbeats and drains then time out for want of it, not of a fault.
+fn one_system_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static SYSTEMS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SYSTEMS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Starts `tessera agent` on a free loopback port; returns its port.
 fn start_agent(units: &mut Processes, dir: &Path) -> u16 {
     let port = free_ports(1)[0];
@@ -92,6 +99,7 @@ fn wait_run(units: &mut Processes, dir: &Path, timeout: Duration) -> (Option<i32
 
 #[test]
 fn a_2x2_system_with_its_farm_runs_through_an_agent_and_conserves_every_event() {
+    let _one_system = one_system_at_a_time();
     let (tmp, mut units, _) = run_through_agent("events: 3000", 3.0);
     let d = tmp.path();
     let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
@@ -117,6 +125,7 @@ fn a_2x2_system_with_its_farm_runs_through_an_agent_and_conserves_every_event() 
 
 #[test]
 fn a_2x2_bu_stalled_is_reported_within_seconds_and_ends_the_run() {
+    let _one_system = one_system_at_a_time();
     let (tmp, mut units, agent) = run_through_agent("seconds: 120", 1.5);
     let d = tmp.path();
     wait_for_line(d, "run.log", "every unit is enabled");
@@ -148,6 +157,7 @@ fn get(addr: SocketAddr, method: &str, path: &str) -> String {
 
 #[test]
 fn a_2x2_run_through_agents_is_watched_and_stopped_through_the_controllers_api() {
+    let _one_system = one_system_at_a_time();
     let (tmp, mut units, _) = run_through_agent("seconds: 120", 3.0);
     let d = tmp.path();
     wait_for_line(d, "run.log", "every unit is enabled");
@@ -193,6 +203,7 @@ fn a_2x2_run_through_agents_is_watched_and_stopped_through_the_controllers_api()
 
 #[test]
 fn a_2x2_bu_killed_is_started_again_by_the_controller_and_nothing_is_lost() {
+    let _one_system = one_system_at_a_time();
     // 40000 events at 20 kHz: two seconds of triggers, most of them after the kill.
     let (tmp, mut units, agent) = run_through_agent("events: 40000", 3.0);
     let d = tmp.path();
@@ -211,6 +222,7 @@ fn a_2x2_bu_killed_is_started_again_by_the_controller_and_nothing_is_lost() {
 
 #[test]
 fn a_2x2_bu_port_taken_is_refused_at_configure_before_any_unit_takes_data() {
+    let _one_system = one_system_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let mut units = Processes(Vec::new());
