@@ -1291,12 +1291,18 @@ impl RuLoop {
             }
             Peer::Evm => {}
             Peer::Bu(b) => {
-                self.stats.saw(SubState::Blocked);
-                self.stats.problem(format!(
-                    "{}: lost BU {b}{}",
-                    if self.is_evm() { "EVM".to_string() } else { format!("RU {}", self.cfg.ru.ru) },
-                    why.map(|w| format!(": {w}")).unwrap_or_default()
-                ));
+                // BUs leave at the run's end: only a BU lost before it is a problem. The EVM,
+                // which reassigns a lost BU's events, judges by its own drain; another RU by the
+                // EVM's Drain (a BU lost after it is the EVM's to report).
+                let ended = if self.is_evm() { self.core.evm().is_some_and(Evm::drained) } else { self.drain_seen };
+                if !ended {
+                    self.stats.saw(SubState::Blocked);
+                    self.stats.problem(format!(
+                        "{}: lost BU {b}{}",
+                        if self.is_evm() { "EVM".to_string() } else { format!("RU {}", self.cfg.ru.ru) },
+                        why.map(|w| format!(": {w}")).unwrap_or_default()
+                    ));
+                }
                 if self.is_evm() {
                     let now = self.now();
                     self.core.handle(now, Input::PeerLost(peer));
