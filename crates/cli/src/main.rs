@@ -441,7 +441,7 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
         }
     })?;
     let clock = ClockSpec {
-        rate_hz: args.rate_hz.unwrap_or(100_000.0),
+        rate_hz: args.rate_hz.unwrap_or(tessera_config::LEVEL1_RATE_HZ),
         seed: args.seed,
         orbits_per_lumi_section: args.orbits_per_ls,
     };
