@@ -551,6 +551,9 @@ fn config_check(file: &Path) -> ExitCode {
         cfg.all_feds().len(),
         farm
     );
+    for advice in cfg.advice() {
+        println!("{}: advice: {advice}", file.display());
+    }
     ExitCode::SUCCESS
 }
 

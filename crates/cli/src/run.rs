@@ -341,6 +341,9 @@ pub fn run(
         print!("{}", cfg.to_yaml());
         return Ok(ExitCode::SUCCESS);
     }
+    for advice in cfg.advice() {
+        println!("advice: {advice}");
+    }
     if cfg.controller.agent_port.is_some() {
         if max_incomplete.is_some() {
             bail!("--max-incomplete: a run on agents does not count incomplete events against a limit yet");

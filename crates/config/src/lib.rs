@@ -43,7 +43,7 @@ pub use system::{
     EvmParams, FragmentSize, FuParams, LEVEL1_RATE_HZ, RuParams, RuParamsOverride, RuSection, RunSection, SystemConfig,
     TriggerSection,
 };
-pub use validate::{MAX_FU_PROCESSES_PER_BU, MAX_RUN_NUMBER, MAX_WRITER_THREADS};
+pub use validate::{Advice, MAX_FU_PROCESSES_PER_BU, MAX_RUN_NUMBER, MAX_WRITER_THREADS};
 
 use std::path::Path;
 

@@ -17,6 +17,22 @@ pub const MAX_RUN_NUMBER: u32 = 999_999;
 /// Most writer threads of one BU.
 pub const MAX_WRITER_THREADS: u32 = 16;
 
+/// A setting that runs but costs something, with its arithmetic and remedy: said by
+/// `config check` and at the start of a run, never refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advice {
+    /// Key path of the value to change, such as `ru.chunks_per_fed`.
+    pub key: String,
+    /// What it costs and what would not.
+    pub message: String,
+}
+
+impl std::fmt::Display for Advice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
 /// The problems found so far, at most one a key (the first found): a key with several problems
 /// is reported once, and the others show when it is put right.
 #[derive(Default)]
@@ -277,61 +293,66 @@ impl SystemConfig {
     /// it holds `bu.max_events_per_file` events (or on `bu.file_timeout_ms`). Receive memory that
     /// cannot hold a file's worth of events for every BU starves: files then close on their
     /// time-out only, and the RUs wait for them with their streams unread.
-    fn validate_memory_against_files(&self, p: &mut Problems) {
+    /// Settings that run but cost rate, each with its arithmetic and remedy: receive memory
+    /// that holds fewer events than the BUs' open files hold back. Such a system builds every
+    /// event, because a BU closes a file early when its events wait for data (an RU short of
+    /// room frees its memory only on commits), but its files are smaller and its rate lower.
+    /// Empty for a file with problems ([`SystemConfig::problems`]).
+    pub fn advice(&self) -> Vec<Advice> {
+        if !self.problems().is_empty() {
+            return Vec::new();
+        }
+        let mut advice = Vec::new();
         let per_file = u64::from(self.bu.max_events_per_file);
         let n_bu = self.bus.len() as u64;
         let held_back = n_bu * per_file;
-        if held_back == 0 {
-            return;
-        }
         let files = format!(
-            "the {held_back} events the BUs' files can hold back ({n_bu} BUs × bu.max_events_per_file {per_file})"
+            "the {held_back} events the BUs' open files can hold back ({n_bu} BUs × bu.max_events_per_file {per_file})"
         );
+        let cost = "BUs will close their files early whenever the RU runs short of room: every event is built, \
+                    in smaller files and at a lower rate";
         for (i, ru) in self.rus.iter().enumerate() {
-            if p.has(&format!("rus[{i}].fragment_size")) {
-                continue;
-            }
             let params = self.ru_params(i);
             let own = |key: &str, set: bool| if set { format!("rus[{i}].params.{key}") } else { format!("ru.{key}") };
             if u64::from(params.max_events_buffered) < held_back {
-                p.add(
-                    own("max_events_buffered", ru.params.max_events_buffered.is_some()),
-                    format!(
-                        "{} events for rus[{i}] are fewer than {files}; give at least {held_back}, or bu.max_events_per_file at most {}",
+                advice.push(Advice {
+                    key: own("max_events_buffered", ru.params.max_events_buffered.is_some()),
+                    message: format!(
+                        "{} events for rus[{i}] are fewer than {files}: {cost}; give at least {held_back}, or \
+                         bu.max_events_per_file at most {}",
                         params.max_events_buffered,
                         u64::from(params.max_events_buffered) / n_bu
                     ),
-                );
+                });
             }
             let has_data_fed = ru.feds.iter().any(|&f| f != TCDS_FED_ID);
             let wire = ferol_wire_len(ru.fragment_size.mean_bytes().ceil() as usize) as u64;
-            if !has_data_fed || wire == 0 || params.chunk_bytes == 0 || params.chunks_per_fed < 2 {
-                continue;
-            }
             // One chunk is being filled; the others hold whole fragments.
-            let per_chunk = params.chunk_bytes as u64 / wire;
-            if per_chunk == 0 {
-                // A chunk that cannot hold a fragment at all is its own mistake (above).
+            let per_chunk = (params.chunk_bytes as u64).checked_div(wire).unwrap_or(0);
+            if !has_data_fed || per_chunk == 0 {
                 continue;
             }
             let fragments = u64::from(params.chunks_per_fed - 1) * per_chunk;
             if fragments < held_back {
-                p.add(
-                    own("chunks_per_fed", ru.params.chunks_per_fed.is_some()),
-                    format!(
+                advice.push(Advice {
+                    key: own("chunks_per_fed", ru.params.chunks_per_fed.is_some()),
+                    message: format!(
                         "{} chunks of {} bytes hold {fragments} of rus[{i}]'s fragments ({} chunks of {per_chunk} fragments \
-                         of {wire} bytes on the wire, one chunk being filled), fewer than {files}: files would close on \
-                         bu.file_timeout_ms only, with the RUs' streams unread; give at least {} chunks, or \
-                         bu.max_events_per_file at most {}",
+                         of {wire} bytes on the wire, one chunk being filled), fewer than {files}: {cost}; give at least \
+                         {} chunks, or bu.max_events_per_file at most {}",
                         params.chunks_per_fed,
                         params.chunk_bytes,
                         params.chunks_per_fed - 1,
-                        held_back.div_ceil(per_chunk.max(1)) + 1,
+                        held_back.div_ceil(per_chunk) + 1,
                         fragments / n_bu
                     ),
-                );
+                });
             }
         }
+        // A shared key (`ru.…`) is advised once, for the first RU it costs.
+        let mut seen = std::collections::HashSet::new();
+        advice.retain(|a| seen.insert(a.key.clone()));
+        advice
     }
 
     fn validate_params(&self, p: &mut Problems) {
@@ -377,7 +398,6 @@ impl SystemConfig {
                 );
             }
         }
-        self.validate_memory_against_files(p);
         let bu = &self.bu;
         p.at_least_one("bu.max_events_in_flight", bu.max_events_in_flight.into());
         p.at_least_one("bu.request_batch_events", bu.request_batch_events.into());

@@ -421,3 +421,23 @@ fn placeholder_hosts_are_refused_at_every_key_that_names_a_host() {
     // A name that only contains the word is a name.
     parse(&text.replace(".example", ".example.org").replace(".EXAMPLE.", ".examples")).unwrap();
 }
+
+/// Memory smaller than the BUs' open files hold back runs (a BU closes a file early when its
+/// events wait for an RU short of room) and is advised once a key, with the arithmetic; the
+/// default system and memory that holds the files get no advice.
+#[test]
+fn receive_memory_smaller_than_the_files_is_advised_not_refused() {
+    assert_eq!(SystemConfig::default().advice(), Vec::new());
+    let small = format!("{BASE}  - name: bu1\nru: {{max_events_buffered: 1500}}\n");
+    let advice: Vec<String> = parse(&small).unwrap().advice().iter().map(ToString::to_string).collect();
+    assert_eq!(advice.len(), 1, "{advice:?}");
+    assert!(
+        advice[0].starts_with(
+            "ru.max_events_buffered: 1500 events for rus[0] are fewer than the 2000 events the BUs' open files can \
+             hold back (2 BUs × bu.max_events_per_file 1000)"
+        ) && advice[0].ends_with("give at least 2000, or bu.max_events_per_file at most 750"),
+        "{advice:?}"
+    );
+    let enough = format!("{BASE}  - name: bu1\nru: {{max_events_buffered: 2000}}\n");
+    assert_eq!(parse(&enough).unwrap().advice(), Vec::new());
+}

@@ -18,7 +18,7 @@ pub const DRAIN_CLOSE_NS: Nanos = 20_000_000;
 /// closed (at most the file time-out), in nanoseconds. Events that wait that long are most often
 /// held by RUs short of room, which free their memory only when this BU's files are committed:
 /// closing the file early breaks the wait instead of letting it last the file time-out.
-pub const STARVED_CLOSE_NS: Nanos = 20_000_000;
+pub const STARVED_CLOSE_NS: Nanos = 5_000_000;
 
 /// Configuration of a builder unit.
 #[derive(Debug, Clone, PartialEq, Eq)]
