@@ -1,13 +1,20 @@
 //! The EVM's node: the event manager and the readout unit next to it (RU 0, which reads the
 //! trigger), wired together without a network. Assignments to RU 0 are handed over in memory,
 //! and commits for a BU ride on RU 0's next data message to it.
+//!
+//! The node also judges the trigger stream: its only clean ends are run control's stop and,
+//! with an event limit, its close after exactly that many events. Anything else (a close before
+//! it, a stream that cannot be read on, an event out of sequence) stops the trigger at the last
+//! good fragment and is said as [`Notice::TriggerStreamBroken`]: the events triggered before it
+//! are built, and the run has failed.
 
 use crate::evm::{Evm, EvmConfig};
 use crate::msg::{FragmentRef, Message};
 use crate::ru::{BackPressure, Ru, RuConfig};
 use crate::types::{Nanos, Peer};
-use crate::unit::{Input, Output};
+use crate::unit::{Input, Notice, Output, TriggerBreak};
 use std::collections::VecDeque;
+use tessera_formats::tcds::TCDS_FED_ID;
 
 /// The EVM and RU 0 as one unit.
 #[derive(Debug)]
@@ -17,12 +24,82 @@ pub struct EvmNode {
     /// RU 0.
     pub ru: Ru,
     out: VecDeque<Output>,
+    /// Events the trigger stream is expected to bring before it may close: the run's event
+    /// limit or run control's stop line, whichever is lower.
+    trigger_limit: Option<u64>,
+    /// Good trigger fragments taken.
+    triggers: u64,
+    /// The trigger is off: run control stopped it, its stream ended cleanly, or it broke.
+    trigger_stopped: bool,
+    /// How the trigger stream broke, if it did.
+    trigger_break: Option<TriggerBreak>,
 }
 
 impl EvmNode {
     /// The EVM's node at the start of a run.
     pub fn new(evm: EvmConfig, ru: RuConfig) -> Self {
-        EvmNode { evm: Evm::new(evm), ru: Ru::new(ru), out: VecDeque::new() }
+        EvmNode {
+            evm: Evm::new(evm),
+            ru: Ru::new(ru),
+            out: VecDeque::new(),
+            trigger_limit: None,
+            triggers: 0,
+            trigger_stopped: false,
+            trigger_break: None,
+        }
+    }
+
+    /// The trigger stream may close cleanly after `events` events (the run's event limit, or
+    /// run control's stop line); a lower limit given later wins.
+    pub fn limit_trigger(&mut self, events: u64) {
+        self.trigger_limit = Some(self.trigger_limit.map_or(events, |n| n.min(events)));
+    }
+
+    /// Whether the trigger is off: stopped by run control, ended cleanly, or broken.
+    pub fn trigger_stopped(&self) -> bool {
+        self.trigger_stopped
+    }
+
+    /// How the trigger stream broke before run control stopped the trigger, if it did.
+    pub fn trigger_break(&self) -> Option<&TriggerBreak> {
+        self.trigger_break.as_ref()
+    }
+
+    /// Good trigger fragments taken.
+    pub fn triggers(&self) -> u64 {
+        self.triggers
+    }
+
+    /// The trigger stream ended: closed at a fragment boundary (`broken` none) or could not be
+    /// read on (`broken` says why). Its close after the trigger limit stops the trigger
+    /// cleanly; any other end before run control stopped the trigger breaks the run.
+    pub fn trigger_stream_ended(&mut self, now: Nanos, broken: Option<String>) {
+        if self.trigger_stopped {
+            return;
+        }
+        match broken {
+            Some(why) => self.break_trigger(now, TriggerBreak::Broken(why)),
+            None if self.trigger_limit.is_some_and(|n| self.triggers >= n) => self.stop_trigger(now),
+            None => self.break_trigger(now, TriggerBreak::Closed { expected: self.trigger_limit }),
+        }
+        self.pump(now);
+    }
+
+    fn stop_trigger(&mut self, now: Nanos) {
+        self.trigger_stopped = true;
+        let last_event = self.evm.last_triggered();
+        self.evm.handle(now, Input::StopTrigger { last_event });
+    }
+
+    fn break_trigger(&mut self, now: Nanos, what: TriggerBreak) {
+        let notice = Notice::TriggerStreamBroken {
+            what: what.clone(),
+            fragments: self.triggers,
+            last_event: self.evm.last_triggered(),
+        };
+        self.trigger_break = Some(what);
+        self.out.push_back(Output::Notice(notice));
+        self.stop_trigger(now);
     }
 
     /// Offers the next fragment of the FED at `fed_index` of RU 0 (see [`Ru::offer_fragment`]).
@@ -45,7 +122,11 @@ impl EvmNode {
                 self.pump(now);
                 self.ru.handle(now, Input::Tick);
             }
-            other => self.evm.handle(now, other),
+            Input::StopTrigger { .. } if self.trigger_stopped => {}
+            other => {
+                self.trigger_stopped |= matches!(other, Input::StopTrigger { .. });
+                self.evm.handle(now, other)
+            }
         }
         self.pump(now);
     }
@@ -57,7 +138,20 @@ impl EvmNode {
             while let Some(o) = self.ru.poll_output() {
                 moved = true;
                 match o {
-                    Output::Triggered { event, lumi_section } => self.evm.triggered(now, event, lumi_section),
+                    // After a break, a trigger fragment is of no event.
+                    Output::Triggered { .. } if self.trigger_break.is_some() => {}
+                    Output::Triggered { event, lumi_section } => {
+                        self.triggers += 1;
+                        self.evm.triggered(now, event, lumi_section)
+                    }
+                    // The trigger FED's sync loss is said as such (counted against it) and
+                    // breaks the trigger stream.
+                    Output::Notice(notice @ Notice::SyncLoss { fed: TCDS_FED_ID, expected, found_lv1 }) => {
+                        self.out.push_back(Output::Notice(notice));
+                        if !self.trigger_stopped {
+                            self.break_trigger(now, TriggerBreak::SyncLost { expected, found_lv1 });
+                        }
+                    }
                     Output::Send { to: Peer::Bu(bu), msg: Message::Data { ru, epoch, parts, mut commits } } => {
                         commits.extend(self.evm.take_commits(bu));
                         self.out.push_back(Output::Send {
@@ -91,5 +185,103 @@ impl EvmNode {
     /// The next output, if any.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.out.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::TriggerInfo;
+
+    /// The EVM's node of one RU reading the trigger FED and FED 0, for one BU.
+    fn node() -> EvmNode {
+        EvmNode::new(EvmConfig::new(1, 1), RuConfig::new(0, vec![TCDS_FED_ID, 0]))
+    }
+
+    /// Offers `count` trigger fragments from LV1 `first` on.
+    fn trigger(node: &mut EvmNode, first: u32, count: u32) {
+        for lv1 in first..first + count {
+            let info = TriggerInfo { lumi_section: 1, orbit: 1, bx: 1 };
+            let fragment = FragmentRef {
+                fed: TCDS_FED_ID,
+                lv1,
+                bytes: 64,
+                corrupt: false,
+                buffer: u64::from(lv1),
+                trigger: Some(info),
+            };
+            node.offer_fragment(0, 0, fragment).unwrap();
+        }
+    }
+
+    fn breaks(node: &mut EvmNode) -> Vec<Notice> {
+        std::iter::from_fn(|| node.poll_output())
+            .filter_map(|o| match o {
+                Output::Notice(n @ Notice::TriggerStreamBroken { .. }) => Some(n),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_trigger_stream_that_closes_after_the_limit_stops_the_trigger_cleanly() {
+        let mut n = node();
+        n.limit_trigger(5);
+        n.limit_trigger(3); // a stop line drawn earlier than the event limit wins
+        trigger(&mut n, 1, 3);
+        n.trigger_stream_ended(0, None);
+        assert!(n.trigger_stopped());
+        assert_eq!((n.trigger_break(), n.triggers(), n.evm.last_triggered()), (None, 3, Some(3)));
+        assert!(breaks(&mut n).is_empty());
+    }
+
+    #[test]
+    fn a_trigger_stream_that_closes_before_the_limit_breaks_the_run_at_its_last_good_event() {
+        let mut n = node();
+        n.limit_trigger(10);
+        trigger(&mut n, 1, 4);
+        n.trigger_stream_ended(0, None);
+        assert!(n.trigger_stopped());
+        let what = TriggerBreak::Closed { expected: Some(10) };
+        assert_eq!(n.trigger_break(), Some(&what));
+        assert_eq!(breaks(&mut n), vec![Notice::TriggerStreamBroken { what, fragments: 4, last_event: Some(4) }]);
+        // Run control's stop after it changes nothing.
+        n.handle(0, Input::StopTrigger { last_event: Some(4) });
+        assert!(breaks(&mut n).is_empty());
+    }
+
+    #[test]
+    fn a_trigger_stream_without_a_limit_that_closes_or_cannot_be_read_breaks_the_run() {
+        let mut n = node();
+        trigger(&mut n, 1, 2);
+        n.trigger_stream_ended(0, None);
+        assert_eq!(n.trigger_break(), Some(&TriggerBreak::Closed { expected: None }));
+        let mut n = node();
+        n.limit_trigger(10);
+        trigger(&mut n, 1, 2);
+        n.trigger_stream_ended(0, Some("garbage".into()));
+        assert_eq!(n.trigger_break(), Some(&TriggerBreak::Broken("garbage".into())));
+    }
+
+    #[test]
+    fn a_trigger_event_out_of_sequence_breaks_the_run_and_later_triggers_make_no_events() {
+        let mut n = node();
+        trigger(&mut n, 1, 3);
+        trigger(&mut n, 5, 2); // event 4 skipped
+        let what = TriggerBreak::SyncLost { expected: 4, found_lv1: 5 };
+        assert_eq!(n.trigger_break(), Some(&what));
+        assert_eq!(breaks(&mut n), vec![Notice::TriggerStreamBroken { what, fragments: 3, last_event: Some(3) }]);
+        assert_eq!((n.triggers(), n.evm.last_triggered()), (3, Some(3)));
+    }
+
+    #[test]
+    fn after_run_control_stops_the_trigger_its_stream_may_end_as_it_likes() {
+        let mut n = node();
+        n.limit_trigger(10);
+        trigger(&mut n, 1, 2);
+        n.handle(0, Input::StopTrigger { last_event: Some(2) });
+        n.trigger_stream_ended(0, Some("cut".into()));
+        assert_eq!((n.trigger_stopped(), n.trigger_break()), (true, None));
+        assert!(breaks(&mut n).is_empty());
     }
 }

@@ -72,6 +72,17 @@ pub enum Notice {
         /// Its lumi section.
         lumi_section: u32,
     },
+    /// The trigger stream broke before run control stopped the trigger (EVM's node): the
+    /// trigger is stopped at the last good trigger fragment, the events triggered before it are
+    /// built, and the run has failed.
+    TriggerStreamBroken {
+        /// How it broke.
+        what: TriggerBreak,
+        /// Good trigger fragments before it.
+        fragments: u64,
+        /// The last event triggered.
+        last_event: Option<EventNumber>,
+    },
     /// A message that breaks the protocol (a bug, or a peer that sends garbage); it was dropped.
     ProtocolError {
         /// What was wrong.
@@ -163,7 +174,56 @@ impl std::fmt::Display for Notice {
                 f,
                 "event {event} of lumi section {lumi_section} came after the section was closed on its time-out: lost (LUMI_SECTION_CLOSED)"
             ),
+            Notice::TriggerStreamBroken { what, fragments, last_event } => write!(
+                f,
+                "the trigger stream {what} after {fragments} fragments (last event {last_event:?}), before run \
+                 control stopped the trigger: the run failed"
+            ),
             Notice::ProtocolError { what } => write!(f, "protocol error: {what}"),
+        }
+    }
+}
+
+/// How the trigger stream broke before run control stopped the trigger
+/// ([`Notice::TriggerStreamBroken`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TriggerBreak {
+    /// It closed at a fragment boundary, before the run's event limit (if it has one).
+    Closed {
+        /// The run's event limit, or the stop line's.
+        expected: Option<u64>,
+    },
+    /// It could not be read on (garbage, a fragment cut short).
+    Broken(String),
+    /// It sent an event out of sequence.
+    SyncLost {
+        /// The event it should have sent.
+        expected: EventNumber,
+        /// The LV1 id it sent.
+        found_lv1: u32,
+    },
+}
+
+impl TriggerBreak {
+    /// A stable key, for summaries and monitoring.
+    pub fn key(&self) -> &'static str {
+        match self {
+            TriggerBreak::Closed { .. } => "TRIGGER_STREAM_CLOSED",
+            TriggerBreak::Broken(_) => "TRIGGER_STREAM_BROKEN",
+            TriggerBreak::SyncLost { .. } => "TRIGGER_SYNC_LOST",
+        }
+    }
+}
+
+impl std::fmt::Display for TriggerBreak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TriggerBreak::Closed { expected: Some(n) } => write!(f, "closed early (the run expects {n} events)"),
+            TriggerBreak::Closed { expected: None } => write!(f, "closed"),
+            TriggerBreak::Broken(why) => write!(f, "broke ({why})"),
+            TriggerBreak::SyncLost { expected, found_lv1 } => {
+                write!(f, "lost sync (expected event {expected}, it sent LV1 {found_lv1:#08x})")
+            }
         }
     }
 }

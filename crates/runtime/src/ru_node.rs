@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo};
 use tessera_evb::ru::BackPressure;
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
+pub use tessera_evb::unit::TriggerBreak;
 use tessera_evb::unit::{Input, Notice, Output};
 use tessera_evb::wire::{encode, encode_data_header_pieces};
 use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
-use tessera_formats::fed::lv1_id;
 use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
 use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord};
 
@@ -65,6 +65,10 @@ pub trait RuCore: Send {
     fn ru_mut(&mut self) -> &mut Ru;
     /// The EVM, on the EVM's node.
     fn evm(&self) -> Option<&Evm>;
+    /// The EVM's node, which judges the trigger stream.
+    fn node(&self) -> Option<&EvmNode>;
+    /// The EVM's node, to tell it of the trigger stream's end.
+    fn node_mut(&mut self) -> Option<&mut EvmNode>;
 }
 
 impl RuCore for Ru {
@@ -90,6 +94,12 @@ impl RuCore for Ru {
         self
     }
     fn evm(&self) -> Option<&Evm> {
+        None
+    }
+    fn node(&self) -> Option<&EvmNode> {
+        None
+    }
+    fn node_mut(&mut self) -> Option<&mut EvmNode> {
         None
     }
 }
@@ -118,6 +128,12 @@ impl RuCore for EvmNode {
     }
     fn evm(&self) -> Option<&Evm> {
         Some(&self.evm)
+    }
+    fn node(&self) -> Option<&EvmNode> {
+        Some(self)
+    }
+    fn node_mut(&mut self) -> Option<&mut EvmNode> {
+        Some(self)
     }
 }
 
@@ -360,49 +376,6 @@ pub struct TriggerFault {
     pub last_event: Option<EventNumber>,
 }
 
-/// What broke the trigger stream ([`TriggerFault`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TriggerBreak {
-    /// It closed at a fragment boundary, before the run's event limit (if it has one).
-    Closed {
-        /// The run's event limit, or the stop line's.
-        expected: Option<u64>,
-    },
-    /// It could not be read on (garbage, a fragment cut short).
-    Broken(String),
-    /// It sent an event out of sequence.
-    SyncLost {
-        /// The event it should have sent.
-        expected: EventNumber,
-        /// The LV1 id it sent.
-        found_lv1: u32,
-    },
-}
-
-impl TriggerBreak {
-    /// A stable key, for summaries and monitoring.
-    pub fn key(&self) -> &'static str {
-        match self {
-            TriggerBreak::Closed { .. } => "TRIGGER_STREAM_CLOSED",
-            TriggerBreak::Broken(_) => "TRIGGER_STREAM_BROKEN",
-            TriggerBreak::SyncLost { .. } => "TRIGGER_SYNC_LOST",
-        }
-    }
-}
-
-impl std::fmt::Display for TriggerBreak {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TriggerBreak::Closed { expected: Some(n) } => write!(f, "closed early (the run expects {n} events)"),
-            TriggerBreak::Closed { expected: None } => write!(f, "closed"),
-            TriggerBreak::Broken(why) => write!(f, "broke ({why})"),
-            TriggerBreak::SyncLost { expected, found_lv1 } => {
-                write!(f, "lost sync (expected event {expected}, it sent LV1 {found_lv1:#08x})")
-            }
-        }
-    }
-}
-
 pub(crate) const WAKER: Token = Token(0);
 const FEROL_LISTENER: Token = Token(1);
 const CONTROL_LISTENER: Token = Token(2);
@@ -485,6 +458,8 @@ struct FerolConn {
     fragments: u64,
     /// Bytes of the stream up to the end of its last whole fragment.
     bytes: u64,
+    /// Where its last whole fragment starts (the end of the one before).
+    last_offset: u64,
     last_lv1: Option<u32>,
 }
 
@@ -867,17 +842,16 @@ impl RuLoop {
         let Some(s) = &self.streams[i] else { return };
         let (fragments, bytes, last_lv1, broke) = (s.fragments, s.bytes, s.last_lv1, s.broke.clone());
         if fed == TCDS_FED_ID && self.is_evm() {
-            if self.trigger_stopped || self.trigger_fault.is_some() {
-                return;
-            }
             // The trigger's expected end is the run's limit or the stop line, never the events
-            // triggered so far.
+            // triggered so far; the EVM's node judges the end against it.
             let limit = [self.cfg.event_limit, self.control.stop_line()].into_iter().flatten().min();
-            match broke {
-                Some((at, why)) => self.fail_trigger(TriggerBreak::Broken(why), at, fragments),
-                None if limit.is_some_and(|n| fragments >= n) => self.stop_trigger(),
-                None => self.fail_trigger(TriggerBreak::Closed { expected: limit }, bytes, fragments),
+            let now = self.now();
+            let node = self.core.node_mut().expect("the EVM's node");
+            if let Some(n) = limit {
+                node.limit_trigger(n);
             }
+            node.trigger_stream_ended(now, broke.map(|(_, why)| why));
+            self.dispatch(now);
             return;
         }
         // A broken stream was reported as it broke; a FED out of sync is left out already (the
@@ -902,21 +876,6 @@ impl RuLoop {
         }
     }
 
-    /// The trigger stream broke before run control stopped the trigger: says so, and stops the
-    /// trigger so that the events triggered before it are built.
-    fn fail_trigger(&mut self, what: TriggerBreak, stream_offset: u64, fragments: u64) {
-        let fault = TriggerFault {
-            fed: TCDS_FED_ID,
-            what,
-            stream_offset,
-            fragments,
-            last_event: self.core.evm().and_then(Evm::last_triggered),
-        };
-        self.stats.problem(format!("EVM: {fault}"));
-        self.trigger_fault = Some(fault);
-        self.stop_trigger();
-    }
-
     fn publish_stats(&self) {
         if self.left_out.contains(&Some(LeftOut::SyncLost)) {
             self.stats.saw(SubState::SyncLoss);
@@ -939,15 +898,24 @@ impl RuLoop {
         }
     }
 
+    /// Run control stops the trigger at the last event triggered.
     fn stop_trigger(&mut self) {
-        if self.trigger_stopped || !self.is_evm() {
+        if !self.is_evm() {
             return;
         }
-        self.trigger_stopped = true;
-        self.stats.transition(Transition::Stop);
         let last_event = self.core.evm().and_then(Evm::last_triggered);
         let now = self.now();
         self.core.handle(now, Input::StopTrigger { last_event });
+        self.dispatch(now);
+    }
+
+    /// Takes note once that the EVM's node stopped the trigger (run control's stop, the trigger
+    /// stream's clean end, or its break).
+    fn note_trigger_stop(&mut self) {
+        if !self.trigger_stopped && self.core.node().is_some_and(EvmNode::trigger_stopped) {
+            self.trigger_stopped = true;
+            self.stats.transition(Transition::Stop);
+        }
     }
 
     /// Accepts front ends. Each stream waits, unregistered, until its first block header names
@@ -1013,6 +981,7 @@ impl RuLoop {
                         settled: false,
                         fragments: 0,
                         bytes: 0,
+                        last_offset: 0,
                         last_lv1: None,
                     });
                 }
@@ -1053,12 +1022,12 @@ impl RuLoop {
             }
             let buffer = &mut self.buffers.0[i];
             let mut taken = 0;
-            // The trigger stream, read by the EVM's node: each fragment must be the next event.
+            // The trigger stream, read by the EVM's node, which stops the trigger when it breaks.
             let trigger = fed == TCDS_FED_ID && self.cfg.evm.is_some();
-            let mut trigger_break = None;
+            let trigger_off = |core: &dyn RuCore| trigger && core.node().is_some_and(EvmNode::trigger_stopped);
             loop {
                 // Fragments already received go first, as far as the core takes them.
-                while s.broke.is_none() && trigger_break.is_none() && self.core.accepts(i) {
+                while s.broke.is_none() && !trigger_off(&*self.core) && self.core.accepts(i) {
                     match buffer.next_fragment() {
                         None => {
                             if s.ended && buffer.pending_bytes() > 0 {
@@ -1076,14 +1045,8 @@ impl RuLoop {
                             break;
                         }
                         Some(Ok(r)) => {
-                            if trigger {
-                                let expected = self.cfg.ru.first_event + s.fragments;
-                                if r.header.lv1_id != lv1_id(expected) {
-                                    let found_lv1 = r.header.lv1_id;
-                                    trigger_break = Some((TriggerBreak::SyncLost { expected, found_lv1 }, s.bytes));
-                                }
-                            }
                             s.fragments += 1;
+                            s.last_offset = r.stream_offset;
                             s.bytes = r.stream_offset + u64::from(r.handle.wire_len);
                             s.last_lv1 = Some(r.header.lv1_id);
                             self.stats.fragment_bytes.add(r.fragment_len as u64);
@@ -1131,7 +1094,7 @@ impl RuLoop {
                         }
                     }
                 }
-                if s.ended || trigger_break.is_some() {
+                if s.ended || trigger_off(&*self.core) {
                     break;
                 }
                 if s.broke.is_some() {
@@ -1200,10 +1163,7 @@ impl RuLoop {
             // disconnect.
             let settled = !s.settled && (s.broke.is_some() || (s.ended && buffer.pending_bytes() == 0));
             s.settled |= settled;
-            let fragments = s.fragments;
-            if let Some((what, at)) = trigger_break {
-                self.fail_trigger(what, at, fragments - 1);
-            } else if settled {
+            if settled {
                 self.stream_settled(i);
             }
         }
@@ -1344,6 +1304,7 @@ impl RuLoop {
 
     /// Carries out the core's outputs.
     fn dispatch(&mut self, _now: Nanos) {
+        self.note_trigger_stop();
         while let Some(out) = self.core.poll_output() {
             match out {
                 Output::Send { msg: Message::Data { parts, .. }, .. } if self.cfg.ingest_only => {
@@ -1392,6 +1353,9 @@ impl RuLoop {
                         }
                     }
                 }
+                Output::Notice(Notice::TriggerStreamBroken { what, fragments, last_event }) => {
+                    self.trigger_broke(what, fragments, last_event)
+                }
                 Output::Notice(n) => {
                     self.count_fed_errors(&n);
                     let text = match &n {
@@ -1408,6 +1372,21 @@ impl RuLoop {
                 _ => {}
             }
         }
+    }
+
+    /// The EVM's node stopped the trigger for a broken trigger stream: the fault, with where in
+    /// the stream it happened, is the run's.
+    fn trigger_broke(&mut self, what: TriggerBreak, fragments: u64, last_event: Option<EventNumber>) {
+        let Some(i) = self.cfg.ru.feds.iter().position(|&f| f == TCDS_FED_ID) else { return };
+        let Some(s) = &self.streams[i] else { return };
+        let stream_offset = match (&what, &s.broke) {
+            (TriggerBreak::SyncLost { .. }, _) => s.last_offset,
+            (_, Some((at, _))) => *at,
+            _ => s.bytes,
+        };
+        let fault = TriggerFault { fed: TCDS_FED_ID, what, stream_offset, fragments, last_event };
+        self.stats.problem(format!("EVM: {fault}"));
+        self.trigger_fault = Some(fault);
     }
 
     /// Counts what a notice says of FEDs, per FED and as the unit's sub-states.
