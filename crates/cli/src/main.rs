@@ -972,8 +972,8 @@ fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let mut failed = false;
     println!(
-        "{:<18} {:>6} {:>10} {:>8} {:>6} {:>6} {:>6} {:>8}  result",
-        "scenario", "seeds", "events", "crashes", "slow", "FED", "corrupt", "steps"
+        "{:<24} {:>6} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>8}  result",
+        "scenario", "seeds", "events", "crashes", "slow", "FED", "corrupt", "orphans", "steps"
     );
     for sc in &chosen {
         // Seeds are independent: run them on every core, report in seed order.
@@ -995,7 +995,7 @@ fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
         let sum = |f: fn(&tessera_sim::SimReport) -> u64| reports.iter().map(f).sum::<u64>();
         let bad: Vec<&tessera_sim::SimReport> = reports.iter().filter(|r| !r.violations.is_empty()).collect();
         println!(
-            "{:<18} {:>6} {:>10} {:>8} {:>6} {:>6} {:>6} {:>8}  {}",
+            "{:<24} {:>6} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>8}  {}",
             sc.name,
             reports.len(),
             sum(|r| r.events_checked),
@@ -1003,6 +1003,7 @@ fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
             sum(|r| r.tally.slow_bus),
             sum(|r| r.tally.fed_faults),
             sum(|r| r.tally.corrupt_fragments),
+            sum(|r| r.tally.orphan_fragments),
             sum(|r| r.tally.steps),
             if bad.is_empty() { "ok".to_string() } else { format!("{} FAILED", bad.len()) }
         );

@@ -4,14 +4,18 @@
 //! One thread and one seeded random generator drive every unit of a system — the EVM's node,
 //! the RUs, the BUs — with their FED streams, a network that delays and reorders messages between
 //! connections (keeping order within one, as TCP does), and injected faults: BU crashes and
-//! restarts at random points, slow BUs, stalled, dead or out-of-sequence FEDs, corrupt fragments,
+//! restarts at random points, slow BUs, stalled, dead, slow or out-of-sequence FEDs, a trigger
+//! stream that closes early, corrupt fragments,
 //! the 24-bit LV1 wrap. After every step the simulator checks the invariants:
 //!
 //! - every event that entered the RUs is published in exactly one file, whole (a fragment or a
 //!   "missing" mark for every FED) and correctly flagged, and no file is published before it is
 //!   written;
 //! - no unit holds more than its bound, and no buffer is freed twice or left held at the end;
-//! - the system makes progress: a run with a finite trigger count drains.
+//! - the system makes progress: a run with a finite trigger count drains;
+//! - the trigger stream's end is judged right: its close after the run's events stops the
+//!   trigger cleanly, a close before them fails the run, and the data FEDs' fragments of events
+//!   never triggered are held as orphans, never built.
 //!
 //! The same seed replays the same run exactly.
 
@@ -34,6 +38,8 @@ pub struct SimReport {
     pub seed: u64,
     /// Events checked (published and verified).
     pub events_checked: u64,
+    /// Events the trigger issued: the scenario's, or fewer when its stream broke.
+    pub events_triggered: u64,
     /// Simulated time at the end, in nanoseconds.
     pub sim_time_ns: u64,
     /// What was injected and seen.
@@ -50,6 +56,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> SimReport {
         scenario: scenario.name,
         seed,
         events_checked: world.published_count(),
+        events_triggered: world.triggered_count(),
         sim_time_ns,
         tally: world.tally,
         violations: world.violations,

@@ -27,6 +27,10 @@ pub struct Faults {
     /// FEDs that send at half the trigger's rate: they fall further behind the trigger all run
     /// long, yet their streams are never silent, so none of their events may go out without them.
     pub slow_feds: u16,
+    /// The trigger stream (FED 1024) closes a third to half-way through the run, before the
+    /// run's event limit: the run must fail with the break said, build every event triggered
+    /// before it, and count the data FEDs' fragments of later events as orphans.
+    pub trigger_stream_lost: bool,
     /// Probability that a fragment is corrupt.
     pub corrupt_fragment_probability: f64,
     /// Largest extra network delay, in nanoseconds (reordering between connections).
@@ -42,6 +46,7 @@ impl Faults {
         dead_feds: 0,
         sync_losses: 0,
         slow_feds: 0,
+        trigger_stream_lost: false,
         corrupt_fragment_probability: 0.0,
         network_jitter_ns: 20_000,
     };
@@ -121,6 +126,10 @@ pub fn scenarios() -> Vec<Scenario> {
         Scenario { fed_buffer_fragments: 12, ..base("2x2_ru_full", 2, 4, 2, 1200) },
         Scenario { faults: Faults { slow_feds: 1, ..Faults::NONE }, ..base("4x4_slow_fed", 4, 4, 4, 1200) },
         Scenario {
+            faults: Faults { trigger_stream_lost: true, ..Faults::NONE },
+            ..base("2x2_trigger_stream_lost", 2, 4, 2, 1200)
+        },
+        Scenario {
             faults: Faults {
                 bu_crashes: 3,
                 slow_bus: 2,
@@ -128,6 +137,7 @@ pub fn scenarios() -> Vec<Scenario> {
                 dead_feds: 0,
                 sync_losses: 1,
                 slow_feds: 1,
+                trigger_stream_lost: false,
                 corrupt_fragment_probability: 0.001,
                 network_jitter_ns: 200_000,
             },

@@ -36,6 +36,10 @@ pub struct Tally {
     pub sync_losses: u64,
     /// Late fragments dropped by RUs.
     pub late_fragments: u64,
+    /// Trigger streams that broke before run control stopped the trigger (said by the EVM's node).
+    pub trigger_breaks: u64,
+    /// Fragments the RUs hold at the end of events the trigger never issued.
+    pub orphan_fragments: u64,
     /// Messages sent, and of them control messages.
     pub messages: u64,
     /// Control messages (everything but data).
@@ -68,6 +72,10 @@ struct FedSource {
     sent_at: Nanos,
     /// Its fragments the RU holds (not yet freed).
     held: u64,
+    /// The last event its stream carries: after it, the stream ends (closes).
+    last_event: EventNumber,
+    /// Its stream has ended.
+    ended: bool,
 }
 
 struct SimFile {
@@ -106,8 +114,8 @@ pub struct World {
     trigger_times: Vec<Nanos>,
     last_delivery: HashMap<(Peer, Peer), Nanos>,
     tick_generation: HashMap<Peer, (u64, Nanos)>,
-    /// Buffers the RUs hold, with the (RU, FED) whose stream filled each.
-    buffers: BTreeMap<u64, (usize, usize)>,
+    /// Buffers the RUs hold, with the (RU, FED) whose stream filled each and its event.
+    buffers: BTreeMap<u64, (usize, usize, EventNumber)>,
     next_buffer: u64,
     corrupt: BTreeSet<(FedId, EventNumber)>,
     published: BTreeMap<EventNumber, FileId>,
@@ -175,6 +183,8 @@ impl World {
                         slow: false,
                         sent_at: 0,
                         held: 0,
+                        last_event: sc.first_event + sc.events - 1,
+                        ended: false,
                     })
                     .collect()
             })
@@ -205,6 +215,10 @@ impl World {
         let slow: Vec<(usize, usize)> = (0..sc.faults.slow_feds).map(|_| pick_fed(&mut rng)).collect();
         for (r, f) in slow {
             sources[r][f].slow = true;
+        }
+        if sc.faults.trigger_stream_lost {
+            sources[0][0].last_event = sc.first_event + rng.between(sc.events / 3, sc.events / 2);
+            tally.fed_faults += 1;
         }
         for (r, f, stall, skip) in fed_faults {
             let s = &mut sources[r][f];
@@ -254,6 +268,8 @@ impl World {
             tally,
             sc: sc.clone(),
         };
+        // The trigger stream may end cleanly after the run's events, and no sooner.
+        world.evm.limit_trigger(sc.events);
         for b in 0..world.bus.len() {
             world.start_bu(b);
         }
@@ -322,11 +338,30 @@ impl World {
         self.published.len() as u64
     }
 
+    /// Events the trigger issued: the scenario's, or fewer when its stream broke.
+    pub fn triggered_count(&self) -> u64 {
+        self.run_events()
+    }
+
+    /// The events of the run: all of the scenario's, or those triggered before the trigger
+    /// stream broke.
+    fn run_events(&self) -> u64 {
+        match self.evm.trigger_break() {
+            Some(_) => self.evm.evm.last_triggered().map_or(0, |last| last + 1 - self.sc.first_event),
+            None => self.sc.events,
+        }
+    }
+
+    /// Whether `event` is one of the run's.
+    fn of_run(&self, event: EventNumber) -> bool {
+        event < self.sc.first_event + self.run_events()
+    }
+
     fn drained(&self) -> bool {
-        self.published.len() as u64 == self.sc.events
+        self.published.len() as u64 == self.run_events()
             && self.evm.evm.drained()
             && self.bus.iter().all(|b| b.ended && b.unit.as_ref().is_some_and(|u| u.idle()))
-            && self.buffers.is_empty()
+            && self.buffers.values().all(|&(_, _, event)| !self.of_run(event))
     }
 
     fn describe_stuck(&self) -> String {
@@ -439,7 +474,12 @@ impl World {
             s.next_event += 1;
         }
         let event = s.next_event;
-        if event >= last {
+        if event >= last || event > s.last_event {
+            if s.id == TCDS_FED_ID && !s.ended {
+                s.ended = true;
+                self.evm.trigger_stream_ended(self.now, None);
+                self.drain_outputs(Peer::Evm);
+            }
             return;
         }
         let mut due = self.trigger_times[(event - first) as usize] + 2_000 * fed as u64;
@@ -489,7 +529,7 @@ impl World {
         match offered {
             Ok(()) => {
                 self.next_buffer += 1;
-                self.buffers.insert(fragment.buffer, (ru, fed));
+                self.buffers.insert(fragment.buffer, (ru, fed, event));
                 let s = &mut self.sources[ru][fed];
                 s.held += 1;
                 s.sent_at = self.now;
@@ -573,7 +613,7 @@ impl World {
             Output::FreeBuffers(fragments) => {
                 for f in fragments {
                     match self.buffers.remove(&f.buffer) {
-                        Some((ru, fed)) => self.sources[ru][fed].held -= 1,
+                        Some((ru, fed, _)) => self.sources[ru][fed].held -= 1,
                         None => self.violation(format!("{node:?} freed buffer {} twice", f.buffer)),
                     }
                 }
@@ -626,6 +666,7 @@ impl World {
             Output::Notice(Notice::ProtocolError { what }) => self.violation(format!("protocol error: {what}")),
             Output::Notice(Notice::SyncLoss { .. }) => self.tally.sync_losses += 1,
             Output::Notice(Notice::LateFragment { .. }) => self.tally.late_fragments += 1,
+            Output::Notice(Notice::TriggerStreamBroken { .. }) => self.tally.trigger_breaks += 1,
             Output::Notice(_) => {}
         }
     }
@@ -765,14 +806,32 @@ impl World {
 
     fn check_end(&mut self) {
         let first = self.sc.first_event;
+        let events = self.run_events();
         let missing: Vec<EventNumber> =
-            (first..first + self.sc.events).filter(|e| !self.published.contains_key(e)).take(5).collect();
+            (first..first + events).filter(|e| !self.published.contains_key(e)).take(5).collect();
         if !missing.is_empty() {
             self.violation(format!("events never published, e.g. {missing:?}"));
         }
+        if let Some((&event, file)) = self.published.range(first + events..).next() {
+            self.violation(format!("event {event}, after the run's last, published in file {file}"));
+        }
+        let lost = self.sc.faults.trigger_stream_lost;
+        let broke = self.evm.trigger_break().map(ToString::to_string);
+        match (lost, &broke, self.tally.trigger_breaks) {
+            (true, Some(_), 1) | (false, None, 0) => {}
+            _ => self.violation(format!(
+                "trigger stream lost {lost}: the EVM's node said {} break(s), {broke:?}",
+                self.tally.trigger_breaks
+            )),
+        }
+        // What the RUs still hold is of events the trigger never issued, counted as orphans.
+        self.tally.orphan_fragments = self.buffers.len() as u64;
+        if lost && self.tally.orphan_fragments == 0 {
+            self.violation("the data FEDs sent past the trigger's break, yet no orphan fragment is held".into());
+        }
         // Each lumi section's EoLS records, summed over BUs, account for every event of it.
         let mut per_ls: BTreeMap<u32, u64> = BTreeMap::new();
-        for e in first..first + self.sc.events {
+        for e in first..first + events {
             *per_ls.entry(self.trigger_info(e).lumi_section).or_default() += 1;
         }
         for (ls, triggered) in per_ls {
