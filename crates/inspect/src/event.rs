@@ -184,6 +184,17 @@ pub fn check_event(event: &FrdEvent<'_>, offset: u64, checks: EventChecks) -> Ev
                 }
                 Err(e) => problems.push(Problem::from_error(at, format_args!("event {}", h.event), e)),
             }
+        } else if fragment.trailer.wrong_fed_id {
+            // The receiving RU found this id on another FED's stream: the bytes are not FED
+            // source_id's, so its seed says nothing of them.
+            problems.push(Problem::at(
+                at,
+                format!(
+                    "event {} FED {}: trailer's F bit set: the RU received this id on another FED's stream, \
+                     so the fragment is not FED {}'s data (payload not checked)",
+                    h.event, fh.source_id, fh.source_id
+                ),
+            ));
         } else if checks.seeded_payloads && h.flags & flags::GENERATED != 0 {
             // The FRD event number holds the low 32 bits; seeds use the full number, whose
             // high bits the trigger fragment carries (filled in below).

@@ -293,6 +293,30 @@ fn a_flipped_payload_byte_with_both_checksums_recomputed() {
     assert_eq!(run.verify(), [v(&raw(1, 0), Some(offset), "event 2 FED 2: payload differs from its seeded content")]);
 }
 
+#[test]
+fn a_fragment_flagged_with_the_f_bit_is_said_as_another_feds_not_as_a_payload_mismatch() {
+    let run = sample();
+    let mut fed = 0;
+    let at = run.edit_event(&raw(1, 0), 1, true, |record| {
+        let frag = fragment_in(record, 2);
+        // Another FED's payload under FED 2's id, as an RU passes it on: F bit set (bit 14 of
+        // the trailer's low half, not covered by the CRC-16).
+        record[frag.0 + 8 + 5] ^= 0x10;
+        record[frag.0 + frag.1 - 8 + 1] |= 0x40;
+        reseal(record, frag);
+        fed = frag.0;
+    });
+    assert_eq!(
+        run.verify(),
+        [v(
+            &raw(1, 0),
+            Some((at + fed) as u64),
+            "event 2 FED 2: trailer's F bit set: the RU received this id on another FED's stream, so the \
+             fragment is not FED 2's data (payload not checked)"
+        )]
+    );
+}
+
 // 4. Raw file headers.
 
 #[test]

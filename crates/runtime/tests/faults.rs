@@ -202,9 +202,16 @@ fn two_by_two_wrong_fed_id_on_fed_4_is_built_flagged_fragment_error() {
     // it for FED 2052's data.
     assert_eq!(f_bits(tmp.path()), [(AT as u32, wrong)]);
     assert!(reported.ends_with("passed on flagged, its trailer's F bit (unexpected FED id) set"), "{reported:?}");
-    // The CRC-16 was resealed (and does not cover the F bit): only the payload, seeded for
-    // FED 4, is not FED 2052's.
-    assert_violations_only_at(tmp.path(), &built, wrong, &["payload differs from its seeded content"]);
+    // The CRC-16 was resealed (and does not cover the F bit): verify says the F bit, and does
+    // not take the payload, seeded for FED 4, for FED 2052's.
+    assert_violations_only_at(
+        tmp.path(),
+        &built,
+        wrong,
+        &[
+            "trailer's F bit set: the RU received this id on another FED's stream, so the fragment is not FED 2052's data",
+        ],
+    );
 }
 
 /// Every fragment in the BUs' raw files whose trailer has the F bit (unexpected FED id) set,
