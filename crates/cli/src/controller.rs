@@ -24,7 +24,7 @@ use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
 use tessera_control::{Action, HeartbeatWatch, RunState, RunStatus, Served, UnitSource, UnitView, client};
 
 use crate::farm::fu_args;
-use crate::run::{ControlArgs, DRAIN_TIMEOUT, serve_control};
+use crate::run::{ControlArgs, DRAIN_TIMEOUT, IncompleteRule, incomplete_line, serve_control};
 
 /// The options of `tessera agent`.
 #[derive(clap::Args, Debug, Clone)]
@@ -544,7 +544,12 @@ fn placement(cfg: &SystemConfig, output: &Path) -> Vec<Placed> {
 }
 
 /// `tessera run` on agents. `cfg` has the command line applied; `token` is the agents'.
-pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &ControlArgs) -> Result<ExitCode> {
+pub fn run_on_agents(
+    mut cfg: SystemConfig,
+    token: Option<String>,
+    control: &ControlArgs,
+    incomplete_rule: &IncompleteRule,
+) -> Result<ExitCode> {
     let port = cfg.controller.agent_port.context("controller.agent_port is not set")?;
     let output = cfg.run.output.clone().filter(|o| o.is_absolute()).with_context(|| {
         "run.output: a run across hosts needs an absolute output directory that is the same path on every host (give --output /path)"
@@ -639,7 +644,7 @@ pub fn run_on_agents(mut cfg: SystemConfig, token: Option<String>, control: &Con
         c.poll();
         c.abort();
     }
-    let ok = summarize(&c, &output, &faults, started.elapsed().as_secs_f64())?;
+    let ok = summarize(&c, &output, &faults, started.elapsed().as_secs_f64(), incomplete_rule)?;
     c.status.update(|v| v.state = if ok && faults.is_empty() { RunState::Ended } else { RunState::Aborted });
     Ok(if ok && faults.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -771,9 +776,16 @@ fn report(view: Option<&ProcessView>) -> Option<Value> {
     view?.stdout.as_deref()?.lines().rev().find_map(|l| serde_json::from_str::<Value>(l).ok())
 }
 
-/// Prints the run's summary with its conservation checks and writes `summary-runNNNNNN.json`
-/// into the output directory (or the current one, if the output is not visible here). True if they hold.
-fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> Result<bool> {
+/// Prints the run's summary with its conservation checks and the incomplete events against
+/// `incomplete_rule`, and writes `summary-runNNNNNN.json` into the output directory (or the
+/// current one, if the output is not visible here). True if they hold.
+fn summarize(
+    c: &Controller,
+    output: &Path,
+    faults: &[Fault],
+    seconds: f64,
+    incomplete_rule: &IncompleteRule,
+) -> Result<bool> {
     let cfg = &c.cfg;
     let hosts = c.hosts.len();
     println!(
@@ -857,6 +869,13 @@ fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> R
             seen_triggered.saturating_sub(seen_built)
         );
     }
+    // Each BU counts the incomplete events it published; one started again counts only its
+    // last incarnation's, so the figure is then a lower bound, and said so.
+    let incomplete: u64 = cfg.bus.iter().filter_map(|b| reports.get(&b.name)?["incomplete_events"].as_u64()).sum();
+    let at_least = if restarted.is_empty() { "" } else { "at least " };
+    println!("events: {built} built, {} complete, {at_least}{incomplete} incomplete", built.saturating_sub(incomplete));
+    let incomplete_ok = incomplete_rule.allows(incomplete);
+    println!("{}", incomplete_line(incomplete, incomplete_rule));
     let mut chain = Value::Null;
     let mut chain_holds = true;
     if cfg.fu.enabled && !evm_report.is_object() {
@@ -900,6 +919,9 @@ fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> R
         "built": built,
         "lost": { "LUMI_SECTION_CLOSED": lost_closed },
         "conservation_holds": holds,
+        "built_complete": built.saturating_sub(incomplete),
+        "built_incomplete": incomplete,
+        "incomplete_check": incomplete_rule.to_json(incomplete),
         "chain": chain,
         "faults": faults.iter().map(|f| json!({"unit": f.unit, "host": f.host, "reason": f.key, "why": f.why})).collect::<Vec<_>>(),
         "restarts": c.restarts,
@@ -910,7 +932,7 @@ fn summarize(c: &Controller, output: &Path, faults: &[Fault], seconds: f64) -> R
     std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     println!("summary: {}", path.display());
-    Ok(clean && holds && chain_holds)
+    Ok(clean && holds && chain_holds && incomplete_ok)
 }
 
 /// One line of a unit's or FU's report.

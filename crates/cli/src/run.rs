@@ -345,11 +345,9 @@ pub fn run(
         println!("advice: {advice}");
     }
     if cfg.controller.agent_port.is_some() {
-        if max_incomplete.is_some() {
-            bail!("--max-incomplete: a run on agents does not count incomplete events against a limit yet");
-        }
         require_ports(&cfg, system.unwrap_or(Path::new("the default system")))?;
-        return crate::controller::run_on_agents(cfg, std::env::var("TESSERA_AGENT_TOKEN").ok(), control);
+        let token = std::env::var("TESSERA_AGENT_TOKEN").ok();
+        return crate::controller::run_on_agents(cfg, token, control, &incomplete_rule);
     }
     // A farm that cannot run is refused before anything starts.
     let streams = if cfg.fu.enabled { Some(system_streams(&cfg)?) } else { None };
@@ -667,7 +665,7 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
 /// configured in the system file (incomplete data is then a failure of the event builder), and
 /// any number when faults are (they make events incomplete on purpose).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct IncompleteRule {
+pub(crate) struct IncompleteRule {
     /// The most incomplete events allowed; `None`: any number.
     max: Option<u64>,
     /// Which rule set `max` and why, as the summary says it after "N allowed, ".
@@ -676,7 +674,7 @@ struct IncompleteRule {
 
 impl IncompleteRule {
     /// The rule for `cfg` with `--max-incomplete` given or not.
-    fn new(cfg: &SystemConfig, max_incomplete: Option<u64>) -> Self {
+    pub(crate) fn new(cfg: &SystemConfig, max_incomplete: Option<u64>) -> Self {
         let faulty: Vec<String> = cfg
             .rus
             .iter()
@@ -698,8 +696,18 @@ impl IncompleteRule {
     }
 
     /// Whether `incomplete` events are within the rule.
-    fn allows(&self, incomplete: u64) -> bool {
+    pub(crate) fn allows(&self, incomplete: u64) -> bool {
         self.max.is_none_or(|max| incomplete <= max)
+    }
+
+    /// The summary's `incomplete_check` of `incomplete` events.
+    pub(crate) fn to_json(&self, incomplete: u64) -> serde_json::Value {
+        json!({
+            "incomplete": incomplete,
+            "max_incomplete": self.max,
+            "rule": self.rule,
+            "within_limit": self.allows(incomplete),
+        })
     }
 }
 
@@ -729,7 +737,7 @@ fn events_line(c: &Conservation, fed_errors: &[FedErrorCounts]) -> String {
 
 /// The summary's line of the incomplete-event rule: how many there are, how many are allowed
 /// and by which rule, and whether the run keeps to it.
-fn incomplete_line(incomplete: u64, rule: &IncompleteRule) -> String {
+pub(crate) fn incomplete_line(incomplete: u64, rule: &IncompleteRule) -> String {
     format!(
         "incomplete events: {incomplete}, {}, {}  {}",
         rule.max.map_or("any number allowed".to_string(), |m| format!("at most {m} allowed")),
@@ -863,12 +871,7 @@ fn summarize(
         "built_complete": c.built_complete,
         "built_incomplete": c.built_incomplete,
         "fed_errors": outcome.fed_errors,
-        "incomplete_check": {
-            "incomplete": c.built_incomplete,
-            "max_incomplete": incomplete_rule.max,
-            "rule": incomplete_rule.rule,
-            "within_limit": incomplete_ok,
-        },
+        "incomplete_check": incomplete_rule.to_json(c.built_incomplete),
         "lost": c.lost,
         "conservation_holds": c.holds,
         "per_bu": cfg.bus.iter().zip(&outcome.bus).map(|(s, b)| json!({

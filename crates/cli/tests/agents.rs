@@ -55,10 +55,10 @@ fn start_agent(units: &mut Processes, dir: &Path) -> u16 {
     port
 }
 
-/// Starts `tessera run SYSTEM` with its summary in `run.out` and its log in `run.log`.
-fn start_run(units: &mut Processes, dir: &Path, system: &Path) {
+/// Starts `tessera run SYSTEM ARGS` with its summary in `run.out` and its log in `run.log`.
+fn start_run(units: &mut Processes, dir: &Path, system: &Path, args: &[&str]) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    command.arg("run").arg(system).stdout(std::fs::File::create(dir.join("run.out")).unwrap());
+    command.arg("run").arg(system).args(args).stdout(std::fs::File::create(dir.join("run.out")).unwrap());
     let log = std::fs::File::create(dir.join("run.log")).unwrap();
     let child = command.stderr(log).stdin(std::process::Stdio::null()).spawn().unwrap();
     units.0.push(("run".into(), child));
@@ -71,7 +71,7 @@ fn run_through_agent(limit: &str, heartbeat_timeout_s: f64) -> (tempfile::TempDi
     let mut units = Processes(Vec::new());
     let agent = start_agent(&mut units, tmp.path());
     let system = system_file(tmp.path(), agent, limit, heartbeat_timeout_s);
-    start_run(&mut units, tmp.path(), &system);
+    start_run(&mut units, tmp.path(), &system, &[]);
     (tmp, units, agent)
 }
 
@@ -105,6 +105,8 @@ fn a_2x2_system_with_its_farm_runs_through_an_agent_and_conserves_every_event() 
     let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
     assert_eq!(code, Some(0), "{out}\n{}", logs(d));
     assert!(out.contains("conservation: triggered 3000 = built 3000 + lost 0  holds"), "{out}");
+    assert!(out.contains("events: 3000 built, 3000 complete, 0 incomplete\n"), "{out}");
+    assert!(out.contains("incomplete events: 0, at most 0 allowed, because no fault is configured"), "{out}");
     assert!(out.contains("chain: built 3000 = processed 3000 by the FUs = processed 3000 in storage"), "{out}");
     let log = std::fs::read_to_string(d.join("run.log")).unwrap();
     // Started in the order a run needs: the farm, the BUs, the RUs, the EVM, then the trigger.
@@ -220,6 +222,32 @@ fn a_2x2_bu_killed_is_started_again_by_the_controller_and_nothing_is_lost() {
     assert!(log.contains("PROCESS_ENDED bu1 on 127.0.0.1: ended with signal 9"), "{log}");
 }
 
+/// FED 3 skips event 500 (a sync loss configured as a fault): through agents as on one host,
+/// the summary splits complete from incomplete events, and `--max-incomplete 0` fails the run.
+#[test]
+fn a_2x2_run_through_an_agent_with_incomplete_events_fails_above_max_incomplete() {
+    let _one_system = one_system_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, d);
+    let system = system_file(d, agent, "events: 1000", 3.0);
+    let yaml = std::fs::read_to_string(&system)
+        .unwrap()
+        .replace("feds: \"2-3\"\n", "feds: \"2-3\"\n    faults: [\"skip@500/3\"]\n");
+    std::fs::write(&system, yaml).unwrap();
+    start_run(&mut units, d, &system, &["--max-incomplete", "0"]);
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(1), "{out}\n{}", logs(d));
+    assert!(out.contains("conservation: triggered 1000 = built 1000 + lost 0  holds"), "{out}");
+    assert!(out.contains("events: 1000 built, 499 complete, 501 incomplete\n"), "{out}");
+    assert!(out.contains("incomplete events: 501, at most 0 allowed, by --max-incomplete 0  ABOVE THE LIMIT"), "{out}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("out").join("summary-run000061.json")).unwrap()).unwrap();
+    assert_eq!((summary["built_complete"].as_u64(), summary["built_incomplete"].as_u64()), (Some(499), Some(501)));
+    assert_eq!(summary["incomplete_check"]["within_limit"], serde_json::json!(false));
+}
+
 #[test]
 fn a_2x2_bu_port_taken_is_refused_at_configure_before_any_unit_takes_data() {
     let _one_system = one_system_at_a_time();
@@ -231,7 +259,7 @@ fn a_2x2_bu_port_taken_is_refused_at_configure_before_any_unit_takes_data() {
     let yaml = std::fs::read_to_string(&system).unwrap();
     let port: u16 = yaml.split("data_port: ").nth(2).unwrap().lines().next().unwrap().parse().unwrap();
     let _squatter = TcpListener::bind(("127.0.0.1", port)).unwrap();
-    start_run(&mut units, d, &system);
+    start_run(&mut units, d, &system, &[]);
     let (code, out) = wait_run(&mut units, d, Duration::from_secs(60));
     assert_eq!(code, Some(1), "{out}");
     let fault = out.lines().find(|l| l.starts_with("fault:")).unwrap_or_else(|| panic!("{out}"));
