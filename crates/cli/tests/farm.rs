@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_formats::bookkeeping::{EolsDoc, FuOutputDoc};
-use tessera_formats::names::{BuFileName, ClaimedRawName, Producer, StreamFileName};
+use tessera_formats::names::{BuFileName, ClaimedRawName, StreamFileName};
 
 fn tessera() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tessera"))
@@ -31,7 +31,7 @@ fn processed(dir: &Path) -> BTreeMap<u32, u64> {
         if let Ok(n) = StreamFileName::parse(&name)
             && n.ext == "jsn"
             && n.stream == "Physics"
-            && matches!(n.producer, Producer::Pid(_))
+            && n.producer.pid().is_some()
         {
             let doc = FuOutputDoc::parse(&fs::read_to_string(dir.join(&name)).unwrap()).unwrap();
             *per_ls.entry(n.ls).or_default() += doc.processed;

@@ -267,6 +267,15 @@ pub fn validate_producer_name(producer: &str) -> Result<()> {
 pub enum Producer {
     /// An FU process: `pidPPPPP`, 5 digits at least.
     Pid(u32),
+    /// An FU process's later outputs of a lumi section it has published before (it took over a
+    /// dead process's input of that section): `pidPPPPPcK`, K ≥ 2, so that they never overwrite
+    /// the first.
+    PidPart {
+        /// The process.
+        pid: u32,
+        /// Which of its commits of the lumi section, from 2.
+        part: u32,
+    },
     /// A merger: its host name, `StorageManager`, ... (see [`validate_producer_name`]).
     Named(String),
 }
@@ -275,7 +284,48 @@ impl fmt::Display for Producer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Producer::Pid(pid) => write!(f, "pid{pid:05}"),
+            Producer::PidPart { pid, part } => write!(f, "pid{pid:05}c{part}"),
             Producer::Named(name) => f.write_str(name),
+        }
+    }
+}
+
+impl Producer {
+    /// FU process `pid`'s producer for its `part`-th commit of a lumi section (from 1).
+    pub fn fu(pid: u32, part: u32) -> Producer {
+        if part <= 1 { Producer::Pid(pid) } else { Producer::PidPart { pid, part } }
+    }
+
+    /// The FU process that wrote the file, if one did (not a merger).
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Producer::Pid(pid) | Producer::PidPart { pid, .. } => Some(*pid),
+            Producer::Named(_) => None,
+        }
+    }
+
+    /// Parses a producer token: `pidPPPPP`, `pidPPPPPcK` (K ≥ 2), or a name. `name` is the
+    /// whole file name, for errors.
+    fn parse(name: &str, producer: &str) -> Result<Producer> {
+        let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+        let Some(rest) = producer.strip_prefix("pid") else { return Producer::named(name, producer) };
+        match rest.split_once('c') {
+            None if digits(rest) => Ok(Producer::Pid(PID.parse(name, producer)?)),
+            Some((pid, part)) if digits(pid) && digits(part) => {
+                let pid = PID.parse(name, &producer[..3 + pid.len()])?;
+                match part.parse::<u32>() {
+                    Ok(part) if part >= 2 => Ok(Producer::PidPart { pid, part }),
+                    _ => Err(bad_name(name, "a process's later part must be numbered from 2 (pidPPPPPcK)")),
+                }
+            }
+            _ => Producer::named(name, producer),
+        }
+    }
+
+    fn named(name: &str, producer: &str) -> Result<Producer> {
+        match token_problem(producer) {
+            Some(p) => Err(bad_name(name, p)),
+            None => Ok(Producer::Named(producer.to_owned())),
         }
     }
 }
@@ -324,15 +374,7 @@ impl StreamFileName {
         if let Some(p) = stream_problem(stream) {
             return Err(bad_name(name, p));
         }
-        let producer = match producer.strip_prefix("pid") {
-            Some(d) if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) => {
-                Producer::Pid(PID.parse(name, producer)?)
-            }
-            _ => match token_problem(producer) {
-                Some(p) => return Err(bad_name(name, p)),
-                None => Producer::Named(producer.to_owned()),
-            },
-        };
+        let producer = Producer::parse(name, producer)?;
         Ok(StreamFileName { run, ls, stream: stream.to_owned(), producer, ext: ext.to_owned() })
     }
 }
@@ -536,7 +578,8 @@ mod tests {
         };
         assert_eq!(fu.to_string(), "run123456_ls0003_streamPhysicsA_pid04321.dat");
         assert_eq!(StreamFileName::parse(&fu.to_string()).unwrap(), fu);
-        let merged = StreamFileName { producer: Producer::Named("StorageManager".into()), ext: "jsn".into(), ..fu };
+        let merged =
+            StreamFileName { producer: Producer::Named("StorageManager".into()), ext: "jsn".into(), ..fu.clone() };
         assert_eq!(merged.to_string(), "run123456_ls0003_streamPhysicsA_StorageManager.jsn");
         assert_eq!(merged.to_string().parse::<StreamFileName>().unwrap(), merged);
         let host = StreamFileName::parse("run000001_ls0001_streamA_bu-c2e18-01.cms.dat").unwrap();
@@ -545,6 +588,10 @@ mod tests {
             StreamFileName::parse("run000001_ls0001_streamA_pid1234567.dat").unwrap().producer,
             Producer::Pid(1234567)
         );
+        let later = StreamFileName { producer: Producer::fu(4321, 2), ..fu.clone() };
+        assert_eq!(later.to_string(), "run123456_ls0003_streamPhysicsA_pid04321c2.dat");
+        assert_eq!(StreamFileName::parse(&later.to_string()).unwrap(), later);
+        assert_eq!((Producer::fu(4321, 1), later.producer.pid()), (Producer::Pid(4321), Some(4321)));
     }
 
     #[test]
@@ -558,6 +605,7 @@ mod tests {
             ("run000001_ls0001_stream_pid00001.dat", "stream name must be non-empty ASCII alphanumeric"),
             ("run000001_ls0001_stream-A_pid00001.dat", "stream name must be non-empty ASCII alphanumeric"),
             ("run000001_ls0001_streamA_pid123.dat", "pid must have at least 5 digits"),
+            ("run000001_ls0001_streamA_pid00123c1.dat", "a process's later part must be numbered from 2 (pidPPPPPcK)"),
             ("run000001_ls0001_streamA_pid012345.dat", "pid has a superfluous leading zero"),
             ("run000001_ls0001_streamA_.dat", "producer or host must be non-empty ASCII alphanumeric, '-' or '.'"),
             ("run000001_ls0001_streamA_h/x.dat", "producer or host must be non-empty ASCII alphanumeric, '-' or '.'"),
@@ -628,7 +676,11 @@ mod tests {
     }
 
     fn producer() -> impl Strategy<Value = Producer> {
-        prop_oneof![any::<u32>().prop_map(Producer::Pid), "[A-Za-oq-z][A-Za-z0-9.-]{0,20}".prop_map(Producer::Named)]
+        prop_oneof![
+            any::<u32>().prop_map(Producer::Pid),
+            (any::<u32>(), 2..u32::MAX).prop_map(|(pid, part)| Producer::PidPart { pid, part }),
+            "[A-Za-oq-z][A-Za-z0-9.-]{0,20}".prop_map(Producer::Named)
+        ]
     }
 
     proptest! {

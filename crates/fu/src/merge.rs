@@ -238,7 +238,7 @@ impl MicroMerger {
                 && n.ls == ls
                 && n.stream == stream
                 && n.ext == "jsn"
-                && matches!(n.producer, Producer::Pid(_))
+                && n.producer.pid().is_some()
             {
                 let path = outputs.path().join(&name);
                 let (_, doc) = read_doc(&path)?;

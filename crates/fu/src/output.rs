@@ -41,7 +41,8 @@ pub struct FuOutputDir {
     run: u32,
 }
 
-/// The commit record of one process's lumi section: `runRRRRRR_lsLLLL_pidPPPPP.commit`.
+/// The commit record of one process's lumi section: `runRRRRRR_lsLLLL_<producer>.commit`, the
+/// producer being the outputs' (`pidPPPPP`, or `pidPPPPPcK` for its K-th commit of the section).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct CommitRecord {
     /// Claimed inputs (names under the BU's `fu/`).
@@ -50,8 +51,16 @@ struct CommitRecord {
     outputs: Vec<String>,
 }
 
-fn commit_name(run: u32, ls: u32, pid: u32) -> String {
-    format!("run{run:06}_ls{ls:04}_pid{pid:05}.commit")
+fn commit_name(run: u32, ls: u32, producer: &Producer) -> String {
+    format!("run{run:06}_ls{ls:04}_{producer}.commit")
+}
+
+/// The FU process whose commit record `name` is, for run `run`.
+fn commit_pid(run: u32, name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(&format!("run{run:06}_"))?.strip_suffix(".commit")?;
+    let (ls, producer) = rest.split_once('_')?;
+    // A stream file's name parser reads the producer; the stream part is a stand-in.
+    StreamFileName::parse(&format!("run{run:06}_{ls}_streamX_{producer}.commit")).ok()?.producer.pid()
 }
 
 impl FuOutputDir {
@@ -79,15 +88,15 @@ impl FuOutputDir {
         self.dir.join(SPOOL_DIR)
     }
 
-    /// Starts the outputs of lumi section `ls` for process `pid`, one per stream of `streams`
-    /// and one for [`ERROR_STREAM`] (last).
-    pub fn lumi(&self, ls: u32, pid: u32, streams: &[String]) -> LumiOutputs {
+    /// Starts the outputs of lumi section `ls` for `producer` (an FU process's, see
+    /// [`Producer::fu`]), one per stream of `streams` and one for [`ERROR_STREAM`] (last).
+    pub fn lumi(&self, ls: u32, producer: Producer, streams: &[String]) -> LumiOutputs {
         let mut all: Vec<String> = streams.to_vec();
         all.push(ERROR_STREAM.to_owned());
         LumiOutputs {
             dir: self.clone(),
             ls,
-            pid,
+            producer,
             streams: all.into_iter().map(StreamOutput::new).collect(),
             processed: 0,
             error_events: 0,
@@ -100,9 +109,8 @@ impl FuOutputDir {
     /// (moving its outputs into place and removing their inputs through `claimer`), then drops
     /// its other files under `open/`. Idempotent.
     pub fn finish_dead(&self, pid: u32, claimer: &dyn FileSource) -> Result<(), FuError> {
-        let suffix = format!("_pid{pid:05}.commit");
         for name in list(&self.dir)? {
-            if name.starts_with(&format!("run{:06}_", self.run)) && name.ends_with(&suffix) {
+            if commit_pid(self.run, &name) == Some(pid) {
                 let path = self.dir.join(&name);
                 let text = fs::read_to_string(&path).map_err(io_error("reading", &path))?;
                 let record: CommitRecord = serde_json::from_str(&text)
@@ -111,9 +119,8 @@ impl FuOutputDir {
             }
         }
         let open = self.dir.join(names::OPEN_DIR);
-        let producer = format!("_{}.", Producer::Pid(pid));
         for name in list(&open)? {
-            if name.contains(&producer) {
+            if StreamFileName::parse(&name).is_ok_and(|n| n.producer.pid() == Some(pid)) {
                 remove_if_present(&open.join(name))?;
             }
         }
@@ -185,7 +192,7 @@ impl StreamOutput {
 pub struct LumiOutputs {
     dir: FuOutputDir,
     ls: u32,
-    pid: u32,
+    producer: Producer,
     streams: Vec<StreamOutput>,
     processed: u64,
     error_events: u64,
@@ -216,7 +223,7 @@ impl LumiOutputs {
             run: self.dir.run,
             ls: self.ls,
             stream: stream.to_owned(),
-            producer: Producer::Pid(self.pid),
+            producer: self.producer.clone(),
             ext: ext.to_owned(),
         }
         .to_string()
@@ -266,7 +273,7 @@ impl LumiOutputs {
                     run: self.dir.run,
                     ls: self.ls,
                     stream: stream.name.clone(),
-                    producer: Producer::Pid(self.pid),
+                    producer: self.producer.clone(),
                     ext: DATA_EXT.to_owned(),
                 };
                 let path = self.dir.dir.join(names::OPEN_DIR).join(name.to_string());
@@ -323,7 +330,7 @@ impl LumiOutputs {
             accepted.push((stream.name.clone(), u64::from(stream.events)));
         }
         let record = CommitRecord { inputs: self.inputs.iter().map(ToString::to_string).collect(), outputs };
-        let record_path = self.dir.dir.join(commit_name(self.dir.run, self.ls, self.pid));
+        let record_path = self.dir.dir.join(commit_name(self.dir.run, self.ls, &self.producer));
         let text = serde_json::to_string(&record).expect("a commit record always serializes");
         write_atomically(&record_path, text.as_bytes())?;
         self.dir.carry_out(&record_path, &record, claimer)?;

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tessera_formats::frd::FrdEvent;
+use tessera_formats::names::Producer;
 use tessera_formats::raw::RawFile;
 
 /// Where an FU process reads and writes, and how it waits.
@@ -181,6 +182,7 @@ fn run_loop(
         outputs: FuOutputDir::create(&cfg.output_dir, cfg.run)?,
         name: format!("{}-pid{}", source.host(), cfg.pid),
         open: BTreeMap::new(),
+        commits: BTreeMap::new(),
         report: FuReport::default(),
         verdicts: Vec::new(),
         buf: Vec::new(),
@@ -244,6 +246,10 @@ struct Fu<'a> {
     outputs: FuOutputDir,
     name: String,
     open: BTreeMap<u32, LumiOutputs>,
+    /// Commits made per lumi section: a section published and then met again (a dead
+    /// process's input taken over, or outputs dropped for a full disk) gets outputs of a new
+    /// name, never the published ones'.
+    commits: BTreeMap<u32, u32>,
     report: FuReport,
     verdicts: Vec<Verdict>,
     /// The claimed file's bytes, reused from file to file.
@@ -279,14 +285,11 @@ impl Fu<'_> {
         };
         if self.last_recovery.is_none_or(|t| t.elapsed() >= cfg.recovery_interval) {
             self.last_recovery = Some(Instant::now());
-            let outputs = &self.outputs;
-            let returned = return_dead_claims(source, &state, |pid| outputs.finish_dead(pid, source))?;
-            if !returned.is_empty() {
-                self.report.returned_claims += returned.len() as u64;
+            if self.return_dead_claims(&state)? {
                 state = source.state()?.unwrap_or_default();
             }
         }
-        publish_ended(&mut self.open, &state, source, &self.name, &mut self.report)?;
+        publish_ended(&mut self.open, &mut self.commits, &state, source, &self.name, &mut self.report)?;
         let queued = state.ended_lumi_sections.intersection(&state.lumi_sections_with_files).count() as u32;
         resources.publish(queued, state.unclaimed.is_empty(), self.report.output_bytes);
         if let Some(file) = source.claim(&state, &self.outputs.spool(), &mut self.buf)? {
@@ -297,6 +300,7 @@ impl Fu<'_> {
                 cfg.pid,
                 hlt,
                 &mut self.open,
+                &self.commits,
                 &mut self.verdicts,
                 &mut self.report,
             );
@@ -307,9 +311,23 @@ impl Fu<'_> {
             return Ok(Step::Again);
         }
         if state.ended && self.open.is_empty() && state.unclaimed.is_empty() {
+            // A dead process's claim would keep its lumi section from draining: take it back
+            // before ending (a live process's claim is its own to finish).
+            if !state.claimed.is_empty() && self.return_dead_claims(&state)? {
+                return Ok(Step::Again);
+            }
             return Ok(Step::Done);
         }
         Ok(Step::Idle)
+    }
+
+    /// Finishes what dead processes on this host left half done and gives their claims back to
+    /// the pool; true if there were any.
+    fn return_dead_claims(&mut self, state: &BuRunState) -> Result<bool, FuError> {
+        let (outputs, source) = (&self.outputs, self.source);
+        let returned = return_dead_claims(source, state, |pid| outputs.finish_dead(pid, source))?;
+        self.report.returned_claims += returned.len() as u64;
+        Ok(!returned.is_empty())
     }
 
     /// Drops every output not yet published and gives their inputs back to the pool, as a
@@ -330,6 +348,7 @@ impl Fu<'_> {
 /// Publishes the open lumi sections that the BU has ended and that have no file left to claim.
 fn publish_ended(
     open: &mut BTreeMap<u32, LumiOutputs>,
+    commits: &mut BTreeMap<u32, u32>,
     state: &BuRunState,
     claimer: &dyn FileSource,
     source: &str,
@@ -343,6 +362,7 @@ fn publish_ended(
     for ls in ready {
         let lumi = open.remove(&ls).expect("listed above");
         let published = lumi.publish(claimer, source)?;
+        *commits.entry(ls).or_default() += 1;
         tracing::info!(
             unit = source,
             lumi_section = ls,
@@ -373,11 +393,13 @@ fn process_file(
     pid: u32,
     hlt: &mut dyn Hlt,
     open: &mut BTreeMap<u32, LumiOutputs>,
+    commits: &BTreeMap<u32, u32>,
     verdicts: &mut Vec<Verdict>,
     report: &mut FuReport,
 ) -> Result<(), FuError> {
     let ls = claim.name.ls;
-    let lumi = open.entry(ls).or_insert_with(|| outputs.lumi(ls, pid, hlt.streams()));
+    let part = commits.get(&ls).map_or(1, |n| n + 1);
+    let lumi = open.entry(ls).or_insert_with(|| outputs.lumi(ls, Producer::fu(pid, part), hlt.streams()));
     let error_stream = hlt.streams().len();
     // Read every record the file holds; a file that breaks off is reported, its readable
     // events processed and the rest counted as errors (their bytes are not there to keep).

@@ -278,6 +278,61 @@ fn fu_1x1_fu_crash_mid_file_returns_its_claims_and_drops_its_partial_outputs() {
     farm.check_storage();
 }
 
+/// The test HLT, with a process killed when the first file of lumi section 2 is selected: by
+/// then this FU has published lumi section 1.
+struct KillingHlt {
+    hlt: TestHlt,
+    victim: Option<std::process::Child>,
+}
+
+impl Hlt for KillingHlt {
+    fn streams(&self) -> &[String] {
+        &self.hlt.streams
+    }
+
+    fn select_file(
+        &mut self,
+        file: &Path,
+        events: &[FrdEvent<'_>],
+        verdicts: &mut Vec<Verdict>,
+    ) -> Result<(), FuError> {
+        if file.to_string_lossy().contains("_ls0002_")
+            && let Some(mut victim) = self.victim.take()
+        {
+            victim.kill().unwrap();
+            victim.wait().unwrap();
+        }
+        self.hlt.select_file(file, events, verdicts)
+    }
+}
+
+/// Another FU holds a file of lumi section 1 and dies after this one has published that
+/// section: this one takes the file over and publishes it in outputs of a second name
+/// (`pidPPPPPc2`), never over its first, and storage holds every event exactly once.
+#[test]
+fn fu_1x1_fu_killed_after_its_section_was_published_is_taken_over_without_overwriting() {
+    let farm = Farm::new(1);
+    let bu_run = farm.run_dir(farm.bu_dir("bu0"));
+    fs::create_dir_all(bu_run.join("fu")).unwrap();
+    let victim = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let claim = ClaimedRawName { run: 1, ls: 1, index: 0, host: "testhost".into(), pid: victim.id() };
+    fs::rename(bu_run.join(claim.raw().to_string()), bu_run.join(claim.path())).unwrap();
+    let mut hlt = KillingHlt { hlt: TestHlt::new(), victim: Some(victim) };
+    let report = run_fu(&farm.fu_config("bu0"), &mut hlt, &AtomicBool::new(false)).unwrap();
+    assert_eq!((report.returned_claims, report.events), (1, 75));
+    let fu_run = farm.run_dir(farm.fu_dir("bu0"));
+    let pid = std::process::id();
+    for name in
+        [format!("run000001_ls0001_streamPhysics_pid{pid:05}"), format!("run000001_ls0001_streamPhysics_pid{pid:05}c2")]
+    {
+        let doc = FuOutputDoc::parse(&fs::read_to_string(fu_run.join(format!("{name}.jsn"))).unwrap()).unwrap();
+        let expected = if name.ends_with("c2") { 6 } else { 25 - 6 };
+        assert_eq!(doc.processed, expected, "{name}");
+    }
+    farm.merge_all();
+    farm.check_storage();
+}
+
 #[test]
 fn fu_1x1_fu_crash_mid_commit_is_carried_out_not_redone() {
     let farm = Farm::new(1);
@@ -289,7 +344,7 @@ fn fu_1x1_fu_crash_mid_commit_is_carried_out_not_redone() {
     fs::rename(bu_run.join(claim.raw().to_string()), bu_run.join(claim.path())).unwrap();
     let outputs = tessera_fu::output::FuOutputDir::create(&farm.fu_dir("bu0"), 1).unwrap();
     let claimer = tessera_fu::claim::Claimer::new(&farm.bu_dir("bu0"), 1, "testhost", DEAD_PID).unwrap();
-    let mut lumi = outputs.lumi(1, DEAD_PID, &TestHlt::new().streams);
+    let mut lumi = outputs.lumi(1, Producer::Pid(DEAD_PID), &TestHlt::new().streams);
     let bytes = fs::read(bu_run.join(claim.path())).unwrap();
     let file = RawFile::parse(&bytes).unwrap();
     let mut verdicts = Vec::new();
