@@ -30,12 +30,12 @@ use crate::run::{ControlArgs, DRAIN_TIMEOUT, IncompleteRule, incomplete_line, se
 #[derive(clap::Args, Debug, Clone)]
 pub struct AgentArgs {
     /// Address to serve on, `HOST:PORT` with a host name or an IP address (the host as the
-    /// system file names it and `controller.agent_port`). An address other than loopback needs
-    /// `--token`.
+    /// system file names it and `controller.agent_port`).
     #[arg(long, value_parser = crate::socket_address)]
     pub listen: SocketAddr,
     /// The token every request must bring (`Authorization: Bearer TOKEN`); the controller
-    /// reads the same variable.
+    /// reads the same variable. Without it, the agent uses the token in `agent.token` of its
+    /// work directory, made at its first start (random, readable by its user alone).
     #[arg(long, env = "TESSERA_AGENT_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Where the processes' directories (system file, log, standard output) go (default: a
@@ -57,16 +57,21 @@ pub fn agent(args: &AgentArgs) -> Result<ExitCode> {
         flag.fetch_add(1, Ordering::SeqCst);
     })
     .context("installing the signal handler")?;
-    let config = AgentConfig { listen: args.listen, token: args.token.clone(), work_dir: work_dir.clone(), program };
-    let agent = match Agent::start(config) {
-        Ok(agent) => agent,
-        Err(tessera_control::ControlError::TokenRequired(addr)) => {
-            bail!(
-                "--listen {addr}: an address other than loopback needs a token: give --token or set TESSERA_AGENT_TOKEN"
-            )
+    let token = match args.token.clone().filter(|t| !t.trim().is_empty()) {
+        Some(token) => token,
+        None => {
+            let (token, path) = agent_token_file(&work_dir)?;
+            tracing::info!(
+                "agent: no --token nor TESSERA_AGENT_TOKEN: using the token in {} (readable by this user alone); \
+                 give it to the controller: TESSERA_AGENT_TOKEN=$(cat {})",
+                path.display(),
+                path.display()
+            );
+            token
         }
-        Err(e) => return Err(e).context("--listen"),
     };
+    let config = AgentConfig { listen: args.listen, token, work_dir: work_dir.clone(), program };
+    let agent = Agent::start(config).context("--listen")?;
     tracing::info!(
         address = %agent.local_addr(),
         "agent: serving on http://{}/api/v1/processes; processes under {}",
@@ -80,6 +85,49 @@ pub fn agent(args: &AgentArgs) -> Result<ExitCode> {
     drop(agent);
     tracing::info!("agent: stopped; {running} processes that still ran were ended");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where an agent without a token keeps the one it made.
+pub const AGENT_TOKEN_FILE: &str = "agent.token";
+
+/// The agent's token from `agent.token` in `work_dir`, made at the first start: 32 random bytes
+/// in hex, in a file of mode 0600. A file that others may read is refused, not used. Returns the
+/// token and the file.
+fn agent_token_file(work_dir: &Path) -> Result<(String, PathBuf)> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = work_dir.join(AGENT_TOKEN_FILE);
+    std::fs::create_dir_all(work_dir).with_context(|| format!("creating {}", work_dir.display()))?;
+    match std::fs::metadata(&path) {
+        Ok(meta) => {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                bail!("{}: mode {mode:o} lets others read the agent's token; make it 600 (chmod 600)", path.display());
+            }
+            let token = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            let token = token.trim().to_owned();
+            if token.is_empty() {
+                bail!("{}: empty; remove it to have a new token made, or give --token", path.display());
+            }
+            Ok((token, path))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut random = [0u8; 32];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| f.read_exact(&mut random))
+                .context("reading /dev/urandom for the agent's token")?;
+            let token: String = random.iter().map(|b| format!("{b:02x}")).collect();
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            file.write_all(format!("{token}\n").as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+            Ok((token, path))
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
 }
 
 /// What a placed process is in the run.

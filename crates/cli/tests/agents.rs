@@ -1,7 +1,8 @@
 //! `tessera run` through agents, on loopback (no root needed): a 2×2 system with its filter
 //! farm placed by the controller on a `tessera agent`, ending with both conservation checks;
-//! a BU stopped mid-run (SIGSTOP: alive, but silent) reported stalled within seconds; and a
-//! host without an agent refused before anything starts.
+//! a BU stopped mid-run (SIGSTOP: alive, but silent) reported stalled within seconds; a host
+//! without an agent, or whose agent refuses the token, refused before anything starts; and an
+//! agent that always needs a token, made and kept readable by its user alone when none is given.
 
 #[allow(dead_code)] // each test binary uses a part of the shared helpers
 mod common;
@@ -45,11 +46,16 @@ fn one_system_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     SYSTEMS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Starts `tessera agent` on a free loopback port; returns its port.
+/// The agents' token in these tests.
+const TOKEN: &str = "agents-test-token";
+
+/// Starts `tessera agent` with [`TOKEN`] on a free loopback port; returns its port.
 fn start_agent(units: &mut Processes, dir: &Path) -> u16 {
     let port = free_ports(1)[0];
     let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    command.args(["agent", "--listen", &format!("127.0.0.1:{port}"), "--work-dir"]).arg(dir.join("agent"));
+    command
+        .args(["agent", "--listen", &format!("127.0.0.1:{port}"), "--token", TOKEN, "--work-dir"])
+        .arg(dir.join("agent"));
     units.0.push(("agent".into(), spawn_logged(command, &dir.join("agent.log"))));
     wait_for_line(dir, "agent.log", "agent: serving");
     port
@@ -58,7 +64,12 @@ fn start_agent(units: &mut Processes, dir: &Path) -> u16 {
 /// Starts `tessera run SYSTEM ARGS` with its summary in `run.out` and its log in `run.log`.
 fn start_run(units: &mut Processes, dir: &Path, system: &Path, args: &[&str]) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    command.arg("run").arg(system).args(args).stdout(std::fs::File::create(dir.join("run.out")).unwrap());
+    command
+        .arg("run")
+        .arg(system)
+        .args(args)
+        .env("TESSERA_AGENT_TOKEN", TOKEN)
+        .stdout(std::fs::File::create(dir.join("run.out")).unwrap());
     let log = std::fs::File::create(dir.join("run.log")).unwrap();
     let child = command.stderr(log).stdin(std::process::Stdio::null()).spawn().unwrap();
     units.0.push(("run".into(), child));
@@ -79,7 +90,7 @@ fn run_through_agent(limit: &str, heartbeat_timeout_s: f64) -> (tempfile::TempDi
 fn signal(agent: u16, process: &str, signal: &str) {
     let addr: SocketAddr = format!("127.0.0.1:{agent}").parse().unwrap();
     let path = format!("/api/v1/processes/{process}/signal?signal={signal}");
-    let answer = client::call(addr, "POST", &path, None, None, Duration::from_secs(5)).unwrap();
+    let answer = client::call(addr, "POST", &path, Some(TOKEN), None, Duration::from_secs(5)).unwrap();
     assert_eq!(answer.status, 202, "{}", answer.body);
 }
 
@@ -273,7 +284,7 @@ fn a_2x2_bu_port_taken_is_refused_at_configure_before_any_unit_takes_data() {
 }
 
 #[test]
-fn a_wrong_token_is_refused_before_anything_starts_and_an_open_agent_is_refused() {
+fn a_wrong_token_is_refused_before_anything_starts() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let port = free_ports(1)[0];
@@ -295,14 +306,57 @@ fn a_wrong_token_is_refused_before_anything_starts_and_an_open_agent_is_refused(
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("host 127.0.0.1: agent 127.0.0.1:{port} refuses the token")), "{err}");
-    // An agent that anyone on the network could drive is not started.
-    let open = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["agent", "--listen", "0.0.0.0:0"])
+}
+
+/// An agent given no token, even on loopback, makes one at its first start in `agent.token`
+/// (mode 0600), refuses requests without it, keeps it across restarts, and refuses a token file
+/// that others may read.
+#[test]
+fn an_agent_without_a_token_makes_one_readable_by_its_user_alone_and_refuses_requests_without_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let work = d.join("agent");
+    let start = |units: &mut Processes, log: &str| {
+        let port = free_ports(1)[0];
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+        command.args(["agent", "--listen", &format!("127.0.0.1:{port}"), "--work-dir"]).arg(&work);
+        command.env_remove("TESSERA_AGENT_TOKEN");
+        units.0.push(("agent".into(), spawn_logged(command, &d.join(log))));
+        wait_for_line(d, log, "agent: serving");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        addr
+    };
+    let mut units = Processes(Vec::new());
+    let addr = start(&mut units, "first.log");
+    let file = work.join("agent.token");
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    let token = std::fs::read_to_string(&file).unwrap().trim().to_owned();
+    assert_eq!(token.len(), 64, "{token}");
+    let log = std::fs::read_to_string(d.join("first.log")).unwrap();
+    assert!(log.contains(&format!("using the token in {}", file.display())) && !log.contains(&token), "{log}");
+    let ask = |token: Option<&str>| client::call(addr, "GET", "/api/v1/processes", token, None, Duration::from_secs(5));
+    assert_eq!(ask(None).unwrap().status, 401);
+    assert_eq!(ask(Some("guess")).unwrap().status, 401);
+    assert_eq!(ask(Some(&token)).unwrap().status, 200);
+    drop(units);
+    // Started again, it keeps its token.
+    let mut units = Processes(Vec::new());
+    let addr = start(&mut units, "second.log");
+    let again = client::call(addr, "GET", "/api/v1/processes", Some(&token), None, Duration::from_secs(5)).unwrap();
+    assert_eq!(again.status, 200);
+    drop(units);
+    // A token file that others may read is refused.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["agent", "--listen", "127.0.0.1:0", "--work-dir"])
+        .arg(&work)
         .env_remove("TESSERA_AGENT_TOKEN")
         .output()
         .unwrap();
-    assert_eq!(open.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&open.stderr).contains("needs a token: give --token or set TESSERA_AGENT_TOKEN"));
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("mode 644 lets others read the agent's token; make it 600"), "{err}");
 }
 
 #[test]

@@ -16,11 +16,12 @@
 //! A started process's arguments may hold `{system}` (the file written from `system`),
 //! `{control_file}` (where a unit writes its control server's address) and `{dir}` (the
 //! process's own directory under the agent's work directory). The agent runs only its own
-//! program; what that program is asked to do is the controller's to say, so an agent on an
-//! address other than loopback needs a token, like every control server.
+//! program; what that program is asked to do is the controller's to say. So every request
+//! must bring the agent's token, on loopback too: a local user must not start processes as the
+//! agent's user either.
 
 use crate::client;
-use crate::{ControlError, check_token, serve, token_required};
+use crate::{ControlError, check_token, serve};
 use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
@@ -51,10 +52,10 @@ pub const UNIT_TIMEOUT: Duration = Duration::from_millis(800);
 /// How an agent is set up.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// Address to serve on; anything but loopback needs `token`.
+    /// Address to serve on.
     pub listen: SocketAddr,
-    /// The token every request must bring.
-    pub token: Option<String>,
+    /// The token every request must bring (not empty).
+    pub token: String,
     /// Where the processes' directories (system file, logs, output) go.
     pub work_dir: PathBuf,
     /// The program the agent runs (this one).
@@ -203,7 +204,10 @@ impl Agent {
     pub fn start(config: AgentConfig) -> Result<Agent, ControlError> {
         fs::create_dir_all(&config.work_dir).map_err(|source| ControlError::Bind { addr: config.listen, source })?;
         let listen = config.listen;
-        let token = config.token.clone();
+        if config.token.trim().is_empty() {
+            return Err(ControlError::AgentToken(listen));
+        }
+        let token = Some(config.token.clone());
         let shared = Arc::new(Shared { config, processes: Mutex::new(BTreeMap::new()) });
         let app = Router::new()
             .route("/api/v1/health", get(health))
@@ -213,7 +217,6 @@ impl Agent {
             .route("/api/v1/processes/{name}/signal", post(signal))
             .layer(middleware::from_fn_with_state(token.map(Arc::<str>::from), require_token))
             .with_state(shared.clone());
-        token_required(listen, shared.config.token.as_deref())?;
         let (addr, stop, thread) = serve(listen, app)?;
         Ok(Agent { addr, shared, stop: Some(stop), thread: Some(thread) })
     }

@@ -603,6 +603,9 @@ pub enum ControlError {
     /// A non-loopback address without a token.
     #[error("{0}: a control address other than loopback needs a token")]
     TokenRequired(SocketAddr),
+    /// An agent without a token, on any address.
+    #[error("{0}: an agent needs a token on every address, loopback included (it starts processes as its user)")]
+    AgentToken(SocketAddr),
     /// Binding failed.
     #[error("cannot listen on {addr}: {source}")]
     Bind {

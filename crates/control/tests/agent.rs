@@ -12,7 +12,7 @@ const TOKEN: &str = "s3cret";
 fn agent(dir: &std::path::Path) -> Agent {
     Agent::start(AgentConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
-        token: Some(TOKEN.into()),
+        token: TOKEN.into(),
         work_dir: dir.to_owned(),
         program: "/bin/sh".into(),
     })
@@ -115,13 +115,15 @@ fn it_refuses_bad_names_and_requests_without_its_token() {
 }
 
 #[test]
-fn an_agent_on_another_address_than_loopback_needs_a_token() {
+fn an_agent_needs_a_token_on_every_address_loopback_included() {
     let dir = tempfile::tempdir().unwrap();
-    let refused = Agent::start(AgentConfig {
-        listen: "0.0.0.0:0".parse().unwrap(),
-        token: None,
-        work_dir: dir.path().to_owned(),
-        program: "/bin/sh".into(),
-    });
-    assert!(matches!(refused, Err(ControlError::TokenRequired(_))));
+    for listen in ["0.0.0.0:0", "127.0.0.1:0"] {
+        let refused = Agent::start(AgentConfig {
+            listen: listen.parse().unwrap(),
+            token: " ".into(),
+            work_dir: dir.path().to_owned(),
+            program: "/bin/sh".into(),
+        });
+        assert!(matches!(refused, Err(ControlError::AgentToken(_))), "{listen}");
+    }
 }
