@@ -202,6 +202,8 @@ struct Controller {
     beats: HeartbeatWatch,
     /// Since when a running unit's control server has not answered its agent.
     silent: BTreeMap<String, Instant>,
+    /// Units seen configuring (their loop not yet running), since when.
+    configuring: BTreeMap<String, Instant>,
     /// Whether the run has been asked to stop (front ends may then end).
     stopping: bool,
     /// Every unit's view as last seen, by unit name (a unit that stops answering keeps its last).
@@ -372,6 +374,23 @@ impl Controller {
                         if unit["state"] == "Halted" || unit["state"] == "Failed" {
                             continue;
                         }
+                        // Nor does one still configuring (a restarted BU reopens its files): that
+                        // is bounded by the start time-out.
+                        if unit["state"] == "Configuring" {
+                            self.beats.forget(&name);
+                            let since = *self.configuring.entry(name.clone()).or_insert(now);
+                            let limit = Duration::from_secs(self.cfg.controller.start_timeout_s);
+                            if now.duration_since(since) > limit {
+                                faults.push(Fault {
+                                    unit: name,
+                                    host: p.host.clone(),
+                                    key: "UNIT_STALLED",
+                                    why: format!("still configuring after {:.1} s", limit.as_secs_f64()),
+                                });
+                            }
+                            continue;
+                        }
+                        self.configuring.remove(&name);
                         let count = unit["figures"]["loop_heartbeats_total"].as_f64().unwrap_or(0.0) as u64;
                         if let Some(still) = self.beats.check(&name, count, now) {
                             faults.push(Fault {
@@ -631,6 +650,7 @@ pub fn run_on_agents(
         placed,
         beats: HeartbeatWatch::new(heartbeat_timeout),
         silent: BTreeMap::new(),
+        configuring: BTreeMap::new(),
         stopping: false,
         last_units: BTreeMap::new(),
         mirror: Arc::default(),
@@ -974,6 +994,8 @@ fn summarize(
         "faults": faults.iter().map(|f| json!({"unit": f.unit, "host": f.host, "reason": f.key, "why": f.why})).collect::<Vec<_>>(),
         "restarts": c.restarts,
         "reports": reports,
+        // What each unit last showed (state, problems, figures): for a run that ended early.
+        "units_last_seen": c.last_units,
     });
     let dir = if output.is_dir() { output.to_owned() } else { PathBuf::from(".") };
     let path = dir.join(format!("summary-run{:06}.json", cfg.run.number));

@@ -582,6 +582,12 @@ impl HeartbeatWatch {
         (still > self.timeout).then_some(still)
     }
 
+    /// Forgets `unit`'s count: its loop is not running (a restarted unit still configuring);
+    /// watching starts again at its next count.
+    pub fn forget(&mut self, unit: &str) {
+        self.last.remove(unit);
+    }
+
     /// Whether `unit` has been seen beating at least once.
     pub fn knows(&self, unit: &str) -> bool {
         self.last.contains_key(unit)

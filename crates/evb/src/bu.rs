@@ -215,6 +215,24 @@ impl Bu {
         self.outstanding + self.building.len() as u32 + in_open as u32 + in_files
     }
 
+    /// What keeps the BU from its end of run, for a report on a run that ended without it.
+    pub fn pending(&self) -> String {
+        format!(
+            "end of run {}; {} events being built, {} open files, {} files unpublished, end-of-lumi due for {:?}",
+            if self.ending.is_some() { "announced" } else { "not announced" },
+            self.building.len(),
+            self.open.len(),
+            self.files.len(),
+            self.lumis_due
+                .iter()
+                .map(|(ls, due)| format!(
+                    "{ls} ({} of {due} published)",
+                    self.published_events.get(ls).copied().unwrap_or(0)
+                ))
+                .collect::<Vec<_>>()
+        )
+    }
+
     /// Whether the BU has nothing under way: no event being built and no file unpublished.
     pub fn idle(&self) -> bool {
         self.building.is_empty() && self.open.is_empty() && self.files.is_empty()

@@ -196,6 +196,11 @@ impl Evm {
             && self.lumis.is_empty()
     }
 
+    /// The BUs lost during the run and not back (no Hello from a new incarnation yet).
+    pub fn bus_lost(&self) -> Vec<BuId> {
+        (0..self.bus.len()).filter(|&b| !self.bus[b].alive).map(|b| b as BuId).collect()
+    }
+
     /// What keeps the EVM from having drained, for a report on a stuck run.
     pub fn pending(&self) -> String {
         let mut parts = Vec::new();

@@ -183,6 +183,11 @@ impl Ru {
         self.flush_complete_batches();
     }
 
+    /// The BU and incarnation `event` is assigned to, while this RU holds it.
+    pub fn assignment(&self, event: EventNumber) -> Option<(BuId, Epoch)> {
+        self.events.get(event).and_then(|e| e.assigned).map(|(bu, epoch, _)| (bu, epoch))
+    }
+
     /// Takes the next fragment of the FED at `fed_index` in this RU's list. A full buffer refuses
     /// it; the driver stops reading that stream and offers it again later.
     pub fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {

@@ -10,4 +10,6 @@
 pub mod sample;
 mod writer;
 
-pub use writer::{ClosedFile, PublishedFile, RawFileWriter, Recovery, RunDirError, RunDirectory, write_atomically};
+pub use writer::{
+    ClosedFile, PUBLISHED_LEDGER, PublishedFile, RawFileWriter, Recovery, RunDirError, RunDirectory, write_atomically,
+};

@@ -222,6 +222,44 @@ mod tests {
         assert_eq!(std::fs::read(&jsn).unwrap(), written, "the .jsn publish would have written");
     }
 
+    /// Readers delete published files: a restarted BU still knows them from the ledger in
+    /// `open/`, written before each rename, and an entry whose file is still in `open/` (the
+    /// crash came between the two) is not taken as published.
+    #[test]
+    fn a_restarted_bu_knows_the_files_it_published_that_readers_deleted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = SampleSpec { fed_ids: vec![1, 2], ..SampleSpec::default() };
+        let dir = RunDirectory::create(tmp.path(), 9, "bu").unwrap();
+        let mut record = Vec::new();
+        build_event(&spec, 1, 1, &mut record);
+        let mut closed = Vec::new();
+        for index in 0..3 {
+            let mut file = dir.open_raw_file(1, index, data_type::FRD_EVENTS).unwrap();
+            for _ in 0..=index {
+                file.append(&record).unwrap();
+            }
+            closed.push(dir.close(file).unwrap());
+        }
+        for c in &closed[..2] {
+            let p = dir.publish(c.ls, c.index).unwrap();
+            std::fs::remove_file(&p.path).unwrap(); // a reader took it
+        }
+        // The crash: file 2 noted in the ledger, not yet renamed.
+        let ledger = dir.path().join(tessera_formats::names::OPEN_DIR).join(crate::writer::PUBLISHED_LEDGER);
+        let mut text = std::fs::read_to_string(&ledger).unwrap();
+        text += &format!("1 2 3 {}\n1 7", closed[2].bytes);
+        std::fs::write(&ledger, text).unwrap();
+        let (dir, recovery) = RunDirectory::reopen(tmp.path(), 9, "bu").unwrap();
+        let published: Vec<_> = recovery.published.into_iter().collect();
+        assert_eq!(published, vec![((1, 0), (1, closed[0].bytes)), ((1, 1), (2, closed[1].bytes))]);
+        assert_eq!(recovery.unpublished, vec![(1, 2)]);
+        assert_eq!(recovery.next_index, [(1, 3)].into_iter().collect());
+        // The end of the run takes the ledger with `open/`.
+        dir.publish(1, 2).unwrap();
+        dir.end_run(&EorDoc { events: 6, files: 3, lumis: 1, last_lumi: 1 }).unwrap();
+        assert!(!dir.path().join(tessera_formats::names::OPEN_DIR).exists());
+    }
+
     #[test]
     fn refuses_an_eols_that_does_not_close() {
         let tmp = tempfile::tempdir().unwrap();

@@ -170,6 +170,15 @@ impl RunDirectory {
         let open_path = self.path.join(names::OPEN_DIR).join(&name);
         let header =
             read_complete_header(&open_path)?.ok_or_else(|| RunDirError::Incomplete { path: open_path.clone() })?;
+        // Noted before the rename: readers delete published files, so a restarted BU counts
+        // its published files from here (an entry whose file is still in `open/` was not).
+        let ledger = self.path.join(names::OPEN_DIR).join(PUBLISHED_LEDGER);
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&ledger)
+            .and_then(|mut f| writeln!(f, "{ls} {index} {} {}", header.event_count, header.file_bytes))
+            .map_err(io_err("writing", &ledger))?;
         let final_path = self.path.join(&name);
         fs::rename(&open_path, &final_path).map_err(io_err("publishing", &final_path))?;
         let (events, bytes) = (header.event_count, header.file_bytes);
@@ -216,6 +225,27 @@ impl RunDirectory {
             }
         }
         recovery.unpublished.sort_unstable();
+        let ledger = open.join(PUBLISHED_LEDGER);
+        let text = match fs::read_to_string(&ledger) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(io_err("reading", &ledger)(e)),
+        };
+        for line in text.lines() {
+            // A line cut short by the crash is of a file not yet renamed: it is still in `open/`.
+            let fields: Vec<u64> = line.split(' ').filter_map(|f| f.parse().ok()).collect();
+            let &[ls, index, events, bytes] = fields.as_slice() else { continue };
+            let (Ok(ls), Ok(index), Ok(events)) = (u32::try_from(ls), u32::try_from(index), u32::try_from(events))
+            else {
+                continue;
+            };
+            if recovery.unpublished.contains(&(ls, index)) {
+                continue;
+            }
+            recovery.published.insert((ls, index), (events, bytes));
+            let next = recovery.next_index.entry(ls).or_default();
+            *next = (*next).max(index + 1);
+        }
         let dir = RunDirectory { path, run, source: source.to_owned() };
         dir.finish_interrupted_writes(&mut recovery)?;
         Ok((dir, recovery))
@@ -287,9 +317,19 @@ impl RunDirectory {
         let path = self.path.join(BuFileName::EndOfRun { run: self.run }.to_string());
         write_atomically(&path, doc.to_json().as_bytes())?;
         let open = self.path.join(names::OPEN_DIR);
+        let ledger = open.join(PUBLISHED_LEDGER);
+        match fs::remove_file(&ledger) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("removing", &ledger)(e)),
+        }
         fs::remove_dir(&open).map_err(io_err("removing", &open))
     }
 }
+
+/// The ledger of published files in `open/`: a line `LS INDEX EVENTS BYTES` a file, written
+/// before the file is renamed into place; removed with `open/` at the end of the run.
+pub const PUBLISHED_LEDGER: &str = "published";
 
 /// A raw file being written under `open/`.
 #[derive(Debug)]
@@ -403,6 +443,9 @@ pub struct Recovery {
     pub completed_publications: Vec<PathBuf>,
     /// Next free file index per lumi section.
     pub next_index: std::collections::BTreeMap<u32, u32>,
+    /// Every file published before the restart, (lumi section, index) → (events, bytes), as
+    /// the ledger in `open/` says: the files themselves may be gone (readers delete them).
+    pub published: std::collections::BTreeMap<(u32, u32), (u32, u64)>,
 }
 
 /// The header of a raw file if the file is complete: a header that parses and announces the

@@ -134,9 +134,19 @@ impl BuFiles {
             path: dir.path().to_owned(),
             source,
         })?;
+        // Published files are counted from the ledger, since readers delete them; one in the
+        // run directory that the ledger lacks is counted from its header.
+        for (&(ls, _), &(events, bytes)) in &recovery.published {
+            let c = lumis.entry(ls).or_default();
+            c.files += 1;
+            c.events += u64::from(events);
+            c.bytes += bytes;
+        }
         for entry in listing.flatten() {
             match BuFileName::parse(&entry.file_name().to_string_lossy()) {
-                Ok(BuFileName::Raw { run: r, ls, .. }) if r == run => {
+                Ok(BuFileName::Raw { run: r, ls, index })
+                    if r == run && !recovery.published.contains_key(&(ls, index)) =>
+                {
                     let header = read_header(&entry.path())?;
                     let c = lumis.entry(ls).or_default();
                     c.files += 1;

@@ -223,7 +223,11 @@ impl BuNode {
         }
         match &result {
             Ok(_) => lp.stats.end_cleanly(),
-            Err(_) => lp.stats.set_failed(),
+            Err(e) => {
+                // Said where run control looks, before the state says Failed.
+                lp.stats.problem(e.to_string());
+                lp.stats.set_failed()
+            }
         }
         result
     }
@@ -496,9 +500,10 @@ impl BuLoop {
                         continue;
                     }
                     return Err(NodeError::Bu(format!(
-                        "BU {}: lost the EVM before the end of run{}",
+                        "BU {}: lost the EVM before the end of run{} ({})",
                         self.cfg.bu.bu,
-                        why.map(|w| format!(": {w}")).unwrap_or_default()
+                        why.map(|w| format!(": {w}")).unwrap_or_default(),
+                        self.core.pending()
                     )));
                 }
                 if let Some(w) = why {

@@ -393,10 +393,18 @@ const STREAM_TURN_BYTES: usize = 1 << 20;
 const FRAME_SLACK_BYTES: usize = 1 << 20;
 /// Front-end connections that may wait at once for their first block header.
 const MAX_UNNAMED_STREAMS: usize = 64;
+/// How often the EVM says what a long drain waits for.
+const DRAIN_REPORT: Duration = Duration::from_secs(5);
+/// How often an RU tries again to reach a BU it lost, to send it its events again (until the
+/// EVM reassigns them or the run ends).
+const BU_RETRY: Duration = Duration::from_millis(250);
 /// How long a front-end connection may take to send its first block header.
 const NAME_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the EVM's node keeps flushing its last messages once the run has drained.
 const FINAL_FLUSH: Duration = Duration::from_secs(5);
+/// How long a drained EVM waits for BUs lost during the run to come back (restarted by run
+/// control) and take their end of run, before it ends without them.
+const LOST_BU_GRACE: Duration = Duration::from_secs(10);
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> NodeError {
     let what = what.into();
@@ -553,6 +561,7 @@ impl RuNode {
             next_conn: CONN_BASE,
             scratch: vec![0u8; 256 << 10],
             drain_seen: false,
+            bus_down: BTreeMap::new(),
             trigger_stopped: false,
             last_trigger: None,
             self_assigned: cfg.ru.first_event,
@@ -572,7 +581,11 @@ impl RuNode {
         match &result {
             Ok(r) if r.trigger_fault.is_some() => lp.stats.end_failed_after_drain(),
             Ok(_) => lp.stats.end_cleanly(),
-            Err(_) => lp.stats.set_failed(),
+            Err(e) => {
+                // Said where run control looks, before the state says Failed.
+                lp.stats.problem(e.to_string());
+                lp.stats.set_failed()
+            }
         }
         result
     }
@@ -593,6 +606,9 @@ struct RuLoop {
     next_conn: usize,
     scratch: Vec<u8>,
     drain_seen: bool,
+    /// BUs this RU could not reach, since when, with the super-fragments it could not send them
+    /// and their incarnation: sent again every [`BU_RETRY`] while still theirs.
+    bus_down: BTreeMap<u16, (Instant, Vec<(u32, SuperFragment)>)>,
     trigger_stopped: bool,
     /// The trigger information of the last trigger fragment that parsed.
     last_trigger: Option<TriggerInfo>,
@@ -679,6 +695,7 @@ impl RuLoop {
         self.stats.transition(Transition::Enable);
         let mut events = Events::with_capacity(1024);
         let mut drained_at: Option<Instant> = None;
+        let (mut stopped_at, mut drain_reports, mut lost_said) = (None::<Instant>, 0u32, false);
         loop {
             if self.control.aborted() {
                 let pending = self.core.evm().map(Evm::pending).unwrap_or_default();
@@ -698,24 +715,49 @@ impl RuLoop {
             let busy = self.read_streams(now)?;
             let busy = self.read_conns(now)? || busy;
             self.dispatch(self.now());
+            self.retry_bus_down();
             self.flush_conns()?;
             self.publish_stats();
             self.cpu.sample(&self.stats, false);
+            if self.trigger_stopped
+                && let Some(evm) = self.core.evm()
+                && !evm.drained()
+            {
+                // A drain that takes long says what it waits for, every DRAIN_REPORT.
+                let since = *stopped_at.get_or_insert_with(Instant::now);
+                if since.elapsed() >= DRAIN_REPORT * (drain_reports + 1) {
+                    drain_reports += 1;
+                    let pending = evm.pending();
+                    self.stats.problem(format!(
+                        "EVM: still draining after {:.0} s: {pending}",
+                        since.elapsed().as_secs_f64()
+                    ));
+                }
+            }
             if let Some(evm) = self.core.evm()
                 && evm.drained()
             {
+                let (last_event, lost) = (evm.last_triggered(), evm.bus_lost());
                 if drained_at.is_none() {
                     // The RUs' cores need no drain; their loops take it as the run's end, so
                     // that a connection closed without it means the EVM was lost.
                     let mut frame = Vec::new();
-                    encode(&Message::Drain { last_event: evm.last_triggered() }, &mut frame).expect("encodable");
+                    encode(&Message::Drain { last_event }, &mut frame).expect("encodable");
                     for c in self.conns.values_mut().filter(|c| matches!(c.peer, Some(Peer::Ru(_)))) {
                         c.queue(frame.clone());
                     }
                     self.flush_conns()?;
                 }
                 let at = *drained_at.get_or_insert_with(Instant::now);
-                if self.conns.values().all(|c| c.queued_bytes() == 0) || at.elapsed() > FINAL_FLUSH {
+                if !lost.is_empty() && !lost_said {
+                    lost_said = true;
+                    self.stats.problem(format!(
+                        "EVM: drained; waiting up to {LOST_BU_GRACE:?} for BUs {lost:?}, lost during the run, to come \
+                         back for their end of run"
+                    ));
+                }
+                let flushed = self.conns.values().all(|c| c.queued_bytes() == 0) || at.elapsed() > FINAL_FLUSH;
+                if flushed && (lost.is_empty() || at.elapsed() > LOST_BU_GRACE) {
                     return Ok(self.report());
                 }
             }
@@ -1228,6 +1270,11 @@ impl RuLoop {
             self.conns.iter().filter(|(t, c)| **t != token && c.peer == Some(peer)).map(|(t, _)| *t).collect();
         for t in old {
             if let Some(mut c) = self.conns.remove(&t) {
+                self.stats.problem(format!(
+                    "{:?}: {peer:?} called again from {address}: its connection from {} is replaced",
+                    self.me(),
+                    c.address
+                ));
                 c.deregister(self.poll.registry());
                 let now = self.now();
                 self.core.handle(now, Input::PeerLost(peer));
@@ -1314,25 +1361,7 @@ impl RuLoop {
                     self.stats.data_messages.add(1);
                 }
                 Output::Send { to, msg: Message::Data { ru, epoch, parts, commits } } => {
-                    // A message goes out as frames a BU accepts: super-fragments are split over
-                    // as many frames as their bytes need (the commits ride on the first).
-                    let limit = self.cfg.max_frame_bytes as usize - FRAME_SLACK_BYTES;
-                    let mut commits = Some(commits);
-                    let mut parts = parts.into_iter().peekable();
-                    while parts.peek().is_some() {
-                        let mut batch = Vec::new();
-                        let mut bytes = 0usize;
-                        while let Some(p) = parts.peek() {
-                            let b: usize = p.fragments.iter().map(|f| f.bytes as usize).sum();
-                            if !batch.is_empty() && bytes + b > limit {
-                                break;
-                            }
-                            bytes += b;
-                            batch.push(parts.next().expect("peeked"));
-                        }
-                        let commits = commits.take().unwrap_or_default();
-                        self.send_data(to, ru, epoch, &batch, &commits, bytes);
-                    }
+                    self.send_parts(to, ru, epoch, parts, commits)
                 }
                 Output::Send { to, msg } => {
                     let mut frame = Vec::new();
@@ -1428,6 +1457,28 @@ impl RuLoop {
         }
     }
 
+    /// Queues `parts` to `to` as frames a BU accepts: super-fragments are split over as many
+    /// frames as their bytes need (the commits ride on the first).
+    fn send_parts(&mut self, to: Peer, ru: u16, epoch: u32, parts: Vec<SuperFragment>, commits: Vec<FileId>) {
+        let limit = self.cfg.max_frame_bytes as usize - FRAME_SLACK_BYTES;
+        let mut commits = Some(commits);
+        let mut parts = parts.into_iter().peekable();
+        while parts.peek().is_some() {
+            let mut batch = Vec::new();
+            let mut bytes = 0usize;
+            while let Some(p) = parts.peek() {
+                let b: usize = p.fragments.iter().map(|f| f.bytes as usize).sum();
+                if !batch.is_empty() && bytes + b > limit {
+                    break;
+                }
+                bytes += b;
+                batch.push(parts.next().expect("peeked"));
+            }
+            let commits = commits.take().unwrap_or_default();
+            self.send_data(to, ru, epoch, &batch, &commits, bytes);
+        }
+    }
+
     /// Queues one data frame of `parts` (`bytes` of fragments) to `to`.
     fn send_data(&mut self, to: Peer, ru: u16, epoch: u32, parts: &[SuperFragment], commits: &[FileId], bytes: usize) {
         let handles: Vec<u64> = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer).collect();
@@ -1447,7 +1498,43 @@ impl RuLoop {
             Some(c) => c.queue_data(header, handles, bytes),
             None => {
                 self.stats.saw(SubState::Blocked);
-                self.stats.problem(format!("RU {}: no connection to {to:?}; data dropped", self.cfg.ru.ru))
+                let Peer::Bu(b) = to else { return };
+                if self.is_evm() {
+                    // A BU reaches the EVM's node on its own connection; without it, the BU is
+                    // lost and the EVM reassigns its events.
+                    self.stats.problem(format!("EVM: BU {b} is not connected; its events are reassigned"));
+                    return;
+                }
+                if !self.bus_down.contains_key(&b) {
+                    self.stats.problem(format!(
+                        "RU {}: cannot reach BU {b}: its super-fragments are sent again once it is back, or go \
+                         where the EVM reassigns their events",
+                        self.cfg.ru.ru
+                    ));
+                }
+                let (_, parts_kept) = self.bus_down.entry(b).or_insert_with(|| (Instant::now(), Vec::new()));
+                parts_kept.extend(parts.iter().map(|p| (epoch, p.clone())));
+            }
+        }
+    }
+
+    /// Sends the BUs this RU could not reach what it could not send them, every [`BU_RETRY`]:
+    /// the super-fragments of events still theirs (not reassigned by the EVM, not released),
+    /// under the incarnation they were for. A try that fails keeps them for the next.
+    fn retry_bus_down(&mut self) {
+        let due: Vec<u16> =
+            self.bus_down.iter().filter(|(_, (at, _))| at.elapsed() >= BU_RETRY).map(|(&b, _)| b).collect();
+        for b in due {
+            let Some((_, parts)) = self.bus_down.remove(&b) else { continue };
+            let ru = self.core.ru();
+            let mut by_epoch: BTreeMap<u32, Vec<SuperFragment>> = BTreeMap::new();
+            for (epoch, part) in parts {
+                if ru.assignment(part.event) == Some((b, epoch)) {
+                    by_epoch.entry(epoch).or_default().push(part);
+                }
+            }
+            for (epoch, parts) in by_epoch {
+                self.send_parts(Peer::Bu(b), self.cfg.ru.ru, epoch, parts, Vec::new());
             }
         }
     }

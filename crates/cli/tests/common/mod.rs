@@ -92,6 +92,15 @@ pub fn logs(dir: &Path) -> String {
             all += &format!("--- {}\n{text}\n", entry.path().display());
         }
     }
+    // The units an agent started keep theirs in its work directory: the last lines of each.
+    let mut units: Vec<_> = std::fs::read_dir(dir.join("agent")).into_iter().flatten().flatten().collect();
+    units.sort_by_key(|e| e.file_name());
+    for unit in units {
+        let text = std::fs::read_to_string(unit.path().join("log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+        all += &format!("--- {} (last 40 lines)\n{tail}\n", unit.path().join("log").display());
+    }
     all
 }
 
