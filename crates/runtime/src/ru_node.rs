@@ -395,6 +395,9 @@ const FRAME_SLACK_BYTES: usize = 1 << 20;
 const MAX_UNNAMED_STREAMS: usize = 64;
 /// How often the EVM says what a long drain waits for.
 const DRAIN_REPORT: Duration = Duration::from_secs(5);
+/// How long an RU waits for the EVM's Drain after a BU's connection closed before it says the BU
+/// was lost (at the run's end the BUs close as the Drain comes, on another connection).
+const LOSS_PATIENCE: Duration = Duration::from_secs(1);
 /// How often an RU tries again to reach a BU it lost, to send it its events again (until the
 /// EVM reassigns them or the run ends).
 const BU_RETRY: Duration = Duration::from_millis(250);
@@ -562,6 +565,7 @@ impl RuNode {
             scratch: vec![0u8; 256 << 10],
             drain_seen: false,
             bus_down: BTreeMap::new(),
+            bus_lost: Vec::new(),
             trigger_stopped: false,
             last_trigger: None,
             self_assigned: cfg.ru.first_event,
@@ -606,6 +610,9 @@ struct RuLoop {
     next_conn: usize,
     scratch: Vec<u8>,
     drain_seen: bool,
+    /// BUs whose connection closed before the EVM's Drain, with when and the line that says it:
+    /// said after [`LOSS_PATIENCE`] without the Drain.
+    bus_lost: Vec<(Instant, String)>,
     /// BUs this RU could not reach, since when, with the super-fragments it could not send them
     /// and their incarnation: sent again every [`BU_RETRY`] while still theirs.
     bus_down: BTreeMap<u16, (Instant, Vec<(u32, SuperFragment)>)>,
@@ -716,6 +723,14 @@ impl RuLoop {
             let busy = self.read_conns(now)? || busy;
             self.dispatch(self.now());
             self.retry_bus_down();
+            if self.drain_seen {
+                self.bus_lost.clear();
+            }
+            while self.bus_lost.first().is_some_and(|(at, _)| at.elapsed() >= LOSS_PATIENCE) {
+                let (_, line) = self.bus_lost.remove(0);
+                self.stats.saw(SubState::Blocked);
+                self.stats.problem(line);
+            }
             self.flush_conns()?;
             self.publish_stats();
             self.cpu.sample(&self.stats, false);
@@ -1299,16 +1314,19 @@ impl RuLoop {
             Peer::Evm => {}
             Peer::Bu(b) => {
                 // BUs leave at the run's end: only a BU lost before it is a problem. The EVM,
-                // which reassigns a lost BU's events, judges by its own drain; another RU by the
-                // EVM's Drain (a BU lost after it is the EVM's to report).
-                let ended = if self.is_evm() { self.core.evm().is_some_and(Evm::drained) } else { self.drain_seen };
-                if !ended {
+                // which reassigns a lost BU's events, judges by its own drain. Another RU judges
+                // by the EVM's Drain, which may reach it after a BU's close at the run's end (two
+                // connections): it says the loss only if no Drain follows within LOSS_PATIENCE.
+                let line = format!(
+                    "{}: lost BU {b}{}",
+                    if self.is_evm() { "EVM".to_string() } else { format!("RU {}", self.cfg.ru.ru) },
+                    why.map(|w| format!(": {w}")).unwrap_or_default()
+                );
+                if self.is_evm() && !self.core.evm().is_some_and(Evm::drained) {
                     self.stats.saw(SubState::Blocked);
-                    self.stats.problem(format!(
-                        "{}: lost BU {b}{}",
-                        if self.is_evm() { "EVM".to_string() } else { format!("RU {}", self.cfg.ru.ru) },
-                        why.map(|w| format!(": {w}")).unwrap_or_default()
-                    ));
+                    self.stats.problem(line);
+                } else if !self.is_evm() && !self.drain_seen {
+                    self.bus_lost.push((Instant::now(), line));
                 }
                 if self.is_evm() {
                     let now = self.now();
