@@ -2,12 +2,12 @@
 //! whose units are many builds every event complete; back-pressure holds the trigger instead
 //! (dead time), and memory smaller than the files hold back is advised with its arithmetic.
 
-use std::path::Path;
-use std::process::{Command, Output};
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
+mod common;
 
-fn tessera(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().unwrap()
-}
+use common::tessera;
+use std::path::Path;
+use std::process::Output;
 
 /// Runs `system` (YAML) into a new directory of `dir`; returns the output and the summary.
 fn run(dir: &Path, name: &str, system: &str) -> (Output, serde_json::Value) {

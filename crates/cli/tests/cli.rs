@@ -1,12 +1,12 @@
 //! The `tessera` binary as a user meets it: the README's command, exit statuses, and errors that
 //! name the bad input.
 
-use std::path::Path;
-use std::process::{Command, Output};
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
+mod common;
 
-fn tessera(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("tessera runs")
-}
+use common::tessera;
+use std::path::Path;
+use std::process::Output;
 
 fn text(out: &Output) -> (String, String) {
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())

@@ -13,10 +13,14 @@
 //! The checkers are also run on small broken pages, so that a test shows they can fail. Those
 //! pages are written by this file, which is therefore left out of the citation check.
 
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
+mod common;
+
+use common::tessera;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// Names of documents that live outside the repository, which no file may cite. Built from
 /// pieces so that this file does not cite them itself.
@@ -535,10 +539,6 @@ fn anchors_follow_githubs_rules() {
     }
     let repeated = anchors("# A\n## Notes\n## Notes\n<a id=\"kept\"></a>\n");
     assert_eq!(repeated, ["a", "kept", "notes", "notes-1"].map(String::from).into_iter().collect());
-}
-
-fn tessera(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().unwrap()
 }
 
 /// The subcommands `tessera --help` lists (without `help`), as a user sees them.

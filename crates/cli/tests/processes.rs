@@ -5,6 +5,7 @@
 //! file. One run kills a BU with SIGKILL mid-run and restarts it: nothing lost, nothing
 //! duplicated, the RU says it is `BLOCKED` meanwhile, and the run goes on to its end.
 
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
 mod common;
 
 use common::{Processes, free_ports, logs, spawn_logged, verified_events, wait_for_line};

@@ -27,8 +27,6 @@ pub struct EvmNode {
     /// Events the trigger stream is expected to bring before it may close: the run's event
     /// limit or run control's stop line, whichever is lower.
     trigger_limit: Option<u64>,
-    /// Good trigger fragments taken.
-    triggers: u64,
     /// The trigger is off: run control stopped it, its stream ended cleanly, or it broke.
     trigger_stopped: bool,
     /// How the trigger stream broke, if it did.
@@ -43,7 +41,6 @@ impl EvmNode {
             ru: Ru::new(ru),
             out: VecDeque::new(),
             trigger_limit: None,
-            triggers: 0,
             trigger_stopped: false,
             trigger_break: None,
         }
@@ -65,11 +62,6 @@ impl EvmNode {
         self.trigger_break.as_ref()
     }
 
-    /// Good trigger fragments taken.
-    pub fn triggers(&self) -> u64 {
-        self.triggers
-    }
-
     /// The trigger stream ended: closed at a fragment boundary (`broken` none) or could not be
     /// read on (`broken` says why). Its close after the trigger limit stops the trigger
     /// cleanly; any other end before run control stopped the trigger breaks the run.
@@ -79,7 +71,7 @@ impl EvmNode {
         }
         match broken {
             Some(why) => self.break_trigger(now, TriggerBreak::Broken(why)),
-            None if self.trigger_limit.is_some_and(|n| self.triggers >= n) => self.stop_trigger(now),
+            None if self.trigger_limit.is_some_and(|n| self.evm.counters().triggered >= n) => self.stop_trigger(now),
             None => self.break_trigger(now, TriggerBreak::Closed { expected: self.trigger_limit }),
         }
         self.pump(now);
@@ -94,7 +86,7 @@ impl EvmNode {
     fn break_trigger(&mut self, now: Nanos, what: TriggerBreak) {
         let notice = Notice::TriggerStreamBroken {
             what: what.clone(),
-            fragments: self.triggers,
+            fragments: self.evm.counters().triggered,
             last_event: self.evm.last_triggered(),
         };
         self.trigger_break = Some(what);
@@ -140,10 +132,7 @@ impl EvmNode {
                 match o {
                     // After a break, a trigger fragment is of no event.
                     Output::Triggered { .. } if self.trigger_break.is_some() => {}
-                    Output::Triggered { event, lumi_section } => {
-                        self.triggers += 1;
-                        self.evm.triggered(now, event, lumi_section)
-                    }
+                    Output::Triggered { event, lumi_section } => self.evm.triggered(now, event, lumi_section),
                     // The trigger FED's sync loss is said as such (counted against it) and
                     // breaks the trigger stream.
                     Output::Notice(notice @ Notice::SyncLoss { fed: TCDS_FED_ID, expected, found_lv1 }) => {
@@ -231,7 +220,7 @@ mod tests {
         trigger(&mut n, 1, 3);
         n.trigger_stream_ended(0, None);
         assert!(n.trigger_stopped());
-        assert_eq!((n.trigger_break(), n.triggers(), n.evm.last_triggered()), (None, 3, Some(3)));
+        assert_eq!((n.trigger_break(), n.evm.counters().triggered, n.evm.last_triggered()), (None, 3, Some(3)));
         assert!(breaks(&mut n).is_empty());
     }
 
@@ -271,7 +260,7 @@ mod tests {
         let what = TriggerBreak::SyncLost { expected: 4, found_lv1: 5 };
         assert_eq!(n.trigger_break(), Some(&what));
         assert_eq!(breaks(&mut n), vec![Notice::TriggerStreamBroken { what, fragments: 3, last_event: Some(3) }]);
-        assert_eq!((n.triggers(), n.evm.last_triggered()), (3, Some(3)));
+        assert_eq!((n.evm.counters().triggered, n.evm.last_triggered()), (3, Some(3)));
     }
 
     #[test]

@@ -304,6 +304,12 @@ impl Producer {
         }
     }
 
+    /// Parses a producer token as a file name holds it: `pidPPPPP`, `pidPPPPPcK` (K ≥ 2), or a
+    /// name.
+    pub fn from_token(token: &str) -> Result<Producer> {
+        Producer::parse(token, token)
+    }
+
     /// Parses a producer token: `pidPPPPP`, `pidPPPPPcK` (K ≥ 2), or a name. `name` is the
     /// whole file name, for errors.
     fn parse(name: &str, producer: &str) -> Result<Producer> {

@@ -59,8 +59,8 @@ fn commit_name(run: u32, ls: u32, producer: &Producer) -> String {
 fn commit_pid(run: u32, name: &str) -> Option<u32> {
     let rest = name.strip_prefix(&format!("run{run:06}_"))?.strip_suffix(".commit")?;
     let (ls, producer) = rest.split_once('_')?;
-    // A stream file's name parser reads the producer; the stream part is a stand-in.
-    StreamFileName::parse(&format!("run{run:06}_{ls}_streamX_{producer}.commit")).ok()?.producer.pid()
+    ls.strip_prefix("ls")?.parse::<u32>().ok()?;
+    Producer::from_token(producer).ok()?.pid()
 }
 
 impl FuOutputDir {

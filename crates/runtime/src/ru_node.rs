@@ -376,6 +376,12 @@ pub struct TriggerFault {
     pub last_event: Option<EventNumber>,
 }
 
+/// Whether the trigger is off: the EVM's node stopped it (run control, the trigger stream's clean
+/// end, or its break). Never on a plain RU.
+fn trigger_off(core: &dyn RuCore) -> bool {
+    core.node().is_some_and(EvmNode::trigger_stopped)
+}
+
 pub(crate) const WAKER: Token = Token(0);
 const FEROL_LISTENER: Token = Token(1);
 const CONTROL_LISTENER: Token = Token(2);
@@ -566,7 +572,7 @@ impl RuNode {
             drain_seen: false,
             bus_down: BTreeMap::new(),
             bus_lost: Vec::new(),
-            trigger_stopped: false,
+            stop_noted: false,
             last_trigger: None,
             self_assigned: cfg.ru.first_event,
             to_release: Vec::new(),
@@ -616,7 +622,8 @@ struct RuLoop {
     /// BUs this RU could not reach, since when, with the super-fragments it could not send them
     /// and their incarnation: sent again every [`BU_RETRY`] while still theirs.
     bus_down: BTreeMap<u16, (Instant, Vec<(u32, SuperFragment)>)>,
-    trigger_stopped: bool,
+    /// The trigger's stop (the EVM's node's to decide) has been taken as the unit's Stop.
+    stop_noted: bool,
     /// The trigger information of the last trigger fragment that parsed.
     last_trigger: Option<TriggerInfo>,
     /// Ingest only: the next event to assign to itself, and the events sent, to release.
@@ -734,7 +741,7 @@ impl RuLoop {
             self.flush_conns()?;
             self.publish_stats();
             self.cpu.sample(&self.stats, false);
-            if self.trigger_stopped
+            if trigger_off(&*self.core)
                 && let Some(evm) = self.core.evm()
                 && !evm.drained()
             {
@@ -886,7 +893,7 @@ impl RuLoop {
     /// event limit, the stop line, and once the run's last event is known (the trigger stopped,
     /// the drain seen), the events of the run.
     fn clean_end_at(&self) -> Option<u64> {
-        let stopped = if self.is_evm() { self.trigger_stopped } else { self.drain_seen };
+        let stopped = if self.is_evm() { trigger_off(&*self.core) } else { self.drain_seen };
         let run = stopped.then(|| self.events_of_run());
         [self.cfg.event_limit, self.control.stop_line(), run].into_iter().flatten().min()
     }
@@ -969,8 +976,8 @@ impl RuLoop {
     /// Takes note once that the EVM's node stopped the trigger (run control's stop, the trigger
     /// stream's clean end, or its break).
     fn note_trigger_stop(&mut self) {
-        if !self.trigger_stopped && self.core.node().is_some_and(EvmNode::trigger_stopped) {
-            self.trigger_stopped = true;
+        if !self.stop_noted && trigger_off(&*self.core) {
+            self.stop_noted = true;
             self.stats.transition(Transition::Stop);
         }
     }
@@ -1072,7 +1079,7 @@ impl RuLoop {
         for i in 0..self.streams.len() {
             let Some(s) = &mut self.streams[i] else { continue };
             let fed = self.cfg.ru.feds[i];
-            if fed == TCDS_FED_ID && self.trigger_stopped {
+            if fed == TCDS_FED_ID && trigger_off(&*self.core) {
                 // The trigger is off: a trigger fragment not yet taken is of an event after the
                 // run's last, and its front end is held back as a stopped trigger would be.
                 continue;
@@ -1081,10 +1088,9 @@ impl RuLoop {
             let mut taken = 0;
             // The trigger stream, read by the EVM's node, which stops the trigger when it breaks.
             let trigger = fed == TCDS_FED_ID && self.cfg.evm.is_some();
-            let trigger_off = |core: &dyn RuCore| trigger && core.node().is_some_and(EvmNode::trigger_stopped);
             loop {
                 // Fragments already received go first, as far as the core takes them.
-                while s.broke.is_none() && !trigger_off(&*self.core) && self.core.accepts(i) {
+                while s.broke.is_none() && !(trigger && trigger_off(&*self.core)) && self.core.accepts(i) {
                     match buffer.next_fragment() {
                         None => {
                             if s.ended && buffer.pending_bytes() > 0 {
@@ -1151,7 +1157,7 @@ impl RuLoop {
                         }
                     }
                 }
-                if s.ended || trigger_off(&*self.core) {
+                if s.ended || (trigger && trigger_off(&*self.core)) {
                     break;
                 }
                 if s.broke.is_some() {

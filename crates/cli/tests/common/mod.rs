@@ -12,7 +12,7 @@ pub use require::require;
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 use tessera_formats::raw::RawFile;
@@ -21,6 +21,11 @@ use tessera_formats::raw::RawFile;
 /// below the kernel's ephemeral range (32768 and up by default), from which port-0 listeners and
 /// outgoing connections draw theirs, so that no other socket of the tests can take one between
 /// its choice here and its unit's bind; each test process has a range of its own.
+/// Runs this package's `tessera` with `args` to its end.
+pub fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("tessera runs")
+}
+
 pub fn free_ports(n: usize) -> Vec<u16> {
     static NEXT: AtomicU16 = AtomicU16::new(0);
     let base = 20_000 + (std::process::id() % 120) as u16 * 100;
