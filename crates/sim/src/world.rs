@@ -352,16 +352,15 @@ impl World {
         }
     }
 
-    /// Whether `event` is one of the run's.
-    fn of_run(&self, event: EventNumber) -> bool {
-        event < self.sc.first_event + self.run_events()
-    }
-
+    /// Every event of the run published, every unit ended, and no buffer held but the orphans
+    /// (of events after the run's last).
     fn drained(&self) -> bool {
-        self.published.len() as u64 == self.run_events()
+        let events = self.run_events();
+        let end = self.sc.first_event + events;
+        self.published.len() as u64 == events
             && self.evm.evm.drained()
             && self.bus.iter().all(|b| b.ended && b.unit.as_ref().is_some_and(|u| u.idle()))
-            && self.buffers.values().all(|&(_, _, event)| !self.of_run(event))
+            && self.buffers.values().all(|&(_, _, event)| event >= end)
     }
 
     fn describe_stuck(&self) -> String {
