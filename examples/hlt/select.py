@@ -14,16 +14,20 @@ It reads the raw files itself: a RAW_0002 header (docs/formats.md §5), then FRD
 Environment:
     TESSERA_HLT_CRASH_EVENT=<n>  exit with status 3 on reaching event n (tests failure handling)
     TESSERA_HLT_VERBOSE=1        print each event's trigger type and BX on standard error
+    TESSERA_HLT_FILE_DELAY_MS=<n> take n ms more over each file, as a slow selection would
+                                 (tests of an FU killed while it works on a file)
 Standard library only.
 """
 import os
 import struct
 import sys
+import time
 
 STREAMS = ["Physics", "Express"]
 TCDS_FEDS = range(1024, 1100)
 CRASH_EVENT = os.environ.get("TESSERA_HLT_CRASH_EVENT")
 VERBOSE = os.environ.get("TESSERA_HLT_VERBOSE") == "1"
+FILE_DELAY_S = int(os.environ.get("TESSERA_HLT_FILE_DELAY_MS", "0")) / 1000
 
 
 def records(data):
@@ -79,6 +83,7 @@ def select(event):
 def judge_file(path, skip, out):
     with open(path, "rb") as f:
         data = f.read()
+    time.sleep(FILE_DELAY_S)
     for index, (frd_event, payload) in enumerate(records(data)):
         if index < skip:
             continue

@@ -950,11 +950,18 @@ fn summarize(
         chain_holds = false;
         println!("chain: NOT PROVEN: the run was ended before the builder's end");
     } else if cfg.fu.enabled {
-        let processed: u64 = c
-            .placed
-            .iter()
-            .filter(|p| matches!(p.role, Role::Fu(_)))
-            .filter_map(|p| reports.get(&p.name)?["events"].as_u64())
+        // Per BU, the ledger its FUs' output directory holds: every incarnation's published
+        // work, a killed FU's included. Each FU reads it when the BU's files are all processed;
+        // the ledger only grows, so the largest reading is the last and complete one.
+        let processed: u64 = (0..cfg.bus.len())
+            .map(|i| {
+                c.placed
+                    .iter()
+                    .filter(|p| p.role == Role::Fu(i))
+                    .filter_map(|p| reports.get(&p.name)?["ledger_events"].as_u64())
+                    .max()
+                    .unwrap_or(0)
+            })
             .sum();
         let merged = c.placed.iter().find(|p| p.role == Role::Merger).map(|p| {
             let view = c.view(p);

@@ -128,6 +128,7 @@ pub fn report_json(report: &FuReport) -> serde_json::Value {
         "lumi_sections": report.lumi_sections,
         "returned_claims": report.returned_claims,
         "reasons": report.reasons,
+        "ledger_events": report.ledger_events,
     })
 }
 
@@ -188,7 +189,12 @@ pub fn fu_args(cfg: &SystemConfig, i: usize, output: &Path, broker: Option<Strin
 
 /// The filter farm of a `tessera run`: FU processes per BU and a merger thread.
 pub struct Farm {
-    children: Vec<(String, Child, PathBuf)>,
+    fus: Vec<FuSlot>,
+    /// FU processes that ended badly and were started again: their names and why. Their
+    /// published work is in the ledger ([`tessera_fu::output::ledger_events`]); the rest is
+    /// taken over by the others.
+    replaced: Vec<(String, String)>,
+    max_restarts: u32,
     merger: Option<JoinHandle<Result<()>>>,
     stop: Arc<AtomicBool>,
     /// The streams, the error stream last.
@@ -197,11 +203,40 @@ pub struct Farm {
     pub dirs: FarmDirs,
 }
 
+/// One FU process of the farm and how to start it again.
+struct FuSlot {
+    name: String,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Child,
+    restarts: u32,
+}
+
+impl FuSlot {
+    /// Starts `tessera` with `args` as one FU process, its standard error appended to `log`.
+    fn spawn(args: &[String], log: &Path) -> Result<Child> {
+        let exe = std::env::current_exe().context("finding this program to start the FUs")?;
+        let mut cmd = Command::new(exe);
+        cmd.args(args).args(["--parent-pid", &std::process::id().to_string()]);
+        // A group of its own: a terminal's Ctrl-C goes to `tessera run` alone, which drains the
+        // FUs rather than losing them mid-file.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let stderr = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
+        Ok(cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).spawn()?)
+    }
+}
+
 /// What the farm did.
 #[derive(Debug, Default)]
 pub struct FarmOutcome {
     /// Per FU process: its name and its report, or why there is none.
     pub fus: Vec<(String, Result<serde_json::Value, String>)>,
+    /// FU processes that ended badly and were started again, and why.
+    pub replaced: Vec<(String, String)>,
     /// The mergers' error, if they failed or did not finish.
     pub merger_error: Option<String>,
     /// Whether it was stopped at once rather than drained ([`Farm::finish`]).
@@ -214,25 +249,14 @@ impl Farm {
     pub fn start(cfg: &SystemConfig, output: &Path, streams: &[String]) -> Result<Farm> {
         let fu = &cfg.fu;
         let dirs = FarmDirs::of(cfg, output);
-        let exe = std::env::current_exe().context("finding this program to start the FUs")?;
-        let mut children = Vec::new();
+        let mut fus = Vec::new();
         for (i, bu) in cfg.bus.iter().enumerate() {
             fs::create_dir_all(&dirs.fu[i]).with_context(|| format!("creating {}", dirs.fu[i].display()))?;
             for k in 0..fu.processes_per_bu {
                 let log = dirs.fu[i].join(format!("fu{k}.log"));
-                let mut cmd = Command::new(&exe);
-                cmd.args(fu_args(cfg, i, output, None)).args(["--parent-pid", &std::process::id().to_string()]);
-                // A group of its own: a terminal's Ctrl-C goes to `tessera run` alone, which
-                // drains the FUs rather than losing them mid-file.
-                std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-                let stderr = fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-                let child = cmd
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(stderr)
-                    .spawn()
-                    .with_context(|| format!("starting FU {k} of {}", bu.name))?;
-                children.push((format!("{}/fu{k}", bu.name), child, log));
+                let args = fu_args(cfg, i, output, None);
+                let child = FuSlot::spawn(&args, &log).with_context(|| format!("starting FU {k} of {}", bu.name))?;
+                fus.push(FuSlot { name: format!("{}/fu{k}", bu.name), args, log, child, restarts: 0 });
             }
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -247,7 +271,47 @@ impl Farm {
         } else {
             None
         };
-        Ok(Farm { children, merger, stop, streams: with_error_stream(streams), dirs })
+        Ok(Farm {
+            fus,
+            replaced: Vec::new(),
+            max_restarts: cfg.controller.max_restarts,
+            merger,
+            stop,
+            streams: with_error_stream(streams),
+            dirs,
+        })
+    }
+
+    /// Starts again every FU process that ended badly (killed, or failed), at most
+    /// `controller.max_restarts` times each, as the controller does on agents: its claims go
+    /// back to the pool, its published work stays, and the new process takes its place. A
+    /// process that ended well is left for [`Farm::finish`] to read.
+    pub fn restart_failed(&mut self) {
+        for slot in &mut self.fus {
+            let Ok(Some(status)) = slot.child.try_wait() else { continue };
+            if status.success() || slot.restarts >= self.max_restarts {
+                continue;
+            }
+            let why = format!("{status} (pid {}; see {})", slot.child.id(), slot.log.display());
+            match FuSlot::spawn(&slot.args, &slot.log) {
+                Ok(child) => {
+                    slot.restarts += 1;
+                    tracing::warn!(
+                        unit = %slot.name,
+                        "FU {}: {why}; started again as pid {} ({} of at most {} restarts)",
+                        slot.name,
+                        child.id(),
+                        slot.restarts,
+                        self.max_restarts
+                    );
+                    self.replaced.push((slot.name.clone(), why));
+                    slot.child = child;
+                }
+                Err(e) => {
+                    tracing::error!(unit = %slot.name, "FU {}: {why}; could not start it again: {e:#}", slot.name)
+                }
+            }
+        }
     }
 
     /// Waits up to `timeout` for the FUs and the mergers to finish the run (the BUs have ended
@@ -258,34 +322,33 @@ impl Farm {
     pub fn finish(mut self, timeout: Duration, mut tick: impl FnMut() -> bool) -> FarmOutcome {
         let mut deadline = Instant::now() + timeout;
         let mut cut = false;
-        let mut children = std::mem::take(&mut self.children);
-        let mut statuses: Vec<Option<std::process::ExitStatus>> = vec![None; children.len()];
         // Bounded by the deadline, which a cut only brings closer.
         loop {
-            for ((_, child, _), status) in children.iter_mut().zip(&mut statuses) {
-                if status.is_none() {
-                    *status = child.try_wait().ok().flatten();
-                }
+            if !cut {
+                self.restart_failed();
             }
+            let fus_done = self.fus.iter_mut().all(|slot| matches!(slot.child.try_wait(), Ok(Some(_))));
             let mergers_done = self.merger.as_ref().is_none_or(JoinHandle::is_finished);
-            if (statuses.iter().all(Option::is_some) && mergers_done) || Instant::now() >= deadline {
+            if (fus_done && mergers_done) || Instant::now() >= deadline {
                 break;
             }
             if tick() && !cut {
                 cut = true;
                 self.stop.store(true, Ordering::SeqCst);
                 deadline = deadline.min(Instant::now() + CUT_SHORT_GRACE);
-                for ((_, child, _), _) in children.iter().zip(&statuses).filter(|(_, s)| s.is_none()) {
-                    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                for slot in &mut self.fus {
+                    if matches!(slot.child.try_wait(), Ok(None))
+                        && let Some(pid) = rustix::process::Pid::from_raw(slot.child.id() as i32)
+                    {
                         let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
                     }
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let mut outcome = FarmOutcome::default();
-        for ((name, mut child, log), status) in children.into_iter().zip(statuses) {
-            let status = status.or_else(|| {
+        let mut outcome = FarmOutcome { replaced: std::mem::take(&mut self.replaced), ..FarmOutcome::default() };
+        for FuSlot { name, mut child, log, .. } in std::mem::take(&mut self.fus) {
+            let status = child.try_wait().ok().flatten().or_else(|| {
                 let _ = child.kill();
                 let _ = child.wait();
                 None
@@ -328,9 +391,9 @@ impl Farm {
 impl Drop for Farm {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        for (_, child, _) in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
+        for slot in &mut self.fus {
+            let _ = slot.child.kill();
+            let _ = slot.child.wait();
         }
     }
 }

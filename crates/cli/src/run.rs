@@ -22,6 +22,8 @@ use tessera_runtime::trigger::{Interval, TriggerAccount, TriggerSummary};
 use tessera_control::{
     Action, ControlConfig, ControlServer, HeartbeatWatch, RunState, RunStatus, Served, Unit, UnitKind,
 };
+use tessera_formats::names;
+use tessera_fu::output::ledger_events;
 use tessera_fu::resources::FarmLimits;
 use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{FedError, UnitStats};
@@ -411,7 +413,7 @@ pub fn run(
     })
     .context("installing the Ctrl-C handler")?;
     // The farm first, so that it is there when the first files appear.
-    let farm = streams.map(|streams| Farm::start(&cfg, &output, &streams)).transpose()?;
+    let mut farm = streams.map(|streams| Farm::start(&cfg, &output, &streams)).transpose()?;
     let brokers = (0..cfg.bus.len()).map(|i| start_broker(&cfg, i, &output)).collect::<Result<Vec<_>>>()?;
     let system = RunningSystem::start(SystemPlan { rus, bus, emulators })?;
     let units = cfg
@@ -461,6 +463,9 @@ pub fn run(
     while !system.finished() {
         std::thread::sleep(Duration::from_millis(if tty { 250 } else { 1000 }));
         watch_heartbeats(&named, &mut watch, &mut stalled);
+        if let Some(farm) = &mut farm {
+            farm.restart_failed();
+        }
         let p = system.progress();
         let interval = trigger.interval(&p);
         show(&p, &last, &interval, requested_hz, tty);
@@ -941,14 +946,12 @@ fn summarize_farm(
     dirs: &FarmDirs,
 ) -> (serde_json::Value, bool) {
     let mut clean = farm.merger_error.is_none();
-    let mut fu_events = 0;
     for (name, r) in &farm.fus {
         match r {
             Ok(report) => {
-                let events = report["events"].as_u64().unwrap_or(0);
-                fu_events += events;
                 println!(
-                    "  {name:<10} {events:>10} events from {:>6} files, {:>6} set aside, {:>4} claims of dead FUs taken back",
+                    "  {name:<10} {:>10} events from {:>6} files, {:>6} set aside, {:>4} claims of dead FUs taken back",
+                    report["events"].as_u64().unwrap_or(0),
                     report["files"].as_u64().unwrap_or(0),
                     report["error_events"].as_u64().unwrap_or(0),
                     report["returned_claims"].as_u64().unwrap_or(0)
@@ -960,6 +963,20 @@ fn summarize_farm(
             Err(e) => {
                 clean = false;
                 println!("  {name:<10} {}: {e}", if farm.cut_short { "cut short" } else { "FAILED" });
+            }
+        }
+    }
+    for (name, why) in &farm.replaced {
+        println!("  {name} ended with {why}; started again, its published work counted from the ledger");
+    }
+    // Every incarnation's published work, the killed ones' included, is in the ledgers.
+    let mut fu_events = 0;
+    for dir in &dirs.fu {
+        match ledger_events(&dir.join(names::run_dir_name(cfg.run.number))) {
+            Ok(n) => fu_events += n,
+            Err(e) => {
+                clean = false;
+                println!("  ledger of {}: {e}", dir.display());
             }
         }
     }
@@ -1013,6 +1030,7 @@ fn summarize_farm(
         "bytes": check.bytes,
         "problems": check.problems,
         "fus": farm.fus.iter().map(|(n, r)| json!({"name": n, "report": r.as_ref().ok(), "error": r.as_ref().err()})).collect::<Vec<_>>(),
+        "fus_started_again": farm.replaced.iter().map(|(n, why)| json!({"name": n, "ended": why})).collect::<Vec<_>>(),
         "merger_error": farm.merger_error,
     });
     (json, holds && clean)

@@ -218,3 +218,76 @@ fn fu_log_as_json_gives_one_object_a_line_with_the_lumi_section() {
     assert!(published.iter().all(|e| e["level"] == "INFO" && e["message"].as_str().unwrap().contains("published")));
     assert_eq!(published.iter().map(|e| e["processed"].as_u64().unwrap()).sum::<u64>(), 40);
 }
+
+/// `tessera run` of 2 RUs and 2 BUs, two FUs per BU behind a slow HLT: one of bu0's FUs is
+/// killed (SIGKILL) while it works on a file, after it has published a lumi section of its own.
+/// The run starts it again, another FU takes the file over, and both checks count the killed
+/// incarnation's published events from the ledger: every event built is processed once and is
+/// in storage, and `verify` agrees.
+#[test]
+fn run_2x2_fu_killed_mid_file_is_started_again_and_every_event_is_processed_once() {
+    let python = Command::new("python3").arg("--version").output().is_ok();
+    if !common::require("no python3: the test slows the FUs with the example HLT, examples/hlt/select.py", python) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py");
+    let system = tmp.path().join("system.yaml");
+    let out = tmp.path().join("out");
+    fs::write(
+        &system,
+        format!(
+            "run: {{events: 20000, orbits_per_lumi_section: 1024}}\ntrigger: {{rate_hz: 10000}}\n\
+             rus:\n  - {{name: ru0, feds: \"1024,0-1\"}}\n  - {{name: ru1, feds: \"2-3\"}}\n\
+             bus:\n  - {{name: bu0}}\n  - {{name: bu1}}\n\
+             fu: {{processes_per_bu: 2, exec: [python3, {}]}}\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let mut run = tessera()
+        .arg("run")
+        .arg(&system)
+        .args(["--keep", "all", "--output"])
+        .arg(&out)
+        .env("TESSERA_HLT_FILE_DELAY_MS", "100")
+        .stdout(fs::File::create(tmp.path().join("run.out")).unwrap())
+        .stderr(fs::File::create(tmp.path().join("run.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let victim = loop {
+        if let Some(&pid) = common::fus_of(run.id(), "bu0").first()
+            && common::has_published(&out, pid)
+            && common::holds_a_claim(&out, pid)
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no FU of bu0 published a lumi section and then claimed a file in 60 s");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let pid = rustix::process::Pid::from_raw(victim as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "tessera run still runs after 240 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = fs::read_to_string(tmp.path().join("run.out")).unwrap();
+    let log = || fs::read_to_string(tmp.path().join("run.log")).unwrap();
+    assert!(status.success(), "{text}\n{}", log());
+    assert!(log().contains(&format!("signal: 9 (SIGKILL) (pid {victim};")), "{}", log());
+    assert!(text.contains(&format!("ended with signal: 9 (SIGKILL) (pid {victim};")), "{text}");
+    assert!(text.contains("conservation: triggered 20000 = built 20000 + lost 0  holds"), "{text}");
+    assert!(text.contains("chain: built 20000 = processed 20000 by the FUs = processed 20000 in storage"), "{text}");
+    let mut bu_runs = Vec::new();
+    for bu in ["bu0", "bu1"] {
+        bu_runs.extend(fs::read_dir(out.join(bu)).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    let storage = out.join("storage").join("run000001");
+    let verify = tessera().arg("verify").arg(&storage).arg("--built").args(&bu_runs).output().unwrap();
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+}

@@ -268,7 +268,8 @@ pub struct ControllerSection {
     /// Longest a unit may take from its start until it takes data, in s.
     pub start_timeout_s: u64,
     /// A BU, FU or merger process that dies is started again (a BU with `--restart`) up to
-    /// this many times each; 0: its death ends the run. An RU's or the EVM's always does.
+    /// this many times each; 0: its death ends the run. An RU's or the EVM's always does. On
+    /// one host (`tessera run`) it bounds the restarts of each FU process.
     pub max_restarts: u32,
     /// The host that runs the mergers (`tessera merge`), which read the FUs' outputs and the
     /// BUs' directories through a file system all hosts share; absent: the FU host of `bus[0]`.

@@ -7,6 +7,11 @@
 //! point leaves either no record (its `open/` files are dropped and its claims return to the
 //! pool) or a record that any FU or merger on the host carries out ([`FuOutputDir::finish_dead`]);
 //! so every input is processed exactly once.
+//!
+//! Carrying out a record also leaves a ledger entry, `ledger/<record's name>.processed`, holding
+//! the events the outputs processed. It outlives the process, so the run counts the events of
+//! every incarnation of its FUs, killed ones included ([`ledger_events`]); being
+//! named by the record, it is written once however often the record is carried out.
 
 use crate::claim::{FileSource, remove_if_present};
 use crate::{ERROR_STREAM, FuError, io_error};
@@ -29,6 +34,13 @@ pub const SPOOL_DIR: &str = "spool";
 /// Extension of output data files: they are raw files.
 pub const DATA_EXT: &str = "raw";
 
+/// The ledger of published lumi-section outputs, in an output run directory (see the module's
+/// documentation).
+pub const LEDGER_DIR: &str = "ledger";
+
+/// Extension of a ledger entry.
+const LEDGER_EXT: &str = "processed";
+
 /// Writes `bytes` to `path` through a temporary file of this process and a rename.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), FuError> {
     Ok(tessera_rundir::write_atomically(path, bytes)?)
@@ -49,6 +61,8 @@ struct CommitRecord {
     inputs: Vec<String>,
     /// Output files under `open/`, data files before their JSON.
     outputs: Vec<String>,
+    /// Events the outputs processed, for the ledger.
+    processed: u64,
 }
 
 fn commit_name(run: u32, ls: u32, producer: &Producer) -> String {
@@ -67,7 +81,7 @@ impl FuOutputDir {
     /// Creates (or opens) the output run directory of run `run` under `dir`.
     pub fn create(dir: &Path, run: u32) -> Result<Self, FuError> {
         let dir = dir.join(names::run_dir_name(run));
-        for sub in [names::OPEN_DIR, names::JSD_DIR, SPOOL_DIR] {
+        for sub in [names::OPEN_DIR, names::JSD_DIR, SPOOL_DIR, LEDGER_DIR] {
             let path = dir.join(sub);
             fs::create_dir_all(&path).map_err(io_error("creating", &path))?;
         }
@@ -133,8 +147,8 @@ impl FuOutputDir {
         Ok(())
     }
 
-    /// Moves the outputs of a written commit record into place, removes its inputs, then the
-    /// record. Each step tolerates having been done before.
+    /// Moves the outputs of a written commit record into place, writes its ledger entry, removes
+    /// its inputs, then the record. Each step tolerates having been done before.
     fn carry_out(&self, record_path: &Path, record: &CommitRecord, claimer: &dyn FileSource) -> Result<(), FuError> {
         let open = self.dir.join(names::OPEN_DIR);
         for name in &record.outputs {
@@ -145,11 +159,40 @@ impl FuOutputDir {
                 Err(e) => return Err(io_error("publishing", &from)(e)),
             }
         }
+        let record_name = record_path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let entry = self
+            .dir
+            .join(LEDGER_DIR)
+            .join(format!("{}.{LEDGER_EXT}", record_name.strip_suffix(".commit").unwrap_or(record_name)));
+        if !entry.exists() {
+            write_atomically(&entry, format!("{}\n", record.processed).as_bytes())?;
+        }
         for input in &record.inputs {
             claimer.remove_processed(&ClaimedRawName::parse(input)?)?;
         }
         remove_if_present(record_path)
     }
+}
+
+/// Events processed by every output published in the output run directory `run_dir`
+/// (`<dir>/runRRRRRR`), by whichever process: the sum of its ledger's entries. Once the BU's
+/// files are all processed (their inputs removed), every entry is there: a commit record writes
+/// its entry before it removes its inputs.
+pub fn ledger_events(run_dir: &Path) -> Result<u64, FuError> {
+    let ledger = run_dir.join(LEDGER_DIR);
+    let mut events = 0;
+    for name in list(&ledger)? {
+        if !name.ends_with(&format!(".{LEDGER_EXT}")) {
+            continue; // a temporary file of a write in progress
+        }
+        let path = ledger.join(&name);
+        let text = fs::read_to_string(&path).map_err(io_error("reading", &path))?;
+        events += text.trim().parse::<u64>().map_err(|e| FuError::Bookkeeping {
+            path: path.clone(),
+            problem: format!("a ledger entry holds {:?}, not a count of events: {e}", text.trim()),
+        })?;
+    }
+    Ok(events)
 }
 
 /// The file names in `dir`, or none if it does not exist.
@@ -329,7 +372,11 @@ impl LumiOutputs {
             outputs.push(json_name);
             accepted.push((stream.name.clone(), u64::from(stream.events)));
         }
-        let record = CommitRecord { inputs: self.inputs.iter().map(ToString::to_string).collect(), outputs };
+        let record = CommitRecord {
+            inputs: self.inputs.iter().map(ToString::to_string).collect(),
+            outputs,
+            processed: self.processed,
+        };
         let record_path = self.dir.dir.join(commit_name(self.dir.run, self.ls, &self.producer));
         let text = serde_json::to_string(&record).expect("a commit record always serializes");
         write_atomically(&record_path, text.as_bytes())?;

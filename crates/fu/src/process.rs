@@ -3,7 +3,7 @@
 //! lumi section once the BU has ended it and no file of it is left to claim.
 
 use crate::claim::{BuRunState, ClaimedFile, FileSource, remove_if_present, return_dead_claims};
-use crate::output::{Batch, EventOutcome, FuOutputDir, LumiOutputs};
+use crate::output::{Batch, EventOutcome, FuOutputDir, LumiOutputs, ledger_events};
 use crate::remote::BuAccess;
 use crate::resources::{ResourceSummary, now_unix_ms, used_percent};
 use crate::{FuError, Hlt, Verdict};
@@ -62,6 +62,10 @@ pub struct FuReport {
     pub disk_full_pauses: u64,
     /// The first reasons events were set aside for (at most [`FuReport::MAX_REASONS`]).
     pub reasons: Vec<String>,
+    /// Events processed by every FU process that wrote to this output directory, this one and
+    /// the killed ones included, as its ledger says when this process ended with every file
+    /// of the BU processed ([`crate::output::ledger_events`]); `None` when it was stopped early.
+    pub ledger_events: Option<u64>,
 }
 
 impl FuReport {
@@ -198,7 +202,10 @@ fn run_loop(
                 full_since = None;
                 std::thread::sleep(cfg.poll_interval);
             }
-            Ok(Step::Done) => break,
+            Ok(Step::Done) => {
+                fu.report.ledger_events = Some(ledger_events(fu.outputs.path())?);
+                break;
+            }
             Err(e) if e.is_disk_full() => {
                 // Nothing is lost: the outputs not yet published are dropped and their inputs go
                 // back to the pool, to be processed again when there is room.

@@ -375,8 +375,11 @@ fn fu_1x1_fu_crash_mid_commit_is_carried_out_not_redone() {
     let record = fu_run.join(format!("run000001_ls0001_pid{DEAD_PID}.commit"));
     fs::write(&record, serde_json_record(&fu_run, &claim)).unwrap();
     let report = farm.run_fu("bu0");
-    // The dead process's file was carried out, not processed again.
+    // The dead process's file was carried out, not processed again; its events are in the
+    // ledger once, though its record was carried out twice.
     assert_eq!(report.events, 75 - 6);
+    assert_eq!(report.ledger_events, Some(75));
+    assert_eq!(tessera_fu::output::ledger_events(&fu_run).unwrap(), 75);
     farm.merge_all();
     farm.check_storage();
 }
@@ -393,7 +396,7 @@ fn serde_json_record(fu_run: &Path, claim: &ClaimedRawName) -> String {
         }
     }
     outputs.sort_by_key(|n| n.ends_with(".jsn"));
-    format!("{{\"inputs\":[\"{claim}\"],\"outputs\":{outputs:?}}}")
+    format!("{{\"inputs\":[\"{claim}\"],\"outputs\":{outputs:?},\"processed\":6}}")
 }
 
 #[test]

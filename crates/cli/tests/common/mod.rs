@@ -140,3 +140,47 @@ pub fn verified_events(dir: &Path, run: u32, bus: &[&str]) -> BTreeSet<u32> {
     }
     seen
 }
+
+/// The FU processes that process `parent` (`tessera run`, or an agent) started for BU `bu`, by
+/// their command lines.
+pub fn fus_of(parent: u32, bu: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        let cmdline = std::fs::read_to_string(entry.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&str> = cmdline.split('\0').collect();
+        if ppid == Some(parent) && args.get(1) == Some(&"fu") && args.iter().any(|a| a.ends_with(&format!("fu/{bu}"))) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Whether process `pid` holds a claim on a BU file under `dir`: it is working on that file.
+pub fn holds_a_claim(dir: &Path, pid: u32) -> bool {
+    std::fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            holds_a_claim(&e.path(), pid)
+        } else {
+            tessera_formats::names::ClaimedRawName::parse(&name).is_ok_and(|c| c.pid == pid)
+        }
+    })
+}
+
+/// Whether FU process `pid` has published a lumi section's outputs under `dir`: a ledger entry
+/// (`ledger/runRRRRRR_lsLLLL_<producer>.processed`) of its own is there.
+pub fn has_published(dir: &Path, pid: u32) -> bool {
+    std::fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            has_published(&e.path(), pid)
+        } else {
+            let producer = name.strip_suffix(".processed").and_then(|n| n.rsplit_once('_')).map(|(_, p)| p);
+            producer.and_then(|p| tessera_formats::names::Producer::from_token(p).ok()).and_then(|p| p.pid())
+                == Some(pid)
+        }
+    })
+}
