@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_config::SystemConfig;
@@ -24,7 +24,9 @@ use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
 use tessera_control::{Action, HeartbeatWatch, RunState, RunStatus, Served, UnitSource, UnitView, client};
 
 use crate::farm::fu_args;
-use crate::run::{ControlArgs, DRAIN_TIMEOUT, IncompleteRule, incomplete_line, serve_control};
+use crate::run::{
+    ControlArgs, DRAIN_TIMEOUT, IncompleteRule, OperatorStop, count_interrupts, incomplete_line, serve_control,
+};
 
 /// The options of `tessera agent`.
 #[derive(clap::Args, Debug, Clone)]
@@ -51,12 +53,7 @@ pub fn agent(args: &AgentArgs) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("tessera-agent-{}", args.listen.port())));
     let program = std::env::current_exe().context("finding this program, which the agent runs")?;
-    let ended = Arc::new(AtomicU32::new(0));
-    let flag = ended.clone();
-    ctrlc::set_handler(move || {
-        flag.fetch_add(1, Ordering::SeqCst);
-    })
-    .context("installing the signal handler")?;
+    let ended = count_interrupts()?;
     let token = match args.token.clone().filter(|t| !t.trim().is_empty()) {
         Some(token) => token,
         None => {
@@ -667,12 +664,7 @@ pub fn run_on_agents(
         output.display()
     );
     c.check_agents()?;
-    let interrupts = Arc::new(AtomicU32::new(0));
-    let counter = interrupts.clone();
-    ctrlc::set_handler(move || {
-        counter.fetch_add(1, Ordering::SeqCst);
-    })
-    .context("installing the Ctrl-C handler")?;
+    let interrupts = count_interrupts()?;
     // The controller's own control server: the dashboard, metrics and API of every unit on every
     // host, as last gathered, and the run's stop.
     let asked = interrupts.clone();
@@ -695,7 +687,8 @@ pub fn run_on_agents(
     };
     let _control = serve_control(control, served)?;
     let started = Instant::now();
-    let outcome = drive(&mut c, &interrupts);
+    let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(c.cfg.controller.stop_timeout_s));
+    let outcome = drive(&mut c, &operator);
     let faults = match outcome {
         Ok(faults) => faults,
         Err(e) => {
@@ -719,7 +712,7 @@ pub fn run_on_agents(
 
 /// Starts the run in order, watches it until every process has ended, and stops it on its
 /// limit or Ctrl-C. Returns the faults that ended it early, if any.
-fn drive(c: &mut Controller, interrupts: &AtomicU32) -> Result<Vec<Fault>> {
+fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>> {
     let start_timeout = Duration::from_secs(c.cfg.controller.start_timeout_s);
     let placed = c.placed.clone();
     // The farm first, so that it is there when the first files appear; then the builder, from
@@ -799,9 +792,15 @@ fn drive(c: &mut Controller, interrupts: &AtomicU32) -> Result<Vec<Fault>> {
             c.status.update(|v| v.state = RunState::Merging);
         }
         let time_up = c.cfg.run.seconds.is_some_and(|s| enabled.elapsed().as_secs_f64() >= s);
-        let asked = interrupts.load(Ordering::SeqCst);
-        if asked > 1 {
-            bail!("interrupted twice: the run is aborted");
+        let asked = operator.stops();
+        if operator.cut() {
+            if asked > 1 {
+                bail!("interrupted twice: the run is aborted");
+            }
+            bail!(
+                "the run did not end within {} s of the operator's stop (controller.stop_timeout_s): it is aborted",
+                c.cfg.controller.stop_timeout_s
+            );
         }
         if !c.stopping && (time_up || asked > 0) && !c.ended(&evm) {
             c.stopping = true;

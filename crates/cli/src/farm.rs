@@ -644,8 +644,9 @@ pub fn start_broker(cfg: &SystemConfig, i: usize, output: &Path) -> Result<Optio
 /// removed, so that remote FUs can finish through the broker before it goes; then, within the
 /// same `timeout`, until no FU's resource summary of the run is younger than `stale_after`, so
 /// that the FUs, which leave after their last file, can remove theirs through the broker too (a
-/// summary no longer renewed stops counting). Whether every file was processed.
-pub fn wait_drained(bu_dir: &Path, run: u32, stale_after: Duration, timeout: Duration) -> bool {
+/// summary no longer renewed stops counting). It stops waiting as soon as `cut` says so (an
+/// operator's stop). Whether every file was processed.
+pub fn wait_drained(bu_dir: &Path, run: u32, stale_after: Duration, timeout: Duration, cut: &dyn Fn() -> bool) -> bool {
     let claimer = match tessera_fu::claim::Claimer::new(bu_dir, run, &host_name(), std::process::id()) {
         Ok(c) => c,
         Err(_) => return false,
@@ -655,7 +656,7 @@ pub fn wait_drained(bu_dir: &Path, run: u32, stale_after: Duration, timeout: Dur
         match claimer.listing() {
             Ok(state) if state.ended && state.lumi_sections_with_files.is_empty() => break,
             Err(_) => return false,
-            _ if Instant::now() >= deadline => return false,
+            _ if Instant::now() >= deadline || cut() => return false,
             _ => std::thread::sleep(Duration::from_millis(100)),
         }
     }
@@ -664,7 +665,7 @@ pub fn wait_drained(bu_dir: &Path, run: u32, stale_after: Duration, timeout: Dur
         let now = now_unix_ms();
         read_summaries(bu_dir, run).iter().any(|s| now.saturating_sub(s.updated_unix_ms) <= stale_after_ms)
     };
-    while publishing() && Instant::now() < deadline {
+    while publishing() && Instant::now() < deadline && !cut() {
         std::thread::sleep(Duration::from_millis(100));
     }
     true

@@ -49,6 +49,62 @@ pub(crate) const CUT_SHORT_EXIT: u8 = 130;
 /// How long a stopped run may take to drain before its units are aborted.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Counts the operator's SIGINT and SIGTERM to this process. The first asks for a drain and
+/// the second cuts the run short; each command bounds the waits that follow. A third leaves at
+/// once (exit [`CUT_SHORT_EXIT`]), whatever still runs, so that no state ignores an operator.
+pub(crate) fn count_interrupts() -> Result<Arc<AtomicU32>> {
+    let interrupts = Arc::new(AtomicU32::new(0));
+    let counter = interrupts.clone();
+    ctrlc::set_handler(move || {
+        if counter.fetch_add(1, Ordering::SeqCst) + 1 >= 3 {
+            eprintln!("tessera: a third interrupt: leaving at once");
+            std::process::exit(i32::from(CUT_SHORT_EXIT));
+        }
+    })
+    .context("installing the handler of SIGINT and SIGTERM")?;
+    Ok(interrupts)
+}
+
+/// The bound an operator's stop (SIGINT, SIGTERM, or the control API's stop) puts on a run:
+/// whatever is left of it (draining the builder, the filter farm's last files) ends within
+/// `controller.stop_timeout_s` of the first stop, or at once on a second, and is cut short. A
+/// service manager's stop (SIGTERM, then SIGKILL after its own time-out) thus finds the run
+/// ended with whole files and a summary.
+pub(crate) struct OperatorStop {
+    interrupts: Arc<AtomicU32>,
+    timeout: Duration,
+    first: std::sync::OnceLock<Instant>,
+    said: std::sync::atomic::AtomicBool,
+}
+
+impl OperatorStop {
+    /// The bound on the stops counted in `interrupts` ([`count_interrupts`]).
+    pub(crate) fn new(interrupts: Arc<AtomicU32>, timeout: Duration) -> Self {
+        OperatorStop { interrupts, timeout, first: std::sync::OnceLock::new(), said: false.into() }
+    }
+
+    /// The stops counted so far.
+    pub(crate) fn stops(&self) -> u32 {
+        self.interrupts.load(Ordering::SeqCst)
+    }
+
+    /// Whether to cut the run short now: a second stop, or the first longer ago than the bound.
+    pub(crate) fn cut(&self) -> bool {
+        let n = self.interrupts.load(Ordering::SeqCst);
+        if n == 0 {
+            return false;
+        }
+        let late = self.first.get_or_init(Instant::now).elapsed() > self.timeout;
+        if late && n == 1 && !self.said.swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                "the run did not end within {:?} of the stop (controller.stop_timeout_s): cutting it short",
+                self.timeout
+            );
+        }
+        n > 1 || late
+    }
+}
+
 /// The options `tessera run` and the unit commands share.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SystemArgs {
@@ -406,12 +462,7 @@ pub fn run(
         cfg.trigger.paced_rate_hz().map_or("free running".into(), |r| format!("{r} Hz Poisson trigger")),
         output.display()
     );
-    let interrupts = Arc::new(AtomicU32::new(0));
-    let counter = interrupts.clone();
-    ctrlc::set_handler(move || {
-        counter.fetch_add(1, Ordering::SeqCst);
-    })
-    .context("installing the Ctrl-C handler")?;
+    let interrupts = count_interrupts()?;
     // The farm first, so that it is there when the first files appear.
     let mut farm = streams.map(|streams| Farm::start(&cfg, &output, &streams)).transpose()?;
     let brokers = (0..cfg.bus.len()).map(|i| start_broker(&cfg, i, &output)).collect::<Result<Vec<_>>>()?;
@@ -445,7 +496,10 @@ pub fn run(
         Served { stop: Some(stop), system: Some(cfg.to_yaml()), run: Some(status.clone()), ..Served::live(units) };
     let _control = serve_control(control, served)?;
     let started = Instant::now();
+    let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(cfg.controller.stop_timeout_s));
     let mut stopped = false;
+    // Events built, and when that figure last grew.
+    let mut built_last = (0u64, Instant::now());
     let mut last = Progress::default();
     let requested_hz = cfg.trigger.paced_rate_hz();
     let mut trigger = TriggerAccount::new(requested_hz);
@@ -459,7 +513,8 @@ pub fn run(
         .collect();
     let mut watch = HeartbeatWatch::new(Duration::from_secs_f64(cfg.controller.heartbeat_timeout_s));
     let mut stalled = std::collections::BTreeSet::new();
-    // Bounded: the run ends by its limit or Ctrl-C, then within DRAIN_TIMEOUT.
+    // Bounded: the run ends by its limit or a stop; after a stop within controller.stop_timeout_s,
+    // after its limit as soon as it builds nothing for DRAIN_TIMEOUT.
     while !system.finished() {
         std::thread::sleep(Duration::from_millis(if tty { 250 } else { 1000 }));
         watch_heartbeats(&named, &mut watch, &mut stalled);
@@ -499,25 +554,37 @@ pub fn run(
             tracing::info!(
                 run = cfg.run.number,
                 last_event = n,
-                "stopping: every FED ends after event {n} of the run; draining (Ctrl-C again cuts it short)"
+                "stopping: every FED ends after event {n} of the run; draining, at most {} s (Ctrl-C again cuts it short)",
+                cfg.controller.stop_timeout_s
             );
         }
-        if interrupted > 1 {
+        if interrupted > 1 || operator.cut() {
             tracing::warn!(run = cfg.run.number, "cutting the run short: units stop now, without draining");
             break;
         }
         if system_failed(&system) {
             break;
         }
-        if stopped && started.elapsed() > Duration::from_secs_f64(cfg.run.seconds.unwrap_or(0.0)) + DRAIN_TIMEOUT * 2 {
+        // A run that ends by its own limit drains as long as it builds: one that built nothing
+        // for DRAIN_TIMEOUT after its trigger's end will not drain.
+        let trigger_ended = stopped || cfg.run.events.is_some_and(|n| last.triggered >= n);
+        if !trigger_ended || last.built > built_last.0 {
+            built_last = (last.built, Instant::now());
+        } else if built_last.1.elapsed() > DRAIN_TIMEOUT {
+            tracing::error!(
+                run = cfg.run.number,
+                "the builder built nothing for {DRAIN_TIMEOUT:?} after the trigger's end ({} events in flight): its units are aborted",
+                last.triggered.saturating_sub(last.built)
+            );
             break;
         }
     }
     if tty {
         eprintln!();
     }
-    let cut = || interrupts.load(Ordering::SeqCst) > 1;
-    let outcome = if cut() { system.cut_short() } else { system.wait(DRAIN_TIMEOUT) };
+    let cut = || operator.cut();
+    // The loop ends when the units have, or when they must be stopped now.
+    let outcome = system.wait_or_cut(Duration::ZERO, &cut);
     status.update(|v| {
         v.state = RunState::Merging;
         v.lumi_sections_built = outcome.progress.lumi_sections_closed;
@@ -549,7 +616,7 @@ pub fn run(
             // FUs on other hosts finish their last files through the broker.
             let bu_dir = cfg.bu_directory(i, &output);
             let stale_after = Duration::from_secs(cfg.fu.resource_summary_stale_s);
-            if !wait_drained(&bu_dir, cfg.run.number, stale_after, Duration::from_secs(cfg.fu.drain_timeout_s)) {
+            if !wait_drained(&bu_dir, cfg.run.number, stale_after, Duration::from_secs(cfg.fu.drain_timeout_s), &cut) {
                 tracing::warn!(unit = %cfg.bus[i].name, "{}: files are left unprocessed in {}", cfg.bus[i].name, bu_dir.display());
             }
         }
@@ -1131,12 +1198,7 @@ pub fn unit(
     let output = cfg.run.output.clone().unwrap_or_else(|| PathBuf::from("."));
     let evm = resolve(&cfg.rus[0].host, cfg.evm.port, "evm.port")?;
     let find_ru = |name: &str| cfg.rus.iter().position(|r| r.name == name);
-    let interrupts = Arc::new(AtomicU32::new(0));
-    let counter = interrupts.clone();
-    ctrlc::set_handler(move || {
-        counter.fetch_add(1, Ordering::SeqCst);
-    })
-    .context("installing the Ctrl-C handler")?;
+    let interrupts = count_interrupts()?;
     match role {
         Role::Evm | Role::Ru => {
             let i = match (role, name) {
@@ -1194,6 +1256,7 @@ pub fn unit(
                 cfg.run.number
             );
             let handle = std::thread::spawn(move || node.run());
+            let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(cfg.controller.stop_timeout_s));
             let mut asked = 0;
             while !handle.is_finished() {
                 std::thread::sleep(Duration::from_millis(100));
@@ -1201,11 +1264,19 @@ pub fn unit(
                 if n > asked {
                     asked = n;
                     if n == 1 && i == 0 {
-                        tracing::info!(unit = %ru.name, "{}: stopping the trigger and draining (Ctrl-C again aborts)", ru.name);
+                        tracing::info!(
+                            unit = %ru.name,
+                            "{}: stopping the trigger and draining, at most {} s (Ctrl-C again aborts)",
+                            ru.name,
+                            cfg.controller.stop_timeout_s
+                        );
                         control.stop_trigger();
                     } else {
                         control.abort();
                     }
+                }
+                if operator.cut() {
+                    control.abort();
                 }
             }
             let result = handle.join().map_err(|_| anyhow::anyhow!("the unit panicked"))?;
@@ -1283,7 +1354,8 @@ pub fn unit(
                     bu.name
                 );
                 let stale_after = Duration::from_secs(cfg.fu.resource_summary_stale_s);
-                if !wait_drained(&cfg.bu_directory(i, &output), cfg.run.number, stale_after, drain) {
+                let asked = || interrupts.load(Ordering::SeqCst) > 0;
+                if !wait_drained(&cfg.bu_directory(i, &output), cfg.run.number, stale_after, drain, &asked) {
                     tracing::warn!(unit = %bu.name, "{}: files are left unprocessed after {drain:?}", bu.name);
                 }
             }

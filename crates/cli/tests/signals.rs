@@ -2,7 +2,11 @@
 //! foreground process group, so the tests start `tessera run` in a group of its own and signal
 //! the group, as a terminal would. One Ctrl-C (or SIGTERM) drains the run and both conservation
 //! checks hold; a second one cuts it short within seconds, with whole files and a summary that
-//! says what was cut.
+//! says what was cut; one alone, to a run that cannot drain, cuts it short within
+//! `controller.stop_timeout_s`.
+
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
+mod common;
 
 use rustix::process::{Pid, Signal, kill_process_group};
 use std::io::{BufRead, BufReader};
@@ -14,8 +18,21 @@ use std::time::{Duration, Instant};
 /// Starts `tessera run` of the default system, in a process group of its own, into `output`,
 /// and returns once it has built events (its progress line says so).
 fn start_run(output: &Path) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["run", "--seconds", "120", "--keep", "all", "--output", output.to_str().unwrap()])
+    start_run_of(None, output, &[])
+}
+
+/// Starts `tessera run` of `system` (or the default system), with the environment variables
+/// `env`, as [`start_run`] does.
+fn start_run_of(system: Option<&Path>, output: &Path, env: &[(&str, &str)]) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    command.arg("run");
+    if let Some(system) = system {
+        command.arg(system);
+    }
+    let mut child = command
+        // 30 s bounds the run (the tests stop it long before) and what it may write.
+        .args(["--seconds", "30", "--keep", "all", "--output", output.to_str().unwrap()])
+        .envs(env.iter().copied())
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -28,6 +45,7 @@ fn start_run(output: &Path) -> Child {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let built =
                 line.split_whitespace().skip_while(|w| *w != "built").nth(1).and_then(|n| n.parse::<u64>().ok());
+            eprintln!("tessera run: {line}"); // shown when the test fails
             if built.is_some_and(|n| n > 0) {
                 let _ = tx.send(());
             }
@@ -162,5 +180,42 @@ fn a_second_ctrl_c_cuts_the_run_short_with_whole_files_and_says_so() {
         }
     }
     eprintln!("cut short {took:?} after the second Ctrl-C; {files} published files left to the FUs are whole");
+    assert_no_fu_left(&output);
+}
+
+/// One SIGTERM, as a service manager sends, to a run whose filter farm cannot finish (its HLT
+/// takes ten minutes a file) nor, held back by the farm, its builder drain: the run is cut short
+/// within `controller.stop_timeout_s` (5 s here) and the FUs' grace, with a summary that says
+/// so and every triggered event built or counted, rather than waiting for the farm's drain
+/// time-out (`fu.drain_timeout_s`, 600 s here).
+#[test]
+fn sigterm_to_a_run_that_cannot_drain_cuts_it_short_within_the_stop_timeout() {
+    let python = Command::new("python3").arg("--version").output().is_ok();
+    if !common::require("no python3: the test slows the FUs with the example HLT, examples/hlt/select.py", python) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out");
+    let system = dir.path().join("system.yaml");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py");
+    std::fs::write(
+        &system,
+        format!(
+            "trigger: {{rate_hz: 2000}}\nrus: [{{name: ru0, feds: \"1024,0-3\"}}]\nbus: [{{name: bu0}}]\n\
+             fu: {{exec: [python3, {}], drain_timeout_s: 600}}\n\
+             controller: {{stop_timeout_s: 5}}\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let child = start_run_of(Some(&system), &output, &[("TESSERA_HLT_FILE_DELAY_MS", "600000")]);
+    signal_group(&child, Signal::TERM);
+    let (status, stdout, took) = wait(child, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(130), "{stdout}");
+    assert!(took < Duration::from_secs(30), "cut short after {took:?}");
+    assert!(stdout.lines().any(|l| l.starts_with("cut short:")), "{stdout}");
+    let conservation = stdout.lines().find(|l| l.starts_with("conservation:")).unwrap();
+    assert!(conservation.ends_with("holds"), "every event is built or counted: {stdout}");
+    eprintln!("cut short {took:?} after one SIGTERM");
     assert_no_fu_left(&output);
 }

@@ -267,6 +267,11 @@ pub struct ControllerSection {
     pub heartbeat_timeout_s: f64,
     /// Longest a unit may take from its start until it takes data, in s.
     pub start_timeout_s: u64,
+    /// After an operator's stop (SIGINT, SIGTERM, the control API's stop), the run drains and
+    /// its filter farm finishes within this long, or is cut short (whole files, a summary); a
+    /// second stop cuts it short at once. Keep it below a service manager's own stop time-out,
+    /// in s.
+    pub stop_timeout_s: u64,
     /// A BU, FU or merger process that dies is started again (a BU with `--restart`) up to
     /// this many times each; 0: its death ends the run. An RU's or the EVM's always does. On
     /// one host (`tessera run`) it bounds the restarts of each FU process.
@@ -283,6 +288,7 @@ impl Default for ControllerSection {
             agent_port: None,
             heartbeat_timeout_s: 3.0,
             start_timeout_s: 30,
+            stop_timeout_s: 60,
             max_restarts: 2,
             merger_host: None,
         }

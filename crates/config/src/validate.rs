@@ -111,6 +111,7 @@ impl SystemConfig {
             p.add("controller.heartbeat_timeout_s", format!("{} is outside 0.1..=3600 s", c.heartbeat_timeout_s));
         }
         p.at_least_one("controller.start_timeout_s", c.start_timeout_s);
+        p.at_least_one("controller.stop_timeout_s", c.stop_timeout_s);
         for (i, bu) in self.bus.iter().enumerate() {
             if let Some(fu_host) = &bu.fu_host {
                 if c.agent_port.is_none() && *fu_host != bu.host {

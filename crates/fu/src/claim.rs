@@ -241,8 +241,9 @@ pub trait FileSource {
     /// events are published. A claim already removed is fine.
     fn remove_processed(&self, claim: &ClaimedRawName) -> Result<(), FuError>;
 
-    /// Gives a claim back to the pool. A claim already gone is fine.
-    fn give_back(&self, claim: &ClaimedRawName) -> Result<(), FuError>;
+    /// Gives a claim back to the pool; false if it was gone (finished, or given back by
+    /// another process), which is fine.
+    fn give_back(&self, claim: &ClaimedRawName) -> Result<bool, FuError>;
 
     /// Publishes this process's resource summary where the BU reads it
     /// ([`resources`](crate::resources)); `summary.host` is [`FileSource::host`].
@@ -254,7 +255,7 @@ pub trait FileSource {
 
 /// Gives claims of processes on the source's host that no longer run back to the pool, after
 /// `finish_dead` has completed whatever each left half done (it is called with each dead pid
-/// first). Returns the claims given back.
+/// first). Returns the claims given back (not those finished or given back meanwhile).
 pub fn return_dead_claims(
     source: &dyn FileSource,
     state: &BuRunState,
@@ -272,8 +273,10 @@ pub fn return_dead_claims(
     for pid in dead {
         finish_dead(pid)?;
         for claim in state.claimed.iter().filter(mine).filter(|c| c.pid == pid) {
-            source.give_back(claim)?;
-            returned.push(claim.clone());
+            // A listing is a moment's: the claim may have been finished since.
+            if source.give_back(claim)? {
+                returned.push(claim.clone());
+            }
         }
     }
     Ok(returned)
@@ -317,13 +320,13 @@ impl FileSource for Claimer {
         remove_if_present(&index)
     }
 
-    fn give_back(&self, claim: &ClaimedRawName) -> Result<(), FuError> {
+    fn give_back(&self, claim: &ClaimedRawName) -> Result<bool, FuError> {
         let from = self.run_dir.join(claim.path());
         let to = self.run_dir.join(claim.raw().to_string());
         match fs::rename(&from, &to) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(true),
             // Finished, or given back by another FU.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(io_error("giving back", &from)(e)),
         }
     }

@@ -104,10 +104,11 @@ impl FileSource for BrokerSource {
         }
     }
 
-    fn give_back(&self, claim: &ClaimedRawName) -> Result<(), FuError> {
+    fn give_back(&self, claim: &ClaimedRawName) -> Result<bool, FuError> {
         match self.client.release(claim) {
-            Err(e) if !gone(&e) => Err(broker_error(e)),
-            _ => Ok(()),
+            Ok(_) => Ok(true),
+            Err(e) if gone(&e) => Ok(false),
+            Err(e) => Err(broker_error(e)),
         }
     }
 

@@ -263,25 +263,29 @@ impl RunningSystem {
     /// Waits for the run to end, at most `timeout`; units still running then are aborted, and
     /// the outcome says so.
     pub fn wait(self, timeout: Duration) -> Outcome {
-        self.end(timeout, false)
+        self.wait_or_cut(timeout, &|| false)
     }
 
     /// Ends the run at once without draining it (an operator's second Ctrl-C): every unit is
     /// aborted, files not yet published stay unpublished, and the events they held are counted
     /// lost as `CUT_SHORT`.
     pub fn cut_short(self) -> Outcome {
-        self.end(Duration::ZERO, true)
+        self.wait_or_cut(Duration::ZERO, &|| true)
     }
 
-    fn end(self, timeout: Duration, cut_short: bool) -> Outcome {
+    /// Waits for the run to end, at most `timeout`, unless `cut` says to cut it short first
+    /// (an operator's second Ctrl-C while it drains): then as [`RunningSystem::cut_short`].
+    /// `cut` is asked every 20 ms.
+    pub fn wait_or_cut(self, timeout: Duration, cut: &dyn Fn() -> bool) -> Outcome {
         let deadline = Instant::now() + timeout;
-        while !self.finished() && Instant::now() < deadline {
+        while !self.finished() && Instant::now() < deadline && !cut() {
             // A node that failed leaves the others waiting for it: stop them all.
             if self.ru_stats.iter().chain(&self.bu_stats).any(|s| s.failed()) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let cut_short = cut();
         // Units still running now are aborted: the run took too long, or a unit failed.
         let stopped = !self.finished();
         let failed = self.ru_stats.iter().chain(&self.bu_stats).any(|s| s.failed());
@@ -307,7 +311,7 @@ impl RunningSystem {
         } else if failed {
             "stopped because another unit failed".to_string()
         } else {
-            format!("the run did not end within {} s", timeout.as_secs())
+            "the run did not drain in time".to_string()
         };
         let note = |e: &NodeError| match e {
             NodeError::Aborted(_) if stopped => format!("{e} ({why})"),
