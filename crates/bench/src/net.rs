@@ -52,8 +52,9 @@ pub const MAX_STREAMS: usize = sender::MAX_STREAMS;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long past its time budget a run may go before it errors out.
 pub const SLACK: Duration = Duration::from_secs(20);
-/// How long a thread waits for its connections to close once its upstream has ended.
-pub const GRACE: Duration = Duration::from_secs(2);
+/// How long a thread waits for its connections to close once its upstream has ended: long
+/// enough for a thread of a loaded machine to be scheduled and drain what is left.
+pub const GRACE: Duration = Duration::from_secs(10);
 /// Longest sleep in `poll`, so that bounds are looked at even when nothing happens.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Reads from one connection before turning to the next.
