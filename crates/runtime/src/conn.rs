@@ -151,7 +151,7 @@ impl Conn {
 
     /// Whether the link opening is done (a connection this unit accepted names its peer from
     /// then on).
-    pub fn linked(&self) -> bool {
+    fn linked(&self) -> bool {
         matches!(self.handshake, Handshake::Linked)
     }
 
@@ -205,8 +205,8 @@ impl Conn {
     }
 
     /// Writes what is queued until done or the socket would block; then asks the poller for
-    /// writability (or stops asking once done).
-    /// Nothing is written before the challenge is answered.
+    /// writability (or stops asking once done). On a connection this unit opened, nothing is
+    /// written before the peer's challenge is answered.
     pub fn flush(&mut self, source: &impl PieceSource, registry: &Registry) -> io::Result<()> {
         if matches!(self.handshake, Handshake::Calling { .. }) {
             return Ok(());
