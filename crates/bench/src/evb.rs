@@ -269,6 +269,8 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
     let evm = address(&control[0])?;
     let data_addresses = data.iter().map(address).collect::<Result<Vec<_>, _>>()?;
     let ru_control = control[1..].iter().map(address).collect::<Result<Vec<_>, _>>()?;
+    let link_key = tessera_runtime::link::LinkKey::generate()
+        .map_err(|e| BenchError::Io { what: "the run's link key".into(), source: std::io::Error::other(e) })?;
     let size = SizeModel::Fixed(case.fragment_bytes);
     let safety = Some(case.budget.seconds + SLACK.as_secs_f64() + DRAIN_TIMEOUT.as_secs_f64());
     let emulators = feds
@@ -303,6 +305,7 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
         .enumerate()
         .map(|(r, ((ferol_listener, control_listener), feds))| RuNodeConfig {
             run: RUN,
+            link_key: link_key.clone(),
             ru: RuConfig { fragment_timeout_ns: 1_000_000_000, ..RuConfig::new(r as u16, feds) },
             evm: (r == 0 && case.output != BuOutput::IngestOnly)
                 .then(|| EvmConfig::new(case.rus as u16, case.bus as u16)),
@@ -332,6 +335,7 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
         .enumerate()
         .map(|(b, data_listener)| BuNodeConfig {
             run: RUN,
+            link_key: link_key.clone(),
             bu: BuConfig::new(b as u16, case.rus as u16),
             data_listener,
             evm,

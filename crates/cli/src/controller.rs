@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use tessera_config::SystemConfig;
 use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
 use tessera_control::{Action, HeartbeatWatch, RunState, RunStatus, Served, UnitSource, UnitView, client};
+use tessera_runtime::link::LinkKey;
 
 use crate::farm::fu_args;
 use crate::run::{
@@ -212,6 +213,8 @@ struct Controller {
     /// The run as a whole, for the controller's dashboard and `/api/v1/run`. The front ends run
     /// as processes of their own here, so it has no dead time.
     status: Arc<RunStatus>,
+    /// The run's link key, made for this run and handed to each of its units through its agent.
+    link_key: LinkKey,
 }
 
 impl Controller {
@@ -260,8 +263,13 @@ impl Controller {
     }
 
     fn start(&self, p: &Placed) -> Result<()> {
-        let request =
-            StartRequest { name: p.name.clone(), args: p.args.clone(), system: Some(self.system_text.clone()) };
+        // Every unit of the run, a restarted BU too, gets the run's one link key.
+        let request = StartRequest {
+            name: p.name.clone(),
+            args: p.args.clone(),
+            system: Some(self.system_text.clone()),
+            link_key: p.role.is_unit().then(|| self.link_key.clone()),
+        };
         let body = serde_json::to_string(&request)?;
         let a = self.call(&p.host, "POST", "/api/v1/processes", Some(&body))?;
         if !a.ok() {
@@ -653,6 +661,7 @@ pub fn run_on_agents(
         mirror: Arc::default(),
         restarts: BTreeMap::new(),
         status: Arc::new(RunStatus::new(run)),
+        link_key: LinkKey::generate()?,
     };
     tracing::info!(
         run,

@@ -15,6 +15,7 @@ use tessera_emu::generator::{FedSpec, StreamConfig};
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
+use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
 use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
 use tessera_runtime::system::{Conservation, FedErrorCounts, Outcome, Progress, RunningSystem, SystemPlan};
 use tessera_runtime::trigger::{Interval, TriggerAccount, TriggerSummary};
@@ -264,6 +265,13 @@ fn addr(l: &TcpListener) -> SocketAddr {
     l.local_addr().expect("a bound listener has an address")
 }
 
+/// Whom a unit lets call it: peers that prove they hold the run's link key, from the addresses
+/// allowed (`None`: any).
+struct Admission<'a> {
+    link_key: &'a LinkKey,
+    allowed_peers: Option<Vec<IpAddr>>,
+}
+
 /// The configuration of RU `i`'s node.
 fn ru_node(
     cfg: &SystemConfig,
@@ -272,7 +280,7 @@ fn ru_node(
     control_listener: TcpListener,
     bu_data: Vec<SocketAddr>,
     ru_control: Vec<SocketAddr>,
-    allowed_peers: Option<Vec<IpAddr>>,
+    admission: Admission<'_>,
 ) -> RuNodeConfig {
     let section = &cfg.rus[i];
     let p = cfg.ru_params(i);
@@ -287,6 +295,7 @@ fn ru_node(
     });
     RuNodeConfig {
         run: cfg.run.number,
+        link_key: admission.link_key.clone(),
         ru: RuConfig {
             first_event: cfg.run.first_event,
             max_events_buffered: p.max_events_buffered as usize,
@@ -309,7 +318,7 @@ fn ru_node(
         event_limit: cfg.run.events,
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: max_frame_bytes(cfg),
-        allowed_peers,
+        allowed_peers: admission.allowed_peers,
         ingest_only: false,
         pin_core: section.cpu,
     }
@@ -323,11 +332,12 @@ fn bu_node(
     data_listener: TcpListener,
     evm: SocketAddr,
     restart: bool,
-    allowed_peers: Option<Vec<IpAddr>>,
+    admission: Admission<'_>,
 ) -> BuNodeConfig {
     let p = &cfg.bu;
     BuNodeConfig {
         run: cfg.run.number,
+        link_key: admission.link_key.clone(),
         bu: BuConfig {
             max_events_in_flight: p.max_events_in_flight,
             request_batch_events: p.request_batch_events,
@@ -347,7 +357,7 @@ fn bu_node(
         ramdisk_low_water_percent: p.ramdisk_low_water_percent,
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: max_frame_bytes(cfg),
-        allowed_peers,
+        allowed_peers: admission.allowed_peers,
         discard: false,
         pin_core: cfg.bus[i].cpu,
         farm_limits: cfg.fu.enabled.then(|| FarmLimits {
@@ -426,6 +436,8 @@ pub fn run(
     let bu_data: Vec<SocketAddr> = l.data.iter().map(addr).collect();
     let ru_control: Vec<SocketAddr> = l.control.iter().skip(1).map(addr).collect();
     let evm = addr(&l.control[0]);
+    // The units are threads of this process: the run's key never leaves it.
+    let link_key = LinkKey::generate()?;
     let emulators = (0..cfg.rus.len())
         .filter(|&i| cfg.rus[i].emulated)
         .map(|i| emulator(&cfg, i, addr(&l.ferol[i])))
@@ -437,14 +449,32 @@ pub fn run(
         .enumerate()
         .map(|(i, (f, c))| {
             let (data, control) = if i == 0 { (Vec::new(), ru_control.clone()) } else { (bu_data.clone(), Vec::new()) };
-            Ok(ru_node(&cfg, i, f, c, data, control, ru_peers(&cfg, i)?))
+            Ok(ru_node(
+                &cfg,
+                i,
+                f,
+                c,
+                data,
+                control,
+                Admission { link_key: &link_key, allowed_peers: ru_peers(&cfg, i)? },
+            ))
         })
         .collect::<Result<Vec<_>>>()?;
     let bus = l
         .data
         .into_iter()
         .enumerate()
-        .map(|(i, d)| Ok(bu_node(&cfg, i, &output, d, evm, false, bu_peers(&cfg)?)))
+        .map(|(i, d)| {
+            Ok(bu_node(
+                &cfg,
+                i,
+                &output,
+                d,
+                evm,
+                false,
+                Admission { link_key: &link_key, allowed_peers: bu_peers(&cfg)? },
+            ))
+        })
         .collect::<Result<Vec<_>>>()?;
     let limit = match (cfg.run.events, cfg.run.seconds) {
         (Some(n), Some(s)) => format!("{n} events or {s} s"),
@@ -1177,6 +1207,20 @@ pub enum Role {
     Bu,
 }
 
+/// The run's link key, as run control hands it to a unit process: 64 hex digits in
+/// [`LINK_KEY_ENV`], never on the command line (where `ps` shows it).
+fn link_key_from_env() -> Result<LinkKey> {
+    let hex = std::env::var(LINK_KEY_ENV).map_err(|_| {
+        anyhow::anyhow!(
+            "{LINK_KEY_ENV} is not set: a unit needs its run's link key, which proves to the other units that it \
+             belongs to the run. The controller (`tessera control`) makes one per run and its agents hand it to the \
+             units they start; to start the units of a run by hand, make one (`openssl rand -hex 32`) and give the \
+             same value to every unit of the run"
+        )
+    })?;
+    LinkKey::from_hex(&hex).context(LINK_KEY_ENV)
+}
+
 /// `tessera evm|ru|bu`: one unit of the system, in this process.
 pub fn unit(
     role: Role,
@@ -1195,6 +1239,7 @@ pub fn unit(
         _ => {}
     }
     require_ports(&cfg, system)?;
+    let link_key = link_key_from_env()?;
     let output = cfg.run.output.clone().unwrap_or_else(|| PathBuf::from("."));
     let evm = resolve(&cfg.rus[0].host, cfg.evm.port, "evm.port")?;
     let find_ru = |name: &str| cfg.rus.iter().position(|r| r.name == name);
@@ -1231,7 +1276,15 @@ pub fn unit(
                     .collect::<Result<Vec<_>>>()?;
                 (bus, Vec::new())
             };
-            let node = RuNode::new(ru_node(&cfg, i, ferol, control, bu_data, ru_control, ru_peers(&cfg, i)?))?;
+            let node = RuNode::new(ru_node(
+                &cfg,
+                i,
+                ferol,
+                control,
+                bu_data,
+                ru_control,
+                Admission { link_key: &link_key, allowed_peers: ru_peers(&cfg, i)? },
+            ))?;
             let control = node.control();
             let stats = node.stats();
             let kind = if i == 0 { UnitKind::Evm } else { UnitKind::Ru };
@@ -1324,7 +1377,15 @@ pub fn unit(
             let bu = &cfg.bus[i];
             let data = bind(&bu.host, bu.data_port, &format!("{} data port", bu.name))?;
             let broker = start_broker(&cfg, i, &output)?;
-            let node = BuNode::new(bu_node(&cfg, i, &output, data, evm, restart, bu_peers(&cfg)?))?;
+            let node = BuNode::new(bu_node(
+                &cfg,
+                i,
+                &output,
+                data,
+                evm,
+                restart,
+                Admission { link_key: &link_key, allowed_peers: bu_peers(&cfg)? },
+            ))?;
             let control = node.control();
             let stop: Action = Arc::new(|| Err("a BU does not stop the run: ask the EVM's process".to_owned()));
             let unit = Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() };

@@ -13,7 +13,7 @@
 #[allow(dead_code)] // each test binary uses a part of the shared helpers
 mod common;
 
-use common::{Processes, require, spawn_logged, verified_events, wait_for_line};
+use common::{Processes, link_key_hex, require, spawn_logged, verified_events, wait_for_line};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -122,6 +122,7 @@ fn system_file(dir: &Path) -> std::path::PathBuf {
 fn start(units: &mut Processes, dir: &Path, host: &str, label: &str, args: &[&str]) {
     let mut command = Command::new("ip");
     command.args(["netns", "exec", host, env!("CARGO_BIN_EXE_tessera")]).args(args);
+    command.env("TESSERA_LINK_KEY", link_key_hex());
     units.0.push((label.to_string(), spawn_logged(command, &dir.join(format!("{label}.log")))));
 }
 

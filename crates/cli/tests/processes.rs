@@ -8,7 +8,7 @@
 #[allow(dead_code)] // each test binary uses a part of the shared helpers
 mod common;
 
-use common::{Processes, free_ports, logs, spawn_logged, verified_events, wait_for_line};
+use common::{Processes, free_ports, link_key_hex, logs, spawn_logged, verified_events, wait_for_line};
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -61,7 +61,7 @@ fn system_file(
 
 fn start(args: &[&str], log: &Path) -> Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
-    command.args(args);
+    command.args(args).env("TESSERA_LINK_KEY", link_key_hex());
     spawn_logged(command, log)
 }
 
@@ -240,4 +240,58 @@ fn two_by_two_processes_garbage_on_fed_4_under_the_fail_policy_stops_the_run_nam
     // it could not reach).
     let evm = std::fs::read_to_string(d.join("evm-evm.log")).unwrap();
     assert!(evm.contains("the EVM lost RU 1") || evm.contains("Ru(1) at"), "{evm}");
+}
+
+#[test]
+fn a_unit_without_its_runs_link_key_refuses_to_start_and_says_where_the_key_comes_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = system_file(dir.path(), 1, 100, None, None);
+    let bu0 = |key: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
+        command.args(["bu", "--system", system.to_str().unwrap(), "--name", "bu0"]);
+        match key {
+            Some(key) => command.env("TESSERA_LINK_KEY", key),
+            None => command.env_remove("TESSERA_LINK_KEY"),
+        };
+        let out = command.output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (started, said) = bu0(None);
+    assert!(!started && said.contains("TESSERA_LINK_KEY is not set") && said.contains("controller"), "{said}");
+    let (started, said) = bu0(Some("not a key"));
+    assert!(!started && said.contains("TESSERA_LINK_KEY") && said.contains("64 hex digits"), "{said}");
+}
+
+#[test]
+fn tessera_run_refuses_a_spoofed_opening_naming_bu0_on_the_evm_port_and_builds_every_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let events = 3000;
+    let system = system_file(d, 1, events, Some(2000.0), None);
+    // Whatever else fills the test machine's disk does not hold the BUs back; no filter farm
+    // takes their files.
+    let yaml = std::fs::read_to_string(&system)
+        .unwrap()
+        .replace("bu:\n", "bu:\n  ramdisk_high_water_percent: 100\n  ramdisk_low_water_percent: 99\n")
+        + "fu:\n  enabled: false\n";
+    std::fs::write(&system, &yaml).unwrap();
+    let evm_port: u16 = yaml.split("evm:\n  port: ").nth(1).unwrap().lines().next().unwrap().parse().unwrap();
+    let mut run = Processes(vec![("run".into(), start(&["run", system.to_str().unwrap()], &d.join("run.log")))]);
+    wait_for_line(d, "run.log", &format!("tessera run {RUN}"));
+    // The spoof: a link version 1 opening naming BU 0 of the run, then a close.
+    let mut opening = Vec::new();
+    opening.extend_from_slice(b"TSRL");
+    for field in [1u16, 3, 0, 0] {
+        opening.extend_from_slice(&field.to_le_bytes());
+    }
+    opening.extend_from_slice(&RUN.to_le_bytes());
+    let mut spoof = TcpStream::connect(("127.0.0.1", evm_port)).unwrap();
+    spoof.write_all(&opening).unwrap();
+    let caller = spoof.local_addr().unwrap().to_string();
+    drop(spoof);
+    run.wait_all(d, Duration::from_secs(120));
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    assert!(log.contains(&format!("refused a connection: {caller}: link version 1")), "{log}");
+    assert!(log.contains(&format!("conservation: triggered {events} = built {events} + lost 0  holds")), "{log}");
+    assert_eq!(verified_events(d, RUN, &["bu0", "bu1"]), expected(1, events), "every event in exactly one file");
 }

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `GET /api/v1/health` | the agent's host name, version and process counts |
 //! | `GET /api/v1/processes` | every process: pid, running or how it ended, the end of its log, its units' states and figures (asked of the unit's control server, with a time-out) |
-//! | `POST /api/v1/processes` | starts a process: `{"name", "args", "system"}` |
+//! | `POST /api/v1/processes` | starts a process: `{"name", "args", "system", "link_key"}` (`link_key`, the run's, in hex, for an event-builder unit only: the process gets it in `TESSERA_LINK_KEY`) |
 //! | `POST /api/v1/processes/{name}/stop` | asks the process's control server to stop its run (the EVM's process drains it) |
 //! | `POST /api/v1/processes/{name}/enable` | asks the process's control server to enable its units (held in Ready) |
 //! | `POST /api/v1/processes/{name}/signal?signal=TERM` | sends `INT`, `TERM`, `KILL`, `STOP` or `CONT` |
@@ -38,6 +38,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
 use tokio::sync::oneshot;
 
 /// Most processes an agent keeps (running or ended) at once.
@@ -72,6 +73,11 @@ pub struct StartRequest {
     /// A system file's text, written to `{system}`.
     #[serde(default)]
     pub system: Option<String>,
+    /// The run's link key, for an event-builder unit: handed to the process in
+    /// [`LINK_KEY_ENV`], never on its command line (which `ps` shows). A process started
+    /// without one does not inherit the agent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_key: Option<LinkKey>,
 }
 
 /// How a process ended.
@@ -319,7 +325,12 @@ fn launch(config: &AgentConfig, request: &StartRequest, dir: &Path) -> Result<Pr
     };
     let args: Vec<String> = request.args.iter().map(|a| fill(a)).collect();
     let open = |name: &str| fs::File::create(dir.join(name)).map_err(|e| format!("cannot create {name}: {e}"));
-    let child = Command::new(&config.program)
+    let mut command = Command::new(&config.program);
+    match &request.link_key {
+        Some(key) => command.env(LINK_KEY_ENV, key.to_hex()),
+        None => command.env_remove(LINK_KEY_ENV),
+    };
+    let child = command
         .args(&args)
         .current_dir(dir)
         .stdin(Stdio::null())

@@ -271,6 +271,12 @@ const FAMILIES: &[Family] = &[
         read: |s| s.control_messages.get() as f64,
     },
     Family {
+        name: "tessera_links_refused_total",
+        kind: "counter",
+        help: "Protocol connections refused before their peer reached the unit (no valid link opening in time).",
+        read: |s| s.links_refused.get() as f64,
+    },
+    Family {
         name: "tessera_loop_cpu_seconds_total",
         kind: "counter",
         help: "CPU time of the unit's loop thread.",

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use tessera_control::ControlError;
 use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
 use tessera_control::client::{Answer, call};
+use tessera_runtime::link::LinkKey;
 
 const TOKEN: &str = "s3cret";
 
@@ -24,10 +25,15 @@ fn ask(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> Answer
 }
 
 fn start(addr: SocketAddr, name: &str, script: &str) -> Answer {
+    start_with_key(addr, name, script, None)
+}
+
+fn start_with_key(addr: SocketAddr, name: &str, script: &str, link_key: Option<LinkKey>) -> Answer {
     let request = StartRequest {
         name: name.into(),
         args: vec!["-c".into(), script.into()],
         system: Some("run: {number: 7}\n".into()),
+        link_key,
     };
     ask(addr, "POST", "/api/v1/processes", Some(&serde_json::to_string(&request).unwrap()))
 }
@@ -68,6 +74,31 @@ fn it_starts_a_process_with_its_system_file_and_keeps_its_output_and_end() {
     assert!(wait_ended(addr, "unit-1").exit.unwrap().success());
     let before = std::fs::read_to_string(dir.path().join("unit-1.previous/log")).unwrap();
     assert_eq!(before, "to the log\n");
+}
+
+#[test]
+fn a_unit_gets_the_runs_link_key_in_its_environment_never_on_its_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = agent(dir.path());
+    let addr = a.local_addr();
+    let key = LinkKey::generate().unwrap();
+    let script = "echo \"key=$TESSERA_LINK_KEY args=$*\"";
+    assert_eq!(start_with_key(addr, "unit-1", script, Some(key.clone())).status, 201);
+    let p = wait_ended(addr, "unit-1");
+    assert_eq!(p.stdout.as_deref(), Some(format!("key={} args=", key.to_hex()).as_str()));
+    assert!(p.args.iter().all(|a| !a.contains(&key.to_hex())), "{:?}", p.args);
+    // A process started without one (an FU, a merger) has none.
+    assert_eq!(start(addr, "fu-1", script).status, 201);
+    assert_eq!(wait_ended(addr, "fu-1").stdout.as_deref(), Some("key= args="));
+    // A key that is not one is refused before anything starts.
+    let bad = ask(addr, "POST", "/api/v1/processes", Some(r#"{"name":"unit-2","args":[],"link_key":"abc"}"#));
+    assert!(bad.status == 400 || bad.status == 422, "{} {}", bad.status, bad.body);
+    assert!(process_names(addr).iter().all(|n| n != "unit-2"));
+}
+
+fn process_names(addr: SocketAddr) -> Vec<String> {
+    let list: Vec<ProcessView> = serde_json::from_str(&ask(addr, "GET", "/api/v1/processes", None).body).unwrap();
+    list.into_iter().map(|p| p.name).collect()
 }
 
 #[test]

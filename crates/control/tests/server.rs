@@ -52,9 +52,12 @@ fn metrics_move_with_the_units_and_the_api_agrees() {
     evm.triggered.add(1234);
     bu.events_built.add(1000);
     bu.set_throttle(Throttle::NotEnoughFus);
+    evm.links_refused.add(2);
     let (_, text) = get(addr, "/metrics", None);
     assert_eq!(sample(&text, r#"tessera_events_triggered_total{unit="ru0",kind="evm"}"#), 1234.0);
     assert_eq!(sample(&text, r#"tessera_events_built_total{unit="bu0",kind="bu"}"#), 1000.0);
+    assert_eq!(sample(&text, r#"tessera_links_refused_total{unit="ru0",kind="evm"}"#), 2.0);
+    assert_eq!(sample(&text, r#"tessera_links_refused_total{unit="bu0",kind="bu"}"#), 0.0);
     assert_eq!(sample(&text, r#"tessera_throttled{unit="bu0",kind="bu",reason="NOT_ENOUGH_FUS"}"#), 1.0);
     assert_eq!(sample(&text, r#"tessera_throttled{unit="bu0",kind="bu",reason="RAMDISK_HIGH_WATER"}"#), 0.0);
     let (status, json) = get(addr, "/api/v1/units", None);
@@ -64,6 +67,7 @@ fn metrics_move_with_the_units_and_the_api_agrees() {
     assert_eq!(units[1]["throttle"], "NOT_ENOUGH_FUS");
     assert_eq!(units[1]["figures"]["events_built_total"], 1000.0);
     assert_eq!(units[0]["figures"]["events_triggered_total"], 1234.0);
+    assert_eq!(units[0]["figures"]["links_refused_total"], 2.0);
     assert_eq!(get(addr, "/nothing", None).0, 404);
 }
 

@@ -21,8 +21,9 @@
 //! unchanged: the BU still asks for events, builds and checks them, and the EVM still commits.
 
 use crate::bu_files::{BuFiles, BuFilesError, RawWriter};
-use crate::conn::{Conn, NoPieces};
+use crate::conn::{Conn, LinkSide, NoPieces};
 use crate::frame_store::{FrameStore, SharedFrames};
+use crate::link::LinkKey;
 use crate::ru_node::{Control, NodeError, WAKER, connect, io_err, poller};
 use crate::state::{Transition, UnitState};
 use crate::stats::{CpuSampler, SubState, Throttle, UnitStats};
@@ -47,6 +48,8 @@ use tessera_fu::resources::{BackPressure, FarmCpu, assess, now_unix_ms, read_sum
 pub struct BuNodeConfig {
     /// The run number, which every peer's link must name.
     pub run: u32,
+    /// The run's link key, with which every peer proves that it belongs to the run.
+    pub link_key: LinkKey,
     /// The BU core.
     pub bu: BuConfig,
     /// Where RUs connect to send data.
@@ -289,10 +292,9 @@ impl BuLoop {
     }
 
     fn run(&mut self) -> Result<BuReport, NodeError> {
-        let me = Peer::Bu(self.cfg.bu.bu);
+        let side = LinkSide { me: Peer::Bu(self.cfg.bu.bu), run: self.cfg.run, key: self.cfg.link_key.clone() };
         let evm = connect(self.cfg.evm, Peer::Evm, self.cfg.connect_timeout, &self.control)?;
-        let mut conn =
-            Conn::opened(TcpStream::from_std(evm), EVM_CONN, Peer::Evm, me, self.cfg.run, self.cfg.max_frame_bytes);
+        let mut conn = Conn::opened(TcpStream::from_std(evm), EVM_CONN, Peer::Evm, &side, self.cfg.max_frame_bytes);
         conn.register(self.poll.registry()).map_err(io_err("registering the EVM connection"))?;
         self.conns.insert(EVM_CONN, conn);
         let l = self.cfg.data_listener.try_clone().map_err(io_err("data listener"))?;
@@ -312,6 +314,7 @@ impl BuLoop {
         self.stats.transition(Transition::Configured);
         self.control.wait_enabled(&format!("BU {}", self.cfg.bu.bu), &self.stats)?;
         self.stats.transition(Transition::Enable);
+        let enabled_at = Instant::now();
         // The farm's grace counts from the moment the BU takes data.
         let started = Instant::now();
         loop {
@@ -372,6 +375,7 @@ impl BuLoop {
             self.dispatch()?;
             self.collect_written()?;
             let busy = self.read_conns()?;
+            self.close_overdue_links(enabled_at)?;
             self.dispatch()?;
             self.flush_conns();
             self.publish_stats(throttle);
@@ -413,7 +417,8 @@ impl BuLoop {
                             let _ = stream.set_nodelay(true);
                             let token = Token(self.next_conn);
                             self.next_conn += 1;
-                            let mut c = Conn::accepted(stream, token, self.cfg.max_frame_bytes);
+                            let mut c = Conn::accepted(stream, token, &side, self.cfg.max_frame_bytes)
+                                .map_err(io_err("a challenge for a connection"))?;
                             c.register(self.poll.registry()).map_err(io_err("registering a connection"))?;
                             self.conns.insert(token, c);
                         }
@@ -461,7 +466,7 @@ impl BuLoop {
             let mut refused = None;
             let conn = self.conns.get_mut(&token).expect("listed");
             let store = &mut self.store;
-            let pass = conn.read(&mut self.scratch, self.cfg.run, |peer, decoded, body| {
+            let pass = conn.read(&mut self.scratch, |peer, decoded, body| {
                 let body = if decoded.fragments.is_empty() { Vec::new() } else { body.to_vec() };
                 match store.insert(decoded, body) {
                     Ok(msg) => inputs.push((peer, msg)),
@@ -475,6 +480,7 @@ impl BuLoop {
                 && (!matches!(peer, Peer::Ru(r) if r > 0 && r < self.cfg.bu.n_ru) || !from_allowed)
             {
                 let address = self.conns[&token].address.clone();
+                self.stats.links_refused.add(1);
                 self.stats.problem(format!("BU {}: refused {peer:?} calling from {address}", self.cfg.bu.bu));
                 if let Some(mut c) = self.conns.remove(&token) {
                     c.deregister(self.poll.registry());
@@ -489,29 +495,52 @@ impl BuLoop {
             for (from, msg) in inputs {
                 self.core.handle(now, Input::Message { from, msg });
             }
-            if let Some(why) = pass.closed
-                && let Some(mut c) = self.conns.remove(&token)
-            {
-                c.deregister(self.poll.registry());
-                // The EVM's last messages (its end of run) may have come with its close.
-                self.dispatch()?;
-                if token == EVM_CONN {
-                    if self.ended {
-                        continue;
-                    }
-                    return Err(NodeError::Bu(format!(
-                        "BU {}: lost the EVM before the end of run{} ({})",
-                        self.cfg.bu.bu,
-                        why.map(|w| format!(": {w}")).unwrap_or_default(),
-                        self.core.pending()
-                    )));
-                }
-                if let Some(w) = why {
-                    self.stats.problem(format!("BU {}: {w}", self.cfg.bu.bu));
-                }
+            if let Some(why) = pass.closed {
+                self.close_conn(token, why)?;
             }
         }
         Ok(more)
+    }
+
+    /// Closes the connections whose link opening is not done within the connect time-out: an
+    /// RU that never proves itself is refused; an EVM that never challenges is lost.
+    fn close_overdue_links(&mut self, enabled_at: Instant) -> Result<(), NodeError> {
+        let timeout = self.cfg.connect_timeout;
+        let overdue: Vec<(Token, String)> =
+            self.conns.iter().filter_map(|(t, c)| c.link_overdue(timeout, enabled_at).map(|why| (*t, why))).collect();
+        for (token, why) in overdue {
+            self.close_conn(token, Some(why))?;
+        }
+        Ok(())
+    }
+
+    /// A connection ended: losing the EVM before the end of run fails the BU; a caller that
+    /// never proved itself a unit of this run is counted as refused.
+    fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
+        let Some(mut c) = self.conns.remove(&token) else { return Ok(()) };
+        c.deregister(self.poll.registry());
+        // The EVM's last messages (its end of run) may have come with its close.
+        self.dispatch()?;
+        if token == EVM_CONN {
+            if self.ended {
+                return Ok(());
+            }
+            return Err(NodeError::Bu(format!(
+                "BU {}: lost the EVM before the end of run{} ({})",
+                self.cfg.bu.bu,
+                why.map(|w| format!(": {w}")).unwrap_or_default(),
+                self.core.pending()
+            )));
+        }
+        match why {
+            Some(w) if c.peer.is_none() => {
+                self.stats.links_refused.add(1);
+                self.stats.problem(format!("BU {}: refused a connection: {w}", self.cfg.bu.bu));
+            }
+            Some(w) => self.stats.problem(format!("BU {}: {w}", self.cfg.bu.bu)),
+            None => {}
+        }
+        Ok(())
     }
 
     /// Carries out the core's outputs.

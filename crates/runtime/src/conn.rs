@@ -6,12 +6,19 @@
 //! poller for writability. Data frames are queued as a header and the handles of their
 //! fragments, and written with vectored writes straight from the memory the fragments were
 //! received into (a [`PieceSource`]), which holds them until the event is committed.
+//!
+//! Every connection opens with the link of [`crate::link`]: the side that accepted it sends a
+//! challenge and reads the caller's signed opening before any frame; the side that called it
+//! waits for the challenge and answers it before any of its queued frames leaves.
 
-use crate::link::{LINK_BYTES, encode_link, parse_link};
+use crate::link::{
+    CHALLENGE_BYTES, LINK_BYTES, LinkKey, SIGNED_LINK_BYTES, answer_challenge, check_link, new_challenge, parse_link,
+};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
+use std::time::{Duration, Instant};
 use tessera_evb::types::Peer;
 use tessera_evb::wire::{Decoded, FrameDecoder};
 
@@ -38,6 +45,27 @@ const MAX_SLICES: usize = 512;
 /// Most bytes read from one connection before the loop turns to the others.
 const READ_TURN_BYTES: usize = 4 << 20;
 
+/// What a unit's connections need to open: who the unit is, its run, and the run's link key.
+#[derive(Debug, Clone)]
+pub struct LinkSide {
+    /// The unit.
+    pub me: Peer,
+    /// Its run.
+    pub run: u32,
+    /// The run's link key.
+    pub key: LinkKey,
+}
+
+/// Where a connection is in its link opening.
+enum Handshake {
+    /// Accepted: the challenge is queued; the caller's signed opening is being read.
+    Challenged { challenge: [u8; CHALLENGE_BYTES], got: usize, bytes: [u8; SIGNED_LINK_BYTES] },
+    /// Called: the callee's challenge is being read; nothing is written until it is answered.
+    Calling { got: usize, challenge: [u8; CHALLENGE_BYTES] },
+    /// Opened: frames flow.
+    Linked,
+}
+
 /// What a read pass produced.
 #[derive(Debug, Default)]
 pub struct ReadPass {
@@ -60,8 +88,10 @@ pub struct Conn {
     pub address: String,
     /// The other end's IP address, if known.
     pub ip: Option<std::net::IpAddr>,
-    link: [u8; LINK_BYTES],
-    link_got: usize,
+    side: LinkSide,
+    handshake: Handshake,
+    /// When the connection was accepted or opened.
+    since: Instant,
     decoder: FrameDecoder,
     out: VecDeque<(OutFrame, usize)>,
     /// Bytes of the front frame already written.
@@ -73,8 +103,32 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// A connection accepted by this unit: its first 16 bytes must be the peer's link opening.
-    pub fn accepted(stream: TcpStream, token: Token, max_body_bytes: u32) -> Self {
+    /// A connection accepted by this unit: it sends its challenge; the caller's signed opening
+    /// must come before any frame. Fails only if the system has no random bytes for the
+    /// challenge.
+    pub fn accepted(stream: TcpStream, token: Token, side: &LinkSide, max_body_bytes: u32) -> io::Result<Self> {
+        let challenge = new_challenge().map_err(io::Error::other)?;
+        let mut conn = Conn::new(
+            stream,
+            token,
+            side,
+            Handshake::Challenged { challenge, got: 0, bytes: [0; SIGNED_LINK_BYTES] },
+            max_body_bytes,
+        );
+        conn.queue(challenge.to_vec());
+        Ok(conn)
+    }
+
+    /// A connection this unit opened to `peer`: frames may be queued at once, but they leave
+    /// only after the unit's signed opening, which answers `peer`'s challenge.
+    pub fn opened(stream: TcpStream, token: Token, peer: Peer, side: &LinkSide, max_body_bytes: u32) -> Self {
+        let handshake = Handshake::Calling { got: 0, challenge: [0; CHALLENGE_BYTES] };
+        let mut conn = Conn::new(stream, token, side, handshake, max_body_bytes);
+        conn.peer = Some(peer);
+        conn
+    }
+
+    fn new(stream: TcpStream, token: Token, side: &LinkSide, handshake: Handshake, max_body_bytes: u32) -> Self {
         let peer = stream.peer_addr().ok();
         let address = peer.map_or_else(|| "?".into(), |a| a.to_string());
         Conn {
@@ -83,8 +137,9 @@ impl Conn {
             peer: None,
             address,
             ip: peer.map(|a| a.ip()),
-            link: [0; LINK_BYTES],
-            link_got: 0,
+            side: side.clone(),
+            handshake,
+            since: Instant::now(),
             decoder: FrameDecoder::with_max_body_bytes(max_body_bytes),
             out: VecDeque::new(),
             out_offset: 0,
@@ -94,13 +149,23 @@ impl Conn {
         }
     }
 
-    /// A connection this unit opened to `peer`: it starts by naming `me` in run `run`.
-    pub fn opened(stream: TcpStream, token: Token, peer: Peer, me: Peer, run: u32, max_body_bytes: u32) -> Self {
-        let mut conn = Conn::accepted(stream, token, max_body_bytes);
-        conn.peer = Some(peer);
-        conn.link_got = LINK_BYTES; // the other side reads the link; this side reads frames at once
-        conn.queue(encode_link(me, run).to_vec());
-        conn
+    /// Whether the link opening is done (a connection this unit accepted names its peer from
+    /// then on).
+    fn linked(&self) -> bool {
+        matches!(self.handshake, Handshake::Linked)
+    }
+
+    /// Why the connection must close, if its link opening is not done `timeout` after it began
+    /// or after `not_before` (when the unit's loop started reading, so that time spent waiting
+    /// to be enabled does not count), whichever is later.
+    pub fn link_overdue(&self, timeout: Duration, not_before: Instant) -> Option<String> {
+        let waiting = match self.handshake {
+            Handshake::Linked => return None,
+            Handshake::Challenged { .. } => "link opening",
+            Handshake::Calling { .. } => "link challenge",
+        };
+        (self.since.max(not_before).elapsed() > timeout)
+            .then(|| format!("{}: no {waiting} within {:.1} s", self.address, timeout.as_secs_f64()))
     }
 
     /// Registers the stream with the poller for reading.
@@ -140,8 +205,12 @@ impl Conn {
     }
 
     /// Writes what is queued until done or the socket would block; then asks the poller for
-    /// writability (or stops asking once done).
+    /// writability (or stops asking once done). On a connection this unit opened, nothing is
+    /// written before the peer's challenge is answered.
     pub fn flush(&mut self, source: &impl PieceSource, registry: &Registry) -> io::Result<()> {
+        if matches!(self.handshake, Handshake::Calling { .. }) {
+            return Ok(());
+        }
         while !self.out.is_empty() {
             let mut pieces: Vec<&[u8]> = Vec::new();
             let mut frames = 0;
@@ -195,12 +264,13 @@ impl Conn {
     }
 
     /// Reads from the stream into `scratch` and hands every complete frame to `on_frame`, for at
-    /// most a turn's worth of bytes. `run` is this unit's run, which a peer's link opening must
-    /// name.
-    pub fn read(&mut self, scratch: &mut [u8], run: u32, mut on_frame: impl FnMut(Peer, Decoded, &[u8])) -> ReadPass {
+    /// most a turn's worth of bytes. The link opening comes first: a caller's that fails closes
+    /// the connection before any of its frames is decoded.
+    pub fn read(&mut self, scratch: &mut [u8], mut on_frame: impl FnMut(Peer, Decoded, &[u8])) -> ReadPass {
         let mut pass = ReadPass::default();
         // Frames that arrived with the link opening wait in the decoder for this pass.
         if let Some(peer) = self.peer
+            && self.linked()
             && let Err(e) = self.decode(peer, &[], &mut on_frame)
         {
             pass.closed = Some(Some(e));
@@ -210,8 +280,18 @@ impl Conn {
         while taken < READ_TURN_BYTES {
             let n = match self.stream.read(scratch) {
                 Ok(0) => {
-                    let broken = (self.decoder.buffered() > 0 || (self.link_got > 0 && self.link_got < LINK_BYTES))
-                        .then(|| format!("{}: connection closed inside a frame", self.address));
+                    let broken = match self.handshake {
+                        Handshake::Challenged { got, .. } if got > 0 => {
+                            Some(format!("{}: closed inside its link opening, after {got} bytes", self.address))
+                        }
+                        Handshake::Calling { .. } => {
+                            Some(format!("{}: closed before its link challenge", self.address))
+                        }
+                        _ if self.decoder.buffered() > 0 => {
+                            Some(format!("{}: connection closed inside a frame", self.address))
+                        }
+                        _ => None,
+                    };
                     pass.closed = Some(broken);
                     self.readable = false;
                     return pass;
@@ -230,16 +310,48 @@ impl Conn {
             };
             taken += n;
             let mut bytes = &scratch[..n];
-            if self.link_got < LINK_BYTES {
-                let k = bytes.len().min(LINK_BYTES - self.link_got);
-                self.link[self.link_got..self.link_got + k].copy_from_slice(&bytes[..k]);
-                self.link_got += k;
-                bytes = &bytes[k..];
-                if self.link_got == LINK_BYTES {
-                    match parse_link(&self.link, run) {
+            match &mut self.handshake {
+                Handshake::Linked => {}
+                Handshake::Calling { got, challenge } => {
+                    let k = bytes.len().min(CHALLENGE_BYTES - *got);
+                    challenge[*got..*got + k].copy_from_slice(&bytes[..k]);
+                    *got += k;
+                    bytes = &bytes[k..];
+                    if *got < CHALLENGE_BYTES {
+                        continue;
+                    }
+                    let side = &self.side;
+                    let peer = self.peer.expect("a connection this unit opened names its peer");
+                    let signed = answer_challenge(&side.key, side.me, side.run, peer, challenge);
+                    // Ahead of the frames queued meanwhile, none of which was written.
+                    self.queued_bytes += signed.len();
+                    self.out.push_front((OutFrame::Owned(signed.to_vec()), signed.len()));
+                    self.handshake = Handshake::Linked;
+                }
+                Handshake::Challenged { challenge, got, bytes: signed } => {
+                    let before = *got;
+                    let k = bytes.len().min(SIGNED_LINK_BYTES - *got);
+                    signed[*got..*got + k].copy_from_slice(&bytes[..k]);
+                    *got += k;
+                    bytes = &bytes[k..];
+                    let side = &self.side;
+                    // The opening is checked as soon as it is in: a stray client or an older
+                    // build is refused without waiting for a tag it will not send.
+                    if before < LINK_BYTES && *got >= LINK_BYTES {
+                        let opening = signed[..LINK_BYTES].try_into().expect("16 bytes");
+                        if let Err(e) = parse_link(opening, side.run) {
+                            pass.closed = Some(Some(format!("{}: {e}", self.address)));
+                            return pass;
+                        }
+                    }
+                    if *got < SIGNED_LINK_BYTES {
+                        continue;
+                    }
+                    match check_link(&side.key, signed, challenge, side.me, side.run) {
                         Ok(peer) => {
                             // The unit vets the peer before any of its frames is decoded: what
                             // came with the opening waits in the decoder for the next pass.
+                            self.handshake = Handshake::Linked;
                             self.peer = Some(peer);
                             pass.linked = Some(peer);
                             let kept = self.decoder.push(bytes);

@@ -13,8 +13,9 @@
 //! BU's data port; each BU connects to the EVM's port, and RU 0's data for that BU travels back
 //! on that connection, in order with the EVM's messages.
 
-use crate::conn::{Conn, NoPieces, PieceSource};
+use crate::conn::{Conn, LinkSide, NoPieces, PieceSource};
 use crate::ferol_input::{FragmentHandle, Received, StreamBuffer};
+use crate::link::LinkKey;
 use crate::state::Transition;
 use crate::stats::{BLOCKED_AFTER, CpuSampler, FedError, SubState, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
@@ -142,6 +143,8 @@ impl RuCore for EvmNode {
 pub struct RuNodeConfig {
     /// The run number, which every peer's link must name.
     pub run: u32,
+    /// The run's link key, with which every peer proves that it belongs to the run.
+    pub link_key: LinkKey,
     /// The RU core.
     pub ru: RuConfig,
     /// The EVM core, for RU 0 (the EVM's node).
@@ -657,9 +660,11 @@ impl RuLoop {
     fn add_conn(&mut self, stream: TcpStream, peer: Option<Peer>) -> Result<Token, NodeError> {
         let token = Token(self.next_conn);
         self.next_conn += 1;
+        let side = LinkSide { me: self.me(), run: self.cfg.run, key: self.cfg.link_key.clone() };
         let mut conn = match peer {
-            Some(p) => Conn::opened(stream, token, p, self.me(), self.cfg.run, self.cfg.max_frame_bytes),
-            None => Conn::accepted(stream, token, self.cfg.max_frame_bytes),
+            Some(p) => Conn::opened(stream, token, p, &side, self.cfg.max_frame_bytes),
+            None => Conn::accepted(stream, token, &side, self.cfg.max_frame_bytes)
+                .map_err(io_err("a challenge for a connection"))?,
         };
         conn.register(self.poll.registry()).map_err(io_err("registering a connection"))?;
         self.conns.insert(token, conn);
@@ -707,6 +712,7 @@ impl RuLoop {
         self.stats.transition(Transition::Configured);
         self.control.wait_enabled(&format!("RU {}", self.cfg.ru.ru), &self.stats)?;
         self.stats.transition(Transition::Enable);
+        let enabled_at = Instant::now();
         let mut events = Events::with_capacity(1024);
         let mut drained_at: Option<Instant> = None;
         let (mut stopped_at, mut drain_reports, mut lost_said) = (None::<Instant>, 0u32, false);
@@ -728,6 +734,7 @@ impl RuLoop {
             }
             let busy = self.read_streams(now)?;
             let busy = self.read_conns(now)? || busy;
+            self.close_overdue_links(enabled_at)?;
             self.dispatch(self.now());
             self.retry_bus_down();
             if self.drain_seen {
@@ -1241,7 +1248,7 @@ impl RuLoop {
         for token in tokens {
             let mut inputs = Vec::new();
             let conn = self.conns.get_mut(&token).expect("listed");
-            let pass = conn.read(&mut self.scratch, self.cfg.run, |peer, decoded, _body| {
+            let pass = conn.read(&mut self.scratch, |peer, decoded, _body| {
                 inputs.push((peer, decoded.message));
             });
             more |= pass.more;
@@ -1280,6 +1287,7 @@ impl RuLoop {
         let allowed =
             allowed && self.cfg.allowed_peers.as_ref().is_none_or(|ips| ip.is_some_and(|ip| ips.contains(&ip)));
         if !allowed {
+            self.stats.links_refused.add(1);
             self.stats.problem(format!("RU {}: refused {peer:?} calling from {address}", self.cfg.ru.ru));
             if let Some(mut c) = self.conns.remove(&token) {
                 c.deregister(self.poll.registry());
@@ -1303,12 +1311,26 @@ impl RuLoop {
         }
     }
 
+    /// Closes the connections whose link opening is not done within the connect time-out: a
+    /// caller that never proves itself is refused; a callee that never challenges is lost.
+    fn close_overdue_links(&mut self, enabled_at: Instant) -> Result<(), NodeError> {
+        let timeout = self.cfg.connect_timeout;
+        let overdue: Vec<(Token, String)> =
+            self.conns.iter().filter_map(|(t, c)| c.link_overdue(timeout, enabled_at).map(|why| (*t, why))).collect();
+        for (token, why) in overdue {
+            self.close_conn(token, Some(why))?;
+        }
+        Ok(())
+    }
+
     fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
         let Some(mut conn) = self.conns.remove(&token) else { return Ok(()) };
         conn.deregister(self.poll.registry());
         let Some(peer) = conn.peer else {
-            // A caller that never named itself as a unit of this run.
+            // A caller that never proved itself a unit of this run: nothing of it reached the
+            // core. One that closed without a byte is no caller (a port probe).
             if let Some(why) = why {
+                self.stats.links_refused.add(1);
                 self.stats.problem(format!("{:?}: refused a connection: {why}", self.me()));
             }
             return Ok(());

@@ -331,6 +331,11 @@ pub struct UnitStats {
     pub data_messages: Gauge,
     /// Control messages sent.
     pub control_messages: Gauge,
+    /// Protocol connections refused before their peer reached the unit: the caller sent no
+    /// valid link opening (no proof of the run's link key, another run, not a Tessera
+    /// connection), sent none within the connect time-out, or is not a peer that may call this
+    /// unit (see docs/formats.md §13).
+    pub links_refused: Gauge,
     /// CPU time of the unit's loop thread since that thread started, in ns (its thread CPU
     /// clock, `clock_gettime`), read about every [`CPU_SAMPLE_INTERVAL`]. Benchmarks take the
     /// difference over a window.

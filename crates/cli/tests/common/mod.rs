@@ -42,6 +42,14 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     ports
 }
 
+/// The run's link key for units a test starts by hand (`tessera evm|ru|bu`), as they read it
+/// from `TESSERA_LINK_KEY`: one per test process, the same for every unit of its runs.
+#[allow(dead_code)]
+pub fn link_key_hex() -> &'static str {
+    static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| tessera_runtime::link::LinkKey::generate().unwrap().to_hex())
+}
+
 /// Starts `command` with stdout and stderr in `log` and no stdin.
 pub fn spawn_logged(mut command: Command, log: &Path) -> Child {
     let out = std::fs::File::create(log).unwrap();

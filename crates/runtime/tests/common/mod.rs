@@ -20,6 +20,7 @@ use tessera_formats::raw::RawFile;
 use tessera_inspect::event::EventChecks;
 use tessera_inspect::verify::{Violation, verify_run_dir};
 use tessera_runtime::bu_node::BuNodeConfig;
+use tessera_runtime::link::LinkKey;
 use tessera_runtime::ru_node::{OnCorruptStream, RuNodeConfig};
 use tessera_runtime::system::SystemPlan;
 
@@ -97,6 +98,8 @@ pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
     let emulators = (0..2).map(|r| emulator(FEDS[r], setup, &ferol[r])).collect();
     let data_addresses: Vec<_> = data.iter().map(|l| l.local_addr().unwrap()).collect();
     let ru_control = vec![control[1].local_addr().unwrap()];
+    // A key of the run, as run control would make it.
+    let link_key = LinkKey::generate().unwrap();
     let [f0, f1] = ferol;
     let [c0, c1] = control;
     let rus = [(f0, c0), (f1, c1)]
@@ -104,6 +107,7 @@ pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
         .enumerate()
         .map(|(r, (ferol_listener, control_listener))| RuNodeConfig {
             run: RUN,
+            link_key: link_key.clone(),
             ru: RuConfig {
                 first_event: setup.first_event,
                 fragment_timeout_ns: setup.fragment_timeout.as_nanos() as u64,
@@ -131,6 +135,7 @@ pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
         .enumerate()
         .map(|(b, data_listener)| BuNodeConfig {
             run: RUN,
+            link_key: link_key.clone(),
             bu: BuConfig { max_events_per_file: 50, ..BuConfig::new(b as u16, 2) },
             data_listener,
             evm: evm_address,
