@@ -1,0 +1,380 @@
+//! [`BrokerClient`]: a remote FU's side of the broker protocol.
+
+use super::http::{decimal, percent_encode};
+use super::{BuRunState, PROTOCOL_VERSION, ResourceSummary};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+use tessera_formats::names::ClaimedRawName;
+
+/// What went wrong talking to a broker; every variant names the URL.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// Connecting, sending or receiving failed (a timeout included).
+    #[error("{url}: {source}")]
+    Io {
+        /// The request's URL.
+        url: String,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The broker refused the request: a status other than 200, or `state=ERROR`.
+    #[error("{url}: HTTP {status}: {message}")]
+    Refused {
+        /// The request's URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The broker's `errormessage`, or the start of its answer.
+        message: String,
+    },
+    /// An answer that does not follow the protocol.
+    #[error("{url}: bad answer: {problem}")]
+    Protocol {
+        /// The request's URL.
+        url: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+/// What `/state` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteRunState {
+    /// The run directory does not exist yet.
+    Starting {
+        /// The host name the broker gives this client's claims.
+        host: String,
+    },
+    /// The run directory as the broker lists it; only this client host's claims are listed.
+    Running {
+        /// The host name the broker gives this client's claims.
+        host: String,
+        /// The listing.
+        state: BuRunState,
+    },
+    /// The broker serves another run.
+    NoRun {
+        /// The run it serves.
+        current_run: u32,
+    },
+}
+
+/// What `/popfile` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PopAnswer {
+    /// The run directory does not exist yet: ask again later.
+    Starting,
+    /// A file is claimed for this FU.
+    Ready {
+        /// Its lumi section.
+        ls: u32,
+        /// Its claimed name (`file` without `fu/`).
+        file: ClaimedRawName,
+        /// The BU stem of the raw file and its index JSON.
+        file_prefix: String,
+    },
+    /// Nothing to claim now (or nothing up to `stopls`), lumi sections still open.
+    EndOfLumi {
+        /// The highest lumi section whose EoLS is written; 0 if none.
+        last_eols: u32,
+    },
+    /// The run has ended and no file is left.
+    EndOfRun,
+    /// The broker serves another run.
+    NoRun {
+        /// The run it serves.
+        current_run: u32,
+    },
+}
+
+/// A remote FU's side of the broker protocol: one connection per request, with timeouts.
+#[derive(Debug, Clone)]
+pub struct BrokerClient {
+    addr: SocketAddr,
+    run: u32,
+    pid: u32,
+    host: Option<String>,
+    stop_ls: Option<u32>,
+    timeout: Duration,
+    max_body: u64,
+}
+
+impl BrokerClient {
+    /// A client of the broker at `addr` for process `pid` in run `run`, claiming under the
+    /// host name the broker sees it as ([`peer_host_name`](super::peer_host_name)); 10 s timeouts, answers up to 4 GiB.
+    pub fn new(addr: SocketAddr, run: u32, pid: u32) -> Self {
+        BrokerClient { addr, run, pid, host: None, stop_ls: None, timeout: Duration::from_secs(10), max_body: 4 << 30 }
+    }
+
+    /// Claims under `host` instead (ASCII alphanumeric, `-`, `.`).
+    pub fn with_host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
+    }
+
+    /// Takes no file of a lumi section after `stop_ls` (`None`: no limit).
+    pub fn with_stop_ls(mut self, stop_ls: Option<u32>) -> Self {
+        self.stop_ls = stop_ls;
+        self
+    }
+
+    /// Bounds connecting, and each read and write, to `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Refuses answers longer than `bytes`.
+    pub fn with_max_body(mut self, bytes: u64) -> Self {
+        self.max_body = bytes;
+        self
+    }
+
+    /// The broker's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Asks for the next file.
+    pub fn popfile(&self) -> Result<PopAnswer, BrokerError> {
+        let mut target = format!("/popfile?runnumber={}&pid={}", self.run, self.pid);
+        if let Some(host) = &self.host {
+            let _ = write!(target, "&host={}", percent_encode(host));
+        }
+        if let Some(stop_ls) = self.stop_ls {
+            let _ = write!(target, "&stopls={stop_ls}");
+        }
+        let (url, body) = self.request("GET", &target, &[])?;
+        let doc = parse_document(&url, &body)?;
+        let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
+        let field =
+            |key: &str| doc.get(key).ok_or_else(|| protocol(format!("no {key:?} in a {:?} answer", doc.get("state"))));
+        let number = |key: &str| {
+            field(key).and_then(|v| decimal(v).ok_or_else(|| protocol(format!("{key}={v:?} is not a number"))))
+        };
+        match field("state")?.as_str() {
+            "STARTING" => Ok(PopAnswer::Starting),
+            "READY" => {
+                let ls = number("lumisection")?;
+                let path = field("file")?;
+                let file = ClaimedRawName::parse(path).map_err(|e| protocol(format!("file: {e}")))?;
+                if file.ls != ls || file.run != self.run {
+                    return Err(protocol(format!(
+                        "file {path:?} does not match run {} and lumisection {ls}",
+                        self.run
+                    )));
+                }
+                Ok(PopAnswer::Ready { ls, file, file_prefix: field("fileprefix")?.clone() })
+            }
+            "EOLS" => Ok(PopAnswer::EndOfLumi { last_eols: number("lasteols")? }),
+            "EOR" => Ok(PopAnswer::EndOfRun),
+            "NORUN" => Ok(PopAnswer::NoRun { current_run: number("runnumber")? }),
+            "ERROR" => Err(BrokerError::Refused {
+                url: url.clone(),
+                status: 200,
+                message: doc.get("errormessage").cloned().unwrap_or_default(),
+            }),
+            other => Err(protocol(format!("unknown state {other:?}"))),
+        }
+    }
+
+    /// What the run directory holds (see [`RemoteRunState`]).
+    pub fn state(&self) -> Result<RemoteRunState, BrokerError> {
+        let mut target = format!("/state?runnumber={}", self.run);
+        if let Some(host) = &self.host {
+            let _ = write!(target, "&host={}", percent_encode(host));
+        }
+        let (url, body) = self.request("GET", &target, &[])?;
+        let doc = parse_document(&url, &body)?;
+        let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
+        let field = |key: &str| doc.get(key).ok_or_else(|| protocol(format!("no {key:?} in a /state answer")));
+        let numbers = |key: &str| -> Result<Vec<u32>, BrokerError> {
+            let v = field(key)?;
+            v.split(',')
+                .filter(|s| !s.is_empty())
+                .map(|n| decimal(n).ok_or_else(|| protocol(format!("{key}={v:?} is not a list of numbers"))))
+                .collect()
+        };
+        match field("state")?.as_str() {
+            "NORUN" => Ok(RemoteRunState::NoRun { current_run: decimal(field("runnumber")?).unwrap_or(0) }),
+            "STARTING" => Ok(RemoteRunState::Starting { host: field("host")?.clone() }),
+            s @ ("RUNNING" | "ENDED") => {
+                let mut state = BuRunState { ended: s == "ENDED", ..BuRunState::default() };
+                state.ended_lumi_sections = numbers("endedls")?.into_iter().collect();
+                state.lumi_sections_with_files = numbers("filels")?.into_iter().collect();
+                let unclaimed = field("unclaimed")?;
+                for pair in unclaimed.split(',').filter(|s| !s.is_empty()) {
+                    let (ls, index) = pair
+                        .split_once(':')
+                        .and_then(|(l, i)| Some((decimal(l)?, decimal(i)?)))
+                        .ok_or_else(|| protocol(format!("unclaimed={unclaimed:?} is not a list of ls:index")))?;
+                    state.unclaimed.push((ls, index));
+                }
+                for name in field("claimed")?.split(',').filter(|s| !s.is_empty()) {
+                    state.claimed.push(ClaimedRawName::parse(name).map_err(|e| protocol(format!("claimed: {e}")))?);
+                }
+                Ok(RemoteRunState::Running { host: field("host")?.clone(), state })
+            }
+            "ERROR" => Err(BrokerError::Refused {
+                url: url.clone(),
+                status: 200,
+                message: doc.get("errormessage").cloned().unwrap_or_default(),
+            }),
+            other => Err(protocol(format!("unknown state {other:?}"))),
+        }
+    }
+
+    /// The bytes of the claimed file `name`.
+    pub fn fetch(&self, name: &ClaimedRawName) -> Result<Vec<u8>, BrokerError> {
+        self.request("GET", &self.file_target("file", name), &[]).map(|(_, body)| body)
+    }
+
+    /// The index JSON of the claimed file `name`.
+    pub fn fetch_index(&self, name: &ClaimedRawName) -> Result<Vec<u8>, BrokerError> {
+        self.request("GET", &self.file_target("index", name), &[]).map(|(_, body)| body)
+    }
+
+    /// Tells the broker that the outputs for `name` are published: it removes the file.
+    pub fn done(&self, name: &ClaimedRawName) -> Result<(), BrokerError> {
+        self.request("POST", &self.file_target("done", name), &[]).map(drop)
+    }
+
+    /// Gives the claim `name` back to the pool.
+    pub fn release(&self, name: &ClaimedRawName) -> Result<(), BrokerError> {
+        self.request("POST", &self.file_target("release", name), &[]).map(drop)
+    }
+
+    /// Publishes this process's resource summary in the BU's directory. Its `host` must be the
+    /// name the broker gives this client's claims ([`RemoteRunState`]'s `host`), its `run` the
+    /// client's.
+    pub fn publish_summary(&self, summary: &ResourceSummary) -> Result<(), BrokerError> {
+        let body = serde_json::to_vec(summary).expect("a summary always serializes");
+        self.request("POST", &self.summary_target(None), &body).map(drop)
+    }
+
+    /// Removes this process's resource summary from the BU's directory (one already gone is fine).
+    pub fn remove_summary(&self) -> Result<(), BrokerError> {
+        self.request("DELETE", &self.summary_target(Some(self.pid)), &[]).map(drop)
+    }
+
+    fn summary_target(&self, pid: Option<u32>) -> String {
+        let mut target = format!("/summary?runnumber={}", self.run);
+        if let Some(pid) = pid {
+            let _ = write!(target, "&pid={pid}");
+        }
+        if let Some(host) = &self.host {
+            let _ = write!(target, "&host={}", percent_encode(host));
+        }
+        target
+    }
+
+    fn file_target(&self, endpoint: &str, name: &ClaimedRawName) -> String {
+        format!("/{endpoint}?runnumber={}&name={}", self.run, percent_encode(&name.to_string()))
+    }
+
+    /// Sends one request (with `body`, JSON, unless empty) on a fresh connection; the URL and
+    /// the body of a 200 answer.
+    fn request(&self, method: &str, target: &str, body: &[u8]) -> Result<(String, Vec<u8>), BrokerError> {
+        let url = format!("http://{}{target}", self.addr);
+        let io_err = |source| BrokerError::Io { url: url.clone(), source };
+        let stream = TcpStream::connect_timeout(&self.addr, self.timeout).map_err(io_err)?;
+        stream.set_read_timeout(Some(self.timeout)).map_err(io_err)?;
+        stream.set_write_timeout(Some(self.timeout)).map_err(io_err)?;
+        let _ = stream.set_nodelay(true);
+        let mut request = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
+        if !body.is_empty() {
+            request.push_str("Content-Type: application/json\r\n");
+        }
+        if method != "GET" {
+            let _ = write!(request, "Content-Length: {}\r\n", body.len());
+        }
+        request.push_str("\r\n");
+        let mut request = request.into_bytes();
+        request.extend_from_slice(body);
+        (&stream).write_all(&request).map_err(io_err)?;
+        let mut reader = BufReader::new(stream);
+        let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
+        let mut head_budget = 16 * 1024u64;
+        let mut read_head_line = |reader: &mut BufReader<TcpStream>| -> Result<String, BrokerError> {
+            let mut line = Vec::new();
+            let read = reader.by_ref().take(head_budget).read_until(b'\n', &mut line).map_err(io_err)?;
+            head_budget -= read as u64;
+            if line.last() != Some(&b'\n') {
+                return Err(protocol(if head_budget == 0 {
+                    "answer head over 16 KiB".into()
+                } else {
+                    "connection closed in the answer head".into()
+                }));
+            }
+            Ok(String::from_utf8_lossy(&line).trim_end_matches(['\r', '\n']).to_owned())
+        };
+        let status_line = read_head_line(&mut reader)?;
+        let status = status_line
+            .strip_prefix("HTTP/1.")
+            .and_then(|rest| rest.get(2..5))
+            .and_then(|code| code.parse::<u16>().ok())
+            .ok_or_else(|| protocol(format!("bad status line {status_line:?}")))?;
+        let mut length = None;
+        loop {
+            let line = read_head_line(&mut reader)?;
+            if line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                let value = value.trim();
+                length = Some(value.parse::<u64>().map_err(|_| protocol(format!("bad Content-Length {value:?}")))?);
+            }
+        }
+        let limit = length.unwrap_or(self.max_body.saturating_add(1));
+        if limit > self.max_body && length.is_some() {
+            return Err(protocol(format!("answer of {limit} bytes is over the limit of {}", self.max_body)));
+        }
+        let mut body = Vec::with_capacity(usize::try_from(limit.min(64 << 20)).unwrap_or(0));
+        reader.take(limit).read_to_end(&mut body).map_err(io_err)?;
+        match length {
+            Some(len) if (body.len() as u64) < len => {
+                return Err(protocol(format!("answer cut short: {} of {len} bytes", body.len())));
+            }
+            None if body.len() as u64 > self.max_body => {
+                return Err(protocol(format!("answer over the limit of {} bytes", self.max_body)));
+            }
+            _ => {}
+        }
+        if status != 200 {
+            let message = parse_document(&url, &body)
+                .ok()
+                .and_then(|doc| doc.get("errormessage").cloned())
+                .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).trim().to_owned());
+            return Err(BrokerError::Refused { url, status, message });
+        }
+        Ok((url, body))
+    }
+}
+
+/// Reads a `key=value` answer up to its empty line; checks `version`.
+fn parse_document(url: &str, body: &[u8]) -> Result<HashMap<String, String>, BrokerError> {
+    let protocol = |problem: String| BrokerError::Protocol { url: url.to_owned(), problem };
+    let text = std::str::from_utf8(body).map_err(|_| protocol("answer is not UTF-8".into()))?;
+    let mut doc = HashMap::new();
+    let mut ended = false;
+    for line in text.lines() {
+        if line.is_empty() {
+            ended = true;
+            break;
+        }
+        let (key, value) = line.split_once('=').ok_or_else(|| protocol(format!("line {line:?} is not key=value")))?;
+        doc.insert(key.to_owned(), value.to_owned());
+    }
+    if !ended {
+        return Err(protocol("answer does not end with an empty line".into()));
+    }
+    match doc.get("version").map(String::as_str) {
+        Some(v) if v == PROTOCOL_VERSION.to_string() => Ok(doc),
+        other => Err(protocol(format!("version {other:?}, expected {PROTOCOL_VERSION}"))),
+    }
+}

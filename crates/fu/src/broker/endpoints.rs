@@ -1,0 +1,265 @@
+//! The broker's endpoints: each takes a parsed request and gives the answer (docs/formats.md §16).
+
+use super::http::{Answer, Body, Query, Request};
+use super::{CLAIM_ATTEMPTS, Shared};
+use crate::claim::{Claimer, FileSource};
+use crate::resources::{ResourceSummary, now_unix_ms, summary_path, write_summary};
+use std::fs::{self, File};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use tessera_formats::names::{self, ClaimedRawName};
+
+/// An error answer's status and message.
+pub(super) type Refusal = (u16, String);
+
+/// Routes a request.
+pub(super) fn handle(request: &Request, peer: SocketAddr, shared: &Shared) -> Answer {
+    let run = shared.run.load(Ordering::Relaxed);
+    let result = match (request.method.as_str(), request.path.as_str()) {
+        ("GET", "/popfile") => popfile(&request.query, peer, shared),
+        ("GET", "/state") => run_state(&request.query, peer, shared),
+        ("GET", "/file") => serve_claimed(&request.query, shared, false),
+        ("GET", "/index") => serve_claimed(&request.query, shared, true),
+        ("POST", "/done") => done(&request.query, shared),
+        ("POST", "/release") => release(&request.query, shared),
+        ("POST", "/summary") => publish_summary(&request.query, &request.body, peer, shared),
+        ("DELETE", "/summary") => remove_summary(&request.query, peer, shared),
+        (_, "/popfile" | "/state" | "/file" | "/index") => {
+            let mut answer = Answer::error(405, run, &format!("{} takes GET", request.path));
+            answer.allow = Some("GET");
+            Ok(answer)
+        }
+        (_, "/done" | "/release") => {
+            let mut answer = Answer::error(405, run, &format!("{} takes POST", request.path));
+            answer.allow = Some("POST");
+            Ok(answer)
+        }
+        (_, "/summary") => {
+            let mut answer = Answer::error(405, run, "/summary takes POST or DELETE");
+            answer.allow = Some("POST, DELETE");
+            Ok(answer)
+        }
+        _ => Err((404, format!("no endpoint {:?}", request.path))),
+    };
+    result.unwrap_or_else(|(status, message)| Answer::error(status, run, &message))
+}
+
+/// `GET /popfile`.
+fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+    let query = Query::parse(raw_query, &["runnumber", "pid", "host", "stopls"])?;
+    let run = query.number("runnumber")?;
+    let pid = query.number("pid")?;
+    let stop_ls = query.optional_number("stopls")?;
+    let host = remote_host(&query, peer, shared)?;
+    let current = shared.run.load(Ordering::Relaxed);
+    if run != current {
+        return Ok(Answer::state(current, "NORUN"));
+    }
+    if !shared.run_dir(run).is_dir() {
+        return Ok(Answer::state(run, "STARTING"));
+    }
+    let internal = |e: crate::FuError| (500, e.to_string());
+    let claimer = Claimer::new(&shared.bu_dir, run, &host, pid).map_err(internal)?;
+    let mut last_eols = 0;
+    for _ in 0..CLAIM_ATTEMPTS {
+        let state = claimer.listing().map_err(internal)?;
+        last_eols = state.ended_lumi_sections.last().copied().unwrap_or(0);
+        let candidates: Vec<(u32, u32)> =
+            state.unclaimed.iter().copied().filter(|&(ls, _)| stop_ls.is_none_or(|stop| ls <= stop)).collect();
+        if candidates.is_empty() {
+            if state.ended && state.unclaimed.is_empty() {
+                return Ok(Answer::state(run, "EOR"));
+            }
+            break;
+        }
+        if let Some(claim) = claimer.claim_first(&candidates).map_err(internal)? {
+            let raw = claim.name.raw();
+            let mut answer = Answer::document(
+                200,
+                run,
+                &[
+                    ("state", "READY".to_owned()),
+                    ("lumisection", claim.name.ls.to_string()),
+                    ("index", claim.name.index.to_string()),
+                    ("file", claim.name.path()),
+                    ("fileprefix", raw.stem()),
+                ],
+            );
+            answer.give_back = Some((claim.path, claimer.run_dir().join(raw.to_string())));
+            return Ok(answer);
+        }
+        // Other FUs took every candidate between the listing and the renames: list again.
+    }
+    Ok(Answer::document(200, run, &[("state", "EOLS".to_owned()), ("lasteols", last_eols.to_string())]))
+}
+
+/// The name a remote FU claims under: `host` if given (checked), else its address.
+pub(super) fn remote_host(query: &Query, peer: SocketAddr, shared: &Shared) -> Result<String, Refusal> {
+    let host = match query.get("host") {
+        Some(host) => host.to_owned(),
+        None => peer_host_name(peer.ip()),
+    };
+    names::validate_producer_name(&host).map_err(|e| (400, format!("host: {e}")))?;
+    if host == shared.local_host {
+        return Err((400, format!("host {host:?} is the BU's own host name, which its local FUs claim under")));
+    }
+    Ok(host)
+}
+
+/// `GET /state`: what the run directory says, for a remote FU or micro merger.
+fn run_state(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+    let query = Query::parse(raw_query, &["runnumber", "host"])?;
+    let run = query.number("runnumber")?;
+    let host = remote_host(&query, peer, shared)?;
+    let current = shared.run.load(Ordering::Relaxed);
+    if run != current {
+        return Ok(Answer::state(current, "NORUN"));
+    }
+    if !shared.run_dir(run).is_dir() {
+        return Ok(Answer::document(200, run, &[("state", "STARTING".to_owned()), ("host", host)]));
+    }
+    let internal = |e: crate::FuError| (500, e.to_string());
+    let state = Claimer::new(&shared.bu_dir, run, &host, 0).map_err(internal)?.listing().map_err(internal)?;
+    let join = |v: Vec<String>| v.join(",");
+    let fields = [
+        ("state", if state.ended { "ENDED" } else { "RUNNING" }.to_owned()),
+        ("host", host.clone()),
+        ("endedls", join(state.ended_lumi_sections.iter().map(u32::to_string).collect())),
+        ("filels", join(state.lumi_sections_with_files.iter().map(u32::to_string).collect())),
+        ("unclaimed", join(state.unclaimed.iter().map(|(ls, i)| format!("{ls}:{i}")).collect())),
+        ("claimed", join(state.claimed.iter().filter(|c| c.host == host).map(ToString::to_string).collect())),
+    ];
+    Ok(Answer::document(200, run, &fields))
+}
+
+/// The claim named by `runnumber` and `name`, for the run served.
+pub(super) fn claimed_name(query: &Query, shared: &Shared) -> Result<(u32, ClaimedRawName), Refusal> {
+    let run = query.number("runnumber")?;
+    let name = query.required("name")?;
+    let claim = ClaimedRawName::parse(name).map_err(|e| (400, format!("name: {e}")))?;
+    if name != claim.to_string() && name != claim.path() {
+        return Err((400, format!("name {name:?} is not spelt as the broker writes it")));
+    }
+    if claim.run != run {
+        return Err((400, format!("name {name:?} is not a file of run {run}")));
+    }
+    Ok((served(run, shared)?, claim))
+}
+
+/// Whether `path` is a regular file (not a link to one).
+pub(super) fn is_plain_file(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+}
+
+/// `GET /file` and `GET /index`.
+fn serve_claimed(raw_query: &str, shared: &Shared, index: bool) -> Result<Answer, Refusal> {
+    let query = Query::parse(raw_query, &["runnumber", "name"])?;
+    let (run, claim) = claimed_name(&query, shared)?;
+    let run_dir = shared.run_dir(run);
+    let claimed = run_dir.join(claim.path());
+    if !is_plain_file(&claimed) {
+        return Err((404, format!("{} is not claimed", claim.path())));
+    }
+    let path =
+        if index { run_dir.join(claim.raw().index_json().map(|j| j.to_string()).unwrap_or_default()) } else { claimed };
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err((404, format!("{} is gone", path.display()))),
+        Err(e) => return Err((500, format!("opening {}: {e}", path.display()))),
+    };
+    let len = file.metadata().map_err(|e| (500, format!("reading the size of {}: {e}", path.display())))?.len();
+    let content_type = if index { "application/json" } else { "application/octet-stream" };
+    Ok(Answer { status: 200, content_type, body: Body::File { file, len }, allow: None, give_back: None })
+}
+
+/// `POST /done`.
+fn done(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
+    let query = Query::parse(raw_query, &["runnumber", "name"])?;
+    let (run, claim) = claimed_name(&query, shared)?;
+    if !is_plain_file(&shared.run_dir(run).join(claim.path())) {
+        return Err((404, format!("{} is not claimed", claim.path())));
+    }
+    let claimer = Claimer::new(&shared.bu_dir, run, &claim.host, claim.pid).map_err(|e| (500, e.to_string()))?;
+    claimer.remove_processed(&claim).map_err(|e| (500, e.to_string()))?;
+    Ok(Answer::document(200, run, &[("file", claim.path()), ("result", "removed".to_owned())]))
+}
+
+/// `POST /release`.
+fn release(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
+    let query = Query::parse(raw_query, &["runnumber", "name"])?;
+    let (run, claim) = claimed_name(&query, shared)?;
+    let run_dir = shared.run_dir(run);
+    let from = run_dir.join(claim.path());
+    let to = run_dir.join(claim.raw().to_string());
+    if !is_plain_file(&from) {
+        return Err((404, format!("{} is not claimed", claim.path())));
+    }
+    if fs::symlink_metadata(&to).is_ok() {
+        return Err((409, format!("{} exists already", claim.raw())));
+    }
+    match fs::rename(&from, &to) {
+        Ok(()) => Ok(Answer::document(200, run, &[("file", claim.path()), ("result", "released".to_owned())])),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err((404, format!("{} is not claimed", claim.path()))),
+        Err(e) => Err((500, format!("giving back {}: {e}", from.display()))),
+    }
+}
+
+/// `POST /summary`: a remote FU's resource summary (JSON, [`ResourceSummary`]), written where
+/// a local FU's goes. Its `run` must be the run served and its `host` the name the FU claims
+/// under; `updated_unix_ms` is replaced by the time of receipt, so that the BU judges the
+/// summary's age by its own clock, not by the FU host's.
+fn publish_summary(raw_query: &str, body: &[u8], peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+    let query = Query::parse(raw_query, &["runnumber", "host"])?;
+    let run = served(query.number("runnumber")?, shared)?;
+    let host = remote_host(&query, peer, shared)?;
+    let mut summary: ResourceSummary =
+        serde_json::from_slice(body).map_err(|e| (400, format!("the body is not a resource summary: {e}")))?;
+    if summary.run != run {
+        return Err((400, format!("a summary of run {} posted for run {run}", summary.run)));
+    }
+    if summary.host != host {
+        return Err((
+            400,
+            format!("a summary of host {:?} from a client whose claims are made under {host:?}", summary.host),
+        ));
+    }
+    if !(summary.output_bytes_per_s >= 0.0 && summary.cpu_seconds >= 0.0) {
+        return Err((400, "output_bytes_per_s and cpu_seconds must not be negative".into()));
+    }
+    summary.updated_unix_ms = now_unix_ms();
+    write_summary(&shared.bu_dir, &summary).map_err(|e| (500, e.to_string()))?;
+    Ok(Answer::document(200, run, &[("pid", summary.pid.to_string()), ("result", "published".to_owned())]))
+}
+
+/// `DELETE /summary`: a remote FU is leaving; its summary is removed, if there.
+fn remove_summary(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+    let query = Query::parse(raw_query, &["runnumber", "pid", "host"])?;
+    let run = served(query.number("runnumber")?, shared)?;
+    let pid = query.number("pid")?;
+    let host = remote_host(&query, peer, shared)?;
+    let path = summary_path(&shared.bu_dir, &host, pid);
+    let result = match fs::remove_file(&path) {
+        Ok(()) => "removed",
+        Err(e) if e.kind() == io::ErrorKind::NotFound => "absent",
+        Err(e) => return Err((500, format!("removing {}: {e}", path.display()))),
+    };
+    Ok(Answer::document(200, run, &[("pid", pid.to_string()), ("result", result.to_owned())]))
+}
+
+/// `run` if it is the run served; 404 otherwise.
+pub(super) fn served(run: u32, shared: &Shared) -> Result<u32, Refusal> {
+    let current = shared.run.load(Ordering::Relaxed);
+    if run != current {
+        return Err((404, format!("run {run} is not served (the broker serves run {current})")));
+    }
+    Ok(run)
+}
+
+/// The host name a remote FU claims under when it gives none: its IP address with `.` and `:`
+/// replaced by `-` (`10.0.0.2` becomes `10-0-0-2`; an IPv4 address mapped into IPv6 is written
+/// as IPv4).
+pub fn peer_host_name(ip: IpAddr) -> String {
+    ip.to_canonical().to_string().replace(['.', ':'], "-")
+}
