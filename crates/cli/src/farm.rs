@@ -107,6 +107,68 @@ pub fn fu(args: &FuArgs) -> Result<FuReport> {
     Ok(run_fu(&cfg, hlt.as_mut(), &stop)?)
 }
 
+/// The options of `tessera reader`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ReaderArgs {
+    /// The BU's file broker, `HOST:PORT` (a host name or an IP address).
+    #[arg(long, value_parser = crate::socket_address)]
+    pub broker: std::net::SocketAddr,
+    /// The BU's directory, holding `runRRRRRR/`, as this host sees it (a shared file system).
+    #[arg(long)]
+    pub bu_dir: PathBuf,
+    /// The run to read.
+    #[arg(long)]
+    pub run: u32,
+    /// Ask for no file after this lumi section (`stopls`), as a CMSSW process told to stop does.
+    #[arg(long)]
+    pub stop_ls: Option<u32>,
+    /// Take this long more over each file, as a slow selection would, in ms.
+    #[arg(long, default_value_t = 0)]
+    pub file_delay_ms: u64,
+    /// Give up when the run has not ended after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub timeout_s: u64,
+    /// The process that started this reader: it stops when that process ends.
+    #[arg(long, hide = true)]
+    pub parent_pid: Option<u32>,
+}
+
+/// `tessera reader`: reads the run through the broker until it ends the run for this reader.
+pub fn reader(args: &ReaderArgs) -> Result<tessera_fu::reader::ReaderReport> {
+    let cfg = tessera_fu::reader::ReaderConfig {
+        broker: args.broker,
+        broker_host: args.broker.ip().to_string(),
+        bu_dir: args.bu_dir.clone(),
+        run: args.run,
+        pid: std::process::id(),
+        stop_ls: args.stop_ls,
+        file_delay: Duration::from_millis(args.file_delay_ms),
+        timeout: Duration::from_secs(args.timeout_s),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
+    if let Some(parent) = args.parent_pid {
+        end_with_parent(parent)?;
+    }
+    let report = tessera_fu::reader::run_reader(&cfg, &stop)?;
+    for deviation in report.deviations.iter().take(10) {
+        tracing::error!("reader pid {}: DEVIATION: {deviation}", cfg.pid);
+    }
+    Ok(report)
+}
+
+/// The report of a reader as one JSON line.
+pub fn reader_json(report: &tessera_fu::reader::ReaderReport) -> serde_json::Value {
+    json!({
+        "files": report.files,
+        "events": report.events,
+        "last_ls": report.last_ls,
+        "answers": report.answers,
+        "deviations": report.deviations,
+    })
+}
+
 /// Asks the kernel to send this process SIGTERM when its parent ends, and checks that the parent
 /// is still `parent` (it may have ended before the request was made).
 fn end_with_parent(parent: u32) -> Result<()> {

@@ -167,6 +167,12 @@ enum Command {
     /// the menu (or an external HLT), write the accepted events per lumi section and stream, and
     /// leave when the run has ended and every file is processed. Prints its report as JSON.
     Fu(farm::FuArgs),
+    /// Read a BU's files through its file broker exactly as CMS's HLT does (docs/formats.md
+    /// §16): ask `/popfile`, move only forward in lumi sections, count each file's events from
+    /// its header, check them, delete the file, never call back. A stand-in for an unchanged
+    /// CMSSW process in tests of the broker: anything such a process would abort on is said as
+    /// a deviation, and exits with status 1. Prints its report as JSON.
+    Reader(farm::ReaderArgs),
     /// Run the mergers of a system's filter farm (micro, mini, macro) until the run is merged
     /// into storage, then check storage against the BUs' bookkeeping (exit status 1 if it does
     /// not hold). Resumes wherever killed mergers stopped.
@@ -700,6 +706,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let report = farm::fu(&args)?;
             println!("{}", farm::report_json(&report));
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Reader(args) => {
+            let report = farm::reader(&args)?;
+            println!("{}", farm::reader_json(&report));
+            Ok(if report.deviations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Merge(args) => Ok(if farm::merge(&args)? { ExitCode::SUCCESS } else { ExitCode::from(1) }),
         Command::Evm { system, args, control, unit } => {

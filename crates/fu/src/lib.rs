@@ -56,6 +56,7 @@ pub mod exec;
 pub mod merge;
 pub mod output;
 pub mod process;
+pub mod reader;
 pub mod remote;
 pub mod resources;
 

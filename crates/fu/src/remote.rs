@@ -30,7 +30,7 @@ impl BrokerSource {
     /// name the broker gives this host's claims. Keeps trying for `patience` while the broker
     /// cannot be reached (it may start after the FU).
     pub fn connect(addr: SocketAddr, run: u32, pid: u32, patience: Duration) -> Result<Self, FuError> {
-        let client = BrokerClient::new(addr, run, pid);
+        let client = BrokerClient::new(addr, run, pid).with_any_ls();
         let started = Instant::now();
         loop {
             match client.state() {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
-use tessera_formats::names::ClaimedRawName;
+use tessera_formats::names::{self, ClaimedRawName};
 
 /// What went wrong talking to a broker; every variant names the URL.
 #[derive(Debug, thiserror::Error)]
@@ -62,31 +62,42 @@ pub enum RemoteRunState {
     },
 }
 
-/// What `/popfile` answered.
+/// What `/popfile` answered. Every answer also said how far the BU has closed lumi sections
+/// (`lasteols`), kept here where a reader acts on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PopAnswer {
     /// The run directory does not exist yet: ask again later.
     Starting,
-    /// A file is claimed for this FU.
+    /// A file is claimed for this reader.
     Ready {
         /// Its lumi section.
         ls: u32,
-        /// Its claimed name (`file` without `fu/`).
+        /// Its claimed name: the file is `<run dir>/fu/<file>` (`fileprefix` and `file`).
         file: ClaimedRawName,
-        /// The BU stem of the raw file and its index JSON.
-        file_prefix: String,
-    },
-    /// Nothing to claim now (or nothing up to `stopls`), lumi sections still open.
-    EndOfLumi {
-        /// The highest lumi section whose EoLS is written; 0 if none.
+        /// The highest lumi section up to which the BU has closed every one.
         last_eols: u32,
     },
-    /// The run has ended and no file is left.
-    EndOfRun,
+    /// `READY` without a file: nothing now, and the reader stays in lumi section `ls`.
+    Wait {
+        /// The reader's lumi section.
+        ls: u32,
+        /// As in [`PopAnswer::Ready`].
+        last_eols: u32,
+    },
+    /// Nothing to claim now (or nothing up to `stopls`): the reader moves to `last_eols + 1`.
+    EndOfLumi {
+        /// The highest lumi section up to which the BU has closed every one; 0 if none.
+        last_eols: u32,
+    },
+    /// Nothing is left for this reader (the run has ended, or its `stopls` is reached).
+    EndOfRun {
+        /// The lumi section to end in.
+        ls: u32,
+    },
     /// The broker serves another run.
     NoRun {
         /// The run it serves.
-        current_run: u32,
+        served_run: Option<u32>,
     },
 }
 
@@ -98,6 +109,7 @@ pub struct BrokerClient {
     pid: u32,
     host: Option<String>,
     stop_ls: Option<u32>,
+    any_ls: bool,
     timeout: Duration,
     max_body: u64,
 }
@@ -106,7 +118,16 @@ impl BrokerClient {
     /// A client of the broker at `addr` for process `pid` in run `run`, claiming under the
     /// host name the broker sees it as ([`peer_host_name`](super::peer_host_name)); 10 s timeouts, answers up to 4 GiB.
     pub fn new(addr: SocketAddr, run: u32, pid: u32) -> Self {
-        BrokerClient { addr, run, pid, host: None, stop_ls: None, timeout: Duration::from_secs(10), max_body: 4 << 30 }
+        BrokerClient {
+            addr,
+            run,
+            pid,
+            host: None,
+            stop_ls: None,
+            any_ls: false,
+            timeout: Duration::from_secs(10),
+            max_body: 4 << 30,
+        }
     }
 
     /// Claims under `host` instead (ASCII alphanumeric, `-`, `.`).
@@ -118,6 +139,13 @@ impl BrokerClient {
     /// Takes no file of a lumi section after `stop_ls` (`None`: no limit).
     pub fn with_stop_ls(mut self, stop_ls: Option<u32>) -> Self {
         self.stop_ls = stop_ls;
+        self
+    }
+
+    /// Takes files of any lumi section in any order (`anyls=1`), as a Tessera FU can: without
+    /// it, the client is a reader that only moves forward, as CMSSW's is.
+    pub fn with_any_ls(mut self) -> Self {
+        self.any_ls = true;
         self
     }
 
@@ -147,6 +175,9 @@ impl BrokerClient {
         if let Some(stop_ls) = self.stop_ls {
             let _ = write!(target, "&stopls={stop_ls}");
         }
+        if self.any_ls {
+            target.push_str("&anyls=1");
+        }
         let (url, body) = self.request("GET", &target, &[])?;
         let doc = parse_document(&url, &body)?;
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
@@ -155,23 +186,29 @@ impl BrokerClient {
         let number = |key: &str| {
             field(key).and_then(|v| decimal(v).ok_or_else(|| protocol(format!("{key}={v:?} is not a number"))))
         };
+        // What a CMSSW reader asserts of every answer.
+        if field("runnumber")? != &self.run.to_string() {
+            return Err(protocol(format!("runnumber={} answers a request for run {}", doc["runnumber"], self.run)));
+        }
+        let last_eols = number("lasteols")?;
         match field("state")?.as_str() {
             "STARTING" => Ok(PopAnswer::Starting),
-            "READY" => {
+            "READY" if doc.contains_key("file") => {
                 let ls = number("lumisection")?;
-                let path = field("file")?;
-                let file = ClaimedRawName::parse(path).map_err(|e| protocol(format!("file: {e}")))?;
-                if file.ls != ls || file.run != self.run {
+                let path = format!("{}{}.raw", field("fileprefix")?, field("file")?);
+                let file = ClaimedRawName::parse(&path).map_err(|e| protocol(format!("file: {e}")))?;
+                if !path.starts_with(&format!("{}/", names::FU_DIR)) || file.ls != ls || file.run != self.run {
                     return Err(protocol(format!(
-                        "file {path:?} does not match run {} and lumisection {ls}",
+                        "file {path:?} is not a claim in fu/ of run {} and lumisection {ls}",
                         self.run
                     )));
                 }
-                Ok(PopAnswer::Ready { ls, file, file_prefix: field("fileprefix")?.clone() })
+                Ok(PopAnswer::Ready { ls, file, last_eols })
             }
-            "EOLS" => Ok(PopAnswer::EndOfLumi { last_eols: number("lasteols")? }),
-            "EOR" => Ok(PopAnswer::EndOfRun),
-            "NORUN" => Ok(PopAnswer::NoRun { current_run: number("runnumber")? }),
+            "READY" => Ok(PopAnswer::Wait { ls: number("lumisection")?, last_eols }),
+            "EOLS" => Ok(PopAnswer::EndOfLumi { last_eols }),
+            "EOR" => Ok(PopAnswer::EndOfRun { ls: number("lumisection").unwrap_or(last_eols) }),
+            "NORUN" => Ok(PopAnswer::NoRun { served_run: doc.get("servedrun").and_then(|v| decimal(v)) }),
             "ERROR" => Err(BrokerError::Refused {
                 url: url.clone(),
                 status: 200,
@@ -362,10 +399,15 @@ fn parse_document(url: &str, body: &[u8]) -> Result<HashMap<String, String>, Bro
     let text = std::str::from_utf8(body).map_err(|_| protocol("answer is not UTF-8".into()))?;
     let mut doc = HashMap::new();
     let mut ended = false;
-    for line in text.lines() {
+    // Lines end with a bare LF: a CMSSW reader keeps anything before it, a CR included, in the
+    // value, so a CR is refused here as it would break there.
+    for line in text.split('\n') {
         if line.is_empty() {
             ended = true;
             break;
+        }
+        if line.contains('\r') {
+            return Err(protocol(format!("line {line:?} ends with CR: values would keep it")));
         }
         let (key, value) = line.split_once('=').ok_or_else(|| protocol(format!("line {line:?} is not key=value")))?;
         doc.insert(key.to_owned(), value.to_owned());

@@ -1,6 +1,7 @@
 //! The broker's endpoints: each takes a parsed request and gives the answer (docs/formats.md §16).
 
 use super::http::{Answer, Body, Query, Request};
+use super::popfile::{NoFile, Pop, decide, last_closed, nothing_now};
 use super::{CLAIM_ATTEMPTS, Shared};
 use crate::claim::{Claimer, FileSource};
 use crate::resources::{ResourceSummary, now_unix_ms, summary_path, write_summary};
@@ -9,6 +10,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 use tessera_formats::names::{self, ClaimedRawName};
 
 /// An error answer's status and message.
@@ -46,53 +48,79 @@ pub(super) fn handle(request: &Request, peer: SocketAddr, shared: &Shared) -> An
     result.unwrap_or_else(|(status, message)| Answer::error(status, run, &message))
 }
 
-/// `GET /popfile`.
+/// `GET /popfile`: see [`super::popfile`] for which answer, and docs/formats.md §16 for the
+/// document. Every answer carries `version`, `runnumber` (the run asked for), `state` and
+/// `lasteols`.
 fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
-    let query = Query::parse(raw_query, &["runnumber", "pid", "host", "stopls"])?;
+    let query = Query::parse(raw_query, &["runnumber", "pid", "host", "stopls", "anyls"])?;
     let run = query.number("runnumber")?;
     let pid = query.number("pid")?;
     let stop_ls = query.optional_number("stopls")?;
+    let any_ls = query.optional_number("anyls")?.is_some_and(|n| n != 0);
     let host = remote_host(&query, peer, shared)?;
     let current = shared.run.load(Ordering::Relaxed);
     if run != current {
-        return Ok(Answer::state(current, "NORUN"));
+        let served = format!("this broker serves run {current}");
+        return Ok(pop_answer(run, "NORUN", 0, &[("servedrun", current.to_string()), ("errormessage", served)]));
     }
-    if !shared.run_dir(run).is_dir() {
-        return Ok(Answer::state(run, "STARTING"));
+    let run_dir = shared.run_dir(run);
+    if !run_dir.is_dir() {
+        return Ok(pop_answer(run, "STARTING", 0, &[]));
     }
     let internal = |e: crate::FuError| (500, e.to_string());
     let claimer = Claimer::new(&shared.bu_dir, run, &host, pid).map_err(internal)?;
-    let mut last_eols = 0;
+    let reader_ls = shared.grants().seen(&host, pid, Instant::now());
+    let mut closed = 0;
     for _ in 0..CLAIM_ATTEMPTS {
         let state = claimer.listing().map_err(internal)?;
-        last_eols = state.ended_lumi_sections.last().copied().unwrap_or(0);
-        let candidates: Vec<(u32, u32)> =
-            state.unclaimed.iter().copied().filter(|&(ls, _)| stop_ls.is_none_or(|stop| ls <= stop)).collect();
-        if candidates.is_empty() {
-            if state.ended && state.unclaimed.is_empty() {
-                return Ok(Answer::state(run, "EOR"));
-            }
-            break;
-        }
+        closed = last_closed(&state);
+        let pop = decide(&state, reader_ls, stop_ls, any_ls);
+        let candidates = match pop {
+            Pop::Claim(candidates) => candidates,
+            Pop::NoFile(no_file) => return Ok(answer_no_file(shared, run, &host, pid, no_file, closed)),
+        };
         if let Some(claim) = claimer.claim_first(&candidates).map_err(internal)? {
-            let raw = claim.name.raw();
-            let mut answer = Answer::document(
-                200,
+            let name = claim.name.clone();
+            let mut grants = shared.grants();
+            grants.granted(&run_dir, name.clone());
+            grants.moved(&host, pid, name.ls);
+            drop(grants);
+            let stem = name.to_string().strip_suffix(".raw").unwrap_or_default().to_owned();
+            let mut answer = pop_answer(
                 run,
+                "READY",
+                closed,
                 &[
-                    ("state", "READY".to_owned()),
-                    ("lumisection", claim.name.ls.to_string()),
-                    ("index", claim.name.index.to_string()),
-                    ("file", claim.name.path()),
-                    ("fileprefix", raw.stem()),
+                    ("file", stem),
+                    ("fileprefix", format!("{}/", names::FU_DIR)),
+                    ("lumisection", name.ls.to_string()),
+                    ("index", name.index.to_string()),
                 ],
             );
-            answer.give_back = Some((claim.path, claimer.run_dir().join(raw.to_string())));
+            answer.give_back = Some((claim.path, run_dir.join(name.raw().to_string())));
             return Ok(answer);
         }
-        // Other FUs took every candidate between the listing and the renames: list again.
+        // Other processes took every candidate between the listing and the renames: list again.
     }
-    Ok(Answer::document(200, run, &[("state", "EOLS".to_owned()), ("lasteols", last_eols.to_string())]))
+    Ok(answer_no_file(shared, run, &host, pid, nothing_now(reader_ls, closed, any_ls), closed))
+}
+
+/// The answer without a file, after which the reader stands where it says.
+fn answer_no_file(shared: &Shared, run: u32, host: &str, pid: u32, no_file: NoFile, closed: u32) -> Answer {
+    shared.grants().moved(host, pid, no_file.moves_to(closed));
+    match no_file {
+        NoFile::EndOfLumi => pop_answer(run, "EOLS", closed, &[]),
+        NoFile::Wait { ls } => pop_answer(run, "READY", closed, &[("lumisection", ls.to_string())]),
+        NoFile::EndOfRun { ls } => pop_answer(run, "EOR", closed, &[("lumisection", ls.to_string())]),
+    }
+}
+
+/// A `/popfile` document: `state`, then `fields`, then `lasteols`.
+fn pop_answer(run: u32, state: &str, last_eols: u32, fields: &[(&str, String)]) -> Answer {
+    let mut all = vec![("state", state.to_owned())];
+    all.extend(fields.iter().cloned());
+    all.push(("lasteols", last_eols.to_string()));
+    Answer::document(200, run, &all)
 }
 
 /// The name a remote FU claims under: `host` if given (checked), else its address.
@@ -183,6 +211,7 @@ fn done(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
     }
     let claimer = Claimer::new(&shared.bu_dir, run, &claim.host, claim.pid).map_err(|e| (500, e.to_string()))?;
     claimer.remove_processed(&claim).map_err(|e| (500, e.to_string()))?;
+    shared.grants().ended(&claim, true);
     Ok(Answer::document(200, run, &[("file", claim.path()), ("result", "removed".to_owned())]))
 }
 
@@ -200,7 +229,10 @@ fn release(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
         return Err((409, format!("{} exists already", claim.raw())));
     }
     match fs::rename(&from, &to) {
-        Ok(()) => Ok(Answer::document(200, run, &[("file", claim.path()), ("result", "released".to_owned())])),
+        Ok(()) => {
+            shared.grants().ended(&claim, false);
+            Ok(Answer::document(200, run, &[("file", claim.path()), ("result", "released".to_owned())]))
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err((404, format!("{} is not claimed", claim.path()))),
         Err(e) => Err((500, format!("giving back {}: {e}", from.display()))),
     }
@@ -229,6 +261,8 @@ fn publish_summary(raw_query: &str, body: &[u8], peer: SocketAddr, shared: &Shar
         return Err((400, "output_bytes_per_s and cpu_seconds must not be negative".into()));
     }
     summary.updated_unix_ms = now_unix_ms();
+    // A summary is a sign of life: the FU's lease starts again.
+    shared.grants().seen(&host, summary.pid, Instant::now());
     write_summary(&shared.bu_dir, &summary).map_err(|e| (500, e.to_string()))?;
     Ok(Answer::document(200, run, &[("pid", summary.pid.to_string()), ("result", "published".to_owned())]))
 }

@@ -74,28 +74,34 @@
 
 mod client;
 mod endpoints;
+mod grants;
 mod http;
+mod popfile;
 
 pub use client::{BrokerClient, BrokerError, PopAnswer, RemoteRunState};
 pub use endpoints::peer_host_name;
+pub use grants::{BrokerTally, READER_LEDGER};
 
 use crate::claim::{BuRunState, host_name};
 use crate::resources::ResourceSummary;
 use endpoints::{Refusal, handle};
+use grants::Grants;
 use http::{Answer, RequestError, read_request};
 use std::collections::HashMap;
 use std::fs;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tessera_formats::names;
 
-/// The version of the `key=value` answers.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The version of the `key=value` answers: 2, in which `READY` names the claimed file by its
+/// stem (`file`) and folder (`fileprefix`, `fu/`), and the reader takes its event count from
+/// the file's header.
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Bytes a request's line and headers may take, line ends included.
 pub const MAX_REQUEST_HEAD_BYTES: usize = 8192;
 /// Header lines a request may have.
@@ -108,6 +114,11 @@ pub const MAX_REQUEST_BODY_BYTES: u64 = 4096;
 const CLAIM_ATTEMPTS: usize = 8;
 /// How long the accepting thread sleeps when no connection is waiting.
 const ACCEPT_POLL: Duration = Duration::from_millis(10);
+/// How often the broker looks at its grants: files their readers deleted, leases run out.
+const SWEEP_INTERVAL: Duration = Duration::from_millis(250);
+/// Stack of a connection's thread: it parses one small request at a time, so a thousand idle
+/// keep-alive connections cost little memory.
+const CONNECTION_STACK_BYTES: usize = 256 << 10;
 
 /// What a broker serves and how.
 #[derive(Debug, Clone)]
@@ -118,25 +129,34 @@ pub struct BrokerConfig {
     pub run: u32,
     /// Address to listen on; loopback with a free port by default.
     pub listen: SocketAddr,
-    /// Connections served at once; more are answered 503 and closed.
+    /// Connections served at once (one thread each); more are answered 503 and closed. A BU's
+    /// own farm may hold hundreds of keep-alive connections, one per HLT process.
     pub max_connections: usize,
-    /// How long a connection may take to send a request, or stay idle between requests.
+    /// How long a keep-alive connection may stay idle between requests (a reader asks again
+    /// after each file, which may take minutes).
+    pub idle_timeout: Duration,
+    /// How long a request may take to arrive once its first byte has.
     pub read_timeout: Duration,
     /// How long writing an answer may block.
     pub write_timeout: Duration,
+    /// A reader that asks nothing for this long loses its granted files: they go back to the
+    /// pool for others (docs/formats.md §16).
+    pub lease: Duration,
 }
 
 impl BrokerConfig {
-    /// Serves run `run` of `bu_dir` on `127.0.0.1:0`, 64 connections, 10 s to read a request and
-    /// 30 s to write a block of an answer.
+    /// Serves run `run` of `bu_dir` on `127.0.0.1:0`: 2048 connections, idle for at most 10
+    /// minutes, 10 s to read a request, 30 s to write a block of an answer, a 5-minute lease.
     pub fn new(bu_dir: impl Into<PathBuf>, run: u32) -> Self {
         BrokerConfig {
             bu_dir: bu_dir.into(),
             run,
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
-            max_connections: 64,
+            max_connections: 2048,
+            idle_timeout: Duration::from_secs(600),
             read_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(30),
+            lease: Duration::from_secs(300),
         }
     }
 }
@@ -148,17 +168,31 @@ struct Shared {
     run: AtomicU32,
     stop: AtomicBool,
     max_connections: usize,
+    idle_timeout: Duration,
     read_timeout: Duration,
     write_timeout: Duration,
+    lease: Duration,
     /// The BU's host name: remote FUs may not claim under it.
     local_host: String,
     /// Open connections by id, so that `stop` can end their reads.
     connections: Mutex<HashMap<u64, TcpStream>>,
+    /// The grants of the run served.
+    grants: Mutex<Grants>,
 }
 
 impl Shared {
     fn connections(&self) -> MutexGuard<'_, HashMap<u64, TcpStream>> {
         self.connections.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The grants of the run served now (those of a run served before are dropped).
+    fn grants(&self) -> MutexGuard<'_, Grants> {
+        let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
+        let run = self.run.load(Ordering::Relaxed);
+        if grants.run() != run {
+            *grants = Grants::new(run, self.lease);
+        }
+        grants
     }
 
     fn run_dir(&self, run: u32) -> PathBuf {
@@ -185,10 +219,13 @@ impl Broker {
             run: AtomicU32::new(config.run),
             stop: AtomicBool::new(false),
             max_connections: config.max_connections.max(1),
+            idle_timeout: config.idle_timeout,
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
+            lease: config.lease,
             local_host: host_name(),
             connections: Mutex::new(HashMap::new()),
+            grants: Mutex::new(Grants::new(config.run, config.lease)),
         });
         let accepting = Arc::clone(&shared);
         let acceptor =
@@ -204,6 +241,11 @@ impl Broker {
     /// The run served.
     pub fn run(&self) -> u32 {
         self.shared.run.load(Ordering::Relaxed)
+    }
+
+    /// What became of the files granted in the run served (see [`BrokerTally`]).
+    pub fn tally(&self) -> BrokerTally {
+        self.shared.grants().tally()
     }
 
     /// Serves run `run` from now on; requests for any other run get `NORUN`.
@@ -242,7 +284,12 @@ impl Drop for Broker {
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
     let mut next_id = 0u64;
+    let mut swept = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
+        if swept.elapsed() >= SWEEP_INTERVAL {
+            swept = Instant::now();
+            sweep(shared);
+        }
         let (stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
             Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::ConnectionAborted => {
@@ -275,10 +322,11 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
             connections.insert(id, handle);
         }
         let serving = Arc::clone(shared);
-        let spawned = thread::Builder::new().name("broker-conn".into()).spawn(move || {
-            serve_connection(stream, peer, &serving);
-            serving.connections().remove(&id);
-        });
+        let spawned =
+            thread::Builder::new().name("broker-conn".into()).stack_size(CONNECTION_STACK_BYTES).spawn(move || {
+                serve_connection(stream, peer, &serving);
+                serving.connections().remove(&id);
+            });
         match spawned {
             Ok(worker) => workers.push(worker),
             Err(_) => {
@@ -295,6 +343,22 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
+/// Looks at the grants of the run served (see [`grants`]); says what it did.
+fn sweep(shared: &Shared) {
+    let run_dir = shared.run_dir(shared.run.load(Ordering::Relaxed));
+    if !run_dir.is_dir() {
+        return;
+    }
+    match shared.grants().sweep(&run_dir, Instant::now()) {
+        Ok(said) => {
+            for line in said {
+                tracing::warn!("file broker of {}: {line}", run_dir.display());
+            }
+        }
+        Err(e) => tracing::error!("file broker of {}: {e}", run_dir.display()),
+    }
+}
+
 /// Answers 503 to a connection over the limit, without waiting long for it.
 fn refuse_busy(mut stream: TcpStream, shared: &Shared) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
@@ -308,6 +372,16 @@ fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Shared) {
     let mut reader = BufReader::with_capacity(MAX_REQUEST_HEAD_BYTES, read_half);
     let mut writer = stream;
     while !shared.stop.load(Ordering::Relaxed) {
+        // Idle between requests for as long as a reader may work on a file; then the request
+        // itself has its own, short bound.
+        if writer.set_read_timeout(Some(shared.idle_timeout)).is_err()
+            || !matches!(reader.fill_buf(), Ok(b) if !b.is_empty())
+        {
+            return;
+        }
+        if writer.set_read_timeout(Some(shared.read_timeout)).is_err() {
+            return;
+        }
         let request = match read_request(&mut reader) {
             Ok(Some(request)) => request,
             Ok(None) => return,

@@ -1,0 +1,138 @@
+//! The broker as CMS's HLT meets it: readers that keep to CMSSW's rules ([`run_reader`]) take
+//! every file of a run exactly once, in lumi-section order, and delete them; the broker counts
+//! the deleted files' events; a reader that dies after a grant loses the file to another once
+//! its lease has run out; `stopls` ends a reader at its lumi section.
+
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::thread;
+use std::time::{Duration, Instant};
+use tessera_formats::names::BuFileName;
+use tessera_fu::broker::{Broker, BrokerClient, BrokerConfig, BrokerTally, PopAnswer};
+use tessera_fu::reader::{ReaderConfig, ReaderReport, run_reader};
+use tessera_rundir::sample::{SampleSpec, write_sample_run};
+
+const RUN: u32 = 412;
+
+/// 6 lumi sections of 40 events, files of 7: 36 files, 240 events.
+fn sample(bu_dir: &Path) -> (u64, u64) {
+    let spec = SampleSpec {
+        run: RUN,
+        lumi_sections: 6,
+        events_per_lumi_section: 40,
+        events_per_file: 7,
+        fed_ids: vec![0, 1, 1024],
+        fed_payload_bytes_mean: 128,
+        ..SampleSpec::default()
+    };
+    let summary = write_sample_run(bu_dir, &spec).unwrap();
+    (summary.files.len() as u64, 6 * 40)
+}
+
+fn reader(broker: &Broker, bu_dir: &Path, pid: u32) -> ReaderConfig {
+    ReaderConfig {
+        broker: broker.local_addr(),
+        broker_host: "127.0.0.1".into(),
+        bu_dir: bu_dir.to_owned(),
+        run: RUN,
+        pid,
+        stop_ls: None,
+        file_delay: Duration::ZERO,
+        timeout: Duration::from_secs(60),
+    }
+}
+
+/// Waits for the broker's sweep to have counted `files` deleted files.
+fn tally_when(broker: &Broker, done: impl Fn(&BrokerTally) -> bool) -> BrokerTally {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let tally = broker.tally();
+        if done(&tally) {
+            return tally;
+        }
+        assert!(Instant::now() < deadline, "the broker's tally stays at {tally:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The raw files and index JSON left in a run directory and its `fu/`.
+fn left(run_dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for dir in [run_dir.to_owned(), run_dir.join("fu")] {
+        for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().into_string().unwrap();
+            if name.ends_with(".raw")
+                || BuFileName::parse(&name).is_ok_and(|n| matches!(n, BuFileName::IndexJson { .. }))
+            {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn four_cmssw_readers_take_every_file_once_in_order_and_the_broker_counts_what_they_deleted() {
+    let bu = tempfile::tempdir().unwrap();
+    let (files, events) = sample(bu.path());
+    let broker = Broker::start(BrokerConfig::new(bu.path(), RUN)).unwrap();
+    let readers: Vec<_> = (0..4)
+        .map(|k| {
+            let cfg = reader(&broker, bu.path(), 7000 + k);
+            thread::spawn(move || run_reader(&cfg, &AtomicBool::new(false)).unwrap())
+        })
+        .collect();
+    let reports: Vec<ReaderReport> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    for report in &reports {
+        assert!(report.deviations.is_empty(), "{report:?}");
+        assert_eq!(report.last_ls, 6, "each reader ends in the run's last lumi section: {report:?}");
+    }
+    assert_eq!(reports.iter().map(|r| r.files).sum::<u64>(), files);
+    assert_eq!(reports.iter().map(|r| r.events).sum::<u64>(), events);
+    assert!(reports.iter().filter(|r| r.files > 0).count() >= 2, "one reader took everything: {reports:?}");
+    let tally = tally_when(&broker, |t| t.files_deleted == files);
+    assert_eq!((tally.events_deleted, tally.files_granted, tally.files_out), (events, files, 0));
+    // Nothing is left: the broker removed the index JSON of every deleted file.
+    assert_eq!(left(&bu.path().join("run000412")), Vec::<String>::new());
+    // The count survives the broker: a new one reads it from the reader ledger.
+    drop(broker);
+    let again = Broker::start(BrokerConfig::new(bu.path(), RUN)).unwrap();
+    let tally = tally_when(&again, |t| t.files_deleted == files);
+    assert_eq!(tally.events_deleted, events);
+}
+
+#[test]
+fn a_reader_that_dies_after_a_grant_loses_the_file_to_another_once_its_lease_has_run_out() {
+    let bu = tempfile::tempdir().unwrap();
+    let (files, events) = sample(bu.path());
+    let broker =
+        Broker::start(BrokerConfig { lease: Duration::from_secs(1), ..BrokerConfig::new(bu.path(), RUN) }).unwrap();
+    // A reader is granted the first file and is never heard of again.
+    let dead = BrokerClient::new(broker.local_addr(), RUN, 6000);
+    let PopAnswer::Ready { file, .. } = dead.popfile().unwrap() else { panic!("a file for the first reader") };
+    assert_eq!((file.ls, file.index), (1, 0));
+    // A reader that starts after the lease has run out takes it, and everything else.
+    thread::sleep(Duration::from_millis(1600));
+    let report = run_reader(&reader(&broker, bu.path(), 6001), &AtomicBool::new(false)).unwrap();
+    assert!(report.deviations.is_empty(), "{report:?}");
+    assert_eq!((report.files, report.events), (files, events));
+    let tally = tally_when(&broker, |t| t.files_deleted == files);
+    assert_eq!((tally.claims_returned, tally.events_deleted), (1, events));
+    // The dead reader's late work is refused: its claim is not its own any more.
+    assert!(dead.done(&file).is_err());
+}
+
+#[test]
+fn stopls_ends_a_reader_at_its_lumi_section_and_leaves_the_rest_to_others() {
+    let bu = tempfile::tempdir().unwrap();
+    let (files, events) = sample(bu.path());
+    let broker = Broker::start(BrokerConfig::new(bu.path(), RUN)).unwrap();
+    let stopping = ReaderConfig { stop_ls: Some(2), ..reader(&broker, bu.path(), 5000) };
+    let first = run_reader(&stopping, &AtomicBool::new(false)).unwrap();
+    assert!(first.deviations.is_empty(), "{first:?}");
+    assert_eq!((first.last_ls, first.events), (2, 80), "{first:?}");
+    let rest = run_reader(&reader(&broker, bu.path(), 5001), &AtomicBool::new(false)).unwrap();
+    assert!(rest.deviations.is_empty(), "{rest:?}");
+    assert_eq!((first.files + rest.files, first.events + rest.events), (files, events));
+}
