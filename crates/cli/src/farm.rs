@@ -122,8 +122,9 @@ pub struct ReaderArgs {
     /// Ask for no file after this lumi section (`stopls`), as a CMSSW process told to stop does.
     #[arg(long)]
     pub stop_ls: Option<u32>,
-    /// Take this long more over each file, as a slow selection would, in ms.
-    #[arg(long, default_value_t = 0)]
+    /// Take this long more over each file, as a slow selection would, in ms (readers that
+    /// `tessera run` starts take it from the environment).
+    #[arg(long, default_value_t = 0, env = "TESSERA_READER_FILE_DELAY_MS")]
     pub file_delay_ms: u64,
     /// Give up when the run has not ended after this many seconds.
     #[arg(long, default_value_t = 3600)]
@@ -259,10 +260,35 @@ pub struct Farm {
     max_restarts: u32,
     merger: Option<JoinHandle<Result<()>>>,
     stop: Arc<AtomicBool>,
+    /// Readers only: per BU, its run directory and the arguments of a reader of it, to start
+    /// a late reader when files come back to the pool after every reader has ended.
+    late: Vec<LateReaders>,
     /// The streams, the error stream last.
     pub streams: Vec<String>,
     /// Where it writes.
     pub dirs: FarmDirs,
+}
+
+/// Late readers of one BU: a reader's lumi section only moves forward, so a file that comes
+/// back to the pool (its reader died, and its lease ran out) after the others have passed its
+/// section, or have ended, is for a new reader.
+struct LateReaders {
+    bu: String,
+    run_dir: PathBuf,
+    run: u32,
+    args: Vec<String>,
+    started: u32,
+}
+
+/// Late readers started per BU at most.
+const MAX_LATE_READERS: u32 = 4;
+
+impl LateReaders {
+    /// The BU's run directory now, if it can be read.
+    fn listing(&self) -> Option<tessera_fu::claim::BuRunState> {
+        let bu_dir = self.run_dir.parent()?;
+        tessera_fu::claim::Claimer::new(bu_dir, self.run, &host_name(), std::process::id()).ok()?.listing().ok()
+    }
 }
 
 /// One FU process of the farm and how to start it again.
@@ -299,6 +325,8 @@ pub struct FarmOutcome {
     pub fus: Vec<(String, Result<serde_json::Value, String>)>,
     /// FU processes that ended badly and were started again, and why.
     pub replaced: Vec<(String, String)>,
+    /// Readers (`fu.process: reader`): what each BU's broker counted of the files they read.
+    pub read_through_brokers: Option<Vec<tessera_fu::broker::BrokerTally>>,
     /// The mergers' error, if they failed or did not finish.
     pub merger_error: Option<String>,
     /// Whether it was stopped at once rather than drained ([`Farm::finish`]).
@@ -339,9 +367,90 @@ impl Farm {
             max_restarts: cfg.controller.max_restarts,
             merger,
             stop,
+            late: Vec::new(),
             streams: with_error_stream(streams),
             dirs,
         })
+    }
+
+    /// Starts `fu.processes_per_bu` readers per BU (`tessera reader`, `fu.process: reader`),
+    /// each reading BU `i`'s files through its broker at `brokers[i]`; nothing is merged.
+    pub fn start_readers(cfg: &SystemConfig, output: &Path, brokers: &[std::net::SocketAddr]) -> Result<Farm> {
+        let dirs = FarmDirs::of(cfg, output);
+        let mut fus = Vec::new();
+        let mut late = Vec::new();
+        for (i, (bu, broker)) in cfg.bus.iter().zip(brokers).enumerate() {
+            fs::create_dir_all(&dirs.fu[i]).with_context(|| format!("creating {}", dirs.fu[i].display()))?;
+            let bu_dir = cfg.bu_directory(i, output);
+            let args: Vec<String> = [
+                "reader".to_owned(),
+                "--broker".to_owned(),
+                broker.to_string(),
+                "--bu-dir".to_owned(),
+                bu_dir.display().to_string(),
+                "--run".to_owned(),
+                cfg.run.number.to_string(),
+            ]
+            .into();
+            for k in 0..cfg.fu.processes_per_bu {
+                let log = dirs.fu[i].join(format!("reader{k}.log"));
+                let child =
+                    FuSlot::spawn(&args, &log).with_context(|| format!("starting reader {k} of {}", bu.name))?;
+                fus.push(FuSlot {
+                    name: format!("{}/reader{k}", bu.name),
+                    args: args.clone(),
+                    log,
+                    child,
+                    restarts: 0,
+                });
+            }
+            late.push(LateReaders {
+                bu: bu.name.clone(),
+                run_dir: bu_dir.join(names::run_dir_name(cfg.run.number)),
+                run: cfg.run.number,
+                args,
+                started: 0,
+            });
+        }
+        Ok(Farm {
+            fus,
+            replaced: Vec::new(),
+            max_restarts: cfg.controller.max_restarts,
+            merger: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            late,
+            streams: Vec::new(),
+            dirs,
+        })
+    }
+
+    /// Readers only: starts a late reader for a BU whose readers have all ended while files
+    /// of it are back in the pool (see [`LateReaders`]).
+    fn start_late_readers(&mut self) {
+        for (i, late) in self.late.iter_mut().enumerate() {
+            let prefix = format!("{}/", late.bu);
+            let all_ended = self
+                .fus
+                .iter_mut()
+                .filter(|s| s.name.starts_with(&prefix))
+                .all(|s| matches!(s.child.try_wait(), Ok(Some(_))));
+            if !all_ended || late.started >= MAX_LATE_READERS {
+                continue;
+            }
+            if late.listing().is_none_or(|state| state.unclaimed.is_empty()) {
+                continue;
+            }
+            late.started += 1;
+            let name = format!("{}late{}", prefix, late.started);
+            let log = self.dirs.fu[i].join(format!("late{}.log", late.started));
+            match FuSlot::spawn(&late.args, &log) {
+                Ok(child) => {
+                    tracing::warn!(unit = %late.bu, "{}: files came back to the pool after its readers ended: {name} reads them", late.bu);
+                    self.fus.push(FuSlot { name, args: late.args.clone(), log, child, restarts: 0 });
+                }
+                Err(e) => tracing::error!(unit = %late.bu, "{}: could not start a late reader: {e:#}", late.bu),
+            }
+        }
     }
 
     /// Starts again every FU process that ended badly (killed, or failed), at most
@@ -388,8 +497,12 @@ impl Farm {
         loop {
             if !cut {
                 self.restart_failed();
+                self.start_late_readers();
             }
-            let fus_done = self.fus.iter_mut().all(|slot| matches!(slot.child.try_wait(), Ok(Some(_))));
+            // Readers delete their files: a file still claimed by a dead reader waits for its
+            // lease, then for a late reader.
+            let fus_done = self.fus.iter_mut().all(|slot| matches!(slot.child.try_wait(), Ok(Some(_))))
+                && self.late.iter().all(|l| l.listing().is_none_or(|s| s.lumi_sections_with_files.is_empty()));
             let mergers_done = self.merger.as_ref().is_none_or(JoinHandle::is_finished);
             if (fus_done && mergers_done) || Instant::now() >= deadline {
                 break;
@@ -684,16 +797,28 @@ pub fn is_storage_run_dir(dir: &Path) -> bool {
     })
 }
 
-/// Starts the file broker of BU `i` if the system file gives it a port.
-pub fn start_broker(cfg: &SystemConfig, i: usize, output: &Path) -> Result<Option<tessera_fu::broker::Broker>> {
+/// Starts the file broker of BU `i` if the system file gives it a port, or on a free port of the
+/// BU's host if it is `required` (readers read through it).
+pub fn start_broker(
+    cfg: &SystemConfig,
+    i: usize,
+    output: &Path,
+    required: bool,
+) -> Result<Option<tessera_fu::broker::Broker>> {
     let bu = &cfg.bus[i];
-    let Some(port) = bu.broker_port else { return Ok(None) };
+    let port = match (bu.broker_port, required) {
+        (Some(port), _) => port,
+        (None, true) => 0,
+        (None, false) => return Ok(None),
+    };
     let listen = std::net::ToSocketAddrs::to_socket_addrs(&(bu.host.as_str(), port))
         .with_context(|| format!("{}: cannot resolve {}:{port} for its file broker", bu.name, bu.host))?
         .next()
         .with_context(|| format!("{}: {}:{port} resolves to nothing", bu.name, bu.host))?;
     let config = tessera_fu::broker::BrokerConfig {
         listen,
+        lease: Duration::from_secs(cfg.fu.claim_lease_s),
+        max_connections: cfg.fu.broker_max_connections as usize,
         ..tessera_fu::broker::BrokerConfig::new(cfg.bu_directory(i, output), cfg.run.number)
     };
     let broker = tessera_fu::broker::Broker::start(config)

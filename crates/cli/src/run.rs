@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use tessera_config::{CorruptStreamPolicy, SystemConfig};
+use tessera_config::{CorruptStreamPolicy, FuProcess, SystemConfig};
 use tessera_emu::generator::{FedSpec, StreamConfig};
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
@@ -24,6 +24,7 @@ use tessera_control::{
     Action, ControlConfig, ControlServer, HeartbeatWatch, RunState, RunStatus, Served, Unit, UnitKind,
 };
 use tessera_formats::names;
+use tessera_fu::broker::BrokerTally;
 use tessera_fu::output::ledger_events;
 use tessera_fu::resources::FarmLimits;
 use tessera_runtime::state::UnitState;
@@ -360,7 +361,8 @@ fn bu_node(
         allowed_peers: admission.allowed_peers,
         discard: false,
         pin_core: cfg.bus[i].cpu,
-        farm_limits: cfg.fu.enabled.then(|| FarmLimits {
+        // Readers publish no resource summaries: a BU holds back on Tessera's FUs only.
+        farm_limits: (cfg.fu.enabled && cfg.fu.process == FuProcess::Tessera).then(|| FarmLimits {
             min_fus: cfg.fu.min_fus_per_bu,
             max_queued_lumi_sections: cfg.fu.max_queued_lumi_sections,
             output_high_water_percent: cfg.fu.output_high_water_percent,
@@ -418,7 +420,8 @@ pub fn run(
         return crate::controller::run_on_agents(cfg, token, control, &incomplete_rule);
     }
     // A farm that cannot run is refused before anything starts.
-    let streams = if cfg.fu.enabled { Some(system_streams(&cfg)?) } else { None };
+    let readers = cfg.fu.enabled && cfg.fu.process == FuProcess::Reader;
+    let streams = if cfg.fu.enabled && !readers { Some(system_streams(&cfg)?) } else { None };
     let output = output_dir(&cfg);
     for i in 0..cfg.bus.len() {
         let run_dir = cfg.bu_directory(i, &output).join(format!("run{:06}", cfg.run.number));
@@ -493,9 +496,15 @@ pub fn run(
         output.display()
     );
     let interrupts = count_interrupts()?;
-    // The farm first, so that it is there when the first files appear.
-    let mut farm = streams.map(|streams| Farm::start(&cfg, &output, &streams)).transpose()?;
-    let brokers = (0..cfg.bus.len()).map(|i| start_broker(&cfg, i, &output)).collect::<Result<Vec<_>>>()?;
+    // The farm first, so that it is there when the first files appear; readers read through
+    // the brokers.
+    let brokers = (0..cfg.bus.len()).map(|i| start_broker(&cfg, i, &output, readers)).collect::<Result<Vec<_>>>()?;
+    let mut farm = if readers {
+        let addresses: Vec<SocketAddr> = brokers.iter().flatten().map(|b| b.local_addr()).collect();
+        Some(Farm::start_readers(&cfg, &output, &addresses)?)
+    } else {
+        streams.map(|streams| Farm::start(&cfg, &output, &streams)).transpose()?
+    };
     let system = RunningSystem::start(SystemPlan { rus, bus, emulators })?;
     let units = cfg
         .rus
@@ -620,7 +629,9 @@ pub fn run(
         v.lumi_sections_built = outcome.progress.lumi_sections_closed;
     });
     let farm = farm.map(|farm| {
-        if !cut() {
+        if !cut() && readers {
+            tracing::info!(run = cfg.run.number, "readers: reading the last files (Ctrl-C again cuts it short)");
+        } else if !cut() {
             tracing::info!(
                 run = cfg.run.number,
                 "filter farm: processing the last files and merging into {} (Ctrl-C again cuts it short)",
@@ -639,10 +650,14 @@ pub fn run(
             }
             cut()
         };
-        (farm.finish(Duration::from_secs(cfg.fu.drain_timeout_s), tick), streams, dirs)
+        let mut outcome = farm.finish(Duration::from_secs(cfg.fu.drain_timeout_s), tick);
+        if readers {
+            outcome.read_through_brokers = Some(brokers.iter().flatten().map(|b| b.tally()).collect());
+        }
+        (outcome, streams, dirs)
     });
     for (i, broker) in brokers.iter().enumerate() {
-        if broker.is_some() && !cut() {
+        if broker.is_some() && !readers && !cut() {
             // FUs on other hosts finish their last files through the broker.
             let bu_dir = cfg.bu_directory(i, &output);
             let stale_after = Duration::from_secs(cfg.fu.resource_summary_stale_s);
@@ -656,8 +671,9 @@ pub fn run(
     let ok = summarize(&cfg, &output, &outcome, &trigger.summary(), &incomplete_rule, farm.as_ref())?;
     let cut_short = outcome.cut_short || farm.as_ref().is_some_and(|(f, _, _)| f.cut_short);
     // Storage proves it holds every built event only through the mergers' chain check.
-    let proven = ok && !cut_short && cfg.fu.enabled && cfg.fu.merge;
-    println!("{}", tidy(&cfg, &output, if cfg.fu.enabled && cfg.fu.merge { keep } else { Keep::All }, proven)?);
+    let merged = cfg.fu.enabled && cfg.fu.merge && !readers;
+    let proven = ok && !cut_short && merged;
+    println!("{}", tidy(&cfg, &output, if merged { keep } else { Keep::All }, proven)?);
     status.update(|v| {
         v.state = if ok && !cut_short { RunState::Ended } else { RunState::Aborted };
         if let Some((_, streams, dirs)) = &farm {
@@ -1042,6 +1058,9 @@ fn summarize_farm(
     streams: &[String],
     dirs: &FarmDirs,
 ) -> (serde_json::Value, bool) {
+    if let Some(tallies) = &farm.read_through_brokers {
+        return summarize_readers(outcome, farm, tallies);
+    }
     let mut clean = farm.merger_error.is_none();
     for (name, r) in &farm.fus {
         match r {
@@ -1129,6 +1148,70 @@ fn summarize_farm(
         "fus": farm.fus.iter().map(|(n, r)| json!({"name": n, "report": r.as_ref().ok(), "error": r.as_ref().err()})).collect::<Vec<_>>(),
         "fus_started_again": farm.replaced.iter().map(|(n, why)| json!({"name": n, "ended": why})).collect::<Vec<_>>(),
         "merger_error": farm.merger_error,
+    });
+    (json, holds && clean)
+}
+
+/// The chain of a run read by readers (`fu.process: reader`): every built event is in a file a
+/// reader deleted, as the BUs' brokers counted them.
+fn summarize_readers(outcome: &Outcome, farm: &FarmOutcome, tallies: &[BrokerTally]) -> (serde_json::Value, bool) {
+    let cut = outcome.cut_short || farm.cut_short;
+    let mut clean = true;
+    for (name, r) in &farm.fus {
+        match r {
+            Ok(report) => {
+                let deviations = report["deviations"].as_array().cloned().unwrap_or_default();
+                println!(
+                    "  {name:<14} {:>10} events from {:>6} files, ended in lumi section {}, {} deviations",
+                    report["events"].as_u64().unwrap_or(0),
+                    report["files"].as_u64().unwrap_or(0),
+                    report["last_ls"].as_u64().unwrap_or(0),
+                    deviations.len()
+                );
+                for deviation in deviations.iter().take(3) {
+                    println!("    DEVIATION: {}", deviation.as_str().unwrap_or_default());
+                }
+                clean &= deviations.is_empty();
+            }
+            Err(e) => {
+                clean = false;
+                println!("  {name:<14} {}: {e}", if cut { "cut short" } else { "FAILED" });
+            }
+        }
+    }
+    for (name, why) in &farm.replaced {
+        println!("  {name} ended with {why}; started again");
+    }
+    let sum = |f: fn(&BrokerTally) -> u64| tallies.iter().map(f).sum::<u64>();
+    let (granted, deleted, events, returned, out) = (
+        sum(|t| t.files_granted),
+        sum(|t| t.files_deleted),
+        sum(|t| t.events_deleted),
+        sum(|t| t.claims_returned),
+        sum(|t| t.files_out),
+    );
+    println!(
+        "  brokers: {granted} files granted, {deleted} deleted by their readers, {returned} taken back after a lease, {out} still out"
+    );
+    let built = outcome.conservation().built;
+    let holds = built == events && out == 0;
+    println!(
+        "chain: built {built} = processed {events} by the readers (the files they deleted, as the BUs' brokers counted them)  {}",
+        match (holds, cut) {
+            (true, _) => "holds",
+            (false, true) => "not proven: the run was cut short",
+            (false, false) => "DOES NOT HOLD",
+        }
+    );
+    let json = json!({
+        "holds": holds,
+        "built": built,
+        "processed_by_readers": events,
+        "files_granted": granted,
+        "files_deleted": deleted,
+        "claims_returned": returned,
+        "files_out": out,
+        "readers": farm.fus.iter().map(|(n, r)| json!({"name": n, "report": r.as_ref().ok(), "error": r.as_ref().err()})).collect::<Vec<_>>(),
     });
     (json, holds && clean)
 }
@@ -1376,7 +1459,7 @@ pub fn unit(
                 .with_context(|| format!("no BU named {name} in {}", system.display()))?;
             let bu = &cfg.bus[i];
             let data = bind(&bu.host, bu.data_port, &format!("{} data port", bu.name))?;
-            let broker = start_broker(&cfg, i, &output)?;
+            let broker = start_broker(&cfg, i, &output, false)?;
             let node = BuNode::new(bu_node(
                 &cfg,
                 i,

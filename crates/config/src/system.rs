@@ -681,6 +681,18 @@ impl Default for BuParams {
     }
 }
 
+/// What each process of the filter farm is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FuProcess {
+    /// Tessera's FU: the menu or `fu.exec` selects, the mergers merge into storage.
+    #[default]
+    Tessera,
+    /// `tessera reader`: reads the BU's files through its file broker exactly as CMS's HLT
+    /// does and deletes each; nothing is selected or merged. A stand-in for CMSSW processes.
+    Reader,
+}
+
 /// The filter farm: FU processes per BU, their selection, and the mergers into storage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -689,6 +701,8 @@ pub struct FuParams {
     /// BU (also one started alone with `tessera bu`) holds back on the FUs' resource summaries.
     /// When false, the BUs' raw files stay where they are and nothing waits for FUs.
     pub enabled: bool,
+    /// What each process is: `tessera` or `reader` (see [`FuProcess`]).
+    pub process: FuProcess,
     /// FU processes per BU, on the BU's host, sharing one output directory, 1..=64.
     pub processes_per_bu: u32,
     /// The selection menu file (see `examples/menu.yaml`); none: the embedded default menu. A
@@ -714,12 +728,19 @@ pub struct FuParams {
     pub output_high_water_percent: u8,
     /// A resource summary older than this is no sign of life (`RESOURCE_SUMMARY_STALE`), in s.
     pub resource_summary_stale_s: u64,
+    /// A process that asks a BU's file broker nothing for this long is presumed dead: the files
+    /// it was granted go back to the pool for others, in s.
+    pub claim_lease_s: u64,
+    /// Connections a BU's file broker serves at once (one per reading process, kept open); more
+    /// are refused with 503.
+    pub broker_max_connections: u32,
 }
 
 impl Default for FuParams {
     fn default() -> Self {
         FuParams {
             enabled: true,
+            process: FuProcess::Tessera,
             processes_per_bu: 2,
             menu: None,
             exec: Vec::new(),
@@ -730,6 +751,8 @@ impl Default for FuParams {
             max_queued_lumi_sections: 4,
             output_high_water_percent: 90,
             resource_summary_stale_s: 10,
+            claim_lease_s: 300,
+            broker_max_connections: 2048,
         }
     }
 }

@@ -448,6 +448,8 @@ impl SystemConfig {
         }
         p.at_least_one("fu.resource_summary_stale_s", fu.resource_summary_stale_s);
         p.at_least_one("fu.drain_timeout_s", fu.drain_timeout_s);
+        p.at_least_one("fu.claim_lease_s", fu.claim_lease_s);
+        p.at_least_one("fu.broker_max_connections", u64::from(fu.broker_max_connections));
         if fu.exec.first().is_some_and(String::is_empty) {
             p.add("fu.exec", "the program's name is empty");
         }

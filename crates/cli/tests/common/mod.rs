@@ -152,6 +152,12 @@ pub fn verified_events(dir: &Path, run: u32, bus: &[&str]) -> BTreeSet<u32> {
 /// The FU processes that process `parent` (`tessera run`, or an agent) started for BU `bu`, by
 /// their command lines.
 pub fn fus_of(parent: u32, bu: &str) -> Vec<u32> {
+    children_running(parent, "fu", &format!("fu/{bu}"))
+}
+
+/// The processes that process `parent` started as `tessera <command> …` with an argument that
+/// ends with `arg_end`.
+pub fn children_running(parent: u32, command: &str, arg_end: &str) -> Vec<u32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
@@ -159,7 +165,7 @@ pub fn fus_of(parent: u32, bu: &str) -> Vec<u32> {
         let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
         let cmdline = std::fs::read_to_string(entry.path().join("cmdline")).unwrap_or_default();
         let args: Vec<&str> = cmdline.split('\0').collect();
-        if ppid == Some(parent) && args.get(1) == Some(&"fu") && args.iter().any(|a| a.ends_with(&format!("fu/{bu}"))) {
+        if ppid == Some(parent) && args.get(1) == Some(&command) && args.iter().any(|a| a.ends_with(arg_end)) {
             pids.push(pid);
         }
     }

@@ -80,8 +80,10 @@ pub(super) fn decide(state: &BuRunState, reader_ls: u32, stop_ls: Option<u32>, a
         return Pop::Claim(state.unclaimed.iter().copied().filter(|&(ls, _)| ls == first_ls).collect());
     }
     let closed = last_closed(state);
-    let stop_reached = stop_ls.is_some_and(|stop| closed >= stop || state.ended);
-    if stop_reached || (state.ended && state.unclaimed.is_empty()) {
+    // Nothing this reader may take is left: once the run has ended (or its `stopls` section
+    // is closed) there is nothing more for it. A file of an older section that comes back to
+    // the pool is for a new reader.
+    if state.ended || stop_ls.is_some_and(|stop| closed >= stop) {
         let end = stop_ls.map_or(closed, |stop| stop.min(closed));
         return Pop::NoFile(NoFile::EndOfRun { ls: end.max(reader_ls) });
     }
@@ -133,9 +135,12 @@ mod tests {
         let ended = state(&[], &[1, 2, 3], true);
         assert_eq!(decide(&ended, 3, None, false), Pop::NoFile(NoFile::EndOfRun { ls: 3 }));
         assert_eq!(decide(&ended, 5, None, false), Pop::NoFile(NoFile::EndOfRun { ls: 5 }));
-        // Files left after the run's end are still handed out before EOR.
+        // Files left after the run's end are still handed out before EOR; one of a section behind
+        // the reader is for another.
         let left = state(&[(3, 1)], &[1, 2, 3], true);
         assert_eq!(decide(&left, 3, None, false), Pop::Claim(vec![(3, 1)]));
+        assert_eq!(decide(&left, 4, None, false), Pop::NoFile(NoFile::EndOfRun { ls: 4 }));
+        assert_eq!(decide(&left, 0, None, false), Pop::Claim(vec![(3, 1)]));
     }
 
     #[test]
