@@ -175,11 +175,12 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchError {
     move |source| BenchError::Io { what, source }
 }
 
-/// A fresh directory on the RAM disk `/dev/shm` if there is one, else in the temporary directory.
-fn scratch_dir() -> Result<tempfile::TempDir, BenchError> {
+/// A fresh directory on the RAM disk `/dev/shm` if there is one, else in the temporary
+/// directory; its name starts with `prefix`.
+pub(crate) fn scratch_dir(prefix: &str) -> Result<tempfile::TempDir, BenchError> {
     let builder = {
         let mut b = tempfile::Builder::new();
-        b.prefix("tessera-bench-fu-");
+        b.prefix(prefix);
         b
     };
     let shm = Path::new("/dev/shm");
@@ -318,7 +319,7 @@ fn merge_all(root: &Path, streams: &[String]) -> Result<(), BenchError> {
 /// Runs the suite: writes the sample run, measures (a)–(d) and removes everything it wrote.
 /// `progress` is told what is being done.
 pub fn run(config: &FuBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<FuBench, BenchError> {
-    let scratch = scratch_dir()?;
+    let scratch = scratch_dir("tessera-bench-fu-")?;
     let root = scratch.path();
     let menu = Menu::default();
     let streams = MenuHlt::new(&menu)?.streams().to_vec();

@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod broker;
 pub mod evb;
 pub mod evb_suite;
 pub mod formats;

@@ -285,6 +285,9 @@ enum BenchSuite {
     /// a sample run against a plain read of its files, and the micro, mini and macro mergers
     /// against a plain copy of the FU outputs.
     Fu,
+    /// The BU's file broker on loopback: files granted per second to 1, 64 and 512 readers
+    /// that keep to CMS's HLT's rules, against one thread claiming the same files locally.
+    Broker,
 }
 
 #[derive(Subcommand)]
@@ -739,6 +742,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 BenchSuite::Net => bench_net(quick, &out, json)?,
                 BenchSuite::Evb => bench_evb(quick, &out, json)?,
                 BenchSuite::Fu => bench_fu(quick, json)?,
+                BenchSuite::Broker => {
+                    eprintln!(
+                        "bench broker: files granted per second to many readers{}",
+                        if quick { " (quick)" } else { "" }
+                    );
+                    let rates =
+                        tessera_bench::broker::run(if quick { 1024 } else { 8192 }, &mut |what| eprintln!("  {what}"))?;
+                    print!("{}", tessera_bench::broker::report(&rates));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

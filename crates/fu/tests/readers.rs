@@ -1,9 +1,12 @@
 //! The broker as CMS's HLT meets it: readers that keep to CMSSW's rules ([`run_reader`]) take
 //! every file of a run exactly once, in lumi-section order, and delete them; the broker counts
 //! the deleted files' events; a reader that dies after a grant loses the file to another once
-//! its lease has run out; `stopls` ends a reader at its lumi section.
+//! its lease has run out; `stopls` ends a reader at its lumi section; a thousand readers keep
+//! their connections open at once.
 
 use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::thread;
@@ -135,4 +138,51 @@ fn stopls_ends_a_reader_at_its_lumi_section_and_leaves_the_rest_to_others() {
     let rest = run_reader(&reader(&broker, bu.path(), 5001), &AtomicBool::new(false)).unwrap();
     assert!(rest.deviations.is_empty(), "{rest:?}");
     assert_eq!((first.files + rest.files, first.events + rest.events), (files, events));
+}
+
+/// Sends a `/popfile` of reader `pid` on `stream` and reads its answer; its status.
+fn ask(stream: &mut TcpStream, pid: u32) -> u16 {
+    let request = format!(
+        "GET /popfile?runnumber={RUN}&pid={pid} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: */*\r\nConnection: keep-alive\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !(answer.windows(4).any(|w| w == b"\r\n\r\n") && answer.ends_with(b"\n\n")) {
+        assert_eq!(stream.read(&mut byte).unwrap(), 1, "the broker closed the connection of reader {pid}");
+        answer.push(byte[0]);
+    }
+    String::from_utf8_lossy(&answer[9..12]).parse().unwrap()
+}
+
+#[test]
+fn a_broker_keeps_a_thousand_reader_connections_open_at_once() {
+    const READERS: u32 = 1000;
+    // Both ends of every connection are in this process.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let (soft, hard) = (limit.current, limit.maximum);
+    let wanted = u64::from(2 * READERS + 256);
+    if soft.is_some_and(|s| s < wanted) {
+        let raised = rustix::process::Rlimit { current: Some(wanted.min(hard.unwrap_or(wanted))), maximum: hard };
+        rustix::process::setrlimit(rustix::process::Resource::Nofile, raised).unwrap();
+    }
+    let bu = tempfile::tempdir().unwrap();
+    sample(bu.path());
+    let broker = Broker::start(BrokerConfig::new(bu.path(), RUN)).unwrap();
+    let mut streams: Vec<TcpStream> = (0..READERS)
+        .map(|_| {
+            let s = TcpStream::connect(broker.local_addr()).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            s
+        })
+        .collect();
+    // Every reader is answered, then every one again on the same connection: all were open at
+    // once, and none was refused.
+    for round in 0..2 {
+        for (k, stream) in streams.iter_mut().enumerate() {
+            assert_eq!(ask(stream, 10_000 + k as u32), 200, "reader {k}, round {round}");
+        }
+    }
+    let tally = broker.tally();
+    assert_eq!(tally.files_granted, 36, "the 36 files went to the first readers: {tally:?}");
 }

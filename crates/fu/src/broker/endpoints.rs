@@ -71,16 +71,20 @@ fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer,
     let claimer = Claimer::new(&shared.bu_dir, run, &host, pid).map_err(internal)?;
     let reader_ls = shared.grants().seen(&host, pid, Instant::now());
     let mut closed = 0;
-    for _ in 0..CLAIM_ATTEMPTS {
-        let state = claimer.listing().map_err(internal)?;
-        closed = last_closed(&state);
-        let pop = decide(&state, reader_ls, stop_ls, any_ls);
+    for attempt in 0..CLAIM_ATTEMPTS {
+        let (last, pop) = shared
+            .on_listing(&claimer, run, attempt > 0, |state| {
+                (last_closed(state), decide(state, reader_ls, stop_ls, any_ls))
+            })
+            .map_err(internal)?;
+        closed = last;
         let candidates = match pop {
             Pop::Claim(candidates) => candidates,
             Pop::NoFile(no_file) => return Ok(answer_no_file(shared, run, &host, pid, no_file, closed)),
         };
         if let Some(claim) = claimer.claim_first(&candidates).map_err(internal)? {
             let name = claim.name.clone();
+            shared.claimed(run, name.ls, name.index);
             let mut grants = shared.grants();
             grants.granted(&run_dir, name.clone());
             grants.moved(&host, pid, name.ls);
@@ -100,7 +104,7 @@ fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer,
             answer.give_back = Some((claim.path, run_dir.join(name.raw().to_string())));
             return Ok(answer);
         }
-        // Other processes took every candidate between the listing and the renames: list again.
+        // Other processes took every candidate since the listing: read the directory again.
     }
     Ok(answer_no_file(shared, run, &host, pid, nothing_now(reader_ls, closed, any_ls), closed))
 }

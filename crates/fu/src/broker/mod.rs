@@ -32,20 +32,12 @@
 //! must be a valid host token (ASCII alphanumeric, `-`, `.`) and may not be the BU's own host
 //! name, since local FUs give back the claims of dead processes of their own host.
 //!
-//! `/popfile` answers `text/plain`: `key=value` lines, then an empty line. Always `version=1`,
-//! `runnumber` (the run the broker serves) and `state`:
-//!
-//! - `STARTING`: the run directory does not exist yet;
-//! - `READY`: a file was claimed: `lumisection`, `index`, `file` (the claimed path relative to
-//!   the run directory, `fu/<name>`) and `fileprefix` (the BU stem `runRRRRRR_lsLLLL_indexIIIIII`,
-//!   shared by the raw file and its index JSON);
-//! - `EOLS`: nothing to claim now, but lumi sections are still open (or, with `stopls`, only
-//!   files of later lumi sections are left): `lasteols`, the highest lumi section whose EoLS is
-//!   written (0 if none);
-//! - `EOR`: the run has ended and no file is left to claim;
-//! - `NORUN`: `runnumber` in the query is not the run the broker serves;
-//! - `ERROR`: with `errormessage`; the HTTP status is 400 for a bad query, 500 when the BU's
-//!   directory cannot be read or renamed in.
+//! `/popfile` speaks the dialect of CMS's HLT (docs/formats.md §16): every answer has
+//! `version=2`, `runnumber` (the run asked for), `state` and `lasteols`; `READY` names the claim
+//! by its stem (`file`) and folder (`fileprefix=fu/`). Which answer a reader gets is decided in
+//! its `popfile` module: the lowest unclaimed file at or above its lumi section, never an older one, and
+//! `EOR` at its `stopls`. What became of each granted file (deleted by its reader, declared done,
+//! taken back after its reader's lease) is kept in its `grants` module.
 //!
 //! A summary's `updated_unix_ms` is replaced by the BU host's clock on receipt, so that the BU
 //! judges its age by one clock whatever the FU host's says. A body that is not a summary, or a
@@ -70,7 +62,7 @@
 //! elsewhere), no chunked bodies.
 //! One thread per connection, at most [`BrokerConfig::max_connections`] at once (others get
 //! 503); HTTP/1.1 connections stay open until the client closes them, `Connection: close`, or
-//! [`BrokerConfig::read_timeout`] passes without a request.
+//! [`BrokerConfig::idle_timeout`] passes without a request.
 
 mod client;
 mod endpoints;
@@ -178,11 +170,51 @@ struct Shared {
     connections: Mutex<HashMap<u64, TcpStream>>,
     /// The grants of the run served.
     grants: Mutex<Grants>,
+    /// The run directory's listing as last read: `/popfile` decides on it rather than reading
+    /// the directory for every request (see [`Shared::on_listing`]).
+    listing: Mutex<Option<Listing>>,
 }
+
+/// A listing of a run directory and when it was read.
+#[derive(Debug)]
+struct Listing {
+    run: u32,
+    read: Instant,
+    state: BuRunState,
+}
+
+/// How old a listing `/popfile` decides on may be: a file published since is handed out a few
+/// milliseconds later, and a claim that loses its race reads the directory again.
+const LISTING_MAX_AGE: Duration = Duration::from_millis(5);
 
 impl Shared {
     fn connections(&self) -> MutexGuard<'_, HashMap<u64, TcpStream>> {
         self.connections.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Calls `f` with the listing of run `run` (read through `claimer`), read again if it is
+    /// older than [`LISTING_MAX_AGE`], of another run, or `fresh` is asked for.
+    fn on_listing<T>(
+        &self,
+        claimer: &crate::claim::Claimer,
+        run: u32,
+        fresh: bool,
+        f: impl FnOnce(&BuRunState) -> T,
+    ) -> Result<T, crate::FuError> {
+        let mut listing = self.listing.lock().unwrap_or_else(PoisonError::into_inner);
+        let stale = listing.as_ref().is_none_or(|l| l.run != run || l.read.elapsed() > LISTING_MAX_AGE);
+        if fresh || stale {
+            *listing = Some(Listing { run, read: Instant::now(), state: claimer.listing()? });
+        }
+        Ok(f(&listing.as_ref().expect("read above").state))
+    }
+
+    /// File `(ls, index)` of run `run` was just claimed: out of the listing's unclaimed files.
+    fn claimed(&self, run: u32, ls: u32, index: u32) {
+        let mut listing = self.listing.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(l) = listing.as_mut().filter(|l| l.run == run) {
+            l.state.unclaimed.retain(|&f| f != (ls, index));
+        }
     }
 
     /// The grants of the run served now (those of a run served before are dropped).
@@ -226,6 +258,7 @@ impl Broker {
             local_host: host_name(),
             connections: Mutex::new(HashMap::new()),
             grants: Mutex::new(Grants::new(config.run, config.lease)),
+            listing: Mutex::new(None),
         });
         let accepting = Arc::clone(&shared);
         let acceptor =
