@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tessera_config::SystemConfig;
+use tessera_config::{FuProcess, SystemConfig};
 use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
 use tessera_control::{Action, HeartbeatWatch, RunState, RunStatus, Served, UnitSource, UnitView, client};
 use tessera_runtime::link::LinkKey;
@@ -554,20 +554,32 @@ fn placement(cfg: &SystemConfig, output: &Path) -> Vec<Placed> {
         );
         args
     };
+    let readers = cfg.fu.process == FuProcess::Reader;
     if cfg.fu.enabled {
         for (i, bu) in cfg.bus.iter().enumerate() {
             let fu_host = bu.fu_host().to_owned();
             let broker = (fu_host != bu.host).then(|| format!("{}:{}", bu.host, bu.broker_port.unwrap_or(0)));
             for k in 0..cfg.fu.processes_per_bu {
+                let args = if readers {
+                    // Through the BU's broker (a port, by `require_ports`), reading the files
+                    // where the reader's host sees the BU's directory.
+                    let broker = format!("{}:{}", bu.host, bu.broker_port.unwrap_or(0));
+                    let bu_dir = cfg.bu_directory(i, output).display().to_string();
+                    let run = cfg.run.number.to_string();
+                    ["reader", "--broker", &broker, "--bu-dir", &bu_dir, "--run", &run].map(str::to_owned).to_vec()
+                } else {
+                    fu_args(cfg, i, output, broker.clone())
+                };
+                let kind = if readers { "reader" } else { "fu" };
                 placed.push(Placed {
-                    name: format!("{}-fu{k}", bu.name),
+                    name: format!("{}-{kind}{k}", bu.name),
                     host: fu_host.clone(),
                     role: Role::Fu(i),
-                    args: fu_args(cfg, i, output, broker.clone()),
+                    args,
                 });
             }
         }
-        if cfg.fu.merge {
+        if cfg.fu.merge && !readers {
             let host = cfg.controller.merger_host.clone().unwrap_or_else(|| cfg.bus[0].fu_host().to_owned());
             let args = ["merge", "--system", "{system}", "--output"].into_iter().map(str::to_owned);
             placed.push(Placed {
@@ -958,19 +970,27 @@ fn summarize(
         chain_holds = false;
         println!("chain: NOT PROVEN: the run was ended before the builder's end");
     } else if cfg.fu.enabled {
-        // Per BU, the ledger its FUs' output directory holds: every incarnation's published
-        // work, a killed FU's included. Each FU reads it when the BU's files are all processed;
-        // the ledger only grows, so the largest reading is the last and complete one.
-        let processed: u64 = (0..cfg.bus.len())
-            .map(|i| {
-                c.placed
-                    .iter()
-                    .filter(|p| p.role == Role::Fu(i))
-                    .filter_map(|p| reports.get(&p.name)?["ledger_events"].as_u64())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .sum();
+        // Readers: the events of the files they deleted, as each BU's broker counted them.
+        // FUs: per BU, the ledger its FUs' output directory holds: every incarnation's
+        // published work, a killed FU's included. Each FU reads it when the BU's files are all
+        // processed; the ledger only grows, so the largest reading is the last and complete one.
+        let readers = cfg.fu.process == FuProcess::Reader;
+        let by_brokers: u64 =
+            cfg.bus.iter().filter_map(|b| reports.get(&b.name)?["broker"]["events_deleted"].as_u64()).sum();
+        let processed: u64 = if readers {
+            by_brokers
+        } else {
+            (0..cfg.bus.len())
+                .map(|i| {
+                    c.placed
+                        .iter()
+                        .filter(|p| p.role == Role::Fu(i))
+                        .filter_map(|p| reports.get(&p.name)?["ledger_events"].as_u64())
+                        .max()
+                        .unwrap_or(0)
+                })
+                .sum()
+        };
         let merged = c.placed.iter().find(|p| p.role == Role::Merger).map(|p| {
             let view = c.view(p);
             (
@@ -982,10 +1002,13 @@ fn summarize(
         let storage = match &merged {
             Some((true, _)) => format!(" = processed {built} in storage (tessera merge)"),
             Some((false, _)) => " ≠ storage (tessera merge did not prove it)".to_owned(),
+            None if readers => String::new(),
             None => "; storage is left to `tessera merge`".to_owned(),
         };
+        let by =
+            if readers { "the readers (the files they deleted, as the BUs' brokers counted them)" } else { "the FUs" };
         println!(
-            "chain: built {built} = processed {processed} by the FUs{storage}  {}",
+            "chain: built {built} = processed {processed} by {by}{storage}  {}",
             if chain_holds { "holds" } else { "DOES NOT HOLD" }
         );
         chain = json!({ "holds": chain_holds, "built": built, "processed_by_fus": processed,

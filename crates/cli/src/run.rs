@@ -1230,9 +1230,14 @@ fn require_ports(cfg: &SystemConfig, system: &Path) -> Result<()> {
             zero.push(format!("rus[{i}].control_port"));
         }
     }
+    let readers = cfg.fu.enabled && cfg.fu.process == FuProcess::Reader;
     for (i, bu) in cfg.bus.iter().enumerate() {
         if bu.data_port == 0 {
             zero.push(format!("bus[{i}].data_port"));
+        }
+        // Readers read through the BU's file broker.
+        if readers && bu.broker_port.is_none_or(|p| p == 0) {
+            zero.push(format!("bus[{i}].broker_port (fu.process: reader)"));
         }
     }
     if !zero.is_empty() {
@@ -1503,9 +1508,10 @@ pub fn unit(
                     tracing::warn!(unit = %bu.name, "{}: files are left unprocessed after {drain:?}", bu.name);
                 }
             }
+            let tally = broker.as_ref().map(tessera_fu::broker::Broker::tally);
             drop(broker);
             if json {
-                println!("{}", bu_report_json(&bu.name, &result));
+                println!("{}", bu_report_json(&bu.name, &result, tally));
                 return Ok(if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
             }
             match result {
@@ -1565,6 +1571,7 @@ fn ru_report_json(
 fn bu_report_json(
     name: &str,
     result: &Result<tessera_runtime::bu_node::BuReport, tessera_runtime::ru_node::NodeError>,
+    broker: Option<BrokerTally>,
 ) -> serde_json::Value {
     match result {
         Ok(r) => json!({
@@ -1575,6 +1582,14 @@ fn bu_report_json(
             "error_events": r.counters.error_events,
             "incarnation": r.epoch,
             "run_dir": r.run_dir.display().to_string(),
+            "broker": broker.map(|t| json!({
+                "files_granted": t.files_granted,
+                "files_deleted": t.files_deleted,
+                "events_deleted": t.events_deleted,
+                "files_done": t.files_done,
+                "claims_returned": t.claims_returned,
+                "files_out": t.files_out,
+            })),
         }),
         Err(e) => json!({ "unit": name, "error": e.to_string() }),
     }

@@ -299,6 +299,31 @@ fn a_2x2_fu_killed_mid_file_is_started_again_and_every_event_is_counted() {
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
 }
 
+/// Readers that keep to CMS's HLT's rules as the farm, four per BU, placed by the controller:
+/// they read every file through the BUs' brokers, and the summary counts what they deleted.
+#[test]
+fn a_2x2_system_read_by_four_readers_per_bu_through_agents_conserves_every_event() {
+    let _one_system = one_system_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, d);
+    let system = system_file(d, agent, "events: 20000", 3.0);
+    let ports = free_ports(2);
+    let yaml = std::fs::read_to_string(&system)
+        .unwrap()
+        .replace("fu:\n  processes_per_bu: 1\n", "fu:\n  process: reader\n  processes_per_bu: 4\n")
+        .replace("  - name: bu0\n", &format!("  - name: bu0\n    broker_port: {}\n", ports[0]))
+        .replace("  - name: bu1\n", &format!("  - name: bu1\n    broker_port: {}\n", ports[1]));
+    std::fs::write(&system, yaml).unwrap();
+    start_run(&mut units, d, &system, &[]);
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
+    assert!(out.contains("conservation: triggered 20000 = built 20000 + lost 0  holds"), "{out}");
+    assert!(out.contains("chain: built 20000 = processed 20000 by the readers"), "{out}");
+    assert_eq!(out.lines().filter(|l| l.contains("-reader")).count(), 8, "{out}");
+}
+
 /// FED 3 skips event 500 (a sync loss configured as a fault): through agents as on one host,
 /// the summary splits complete from incomplete events, and `--max-incomplete 0` fails the run.
 #[test]
