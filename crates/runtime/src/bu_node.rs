@@ -118,9 +118,8 @@ const RAMDISK_CHECK: Duration = Duration::from_millis(200);
 /// How long a file waits for room before the BU looks again: after a write found the disk full,
 /// or when the file does not fit in what is free.
 const DISK_FULL_RETRY: Duration = Duration::from_millis(200);
-/// How long a draining BU may hold back for its RAM disk before it says that the run cannot end
-/// until room is made.
-const DRAIN_HELD_SAID_AFTER: Duration = Duration::from_secs(5);
+/// How long a BU may hold back for its RAM disk before it says so, with what would free it.
+const DISK_HELD_SAID_AFTER: Duration = Duration::from_secs(5);
 
 struct Job {
     file: FileId,
@@ -349,9 +348,9 @@ impl BuLoop {
         let mut throttle = Throttle::None;
         let mut last_check: Option<Instant> = None;
         let mut ended_at: Option<Instant> = None;
-        // Since when a draining BU holds back for its RAM disk, and whether it has said so.
-        let mut drain_held: Option<Instant> = None;
-        let mut drain_held_said = false;
+        // Since when the BU holds back for its RAM disk, and whether it has said so.
+        let mut disk_held: Option<Instant> = None;
+        let mut disk_held_said = false;
         self.stats.transition(Transition::Configured);
         self.control.wait_enabled(&format!("BU {}", self.cfg.bu.bu), &self.stats)?;
         self.stats.transition(Transition::Enable);
@@ -413,14 +412,15 @@ impl BuLoop {
             self.update_room();
             self.hand_to_writers()?;
             let held = self.held_for_room(throttle);
-            if self.core.draining() && held != Throttle::None {
-                let since = *drain_held.get_or_insert_with(Instant::now);
-                if since.elapsed() >= DRAIN_HELD_SAID_AFTER && !drain_held_said {
-                    drain_held_said = true;
-                    self.say_drain_held(held);
+            if matches!(held, Throttle::RamdiskFull | Throttle::RamdiskHighWater) {
+                let since = *disk_held.get_or_insert_with(Instant::now);
+                if since.elapsed() >= DISK_HELD_SAID_AFTER && !disk_held_said {
+                    disk_held_said = true;
+                    self.say_disk_held(held, since.elapsed());
                 }
             } else {
-                drain_held = None;
+                disk_held = None;
+                disk_held_said = false;
             }
             let now = self.now();
             if self.core.next_timeout().is_some_and(|t| now >= t) {
@@ -644,7 +644,10 @@ impl BuLoop {
                     };
                     self.published += events;
                     if let Some(room) = &mut self.room {
+                        // Its events leave the BU's count but not the disk: the core's bound
+                        // shrinks before the core hears of it, or it would ask for them again.
                         room.gone(file);
+                        self.update_room();
                     }
                     self.stats.files_published.add(1);
                     self.stats.bytes_published.add(bytes);
@@ -660,6 +663,10 @@ impl BuLoop {
                         None => {
                             self.discarded.remove(&file);
                         }
+                    }
+                    if let Some(room) = &mut self.room {
+                        room.space(true);
+                        self.update_room();
                     }
                 }
                 Output::EndOfLumi { lumi_section, events } => {
@@ -786,23 +793,27 @@ impl BuLoop {
         }
     }
 
-    /// Says that the run cannot drain while the RAM disk has no room: the events still to build
-    /// wait for files to be removed from it.
-    fn say_drain_held(&mut self, held: Throttle) {
+    /// Says that the BU has held back for its RAM disk for `how_long`, how full it is, and what
+    /// would free it: the filter farm, or with none (`fu.enabled: false`) only someone removing
+    /// files; until then the run takes no more events from this BU and cannot drain.
+    fn say_disk_held(&mut self, held: Throttle, how_long: Duration) {
         let Some(room) = &mut self.room else { return };
         let space = room.space(true);
         let directory = room.directory().display().to_string();
         let free = space.map_or("?".to_owned(), |s| {
             format!("{:.1} of {:.1} MB free", s.free_bytes as f64 / 1e6, s.total_bytes as f64 / 1e6)
         });
-        let farm = if self.cfg.farm_limits.is_some() {
-            "until the filter farm removes files"
+        let what_frees_it = if self.cfg.farm_limits.is_some() {
+            "it waits for the filter farm to remove files"
         } else {
-            "and no filter farm reads it (fu.enabled: false): until files are removed from it"
+            "no filter farm reads this BU (fu.enabled: false): unless something else removes its files, it takes \
+             no more events and the run cannot drain; stop the run (Ctrl-C)"
         };
         self.stats.problem(format!(
-            "BU {}: the run drains, but the BU holds back ({}) with its RAM disk {directory} full ({free},              bu.ramdisk_high_water_percent {} %): the events still to build wait {farm}; a stop (Ctrl-C) ends the run",
+            "BU {}: held back for {:.0} s by its RAM disk ({}): {directory} has {free}, \
+             bu.ramdisk_high_water_percent {} %; {what_frees_it}",
             self.cfg.bu.bu,
+            how_long.as_secs_f64(),
             held.key(),
             self.cfg.ramdisk_high_water_percent
         ));
@@ -818,7 +829,8 @@ impl BuLoop {
                     self.writing_bytes = self.writing_bytes.saturating_sub(job.bytes);
                     if !std::mem::replace(&mut self.disk_full_said, true) {
                         self.stats.problem(format!(
-                            "BU {}: RAM disk full: {e}; the file is removed and written again when there is room                              (RAMDISK_FULL)",
+                            "BU {}: RAM disk full: {e}; the file is removed and written again when there is room \
+                             (RAMDISK_FULL)",
                             self.cfg.bu.bu
                         ));
                     }
