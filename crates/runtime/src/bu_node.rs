@@ -732,8 +732,9 @@ impl BuLoop {
                 // Files at the writers free their frames when done, and wake the loop; with none
                 // there, only others can make room: look again in a while.
                 self.waits_for_room = true;
+                let wait = if self.writing_bytes == 0 { DISK_FULL_RETRY } else { crate::ramdisk::SPACE_CHECK };
+                self.retry_at = Some(Instant::now() + wait);
                 if self.writing_bytes == 0 {
-                    self.retry_at = Some(Instant::now() + DISK_FULL_RETRY);
                     if !std::mem::replace(&mut self.disk_full_said, true) {
                         let free = room.space(false).map_or(0, |s| s.free_bytes);
                         self.stats.problem(format!(
