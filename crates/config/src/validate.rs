@@ -17,6 +17,18 @@ pub const MAX_RUN_NUMBER: u32 = 999_999;
 /// Most writer threads of one BU.
 pub const MAX_WRITER_THREADS: u32 = 16;
 
+/// How much a run makes, as its file says.
+struct RunSize {
+    /// Events: the event limit, or the paced rate times the time limit.
+    events: u64,
+    /// Mean bytes of an event: its fragments and its FRD header.
+    event_bytes: f64,
+    /// Whether `events` is the event limit (else the rate times the time limit).
+    by_limit: bool,
+    /// Whether the figures are exact: an event limit and fixed fragment sizes.
+    exact: bool,
+}
+
 /// A setting that runs but costs something, with its arithmetic and remedy: said by
 /// `config check` and at the start of a run, never refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +111,141 @@ impl SystemConfig {
         self.validate_ports(&mut p);
         self.validate_params(&mut p);
         self.validate_controller(&mut p);
+        // Only for an otherwise good file: its figures are the other keys'.
+        if p.0.is_empty() {
+            self.validate_ramdisks(&mut p);
+        }
         p.into_vec()
+    }
+
+    /// The run's size, if known in advance: its event limit (or its paced rate times its time
+    /// limit, an estimate) and the mean size of an event (its fragments and FRD header).
+    fn run_size(&self) -> Option<RunSize> {
+        let event_bytes: f64 = tessera_formats::frd::FRD_HEADER_BYTES as f64
+            + self
+                .rus
+                .iter()
+                .flat_map(|ru| ru.feds.iter().map(move |&fed| (fed, ru.fragment_size)))
+                .map(|(fed, size)| {
+                    if fed == TCDS_FED_ID {
+                        tessera_formats::tcds::TCDS_FRAGMENT_BYTES as f64
+                    } else {
+                        size.mean_bytes()
+                    }
+                })
+                .sum::<f64>();
+        let by_time = match (self.trigger.paced_rate_hz(), self.run.seconds) {
+            (Some(rate), Some(seconds)) => Some((rate * seconds).ceil() as u64),
+            _ => None,
+        };
+        let (events, by_limit) = match (self.run.events, by_time) {
+            (Some(n), Some(m)) if m < n => (m, false),
+            (Some(n), _) => (n, true),
+            (None, Some(m)) => (m, false),
+            (None, None) => return None,
+        };
+        let fixed = self.rus.iter().all(|ru| matches!(ru.fragment_size, FragmentSize::Fixed { .. }));
+        Some(RunSize { events, event_bytes, by_limit, exact: by_limit && fixed })
+    }
+
+    /// The file systems of the BUs' directories, when every BU names its `directory` and the
+    /// units run on this host (no `controller.agent_port`): each file system once, with its size
+    /// in bytes and the first BU on it. `None` when a directory is not known before the run
+    /// (it goes under the run's output, which the command line may change) or is on another
+    /// host.
+    pub fn bu_file_systems(&self) -> Option<Vec<(u64, usize)>> {
+        if self.controller.agent_port.is_some() {
+            return None;
+        }
+        let mut seen: Vec<(u64, u64, usize)> = Vec::new();
+        for (i, bu) in self.bus.iter().enumerate() {
+            let mut at = std::path::absolute(bu.directory.as_ref()?).ok()?;
+            while !at.exists() {
+                if !at.pop() {
+                    return None;
+                }
+            }
+            let stat = rustix::fs::statvfs(&at).ok()?;
+            if !seen.iter().any(|&(fsid, _, _)| fsid == stat.f_fsid) {
+                seen.push((stat.f_fsid, stat.f_blocks.saturating_mul(stat.f_frsize), i));
+            }
+        }
+        Some(seen.into_iter().map(|(_, bytes, i)| (bytes, i)).collect())
+    }
+
+    /// A run without a filter farm (`fu.enabled: false`) whose data cannot fit on its BUs' RAM
+    /// disks below their high-water mark, though they were empty: nothing removes the BUs'
+    /// files, so the run would hold back for ever once the disks fill. Refused when certain (an
+    /// event limit, fixed fragment sizes, every BU's `directory` named on this host); the cases
+    /// that are only likely are advice ([`SystemConfig::advice`]).
+    fn validate_ramdisks(&self, p: &mut Problems) {
+        if let Some((key, message, true)) = self.ramdisks_too_small() {
+            p.add(key, message);
+        }
+    }
+
+    /// What [`SystemConfig::validate_ramdisks`] and the advice say about the BUs' RAM disks:
+    /// the key, the message, and whether it certainly cannot run.
+    fn ramdisks_too_small(&self) -> Option<(&'static str, String, bool)> {
+        let size = self.run_size()?;
+        let (bytes, exact) = ((size.events as f64 * size.event_bytes).ceil() as u64, size.exact);
+        let disks = self.bu_file_systems()?;
+        let high = u64::from(self.bu.ramdisk_high_water_percent.min(100));
+        let room: u64 = disks.iter().map(|&(total, _)| total / 100 * high).sum();
+        let on = disks
+            .iter()
+            .map(|&(total, i)| {
+                format!(
+                    "bus[{i}].directory {} on {:.1} MB",
+                    self.bus[i].directory.as_ref().expect("named").display(),
+                    total as f64 / 1e6
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+        if !self.fu.enabled && bytes > room {
+            let key = if size.by_limit { "run.events" } else { "run.seconds" };
+            let what = if size.by_limit {
+                format!("run.events {} make {}{}", size.events, if exact { "" } else { "about " }, mb(bytes))
+            } else {
+                format!("the run makes about {} ({} events at trigger.rate_hz)", mb(bytes), size.events)
+            };
+            return Some((
+                key,
+                format!(
+                    "{what} of events, more than the BUs' RAM disks hold up to bu.ramdisk_high_water_percent {high} % \
+                     ({} in all: {on}); with fu.enabled false nothing removes the BUs' files, so the run would hold back \
+                     for ever once they are full; give a shorter run, larger disks, or enable the filter farm",
+                    mb(room)
+                ),
+                exact,
+            ));
+        }
+        if self.fu.enabled
+            && let Some(rate) = self.trigger.paced_rate_hz()
+        {
+            let lumi_seconds = self.run.orbits_per_lumi_section as f64 * tessera_emu::generator::ORBIT_SECONDS;
+            // A run shorter than a lumi section puts no more than the run on the disks.
+            let events = (rate * lumi_seconds).min(size.events as f64);
+            let per_bu = events * size.event_bytes / self.bus.len().max(1) as f64;
+            let smallest = disks.iter().map(|&(total, _)| total / 100 * high).min().unwrap_or(u64::MAX);
+            if per_bu > smallest as f64 {
+                return Some((
+                    "run.orbits_per_lumi_section",
+                    format!(
+                        "a lumi section of {} orbits at {rate} Hz (or the whole run, if shorter) puts about {} on each BU's RAM disk, more than the \
+                         smallest holds up to bu.ramdisk_high_water_percent {high} % ({}; {on}): the FUs publish such a \
+                         section in parts, each time the BU waits for room, which costs rate",
+                        self.run.orbits_per_lumi_section,
+                        mb(per_bu as u64),
+                        mb(smallest)
+                    ),
+                    false,
+                ));
+            }
+        }
+        None
     }
 
     fn validate_controller(&self, p: &mut Problems) {
@@ -349,6 +495,9 @@ impl SystemConfig {
                     ),
                 });
             }
+        }
+        if let Some((key, message, false)) = self.ramdisks_too_small() {
+            advice.push(Advice { key: key.to_owned(), message });
         }
         // A shared key (`ru.…`) is advised once, for the first RU it costs.
         let mut seen = std::collections::HashSet::new();

@@ -160,6 +160,8 @@ pub struct Bu {
     draining: bool,
     /// Why the BU asks for no events now (its RAM disk is full, ...), if it does not.
     throttle: Option<&'static str>,
+    /// Most events it may hold for the room its disk has left (see [`Bu::set_room`]).
+    room_events: u32,
     out: VecDeque<Output>,
     counters: BuCounters,
 }
@@ -194,6 +196,7 @@ impl Bu {
             report_since: None,
             draining: false,
             throttle: None,
+            room_events: u32::MAX,
             out: VecDeque::new(),
             counters: BuCounters::default(),
             cfg,
@@ -243,6 +246,24 @@ impl Bu {
     pub fn set_throttle(&mut self, now: Nanos, reason: Option<&'static str>) {
         self.throttle = reason;
         self.maybe_request(now);
+    }
+
+    /// Bounds the events it holds (as [`Bu::events_in_flight`] counts them) to `events`, the
+    /// room its disk has for them, besides `max_events_in_flight`: it asks for no more than fit.
+    /// While the bound is below a request batch, it asks for what still fits, if anything.
+    pub fn set_room(&mut self, now: Nanos, events: u32) {
+        let grew = events > self.room_events;
+        self.room_events = events;
+        if grew {
+            self.maybe_request(now);
+        }
+    }
+
+    /// Whether the room its disk has left keeps it from asking for a batch of events now.
+    pub fn short_of_room(&self) -> bool {
+        let in_flight = self.events_in_flight();
+        self.room_events < self.cfg.max_events_in_flight
+            && self.room_events < in_flight.saturating_add(self.cfg.request_batch_events)
     }
 
     /// Whether the EVM has told it to drain (the trigger has stopped).
@@ -534,8 +555,10 @@ impl Bu {
         if !self.welcomed {
             return;
         }
-        let free = self.cfg.max_events_in_flight.saturating_sub(self.events_in_flight());
-        let credits = if free >= self.cfg.request_batch_events && self.throttle.is_none() { free } else { 0 };
+        let bound = self.cfg.max_events_in_flight.min(self.room_events);
+        let free = bound.saturating_sub(self.events_in_flight());
+        let batch = self.cfg.request_batch_events.min(bound).max(1);
+        let credits = if free >= batch && self.throttle.is_none() { free } else { 0 };
         let reports_due = self.report_since.is_some_and(|t| now >= t.saturating_add(self.cfg.report_delay_ns));
         if credits == 0 && !reports_due {
             return;

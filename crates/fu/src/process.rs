@@ -1,6 +1,13 @@
 //! One FU process: claims raw files from a BU run directory, checks every event's CRC-32C, asks
 //! the HLT for its verdicts, writes the outputs per lumi section and stream, and publishes a
 //! lumi section once the BU has ended it and no file of it is left to claim.
+//!
+//! An FU keeps the input files of a lumi section until it publishes the section's outputs (a
+//! crash redoes unpublished work from them). A section larger than the BU's RAM disk would then
+//! never end: the BU holds back for a full disk, and the disk is full of the section's inputs.
+//! So an FU that has had nothing to claim for [`PART_AFTER_IDLE`] publishes what it holds of
+//! sections not yet ended as a part (outputs named `pidPPPPPcK`, as a section met again is),
+//! which removes their inputs; the mergers take every part of a section.
 
 use crate::claim::{BuRunState, ClaimedFile, FileSource, remove_if_present, return_dead_claims};
 use crate::output::{Batch, EventOutcome, FuOutputDir, LumiOutputs, ledger_events};
@@ -51,8 +58,11 @@ pub struct FuReport {
     pub error_events: u64,
     /// Events written per stream (the error stream last), over all lumi sections.
     pub accepted: BTreeMap<String, u64>,
-    /// Lumi sections published.
+    /// Lumi sections published (one published in parts counts once).
     pub lumi_sections: u64,
+    /// Parts of lumi sections published before the BU ended them, for it was waiting for room
+    /// on its RAM disk (see [`PART_AFTER_IDLE`]).
+    pub early_parts: u64,
     /// Bytes in the data files published.
     pub output_bytes: u64,
     /// Claims of dead processes given back to the pool.
@@ -193,6 +203,7 @@ fn run_loop(
         started: Instant::now(),
         last_recovery: None,
         waiting_said: false,
+        idle_since: None,
     };
     let mut full_since: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
@@ -232,6 +243,10 @@ fn run_loop(
     Ok(fu.report)
 }
 
+/// How long an FU has had nothing to claim before it publishes the lumi sections it holds that
+/// the BU has not ended, as parts (see the module docs).
+pub const PART_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 /// How long an FU waits after its output disk was full, at first and at most.
 const DISK_FULL_PAUSE: Duration = Duration::from_millis(250);
 const DISK_FULL_PAUSE_MAX: Duration = Duration::from_secs(10);
@@ -265,6 +280,8 @@ struct Fu<'a> {
     last_recovery: Option<Instant>,
     /// Whether it has said that it waits for the run to start.
     waiting_said: bool,
+    /// Since when it has had nothing to claim.
+    idle_since: Option<Instant>,
 }
 
 impl Fu<'_> {
@@ -296,10 +313,17 @@ impl Fu<'_> {
                 state = source.state()?.unwrap_or_default();
             }
         }
-        publish_ended(&mut self.open, &mut self.commits, &state, source, &self.name, &mut self.report)?;
+        let ready: Vec<u32> = self
+            .open
+            .keys()
+            .copied()
+            .filter(|ls| state.ended_lumi_sections.contains(ls) && !state.unclaimed.iter().any(|(l, _)| l == ls))
+            .collect();
+        self.publish(&ready, false)?;
         let queued = state.ended_lumi_sections.intersection(&state.lumi_sections_with_files).count() as u32;
         resources.publish(queued, state.unclaimed.is_empty(), self.report.output_bytes);
         if let Some(file) = source.claim(&state, &self.outputs.spool(), &mut self.buf)? {
+            self.idle_since = None;
             let processed = process_file(
                 &file,
                 &self.buf,
@@ -325,7 +349,60 @@ impl Fu<'_> {
             }
             return Ok(Step::Done);
         }
+        let idle = *self.idle_since.get_or_insert_with(Instant::now);
+        if idle.elapsed() >= PART_AFTER_IDLE && !self.open.is_empty() {
+            self.idle_since = None;
+            let held: Vec<u32> = self.open.keys().copied().collect();
+            tracing::info!(
+                unit = %self.name,
+                run = cfg.run,
+                "FU {}: nothing to claim for {PART_AFTER_IDLE:?}: publishing lumi sections {held:?} as parts, so that \
+                 their inputs leave the BU's disk",
+                self.name
+            );
+            self.publish(&held, true)?;
+            return Ok(Step::Again);
+        }
         Ok(Step::Idle)
+    }
+
+    /// Publishes the open lumi sections `sections`; `early` when the BU has not ended them
+    /// (parts published to free the BU's disk).
+    fn publish(&mut self, sections: &[u32], early: bool) -> Result<(), FuError> {
+        for &ls in sections {
+            let Some(lumi) = self.open.remove(&ls) else { continue };
+            let published = lumi.publish(self.source, &self.name)?;
+            let commits = self.commits.entry(ls).or_default();
+            *commits += 1;
+            let report = &mut self.report;
+            tracing::info!(
+                unit = %self.name,
+                lumi_section = ls,
+                processed = published.processed,
+                error_events = published.error_events,
+                files = published.files,
+                part = *commits,
+                "FU {}: lumi section {ls}{} published: {} events from {} files",
+                self.name,
+                if early { " (a part, before its end)" } else { "" },
+                published.processed,
+                published.files
+            );
+            if *commits == 1 {
+                report.lumi_sections += 1;
+            }
+            if early {
+                report.early_parts += 1;
+            }
+            report.output_bytes += published.bytes;
+            report.files += published.files;
+            report.events += published.processed;
+            report.error_events += published.error_events;
+            for (stream, n) in published.accepted {
+                *report.accepted.entry(stream).or_default() += n;
+            }
+        }
+        Ok(())
     }
 
     /// Finishes what dead processes on this host left half done and gives their claims back to
@@ -350,46 +427,6 @@ impl Fu<'_> {
         }
         Ok(())
     }
-}
-
-/// Publishes the open lumi sections that the BU has ended and that have no file left to claim.
-fn publish_ended(
-    open: &mut BTreeMap<u32, LumiOutputs>,
-    commits: &mut BTreeMap<u32, u32>,
-    state: &BuRunState,
-    claimer: &dyn FileSource,
-    source: &str,
-    report: &mut FuReport,
-) -> Result<(), FuError> {
-    let ready: Vec<u32> = open
-        .keys()
-        .copied()
-        .filter(|ls| state.ended_lumi_sections.contains(ls) && !state.unclaimed.iter().any(|(l, _)| l == ls))
-        .collect();
-    for ls in ready {
-        let lumi = open.remove(&ls).expect("listed above");
-        let published = lumi.publish(claimer, source)?;
-        *commits.entry(ls).or_default() += 1;
-        tracing::info!(
-            unit = source,
-            lumi_section = ls,
-            processed = published.processed,
-            error_events = published.error_events,
-            files = published.files,
-            "FU {source}: lumi section {ls} published: {} events from {} files",
-            published.processed,
-            published.files
-        );
-        report.lumi_sections += 1;
-        report.output_bytes += published.bytes;
-        report.files += published.files;
-        report.events += published.processed;
-        report.error_events += published.error_events;
-        for (stream, n) in published.accepted {
-            *report.accepted.entry(stream).or_default() += n;
-        }
-    }
-    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -11,8 +11,9 @@ use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader};
 /// What can go wrong while writing a run directory.
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {
-    /// A file system operation failed.
-    #[error("{action} {path}")]
+    /// A file system operation failed; the message ends with the operating system's cause
+    /// ("No space left on device").
+    #[error("{action} {path}: {source}")]
     Io {
         /// What was being done, e.g. "creating".
         action: &'static str,
@@ -69,6 +70,26 @@ pub enum RunDirError {
     },
 }
 
+impl RunDirError {
+    /// Whether the file system had no room (ENOSPC, or a quota reached): an error that passes
+    /// once space is freed, unlike the others.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, RunDirError::Io { source, .. }
+            if matches!(source.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded))
+    }
+
+    /// The file or directory the error is about.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            RunDirError::Io { path, .. }
+            | RunDirError::Record { path, .. }
+            | RunDirError::Incomplete { path }
+            | RunDirError::TooLarge { path, .. } => Some(path),
+            RunDirError::LumiNotClosed { .. } | RunDirError::LumiFilesUnpublished { .. } => None,
+        }
+    }
+}
+
 type Result<T> = std::result::Result<T, RunDirError>;
 
 fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> RunDirError + 'p {
@@ -77,12 +98,16 @@ fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) ->
 
 /// Writes `bytes` to `path` atomically: to `path.<pid>.tmp` first, then renamed over `path`.
 /// The temporary name is this process's, so that processes writing the same file at once (FUs
-/// starting together write their output `.jsd`) never rename each other's.
+/// starting together write their output `.jsd`) never rename each other's. A write that fails
+/// (a full disk) removes what it wrote of the temporary file, so that it can be tried again.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
-    fs::write(&tmp, bytes).map_err(io_err("writing", &tmp))?;
+    if let Err(e) = fs::write(&tmp, bytes) {
+        let _ = fs::remove_file(&tmp);
+        return Err(io_err("writing", &tmp)(e));
+    }
     fs::rename(&tmp, path).map_err(io_err("renaming into place", path))
 }
 
@@ -166,6 +191,15 @@ impl RunDirectory {
     /// then writes its `.jsn`. Its counts come from its header, so a file closed by an earlier
     /// incarnation of the BU publishes the same way.
     pub fn publish(&self, ls: u32, index: u32) -> Result<PublishedFile> {
+        let published = self.publish_raw(ls, index)?;
+        self.write_index(&published)?;
+        Ok(published)
+    }
+
+    /// The first half of [`RunDirectory::publish`]: notes the file in the ledger and renames it
+    /// into the run directory. Its `.jsn` is [`RunDirectory::write_index`]'s, which may be
+    /// tried again on its own when it finds the disk full.
+    pub fn publish_raw(&self, ls: u32, index: u32) -> Result<PublishedFile> {
         let name = BuFileName::Raw { run: self.run, ls, index }.to_string();
         let open_path = self.path.join(names::OPEN_DIR).join(&name);
         let header =
@@ -181,11 +215,25 @@ impl RunDirectory {
             .map_err(io_err("writing", &ledger))?;
         let final_path = self.path.join(&name);
         fs::rename(&open_path, &final_path).map_err(io_err("publishing", &final_path))?;
-        let (events, bytes) = (header.event_count, header.file_bytes);
-        let doc = IndexDoc { events: events.into(), bytes }.to_doc(&self.definition(names::RAW_DATA_JSD), &self.source);
-        let jsn = self.path.join(BuFileName::IndexJson { run: self.run, ls, index }.to_string());
-        write_atomically(&jsn, doc.to_json().as_bytes())?;
-        Ok(PublishedFile { path: final_path, ls, index, events, bytes })
+        Ok(PublishedFile { path: final_path, ls, index, events: header.event_count, bytes: header.file_bytes })
+    }
+
+    /// Writes the `.jsn` of a file renamed into place by [`RunDirectory::publish_raw`].
+    pub fn write_index(&self, file: &PublishedFile) -> Result<()> {
+        let doc = IndexDoc { events: file.events.into(), bytes: file.bytes }
+            .to_doc(&self.definition(names::RAW_DATA_JSD), &self.source);
+        let jsn = self.path.join(BuFileName::IndexJson { run: self.run, ls: file.ls, index: file.index }.to_string());
+        write_atomically(&jsn, doc.to_json().as_bytes())
+    }
+
+    /// Deletes what a failed write left of raw file `ls`/`index` in `open/`, if anything: the
+    /// file is written again from the start.
+    pub fn remove_partial(&self, ls: u32, index: u32) -> Result<()> {
+        let path = self.path.join(names::OPEN_DIR).join(BuFileName::Raw { run: self.run, ls, index }.to_string());
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("removing partial file", &path)(e)),
+            _ => Ok(()),
+        }
     }
 
     /// Deletes the unpublished file `ls`/`index` from `open/` (its events went to another BU).

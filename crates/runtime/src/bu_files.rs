@@ -50,6 +50,13 @@ pub enum BuFilesError {
     },
 }
 
+impl BuFilesError {
+    /// Whether the file system had no room: the write may succeed once space is freed.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, BuFilesError::RunDir(e) if e.is_disk_full())
+    }
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct LumiCount {
     files: u64,
@@ -62,6 +69,8 @@ struct LumiCount {
 pub struct BuFiles {
     writer: RawWriter,
     lumis: BTreeMap<u32, LumiCount>,
+    /// Files renamed into place whose `.jsn` found the disk full: published once it is written.
+    renamed: BTreeMap<FileId, PublishedFile>,
 }
 
 /// The part of a BU's files that writes raw files: shared by its writer threads.
@@ -74,8 +83,20 @@ pub struct RawWriter {
 
 impl RawWriter {
     /// Writes `events` as `file` under `open/` and closes it: each event an FRD v6 record of its
-    /// fragments in RU order, written straight from where `bytes` holds them.
+    /// fragments in RU order, written straight from where `bytes` holds them. A write that fails
+    /// leaves nothing behind: what it wrote of the file is removed, so that it can be written
+    /// again (after a full disk, [`BuFilesError::is_disk_full`]).
     pub fn write(&self, file: FileId, events: &[BuiltEvent], bytes: &impl FragmentBytes) -> Result<(), BuFilesError> {
+        let written = self.write_file(file, events, bytes);
+        if written.is_err() {
+            // The write's own error is the one to report; a file that cannot be removed either
+            // is deleted as partial by a restarted BU.
+            let _ = self.dir.remove_partial(file.lumi_section, file.index);
+        }
+        written
+    }
+
+    fn write_file(&self, file: FileId, events: &[BuiltEvent], bytes: &impl FragmentBytes) -> Result<(), BuFilesError> {
         let mut out = self.dir.open_raw_file(file.lumi_section, file.index, data_type::FRD_EVENTS)?;
         let mut pieces: Vec<&[u8]> = Vec::new();
         for event in events {
@@ -99,7 +120,7 @@ impl BuFiles {
     pub fn create(bu_dir: &Path, run: u32, source: &str, generated: bool) -> Result<Self, BuFilesError> {
         let extra_flags = if generated { flags::GENERATED } else { 0 };
         let dir = Arc::new(RunDirectory::create(bu_dir, run, source)?);
-        Ok(BuFiles { writer: RawWriter { dir, extra_flags }, lumis: BTreeMap::new() })
+        Ok(BuFiles { writer: RawWriter { dir, extra_flags }, lumis: BTreeMap::new(), renamed: BTreeMap::new() })
     }
 
     /// Reopens the run directory of a BU that restarted (see `RunDirectory::reopen`): partial
@@ -160,7 +181,7 @@ impl BuFiles {
         disk.lumis_done.sort_unstable();
         disk.published_events = lumis.iter().map(|(&ls, c)| (ls, c.events)).collect();
         let writer = RawWriter { dir: Arc::new(dir), extra_flags };
-        Ok((BuFiles { writer, lumis }, disk))
+        Ok((BuFiles { writer, lumis, renamed: BTreeMap::new() }, disk))
     }
 
     /// The run directory.
@@ -178,9 +199,17 @@ impl BuFiles {
         self.writer.write(file, events, bytes)
     }
 
-    /// Publishes `file` (after its commit): rename, then `.jsn`.
+    /// Publishes `file` (after its commit): rename, then `.jsn`. When it fails for a full disk
+    /// ([`BuFilesError::is_disk_full`]), calling it again carries on where it stopped.
     pub fn publish(&mut self, file: FileId) -> Result<PublishedFile, BuFilesError> {
-        let p = self.writer.dir.publish(file.lumi_section, file.index)?;
+        let p = match self.renamed.remove(&file) {
+            Some(p) => p,
+            None => self.writer.dir.publish_raw(file.lumi_section, file.index)?,
+        };
+        if let Err(e) = self.writer.dir.write_index(&p) {
+            self.renamed.insert(file, p);
+            return Err(e.into());
+        }
         let c = self.lumis.entry(file.lumi_section).or_default();
         c.files += 1;
         c.events += u64::from(p.events);

@@ -13,6 +13,13 @@
 //! at most `max_events_in_flight` events. Above the RAM disk's high-water mark the BU asks for
 //! no events (`RAMDISK_HIGH_WATER`) until it is below the low-water mark.
 //!
+//! **RAM disk room** ([`crate::ramdisk`]): the BU's own writes never fill its disk. It asks for
+//! no more events than fit below the high-water mark with what it already holds to write, and
+//! hands a file to its writers only when the file fits in what is free; otherwise it holds back
+//! (`RAMDISK_FULL`). A write that still finds the disk full (another writer took the room) is
+//! removed and written again, whole, once there is room: the BU says so, holds back, and loses
+//! nothing. Any other I/O error fails the BU.
+//!
 //! **Discard mode** ([`BuNodeConfig::discard`], for benchmarks of the chain without a disk): the
 //! node touches no file system at all. It creates no run directory and no incarnation file, starts
 //! no writer thread and never looks at a RAM disk. A `WriteFile` output is acknowledged at once as
@@ -24,6 +31,7 @@ use crate::bu_files::{BuFiles, BuFilesError, RawWriter};
 use crate::conn::{Conn, LinkSide, NoPieces};
 use crate::frame_store::{FrameStore, SharedFrames};
 use crate::link::LinkKey;
+use crate::ramdisk::{Room, file_bytes};
 use crate::ru_node::{Control, NodeError, WAKER, connect, io_err, poller};
 use crate::state::{Transition, UnitState};
 use crate::stats::{CpuSampler, SubState, Throttle, UnitStats};
@@ -108,16 +116,25 @@ const CONN_BASE: usize = 16;
 const MAX_SLEEP: Duration = Duration::from_millis(10);
 /// How long a BU that has written its end-of-run record waits for the EVM to close.
 const FINAL_ACK_WAIT: Duration = Duration::from_secs(10);
-/// How often the RAM disk's fullness is looked at.
+/// How often the RAM disk's fullness and the farm's resource summaries are looked at.
 const RAMDISK_CHECK: Duration = Duration::from_millis(200);
+/// How long a file waits for room before the BU looks again: after a write found the disk full,
+/// or when the file does not fit in what is free.
+const DISK_FULL_RETRY: Duration = Duration::from_millis(200);
+/// How long a BU may hold back for its RAM disk before it says so, with what would free it.
+const DISK_HELD_SAID_AFTER: Duration = Duration::from_secs(5);
 
 struct Job {
     file: FileId,
     events: Vec<BuiltEvent>,
     frames: SharedFrames,
+    /// The file's size, header included.
+    bytes: u64,
 }
 
-type Done = (FileId, Vec<BuiltEvent>, Result<(), BuFilesError>);
+/// A job back from a writer: its frames are still held, for a file that found the disk full
+/// is written again.
+type Done = (Job, Result<(), BuFilesError>);
 
 /// A BU node, ready to run.
 pub struct BuNode {
@@ -196,8 +213,18 @@ impl BuNode {
         drop(done_tx);
         let core = Bu::new(cfg.bu.clone(), epoch, disk);
         let store = FrameStore::new(cfg.frame_store_bytes);
+        let room = match &files {
+            Some(f) => Some(Room::new(f.path(), cfg.ramdisk_high_water_percent)),
+            None => None,
+        };
         let mut lp = BuLoop {
             start: Instant::now(),
+            room,
+            writing_bytes: 0,
+            retry_at: None,
+            waits_for_room: false,
+            disk_full_said: false,
+            deferred: None,
             run_dir: files.as_ref().map(|f| f.path().to_owned()).unwrap_or_default(),
             files,
             discarded: BTreeMap::new(),
@@ -248,8 +275,7 @@ fn write_files(
             Err(_) => return,
         };
         let result = writer.write(job.file, &job.events, &job.frames);
-        drop(job.frames);
-        if done.send((job.file, job.events, result)).is_err() {
+        if done.send((job, result)).is_err() {
             return;
         }
         let _ = waker.wake();
@@ -280,6 +306,19 @@ struct BuLoop {
     done: Receiver<Done>,
     /// Files handed to the writers and not yet back.
     writing: usize,
+    /// The room on its RAM disk; `None` in discard mode.
+    room: Option<Room>,
+    /// Bytes of the files in the writers' queue or being written.
+    writing_bytes: u64,
+    /// When the file first in the backlog may be tried again, after it found no room.
+    retry_at: Option<Instant>,
+    /// The file first in the backlog waits for room on the disk.
+    waits_for_room: bool,
+    /// A full disk has been reported and no file written since.
+    disk_full_said: bool,
+    /// The core's output that found the disk full (a publication, an end-of-lumi or end-of-run
+    /// record), to be carried out again before any later one.
+    deferred: Option<Output>,
     ended: bool,
     published: u64,
     run_dir: PathBuf,
@@ -311,6 +350,9 @@ impl BuLoop {
         let mut throttle = Throttle::None;
         let mut last_check: Option<Instant> = None;
         let mut ended_at: Option<Instant> = None;
+        // Since when the BU holds back for its RAM disk, and whether it has said so.
+        let mut disk_held: Option<Instant> = None;
+        let mut disk_held_said = false;
         self.stats.transition(Transition::Configured);
         self.control.wait_enabled(&format!("BU {}", self.cfg.bu.bu), &self.stats)?;
         self.stats.transition(Transition::Enable);
@@ -357,16 +399,31 @@ impl BuLoop {
                     }
                     farm = pressure;
                 }
-                let now_throttle = if ramdisk_high {
-                    Throttle::RamdiskHighWater
-                } else {
-                    farm.as_ref().map_or(Throttle::None, Throttle::of_farm)
-                };
-                if now_throttle != throttle {
-                    throttle = now_throttle;
-                    let now = self.now();
-                    self.core.set_throttle(now, (throttle != Throttle::None).then(|| throttle.key()));
+            }
+            let now_throttle = if self.waits_for_room || self.deferred.is_some() {
+                Throttle::RamdiskFull
+            } else if ramdisk_high {
+                Throttle::RamdiskHighWater
+            } else {
+                farm.as_ref().map_or(Throttle::None, Throttle::of_farm)
+            };
+            if now_throttle != throttle {
+                throttle = now_throttle;
+                let now = self.now();
+                self.core.set_throttle(now, (throttle != Throttle::None).then(|| throttle.key()));
+            }
+            self.update_room();
+            self.hand_to_writers()?;
+            let held = self.held_for_room(throttle);
+            if matches!(held, Throttle::RamdiskFull | Throttle::RamdiskHighWater) {
+                let since = *disk_held.get_or_insert_with(Instant::now);
+                if since.elapsed() >= DISK_HELD_SAID_AFTER && !disk_held_said {
+                    disk_held_said = true;
+                    self.say_disk_held(held, since.elapsed());
                 }
+            } else {
+                disk_held = None;
+                disk_held_said = false;
             }
             let now = self.now();
             if self.core.next_timeout().is_some_and(|t| now >= t) {
@@ -378,7 +435,7 @@ impl BuLoop {
             self.close_overdue_links(enabled_at)?;
             self.dispatch()?;
             self.flush_conns();
-            self.publish_stats(throttle);
+            self.publish_stats(self.held_for_room(throttle));
             self.cpu.sample(&self.stats, false);
             // After its end-of-run record the BU still acknowledges its last end-of-lumi
             // records; the EVM closes the connection once it has them all.
@@ -491,6 +548,13 @@ impl BuLoop {
                 return Err(NodeError::Bu(format!("BU {}: {e}", self.cfg.bu.bu)));
             }
             self.stats.data_messages.add(inputs.iter().filter(|(_, m)| !m.is_control()).count() as u64);
+            if let Some(room) = &mut self.room {
+                for (_, msg) in &inputs {
+                    if let tessera_evb::msg::Message::Data { ru, parts, .. } = msg {
+                        room.saw_parts(*ru, parts);
+                    }
+                }
+            }
             let now = self.now();
             for (from, msg) in inputs {
                 self.core.handle(now, Input::Message { from, msg });
@@ -545,7 +609,20 @@ impl BuLoop {
 
     /// Carries out the core's outputs.
     fn dispatch(&mut self) -> Result<(), NodeError> {
-        while let Some(out) = self.core.poll_output() {
+        loop {
+            // An output that found the disk full is carried out again first, in its turn: the
+            // core's outputs keep their order (a file's publication before its lumi section's end).
+            let out = match self.deferred.take() {
+                Some(out) if self.retry_at.is_some_and(|t| Instant::now() < t) => {
+                    self.deferred = Some(out);
+                    return Ok(());
+                }
+                Some(out) => out,
+                None => match self.core.poll_output() {
+                    Some(out) => out,
+                    None => return Ok(()),
+                },
+            };
             if let Output::WriteFile { lumi_section, .. } = &out
                 && u64::from(*lumi_section) > self.stats.lumi_section.get()
             {
@@ -570,33 +647,57 @@ impl BuLoop {
                 }
                 Output::WriteFile { file, events, .. } => {
                     let frames = self.store.share(&events);
-                    // Waits here while the writers are busy: the frames stay held, the store
-                    // fills, and the loop stops reading data. The BU goes no faster than its
-                    // disk, and the loop never blocks on its writers (which wait for it).
-                    self.backlog.push_back(Job { file, events, frames });
+                    if let Some(room) = &mut self.room {
+                        room.saw(&events);
+                    }
+                    // Waits here while the writers are busy or the disk has no room for it: the
+                    // frames stay held, the store fills, and the loop stops reading data. The BU
+                    // goes no faster than its disk, and the loop never blocks on its writers
+                    // (which wait for it).
+                    let bytes = file_bytes(&events);
+                    self.backlog.push_back(Job { file, events, frames, bytes });
                     self.writing += 1;
                     self.hand_to_writers()?;
                 }
                 Output::PublishFile(file) => {
                     let (events, bytes) = match &mut self.files {
-                        Some(files) => {
-                            let p = files.publish(file)?;
-                            (u64::from(p.events), p.bytes)
-                        }
+                        Some(files) => match files.publish(file) {
+                            Ok(p) => (u64::from(p.events), p.bytes),
+                            Err(e) if e.is_disk_full() => {
+                                self.defer(Output::PublishFile(file), &e);
+                                return Ok(());
+                            }
+                            Err(e) => return Err(e.into()),
+                        },
                         None => self.discarded.remove(&file).unwrap_or_default(),
                     };
                     self.published += events;
+                    if let Some(room) = &mut self.room {
+                        // Its events leave the BU's count but not the disk: the core's bound
+                        // shrinks before the core hears of it, or it would ask for them again.
+                        room.gone(file);
+                        self.update_room();
+                    }
                     self.stats.files_published.add(1);
                     self.stats.bytes_published.add(bytes);
                     let now = self.now();
                     self.core.handle(now, Input::FilePublished(file));
                 }
-                Output::DiscardFile(file) => match &mut self.files {
-                    Some(files) => files.discard(file)?,
-                    None => {
-                        self.discarded.remove(&file);
+                Output::DiscardFile(file) => {
+                    if let Some(room) = &mut self.room {
+                        room.gone(file);
                     }
-                },
+                    match &mut self.files {
+                        Some(files) => files.discard(file)?,
+                        None => {
+                            self.discarded.remove(&file);
+                        }
+                    }
+                    if let Some(room) = &mut self.room {
+                        room.space(true);
+                        self.update_room();
+                    }
+                }
                 Output::EndOfLumi { lumi_section, events } => {
                     self.stats.lumi_sections_closed.add(1);
                     // Sections close in the order their files are all published, not always in
@@ -606,7 +707,14 @@ impl BuLoop {
                         self.stats.last_closed_lumi_section_events.set(events);
                     }
                     if let Some(files) = &mut self.files {
-                        files.end_lumi(lumi_section, events)?;
+                        match files.end_lumi(lumi_section, events) {
+                            Ok(()) => {}
+                            Err(e) if e.is_disk_full() => {
+                                self.defer(Output::EndOfLumi { lumi_section, events }, &e);
+                                return Ok(());
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
                         tracing::debug!(
                             unit = %self.cfg.name,
                             run = self.cfg.run,
@@ -619,7 +727,14 @@ impl BuLoop {
                 }
                 Output::EndOfRun { last_lumi_section, lumi_sections } => {
                     if let Some(files) = &mut self.files {
-                        files.end_run(last_lumi_section, lumi_sections)?;
+                        match files.end_run(last_lumi_section, lumi_sections) {
+                            Ok(()) => {}
+                            Err(e) if e.is_disk_full() => {
+                                self.defer(Output::EndOfRun { last_lumi_section, lumi_sections }, &e);
+                                return Ok(());
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
                     }
                     self.ended = true;
                 }
@@ -627,15 +742,45 @@ impl BuLoop {
                 _ => {}
             }
         }
-        Ok(())
     }
 
-    /// Moves jobs from the backlog to the writers' queue while it has room.
+    /// Moves jobs from the backlog to the writers' queue while it has room, and while the RAM
+    /// disk has room for each file (in order: files are written in the order the core made
+    /// them).
     fn hand_to_writers(&mut self) -> Result<(), NodeError> {
         let jobs = self.jobs.as_ref().expect("writers run while the loop does");
         while let Some(job) = self.backlog.pop_front() {
+            if self.retry_at.is_some_and(|t| Instant::now() < t) {
+                self.backlog.push_front(job);
+                return Ok(());
+            }
+            self.retry_at = None;
+            if let Some(room) = &mut self.room
+                && !room.fits(job.bytes, self.writing_bytes)
+            {
+                // Files at the writers free their frames when done, and wake the loop; with none
+                // there, only others can make room: look again in a while.
+                self.waits_for_room = true;
+                let wait = if self.writing_bytes == 0 { DISK_FULL_RETRY } else { crate::ramdisk::SPACE_CHECK };
+                self.retry_at = Some(Instant::now() + wait);
+                if self.writing_bytes == 0 {
+                    if !std::mem::replace(&mut self.disk_full_said, true) {
+                        let free = room.space(false).map_or(0, |s| s.free_bytes);
+                        self.stats.problem(format!(
+                            "BU {}: RAM disk full: {} has {:.2} MB free, a file of {:.2} MB waits for room (RAMDISK_FULL)",
+                            self.cfg.bu.bu,
+                            room.directory().display(),
+                            free as f64 / 1e6,
+                            job.bytes as f64 / 1e6
+                        ));
+                    }
+                }
+                self.backlog.push_front(job);
+                return Ok(());
+            }
+            let bytes = job.bytes;
             match jobs.try_send(job) {
-                Ok(()) => {}
+                Ok(()) => self.writing_bytes += bytes,
                 Err(TrySendError::Full(job)) => {
                     self.backlog.push_front(job);
                     break;
@@ -643,17 +788,98 @@ impl BuLoop {
                 Err(TrySendError::Disconnected(_)) => return Err(NodeError::Bu("the writer threads are gone".into())),
             }
         }
+        self.waits_for_room = false;
         Ok(())
     }
 
-    /// Takes the writers' finished files: their frames are freed and the core told.
+    /// Keeps `out`, which found the disk full, to carry it out again after [`DISK_FULL_RETRY`]
+    /// (and every output after it in its turn); says so once until a file is written again.
+    fn defer(&mut self, out: Output, e: &BuFilesError) {
+        self.deferred = Some(out);
+        self.retry_at = Some(Instant::now() + DISK_FULL_RETRY);
+        if !std::mem::replace(&mut self.disk_full_said, true) {
+            self.stats.problem(format!(
+                "BU {}: RAM disk full: {e}; tried again when there is room (RAMDISK_FULL)",
+                self.cfg.bu.bu
+            ));
+        }
+    }
+
+    /// Bounds the core's events to what its RAM disk has room for, as it is now.
+    fn update_room(&mut self) {
+        let Some(room) = &mut self.room else { return };
+        if let Some(events) = room.events(self.cfg.bu.request_batch_events) {
+            let now = self.start.elapsed().as_nanos() as Nanos;
+            self.core.set_room(now, events);
+        }
+    }
+
+    /// What holds the BU back, `throttle` or its RAM disk's room if that keeps it from asking.
+    fn held_for_room(&self, throttle: Throttle) -> Throttle {
+        if throttle == Throttle::None && self.room.is_some() && self.core.short_of_room() {
+            Throttle::RamdiskFull
+        } else {
+            throttle
+        }
+    }
+
+    /// Says that the BU has held back for its RAM disk for `how_long`, how full it is, and what
+    /// would free it: the filter farm, or with none (`fu.enabled: false`) only someone removing
+    /// files; until then the run takes no more events from this BU and cannot drain.
+    fn say_disk_held(&mut self, held: Throttle, how_long: Duration) {
+        let Some(room) = &mut self.room else { return };
+        let space = room.space(true);
+        let directory = room.directory().display().to_string();
+        let free = space.map_or("?".to_owned(), |s| {
+            format!("{:.1} of {:.1} MB free", s.free_bytes as f64 / 1e6, s.total_bytes as f64 / 1e6)
+        });
+        let what_frees_it = if self.cfg.farm_limits.is_some() {
+            "it waits for the filter farm to remove files"
+        } else {
+            "no filter farm reads this BU (fu.enabled: false): unless something else removes its files, it takes \
+             no more events and the run cannot drain; stop the run (Ctrl-C)"
+        };
+        self.stats.problem(format!(
+            "BU {}: held back for {:.0} s by its RAM disk ({}): {directory} has {free}, \
+             bu.ramdisk_high_water_percent {} %; {what_frees_it}",
+            self.cfg.bu.bu,
+            how_long.as_secs_f64(),
+            held.key(),
+            self.cfg.ramdisk_high_water_percent
+        ));
+    }
+
+    /// Takes the writers' finished files: their frames are freed and the core told. A file that
+    /// found the disk full goes back to the head of the backlog, to be written again when there
+    /// is room.
     fn collect_written(&mut self) -> Result<(), NodeError> {
         loop {
             match self.done.try_recv() {
-                Ok((file, events, result)) => {
+                Ok((job, Err(e))) if e.is_disk_full() => {
+                    self.writing_bytes = self.writing_bytes.saturating_sub(job.bytes);
+                    if !std::mem::replace(&mut self.disk_full_said, true) {
+                        self.stats.problem(format!(
+                            "BU {}: RAM disk full: {e}; the file is removed and written again when there is room \
+                             (RAMDISK_FULL)",
+                            self.cfg.bu.bu
+                        ));
+                    }
+                    self.waits_for_room = true;
+                    self.retry_at = Some(Instant::now() + DISK_FULL_RETRY);
+                    self.backlog.push_front(job);
+                }
+                Ok((job, result)) => {
                     result?;
+                    let Job { file, events, frames, bytes } = job;
+                    drop(frames);
+                    self.disk_full_said = false;
                     self.writing -= 1;
+                    self.writing_bytes = self.writing_bytes.saturating_sub(bytes);
                     self.store.written(events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments));
+                    if let Some(room) = &mut self.room {
+                        room.written(file, events.len() as u32);
+                        room.space(true);
+                    }
                     let now = self.now();
                     self.core.handle(now, Input::FileWritten(file));
                     self.hand_to_writers()?;

@@ -5,7 +5,8 @@
 //!   streams read into pre-touched receive memory ([`ferol_input`]), fragments offered to the
 //!   core, data frames written straight from where the fragments were received ([`conn`]).
 //! - [`bu_node`]: a BU: its loop (received frames kept whole in the [`frame_store`], the core's
-//!   file actions on its run directory, [`bu_files`]) and its writer threads.
+//!   file actions on its run directory, [`bu_files`]), its writer threads, and its account of
+//!   the room on its RAM disk ([`ramdisk`]).
 //! - [`link`]: the opening of every protocol connection; [`stats`]: live figures;
 //!   [`system`]: a whole system in one process; [`trigger`]: the rate asked and got, and the
 //!   dead time per reason.
@@ -18,6 +19,7 @@ pub mod conn;
 pub mod ferol_input;
 pub mod frame_store;
 pub mod link;
+pub mod ramdisk;
 pub mod ru_node;
 pub mod state;
 pub mod stats;

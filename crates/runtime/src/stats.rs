@@ -40,12 +40,17 @@ pub enum Throttle {
     FuOutputHigh = 6,
     /// BU: its FUs' resource summaries are all old; it asks for no events.
     ResourceSummaryStale = 7,
+    /// BU: its RAM disk has no room for more: what is on it and what the BU holds to write
+    /// would pass the high-water mark (it asks for no events), or a file does not fit, or a
+    /// write found the disk full (the file waits, whole, until there is room).
+    RamdiskFull = 8,
 }
 
 impl Throttle {
     /// Every reason a unit may hold back for (all but [`Throttle::None`]).
-    pub const REASONS: [Throttle; 7] = [
+    pub const REASONS: [Throttle; 8] = [
         Throttle::RamdiskHighWater,
+        Throttle::RamdiskFull,
         Throttle::BuffersFull,
         Throttle::StoreFull,
         Throttle::NotEnoughFus,
@@ -59,6 +64,7 @@ impl Throttle {
         match self {
             Throttle::None => "",
             Throttle::RamdiskHighWater => "RAMDISK_HIGH_WATER",
+            Throttle::RamdiskFull => "RAMDISK_FULL",
             Throttle::BuffersFull => "RU_BUFFERS_FULL",
             Throttle::StoreFull => "BU_STORE_FULL",
             Throttle::NotEnoughFus => keys::NOT_ENOUGH_FUS,
@@ -84,6 +90,9 @@ impl Throttle {
         match self {
             Throttle::None => "",
             Throttle::RamdiskHighWater => "The BU's RAM disk is above its high-water mark: it asks for no events.",
+            Throttle::RamdiskFull => {
+                "The BU's RAM disk has no room for more than it holds: it asks for no events, and files wait for room."
+            }
             Throttle::BuffersFull => "The RU's receive buffers are full: it waits for events to be committed.",
             Throttle::StoreFull => "The BU holds as much received data as it may: it waits for files to be written.",
             Throttle::NotEnoughFus => "Fewer FU processes are alive than required: the BU asks for no events.",

@@ -1,0 +1,203 @@
+//! A BU's account of the room on its RAM disk, so that its own writes never find it full.
+//!
+//! The file system is asked (`statvfs`, cheap enough to call per file) how much is free; the BU
+//! adds what it has taken on and not yet written: every event it holds that is not in a file on
+//! the disk yet (asked for, being built, in a file being filled, queued to or at the writers),
+//! each counted as large as the largest event it has built. It asks for events only while all of
+//! that still fits below the high-water mark ([`Room::events`]), and hands a file to its writers
+//! only while the file fits in what is free ([`Room::fits`]). A disk that another writer fills
+//! can still be full: the write then fails with ENOSPC, and the BU writes the file again later.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tessera_evb::msg::SuperFragment;
+use tessera_evb::types::FileId;
+use tessera_evb::unit::BuiltEvent;
+use tessera_formats::frd::FRD_HEADER_BYTES;
+use tessera_formats::raw::RAW_V2_HEADER_BYTES;
+
+/// Room kept free beside the raw files, for the BU's bookkeeping (`.jsn`, end-of-lumi and
+/// end-of-run records, the ledger of published files) and the file system's rounding of each
+/// file to its pages, in bytes.
+pub const BOOKKEEPING_BYTES: u64 = 1 << 20;
+
+/// How long the last look at the file system stands when no file of the BU's has moved: what
+/// others do to the disk (FUs removing files, another writer filling it) shows within this.
+pub const SPACE_CHECK: Duration = Duration::from_millis(10);
+
+/// What the file system of a directory has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    /// Bytes an unprivileged writer may still write.
+    pub free_bytes: u64,
+    /// Bytes in all.
+    pub total_bytes: u64,
+}
+
+impl Space {
+    /// The space of the file system holding `path`, if it can be asked.
+    pub fn of(path: &Path) -> Option<Space> {
+        let s = rustix::fs::statvfs(path).ok()?;
+        Some(Space {
+            free_bytes: s.f_bavail.saturating_mul(s.f_frsize),
+            total_bytes: s.f_blocks.saturating_mul(s.f_frsize),
+        })
+    }
+
+    /// The bytes that must stay free for the disk to be at most `high_water_percent` full.
+    pub fn kept_free_bytes(&self, high_water_percent: u8) -> u64 {
+        let percent = u64::from(100u8.saturating_sub(high_water_percent));
+        (self.total_bytes / 100).saturating_mul(percent)
+    }
+}
+
+/// The bytes `event` takes in a raw file: its FRD header and its fragments.
+pub fn event_bytes(event: &BuiltEvent) -> u64 {
+    let fragments: u64 = event.parts.iter().flat_map(|p| &p.fragments).map(|f| u64::from(f.bytes)).sum();
+    FRD_HEADER_BYTES as u64 + fragments
+}
+
+/// The bytes of a raw file of `events`, header included.
+pub fn file_bytes(events: &[BuiltEvent]) -> u64 {
+    RAW_V2_HEADER_BYTES as u64 + events.iter().map(event_bytes).sum::<u64>()
+}
+
+/// How many events a BU may hold, with `space` on its disk, at most `high_water_percent` full:
+/// the events of its files already on the disk and not yet published (`on_disk_events`), plus
+/// as many events of `largest_event_bytes` as fit in what is free above the mark (less
+/// [`BOOKKEEPING_BYTES`]). Before it has built any event (`largest_event_bytes` 0), one
+/// `batch` if anything is free above the mark.
+pub fn room_events(
+    space: Space,
+    high_water_percent: u8,
+    largest_event_bytes: u64,
+    on_disk_events: u64,
+    batch: u32,
+) -> u32 {
+    let budget =
+        space.free_bytes.saturating_sub(space.kept_free_bytes(high_water_percent)).saturating_sub(BOOKKEEPING_BYTES);
+    let fit = match largest_event_bytes {
+        0 if budget > 0 => u64::from(batch),
+        0 => 0,
+        size => budget / size,
+    };
+    u32::try_from(on_disk_events.saturating_add(fit)).unwrap_or(u32::MAX)
+}
+
+/// A BU's account of its RAM disk (see the module docs).
+#[derive(Debug)]
+pub struct Room {
+    directory: PathBuf,
+    high_water_percent: u8,
+    /// The last look at the file system, and when.
+    space: Option<(Instant, Space)>,
+    /// The BU's files written on the disk and not yet published, with their events.
+    on_disk: BTreeMap<FileId, u32>,
+    largest_event_bytes: u64,
+    /// The largest part of an event each RU has sent, in fragment bytes: their sum bounds an
+    /// event before the BU has built one.
+    largest_part_bytes: BTreeMap<u16, u64>,
+}
+
+impl Room {
+    /// The account of the file system holding `directory`, to be kept at most
+    /// `high_water_percent` full.
+    pub fn new(directory: &Path, high_water_percent: u8) -> Self {
+        Room {
+            directory: directory.to_owned(),
+            high_water_percent,
+            space: None,
+            on_disk: BTreeMap::new(),
+            largest_event_bytes: 0,
+            largest_part_bytes: BTreeMap::new(),
+        }
+    }
+
+    /// Looks at the file system again if `now` is true or the last look is older than
+    /// [`SPACE_CHECK`]; `None` if it cannot be asked.
+    pub fn space(&mut self, now: bool) -> Option<Space> {
+        let fresh = self.space.filter(|(at, _)| !now && at.elapsed() < SPACE_CHECK);
+        if let Some((_, space)) = fresh {
+            return Some(space);
+        }
+        let space = Space::of(&self.directory)?;
+        self.space = Some((Instant::now(), space));
+        Some(space)
+    }
+
+    /// Notes the events of a file the BU is about to write: the largest sets what each event
+    /// not yet written is counted as.
+    pub fn saw(&mut self, events: &[BuiltEvent]) {
+        let largest = events.iter().map(event_bytes).max().unwrap_or(0);
+        self.largest_event_bytes = self.largest_event_bytes.max(largest);
+    }
+
+    /// Notes the parts of events that RU `ru` sent: as soon as every RU has sent one, events
+    /// are counted as large as their largest parts together, before the first is built.
+    pub fn saw_parts(&mut self, ru: u16, parts: &[SuperFragment]) {
+        let largest = parts.iter().map(|p| p.fragments.iter().map(|f| u64::from(f.bytes)).sum()).max().unwrap_or(0);
+        let entry = self.largest_part_bytes.entry(ru).or_default();
+        *entry = (*entry).max(largest);
+        let event = FRD_HEADER_BYTES as u64 + self.largest_part_bytes.values().sum::<u64>();
+        self.largest_event_bytes = self.largest_event_bytes.max(event);
+    }
+
+    /// Notes that `file`, of `events` events, is written on the disk.
+    pub fn written(&mut self, file: FileId, events: u32) {
+        self.on_disk.insert(file, events);
+    }
+
+    /// Notes that `file` is published or discarded: its events are no longer the BU's.
+    pub fn gone(&mut self, file: FileId) {
+        self.on_disk.remove(&file);
+    }
+
+    /// How many events the BU may hold now (see [`room_events`]); `None` if the file system
+    /// cannot be asked.
+    pub fn events(&mut self, batch: u32) -> Option<u32> {
+        let space = self.space(false)?;
+        let on_disk = self.on_disk.values().map(|&n| u64::from(n)).sum();
+        Some(room_events(space, self.high_water_percent, self.largest_event_bytes, on_disk, batch))
+    }
+
+    /// Whether a file of `bytes` fits in what is free, with `writing_bytes` of files at the
+    /// writers still to come and [`BOOKKEEPING_BYTES`] kept; true if the file system cannot be
+    /// asked (the write then says what is wrong).
+    pub fn fits(&mut self, bytes: u64, writing_bytes: u64) -> bool {
+        self.space(true)
+            .is_none_or(|s| s.free_bytes >= bytes.saturating_add(writing_bytes).saturating_add(BOOKKEEPING_BYTES))
+    }
+
+    /// The directory whose file system this is.
+    pub fn directory(&self) -> &Path {
+        &self.directory
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: u64 = 1 << 20;
+
+    #[test]
+    fn events_fit_below_the_mark_each_counted_as_the_largest() {
+        let space = Space { free_bytes: 50 * MB, total_bytes: 100 * MB };
+        // 90 %: 10 MB stay free, 1 MB for bookkeeping: 39 MB for events of 1 MB.
+        assert_eq!(room_events(space, 90, MB, 0, 64), 39);
+        // Files on the disk, not yet published, are already in what is used.
+        assert_eq!(room_events(space, 90, MB, 5, 64), 44);
+        // 100 %: only the bookkeeping stays free.
+        assert_eq!(room_events(space, 100, MB, 0, 64), 49);
+    }
+
+    #[test]
+    fn a_disk_at_its_mark_takes_no_event_and_an_unknown_size_one_batch() {
+        let at_mark = Space { free_bytes: 10 * MB, total_bytes: 100 * MB };
+        assert_eq!(room_events(at_mark, 90, MB, 3, 64), 3);
+        assert_eq!(room_events(at_mark, 90, 0, 0, 64), 0);
+        let empty = Space { free_bytes: 100 * MB, total_bytes: 100 * MB };
+        assert_eq!(room_events(empty, 90, 0, 0, 64), 64);
+    }
+}
