@@ -111,7 +111,7 @@ fn chromium() -> Option<&'static str> {
 fn the_dashboard_in_chromium_shows_figures_that_move_and_match_the_api() {
     let Some(chromium) = chromium() else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let (mut run, addr) = start_run(tmp.path(), 120);
+    let (mut run, addr) = start_run(tmp.path(), 30);
     std::thread::sleep(Duration::from_millis(1000));
 
     let api_before = units(addr);

@@ -47,7 +47,7 @@ fn until_moved(addr: SocketAddr, moved: impl Fn(&str, &str) -> bool) -> (String,
 #[test]
 fn run_serves_metrics_that_move_and_an_api_that_names_the_units_and_stops_the_run() {
     let tmp = tempfile::tempdir().unwrap();
-    let (mut child, addr) = start_run(tmp.path(), 120);
+    let (mut child, addr) = start_run(tmp.path(), 30);
     std::thread::sleep(Duration::from_millis(800));
     let first = get(addr, "/metrics");
     std::thread::sleep(Duration::from_millis(1200));

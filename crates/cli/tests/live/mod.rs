@@ -63,16 +63,19 @@ pub fn start_run(dir: &Path, seconds: u32) -> (Child, SocketAddr) {
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
+    let mut said = String::new();
     let mut addr = None;
     while addr.is_none() && stderr.read_line(&mut line).unwrap() > 0 {
         if let Some(rest) = line.strip_prefix("monitoring: http://") {
             addr = Some(rest.split('/').next().unwrap().parse::<SocketAddr>().unwrap());
         }
+        said.push_str(&line);
         line.clear();
     }
     // Keep reading so that the run never blocks on a full pipe.
     std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    (child, addr.expect("tessera run says where its control server is"))
+    let addr = addr.unwrap_or_else(|| panic!("tessera run never said where its control server is; it said:\n{said}"));
+    (child, addr)
 }
 
 /// One request; the body of the answer, after checking that it is a success.
