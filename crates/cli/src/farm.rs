@@ -190,6 +190,7 @@ pub fn report_json(report: &FuReport) -> serde_json::Value {
         "accepted": report.accepted,
         "lumi_sections": report.lumi_sections,
         "returned_claims": report.returned_claims,
+        "taken_back": report.taken_back,
         "reasons": report.reasons,
         "ledger_events": report.ledger_events,
     })

@@ -245,6 +245,11 @@ pub trait FileSource {
     /// another process), which is fine.
     fn give_back(&self, claim: &ClaimedRawName) -> Result<bool, FuError>;
 
+    /// Whether every one of `claims` is still this process's: a broker takes back the files
+    /// of a process silent for its lease, and outputs made from a file taken back must not be
+    /// published (another process reads it again).
+    fn still_held(&self, claims: &[ClaimedRawName]) -> Result<bool, FuError>;
+
     /// Publishes this process's resource summary where the BU reads it
     /// ([`resources`](crate::resources)); `summary.host` is [`FileSource::host`].
     fn publish_summary(&self, summary: &ResourceSummary) -> Result<(), FuError>;
@@ -318,6 +323,11 @@ impl FileSource for Claimer {
         let index =
             self.run_dir.join(BuFileName::IndexJson { run: claim.run, ls: claim.ls, index: claim.index }.to_string());
         remove_if_present(&index)
+    }
+
+    fn still_held(&self, claims: &[ClaimedRawName]) -> Result<bool, FuError> {
+        // Nothing takes a live local process's claims away; a claim gone is one not held.
+        Ok(claims.iter().all(|c| fs::symlink_metadata(self.run_dir.join(c.path())).is_ok()))
     }
 
     fn give_back(&self, claim: &ClaimedRawName) -> Result<bool, FuError> {

@@ -255,6 +255,23 @@ pub enum EventOutcome {
 }
 
 impl LumiOutputs {
+    /// The inputs whose events are in these outputs.
+    pub fn inputs(&self) -> &[ClaimedRawName] {
+        &self.inputs
+    }
+
+    /// Drops these outputs unpublished: their files under `open/` are removed, their inputs
+    /// left alone (another process reads them again).
+    pub fn discard(self) -> Result<(), FuError> {
+        for stream in self.streams {
+            if let Some((file, path)) = stream.file {
+                drop(file);
+                remove_if_present(&path)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Records that the events of `input` are in these outputs: it is removed when they are
     /// published.
     pub fn add_input(&mut self, input: ClaimedRawName) {

@@ -70,6 +70,9 @@ pub struct FuReport {
     /// Times the output disk was full: the unpublished outputs were dropped and their files
     /// given back, and the FU waited.
     pub disk_full_pauses: u64,
+    /// Files whose claims a broker took back (this process was silent past its lease) before
+    /// their outputs were published: the outputs were dropped, another process read them.
+    pub taken_back: u64,
     /// The first reasons events were set aside for (at most [`FuReport::MAX_REASONS`]).
     pub reasons: Vec<String>,
     /// Events processed by every FU process that wrote to this output directory, this one and
@@ -371,6 +374,20 @@ impl Fu<'_> {
     fn publish(&mut self, sections: &[u32], early: bool) -> Result<(), FuError> {
         for &ls in sections {
             let Some(lumi) = self.open.remove(&ls) else { continue };
+            if !self.source.still_held(lumi.inputs())? {
+                // This process was silent past the broker's lease: its files went back to the
+                // pool, and another process reads them; outputs made from them are late.
+                tracing::warn!(
+                    unit = %self.name,
+                    lumi_section = ls,
+                    "FU {}: lumi section {ls}: files taken back by the broker (its lease ran out): {} files' outputs dropped, read again by another",
+                    self.name,
+                    lumi.inputs().len()
+                );
+                self.report.taken_back += lumi.inputs().len() as u64;
+                lumi.discard()?;
+                continue;
+            }
             let published = lumi.publish(self.source, &self.name)?;
             let commits = self.commits.entry(ls).or_default();
             *commits += 1;

@@ -104,6 +104,13 @@ impl FileSource for BrokerSource {
         }
     }
 
+    fn still_held(&self, claims: &[ClaimedRawName]) -> Result<bool, FuError> {
+        match self.client.state().map_err(broker_error)? {
+            RemoteRunState::Running { state, .. } => Ok(claims.iter().all(|c| state.claimed.contains(c))),
+            _ => Ok(false),
+        }
+    }
+
     fn give_back(&self, claim: &ClaimedRawName) -> Result<bool, FuError> {
         match self.client.release(claim) {
             Ok(_) => Ok(true),

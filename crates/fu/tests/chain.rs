@@ -639,3 +639,63 @@ fn fu_1x1_an_fu_lock_reader_takes_every_file_of_a_tessera_bu_once() {
     events.sort_unstable();
     assert_eq!(events, (1..=75).collect::<Vec<u32>>());
 }
+
+/// An HLT stuck on its first file for longer than the broker's lease.
+struct StuckHlt {
+    hlt: TestHlt,
+    stuck: Option<Duration>,
+}
+
+impl Hlt for StuckHlt {
+    fn streams(&self) -> &[String] {
+        &self.hlt.streams
+    }
+
+    fn select_file(
+        &mut self,
+        file: &Path,
+        events: &[FrdEvent<'_>],
+        verdicts: &mut Vec<Verdict>,
+    ) -> Result<(), FuError> {
+        if let Some(stuck) = self.stuck.take() {
+            std::thread::sleep(stuck);
+        }
+        self.hlt.select_file(file, events, verdicts)
+    }
+}
+
+/// A remote FU silent past the broker's lease (its HLT stuck on a file, so it publishes no
+/// resource summary) has the file taken back, and another FU reads it; the first, when it goes
+/// on, finds its claim gone and drops its outputs of it rather than publish them twice: the
+/// ledgers of both add up to every event once.
+#[test]
+fn fu_1x1_remote_fu_silent_past_its_lease_drops_its_late_outputs() {
+    use tessera_fu::broker::{Broker, BrokerConfig};
+    let farm = Farm::new(1);
+    let broker =
+        Broker::start(BrokerConfig { lease: Duration::from_secs(1), ..BrokerConfig::new(farm.bu_dir("bu0"), 1) })
+            .unwrap();
+    let remote_out = farm.root.path().join("fu-remote").join("bu0");
+    let remote = FuConfig {
+        bu: BuAccess::Broker(broker.local_addr()),
+        output_dir: remote_out.clone(),
+        pid: 4001,
+        ..farm.fu_config("bu0")
+    };
+    let stuck = std::thread::spawn(move || {
+        let mut hlt = StuckHlt { hlt: TestHlt::new(), stuck: Some(Duration::from_millis(2500)) };
+        run_fu(&remote, &mut hlt, &AtomicBool::new(false)).unwrap()
+    });
+    // The lease runs out 1 s after the remote FU's last sign of life; the broker looks every
+    // 250 ms.
+    std::thread::sleep(Duration::from_millis(1600));
+    let local = farm.run_fu("bu0");
+    let late = stuck.join().unwrap();
+    assert_eq!(late.taken_back, 1, "{late:?}");
+    let total = u64::from(farm.spec.lumi_sections * farm.spec.events_per_lumi_section);
+    assert_eq!(local.events + late.events, total, "local {local:?}\nremote {late:?}");
+    let ledgers = tessera_fu::output::ledger_events(&farm.run_dir(farm.fu_dir("bu0"))).unwrap()
+        + tessera_fu::output::ledger_events(&farm.run_dir(remote_out)).unwrap();
+    assert_eq!(ledgers, total);
+    assert_eq!(broker.tally().claims_returned, 1);
+}

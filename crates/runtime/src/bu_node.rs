@@ -763,17 +763,15 @@ impl BuLoop {
                 self.waits_for_room = true;
                 let wait = if self.writing_bytes == 0 { DISK_FULL_RETRY } else { crate::ramdisk::SPACE_CHECK };
                 self.retry_at = Some(Instant::now() + wait);
-                if self.writing_bytes == 0 {
-                    if !std::mem::replace(&mut self.disk_full_said, true) {
-                        let free = room.space(false).map_or(0, |s| s.free_bytes);
-                        self.stats.problem(format!(
-                            "BU {}: RAM disk full: {} has {:.2} MB free, a file of {:.2} MB waits for room (RAMDISK_FULL)",
-                            self.cfg.bu.bu,
-                            room.directory().display(),
-                            free as f64 / 1e6,
-                            job.bytes as f64 / 1e6
-                        ));
-                    }
+                if self.writing_bytes == 0 && !std::mem::replace(&mut self.disk_full_said, true) {
+                    let free = room.space(false).map_or(0, |s| s.free_bytes);
+                    self.stats.problem(format!(
+                        "BU {}: RAM disk full: {} has {:.2} MB free, a file of {:.2} MB waits for room (RAMDISK_FULL)",
+                        self.cfg.bu.bu,
+                        room.directory().display(),
+                        free as f64 / 1e6,
+                        job.bytes as f64 / 1e6
+                    ));
                 }
                 self.backlog.push_front(job);
                 return Ok(());
