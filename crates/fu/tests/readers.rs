@@ -186,3 +186,29 @@ fn a_broker_keeps_a_thousand_reader_connections_open_at_once() {
     let tally = broker.tally();
     assert_eq!(tally.files_granted, 36, "the 36 files went to the first readers: {tally:?}");
 }
+
+#[test]
+fn the_longest_ready_answer_fits_in_what_a_cmssw_reader_reads_at_once() {
+    let bu = tempfile::tempdir().unwrap();
+    sample(bu.path());
+    let broker = Broker::start(BrokerConfig::new(bu.path(), RUN)).unwrap();
+    let host = "h".repeat(63);
+    let mut stream = TcpStream::connect(broker.local_addr()).unwrap();
+    let request = format!(
+        "GET /popfile?runnumber={RUN}&pid={}&host={host} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        u32::MAX
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let text = String::from_utf8(answer.clone()).unwrap();
+    assert!(text.contains("state=READY\nfile=run000412_ls0001_index000000_"), "{text}");
+    assert!(answer.len() <= tessera_fu::reader::MAX_ANSWER_BYTES, "{} bytes: {text}", answer.len());
+    // One character more is refused.
+    let mut stream = TcpStream::connect(broker.local_addr()).unwrap();
+    let request = format!("GET /popfile?runnumber={RUN}&pid=1&host={host}h HTTP/1.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+}

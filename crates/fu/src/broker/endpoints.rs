@@ -16,6 +16,10 @@ use tessera_formats::names::{self, ClaimedRawName};
 /// An error answer's status and message.
 pub(super) type Refusal = (u16, String);
 
+/// The longest host name a reader may claim under (a DNS label's limit, and what keeps every
+/// answer within [`crate::reader::MAX_ANSWER_BYTES`]).
+const MAX_HOST_BYTES: usize = 63;
+
 /// Routes a request.
 pub(super) fn handle(request: &Request, peer: SocketAddr, shared: &Shared) -> Answer {
     let run = shared.run.load(Ordering::Relaxed);
@@ -134,6 +138,10 @@ pub(super) fn remote_host(query: &Query, peer: SocketAddr, shared: &Shared) -> R
         None => peer_host_name(peer.ip()),
     };
     names::validate_producer_name(&host).map_err(|e| (400, format!("host: {e}")))?;
+    // A longer name would make a READY answer overflow what a CMSSW reader reads at once.
+    if host.len() > MAX_HOST_BYTES {
+        return Err((400, format!("host: {} characters, more than {MAX_HOST_BYTES}", host.len())));
+    }
     if host == shared.local_host {
         return Err((400, format!("host {host:?} is the BU's own host name, which its local FUs claim under")));
     }
