@@ -203,6 +203,12 @@ pub fn run_reader(cfg: &ReaderConfig, stop: &AtomicBool) -> Result<ReaderReport,
                 link.stream = None;
                 if !problem.starts_with("asking the broker") {
                     report.deviations.push(problem);
+                } else if backoff % 10 == 0 {
+                    tracing::warn!(
+                        "reader pid {}: {problem} ({}); trying again, as a CMSSW reader does",
+                        cfg.pid,
+                        cfg.broker
+                    );
                 }
                 std::thread::sleep(Duration::from_secs(1) + Duration::from_millis(100 << backoff.min(4)));
                 backoff += 1;
