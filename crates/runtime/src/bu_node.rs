@@ -732,18 +732,17 @@ impl BuLoop {
                 // Files at the writers free their frames when done, and wake the loop; with none
                 // there, only others can make room: look again in a while.
                 self.waits_for_room = true;
-                if self.writing_bytes == 0 {
-                    self.retry_at = Some(Instant::now() + DISK_FULL_RETRY);
-                    if !std::mem::replace(&mut self.disk_full_said, true) {
-                        let free = room.space(false).map_or(0, |s| s.free_bytes);
-                        self.stats.problem(format!(
-                            "BU {}: RAM disk full: {} has {:.2} MB free, a file of {:.2} MB waits for room (RAMDISK_FULL)",
-                            self.cfg.bu.bu,
-                            room.directory().display(),
-                            free as f64 / 1e6,
-                            job.bytes as f64 / 1e6
-                        ));
-                    }
+                let wait = if self.writing_bytes == 0 { DISK_FULL_RETRY } else { crate::ramdisk::SPACE_CHECK };
+                self.retry_at = Some(Instant::now() + wait);
+                if self.writing_bytes == 0 && !std::mem::replace(&mut self.disk_full_said, true) {
+                    let free = room.space(false).map_or(0, |s| s.free_bytes);
+                    self.stats.problem(format!(
+                        "BU {}: RAM disk full: {} has {:.2} MB free, a file of {:.2} MB waits for room (RAMDISK_FULL)",
+                        self.cfg.bu.bu,
+                        room.directory().display(),
+                        free as f64 / 1e6,
+                        job.bytes as f64 / 1e6
+                    ));
                 }
                 self.backlog.push_front(job);
                 return Ok(());
