@@ -203,7 +203,7 @@ pub fn run_reader(cfg: &ReaderConfig, stop: &AtomicBool) -> Result<ReaderReport,
                 link.stream = None;
                 if !problem.starts_with("asking the broker") {
                     report.deviations.push(problem);
-                } else if backoff % 10 == 0 {
+                } else if backoff.is_multiple_of(10) {
                     tracing::warn!(
                         "reader pid {}: {problem} ({}); trying again, as a CMSSW reader does",
                         cfg.pid,

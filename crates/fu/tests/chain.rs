@@ -699,3 +699,42 @@ fn fu_1x1_remote_fu_silent_past_its_lease_drops_its_late_outputs() {
     assert_eq!(ledgers, total);
     assert_eq!(broker.tally().claims_returned, 1);
 }
+
+/// The BU has not ended any lumi section and the FU has nothing left to claim (a BU held back by
+/// a full RAM disk): after `PART_AFTER_IDLE` the FU publishes what it holds of each section as a
+/// part, which removes the inputs from the BU's disk. When the BU then ends the sections, the
+/// mergers take every part and storage holds every event exactly once.
+#[test]
+fn fu_1x1_lumi_sections_the_bu_has_not_ended_are_published_in_parts_when_the_fu_idles() {
+    let farm = Farm::new(1);
+    let bu_run = farm.run_dir(farm.bu_dir("bu0"));
+    let stash = farm.root.path().join("stash");
+    fs::create_dir_all(&stash).unwrap();
+    let records: Vec<String> = fs::read_dir(&bu_run)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with("_EoLS.jsn") || n.ends_with("_EoR.jsn"))
+        .collect();
+    assert_eq!(records.len(), 4, "{records:?}");
+    for name in &records {
+        fs::rename(bu_run.join(name), stash.join(name)).unwrap();
+    }
+    let raw_left =
+        || fs::read_dir(&bu_run).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".raw"));
+    let report = std::thread::scope(|s| {
+        let fu = s.spawn(|| farm.run_fu("bu0"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while raw_left() || fs::read_dir(bu_run.join("fu")).map_or(0, |d| d.count()) > 0 {
+            assert!(std::time::Instant::now() < deadline, "the FU kept its inputs of sections not ended");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Every input is gone from the BU's disk, though no section has ended: published as parts.
+        for name in &records {
+            fs::rename(stash.join(name), bu_run.join(name)).unwrap();
+        }
+        fu.join().unwrap()
+    });
+    assert_eq!((report.events, report.early_parts, report.lumi_sections), (75, 3, 3), "{report:?}");
+    farm.merge_all();
+    farm.check_storage();
+}

@@ -88,14 +88,15 @@ fn watch_throttles(system: &RunningSystem, bus: &[Arc<UnitStats>]) -> Vec<Thrott
 }
 
 /// Runs the 2×2 system with each BU on its RAM disk (`disks`) at an 80 % high-water mark and a
-/// consumer per BU; `during` runs beside it. Checks that the run ends cleanly with every event
-/// built and taken exactly once, and returns the throttles seen and the problems said.
+/// consumer per BU; `during` runs beside it, with the BUs' figures. Checks that the run ends cleanly with every event
+/// built and taken exactly once, and returns the throttles seen, the problems said and the
+/// events each BU built.
 fn run_on_ramdisks(
     disks: &[Tmpfs; 2],
     events: u64,
     pause: Duration,
-    during: impl FnOnce() + Send,
-) -> (Vec<Throttle>, Vec<String>) {
+    during: impl FnOnce(&[Arc<UnitStats>]) + Send,
+) -> (Vec<Throttle>, Vec<String>, Vec<u64>) {
     let tmp = tempfile::tempdir().unwrap();
     let mut plan = plan(tmp.path(), &Setup::new(1, events));
     for (bu, disk) in plan.bus.iter_mut().zip(disks) {
@@ -108,7 +109,7 @@ fn run_on_ramdisks(
     let system = RunningSystem::start(plan).unwrap();
     let bus = system.bu_stats.clone();
     let throttles = std::thread::scope(|s| {
-        s.spawn(during);
+        s.spawn(|| during(&bus));
         watch_throttles(&system, &bus)
     });
     let outcome = system.wait(Duration::from_secs(60));
@@ -125,42 +126,51 @@ fn run_on_ramdisks(
     assert!(c.per_bu.iter().all(|&n| n > 0), "both BUs built events: {c:?}");
     let expected: BTreeMap<u32, u32> = (1..=events as u32).map(|e| (e, 1)).collect();
     assert!(taken == expected, "every event published once and taken: {} of {events} taken", taken.len());
-    (throttles, outcome.problems)
+    (throttles, outcome.problems, c.per_bu)
 }
 
 #[test]
 fn bu_2x2_ramdisk_full_throttles_and_loses_nothing() {
     let Some(disks) = ramdisks() else { return };
     // About 12.5 kB an event: 4000 events are 50 MB, four times what the two disks hold.
-    let (throttles, problems) = run_on_ramdisks(&disks, 4000, Duration::from_millis(30), || {});
+    let (throttles, problems, _) = run_on_ramdisks(&disks, 4000, Duration::from_millis(30), |_| {});
     assert!(throttles.contains(&Throttle::RamdiskFull), "the BUs held back for their disks: {throttles:?}");
     assert!(!problems.iter().any(|p| p.contains("No space left")), "no write found a disk full: {problems:#?}");
 }
 
-/// Takes every byte free on `disk` into one file, until `release` has passed, and removes it.
-fn fill(disk: &Path, release: Duration) {
+/// Takes every byte free on `disk` into one file until `bu` has held back for it
+/// (`RAMDISK_FULL`) and `after` more has passed, and removes it; returns the events `bu` had
+/// built then.
+fn fill(disk: &Path, bu: &UnitStats, after: Duration) -> u64 {
     use std::io::Write;
     let path = disk.join("filler");
     let mut f = std::fs::File::create(&path).unwrap();
     let chunk = vec![0xAAu8; 64 << 10];
-    let until = std::time::Instant::now() + release;
+    let started = std::time::Instant::now();
+    let mut until = None;
     // Room the consumer frees is taken again at once: the disk stays full until released.
-    while std::time::Instant::now() < until {
+    while until.is_none_or(|t| std::time::Instant::now() < t) && started.elapsed() < Duration::from_secs(20) {
+        if until.is_none() && bu.throttle() == Throttle::RamdiskFull {
+            until = Some(std::time::Instant::now() + after);
+        }
         while f.write_all(&chunk).is_ok() {}
         let _ = f.write_all(&chunk[..4096]);
         std::thread::sleep(Duration::from_millis(1));
     }
     drop(f);
+    let built = bu.events_built.get();
     std::fs::remove_file(&path).unwrap();
+    built
 }
 
 #[test]
 fn bu_2x2_ramdisk_filled_by_another_writer_pauses_names_the_cause_and_loses_nothing() {
     let Some(disks) = ramdisks() else { return };
     let disk = disks[0].path().to_owned();
-    let (throttles, problems) = run_on_ramdisks(&disks, 4000, Duration::from_millis(2), || {
-        std::thread::sleep(Duration::from_millis(200));
-        fill(&disk, Duration::from_secs(1));
+    let built_when_released = std::sync::atomic::AtomicU64::new(u64::MAX);
+    let (throttles, problems, per_bu) = run_on_ramdisks(&disks, 8000, Duration::from_millis(2), |bus| {
+        std::thread::sleep(Duration::from_millis(100));
+        built_when_released.store(fill(&disk, &bus[0], Duration::from_millis(300)), Ordering::Relaxed);
     });
     assert!(throttles.contains(&Throttle::RamdiskFull), "{throttles:?}");
     // Said with its cause and where: a write that found the disk full, or a file that waits
@@ -169,6 +179,10 @@ fn bu_2x2_ramdisk_filled_by_another_writer_pauses_names_the_cause_and_loses_noth
         problems.iter().find(|p| p.starts_with("BU 0: RAM disk full: ")).unwrap_or_else(|| panic!("{problems:#?}"));
     assert!(said.contains(&disk.display().to_string()) && said.contains("RAMDISK_FULL"), "{said}");
     assert!(said.contains("No space left on device") || said.contains("waits for room"), "{said}");
+    // It went on once the filler's file was removed.
+    let released = built_when_released.into_inner();
+    assert!(released < u64::MAX, "the filler saw BU 0 hold back: {throttles:?}");
+    assert!(per_bu[0] > released, "BU 0 built {} events, {released} of them before the release", per_bu[0]);
 }
 
 #[test]
@@ -180,7 +194,11 @@ fn bu_2x2_write_that_finds_the_disk_full_is_removed_and_written_again() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let events = 1000;
-    let plan = plan(tmp.path(), &Setup::new(1, events));
+    let mut plan = plan(tmp.path(), &Setup::new(1, events));
+    // BU 1 asks for nothing (any file system is fuller than 1 %): BU 0 builds every event, its
+    // first file included.
+    plan.bus[1].ramdisk_high_water_percent = 1;
+    plan.bus[1].ramdisk_low_water_percent = 0;
     let open = plan.bus[0].directory.join(format!("run{RUN:06}")).join("open");
     std::fs::create_dir_all(&open).unwrap();
     let first = BuFileName::Raw { run: RUN, ls: 1, index: 0 }.to_string();
