@@ -191,6 +191,7 @@ pub fn report_json(report: &FuReport) -> serde_json::Value {
         "lumi_sections": report.lumi_sections,
         "returned_claims": report.returned_claims,
         "taken_back": report.taken_back,
+        "early_parts": report.early_parts,
         "reasons": report.reasons,
         "ledger_events": report.ledger_events,
     })
