@@ -605,9 +605,10 @@ pub fn run(
             break;
         }
         // A run that ends by its own limit drains as long as it builds: one that built nothing
-        // for DRAIN_TIMEOUT after its trigger's end will not drain.
-        let trigger_ended = stopped || cfg.run.events.is_some_and(|n| last.triggered >= n);
-        if !trigger_ended || last.built > built_last.0 {
+        // for DRAIN_TIMEOUT after its trigger's end will not drain. (An operator's stop has its
+        // own bound, `OperatorStop`, which cuts the run short.)
+        let ended_by_limit = interrupted == 0 && (stopped || cfg.run.events.is_some_and(|n| last.triggered >= n));
+        if !ended_by_limit || last.built > built_last.0 {
             built_last = (last.built, Instant::now());
         } else if built_last.1.elapsed() > DRAIN_TIMEOUT {
             tracing::error!(
