@@ -1129,11 +1129,7 @@ fn summarize_farm(
         fu_events,
         processed,
         check.per_ls.len(),
-        match (holds, outcome.cut_short || farm.cut_short) {
-            (true, _) => "holds",
-            (false, true) => "not proven: the run was cut short",
-            (false, false) => "DOES NOT HOLD",
-        }
+        chain_verdict(holds, outcome.cut_short || farm.cut_short)
     );
     let json = json!({
         "holds": holds,
@@ -1151,6 +1147,16 @@ fn summarize_farm(
         "merger_error": farm.merger_error,
     });
     (json, holds && clean)
+}
+
+/// How a chain check ends its line: it holds, it could not be proven because the run was cut
+/// short, or it does not hold.
+fn chain_verdict(holds: bool, cut_short: bool) -> &'static str {
+    match (holds, cut_short) {
+        (true, _) => "holds",
+        (false, true) => "not proven: the run was cut short",
+        (false, false) => "DOES NOT HOLD",
+    }
 }
 
 /// The chain of a run read by readers (`fu.process: reader`): every built event is in a file a
@@ -1198,11 +1204,7 @@ fn summarize_readers(outcome: &Outcome, farm: &FarmOutcome, tallies: &[BrokerTal
     let holds = built == events && out == 0;
     println!(
         "chain: built {built} = processed {events} by the readers (the files they deleted, as the BUs' brokers counted them)  {}",
-        match (holds, cut) {
-            (true, _) => "holds",
-            (false, true) => "not proven: the run was cut short",
-            (false, false) => "DOES NOT HOLD",
-        }
+        chain_verdict(holds, cut)
     );
     let json = json!({
         "holds": holds,

@@ -246,10 +246,7 @@ fn a_2x2_bu_killed_is_started_again_by_the_controller_and_nothing_is_lost() {
 /// the ledger): both checks hold, exit 0, and `verify` finds every built event in storage.
 #[test]
 fn a_2x2_fu_killed_mid_file_is_started_again_and_every_event_is_counted() {
-    let python = Command::new("python3").arg("--version").output().is_ok();
-    if !common::require("no python3: the test slows the FUs with the example HLT, examples/hlt/select.py", python) {
-        return;
-    }
+    let Some(script) = common::example_hlt("the test slows the FUs") else { return };
     let _one_system = one_system_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
@@ -257,7 +254,6 @@ fn a_2x2_fu_killed_mid_file_is_started_again_and_every_event_is_counted() {
     let agent = start_agent_with(&mut units, d, &[("TESSERA_HLT_FILE_DELAY_MS", "100")]);
     let agent_pid = units.0[0].1.id();
     let system = system_file(d, agent, "events: 20000", 3.0);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py");
     let yaml = std::fs::read_to_string(&system).unwrap().replace(
         "fu:\n  processes_per_bu: 1\n",
         &format!("fu:\n  processes_per_bu: 1\n  exec: [python3, {}]\n", script.display()),

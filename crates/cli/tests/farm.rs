@@ -178,12 +178,8 @@ fn run_with_a_menu_that_cannot_be_read_is_refused_before_anything_starts() {
 
 #[test]
 fn run_with_the_python_hlt_in_place_of_the_menu_proves_the_chain() {
-    let python = Command::new("python3").arg("--version").output().is_ok();
-    if !common::require("no python3: the test runs the example HLT, examples/hlt/select.py", python) {
-        return;
-    }
+    let Some(script) = common::example_hlt("the test runs the filter farm") else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py");
     let system = tmp.path().join("system.yaml");
     let out = tmp.path().join("out");
     fs::write(
@@ -226,12 +222,8 @@ fn fu_log_as_json_gives_one_object_a_line_with_the_lumi_section() {
 /// in storage, and `verify` agrees.
 #[test]
 fn run_2x2_fu_killed_mid_file_is_started_again_and_every_event_is_processed_once() {
-    let python = Command::new("python3").arg("--version").output().is_ok();
-    if !common::require("no python3: the test slows the FUs with the example HLT, examples/hlt/select.py", python) {
-        return;
-    }
+    let Some(script) = common::example_hlt("the test slows the FUs") else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py");
     let system = tmp.path().join("system.yaml");
     let out = tmp.path().join("out");
     fs::write(

@@ -190,14 +190,10 @@ fn a_second_ctrl_c_cuts_the_run_short_with_whole_files_and_says_so() {
 /// time-out (`fu.drain_timeout_s`, 600 s here).
 #[test]
 fn sigterm_to_a_run_that_cannot_drain_cuts_it_short_within_the_stop_timeout() {
-    let python = Command::new("python3").arg("--version").output().is_ok();
-    if !common::require("no python3: the test slows the FUs with the example HLT, examples/hlt/select.py", python) {
-        return;
-    }
+    let Some(script) = common::example_hlt("the test slows the FUs") else { return };
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("out");
     let system = dir.path().join("system.yaml");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py");
     std::fs::write(
         &system,
         format!(

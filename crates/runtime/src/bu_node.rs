@@ -570,9 +570,7 @@ impl BuLoop {
     /// RU that never proves itself is refused; an EVM that never challenges is lost.
     fn close_overdue_links(&mut self, enabled_at: Instant) -> Result<(), NodeError> {
         let timeout = self.cfg.connect_timeout;
-        let overdue: Vec<(Token, String)> =
-            self.conns.iter().filter_map(|(t, c)| c.link_overdue(timeout, enabled_at).map(|why| (*t, why))).collect();
-        for (token, why) in overdue {
+        for (token, why) in crate::conn::overdue_links(&self.conns, timeout, enabled_at) {
             self.close_conn(token, Some(why))?;
         }
         Ok(())

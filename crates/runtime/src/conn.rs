@@ -16,7 +16,7 @@ use crate::link::{
 };
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
 use std::time::{Duration, Instant};
 use tessera_evb::types::Peer;
@@ -401,4 +401,10 @@ impl Conn {
             }
         }
     }
+}
+
+/// The connections of `conns` whose link opening is overdue ([`Conn::link_overdue`]), with why:
+/// a caller that never proves itself is refused, a callee that never challenges is lost.
+pub fn overdue_links(conns: &BTreeMap<Token, Conn>, timeout: Duration, not_before: Instant) -> Vec<(Token, String)> {
+    conns.iter().filter_map(|(t, c)| c.link_overdue(timeout, not_before).map(|why| (*t, why))).collect()
 }

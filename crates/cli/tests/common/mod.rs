@@ -198,3 +198,11 @@ pub fn has_published(dir: &Path, pid: u32) -> bool {
         }
     })
 }
+
+/// The example HLT, `examples/hlt/select.py`, if python3 runs here (under CI it must: the
+/// caller's test fails, saying that `needed_for` needs it).
+pub fn example_hlt(needed_for: &str) -> Option<std::path::PathBuf> {
+    let python = Command::new("python3").arg("--version").output().is_ok();
+    require(&format!("no python3: {needed_for} with the example HLT, examples/hlt/select.py"), python)
+        .then(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py"))
+}
