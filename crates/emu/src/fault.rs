@@ -6,9 +6,9 @@
 //! does to the bytes is documented on [`Fault`] and in docs/formats.md.
 
 use crate::error::EmuError;
-use crate::rng::SplitMix64;
 use std::fmt;
 use std::str::FromStr;
+use tessera_formats::seeded::SplitMix64;
 use tessera_formats::seeded::payload_seed;
 
 /// What goes wrong with one event of one FED stream.

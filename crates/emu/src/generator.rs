@@ -3,9 +3,9 @@
 
 use crate::error::EmuError;
 use crate::fault::{Fault, FaultSpec};
-use crate::rng::SplitMix64;
 use tessera_formats::fed::{self, BX_PER_ORBIT, FedHeader, FedTrailer, WORD_BYTES, event_type};
 use tessera_formats::ferol::{FerolBlockHeader, FerolBlocks, HEADER_BYTES, MAX_DATA_BYTES};
+use tessera_formats::seeded::SplitMix64;
 use tessera_formats::seeded::{payload_seed, write_seeded_fragment};
 use tessera_formats::tcds::{
     ORBITS_PER_LUMI_SECTION, TCDS_FED_ID, TCDS_FED_IDS, TCDS_FRAGMENT_BYTES, TcdsRecord, orbit_in_lumi_section,

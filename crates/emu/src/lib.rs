@@ -15,7 +15,6 @@
 pub mod error;
 pub mod fault;
 pub mod generator;
-mod rng;
 pub mod sender;
 
 pub use error::EmuError;

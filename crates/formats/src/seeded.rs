@@ -7,12 +7,38 @@
 use crate::error::{Result, need_space};
 use crate::fed::{FedHeader, FedTrailer, WORD_BYTES, event_type, fragment_len, lv1_id, seal_fragment};
 
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+/// SplitMix64's increment: 2^64 over the golden ratio.
+pub const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
-fn mix(mut z: u64) -> u64 {
+/// SplitMix64's finaliser: a stateless mix of 64 bits into 64. Every seeded number in Tessera
+/// (payloads, the emulator's and the simulator's draws, the menu's random fractions) comes from
+/// it, so that a seed gives the same numbers on every host.
+pub fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// SplitMix64: a seeded generator, the same sequence on every host for a seed.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator for `seed`.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(GOLDEN);
+        mix(self.0)
+    }
+
+    /// A number in `[0, 1)` with 53 random bits.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
 
 /// The seed of a payload.

@@ -17,6 +17,7 @@ use crate::StreamSet;
 use tessera_config::{ByteRange, Conditions, Menu};
 use tessera_formats::FormatError;
 use tessera_formats::frd::FrdEvent;
+use tessera_formats::seeded::{GOLDEN, mix};
 use tessera_formats::tcds::{TcdsRecord, is_tcds_fed};
 
 /// What the menu's conditions look at in one event, read from its FRD record.
@@ -283,12 +284,9 @@ fn draw(run: u32, event: u32, name_hash: u64) -> u64 {
     splitmix64(event_key ^ name_hash) >> 11
 }
 
-/// The SplitMix64 output function for state `x`.
+/// The SplitMix64 output for state `x`.
 fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    mix(x.wrapping_add(GOLDEN))
 }
 
 /// The 64-bit FNV-1a hash of `bytes`.
