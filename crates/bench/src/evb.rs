@@ -317,6 +317,7 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
             chunks_per_fed: CHUNKS_PER_FED,
             max_wire_bytes: MAX_WIRE_BYTES,
             on_corrupt_stream: OnCorruptStream::Fail,
+            fragment_crc_check: tessera_formats::fed::CrcCheck::Always,
             // The bench stops the trigger with the stop line.
             event_limit: None,
             connect_timeout: Duration::from_secs(10),

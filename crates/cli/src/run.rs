@@ -316,6 +316,7 @@ fn ru_node(
             CorruptStreamPolicy::Continue => OnCorruptStream::Continue,
             CorruptStreamPolicy::Fail => OnCorruptStream::Fail,
         },
+        fragment_crc_check: p.fragment_crc_check,
         event_limit: cfg.run.events,
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: max_frame_bytes(cfg),

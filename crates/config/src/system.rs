@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use tessera_emu::EmuError;
 use tessera_emu::fault::FaultSpec;
 use tessera_emu::generator::{ClockSpec, MAX_FRAGMENT_BYTES, SizeModel};
+use tessera_formats::fed::CrcCheck;
 use tessera_formats::ferol::ferol_wire_len;
 use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
 
@@ -590,6 +591,9 @@ pub struct RuParams {
     pub chunks_per_fed: u32,
     /// What a stream that stops parsing does to the run.
     pub on_corrupt_stream: CorruptStreamPolicy,
+    /// Which fragments' CRC-16 the RU checks: `always`, `never`, or `{sampled: N}` (fragments
+    /// 0, N, 2N, … of each stream).
+    pub fragment_crc_check: CrcCheck,
 }
 
 impl Default for RuParams {
@@ -601,6 +605,7 @@ impl Default for RuParams {
             chunk_bytes: 2 << 20,
             chunks_per_fed: 8,
             on_corrupt_stream: CorruptStreamPolicy::Continue,
+            fragment_crc_check: CrcCheck::Always,
         }
     }
 }
@@ -624,6 +629,9 @@ pub struct RuParamsOverride {
     /// See [`RuParams::chunks_per_fed`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chunks_per_fed: Option<u32>,
+    /// See [`RuParams::fragment_crc_check`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragment_crc_check: Option<CrcCheck>,
     /// See [`RuParams::on_corrupt_stream`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_corrupt_stream: Option<CorruptStreamPolicy>,
@@ -639,6 +647,7 @@ impl RuParamsOverride {
             chunk_bytes: self.chunk_bytes.unwrap_or(shared.chunk_bytes),
             chunks_per_fed: self.chunks_per_fed.unwrap_or(shared.chunks_per_fed),
             on_corrupt_stream: self.on_corrupt_stream.unwrap_or(shared.on_corrupt_stream),
+            fragment_crc_check: self.fragment_crc_check.unwrap_or(shared.fragment_crc_check),
         }
     }
 }

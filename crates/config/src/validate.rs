@@ -632,4 +632,10 @@ fn validate_ru_params(p: &mut Problems, params: &RuParams, prefix: &str) {
             ),
         );
     }
+    if params.fragment_crc_check == tessera_formats::fed::CrcCheck::Sampled(0) {
+        p.add(
+            format!("{prefix}.fragment_crc_check"),
+            "sampled: 0 checks no fragment: say `never`, or give N >= 1 (every Nth fragment)",
+        );
+    }
 }

@@ -441,3 +441,19 @@ fn receive_memory_smaller_than_the_files_is_advised_not_refused() {
     let enough = format!("{BASE}  - name: bu1\nru: {{max_events_buffered: 2000}}\n");
     assert_eq!(parse(&enough).unwrap().advice(), Vec::new());
 }
+
+#[test]
+fn the_fragment_crc_check_is_always_never_or_sampled_and_sampled_0_is_refused() {
+    use tessera_formats::fed::CrcCheck;
+    assert_eq!(parse(BASE).unwrap().ru.fragment_crc_check, CrcCheck::Always);
+    for (value, check) in
+        [("never", CrcCheck::Never), ("always", CrcCheck::Always), ("{sampled: 100}", CrcCheck::Sampled(100))]
+    {
+        let system = parse(&format!("{BASE}ru:\n  fragment_crc_check: {value}\n")).unwrap();
+        assert_eq!(system.ru.fragment_crc_check, check, "{value}");
+    }
+    let e = error(&format!("{BASE}ru:\n  fragment_crc_check: {{sampled: 0}}\n"));
+    assert!(e.contains("ru.fragment_crc_check") && e.contains("checks no fragment"), "{e}");
+    let e = error(&format!("{BASE}ru:\n  fragment_crc_check: sometimes\n"));
+    assert!(e.contains("unknown variant `sometimes`"), "{e}");
+}

@@ -250,6 +250,33 @@ fn word_at(bytes: &[u8], offset: usize) -> u64 {
     u64::from_le_bytes(bytes[offset..offset + WORD_BYTES].try_into().expect("8 bytes"))
 }
 
+/// How often a reader checks the CRC-16 of the fragments of a stream (an RU's
+/// `ru.fragment_crc_check`). Production systems sample it: a link that corrupts data does so
+/// again and again, and a sampled check still finds it within a few fragments, at a fraction of
+/// the cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CrcCheck {
+    /// Every fragment.
+    #[default]
+    Always,
+    /// Fragments 0, N, 2N, … of each stream (`{sampled: N}`, N ≥ 1).
+    Sampled(u32),
+    /// None.
+    Never,
+}
+
+impl CrcCheck {
+    /// Whether the `n`-th fragment of a stream (from 0) is checked.
+    pub fn checks(self, n: u64) -> bool {
+        match self {
+            CrcCheck::Always => true,
+            CrcCheck::Sampled(every) => every <= 1 || n.is_multiple_of(u64::from(every)),
+            CrcCheck::Never => false,
+        }
+    }
+}
+
 /// CRC-16/CMS of a whole fragment (header to trailer), with the trailer's CRC field and C, F, R
 /// bits taken as zero. `bytes` must be whole words, at least one.
 pub fn fragment_crc(bytes: &[u8]) -> u16 {

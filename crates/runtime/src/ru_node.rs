@@ -33,6 +33,7 @@ pub use tessera_evb::unit::TriggerBreak;
 use tessera_evb::unit::{Input, Notice, Output};
 use tessera_evb::wire::{encode, encode_data_header_pieces};
 use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_formats::fed::CrcCheck;
 use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
 use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord};
 
@@ -165,6 +166,8 @@ pub struct RuNodeConfig {
     pub max_wire_bytes: usize,
     /// What a stream that cannot be read on does to the run.
     pub on_corrupt_stream: OnCorruptStream,
+    /// Which fragments' CRC-16 is checked (`ru.fragment_crc_check`).
+    pub fragment_crc_check: CrcCheck,
     /// The run's event limit (`run.events`): every FED stream, the trigger's too, brings this
     /// many events and closes. A stream that closes there ends cleanly; one that closes before
     /// has disconnected (for the trigger stream, a fault that fails the run). `None`: the run
@@ -705,7 +708,10 @@ impl RuLoop {
             .ru
             .feds
             .iter()
-            .map(|&fed| StreamBuffer::new(fed, cfg.chunk_bytes, cfg.chunks_per_fed, cfg.max_wire_bytes))
+            .map(|&fed| {
+                StreamBuffer::new(fed, cfg.chunk_bytes, cfg.chunks_per_fed, cfg.max_wire_bytes)
+                    .map(|b| b.with_crc_check(cfg.fragment_crc_check))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
         self.buffers = Buffers(buffers);

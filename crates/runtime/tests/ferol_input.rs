@@ -1,6 +1,7 @@
 //! The RU's receive memory for a FEROL stream: fragments come out whole whatever the read sizes,
 //! stay put until released, and a full pool stops the reading until releases make room.
 
+use tessera_formats::fed::CrcCheck;
 use tessera_formats::ferol::{FerolFragment, HEADER_BYTES, ferol_wire_len, write_ferol_blocks};
 use tessera_formats::seeded::write_seeded_fragment;
 use tessera_runtime::ferol_input::{ConfigError, StreamBuffer};
@@ -99,6 +100,31 @@ fn a_bad_crc_is_flagged_and_garbage_ends_the_stream_with_its_offset() {
             .starts_with(&format!("FED 7 stream, byte {}: FEROL block header: bad signature", first + second))
     );
     assert!(buf.next_fragment().is_none(), "nothing more is read from a failed stream");
+}
+
+/// Every fragment of a 6-fragment stream carries a bad CRC-16: which ones a reader flags is the
+/// check's choice, `always`, `{sampled: N}` (fragments 0, N, 2N, …) or `never`.
+#[test]
+fn the_crc_check_flags_every_sampled_or_no_fragment_as_configured() {
+    let (mut wire, _) = stream(6);
+    let mut at = 0;
+    while at < wire.len() {
+        let len = FerolFragment::parse(&wire[at..]).unwrap().wire_len();
+        wire[at + 40] ^= 1; // inside the fragment's payload
+        at += len;
+    }
+    for (check, flagged) in [
+        (CrcCheck::Always, vec![0, 1, 2, 3, 4, 5]),
+        (CrcCheck::Sampled(2), vec![0, 2, 4]),
+        (CrcCheck::Sampled(4), vec![0, 4]),
+        (CrcCheck::Never, vec![]),
+    ] {
+        let mut buf = StreamBuffer::new(7, 128 * 1024, 2, ferol_wire_len(12_100)).unwrap().with_crc_check(check);
+        buf.spare().unwrap()[..wire.len()].copy_from_slice(&wire);
+        buf.filled(wire.len());
+        let seen: Vec<usize> = (0..6).filter(|_| buf.next_fragment().unwrap().unwrap().problem.is_some()).collect();
+        assert_eq!(seen, flagged, "{check:?}");
+    }
 }
 
 #[test]

@@ -122,6 +122,7 @@ pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
             chunks_per_fed: 8,
             max_wire_bytes: 64 << 10,
             on_corrupt_stream: setup.on_corrupt_stream,
+            fragment_crc_check: tessera_formats::fed::CrcCheck::Always,
             event_limit: Some(setup.events),
             connect_timeout: Duration::from_secs(10),
             max_frame_bytes: 64 << 20,
