@@ -9,6 +9,7 @@
 
 pub mod bookkeeping;
 pub mod crc;
+mod crc16;
 pub mod error;
 pub mod fed;
 pub mod ferol;
