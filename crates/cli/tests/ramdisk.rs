@@ -11,14 +11,17 @@ mod tmpfs;
 use common::{require, tessera};
 use tmpfs::Tmpfs;
 
+/// A tmpfs of `megabytes` MB for the BU's RAM disk, or `None` when none can be mounted (not
+/// root): then the test passes locally and fails under CI, saying why.
+fn ram_disk(megabytes: u64) -> Option<Tmpfs> {
+    let disk = Tmpfs::mount(megabytes);
+    let why = disk.as_ref().err().cloned().unwrap_or_default();
+    require(&format!("a tmpfs for the BU's RAM disk: {why}"), disk.is_ok()).then(|| disk.ok()).flatten()
+}
+
 #[test]
 fn bu_1x1_lumi_section_larger_than_the_ramdisk_completes_in_parts_and_the_chain_holds() {
-    let disk = Tmpfs::mount(8);
-    let why = disk.as_ref().err().cloned().unwrap_or_default();
-    if !require(&format!("a tmpfs for the BU's RAM disk: {why}"), disk.is_ok()) {
-        return;
-    }
-    let disk = disk.unwrap();
+    let Some(disk) = ram_disk(8) else { return };
     let dir = tempfile::tempdir().unwrap();
     // One lumi section of 2^18 orbits (23 s) holds the whole run: 2000 events of 4 × 4 kB,
     // 33 MB, four times the 8 MB disk.
@@ -49,12 +52,7 @@ fn bu_1x1_lumi_section_larger_than_the_ramdisk_completes_in_parts_and_the_chain_
 /// a lumi section larger than the disk is advised (it is published in parts).
 #[test]
 fn config_check_bu_ramdisk_smaller_than_a_run_without_farm_is_refused_or_advised() {
-    let disk = Tmpfs::mount(8);
-    let why = disk.as_ref().err().cloned().unwrap_or_default();
-    if !require(&format!("a tmpfs for the BU's RAM disk: {why}"), disk.is_ok()) {
-        return;
-    }
-    let disk = disk.unwrap();
+    let Some(disk) = ram_disk(8) else { return };
     let dir = tempfile::tempdir().unwrap();
     let check = |name: &str, size: &str, fu: &str| {
         let system = format!(
