@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tessera_config::{FuProcess, SystemConfig};
+use tessera_config::SystemConfig;
 use tessera_control::agent::{Agent, AgentConfig, ProcessView, StartRequest};
 use tessera_control::{Action, HeartbeatWatch, RunState, RunStatus, Served, UnitSource, UnitView, client};
 use tessera_runtime::link::LinkKey;
@@ -554,7 +554,7 @@ fn placement(cfg: &SystemConfig, output: &Path) -> Vec<Placed> {
         );
         args
     };
-    let readers = cfg.fu.process == FuProcess::Reader;
+    let readers = cfg.fu.read_by_readers();
     if cfg.fu.enabled {
         for (i, bu) in cfg.bus.iter().enumerate() {
             let fu_host = bu.fu_host().to_owned();
@@ -974,7 +974,7 @@ fn summarize(
         // FUs: per BU, the ledger its FUs' output directory holds: every incarnation's
         // published work, a killed FU's included. Each FU reads it when the BU's files are all
         // processed; the ledger only grows, so the largest reading is the last and complete one.
-        let readers = cfg.fu.process == FuProcess::Reader;
+        let readers = cfg.fu.read_by_readers();
         let by_brokers: u64 =
             cfg.bus.iter().filter_map(|b| reports.get(&b.name)?["broker"]["events_deleted"].as_u64()).sum();
         let processed: u64 = if readers {

@@ -262,7 +262,7 @@ pub struct Farm {
     max_restarts: u32,
     merger: Option<JoinHandle<Result<()>>>,
     stop: Arc<AtomicBool>,
-    /// Readers only: per BU, its run directory and the arguments of a reader of it, to start
+    /// Readers only: per BU, its directory and the arguments of a reader of it, to start
     /// a late reader when files come back to the pool after every reader has ended.
     late: Vec<LateReaders>,
     /// The streams, the error stream last.
@@ -276,7 +276,7 @@ pub struct Farm {
 /// section, or have ended, is for a new reader.
 struct LateReaders {
     bu: String,
-    run_dir: PathBuf,
+    bu_dir: PathBuf,
     run: u32,
     args: Vec<String>,
     started: u32,
@@ -288,8 +288,7 @@ const MAX_LATE_READERS: u32 = 4;
 impl LateReaders {
     /// The BU's run directory now, if it can be read.
     fn listing(&self) -> Option<tessera_fu::claim::BuRunState> {
-        let bu_dir = self.run_dir.parent()?;
-        tessera_fu::claim::Claimer::new(bu_dir, self.run, &host_name(), std::process::id()).ok()?.listing().ok()
+        tessera_fu::claim::Claimer::new(&self.bu_dir, self.run, &host_name(), std::process::id()).ok()?.listing().ok()
     }
 }
 
@@ -406,13 +405,7 @@ impl Farm {
                     restarts: 0,
                 });
             }
-            late.push(LateReaders {
-                bu: bu.name.clone(),
-                run_dir: bu_dir.join(names::run_dir_name(cfg.run.number)),
-                run: cfg.run.number,
-                args,
-                started: 0,
-            });
+            late.push(LateReaders { bu: bu.name.clone(), bu_dir, run: cfg.run.number, args, started: 0 });
         }
         Ok(Farm {
             fus,

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use tessera_config::{CorruptStreamPolicy, FuProcess, SystemConfig};
+use tessera_config::{CorruptStreamPolicy, SystemConfig};
 use tessera_emu::generator::{FedSpec, StreamConfig};
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
@@ -363,7 +363,7 @@ fn bu_node(
         discard: false,
         pin_core: cfg.bus[i].cpu,
         // Readers publish no resource summaries: a BU holds back on Tessera's FUs only.
-        farm_limits: (cfg.fu.enabled && cfg.fu.process == FuProcess::Tessera).then(|| FarmLimits {
+        farm_limits: (cfg.fu.enabled && !cfg.fu.read_by_readers()).then(|| FarmLimits {
             min_fus: cfg.fu.min_fus_per_bu,
             max_queued_lumi_sections: cfg.fu.max_queued_lumi_sections,
             output_high_water_percent: cfg.fu.output_high_water_percent,
@@ -421,7 +421,7 @@ pub fn run(
         return crate::controller::run_on_agents(cfg, token, control, &incomplete_rule);
     }
     // A farm that cannot run is refused before anything starts.
-    let readers = cfg.fu.enabled && cfg.fu.process == FuProcess::Reader;
+    let readers = cfg.fu.read_by_readers();
     let streams = if cfg.fu.enabled && !readers { Some(system_streams(&cfg)?) } else { None };
     let output = output_dir(&cfg);
     for i in 0..cfg.bus.len() {
@@ -1234,7 +1234,7 @@ fn require_ports(cfg: &SystemConfig, system: &Path) -> Result<()> {
             zero.push(format!("rus[{i}].control_port"));
         }
     }
-    let readers = cfg.fu.enabled && cfg.fu.process == FuProcess::Reader;
+    let readers = cfg.fu.read_by_readers();
     for (i, bu) in cfg.bus.iter().enumerate() {
         if bu.data_port == 0 {
             zero.push(format!("bus[{i}].data_port"));

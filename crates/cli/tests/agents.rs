@@ -39,6 +39,11 @@ fn system_file(dir: &Path, agent: u16, limit: &str, heartbeat_timeout_s: f64) ->
     path
 }
 
+/// Rewrites the system file at `system` through `edit`.
+fn edit(system: &Path, edit: impl FnOnce(String) -> String) {
+    std::fs::write(system, edit(std::fs::read_to_string(system).unwrap())).unwrap();
+}
+
 /// Whole systems through an agent run one at a time: seven of them at once on two cores starve
 /// their units of CPU, and heartbeats and drains then time out for want of it, not of a fault.
 fn one_system_at_a_time() -> std::sync::MutexGuard<'static, ()> {
@@ -254,30 +259,24 @@ fn a_2x2_fu_killed_mid_file_is_started_again_and_every_event_is_counted() {
     let agent = start_agent_with(&mut units, d, &[("TESSERA_HLT_FILE_DELAY_MS", "100")]);
     let agent_pid = units.0[0].1.id();
     let system = system_file(d, agent, "events: 20000", 3.0);
-    let yaml = std::fs::read_to_string(&system).unwrap().replace(
-        "fu:\n  processes_per_bu: 1\n",
-        &format!("fu:\n  processes_per_bu: 1\n  exec: [python3, {}]\n", script.display()),
-    );
-    std::fs::write(&system, yaml).unwrap();
+    edit(&system, |yaml| {
+        yaml.replace(
+            "fu:\n  processes_per_bu: 1\n",
+            &format!("fu:\n  processes_per_bu: 1\n  exec: [python3, {}]\n", script.display()),
+        )
+    });
     start_run(&mut units, d, &system, &[]);
     let out_dir = d.join("out");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let victim = loop {
-        if let Some(&pid) = common::fus_of(agent_pid, "bu0").first()
-            && common::has_published(&out_dir, pid)
-            && common::holds_a_claim(&out_dir, pid)
-        {
-            break pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no FU of bu0 published a lumi section and then claimed a file in 60 s\n{}",
-            logs(d)
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let pid = rustix::process::Pid::from_raw(victim as i32).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    common::kill_when_found(
+        "an FU of bu0 that published a lumi section, holding a claim",
+        Duration::from_secs(60),
+        || {
+            common::fus_of(agent_pid, "bu0")
+                .first()
+                .copied()
+                .filter(|&pid| common::has_published(&out_dir, pid) && common::holds_a_claim(&out_dir, pid))
+        },
+    );
     let (code, out) = wait_run(&mut units, d, Duration::from_secs(180));
     assert_eq!(code, Some(0), "{out}\n{}", logs(d));
     let log = std::fs::read_to_string(d.join("run.log")).unwrap();
@@ -306,12 +305,11 @@ fn a_2x2_system_read_by_four_readers_per_bu_through_agents_conserves_every_event
     let agent = start_agent(&mut units, d);
     let system = system_file(d, agent, "events: 20000", 3.0);
     let ports = free_ports(2);
-    let yaml = std::fs::read_to_string(&system)
-        .unwrap()
-        .replace("fu:\n  processes_per_bu: 1\n", "fu:\n  process: reader\n  processes_per_bu: 4\n")
-        .replace("  - name: bu0\n", &format!("  - name: bu0\n    broker_port: {}\n", ports[0]))
-        .replace("  - name: bu1\n", &format!("  - name: bu1\n    broker_port: {}\n", ports[1]));
-    std::fs::write(&system, yaml).unwrap();
+    edit(&system, |yaml| {
+        yaml.replace("fu:\n  processes_per_bu: 1\n", "fu:\n  process: reader\n  processes_per_bu: 4\n")
+            .replace("  - name: bu0\n", &format!("  - name: bu0\n    broker_port: {}\n", ports[0]))
+            .replace("  - name: bu1\n", &format!("  - name: bu1\n    broker_port: {}\n", ports[1]))
+    });
     start_run(&mut units, d, &system, &[]);
     let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
     assert_eq!(code, Some(0), "{out}\n{}", logs(d));
@@ -330,10 +328,7 @@ fn a_2x2_run_through_an_agent_with_incomplete_events_fails_above_max_incomplete(
     let mut units = Processes(Vec::new());
     let agent = start_agent(&mut units, d);
     let system = system_file(d, agent, "events: 1000", 3.0);
-    let yaml = std::fs::read_to_string(&system)
-        .unwrap()
-        .replace("feds: \"2-3\"\n", "feds: \"2-3\"\n    faults: [\"skip@500/3\"]\n");
-    std::fs::write(&system, yaml).unwrap();
+    edit(&system, |yaml| yaml.replace("feds: \"2-3\"\n", "feds: \"2-3\"\n    faults: [\"skip@500/3\"]\n"));
     start_run(&mut units, d, &system, &["--max-incomplete", "0"]);
     let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
     assert_eq!(code, Some(1), "{out}\n{}", logs(d));

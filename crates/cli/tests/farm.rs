@@ -247,27 +247,17 @@ fn run_2x2_fu_killed_mid_file_is_started_again_and_every_event_is_processed_once
         .stderr(fs::File::create(tmp.path().join("run.log")).unwrap())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let victim = loop {
-        if let Some(&pid) = common::fus_of(run.id(), "bu0").first()
-            && common::has_published(&out, pid)
-            && common::holds_a_claim(&out, pid)
-        {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "no FU of bu0 published a lumi section and then claimed a file in 60 s");
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let pid = rustix::process::Pid::from_raw(victim as i32).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let status = loop {
-        if let Some(status) = run.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "tessera run still runs after 240 s");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let victim = common::kill_when_found(
+        "an FU of bu0 that published a lumi section, holding a claim",
+        Duration::from_secs(60),
+        || {
+            common::fus_of(run.id(), "bu0")
+                .first()
+                .copied()
+                .filter(|&pid| common::has_published(&out, pid) && common::holds_a_claim(&out, pid))
+        },
+    );
+    let status = common::wait_child(&mut run, Duration::from_secs(240));
     let text = fs::read_to_string(tmp.path().join("run.out")).unwrap();
     let log = || fs::read_to_string(tmp.path().join("run.log")).unwrap();
     assert!(status.success(), "{text}\n{}", log());

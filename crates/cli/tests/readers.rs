@@ -8,7 +8,7 @@ mod common;
 use std::fs;
 use std::path::Path;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A 2×2 system read by four readers per BU; `extra` is added to its `fu` section.
 fn system(dir: &Path, extra: &str) -> std::path::PathBuf {
@@ -42,17 +42,7 @@ fn start(dir: &Path, system: &Path, env: &[(&str, &str)]) -> Child {
 /// Waits for `tessera run` to end, at most `timeout` (far less than the farm's drain time-out
 /// of 600 s, which a run that does not see its files read would wait for); its summary.
 fn finish(mut run: Child, dir: &Path, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = run.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = run.kill();
-            panic!("tessera run still runs after {timeout:?}\n{}", fs::read_to_string(dir.join("run.log")).unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = common::wait_child(&mut run, timeout);
     let out = fs::read_to_string(dir.join("run.out")).unwrap();
     assert!(status.success(), "{out}\n{}", fs::read_to_string(dir.join("run.log")).unwrap());
     out
@@ -88,18 +78,12 @@ fn run_2x2_a_reader_killed_after_a_grant_loses_its_file_to_another_after_the_lea
     let d = tmp.path();
     let run = start(d, &system(d, ", claim_lease_s: 2"), &[("TESSERA_READER_FILE_DELAY_MS", "50")]);
     let out_dir = d.join("out");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let victim = loop {
-        if let Some(&pid) = common::children_running(run.id(), "reader", "/bu0").first()
-            && common::holds_a_claim(&out_dir, pid)
-        {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "no reader of bu0 held a file in 60 s");
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let pid = rustix::process::Pid::from_raw(victim as i32).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    let victim = common::kill_when_found("a reader of bu0 holding a file", Duration::from_secs(60), || {
+        common::children_running(run.id(), "reader", "/bu0")
+            .first()
+            .copied()
+            .filter(|&pid| common::holds_a_claim(&out_dir, pid))
+    });
     let out = finish(run, d, Duration::from_secs(180));
     assert!(out.contains("conservation: triggered 20000 = built 20000 + lost 0  holds"), "{out}");
     assert!(out.contains("chain: built 20000 = processed 20000 by the readers"), "{out}");

@@ -745,6 +745,14 @@ pub struct FuParams {
     pub broker_max_connections: u32,
 }
 
+impl FuParams {
+    /// Whether the farm is on and its processes are readers (`fu.process: reader`), which read
+    /// through the BUs' brokers and publish no resource summaries.
+    pub fn read_by_readers(&self) -> bool {
+        self.enabled && self.process == FuProcess::Reader
+    }
+}
+
 impl Default for FuParams {
     fn default() -> Self {
         FuParams {

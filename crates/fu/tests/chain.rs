@@ -278,14 +278,21 @@ fn fu_1x1_fu_crash_mid_file_returns_its_claims_and_drops_its_partial_outputs() {
     farm.check_storage();
 }
 
-/// The test HLT, with a process killed when the first file of lumi section 2 is selected: by
-/// then this FU has published lumi section 1.
-struct KillingHlt {
+/// The test HLT with something done once, before the first file whose path `when` takes: what
+/// a fault test needs to happen while an FU is at work.
+struct HookedHlt {
     hlt: TestHlt,
-    victim: Option<std::process::Child>,
+    when: fn(&Path) -> bool,
+    then: Option<Box<dyn FnOnce()>>,
 }
 
-impl Hlt for KillingHlt {
+impl HookedHlt {
+    fn new(when: fn(&Path) -> bool, then: impl FnOnce() + 'static) -> Self {
+        HookedHlt { hlt: TestHlt::new(), when, then: Some(Box::new(then)) }
+    }
+}
+
+impl Hlt for HookedHlt {
     fn streams(&self) -> &[String] {
         &self.hlt.streams
     }
@@ -296,11 +303,10 @@ impl Hlt for KillingHlt {
         events: &[FrdEvent<'_>],
         verdicts: &mut Vec<Verdict>,
     ) -> Result<(), FuError> {
-        if file.to_string_lossy().contains("_ls0002_")
-            && let Some(mut victim) = self.victim.take()
+        if (self.when)(file)
+            && let Some(then) = self.then.take()
         {
-            victim.kill().unwrap();
-            victim.wait().unwrap();
+            then();
         }
         self.hlt.select_file(file, events, verdicts)
     }
@@ -317,7 +323,14 @@ fn fu_1x1_fu_killed_after_its_section_was_published_is_taken_over_without_overwr
     let victim = std::process::Command::new("sleep").arg("60").spawn().unwrap();
     let claim = ClaimedRawName { run: 1, ls: 1, index: 0, host: "testhost".into(), pid: victim.id() };
     fs::rename(bu_run.join(claim.raw().to_string()), bu_run.join(claim.path())).unwrap();
-    let mut hlt = KillingHlt { hlt: TestHlt::new(), victim: Some(victim) };
+    let mut victim = victim;
+    let mut hlt = HookedHlt::new(
+        |file| file.to_string_lossy().contains("_ls0002_"),
+        move || {
+            victim.kill().unwrap();
+            victim.wait().unwrap();
+        },
+    );
     let report = run_fu(&farm.fu_config("bu0"), &mut hlt, &AtomicBool::new(false)).unwrap();
     assert_eq!((report.returned_claims, report.events), (1, 75));
     let fu_run = farm.run_dir(farm.fu_dir("bu0"));
@@ -640,30 +653,6 @@ fn fu_1x1_an_fu_lock_reader_takes_every_file_of_a_tessera_bu_once() {
     assert_eq!(events, (1..=75).collect::<Vec<u32>>());
 }
 
-/// An HLT stuck on its first file for longer than the broker's lease.
-struct StuckHlt {
-    hlt: TestHlt,
-    stuck: Option<Duration>,
-}
-
-impl Hlt for StuckHlt {
-    fn streams(&self) -> &[String] {
-        &self.hlt.streams
-    }
-
-    fn select_file(
-        &mut self,
-        file: &Path,
-        events: &[FrdEvent<'_>],
-        verdicts: &mut Vec<Verdict>,
-    ) -> Result<(), FuError> {
-        if let Some(stuck) = self.stuck.take() {
-            std::thread::sleep(stuck);
-        }
-        self.hlt.select_file(file, events, verdicts)
-    }
-}
-
 /// A remote FU silent past the broker's lease (its HLT stuck on a file, so it publishes no
 /// resource summary) has the file taken back, and another FU reads it; the first, when it goes
 /// on, finds its claim gone and drops its outputs of it rather than publish them twice: the
@@ -683,7 +672,8 @@ fn fu_1x1_remote_fu_silent_past_its_lease_drops_its_late_outputs() {
         ..farm.fu_config("bu0")
     };
     let stuck = std::thread::spawn(move || {
-        let mut hlt = StuckHlt { hlt: TestHlt::new(), stuck: Some(Duration::from_millis(2500)) };
+        // Stuck on its first file for longer than the broker's lease.
+        let mut hlt = HookedHlt::new(|_| true, || std::thread::sleep(Duration::from_millis(2500)));
         run_fu(&remote, &mut hlt, &AtomicBool::new(false)).unwrap()
     });
     // The lease runs out 1 s after the remote FU's last sign of life; the broker looks every

@@ -171,13 +171,18 @@ mod tests {
         }
     }
 
+    /// A new run directory of run 9 under `bu_dir`, and the FRD record of one event.
+    fn run_9_and_an_event(bu_dir: &std::path::Path) -> (RunDirectory, Vec<u8>) {
+        let spec = SampleSpec { fed_ids: vec![1, 2], ..SampleSpec::default() };
+        let mut record = Vec::new();
+        build_event(&spec, 1, 1, &mut record);
+        (RunDirectory::create(bu_dir, 9, "bu").unwrap(), record)
+    }
+
     #[test]
     fn a_restarted_bu_finds_its_complete_files_and_loses_its_partial_ones() {
         let tmp = tempfile::tempdir().unwrap();
-        let spec = SampleSpec { fed_ids: vec![1, 2], ..SampleSpec::default() };
-        let dir = RunDirectory::create(tmp.path(), 9, "bu").unwrap();
-        let mut record = Vec::new();
-        build_event(&spec, 1, 1, &mut record);
+        let (dir, record) = run_9_and_an_event(tmp.path());
         let mut done = dir.open_raw_file(1, 0, data_type::FRD_EVENTS).unwrap();
         done.append(&record).unwrap();
         let closed = dir.close(done).unwrap();
@@ -201,10 +206,7 @@ mod tests {
     #[test]
     fn a_bu_that_died_between_publishing_a_file_and_its_jsn_gets_the_jsn_at_its_restart() {
         let tmp = tempfile::tempdir().unwrap();
-        let spec = SampleSpec { fed_ids: vec![1, 2], ..SampleSpec::default() };
-        let dir = RunDirectory::create(tmp.path(), 9, "bu").unwrap();
-        let mut record = Vec::new();
-        build_event(&spec, 1, 1, &mut record);
+        let (dir, record) = run_9_and_an_event(tmp.path());
         let mut file = dir.open_raw_file(3, 0, data_type::FRD_EVENTS).unwrap();
         file.append(&record).unwrap();
         let c = dir.close(file).unwrap();
@@ -228,10 +230,7 @@ mod tests {
     #[test]
     fn a_restarted_bu_knows_the_files_it_published_that_readers_deleted() {
         let tmp = tempfile::tempdir().unwrap();
-        let spec = SampleSpec { fed_ids: vec![1, 2], ..SampleSpec::default() };
-        let dir = RunDirectory::create(tmp.path(), 9, "bu").unwrap();
-        let mut record = Vec::new();
-        build_event(&spec, 1, 1, &mut record);
+        let (dir, record) = run_9_and_an_event(tmp.path());
         let mut closed = Vec::new();
         for index in 0..3 {
             let mut file = dir.open_raw_file(1, index, data_type::FRD_EVENTS).unwrap();

@@ -548,7 +548,7 @@ impl BuLoop {
                 return Err(NodeError::Bu(format!("BU {}: {e}", self.cfg.bu.bu)));
             }
             self.stats.data_messages.add(inputs.iter().filter(|(_, m)| !m.is_control()).count() as u64);
-            if let Some(room) = &mut self.room {
+            if let Some(room) = self.room.as_mut().filter(|r| r.counts_parts()) {
                 for (_, msg) in &inputs {
                     if let tessera_evb::msg::Message::Data { ru, parts, .. } = msg {
                         room.saw_parts(*ru, parts);
@@ -645,14 +645,14 @@ impl BuLoop {
                 }
                 Output::WriteFile { file, events, .. } => {
                     let frames = self.store.share(&events);
+                    let (bytes, largest) = file_bytes(&events);
                     if let Some(room) = &mut self.room {
-                        room.saw(&events);
+                        room.saw(largest);
                     }
                     // Waits here while the writers are busy or the disk has no room for it: the
                     // frames stay held, the store fills, and the loop stops reading data. The BU
                     // goes no faster than its disk, and the loop never blocks on its writers
                     // (which wait for it).
-                    let bytes = file_bytes(&events);
                     self.backlog.push_back(Job { file, events, frames, bytes });
                     self.writing += 1;
                     self.hand_to_writers()?;

@@ -58,9 +58,13 @@ pub fn event_bytes(event: &BuiltEvent) -> u64 {
     FRD_HEADER_BYTES as u64 + fragments
 }
 
-/// The bytes of a raw file of `events`, header included.
-pub fn file_bytes(events: &[BuiltEvent]) -> u64 {
-    RAW_V2_HEADER_BYTES as u64 + events.iter().map(event_bytes).sum::<u64>()
+/// The bytes of a raw file of `events`, header included, and of its largest event: one pass
+/// over the events' fragments.
+pub fn file_bytes(events: &[BuiltEvent]) -> (u64, u64) {
+    events
+        .iter()
+        .map(event_bytes)
+        .fold((RAW_V2_HEADER_BYTES as u64, 0), |(file, largest), event| (file + event, largest.max(event)))
 }
 
 /// How many events a BU may hold, with `space` on its disk, at most `high_water_percent` full:
@@ -98,6 +102,8 @@ pub struct Room {
     /// The largest part of an event each RU has sent, in fragment bytes: their sum bounds an
     /// event before the BU has built one.
     largest_part_bytes: BTreeMap<u16, u64>,
+    /// Whether a file's events were seen: from then on, events tell their size.
+    built: bool,
 }
 
 impl Room {
@@ -111,6 +117,7 @@ impl Room {
             on_disk: BTreeMap::new(),
             largest_event_bytes: 0,
             largest_part_bytes: BTreeMap::new(),
+            built: false,
         }
     }
 
@@ -126,11 +133,17 @@ impl Room {
         Some(space)
     }
 
-    /// Notes the events of a file the BU is about to write: the largest sets what each event
-    /// not yet written is counted as.
-    pub fn saw(&mut self, events: &[BuiltEvent]) {
-        let largest = events.iter().map(event_bytes).max().unwrap_or(0);
-        self.largest_event_bytes = self.largest_event_bytes.max(largest);
+    /// Notes the largest event of a file the BU is about to write (see [`file_bytes`]): the
+    /// largest sets what each event not yet written is counted as.
+    pub fn saw(&mut self, largest_event_bytes: u64) {
+        self.largest_event_bytes = self.largest_event_bytes.max(largest_event_bytes);
+        self.built = true;
+    }
+
+    /// Whether the parts RUs send are still looked at ([`Room::saw_parts`]): only until the
+    /// first file is built, whose events then tell their size.
+    pub fn counts_parts(&self) -> bool {
+        !self.built
     }
 
     /// Notes the parts of events that RU `ru` sent: as soon as every RU has sent one, events

@@ -172,31 +172,60 @@ pub fn children_running(parent: u32, command: &str, arg_end: &str) -> Vec<u32> {
     pids
 }
 
-/// Whether process `pid` holds a claim on a BU file under `dir`: it is working on that file.
-pub fn holds_a_claim(dir: &Path, pid: u32) -> bool {
+/// Whether a file under `dir`, at any depth, has a name that `wanted` takes.
+fn any_file_under(dir: &Path, wanted: &dyn Fn(&str) -> bool) -> bool {
     std::fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
-        let name = e.file_name().to_string_lossy().into_owned();
         if e.file_type().is_ok_and(|t| t.is_dir()) {
-            holds_a_claim(&e.path(), pid)
+            any_file_under(&e.path(), wanted)
         } else {
-            tessera_formats::names::ClaimedRawName::parse(&name).is_ok_and(|c| c.pid == pid)
+            wanted(&e.file_name().to_string_lossy())
         }
     })
+}
+
+/// Whether process `pid` holds a claim on a BU file under `dir`: it is working on that file.
+pub fn holds_a_claim(dir: &Path, pid: u32) -> bool {
+    any_file_under(dir, &|name| tessera_formats::names::ClaimedRawName::parse(name).is_ok_and(|c| c.pid == pid))
 }
 
 /// Whether FU process `pid` has published a lumi section's outputs under `dir`: a ledger entry
 /// (`ledger/runRRRRRR_lsLLLL_<producer>.processed`) of its own is there.
 pub fn has_published(dir: &Path, pid: u32) -> bool {
-    std::fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            has_published(&e.path(), pid)
-        } else {
-            let producer = name.strip_suffix(".processed").and_then(|n| n.rsplit_once('_')).map(|(_, p)| p);
-            producer.and_then(|p| tessera_formats::names::Producer::from_token(p).ok()).and_then(|p| p.pid())
-                == Some(pid)
-        }
+    any_file_under(dir, &|name| {
+        let producer = name.strip_suffix(".processed").and_then(|n| n.rsplit_once('_')).map(|(_, p)| p);
+        producer.and_then(|p| tessera_formats::names::Producer::from_token(p).ok()).and_then(|p| p.pid()) == Some(pid)
     })
+}
+
+/// Polls every few milliseconds, at most `timeout`, for the process `find` names, then kills it
+/// with SIGKILL; its pid. Panics, saying `what` was looked for, if none comes.
+pub fn kill_when_found(what: &str, timeout: Duration, find: impl Fn() -> Option<u32>) -> u32 {
+    let deadline = Instant::now() + timeout;
+    let victim = loop {
+        if let Some(pid) = find() {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "{what}: none in {timeout:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let pid = rustix::process::Pid::from_raw(victim as i32).expect("a pid is not 0");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("the process takes SIGKILL");
+    victim
+}
+
+/// Waits at most `timeout` for `child` to exit; its status. Panics, killing it, if it does not.
+pub fn wait_child(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the process still runs after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The example HLT, `examples/hlt/select.py`, if python3 runs here (under CI it must: the
