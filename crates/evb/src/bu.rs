@@ -5,7 +5,7 @@
 use crate::msg::{BuiltFile, Message, SuperFragment};
 use crate::ru::message_name;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FileId, Nanos, Peer, push_event};
-use crate::unit::{BuiltEvent, Input, Notice, Output};
+use crate::unit::{BuOutput, BuiltEvent, Input, Notice};
 use std::collections::{BTreeMap, VecDeque};
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::frd::flags;
@@ -162,7 +162,7 @@ pub struct Bu {
     throttle: Option<&'static str>,
     /// Most events it may hold for the room its disk has left (see [`Bu::set_room`]).
     room_events: u32,
-    out: VecDeque<Output>,
+    out: VecDeque<BuOutput>,
     counters: BuCounters,
 }
 
@@ -202,7 +202,7 @@ impl Bu {
             cfg,
         };
         let msg = Message::Hello { bu: bu.cfg.bu, epoch, unpublished };
-        bu.out.push_back(Output::Send { to: Peer::Evm, msg });
+        bu.out.push_back(BuOutput::Send { to: Peer::Evm, msg });
         bu
     }
 
@@ -286,12 +286,12 @@ impl Bu {
                 for file in publish {
                     if let Some(entry) = self.files.get_mut(&file) {
                         entry.state = FileState::Publishing;
-                        self.out.push_back(Output::PublishFile(file));
+                        self.out.push_back(BuOutput::PublishFile(file));
                     }
                 }
                 for file in discard {
                     if self.files.remove(&file).is_some() {
-                        self.out.push_back(Output::DiscardFile(file));
+                        self.out.push_back(BuOutput::DiscardFile(file));
                     }
                 }
             }
@@ -317,7 +317,7 @@ impl Bu {
                     entry.state = FileState::Written;
                     if committed {
                         entry.state = FileState::Publishing;
-                        self.out.push_back(Output::PublishFile(file));
+                        self.out.push_back(BuOutput::PublishFile(file));
                     } else if self.cfg.bug != Some(BuBug::CommitBeforeWritten) {
                         self.built.push(BuiltFile { file, events: entry.events.clone() });
                         self.report_since.get_or_insert(now);
@@ -361,7 +361,7 @@ impl Bu {
                 }
                 self.close_if_drained(now);
             }
-            Input::Message { from, msg } => self.out.push_back(Output::Notice(Notice::ProtocolError {
+            Input::Message { from, msg } => self.out.push_back(BuOutput::Notice(Notice::ProtocolError {
                 what: format!("BU {}: unexpected {} from {from:?}", self.cfg.bu, message_name(&msg)),
             })),
             _ => {}
@@ -382,7 +382,7 @@ impl Bu {
             self.lumis_due.remove(&ls);
             let published = self.published_events.remove(&ls).unwrap_or(0);
             if published != due {
-                self.out.push_back(Output::Notice(Notice::ProtocolError {
+                self.out.push_back(BuOutput::Notice(Notice::ProtocolError {
                     what: format!(
                         "BU {}: lumi section {ls} has {published} events published, the EVM says {due}",
                         self.cfg.bu
@@ -392,7 +392,7 @@ impl Bu {
             self.lumis_written.insert(ls);
             self.lumis_done.push(ls);
             self.report_since.get_or_insert(now);
-            self.out.push_back(Output::EndOfLumi { lumi_section: ls, events: published });
+            self.out.push_back(BuOutput::EndOfLumi { lumi_section: ls, events: published });
         }
         if let Some((last_lumi_section, lumi_sections)) = self.ending
             && !self.ended
@@ -400,7 +400,7 @@ impl Bu {
             && self.idle()
         {
             self.ended = true;
-            self.out.push_back(Output::EndOfRun { last_lumi_section, lumi_sections });
+            self.out.push_back(BuOutput::EndOfRun { last_lumi_section, lumi_sections });
         }
     }
 
@@ -410,11 +410,11 @@ impl Bu {
             match entry.state {
                 FileState::Written => {
                     entry.state = FileState::Publishing;
-                    self.out.push_back(Output::PublishFile(file));
+                    self.out.push_back(BuOutput::PublishFile(file));
                 }
                 FileState::Writing { .. } if self.cfg.bug == Some(BuBug::CommitBeforeWritten) => {
                     entry.state = FileState::Publishing;
-                    self.out.push_back(Output::PublishFile(file));
+                    self.out.push_back(BuOutput::PublishFile(file));
                 }
                 FileState::Writing { .. } => entry.state = FileState::Writing { committed: true },
                 FileState::Publishing => {}
@@ -428,7 +428,7 @@ impl Bu {
         let Some(b) = self.building.get_mut(&event) else {
             if self.outstanding == 0 {
                 self.counters.parts_dropped += 1;
-                self.out.push_back(Output::Notice(Notice::ProtocolError {
+                self.out.push_back(BuOutput::Notice(Notice::ProtocolError {
                     what: format!("BU {}: part of event {event} it did not ask for", self.cfg.bu),
                 }));
                 return;
@@ -523,7 +523,7 @@ impl Bu {
             self.report_since.get_or_insert(now);
         }
         self.files.insert(f.file, FileEntry { state: FileState::Writing { committed: false }, events: ranges, count });
-        self.out.push_back(Output::WriteFile { file: f.file, lumi_section: f.lumi_section, events: f.events });
+        self.out.push_back(BuOutput::WriteFile { file: f.file, lumi_section: f.lumi_section, events: f.events });
     }
 
     /// While draining, closes the files that are open for [`DRAIN_CLOSE_NS`] at least, if no
@@ -574,7 +574,7 @@ impl Bu {
             published: std::mem::take(&mut self.published),
             lumis_done: std::mem::take(&mut self.lumis_done),
         };
-        self.out.push_back(Output::Send { to: Peer::Evm, msg });
+        self.out.push_back(BuOutput::Send { to: Peer::Evm, msg });
     }
 
     /// The earliest time at which a tick has work.
@@ -594,7 +594,7 @@ impl Bu {
     }
 
     /// The next output, if any.
-    pub fn poll_output(&mut self) -> Option<Output> {
+    pub fn poll_output(&mut self) -> Option<BuOutput> {
         self.out.pop_front()
     }
 }
@@ -617,7 +617,7 @@ mod tests {
     fn written(bu: &mut Bu) -> Vec<usize> {
         std::iter::from_fn(|| bu.poll_output())
             .filter_map(|o| match o {
-                Output::WriteFile { events, .. } => Some(events.len()),
+                BuOutput::WriteFile { events, .. } => Some(events.len()),
                 _ => None,
             })
             .collect()

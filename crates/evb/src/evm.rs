@@ -5,7 +5,7 @@ use crate::msg::{BuiltFile, Message};
 use crate::ring::EventRing;
 use crate::ru::message_name;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FileId, Nanos, Peer, RuId, push_event};
-use crate::unit::{Input, Notice, Output};
+use crate::unit::{EvmOutput, Input, Notice};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Configuration of the event manager.
@@ -138,7 +138,7 @@ pub struct Evm {
     /// The highest lumi section closed so far: no event of it or an earlier one is built any
     /// more.
     closed_through: Option<u32>,
-    out: VecDeque<Output>,
+    out: VecDeque<EvmOutput>,
     counters: EvmCounters,
 }
 
@@ -242,7 +242,7 @@ impl Evm {
             self.last_triggered = Some(event);
             push_event(&mut self.pending_release, event);
             self.release_since.get_or_insert(now);
-            self.out.push_back(Output::Notice(Notice::LateTrigger { event, lumi_section }));
+            self.out.push_back(EvmOutput::Notice(Notice::LateTrigger { event, lumi_section }));
             self.stop_if_complete();
             return;
         }
@@ -322,7 +322,7 @@ impl Evm {
                 self.close_lumis();
                 self.assign(now);
             }
-            (from, msg) => self.out.push_back(Output::Notice(Notice::ProtocolError {
+            (from, msg) => self.out.push_back(EvmOutput::Notice(Notice::ProtocolError {
                 what: format!("EVM: unexpected {} from {from:?}", message_name(&msg)),
             })),
         }
@@ -344,14 +344,16 @@ impl Evm {
         // A committed file no longer in `open/` was renamed into place before the restart:
         // publishing is one rename, so it is done.
         state.committed.retain(|f, _| publish.contains(f));
-        self.out.push_back(Output::Send { to: Peer::Bu(bu), msg: Message::Welcome { epoch, publish, discard } });
+        self.out.push_back(EvmOutput::Send { to: Peer::Bu(bu), msg: Message::Welcome { epoch, publish, discard } });
         if self.drain_sent {
-            self.out
-                .push_back(Output::Send { to: Peer::Bu(bu), msg: Message::Drain { last_event: self.last_triggered } });
+            self.out.push_back(EvmOutput::Send {
+                to: Peer::Bu(bu),
+                msg: Message::Drain { last_event: self.last_triggered },
+            });
         }
         let unacked: Vec<(u32, u64)> = self.bus[usize::from(bu)].unacked_lumis.iter().map(|(&l, &n)| (l, n)).collect();
         for (lumi_section, events) in unacked {
-            self.out.push_back(Output::Send { to: Peer::Bu(bu), msg: Message::EndOfLumi { lumi_section, events } });
+            self.out.push_back(EvmOutput::Send { to: Peer::Bu(bu), msg: Message::EndOfLumi { lumi_section, events } });
         }
         if self.end_sent {
             self.send_end_of_run(bu);
@@ -385,7 +387,7 @@ impl Evm {
         let owner = &self.owner;
         let foreign = file.events.iter().flat_map(|r| r.iter()).find(|&e| owner.get(e) != Some(&Some(bu)));
         if let Some(event) = foreign {
-            self.out.push_back(Output::Notice(Notice::ProtocolError {
+            self.out.push_back(EvmOutput::Notice(Notice::ProtocolError {
                 what: format!("EVM: BU {bu} built file {} with event {event}, not assigned to it", file.file),
             }));
             return;
@@ -459,7 +461,7 @@ impl Evm {
             let (bu, epoch) = (b as BuId, state.epoch);
             for ru in 0..self.cfg.n_ru {
                 let msg = Message::Assign { bu, epoch, events: events.clone(), release: release.clone() };
-                self.out.push_back(Output::Send { to: Peer::Ru(ru), msg });
+                self.out.push_back(EvmOutput::Send { to: Peer::Ru(ru), msg });
             }
         }
     }
@@ -472,7 +474,8 @@ impl Evm {
             let events = std::mem::take(&mut self.pending_release);
             self.release_since = None;
             for ru in 0..self.cfg.n_ru {
-                self.out.push_back(Output::Send { to: Peer::Ru(ru), msg: Message::Release { events: events.clone() } });
+                self.out
+                    .push_back(EvmOutput::Send { to: Peer::Ru(ru), msg: Message::Release { events: events.clone() } });
             }
         }
         for b in 0..self.bus.len() {
@@ -481,7 +484,7 @@ impl Evm {
                 let files = std::mem::take(&mut state.pending_commits);
                 state.pending_since = None;
                 let msg = Message::Commit { epoch: state.epoch, files };
-                self.out.push_back(Output::Send { to: Peer::Bu(b as BuId), msg });
+                self.out.push_back(EvmOutput::Send { to: Peer::Bu(b as BuId), msg });
             }
         }
     }
@@ -500,7 +503,7 @@ impl Evm {
                 state.unacked_lumis.insert(ls, events);
                 if state.alive {
                     let msg = Message::EndOfLumi { lumi_section: ls, events };
-                    self.out.push_back(Output::Send { to: Peer::Bu(b as BuId), msg });
+                    self.out.push_back(EvmOutput::Send { to: Peer::Bu(b as BuId), msg });
                 }
             }
         }
@@ -534,7 +537,7 @@ impl Evm {
 
     fn send_end_of_run(&mut self, bu: BuId) {
         let msg = Message::EndOfRun { last_lumi_section: self.last_lumi.unwrap_or(0), lumi_sections: self.lumi_count };
-        self.out.push_back(Output::Send { to: Peer::Bu(bu), msg });
+        self.out.push_back(EvmOutput::Send { to: Peer::Bu(bu), msg });
     }
 
     /// Takes the commits waiting for BU `bu`, to ride on a data message from the EVM's RU.
@@ -550,7 +553,7 @@ impl Evm {
             self.drain_sent = true;
             for b in 0..self.cfg.n_bu {
                 let msg = Message::Drain { last_event: self.last_triggered };
-                self.out.push_back(Output::Send { to: Peer::Bu(b), msg });
+                self.out.push_back(EvmOutput::Send { to: Peer::Bu(b), msg });
             }
         }
     }
@@ -579,7 +582,7 @@ impl Evm {
     }
 
     /// The next output, if any.
-    pub fn poll_output(&mut self) -> Option<Output> {
+    pub fn poll_output(&mut self) -> Option<EvmOutput> {
         self.out.pop_front()
     }
 
@@ -592,7 +595,7 @@ mod tests {
     use super::*;
     use crate::msg::BuiltFile;
 
-    fn drain(evm: &mut Evm) -> Vec<Output> {
+    fn drain(evm: &mut Evm) -> Vec<EvmOutput> {
         std::iter::from_fn(|| evm.poll_output()).collect()
     }
 
@@ -617,15 +620,15 @@ mod tests {
         evm.handle(0, from_bu(request(10, Vec::new(), Vec::new())));
         evm.triggered(ms, 1, 1);
         evm.handle(5 * ms, Input::Tick);
-        assert!(drain(&mut evm).iter().any(|o| matches!(o, Output::Send { msg: Message::Assign { .. }, .. })));
+        assert!(drain(&mut evm).iter().any(|o| matches!(o, EvmOutput::Send { msg: Message::Assign { .. }, .. })));
         let file = FileId { bu: 0, lumi_section: 1, index: 0 };
         let built = vec![BuiltFile { file, events: vec![EventRange { first: 1, count: 1 }] }];
         evm.handle(6 * ms, from_bu(request(0, built, Vec::new())));
         evm.handle(8 * ms, Input::Tick);
         evm.handle(8 * ms, from_bu(request(0, Vec::new(), vec![file])));
-        let end_of_lumi = |outs: &[Output]| {
+        let end_of_lumi = |outs: &[EvmOutput]| {
             outs.iter()
-                .any(|o| matches!(o, Output::Send { msg: Message::EndOfLumi { lumi_section: 1, events: 1 }, .. }))
+                .any(|o| matches!(o, EvmOutput::Send { msg: Message::EndOfLumi { lumi_section: 1, events: 1 }, .. }))
         };
         // Before the time-out the section stays open: a trigger could still come for it.
         evm.handle(40 * ms, Input::Tick);
@@ -636,11 +639,11 @@ mod tests {
         // A trigger for the closed section: lost, counted, its fragments released.
         evm.triggered(60 * ms, 2, 1);
         let outs = drain(&mut evm);
-        assert!(outs.contains(&Output::Notice(Notice::LateTrigger { event: 2, lumi_section: 1 })), "{outs:?}");
+        assert!(outs.contains(&EvmOutput::Notice(Notice::LateTrigger { event: 2, lumi_section: 1 })), "{outs:?}");
         assert_eq!(evm.counters().lost_lumi_closed, 1);
         evm.handle(70 * ms, Input::Tick);
         let released = drain(&mut evm).into_iter().any(|o| match o {
-            Output::Send { msg: Message::Release { events }, .. } => events.iter().any(|r| r.iter().any(|e| e == 2)),
+            EvmOutput::Send { msg: Message::Release { events }, .. } => events.iter().any(|r| r.iter().any(|e| e == 2)),
             _ => false,
         });
         assert!(released, "the lost event's fragments are released at the RUs");

@@ -28,6 +28,7 @@
 
 pub mod bu;
 pub mod evm;
+pub mod ingest;
 pub mod msg;
 pub mod node;
 mod ring;

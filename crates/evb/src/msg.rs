@@ -43,6 +43,38 @@ pub struct SuperFragment {
     pub missing: Vec<FedId>,
 }
 
+impl SuperFragment {
+    /// Its fragments' bytes.
+    pub fn bytes(&self) -> usize {
+        self.fragments.iter().map(|f| f.bytes as usize).sum()
+    }
+}
+
+/// `parts`, in order, cut into the batches that data messages carry: at most `max_parts`
+/// super-fragments and `max_bytes` fragment bytes each (a super-fragment larger than that goes
+/// alone).
+pub fn data_batches(
+    parts: Vec<SuperFragment>,
+    max_parts: usize,
+    max_bytes: usize,
+) -> impl Iterator<Item = Vec<SuperFragment>> {
+    let max_parts = max_parts.max(1);
+    let mut parts = parts.into_iter().peekable();
+    std::iter::from_fn(move || {
+        parts.peek()?;
+        let (mut batch, mut bytes) = (Vec::new(), 0usize);
+        while let Some(p) = parts.peek() {
+            let b = p.bytes();
+            if !batch.is_empty() && (batch.len() >= max_parts || bytes + b > max_bytes) {
+                break;
+            }
+            bytes += b;
+            batch.push(parts.next().expect("peeked"));
+        }
+        Some(batch)
+    })
+}
+
 /// A file a BU has written and closed, reported to the EVM so that it can be committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltFile {
@@ -154,5 +186,52 @@ impl Message {
     /// the rest. The protocol's cost is counted in these per event.
     pub fn is_control(&self) -> bool {
         !matches!(self, Message::Data { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn part(event: EventNumber, bytes: &[u32]) -> SuperFragment {
+        let fragments = bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &bytes)| FragmentRef {
+                fed: i as FedId,
+                lv1: event as u32,
+                bytes,
+                corrupt: false,
+                buffer: event,
+                trigger: None,
+            })
+            .collect();
+        SuperFragment { event, fragments, missing: Vec::new() }
+    }
+
+    proptest! {
+        /// Every super-fragment goes, once and in order; no message holds more than its bounds
+        /// unless it holds one super-fragment alone.
+        #[test]
+        fn data_batches_keep_order_and_bounds(
+            sizes in proptest::collection::vec(proptest::collection::vec(0u32..5000, 0..4), 0..60),
+            max_parts in 0usize..8,
+            max_bytes in 1usize..12_000,
+        ) {
+            let parts: Vec<SuperFragment> =
+                sizes.iter().enumerate().map(|(e, b)| part(e as EventNumber, b)).collect();
+            let mut seen = Vec::new();
+            for batch in data_batches(parts.clone(), max_parts, max_bytes) {
+                prop_assert!(!batch.is_empty());
+                let bytes: usize = batch.iter().map(SuperFragment::bytes).sum();
+                if batch.len() > 1 {
+                    prop_assert!(batch.len() <= max_parts.max(1));
+                    prop_assert!(bytes <= max_bytes, "{bytes} > {max_bytes}");
+                }
+                seen.extend(batch);
+            }
+            prop_assert_eq!(seen, parts);
+        }
     }
 }

@@ -12,7 +12,7 @@ use crate::evm::{Evm, EvmConfig};
 use crate::msg::{FragmentRef, Message};
 use crate::ru::{BackPressure, Ru, RuConfig};
 use crate::types::{Nanos, Peer};
-use crate::unit::{Input, Notice, Output, TriggerBreak};
+use crate::unit::{EvmOutput, Input, Notice, RuOutput, TriggerBreak};
 use std::collections::VecDeque;
 use tessera_formats::tcds::TCDS_FED_ID;
 
@@ -23,7 +23,7 @@ pub struct EvmNode {
     pub evm: Evm,
     /// RU 0.
     pub ru: Ru,
-    out: VecDeque<Output>,
+    out: VecDeque<RuOutput>,
     /// Events the trigger stream is expected to bring before it may close: the run's event
     /// limit or run control's stop line, whichever is lower.
     trigger_limit: Option<u64>,
@@ -31,12 +31,18 @@ pub struct EvmNode {
     trigger_stopped: bool,
     /// How the trigger stream broke, if it did.
     trigger_break: Option<TriggerBreak>,
+    /// RUs in the system, this node's included.
+    n_ru: u16,
+    /// The other RUs were told the run is drained.
+    drain_sent: bool,
 }
 
 impl EvmNode {
     /// The EVM's node at the start of a run.
     pub fn new(evm: EvmConfig, ru: RuConfig) -> Self {
         EvmNode {
+            n_ru: evm.n_ru,
+            drain_sent: false,
             evm: Evm::new(evm),
             ru: Ru::new(ru),
             out: VecDeque::new(),
@@ -90,7 +96,7 @@ impl EvmNode {
             last_event: self.evm.last_triggered(),
         };
         self.trigger_break = Some(what);
-        self.out.push_back(Output::Notice(notice));
+        self.out.push_back(RuOutput::Notice(notice));
         self.stop_trigger(now);
     }
 
@@ -131,19 +137,19 @@ impl EvmNode {
                 moved = true;
                 match o {
                     // After a break, a trigger fragment is of no event.
-                    Output::Triggered { .. } if self.trigger_break.is_some() => {}
-                    Output::Triggered { event, lumi_section } => self.evm.triggered(now, event, lumi_section),
+                    RuOutput::Triggered { .. } if self.trigger_break.is_some() => {}
+                    RuOutput::Triggered { event, lumi_section } => self.evm.triggered(now, event, lumi_section),
                     // The trigger FED's sync loss is said as such (counted against it) and
                     // breaks the trigger stream.
-                    Output::Notice(notice @ Notice::SyncLoss { fed: TCDS_FED_ID, expected, found_lv1 }) => {
-                        self.out.push_back(Output::Notice(notice));
+                    RuOutput::Notice(notice @ Notice::SyncLoss { fed: TCDS_FED_ID, expected, found_lv1 }) => {
+                        self.out.push_back(RuOutput::Notice(notice));
                         if !self.trigger_stopped {
                             self.break_trigger(now, TriggerBreak::SyncLost { expected, found_lv1 });
                         }
                     }
-                    Output::Send { to: Peer::Bu(bu), msg: Message::Data { ru, epoch, parts, mut commits } } => {
+                    RuOutput::Send { to: Peer::Bu(bu), msg: Message::Data { ru, epoch, parts, mut commits } } => {
                         commits.extend(self.evm.take_commits(bu));
-                        self.out.push_back(Output::Send {
+                        self.out.push_back(RuOutput::Send {
                             to: Peer::Bu(bu),
                             msg: Message::Data { ru, epoch, parts, commits },
                         });
@@ -154,14 +160,25 @@ impl EvmNode {
             while let Some(o) = self.evm.poll_output() {
                 moved = true;
                 match o {
-                    Output::Send { to: Peer::Ru(Evm::LOCAL_RU), msg } => {
+                    EvmOutput::Send { to: Peer::Ru(Evm::LOCAL_RU), msg } => {
                         self.ru.handle(now, Input::Message { from: Peer::Evm, msg })
                     }
-                    other => self.out.push_back(other),
+                    EvmOutput::Send { to, msg } => self.out.push_back(RuOutput::Send { to, msg }),
+                    EvmOutput::Notice(n) => self.out.push_back(RuOutput::Notice(n)),
                 }
             }
             if !moved {
-                return;
+                break;
+            }
+        }
+        // Once every event is committed, the other RUs learn the run's end from the EVM: an
+        // RU that loses the EVM before this has lost the run.
+        if !self.drain_sent && self.evm.drained() {
+            self.drain_sent = true;
+            let last_event = self.evm.last_triggered();
+            self.ru.handle(now, Input::Message { from: Peer::Evm, msg: Message::Drain { last_event } });
+            for ru in (0..self.n_ru).filter(|&r| r != Evm::LOCAL_RU) {
+                self.out.push_back(RuOutput::Send { to: Peer::Ru(ru), msg: Message::Drain { last_event } });
             }
         }
     }
@@ -172,7 +189,7 @@ impl EvmNode {
     }
 
     /// The next output, if any.
-    pub fn poll_output(&mut self) -> Option<Output> {
+    pub fn poll_output(&mut self) -> Option<RuOutput> {
         self.out.pop_front()
     }
 }
@@ -206,7 +223,7 @@ mod tests {
     fn breaks(node: &mut EvmNode) -> Vec<Notice> {
         std::iter::from_fn(|| node.poll_output())
             .filter_map(|o| match o {
-                Output::Notice(n @ Notice::TriggerStreamBroken { .. }) => Some(n),
+                RuOutput::Notice(n @ Notice::TriggerStreamBroken { .. }) => Some(n),
                 _ => None,
             })
             .collect()

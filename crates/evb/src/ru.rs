@@ -1,10 +1,10 @@
 //! The readout unit: takes the fragments of its FEDs, holds them until their event is committed,
 //! and sends each assigned event's super-fragment to its BU.
 
-use crate::msg::{FragmentRef, Message, SuperFragment};
+use crate::msg::{FragmentRef, Message, SuperFragment, data_batches};
 use crate::ring::EventRing;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FedId, Lv1Unwrapper, Nanos, Peer, RuId};
-use crate::unit::{Input, Notice, Output};
+use crate::unit::{Input, Notice, RuOutput};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Configuration of a readout unit.
@@ -26,6 +26,9 @@ pub struct RuConfig {
     pub fragment_timeout_ns: Nanos,
     /// Super-fragments per data message at most. Default 256.
     pub max_parts_per_message: usize,
+    /// Fragment bytes per data message at most, so that every message fits the frame a BU
+    /// accepts; a super-fragment larger than this goes alone. Default unbounded.
+    pub max_data_bytes: usize,
     /// Test-only: a deliberate protocol bug, for the simulator's self-check.
     pub bug: Option<RuBug>,
 }
@@ -40,6 +43,7 @@ impl RuConfig {
             max_events_buffered: 4096,
             fragment_timeout_ns: 100_000_000,
             max_parts_per_message: 256,
+            max_data_bytes: usize::MAX,
             bug: None,
         }
     }
@@ -118,8 +122,11 @@ pub struct Ru {
     unsent: BTreeMap<(BuId, Epoch), usize>,
     /// Per destination, super-fragments ready to send.
     ready: BTreeMap<(BuId, Epoch), Vec<SuperFragment>>,
-    out: VecDeque<Output>,
+    out: VecDeque<RuOutput>,
     counters: RuCounters,
+    /// The EVM's drain, once it came: every event of the run is committed, and the run's last
+    /// event is this one (none if nothing was triggered).
+    drain: Option<Option<EventNumber>>,
 }
 
 impl Ru {
@@ -139,7 +146,30 @@ impl Ru {
             ready: BTreeMap::new(),
             out: VecDeque::new(),
             counters: RuCounters::default(),
+            drain: None,
         }
+    }
+
+    /// Whether the EVM's drain came: the run is over, and nothing more will be assigned.
+    pub fn drain_seen(&self) -> bool {
+        self.drain.is_some()
+    }
+
+    /// The run's last event, as the EVM's drain said (none before it, or if nothing was
+    /// triggered).
+    pub fn run_last_event(&self) -> Option<EventNumber> {
+        self.drain.flatten()
+    }
+
+    /// The first event that some FED of this RU has not delivered yet: every event before it
+    /// has a fragment (or a given-up FED) from each.
+    pub fn delivered_through(&self) -> EventNumber {
+        self.feds.iter().map(|f| f.lv1.expected()).min().unwrap_or(self.cfg.first_event)
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &RuConfig {
+        &self.cfg
     }
 
     /// The counters.
@@ -199,7 +229,7 @@ impl Ru {
         }
         let fed = &mut self.feds[fed_index];
         if fed.state == FedState::SyncLost {
-            self.out.push_back(Output::FreeBuffers(vec![fragment]));
+            self.out.push_back(RuOutput::FreeBuffers(vec![fragment]));
             return Ok(());
         }
         let event = match fed.lv1.accept(fragment.lv1) {
@@ -207,8 +237,8 @@ impl Ru {
             Err(expected) => {
                 fed.state = FedState::SyncLost;
                 let notice = Notice::SyncLoss { fed: fed.id, expected, found_lv1: fragment.lv1 };
-                self.out.push_back(Output::Notice(notice));
-                self.out.push_back(Output::FreeBuffers(vec![fragment]));
+                self.out.push_back(RuOutput::Notice(notice));
+                self.out.push_back(RuOutput::FreeBuffers(vec![fragment]));
                 // Events waiting for this FED no longer do.
                 let waiting: Vec<EventNumber> = self.waiting.iter().map(|&(_, e)| e).collect();
                 self.try_send(now, waiting);
@@ -222,15 +252,15 @@ impl Ru {
         let caught_up = fed.state == FedState::Stalled;
         if self.events.was_removed(event) || self.events.get(event).is_some_and(|e| e.sent) {
             self.counters.late_fragments += 1;
-            self.out.push_back(Output::Notice(Notice::LateFragment { fed: fed_id, event }));
-            self.out.push_back(Output::FreeBuffers(vec![fragment]));
+            self.out.push_back(RuOutput::Notice(Notice::LateFragment { fed: fed_id, event }));
+            self.out.push_back(RuOutput::FreeBuffers(vec![fragment]));
             return Ok(());
         }
         if caught_up {
             self.feds[fed_index].state = FedState::Normal;
         }
         if let Some(info) = fragment.trigger {
-            self.out.push_back(Output::Triggered { event, lumi_section: info.lumi_section });
+            self.out.push_back(RuOutput::Triggered { event, lumi_section: info.lumi_section });
         }
         let e = self.events.entry(event).expect("not removed: checked above");
         if e.fragments.is_empty() {
@@ -253,7 +283,7 @@ impl Ru {
                 for range in events {
                     for event in range.iter() {
                         let Some(e) = self.events.entry(event) else {
-                            self.out.push_back(Output::Notice(Notice::ProtocolError {
+                            self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
                                 what: format!(
                                     "RU {}: event {event} assigned to BU {bu} after its release",
                                     self.cfg.ru
@@ -276,6 +306,14 @@ impl Ru {
                 self.flush_complete_batches();
             }
             Input::Message { msg: Message::Release { events }, .. } => self.release(&events),
+            Input::Message { from: Peer::Evm, msg: Message::Drain { last_event } } => {
+                if self.drain.is_some_and(|seen| seen != last_event) {
+                    self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
+                        what: format!("RU {}: a second drain with another last event, {last_event:?}", self.cfg.ru),
+                    }));
+                }
+                self.drain.get_or_insert(last_event);
+            }
             Input::Tick => {
                 let timeout = self.cfg.fragment_timeout_ns;
                 let waiting: Vec<EventNumber> = self
@@ -287,7 +325,7 @@ impl Ru {
                 self.try_send(now, waiting);
                 self.flush(|_| true);
             }
-            Input::Message { from, msg } => self.out.push_back(Output::Notice(Notice::ProtocolError {
+            Input::Message { from, msg } => self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
                 what: format!("RU {}: unexpected message from {from:?}: {}", self.cfg.ru, message_name(&msg)),
             })),
             _ => {}
@@ -308,7 +346,7 @@ impl Ru {
             }
         }
         if !freed.is_empty() {
-            self.out.push_back(Output::FreeBuffers(freed));
+            self.out.push_back(RuOutput::FreeBuffers(freed));
         }
         self.trim_waiting();
     }
@@ -355,10 +393,10 @@ impl Ru {
                 for &fed in &missing {
                     if let Some(f) = self.feds.iter_mut().find(|f| f.id == fed && f.state == FedState::Normal) {
                         f.state = FedState::Stalled;
-                        self.out.push_back(Output::Notice(Notice::FedStalled { fed, event }));
+                        self.out.push_back(RuOutput::Notice(Notice::FedStalled { fed, event }));
                     }
                 }
-                self.out.push_back(Output::Notice(Notice::MissingFragments { event, feds: missing }));
+                self.out.push_back(RuOutput::Notice(Notice::MissingFragments { event, feds: missing }));
             }
         }
         self.trim_waiting();
@@ -392,17 +430,10 @@ impl Ru {
                 let ranges: Vec<EventRange> = parts.iter().map(|p| EventRange { first: p.event, count: 1 }).collect();
                 self.release(&ranges);
             }
-            // Moved, not copied, into messages of at most `max_parts_per_message`.
-            let max = self.cfg.max_parts_per_message.max(1);
-            let mut parts = parts.into_iter().peekable();
-            while parts.peek().is_some() {
-                let msg = Message::Data {
-                    ru: self.cfg.ru,
-                    epoch,
-                    parts: parts.by_ref().take(max).collect(),
-                    commits: Vec::new(),
-                };
-                self.out.push_back(Output::Send { to: Peer::Bu(bu), msg });
+            let (max_parts, max_bytes) = (self.cfg.max_parts_per_message, self.cfg.max_data_bytes);
+            for parts in data_batches(parts, max_parts, max_bytes) {
+                let msg = Message::Data { ru: self.cfg.ru, epoch, parts, commits: Vec::new() };
+                self.out.push_back(RuOutput::Send { to: Peer::Bu(bu), msg });
             }
         }
     }
@@ -424,7 +455,7 @@ impl Ru {
     }
 
     /// The next output, if any.
-    pub fn poll_output(&mut self) -> Option<Output> {
+    pub fn poll_output(&mut self) -> Option<RuOutput> {
         self.out.pop_front()
     }
 }
@@ -471,11 +502,11 @@ mod tests {
             },
         );
         assert_eq!(ru.offer_fragment(0, 0, fragment(7, 3)), Ok(()));
-        let outputs: Vec<Output> = std::iter::from_fn(|| ru.poll_output()).collect();
+        let outputs: Vec<RuOutput> = std::iter::from_fn(|| ru.poll_output()).collect();
         assert!(outputs.iter().any(
-            |o| matches!(o, Output::Send { to: Peer::Bu(0), msg: Message::Data { parts, .. } } if parts[0].event == 1)
+            |o| matches!(o, RuOutput::Send { to: Peer::Bu(0), msg: Message::Data { parts, .. } } if parts[0].event == 1)
         ));
-        assert!(outputs.iter().any(|o| matches!(o, Output::FreeBuffers(f) if f[0].lv1 == 1)));
+        assert!(outputs.iter().any(|o| matches!(o, RuOutput::FreeBuffers(f) if f[0].lv1 == 1)));
     }
 
     #[test]
@@ -486,10 +517,10 @@ mod tests {
         let assign =
             Message::Assign { bu: 0, epoch: 1, events: vec![EventRange { first: 1, count: 1 }], release: vec![] };
         ru.handle(0, Input::Message { from: Peer::Evm, msg: assign });
-        let outputs: Vec<Output> = std::iter::from_fn(|| ru.poll_output()).collect();
-        assert!(outputs.contains(&Output::Notice(Notice::SyncLoss { fed: 8, expected: 1, found_lv1: 2 })));
+        let outputs: Vec<RuOutput> = std::iter::from_fn(|| ru.poll_output()).collect();
+        assert!(outputs.contains(&RuOutput::Notice(Notice::SyncLoss { fed: 8, expected: 1, found_lv1: 2 })));
         let sent = outputs.iter().find_map(|o| match o {
-            Output::Send { msg: Message::Data { parts, .. }, .. } => Some(parts[0].clone()),
+            RuOutput::Send { msg: Message::Data { parts, .. }, .. } => Some(parts[0].clone()),
             _ => None,
         });
         assert_eq!(sent.map(|p| (p.event, p.missing)), Some((1, vec![8])), "sent at once, FED 8 missing");
@@ -498,7 +529,7 @@ mod tests {
     fn sent(ru: &mut Ru) -> Vec<(EventNumber, Vec<FedId>)> {
         std::iter::from_fn(|| ru.poll_output())
             .filter_map(|o| match o {
-                Output::Send { msg: Message::Data { parts, .. }, .. } => Some(parts),
+                RuOutput::Send { msg: Message::Data { parts, .. }, .. } => Some(parts),
                 _ => None,
             })
             .flatten()

@@ -103,9 +103,10 @@ pub struct BuiltEvent {
     pub parts: Vec<SuperFragment>,
 }
 
-/// An output of a unit.
+/// An output of a readout unit, and of the EVM's node (which passes on what its RU and its EVM
+/// say, keeping the triggers between them).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
+pub enum RuOutput {
     /// Send a message.
     Send {
         /// To whom.
@@ -113,16 +114,45 @@ pub enum Output {
         /// The message.
         msg: Message,
     },
-    /// The EVM's RU saw a trigger: the event exists (delivered to the EVM next to it).
+    /// The RU took a trigger fragment: the event exists. Only the EVM's node reads the trigger
+    /// FED, and it hands these to its EVM; they never leave it.
     Triggered {
         /// The event.
         event: EventNumber,
         /// Its lumi section, from the trigger fragment.
         lumi_section: u32,
     },
-    /// Receive buffers that can be reused (RU).
+    /// Receive buffers that can be reused.
     FreeBuffers(Vec<FragmentRef>),
-    /// Write these events into a new raw file under `open/` and close it (BU).
+    /// Something for monitoring.
+    Notice(Notice),
+}
+
+/// An output of the event manager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvmOutput {
+    /// Send a message.
+    Send {
+        /// To whom.
+        to: Peer,
+        /// The message.
+        msg: Message,
+    },
+    /// Something for monitoring.
+    Notice(Notice),
+}
+
+/// An output of a builder unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BuOutput {
+    /// Send a message.
+    Send {
+        /// To whom.
+        to: Peer,
+        /// The message.
+        msg: Message,
+    },
+    /// Write these events into a new raw file under `open/` and close it.
     WriteFile {
         /// The file.
         file: FileId,
@@ -131,19 +161,19 @@ pub enum Output {
         /// The events, in the order to write them.
         events: Vec<BuiltEvent>,
     },
-    /// Rename the file out of `open/` and write its JSON (BU).
+    /// Rename the file out of `open/` and write its JSON.
     PublishFile(FileId),
-    /// Delete the file from `open/`: its events were given to another BU (BU).
+    /// Delete the file from `open/`: its events were given to another BU.
     DiscardFile(FileId),
     /// Write the end-of-lumi record of a lumi section: all of its events given to this BU are
-    /// published (BU).
+    /// published.
     EndOfLumi {
         /// The lumi section.
         lumi_section: u32,
         /// Events of it in this BU's files.
         events: u64,
     },
-    /// Write the end-of-run record: every lumi section is closed (BU).
+    /// Write the end-of-run record: every lumi section is closed.
     EndOfRun {
         /// The last lumi section.
         last_lumi_section: u32,

@@ -46,7 +46,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_cha
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_evb::types::{Epoch, FileId, Nanos, Peer};
-use tessera_evb::unit::{BuiltEvent, Input, Output};
+use tessera_evb::unit::{BuOutput, BuiltEvent, Input};
 use tessera_evb::wire::encode;
 use tessera_evb::{Bu, BuConfig, BuDisk};
 use tessera_fu::resources::{BackPressure, FarmCpu, assess, now_unix_ms, read_summaries, used_percent};
@@ -318,7 +318,7 @@ struct BuLoop {
     disk_full_said: bool,
     /// The core's output that found the disk full (a publication, an end-of-lumi or end-of-run
     /// record), to be carried out again before any later one.
-    deferred: Option<Output>,
+    deferred: Option<BuOutput>,
     ended: bool,
     published: u64,
     run_dir: PathBuf,
@@ -621,13 +621,13 @@ impl BuLoop {
                     None => return Ok(()),
                 },
             };
-            if let Output::WriteFile { lumi_section, .. } = &out
+            if let BuOutput::WriteFile { lumi_section, .. } = &out
                 && u64::from(*lumi_section) > self.stats.lumi_section.get()
             {
                 self.stats.lumi_section.set(u64::from(*lumi_section));
             }
             match out {
-                Output::Send { to: Peer::Evm, msg } => {
+                BuOutput::Send { to: Peer::Evm, msg } => {
                     let mut frame = Vec::new();
                     encode(&msg, &mut frame).map_err(|e| NodeError::Bu(format!("encoding a request: {e}")))?;
                     self.stats.control_messages.add(1);
@@ -635,7 +635,7 @@ impl BuLoop {
                         c.queue(frame);
                     }
                 }
-                Output::WriteFile { file, events, .. } if self.files.is_none() => {
+                BuOutput::WriteFile { file, events, .. } if self.files.is_none() => {
                     let fragments = || events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments);
                     let bytes = fragments().map(|f| u64::from(f.bytes)).sum();
                     self.discarded.insert(file, (events.len() as u64, bytes));
@@ -643,7 +643,7 @@ impl BuLoop {
                     let now = self.now();
                     self.core.handle(now, Input::FileWritten(file));
                 }
-                Output::WriteFile { file, events, .. } => {
+                BuOutput::WriteFile { file, events, .. } => {
                     let frames = self.store.share(&events);
                     let (bytes, largest) = file_bytes(&events);
                     if let Some(room) = &mut self.room {
@@ -657,12 +657,12 @@ impl BuLoop {
                     self.writing += 1;
                     self.hand_to_writers()?;
                 }
-                Output::PublishFile(file) => {
+                BuOutput::PublishFile(file) => {
                     let (events, bytes) = match &mut self.files {
                         Some(files) => match files.publish(file) {
                             Ok(p) => (u64::from(p.events), p.bytes),
                             Err(e) if e.is_disk_full() => {
-                                self.defer(Output::PublishFile(file), &e);
+                                self.defer(BuOutput::PublishFile(file), &e);
                                 return Ok(());
                             }
                             Err(e) => return Err(e.into()),
@@ -681,7 +681,7 @@ impl BuLoop {
                     let now = self.now();
                     self.core.handle(now, Input::FilePublished(file));
                 }
-                Output::DiscardFile(file) => {
+                BuOutput::DiscardFile(file) => {
                     if let Some(room) = &mut self.room {
                         room.gone(file);
                     }
@@ -696,7 +696,7 @@ impl BuLoop {
                         self.update_room();
                     }
                 }
-                Output::EndOfLumi { lumi_section, events } => {
+                BuOutput::EndOfLumi { lumi_section, events } => {
                     self.stats.lumi_sections_closed.add(1);
                     // Sections close in the order their files are all published, not always in
                     // number order: the figure is the highest one closed.
@@ -708,7 +708,7 @@ impl BuLoop {
                         match files.end_lumi(lumi_section, events) {
                             Ok(()) => {}
                             Err(e) if e.is_disk_full() => {
-                                self.defer(Output::EndOfLumi { lumi_section, events }, &e);
+                                self.defer(BuOutput::EndOfLumi { lumi_section, events }, &e);
                                 return Ok(());
                             }
                             Err(e) => return Err(e.into()),
@@ -723,12 +723,12 @@ impl BuLoop {
                         );
                     }
                 }
-                Output::EndOfRun { last_lumi_section, lumi_sections } => {
+                BuOutput::EndOfRun { last_lumi_section, lumi_sections } => {
                     if let Some(files) = &mut self.files {
                         match files.end_run(last_lumi_section, lumi_sections) {
                             Ok(()) => {}
                             Err(e) if e.is_disk_full() => {
-                                self.defer(Output::EndOfRun { last_lumi_section, lumi_sections }, &e);
+                                self.defer(BuOutput::EndOfRun { last_lumi_section, lumi_sections }, &e);
                                 return Ok(());
                             }
                             Err(e) => return Err(e.into()),
@@ -736,8 +736,12 @@ impl BuLoop {
                     }
                     self.ended = true;
                 }
-                Output::Notice(n) => self.stats.problem(format!("BU {}: {n}", self.cfg.bu.bu)),
-                _ => {}
+                BuOutput::Notice(n) => self.stats.problem(format!("BU {}: {n}", self.cfg.bu.bu)),
+                // A BU speaks to the EVM only.
+                BuOutput::Send { to, .. } => {
+                    debug_assert!(false, "a BU core addressed {to:?}");
+                    self.stats.problem(format!("BU {}: a message to {to:?} not sent", self.cfg.bu.bu))
+                }
             }
         }
     }
@@ -790,7 +794,7 @@ impl BuLoop {
 
     /// Keeps `out`, which found the disk full, to carry it out again after [`DISK_FULL_RETRY`]
     /// (and every output after it in its turn); says so once until a file is written again.
-    fn defer(&mut self, out: Output, e: &BuFilesError) {
+    fn defer(&mut self, out: BuOutput, e: &BuFilesError) {
         self.deferred = Some(out);
         self.retry_at = Some(Instant::now() + DISK_FULL_RETRY);
         if !std::mem::replace(&mut self.disk_full_said, true) {

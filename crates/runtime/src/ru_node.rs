@@ -26,11 +26,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo};
+use tessera_evb::ingest::IngestRu;
+use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo, data_batches};
 use tessera_evb::ru::BackPressure;
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 pub use tessera_evb::unit::TriggerBreak;
-use tessera_evb::unit::{Input, Notice, Output};
+use tessera_evb::unit::{Input, Notice, RuOutput};
 use tessera_evb::wire::{encode, encode_data_header_pieces};
 use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::fed::CrcCheck;
@@ -60,7 +61,7 @@ pub trait RuCore: Send {
     /// See [`Ru::next_timeout`].
     fn next_timeout(&self) -> Option<Nanos>;
     /// See [`Ru::poll_output`].
-    fn poll_output(&mut self) -> Option<Output>;
+    fn poll_output(&mut self) -> Option<RuOutput>;
     /// The RU.
     fn ru(&self) -> &Ru;
     /// The RU, to tell it of its streams ([`Ru::stream_alive`]).
@@ -86,7 +87,7 @@ impl RuCore for Ru {
     fn next_timeout(&self) -> Option<Nanos> {
         Ru::next_timeout(self)
     }
-    fn poll_output(&mut self) -> Option<Output> {
+    fn poll_output(&mut self) -> Option<RuOutput> {
         Ru::poll_output(self)
     }
     fn ru(&self) -> &Ru {
@@ -119,7 +120,7 @@ impl RuCore for EvmNode {
     fn next_timeout(&self) -> Option<Nanos> {
         EvmNode::next_timeout(self)
     }
-    fn poll_output(&mut self) -> Option<Output> {
+    fn poll_output(&mut self) -> Option<RuOutput> {
         EvmNode::poll_output(self)
     }
     fn ru(&self) -> &Ru {
@@ -136,6 +137,39 @@ impl RuCore for EvmNode {
     }
     fn node_mut(&mut self) -> Option<&mut EvmNode> {
         Some(self)
+    }
+}
+
+impl RuCore for IngestRu {
+    fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
+        IngestRu::offer_fragment(self, now, fed_index, fragment)
+    }
+    fn accepts(&self, fed_index: usize) -> bool {
+        IngestRu::ru(self).accepts(fed_index)
+    }
+    fn handle(&mut self, now: Nanos, input: Input) {
+        IngestRu::handle(self, now, input)
+    }
+    fn next_timeout(&self) -> Option<Nanos> {
+        IngestRu::next_timeout(self)
+    }
+    fn poll_output(&mut self) -> Option<RuOutput> {
+        IngestRu::poll_output(self)
+    }
+    fn ru(&self) -> &Ru {
+        IngestRu::ru(self)
+    }
+    fn ru_mut(&mut self) -> &mut Ru {
+        IngestRu::ru_mut(self)
+    }
+    fn evm(&self) -> Option<&Evm> {
+        None
+    }
+    fn node(&self) -> Option<&EvmNode> {
+        None
+    }
+    fn node_mut(&mut self) -> Option<&mut EvmNode> {
+        None
     }
 }
 
@@ -526,9 +560,14 @@ pub struct RuNode {
 impl RuNode {
     /// Sets up the node: its core, its poller, and its receive memory, allocated and touched now.
     pub fn new(cfg: RuNodeConfig) -> Result<Self, NodeError> {
+        // Every data message fits the frame a BU accepts: the core splits them so.
+        let mut ru = cfg.ru.clone();
+        ru.max_data_bytes =
+            ru.max_data_bytes.min((cfg.max_frame_bytes as usize).saturating_sub(FRAME_SLACK_BYTES).max(1));
         let core: Box<dyn RuCore> = match cfg.evm.clone() {
-            Some(evm) => Box::new(EvmNode::new(evm, cfg.ru.clone())),
-            None => Box::new(Ru::new(cfg.ru.clone())),
+            Some(evm) => Box::new(EvmNode::new(evm, ru)),
+            None if cfg.ingest_only => Box::new(IngestRu::new(ru)),
+            None => Box::new(Ru::new(ru)),
         };
         let (poll, control) = poller()?;
         let stats = Arc::new(UnitStats::for_ru(&cfg.ru.feds));
@@ -575,16 +614,12 @@ impl RuNode {
             conns: BTreeMap::new(),
             next_conn: CONN_BASE,
             scratch: vec![0u8; 256 << 10],
-            drain_seen: false,
             bus_down: BTreeMap::new(),
             bus_lost: Vec::new(),
             stop_noted: false,
             last_trigger: None,
-            self_assigned: cfg.ru.first_event,
-            to_release: Vec::new(),
             left_out: vec![None; cfg.ru.feds.len()],
             trigger_fault: None,
-            run_last_event: None,
             stalls: Stalls::default(),
             cpu: CpuSampler::default(),
             stats,
@@ -621,7 +656,6 @@ struct RuLoop {
     conns: BTreeMap<Token, Conn>,
     next_conn: usize,
     scratch: Vec<u8>,
-    drain_seen: bool,
     /// BUs whose connection closed before the EVM's Drain, with when and the line that says it:
     /// said after [`LOSS_PATIENCE`] without the Drain.
     bus_lost: Vec<(Instant, String)>,
@@ -632,17 +666,12 @@ struct RuLoop {
     stop_noted: bool,
     /// The trigger information of the last trigger fragment that parsed.
     last_trigger: Option<TriggerInfo>,
-    /// Ingest only: the next event to assign to itself, and the events sent, to release.
-    self_assigned: EventNumber,
-    to_release: Vec<tessera_evb::types::EventRange>,
     /// Why each FED (by index) is left out for the rest of the run, once it is: it lost sync or
     /// disconnected. The unit stays in [`SubState::SyncLoss`] or [`SubState::FedDisconnected`]
     /// meanwhile.
     left_out: Vec<Option<LeftOut>>,
     /// EVM: how the trigger stream broke before run control stopped the trigger.
     trigger_fault: Option<TriggerFault>,
-    /// RU: the run's last event, as the EVM's drain says.
-    run_last_event: Option<EventNumber>,
     stalls: Stalls,
     cpu: CpuSampler,
 }
@@ -654,6 +683,11 @@ impl RuLoop {
 
     fn is_evm(&self) -> bool {
         self.cfg.evm.is_some()
+    }
+
+    /// An RU (not the EVM's node) has had the EVM's drain: the run is over.
+    fn drain_seen(&self) -> bool {
+        !self.is_evm() && self.core.ru().drain_seen()
     }
 
     fn me(&self) -> Peer {
@@ -743,7 +777,7 @@ impl RuLoop {
             self.close_overdue_links(enabled_at)?;
             self.dispatch(self.now());
             self.retry_bus_down();
-            if self.drain_seen {
+            if self.drain_seen() {
                 self.bus_lost.clear();
             }
             while self.bus_lost.first().is_some_and(|(at, _)| at.elapsed() >= LOSS_PATIENCE) {
@@ -772,17 +806,7 @@ impl RuLoop {
             if let Some(evm) = self.core.evm()
                 && evm.drained()
             {
-                let (last_event, lost) = (evm.last_triggered(), evm.bus_lost());
-                if drained_at.is_none() {
-                    // The RUs' cores need no drain; their loops take it as the run's end, so
-                    // that a connection closed without it means the EVM was lost.
-                    let mut frame = Vec::new();
-                    encode(&Message::Drain { last_event }, &mut frame).expect("encodable");
-                    for c in self.conns.values_mut().filter(|c| matches!(c.peer, Some(Peer::Ru(_)))) {
-                        c.queue(frame.clone());
-                    }
-                    self.flush_conns()?;
-                }
+                let lost = evm.bus_lost();
                 let at = *drained_at.get_or_insert_with(Instant::now);
                 if !lost.is_empty() && !lost_said {
                     lost_said = true;
@@ -796,10 +820,10 @@ impl RuLoop {
                     return Ok(self.report());
                 }
             }
-            if !self.is_evm() && self.drain_seen && !self.conns.values().any(|c| c.peer == Some(Peer::Evm)) {
+            if !self.is_evm() && self.drain_seen() && !self.conns.values().any(|c| c.peer == Some(Peer::Evm)) {
                 return Ok(self.report());
             }
-            if self.cfg.ingest_only && self.ingest_step() {
+            if self.cfg.ingest_only && self.ingested_all() {
                 return Ok(self.report());
             }
             let wait = if busy {
@@ -868,7 +892,7 @@ impl RuLoop {
     fn last_event_of_run(&self) -> Option<EventNumber> {
         match self.core.evm() {
             Some(evm) => evm.last_triggered(),
-            None => self.run_last_event,
+            None => self.core.ru().run_last_event(),
         }
     }
 
@@ -906,7 +930,7 @@ impl RuLoop {
     /// event limit, the stop line, and once the run's last event is known (the trigger stopped,
     /// the drain seen), the events of the run.
     fn clean_end_at(&self) -> Option<u64> {
-        let stopped = if self.is_evm() { trigger_off(&*self.core) } else { self.drain_seen };
+        let stopped = if self.is_evm() { trigger_off(&*self.core) } else { self.drain_seen() };
         let run = stopped.then(|| self.events_of_run());
         [self.cfg.event_limit, self.control.stop_line(), run].into_iter().flatten().min()
     }
@@ -986,10 +1010,10 @@ impl RuLoop {
         self.dispatch(now);
     }
 
-    /// Takes note once that the EVM's node stopped the trigger (run control's stop, the trigger
-    /// stream's clean end, or its break).
-    fn note_trigger_stop(&mut self) {
-        if !self.stop_noted && trigger_off(&*self.core) {
+    /// Takes note once that the run stopped: the EVM's node stopped the trigger (run control's
+    /// stop, the trigger stream's clean end, or its break), or an RU had the EVM's drain.
+    fn note_stop(&mut self) {
+        if !self.stop_noted && (trigger_off(&*self.core) || self.drain_seen()) {
             self.stop_noted = true;
             self.stats.transition(Transition::Stop);
         }
@@ -1262,16 +1286,6 @@ impl RuLoop {
                 self.linked(token, peer);
             }
             for (from, msg) in inputs {
-                if let Message::Drain { last_event } = msg
-                    && !self.is_evm()
-                {
-                    self.run_last_event = last_event;
-                    if !self.drain_seen {
-                        self.stats.transition(Transition::Stop);
-                    }
-                    self.drain_seen = true;
-                    continue;
-                }
                 self.core.handle(now, Input::Message { from, msg });
             }
             if let Some(why) = pass.closed {
@@ -1340,7 +1354,7 @@ impl RuLoop {
             return Ok(());
         };
         match peer {
-            Peer::Evm if !self.drain_seen => {
+            Peer::Evm if !self.drain_seen() => {
                 return Err(NodeError::EvmLost(why.unwrap_or_else(|| "closed by the EVM".into())));
             }
             Peer::Evm => {}
@@ -1357,7 +1371,7 @@ impl RuLoop {
                 if self.is_evm() && !self.core.evm().is_some_and(Evm::drained) {
                     self.stats.saw(SubState::Blocked);
                     self.stats.problem(line);
-                } else if !self.is_evm() && !self.drain_seen {
+                } else if !self.is_evm() && !self.drain_seen() {
                     self.bus_lost.push((Instant::now(), line));
                 }
                 if self.is_evm() {
@@ -1377,43 +1391,21 @@ impl RuLoop {
         Ok(())
     }
 
-    /// Ingest only: releases what the core sent, assigns the events every stream has delivered,
-    /// and says whether every stream has ended and nothing is left.
-    fn ingest_step(&mut self) -> bool {
-        let now = self.now();
-        if !self.to_release.is_empty() {
-            let events = std::mem::take(&mut self.to_release);
-            self.core.handle(now, Input::Message { from: Peer::Evm, msg: Message::Release { events } });
-        }
-        let delivered = self.streams.iter().map(|s| s.as_ref().map_or(0, |s| s.fragments)).min().unwrap_or(0);
-        let through = self.cfg.ru.first_event + delivered;
-        if through > self.self_assigned {
-            let count = (through - self.self_assigned) as u32;
-            let events = vec![tessera_evb::types::EventRange { first: self.self_assigned, count }];
-            self.self_assigned = through;
-            let msg = Message::Assign { bu: 0, epoch: 1, events, release: Vec::new() };
-            self.core.handle(now, Input::Message { from: Peer::Evm, msg });
-        }
-        self.dispatch(now);
+    /// Ingest only: every stream has ended and every event is built and freed.
+    fn ingested_all(&self) -> bool {
         let ended = self.streams.iter().all(|s| s.as_ref().is_some_and(|s| s.ended));
-        ended && self.to_release.is_empty() && self.core.ru().events_buffered() == 0
+        ended && self.core.ru().events_buffered() == 0
     }
 
     /// Carries out the core's outputs.
     fn dispatch(&mut self, _now: Nanos) {
-        self.note_trigger_stop();
+        self.note_stop();
         while let Some(out) = self.core.poll_output() {
             match out {
-                Output::Send { msg: Message::Data { parts, .. }, .. } if self.cfg.ingest_only => {
-                    for p in &parts {
-                        tessera_evb::types::push_event(&mut self.to_release, p.event);
-                    }
-                    self.stats.data_messages.add(1);
+                RuOutput::Send { to, msg: Message::Data { ru, epoch, parts, commits } } => {
+                    self.send_data(to, ru, epoch, &parts, &commits)
                 }
-                Output::Send { to, msg: Message::Data { ru, epoch, parts, commits } } => {
-                    self.send_parts(to, ru, epoch, parts, commits)
-                }
-                Output::Send { to, msg } => {
+                RuOutput::Send { to, msg } => {
                     let mut frame = Vec::new();
                     if let Err(e) = encode(&msg, &mut frame) {
                         self.stats.problem(format!("{:?}: message not sent: {e}", self.me()));
@@ -1424,7 +1416,7 @@ impl RuLoop {
                         c.queue(frame);
                     }
                 }
-                Output::FreeBuffers(fragments) => {
+                RuOutput::FreeBuffers(fragments) => {
                     for f in fragments {
                         let (stream, handle) = unpack(f.buffer);
                         if let Some(b) = self.buffers.0.get_mut(stream) {
@@ -1432,10 +1424,10 @@ impl RuLoop {
                         }
                     }
                 }
-                Output::Notice(Notice::TriggerStreamBroken { what, fragments, last_event }) => {
+                RuOutput::Notice(Notice::TriggerStreamBroken { what, fragments, last_event }) => {
                     self.trigger_broke(what, fragments, last_event)
                 }
-                Output::Notice(n) => {
+                RuOutput::Notice(n) => {
                     self.count_fed_errors(&n);
                     let text = match &n {
                         // The core does not know why a FED gave nothing; the streams say it.
@@ -1448,7 +1440,9 @@ impl RuLoop {
                     };
                     self.stats.problem(format!("{:?}: {text}", self.me()))
                 }
-                _ => {}
+                // The EVM's node hands its RU's triggers to its EVM; no other RU reads the
+                // trigger FED.
+                RuOutput::Triggered { .. } => {}
             }
         }
     }
@@ -1507,30 +1501,9 @@ impl RuLoop {
         }
     }
 
-    /// Queues `parts` to `to` as frames a BU accepts: super-fragments are split over as many
-    /// frames as their bytes need (the commits ride on the first).
-    fn send_parts(&mut self, to: Peer, ru: u16, epoch: u32, parts: Vec<SuperFragment>, commits: Vec<FileId>) {
-        let limit = self.cfg.max_frame_bytes as usize - FRAME_SLACK_BYTES;
-        let mut commits = Some(commits);
-        let mut parts = parts.into_iter().peekable();
-        while parts.peek().is_some() {
-            let mut batch = Vec::new();
-            let mut bytes = 0usize;
-            while let Some(p) = parts.peek() {
-                let b: usize = p.fragments.iter().map(|f| f.bytes as usize).sum();
-                if !batch.is_empty() && bytes + b > limit {
-                    break;
-                }
-                bytes += b;
-                batch.push(parts.next().expect("peeked"));
-            }
-            let commits = commits.take().unwrap_or_default();
-            self.send_data(to, ru, epoch, &batch, &commits, bytes);
-        }
-    }
-
-    /// Queues one data frame of `parts` (`bytes` of fragments) to `to`.
-    fn send_data(&mut self, to: Peer, ru: u16, epoch: u32, parts: &[SuperFragment], commits: &[FileId], bytes: usize) {
+    /// Queues one data frame of `parts` to `to`.
+    fn send_data(&mut self, to: Peer, ru: u16, epoch: u32, parts: &[SuperFragment], commits: &[FileId]) {
+        let bytes = parts.iter().map(SuperFragment::bytes).sum();
         let handles: Vec<u64> = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer).collect();
         let mut pieces: Vec<&[u8]> = Vec::with_capacity(handles.len());
         for &h in &handles {
@@ -1583,8 +1556,11 @@ impl RuLoop {
                     by_epoch.entry(epoch).or_default().push(part);
                 }
             }
+            let (max_parts, max_bytes) = (ru.config().max_parts_per_message, ru.config().max_data_bytes);
             for (epoch, parts) in by_epoch {
-                self.send_parts(Peer::Bu(b), self.cfg.ru.ru, epoch, parts, Vec::new());
+                for batch in data_batches(parts, max_parts, max_bytes) {
+                    self.send_data(Peer::Bu(b), self.cfg.ru.ru, epoch, &batch, &[]);
+                }
             }
         }
     }

@@ -6,7 +6,7 @@ use crate::scenario::Topology;
 use std::collections::VecDeque;
 use tessera_evb::msg::{FragmentRef, Message};
 use tessera_evb::types::{BuId, EventNumber, FedId, FileId, Nanos, Peer};
-use tessera_evb::unit::{BuiltEvent, Input, Output};
+use tessera_evb::unit::{BuOutput, BuiltEvent, Input, RuOutput};
 use tessera_evb::{Bu, BuConfig, BuDisk, EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::tcds::TCDS_FED_ID;
 
@@ -96,40 +96,56 @@ impl<F: Effects> IdealSystem<F> {
     }
 
     fn outputs(&mut self, node: Peer) {
-        loop {
-            let out = match node {
-                Peer::Evm | Peer::Ru(0) => self.evm.poll_output(),
-                Peer::Ru(r) => self.rus[usize::from(r) - 1].poll_output(),
-                Peer::Bu(b) => self.bus[usize::from(b)].poll_output(),
-            };
-            let Some(out) = out else { return };
-            match (node, out) {
-                (_, Output::Send { to, msg }) => {
-                    if msg.is_control() {
-                        self.counts.control += 1;
-                    } else {
-                        self.counts.data += 1;
-                    }
-                    self.queue.push_back((node, to, msg));
+        match node {
+            Peer::Bu(b) => {
+                while let Some(out) = self.bus[usize::from(b)].poll_output() {
+                    self.bu_output(b, out);
                 }
-                (Peer::Bu(b), Output::WriteFile { file, events, .. }) => {
-                    self.files.write(b, file, &events);
-                    self.inputs.push_back((node, Input::FileWritten(file)));
-                }
-                (Peer::Bu(b), Output::PublishFile(file)) => {
-                    self.files.publish(b, file);
-                    self.inputs.push_back((node, Input::FilePublished(file)));
-                }
-                (Peer::Bu(b), Output::EndOfLumi { lumi_section, events }) => {
-                    self.files.end_lumi(b, lumi_section, events)
-                }
-                (Peer::Bu(b), Output::EndOfRun { last_lumi_section, lumi_sections }) => {
-                    self.files.end_run(b, last_lumi_section, lumi_sections);
-                    self.ended[usize::from(b)] = true;
-                }
-                _ => {}
             }
+            _ => loop {
+                let out = match node {
+                    Peer::Ru(r) if r > 0 => self.rus[usize::from(r) - 1].poll_output(),
+                    _ => self.evm.poll_output(),
+                };
+                match out {
+                    Some(RuOutput::Send { to, msg }) => self.send(node, to, msg),
+                    // Nothing is lost here: buffers need no freeing, and there is nobody to tell.
+                    Some(RuOutput::FreeBuffers(_) | RuOutput::Notice(_) | RuOutput::Triggered { .. }) => {}
+                    None => return,
+                }
+            },
         }
+    }
+
+    fn bu_output(&mut self, b: u16, out: BuOutput) {
+        let node = Peer::Bu(b);
+        match out {
+            BuOutput::Send { to, msg } => self.send(node, to, msg),
+            BuOutput::WriteFile { file, events, .. } => {
+                self.files.write(b, file, &events);
+                self.inputs.push_back((node, Input::FileWritten(file)));
+            }
+            BuOutput::PublishFile(file) => {
+                self.files.publish(b, file);
+                self.inputs.push_back((node, Input::FilePublished(file)));
+            }
+            BuOutput::EndOfLumi { lumi_section, events } => self.files.end_lumi(b, lumi_section, events),
+            BuOutput::EndOfRun { last_lumi_section, lumi_sections } => {
+                self.files.end_run(b, last_lumi_section, lumi_sections);
+                self.ended[usize::from(b)] = true;
+            }
+            // An ideal BU is never restarted, and nothing goes wrong to be noticed.
+            BuOutput::DiscardFile(_) | BuOutput::Notice(_) => {}
+        }
+    }
+
+    fn send(&mut self, from: Peer, to: Peer, msg: Message) {
+        if msg.is_control() {
+            self.counts.control += 1;
+        } else {
+            self.counts.data += 1;
+        }
+        self.queue.push_back((from, to, msg));
     }
 
     fn feed(&mut self, now: Nanos, node: Peer, input: Input) {

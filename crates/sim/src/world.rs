@@ -6,10 +6,10 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use tessera_evb::bu::BuBug;
 use tessera_evb::evm::EvmBug;
-use tessera_evb::msg::{FragmentRef, Message, TriggerInfo};
+use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo};
 use tessera_evb::ru::RuBug;
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
-use tessera_evb::unit::{BuiltEvent, Input, Notice, Output};
+use tessera_evb::unit::{BuOutput, BuiltEvent, Input, Notice, RuOutput};
 use tessera_evb::{Bu, BuConfig, BuDisk, EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::frd::flags;
@@ -142,6 +142,8 @@ impl World {
                     first_event: sc.first_event,
                     max_events_buffered: 1024,
                     fragment_timeout_ns: 2_000_000,
+                    // Data messages split by bytes too, sometimes below one super-fragment.
+                    max_data_bytes: rng.between(1_000, 24_000) as usize,
                     bug: (sc.bug == Some(Bug::ReleaseBeforeCommit)).then_some(RuBug::ReleaseBeforeCommit),
                     ..RuConfig::new(r, feds)
                 }
@@ -359,6 +361,7 @@ impl World {
         let end = self.sc.first_event + events;
         self.published.len() as u64 == events
             && self.evm.evm.drained()
+            && self.rus.iter().all(Ru::drain_seen)
             && self.bus.iter().all(|b| b.ended && b.unit.as_ref().is_some_and(|u| u.idle()))
             && self.buffers.values().all(|&(_, _, event)| event >= end)
     }
@@ -571,11 +574,11 @@ impl World {
         self.drain_outputs(node);
     }
 
-    fn poll(&mut self, node: Peer) -> Option<Output> {
+    fn poll_ru(&mut self, node: Peer) -> Option<RuOutput> {
         match node {
             Peer::Evm | Peer::Ru(0) => self.evm.poll_output(),
             Peer::Ru(r) => self.rus[usize::from(r) - 1].poll_output(),
-            Peer::Bu(b) => self.bus[usize::from(b)].unit.as_mut()?.poll_output(),
+            Peer::Bu(_) => None,
         }
     }
 
@@ -588,8 +591,17 @@ impl World {
     }
 
     fn drain_outputs(&mut self, node: Peer) {
-        while let Some(out) = self.poll(node) {
-            self.output(node, out);
+        match node {
+            Peer::Bu(b) => {
+                while let Some(out) = self.bus[usize::from(b)].unit.as_mut().and_then(Bu::poll_output) {
+                    self.bu_output(b, out);
+                }
+            }
+            _ => {
+                while let Some(out) = self.poll_ru(node) {
+                    self.ru_output(node, out);
+                }
+            }
         }
         if let Some(at) = self.next_timeout(node) {
             // One tick per node at a time, never sooner than 10 µs from now.
@@ -605,11 +617,14 @@ impl World {
         }
     }
 
-    fn output(&mut self, node: Peer, out: Output) {
+    fn ru_output(&mut self, node: Peer, out: RuOutput) {
         match out {
-            Output::Send { to, msg } => self.send(node, to, msg),
-            Output::Triggered { .. } => {}
-            Output::FreeBuffers(fragments) => {
+            RuOutput::Send { to, msg } => self.send(node, to, msg),
+            // The EVM's node keeps its RU's triggers; a plain RU reads no trigger FED.
+            RuOutput::Triggered { event, .. } => {
+                self.violation(format!("{node:?} passed on the trigger of event {event}"))
+            }
+            RuOutput::FreeBuffers(fragments) => {
                 for f in fragments {
                     match self.buffers.remove(&f.buffer) {
                         Some((ru, fed, _)) => self.sources[ru][fed].held -= 1,
@@ -617,8 +632,24 @@ impl World {
                     }
                 }
             }
-            Output::WriteFile { file, lumi_section, events } => {
-                let Peer::Bu(b) = node else { return };
+            RuOutput::Notice(n) => self.notice(n),
+        }
+    }
+
+    fn notice(&mut self, notice: Notice) {
+        match notice {
+            Notice::ProtocolError { what } => self.violation(format!("protocol error: {what}")),
+            Notice::SyncLoss { .. } => self.tally.sync_losses += 1,
+            Notice::LateFragment { .. } => self.tally.late_fragments += 1,
+            Notice::TriggerStreamBroken { .. } => self.tally.trigger_breaks += 1,
+            Notice::MissingFragments { .. } | Notice::FedStalled { .. } | Notice::LateTrigger { .. } => {}
+        }
+    }
+
+    fn bu_output(&mut self, b: u16, out: BuOutput) {
+        match out {
+            BuOutput::Send { to, msg } => self.send(Peer::Bu(b), to, msg),
+            BuOutput::WriteFile { file, lumi_section, events } => {
                 let slot = &mut self.bus[usize::from(b)];
                 // What a restarted BU learns from the names of the files on its disk.
                 let next = slot.next_index.entry(file.lumi_section).or_default();
@@ -630,15 +661,13 @@ impl World {
                 }
                 self.schedule(self.now + cost, Ev::WriteDone { bu: usize::from(b), file, incarnation });
             }
-            Output::PublishFile(file) => self.publish(node, file),
-            Output::DiscardFile(file) => {
-                let Peer::Bu(b) = node else { return };
+            BuOutput::PublishFile(file) => self.publish(b, file),
+            BuOutput::DiscardFile(file) => {
                 if self.bus[usize::from(b)].files.remove(&file).is_none() {
                     self.violation(format!("BU {b} discarded file {file} that it does not hold"));
                 }
             }
-            Output::EndOfLumi { lumi_section, events } => {
-                let Peer::Bu(b) = node else { return };
+            BuOutput::EndOfLumi { lumi_section, events } => {
                 let slot = &mut self.bus[usize::from(b)];
                 let published = slot.published_events.remove(&lumi_section).unwrap_or(0);
                 let again = slot.end_of_lumis.insert(lumi_section, events).is_some();
@@ -650,8 +679,7 @@ impl World {
                     ));
                 }
             }
-            Output::EndOfRun { last_lumi_section, .. } => {
-                let Peer::Bu(b) = node else { return };
+            BuOutput::EndOfRun { last_lumi_section, .. } => {
                 let slot = &mut self.bus[usize::from(b)];
                 let missing: Vec<u32> =
                     (1..=last_lumi_section).filter(|ls| !slot.end_of_lumis.contains_key(ls)).collect();
@@ -662,15 +690,18 @@ impl World {
                     self.violation(format!("BU {b} wrote the EoR without the EoLS of lumi sections {missing:?}"));
                 }
             }
-            Output::Notice(Notice::ProtocolError { what }) => self.violation(format!("protocol error: {what}")),
-            Output::Notice(Notice::SyncLoss { .. }) => self.tally.sync_losses += 1,
-            Output::Notice(Notice::LateFragment { .. }) => self.tally.late_fragments += 1,
-            Output::Notice(Notice::TriggerStreamBroken { .. }) => self.tally.trigger_breaks += 1,
-            Output::Notice(_) => {}
+            BuOutput::Notice(n) => self.notice(n),
         }
     }
 
     fn send(&mut self, from: Peer, to: Peer, msg: Message) {
+        if let Message::Data { ru, parts, .. } = &msg {
+            let bound = self.ru_cfgs[usize::from(*ru)].max_data_bytes;
+            let bytes: usize = parts.iter().map(SuperFragment::bytes).sum();
+            if parts.len() > 1 && bytes > bound {
+                self.violation(format!("RU {ru} sent {bytes} fragment bytes in one data message, bound {bound}"));
+            }
+        }
         self.tally.messages += 1;
         self.tally.control_messages += u64::from(msg.is_control());
         let incarnation = match to {
@@ -692,8 +723,7 @@ impl World {
 
     /// A BU renames a file into place: it must be written, and each of its events must be new,
     /// whole and correctly flagged.
-    fn publish(&mut self, node: Peer, file: FileId) {
-        let Peer::Bu(b) = node else { return };
+    fn publish(&mut self, b: u16, file: FileId) {
         let bu = usize::from(b);
         let Some(f) = self.bus[bu].files.remove(&file) else {
             self.violation(format!("BU {b} published file {file} that it does not hold"));
@@ -813,6 +843,11 @@ impl World {
         }
         if let Some((&event, file)) = self.published.range(first + events..).next() {
             self.violation(format!("event {event}, after the run's last, published in file {file}"));
+        }
+        let last = self.evm.evm.last_triggered();
+        let seen: Vec<Option<EventNumber>> = self.rus.iter().map(Ru::run_last_event).collect();
+        for (r, seen) in seen.into_iter().enumerate().filter(|&(_, seen)| seen != last) {
+            self.violation(format!("RU {}: drained with last event {seen:?}, the EVM's is {last:?}", r + 1));
         }
         let lost = self.sc.faults.trigger_stream_lost;
         let broke = self.evm.trigger_break().map(ToString::to_string);
