@@ -278,6 +278,17 @@ impl Bu {
 
     /// Handles one input.
     pub fn handle(&mut self, now: Nanos, input: Input) {
+        self.handle_input(now, input);
+        debug_assert!(
+            self.events_in_flight() <= self.cfg.max_events_in_flight,
+            "BU {}: {} events held, bound {}",
+            self.cfg.bu,
+            self.events_in_flight(),
+            self.cfg.max_events_in_flight
+        );
+    }
+
+    fn handle_input(&mut self, now: Nanos, input: Input) {
         match input {
             Input::Message { from: Peer::Evm, msg: Message::Welcome { epoch, publish, discard } }
                 if epoch == self.epoch =>

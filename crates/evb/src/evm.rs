@@ -196,6 +196,38 @@ impl Evm {
             && self.lumis.is_empty()
     }
 
+    /// Checks the event manager's conservation laws: every event triggered is committed, lost
+    /// with its closed lumi section, or in flight; every event in flight waits to be assigned,
+    /// waits to be reassigned, or is assigned to exactly one BU; no BU holds more than its
+    /// bound. Cheap (per BU), so debug builds check it after every input; says the first law
+    /// broken.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let c = &self.counters;
+        if c.triggered != c.committed + c.lost_lumi_closed + self.in_flight as u64 {
+            return Err(format!(
+                "EVM: {} triggered != {} committed + {} lost + {} in flight",
+                c.triggered, c.committed, c.lost_lumi_closed, self.in_flight
+            ));
+        }
+        let assigned: usize = self.bus.iter().map(|b| b.assigned).sum();
+        if self.in_flight != self.triggered.len() + self.reassign.len() + assigned {
+            return Err(format!(
+                "EVM: {} in flight != {} unassigned + {} to reassign + {} assigned",
+                self.in_flight,
+                self.triggered.len(),
+                self.reassign.len(),
+                assigned
+            ));
+        }
+        match self.bus.iter().position(|b| b.assigned > self.cfg.max_assigned_per_bu) {
+            Some(b) => Err(format!(
+                "EVM: BU {b} holds {} events, bound {}",
+                self.bus[b].assigned, self.cfg.max_assigned_per_bu
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The BUs lost during the run and not back (no Hello from a new incarnation yet).
     pub fn bus_lost(&self) -> Vec<BuId> {
         (0..self.bus.len()).filter(|&b| !self.bus[b].alive).map(|b| b as BuId).collect()
@@ -270,10 +302,16 @@ impl Evm {
         self.close_lumis();
         self.stop_if_complete();
         self.assign(now);
+        debug_assert_eq!(self.check_invariants(), Ok(()));
     }
 
     /// Handles one input.
     pub fn handle(&mut self, now: Nanos, input: Input) {
+        self.handle_input(now, input);
+        debug_assert_eq!(self.check_invariants(), Ok(()));
+    }
+
+    fn handle_input(&mut self, now: Nanos, input: Input) {
         match input {
             Input::Message { from, msg } => self.message(now, from, msg),
             Input::PeerLost(Peer::Bu(bu)) => self.lose_bu(bu),

@@ -74,6 +74,12 @@ impl<T: Default> EventRing<T> {
     }
 
     /// Live events in order, with their state.
+    pub fn iter(&self) -> impl Iterator<Item = (EventNumber, &T)> {
+        let base = self.base;
+        self.slots.iter().enumerate().filter_map(move |(i, s)| s.as_ref().map(|t| (base + i as u64, t)))
+    }
+
+    /// Live events in order, with their state, to change.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (EventNumber, &mut T)> {
         let base = self.base;
         self.slots.iter_mut().enumerate().filter_map(move |(i, s)| s.as_mut().map(|t| (base + i as u64, t)))

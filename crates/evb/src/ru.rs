@@ -124,6 +124,10 @@ pub struct Ru {
     ready: BTreeMap<(BuId, Epoch), Vec<SuperFragment>>,
     out: VecDeque<RuOutput>,
     counters: RuCounters,
+    /// Fragments taken (offered and not refused) and freed: every fragment taken is freed or
+    /// held by an event.
+    taken: u64,
+    freed: u64,
     /// The EVM's drain, once it came: every event of the run is committed, and the run's last
     /// event is this one (none if nothing was triggered).
     drain: Option<Option<EventNumber>>,
@@ -146,8 +150,38 @@ impl Ru {
             ready: BTreeMap::new(),
             out: VecDeque::new(),
             counters: RuCounters::default(),
+            taken: 0,
+            freed: 0,
             drain: None,
         }
+    }
+
+    /// Hands `fragments` back to the driver.
+    fn free(&mut self, fragments: Vec<FragmentRef>) {
+        self.freed += fragments.len() as u64;
+        self.out.push_back(RuOutput::FreeBuffers(fragments));
+    }
+
+    /// Checks the RU's conservation laws: every fragment taken is freed or held by exactly one
+    /// event, and the events held stay within the buffer pool. It counts every fragment held, so
+    /// the simulator calls it after every step; says the first law broken.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let held: u64 = self.events.iter().map(|(_, e)| e.fragments.len() as u64).sum();
+        if self.taken != self.freed + held {
+            return Err(format!(
+                "RU {}: {} fragments taken != {} freed + {held} held",
+                self.cfg.ru, self.taken, self.freed
+            ));
+        }
+        if self.events.window() > self.cfg.max_events_buffered {
+            return Err(format!(
+                "RU {}: a window of {} events, bound {}",
+                self.cfg.ru,
+                self.events.window(),
+                self.cfg.max_events_buffered
+            ));
+        }
+        Ok(())
     }
 
     /// Whether the EVM's drain came: the run is over, and nothing more will be assigned.
@@ -227,9 +261,10 @@ impl Ru {
             self.counters.refused += 1;
             return Err(BackPressure);
         }
+        self.taken += 1;
         let fed = &mut self.feds[fed_index];
         if fed.state == FedState::SyncLost {
-            self.out.push_back(RuOutput::FreeBuffers(vec![fragment]));
+            self.free(vec![fragment]);
             return Ok(());
         }
         let event = match fed.lv1.accept(fragment.lv1) {
@@ -238,7 +273,7 @@ impl Ru {
                 fed.state = FedState::SyncLost;
                 let notice = Notice::SyncLoss { fed: fed.id, expected, found_lv1: fragment.lv1 };
                 self.out.push_back(RuOutput::Notice(notice));
-                self.out.push_back(RuOutput::FreeBuffers(vec![fragment]));
+                self.free(vec![fragment]);
                 // Events waiting for this FED no longer do.
                 let waiting: Vec<EventNumber> = self.waiting.iter().map(|&(_, e)| e).collect();
                 self.try_send(now, waiting);
@@ -253,7 +288,7 @@ impl Ru {
         if self.events.was_removed(event) || self.events.get(event).is_some_and(|e| e.sent) {
             self.counters.late_fragments += 1;
             self.out.push_back(RuOutput::Notice(Notice::LateFragment { fed: fed_id, event }));
-            self.out.push_back(RuOutput::FreeBuffers(vec![fragment]));
+            self.free(vec![fragment]);
             return Ok(());
         }
         if caught_up {
@@ -267,6 +302,8 @@ impl Ru {
             e.fragments.reserve_exact(self.feds.len());
         }
         e.fragments.push(fragment);
+        debug_assert!(self.events.window() <= self.cfg.max_events_buffered, "accepts() bounds the window");
+        let e = self.events.get(event).expect("just filled");
         if e.assigned.is_some() {
             self.try_send(now, [event]);
             self.flush_complete_batches();
@@ -346,7 +383,7 @@ impl Ru {
             }
         }
         if !freed.is_empty() {
-            self.out.push_back(RuOutput::FreeBuffers(freed));
+            self.free(freed);
         }
         self.trim_waiting();
     }
