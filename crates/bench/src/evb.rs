@@ -278,6 +278,7 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
         .zip(&ferol)
         .map(|(feds, to)| {
             Ok(SenderConfig {
+                replay: None,
                 streams: feds
                     .iter()
                     .map(|&fed| StreamConfig {

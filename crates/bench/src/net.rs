@@ -135,6 +135,7 @@ impl NetCase {
         let clock = ClockSpec::default();
         let per_stream = self.budget.bytes / self.streams as u64 / self.wire_bytes_per_fragment() as u64;
         SenderConfig {
+            replay: None,
             streams: (0..self.streams)
                 .map(|fed| StreamConfig {
                     run: 1,

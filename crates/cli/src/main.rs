@@ -493,6 +493,7 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
         if args.rate_hz.is_some() { "paced" } else { "free running" }
     );
     let summary = sender::run(SenderConfig {
+        replay: None,
         streams,
         sink,
         paced: args.rate_hz.is_some(),
