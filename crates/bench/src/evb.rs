@@ -18,7 +18,9 @@
 //!
 //! Every case has `streams` FED streams in all, split over the RUs; the first stream of RU 0 is
 //! the trigger FED 1024, whose fragment is always the [`TCDS_FRAGMENT_BYTES`]-byte TCDS record,
-//! the others carry fixed-size fragments. Figures come from the units' live figures
+//! the others carry fixed-size fragments. The front ends replay a capture from memory, as the
+//! raw baselines' do ([`crate::net::replay_capture`]): the builder and its baselines are fed the
+//! same way, by a sender that generates nothing while the case runs. Figures come from the units' live figures
 //! ([`UnitStats`]), sampled every [`SAMPLE_INTERVAL`] over a window that opens [`WARM_UP`] after
 //! the BUs built their first event and closes when the budget is spent: fragments the RUs parsed,
 //! events the BUs built, and each loop thread's CPU clock (`clock_gettime`, the same clock as
@@ -32,7 +34,7 @@
 //! per FED in the RU, [`FRAME_STORE_BYTES`] of received data per BU.
 
 use crate::BenchError;
-use crate::net::{NetBudget, SLACK, wire_bytes_per_fragment};
+use crate::net::{NetBudget, SLACK, replay_capture, wire_bytes_per_fragment};
 use cpu_time::ProcessTime;
 use std::net::TcpListener;
 use std::path::Path;
@@ -273,22 +275,26 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
         .map_err(|e| BenchError::Io { what: "the run's link key".into(), source: std::io::Error::other(e) })?;
     let size = SizeModel::Fixed(case.fragment_bytes);
     let safety = Some(case.budget.seconds + SLACK.as_secs_f64() + DRAIN_TIMEOUT.as_secs_f64());
+    // Every RU's capture holds the same events, about REPLAY_BYTES in all.
+    let events_needed = case.budget.bytes / case.wire_bytes_per_event() as u64 + 1;
     let emulators = feds
         .iter()
         .zip(&ferol)
         .map(|(feds, to)| {
+            let streams: Vec<StreamConfig> = feds
+                .iter()
+                .map(|&fed| StreamConfig {
+                    run: RUN,
+                    fed: FedSpec { fed, size },
+                    first_event: 1,
+                    clock: ClockSpec::default(),
+                    faults: Vec::new(),
+                    seed: 1,
+                })
+                .collect();
             Ok(SenderConfig {
-                streams: feds
-                    .iter()
-                    .map(|&fed| StreamConfig {
-                        run: RUN,
-                        fed: FedSpec { fed, size },
-                        first_event: 1,
-                        clock: ClockSpec::default(),
-                        faults: Vec::new(),
-                        seed: 1,
-                    })
-                    .collect(),
+                streams: Vec::new(),
+                replay: Some(replay_capture(&streams, case.wire_bytes_per_event(), events_needed)?),
                 sink: Sink::Connect(address(to)?.to_string()),
                 paced: false,
                 pace_percent: 100,

@@ -535,6 +535,7 @@ pub fn report(suite: &EvbSuite) -> String {
         "\nGB/s: wire bytes (FEROL block headers included) over the window; events/s: built at the BUs (raw cases:\n\
          fragments/s per stream); CPU ns/frag: the receiver (a) or relay (e) thread, or the RU loop threads together;\n\
          busy: that thread's (busiest RU's) CPU over wall time; proc: the whole process, emulators included.\n\
+         Every case's front ends replay a capture from memory (renumbering only), the baselines' as the builder's.\n\
          In (b)-(d) and the scans one of the streams of RU 0 is the trigger FED 1024 (a 952-byte TCDS record).\n\
          (b) is one RU in ingest-only mode: it reads and checks every fragment and builds every super-fragment,\n\
          and releases each as soon as it is built. Scans 2 and 3 put all units in this one 2-core process{}.",

@@ -2,8 +2,13 @@
 //! benchmarks.
 //!
 //! The sender is always the one the event builder gets: the front-end emulator
-//! ([`tessera_emu::sender::run`]), free running, one FEROL stream of fixed-size fragments per
-//! FED, each on its own TCP connection and thread. What differs is what it sends into:
+//! ([`tessera_emu::sender::run`]) replaying a capture from memory ([`tessera_emu::replay`]),
+//! one FEROL stream of fixed-size fragments per FED, each on its own TCP connection and thread,
+//! free running. The capture ([`replay_capture`]) is generated before the case starts and holds
+//! at most [`REPLAY_BYTES`], more than a last-level cache, so that the sender reads its bytes
+//! from memory as a network card would; each pass only renumbers the events (a few stores per
+//! fragment), so neither a baseline nor the builder is bound by generating events. What differs
+//! is what it sends into:
 //!
 //! - **(a) raw ingest**, [`raw_ingest`]: a [`DiscardReceiver`], one thread that serves every
 //!   connection through `mio` readiness polling and reads into one shared 256 KiB buffer, then
@@ -31,9 +36,11 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig};
+use tessera_emu::replay::Capture;
 use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
 use tessera_formats::ferol::{HEADER_BYTES, MAX_DATA_BYTES};
 
@@ -65,6 +72,21 @@ const EVENTS_CAPACITY: usize = 1024;
 const LISTENER: Token = Token(0);
 /// Tokens of relay outputs start here.
 const OUTPUT_BASE: usize = 1 << 20;
+
+/// Most wire bytes of a replayed capture, all streams together.
+pub const REPLAY_BYTES: usize = 64 << 20;
+
+/// The capture the sender of a case replays: `streams` generated for as many events as
+/// [`REPLAY_BYTES`] holds at `wire_bytes_per_event` (all streams' wire bytes of one event), and
+/// no more than `events_needed`.
+pub fn replay_capture(
+    streams: &[StreamConfig],
+    wire_bytes_per_event: usize,
+    events_needed: u64,
+) -> Result<Arc<Capture>, BenchError> {
+    let events = (REPLAY_BYTES / wire_bytes_per_event.max(1)).max(1) as u64;
+    Ok(Arc::new(Capture::generate(streams, events.min(events_needed.max(1)))?))
+}
 
 /// Bytes a fragment of `fragment_bytes` takes on a FEROL stream: its size rounded up to whole
 /// 8-byte words (as the emulator does), plus a 16-byte block header per block of at most 4080
@@ -129,28 +151,31 @@ impl NetCase {
         wire_bytes_per_fragment(self.fragment_bytes)
     }
 
-    /// The emulator's configuration for this case, sending to `address`.
-    pub fn sender_config(&self, address: SocketAddr) -> SenderConfig {
+    /// The emulator's configuration for this case, replaying a capture to `address`.
+    pub fn sender_config(&self, address: SocketAddr) -> Result<SenderConfig, BenchError> {
         let size = SizeModel::Fixed(self.fragment_bytes);
         let clock = ClockSpec::default();
-        let per_stream = self.budget.bytes / self.streams as u64 / self.wire_bytes_per_fragment() as u64;
-        SenderConfig {
-            streams: (0..self.streams)
-                .map(|fed| StreamConfig {
-                    run: 1,
-                    fed: FedSpec { fed: fed as u16, size },
-                    first_event: 1,
-                    clock,
-                    faults: Vec::new(),
-                    seed: 1,
-                })
-                .collect(),
+        let per_stream = (self.budget.bytes / self.streams as u64 / self.wire_bytes_per_fragment() as u64).max(1);
+        let streams: Vec<StreamConfig> = (0..self.streams)
+            .map(|fed| StreamConfig {
+                run: 1,
+                fed: FedSpec { fed: fed as u16, size },
+                first_event: 1,
+                clock,
+                faults: Vec::new(),
+                seed: 1,
+            })
+            .collect();
+        let replay = replay_capture(&streams, self.streams * self.wire_bytes_per_fragment(), per_stream)?;
+        Ok(SenderConfig {
+            streams: Vec::new(),
+            replay: Some(replay),
             sink: Sink::Connect(address.to_string()),
             paced: false,
             pace_percent: 100,
-            limits: Limits { events: Some(per_stream.max(1)), seconds: Some(self.budget.seconds) },
+            limits: Limits { events: Some(per_stream), seconds: Some(self.budget.seconds) },
             stop: None,
-        }
+        })
     }
 }
 
@@ -602,7 +627,7 @@ fn process_cpu_since(start: ProcessTime) -> Result<f64, BenchError> {
 pub fn raw_ingest(case: &NetCase) -> Result<Measured, BenchError> {
     case.validate()?;
     let receiver = DiscardReceiver::bind()?;
-    let config = case.sender_config(receiver.local_addr());
+    let config = case.sender_config(receiver.local_addr())?;
     let sender_done = AtomicBool::new(false);
     let deadline = Instant::now() + Duration::from_secs_f64(case.budget.seconds) + SLACK;
     let process = process_cpu()?;
@@ -647,7 +672,7 @@ pub fn raw_relay(case: &NetCase) -> Result<Measured, BenchError> {
     let receiver = DiscardReceiver::bind()?;
     let relay = Relay::bind()?;
     let to = receiver.local_addr();
-    let config = case.sender_config(relay.local_addr());
+    let config = case.sender_config(relay.local_addr())?;
     let (sender_done, relay_done) = (AtomicBool::new(false), AtomicBool::new(false));
     let deadline = Instant::now() + Duration::from_secs_f64(case.budget.seconds) + SLACK;
     let process = process_cpu()?;

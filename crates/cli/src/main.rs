@@ -228,8 +228,9 @@ enum Command {
     /// states, figures and ends over HTTP. Runs until Ctrl-C or SIGTERM, which end its processes.
     Agent(controller::AgentArgs),
     /// Emulate FED readout boards: send FEROL streams of seeded fragments (and trigger fragments
-    /// for FED 1024), one per FED, over TCP to an RU or into capture files; print per FED and in
-    /// total the events, bytes, GB/s and dead time.
+    /// for FED 1024), one per FED, over TCP to an RU or into capture files, or replay captured
+    /// streams from memory (`--replay`); print per FED and in total the events, bytes, GB/s and
+    /// dead time.
     Ferol(FerolArgs),
     /// Run a benchmark suite; every figure is printed with its ratio to a baseline measured in
     /// the same run.
@@ -418,6 +419,11 @@ struct FerolArgs {
     /// Write one capture file per FED, `DIR/fed<ID>.ferol` (created if missing).
     #[arg(long)]
     output: Option<PathBuf>,
+    /// Replay the capture files `CAPTURE/fed<ID>.ferol` (written by `--output`) from memory in a
+    /// loop, renumbering each pass's events, instead of generating events: free running, no
+    /// per-event generation.
+    #[arg(long, value_name = "CAPTURE", conflicts_with_all = ["system", "feds", "run", "first_event", "size", "size_mean", "size_sigma", "rate_hz", "fault", "orbits_per_ls", "seed"])]
+    replay: Option<PathBuf>,
 }
 
 fn ferol(args: FerolArgs) -> Result<ExitCode> {
@@ -433,6 +439,31 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
         }
         eprintln!("sending {} FED streams of {ru} to {:?}", cfg.streams.len(), cfg.sink);
         print!("{}", sender::run(cfg)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Made once every argument is checked: a refused argument creates no directory.
+    let sink = || match (&args.connect, &args.output) {
+        (Some(address), _) => Ok(Sink::Connect(address.clone())),
+        (None, Some(dir)) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("--output {}: cannot create it", dir.display()))?;
+            Ok(Sink::Directory(dir.clone()))
+        }
+        (None, None) => bail!("give --connect HOST:PORT or --output DIR"),
+    };
+    let limits = Limits { events: args.events, seconds: args.seconds };
+    if let Some(dir) = &args.replay {
+        let capture = tessera_emu::replay::Capture::load(dir).context("--replay")?;
+        eprintln!(
+            "replaying {} FED streams of {} events ({} bytes a pass) from {}",
+            capture.feds().len(),
+            capture.events(),
+            capture.bytes(),
+            dir.display()
+        );
+        let (replay, sink) = (Some(std::sync::Arc::new(capture)), sink()?);
+        let config =
+            SenderConfig { streams: Vec::new(), replay, sink, paced: false, pace_percent: 100, limits, stop: None };
+        print!("{}", sender::run(config)?);
         return Ok(ExitCode::SUCCESS);
     }
     let feds = tessera_config::parse_fed_list(&args.feds).with_context(|| format!("--feds {}", args.feds))?;
@@ -479,14 +510,7 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let sink = match (args.connect, args.output) {
-        (Some(address), _) => Sink::Connect(address),
-        (None, Some(dir)) => {
-            std::fs::create_dir_all(&dir).with_context(|| format!("--output {}: cannot create it", dir.display()))?;
-            Sink::Directory(dir)
-        }
-        (None, None) => bail!("give --connect HOST:PORT or --output DIR"),
-    };
+    let sink = sink()?;
     eprintln!(
         "sending {} FED streams ({})",
         streams.len(),
@@ -494,10 +518,11 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
     );
     let summary = sender::run(SenderConfig {
         streams,
+        replay: None,
         sink,
         paced: args.rate_hz.is_some(),
         pace_percent: 100,
-        limits: Limits { events: args.events, seconds: args.seconds },
+        limits,
         stop: None,
     })?;
     print!("{summary}");

@@ -377,6 +377,7 @@ fn emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<SenderConfig
     let section = &cfg.rus[i];
     let faults = section.fault_specs().with_context(|| format!("rus[{i}].faults"))?;
     Ok(SenderConfig {
+        replay: None,
         streams: section
             .feds
             .iter()

@@ -72,3 +72,38 @@ fn ferol_errors_name_the_bad_argument() {
     }
     assert!(!dir.path().join("fed0.ferol").exists(), "nothing is sent after a refused argument");
 }
+
+#[test]
+fn ferol_replays_a_capture_that_inspect_reads_clean() {
+    let capture = tempfile::tempdir().unwrap();
+    let c = capture.path().to_str().unwrap();
+    let out = tessera(&["ferol", "--output", c, "--events", "100", "--feds", "0-1,1024", "--size", "5000"]);
+    assert!(out.status.success(), "{:?}", text(&out));
+    // Two and a half passes of the capture.
+    let replayed = tempfile::tempdir().unwrap();
+    let r = replayed.path().to_str().unwrap();
+    let out = tessera(&["ferol", "--replay", c, "--output", r, "--events", "250"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("replaying 3 FED streams of 100 events"), "{stderr}");
+    assert!(stdout.lines().last().unwrap().split_whitespace().nth(1) == Some("750"), "{stdout}");
+    for fed in ["0", "1", "1024"] {
+        let out = tessera(&["inspect", replayed.path().join(format!("fed{fed}.ferol")).to_str().unwrap()]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "FED {fed}: {stdout}\n{stderr}");
+        assert!(stdout.contains("250 fragments, 0 problems"), "{stdout}");
+    }
+    // A capture cut short is refused, naming its file.
+    let fed1 = capture.path().join("fed1.ferol");
+    let bytes = std::fs::read(&fed1).unwrap();
+    std::fs::write(&fed1, &bytes[..bytes.len() - 8]).unwrap();
+    let out = tessera(&["ferol", "--replay", c, "--output", r, "--events", "1"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with(&format!("tessera: --replay: {}: ", fed1.display())), "{stderr}");
+    assert!(stderr.contains("truncated"), "{stderr}");
+    // Generation arguments make no sense with a replay.
+    let out = tessera(&["ferol", "--replay", c, "--output", r, "--events", "1", "--size", "64"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("cannot be used with"), "{:?}", text(&out));
+}

@@ -40,6 +40,23 @@ pub enum EmuError {
         /// The error.
         source: tessera_formats::FormatError,
     },
+    /// A capture that cannot be replayed: unreadable, truncated, corrupt, or streams that do not
+    /// agree. `origin` names the file (or the generated stream).
+    #[error("{origin}: {reason}")]
+    BadCapture {
+        /// The capture file, or what generated the stream.
+        origin: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Reading a capture file or directory failed.
+    #[error("cannot read {}", path.display())]
+    ReadCapture {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Connecting a FED's stream failed.
     #[error("FED {fed}: cannot connect to {address}")]
     Connect {

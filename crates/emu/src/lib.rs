@@ -9,12 +9,17 @@
 //!
 //! [`sender`] drives one generator per FED on its own thread and writes the streams over TCP or
 //! into capture files, paced by the trigger clock or free running, and measures dead time.
+//!
+//! [`replay`] holds captured streams in memory and sends them in a loop, renumbering each
+//! event as it goes: a sender that does no per-event generation, for baselines that must not be
+//! bound by the emulator.
 
 #![warn(missing_docs)]
 
 pub mod error;
 pub mod fault;
 pub mod generator;
+pub mod replay;
 pub mod sender;
 
 pub use error::EmuError;

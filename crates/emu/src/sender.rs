@@ -25,6 +25,7 @@
 
 use crate::error::EmuError;
 use crate::generator::{MAX_FRAGMENT_BYTES, StreamConfig, StreamGenerator, Wire};
+use crate::replay::Capture;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufWriter, IoSlice, Write};
@@ -72,8 +73,11 @@ pub struct Limits {
 /// A whole emulator run.
 #[derive(Debug, Clone)]
 pub struct SenderConfig {
-    /// One generator configuration per FED stream.
+    /// One generator configuration per FED stream; empty when `replay` is given.
     pub streams: Vec<StreamConfig>,
+    /// Send these captured streams from memory instead of generating events
+    /// ([`crate::replay`]): free running only, `streams` empty.
+    pub replay: Option<Arc<Capture>>,
     /// Where to send.
     pub sink: Sink,
     /// Wait for each trigger's time on the clock (`--rate-hz`); free running otherwise.
@@ -139,7 +143,7 @@ impl StopLine {
         Arc::new(StopLine { limit: AtomicU64::new(u64::MAX), progress: Mutex::new(Vec::new()) })
     }
 
-    fn register(&self) -> Arc<StreamGauge> {
+    pub(crate) fn register(&self) -> Arc<StreamGauge> {
         let p = Arc::new(StreamGauge::default());
         self.progress.lock().unwrap_or_else(|e| e.into_inner()).push(p.clone());
         p
@@ -174,7 +178,7 @@ impl StopLine {
         self.limit.load(Ordering::SeqCst)
     }
 
-    fn limit(&self) -> u64 {
+    pub(crate) fn limit(&self) -> u64 {
         self.limit.load(Ordering::Relaxed)
     }
 }
@@ -214,6 +218,15 @@ impl StreamSummary {
     /// Fraction of wall time the stream was dead.
     pub fn dead_fraction(&self) -> f64 {
         self.dead_seconds / self.seconds.max(1e-9)
+    }
+}
+
+impl StreamGauge {
+    /// Publishes a stream's figures so far.
+    pub(crate) fn publish(&self, events: u64, m: &Meter) {
+        self.events.store(events, Ordering::Relaxed);
+        self.dead_ns.store(m.dead.as_nanos() as u64, Ordering::Relaxed);
+        self.write_ns.store(m.write.as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
@@ -287,13 +300,7 @@ impl fmt::Display for RunSummary {
 /// anything is sent), then sends each on its own thread until the limits; returns when all
 /// streams have ended. The first stream error is returned.
 pub fn run(config: SenderConfig) -> Result<RunSummary, EmuError> {
-    let SenderConfig { streams, sink, paced, pace_percent, limits, stop } = config;
-    if streams.is_empty() {
-        return Err(EmuError::BadSender("no FED streams".into()));
-    }
-    if streams.len() > MAX_STREAMS {
-        return Err(EmuError::BadSender(format!("{} streams; at most {MAX_STREAMS} per process", streams.len())));
-    }
+    let SenderConfig { streams, replay, sink, paced, pace_percent, limits, stop } = config;
     if limits.events.is_none() && limits.seconds.is_none() && stop.is_none() {
         return Err(EmuError::BadSender("no limit: give a number of events or seconds".into()));
     }
@@ -302,6 +309,18 @@ pub fn run(config: SenderConfig) -> Result<RunSummary, EmuError> {
     {
         return Err(EmuError::BadSender(format!("{s} seconds is not a finite number ≥ 0")));
     }
+    if let Some(capture) = replay {
+        if !streams.is_empty() {
+            return Err(EmuError::BadSender(
+                "a replay sends its capture's streams: give no streams to generate".into(),
+            ));
+        }
+        if paced {
+            return Err(EmuError::BadSender("a replay is free running: it cannot be paced by a trigger rate".into()));
+        }
+        return crate::replay::run(Arc::unwrap_or_clone(capture), &sink, limits, stop);
+    }
+    check_stream_count(streams.len())?;
     let generators = streams.into_iter().map(StreamGenerator::new).collect::<Result<Vec<_>, _>>()?;
     let polled = limits.seconds.is_some();
     let writers =
@@ -323,6 +342,17 @@ pub fn run(config: SenderConfig) -> Result<RunSummary, EmuError> {
     Ok(RunSummary { streams, seconds: start.elapsed().as_secs_f64(), paced })
 }
 
+/// Refuses a run of no streams or more than [`MAX_STREAMS`].
+pub(crate) fn check_stream_count(streams: usize) -> Result<(), EmuError> {
+    if streams == 0 {
+        return Err(EmuError::BadSender("no FED streams".into()));
+    }
+    if streams > MAX_STREAMS {
+        return Err(EmuError::BadSender(format!("{streams} streams; at most {MAX_STREAMS} per process")));
+    }
+    Ok(())
+}
+
 /// The capture file of `fed` in `dir`.
 pub fn capture_path(dir: &Path, fed: u16) -> PathBuf {
     dir.join(format!("fed{fed}.ferol"))
@@ -330,7 +360,7 @@ pub fn capture_path(dir: &Path, fed: u16) -> PathBuf {
 
 /// Opens one FED's stream. With `polled`, a TCP write wakes up every [`WRITE_POLL`] to look at
 /// the run's deadline.
-fn open(sink: &Sink, fed: u16, polled: bool) -> Result<Box<dyn Write + Send>, EmuError> {
+pub(crate) fn open(sink: &Sink, fed: u16, polled: bool) -> Result<Box<dyn Write + Send>, EmuError> {
     match sink {
         Sink::Connect(address) => {
             let failed = |source| EmuError::Connect { fed, address: address.clone(), source };
@@ -359,18 +389,24 @@ fn open(sink: &Sink, fed: u16, polled: bool) -> Result<Box<dyn Write + Send>, Em
 }
 
 /// Counters of one stream while it runs.
-struct Meter {
-    start: Instant,
-    deadline: Option<Instant>,
-    bytes: u64,
-    write: Duration,
-    dead: Duration,
+pub(crate) struct Meter {
+    pub(crate) start: Instant,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) bytes: u64,
+    pub(crate) write: Duration,
+    pub(crate) dead: Duration,
     /// End of the last dead interval counted, so that overlapping intervals count once.
     dead_until: Instant,
 }
 
 impl Meter {
-    fn past_deadline(&self) -> bool {
+    /// A meter of a stream that starts at `start` and may run until `limits`' seconds.
+    pub(crate) fn new(start: Instant, limits: Limits) -> Meter {
+        let deadline = limits.seconds.map(|s| start + Duration::from_secs_f64(s));
+        Meter { start, deadline, bytes: 0, write: Duration::ZERO, dead: Duration::ZERO, dead_until: start }
+    }
+
+    pub(crate) fn past_deadline(&self) -> bool {
         self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
@@ -395,8 +431,8 @@ fn send_stream(
 ) -> Result<StreamSummary, EmuError> {
     let fed = generator.fed();
     let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, writer);
-    let deadline = limits.seconds.map(|s| start + Duration::from_secs_f64(s));
-    let mut m = Meter { start, deadline, bytes: 0, write: Duration::ZERO, dead: Duration::ZERO, dead_until: start };
+    let mut m = Meter::new(start, limits);
+    let deadline = m.deadline;
     let (mut events, mut faults, mut end) = (0u64, 0u64, End::Events);
     let mut headers = [[0u8; HEADER_BYTES]; MAX_BLOCKS];
     let failed = |bytes, source| EmuError::Write { fed, bytes, source };
@@ -411,9 +447,7 @@ fn send_stream(
                 end = End::Stopped;
                 break;
             }
-            gauge.events.store(events, Ordering::Relaxed);
-            gauge.dead_ns.store(m.dead.as_nanos() as u64, Ordering::Relaxed);
-            gauge.write_ns.store(m.write.as_nanos() as u64, Ordering::Relaxed);
+            gauge.publish(events, &m);
         }
         let event = generator.next_event()?;
         if matches!(event.wire, Wire::Disconnect) {
@@ -484,7 +518,7 @@ fn retryable(e: &io::Error) -> bool {
 
 /// Writes every slice through `out`, counting bytes and write time. Returns false when the
 /// run's deadline passed while the write was blocked (the stream then ends mid-fragment).
-fn write_all(out: &mut impl Write, mut slices: &mut [IoSlice<'_>], m: &mut Meter) -> io::Result<bool> {
+pub(crate) fn write_all(out: &mut impl Write, mut slices: &mut [IoSlice<'_>], m: &mut Meter) -> io::Result<bool> {
     let t = Instant::now();
     // Each pass writes at least one byte, or waits at most WRITE_POLL and gives up past the
     // deadline; without a deadline a blocked write blocks (back-pressure).

@@ -34,6 +34,7 @@ fn loopback_tcp_receiver_checks_every_fragment() {
     });
     let size = SizeModel::LogNormal { mean_bytes: 6000.0, sigma_bytes: 4000.0 };
     let summary = sender::run(SenderConfig {
+        replay: None,
         streams: vec![stream(12, size)],
         sink: Sink::Connect(address),
         paced: false,
@@ -64,6 +65,7 @@ fn capture_files_hold_each_fed_and_faults_end_or_mark_streams() {
     let mut faulty = stream(2, SizeModel::Fixed(1024));
     faulty.faults = vec!["disconnect@31".parse().unwrap(), "bad-crc@7".parse().unwrap()];
     let summary = sender::run(SenderConfig {
+        replay: None,
         streams: vec![stream(0, SizeModel::Fixed(300_000)), faulty, stream(1024, SizeModel::Fixed(64))],
         sink: Sink::Directory(dir.path().to_owned()),
         paced: false,
@@ -91,6 +93,7 @@ fn a_paced_run_with_a_time_limit_ends_by_itself() {
     let mut config = stream(4, SizeModel::Fixed(512));
     config.clock.rate_hz = 1000.0;
     let summary = sender::run(SenderConfig {
+        replay: None,
         streams: vec![config],
         sink: Sink::Directory(dir.path().to_owned()),
         paced: true,
@@ -111,7 +114,7 @@ fn a_paced_run_with_a_time_limit_ends_by_itself() {
 fn bad_configurations_are_refused_before_anything_is_sent() {
     let dir = tempfile::tempdir().unwrap();
     let run = |streams, sink, limits| {
-        sender::run(SenderConfig { streams, sink, paced: false, pace_percent: 100, limits, stop: None })
+        sender::run(SenderConfig { streams, replay: None, sink, paced: false, pace_percent: 100, limits, stop: None })
     };
     let one = vec![stream(1, SizeModel::Fixed(64))];
     let events = Limits { events: Some(1), seconds: None };

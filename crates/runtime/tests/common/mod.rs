@@ -80,6 +80,7 @@ pub fn stream(fed: u16, setup: &Setup) -> StreamConfig {
 
 fn emulator(feds: &[u16], setup: &Setup, to: &TcpListener) -> SenderConfig {
     SenderConfig {
+        replay: None,
         streams: feds.iter().map(|&fed| stream(fed, setup)).collect(),
         sink: Sink::Connect(to.local_addr().unwrap().to_string()),
         paced: false,
