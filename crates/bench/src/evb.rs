@@ -38,7 +38,8 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig};
+use tessera_config::emulation::{ClockSpec, FedSpec, SizeModel};
+use tessera_emu::generator::StreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
@@ -138,7 +139,7 @@ impl EvbCase {
         if wire_bytes_per_fragment(self.fragment_bytes) > MAX_WIRE_BYTES {
             return bad(format!("{}-byte fragments; at most {MAX_WIRE_BYTES} on the wire", self.fragment_bytes));
         }
-        SizeModel::Fixed(self.fragment_bytes).validate()?;
+        SizeModel::Fixed(self.fragment_bytes).validate().map_err(tessera_emu::EmuError::from)?;
         let parts = RuConfig::new(0, Vec::new()).max_parts_per_message;
         let message = parts * self.streams.div_ceil(self.rus) * self.fragment_bytes.max(TCDS_FRAGMENT_BYTES);
         if message + (1 << 20) > MAX_FRAME_BYTES as usize {

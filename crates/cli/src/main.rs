@@ -421,7 +421,8 @@ struct FerolArgs {
 }
 
 fn ferol(args: FerolArgs) -> Result<ExitCode> {
-    use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig, TriggerClock};
+    use tessera_config::emulation::{ClockSpec, EmulationError, FedSpec, MAX_STREAMS, SizeModel};
+    use tessera_emu::generator::StreamConfig;
     use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
     if let (Some(system), Some(ru)) = (&args.system, &args.ru) {
         let limits = run::SystemArgs { events: args.events, seconds: args.seconds, output: None };
@@ -436,8 +437,8 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let feds = tessera_config::parse_fed_list(&args.feds).with_context(|| format!("--feds {}", args.feds))?;
-    if feds.len() > sender::MAX_STREAMS {
-        bail!("--feds {}: more than {} FEDs for one process", args.feds, sender::MAX_STREAMS);
+    if feds.len() > MAX_STREAMS {
+        bail!("--feds {}: more than {MAX_STREAMS} FEDs for one process", args.feds);
     }
     let size = match (args.size, args.size_mean, args.size_sigma) {
         (_, Some(mean_bytes), Some(sigma_bytes)) => SizeModel::LogNormal { mean_bytes, sigma_bytes },
@@ -454,13 +455,13 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
         seed: args.seed,
         orbits_per_lumi_section: args.orbits_per_ls,
     };
-    TriggerClock::new(clock).context("--rate-hz or --orbits-per-ls")?;
+    clock.validate().context("--rate-hz or --orbits-per-ls")?;
     let faults = args
         .fault
         .iter()
         .map(|spec| match spec.parse() {
             Ok(f) => Ok(f),
-            Err(tessera_emu::EmuError::BadFault { reason, .. }) => bail!("--fault {spec}: {reason}"),
+            Err(EmulationError::BadFault { reason, .. }) => bail!("--fault {spec}: {reason}"),
             Err(e) => Err(e.into()),
         })
         .collect::<Result<Vec<_>>>()?;

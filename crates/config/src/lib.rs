@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod emulation;
 mod error;
 pub mod fed_list;
 mod locate;

@@ -1,12 +1,10 @@
 //! The sections of the system file: one struct per unit, with units in the field names and
 //! the defaults of the laptop system.
 
+use crate::emulation::{ClockSpec, EmulationError, FaultSpec, MAX_FRAGMENT_BYTES, SizeModel};
 use crate::fed_list::{format_fed_list, parse_fed_list};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::path::{Path, PathBuf};
-use tessera_emu::EmuError;
-use tessera_emu::fault::FaultSpec;
-use tessera_emu::generator::{ClockSpec, MAX_FRAGMENT_BYTES, SizeModel};
 use tessera_formats::fed::CrcCheck;
 use tessera_formats::ferol::ferol_wire_len;
 use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
@@ -385,8 +383,8 @@ impl RuSection {
         }
     }
 
-    /// Its fault specifications, read with the emulator's parser.
-    pub fn fault_specs(&self) -> Result<Vec<FaultSpec>, EmuError> {
+    /// Its fault specifications, read.
+    pub fn fault_specs(&self) -> Result<Vec<FaultSpec>, EmulationError> {
         self.faults.iter().map(|spec| spec.parse()).collect()
     }
 

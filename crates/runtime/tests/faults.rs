@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_emu::fault::{Fault, FaultSpec, FaultWhen};
+use tessera_config::emulation::{Fault, FaultSpec, FaultWhen};
 use tessera_emu::generator::StreamGenerator;
 use tessera_emu::sender::End;
 use tessera_formats::Value;

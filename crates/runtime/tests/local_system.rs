@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_emu::generator::SizeModel;
+use tessera_config::emulation::SizeModel;
 use tessera_runtime::stats::UnitStats;
 use tessera_runtime::system::RunningSystem;
 
