@@ -529,7 +529,7 @@ fn config_check(file: &Path) -> ExitCode {
     };
     if cfg.fu.enabled
         && let Some(menu) = &cfg.fu.menu
-        && let Err(errors) = tessera_config::Menu::load(menu)
+        && let Err(errors) = tessera_fu::menu::Menu::load(menu)
     {
         // The menu's mistakes are the system file's, through its `fu.menu`.
         for line in errors.to_string().lines() {
@@ -569,7 +569,7 @@ fn config_check(file: &Path) -> ExitCode {
 
 /// `tessera config check` of a selection menu: read and checked as an FU reads it.
 fn menu_check(file: &Path) -> ExitCode {
-    match tessera_config::Menu::load(file) {
+    match tessera_fu::menu::Menu::load(file) {
         Ok(menu) => {
             println!(
                 "{}: OK: a selection menu of {} streams ({}) and {} paths ({})",
@@ -697,13 +697,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Config { action: ConfigAction::Check { file, menu, system } } => {
             let kind = match (menu, system) {
-                (true, _) => tessera_config::FileKind::Menu,
-                (_, true) => tessera_config::FileKind::System,
-                _ => tessera_config::FileKind::of_file(&file),
+                (true, _) => tessera_fu::menu::FileKind::Menu,
+                (_, true) => tessera_fu::menu::FileKind::System,
+                _ => tessera_fu::menu::FileKind::of_file(&file),
             };
             Ok(match kind {
-                tessera_config::FileKind::System => config_check(&file),
-                tessera_config::FileKind::Menu => menu_check(&file),
+                tessera_fu::menu::FileKind::System => config_check(&file),
+                tessera_fu::menu::FileKind::Menu => menu_check(&file),
             })
         }
         Command::Fu(args) => {

@@ -45,13 +45,14 @@ impl std::fmt::Display for Advice {
 }
 
 /// The problems found so far, at most one a key (the first found): a key with several problems
-/// is reported once, and the others show when it is put right.
+/// is reported once, and the others show when it is put right. What a file's own checks collect
+/// for [`read_yaml`](crate::yaml::read_yaml).
 #[derive(Default)]
-pub(crate) struct Problems(Vec<ValidationError>);
+pub struct Problems(Vec<ValidationError>);
 
 impl Problems {
     /// Notes that the value of `key` is wrong, unless a problem with it is noted already.
-    pub(crate) fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
+    pub fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
         let key = key.into();
         if !self.0.iter().any(|p| p.key == key) {
             self.0.push(ValidationError { key, message: message.into() });
@@ -70,7 +71,7 @@ impl Problems {
     }
 
     /// Every problem noted, in the order found.
-    pub(crate) fn into_vec(self) -> Vec<ValidationError> {
+    pub fn into_vec(self) -> Vec<ValidationError> {
         self.0
     }
 }

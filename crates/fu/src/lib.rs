@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+pub mod menu;
 pub mod select;
 
 pub use select::{EventSummary, MenuHlt, MenuSelector, SummaryError};
