@@ -38,13 +38,14 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tessera_config::CorruptStreamPolicy;
 use tessera_config::emulation::{ClockSpec, FedSpec, SizeModel};
 use tessera_emu::generator::StreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
 use tessera_runtime::bu_node::BuNodeConfig;
-use tessera_runtime::ru_node::{OnCorruptStream, RuNodeConfig};
+use tessera_runtime::ru_node::RuNodeConfig;
 use tessera_runtime::stats::UnitStats;
 use tessera_runtime::system::{RunningSystem, SystemPlan};
 
@@ -317,7 +318,7 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
             chunk_bytes: CHUNK_BYTES,
             chunks_per_fed: CHUNKS_PER_FED,
             max_wire_bytes: MAX_WIRE_BYTES,
-            on_corrupt_stream: OnCorruptStream::Fail,
+            on_corrupt_stream: CorruptStreamPolicy::Fail,
             fragment_crc_check: tessera_formats::fed::CrcCheck::Always,
             // The bench stops the trigger with the stop line.
             event_limit: None,

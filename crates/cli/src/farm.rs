@@ -19,8 +19,8 @@ use tessera_fu::menu::Menu;
 use tessera_fu::merge::{MacroMerger, MicroMerger, MiniMerger, STORAGE_PRODUCER, with_error_stream};
 use tessera_fu::process::{FuConfig, FuReport, run_fu};
 use tessera_fu::remote::BuAccess;
-use tessera_fu::resources::{now_unix_ms, read_summaries};
 use tessera_fu::{Hlt, MenuHlt};
+use tessera_rundir::resources::{now_unix_ms, read_summaries};
 
 /// The options of `tessera fu`.
 #[derive(clap::Args, Debug, Clone)]

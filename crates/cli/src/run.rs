@@ -10,14 +10,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use tessera_config::SystemConfig;
 use tessera_config::emulation::FedSpec;
-use tessera_config::{CorruptStreamPolicy, SystemConfig};
 use tessera_emu::generator::StreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
-use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
+use tessera_runtime::ru_node::{RuNode, RuNodeConfig};
 use tessera_runtime::system::{Conservation, FedErrorCounts, Outcome, Progress, RunningSystem, SystemPlan};
 use tessera_runtime::trigger::{Interval, TriggerAccount, TriggerSummary};
 
@@ -27,7 +27,7 @@ use tessera_control::{
 use tessera_formats::names;
 use tessera_fu::broker::BrokerTally;
 use tessera_fu::output::ledger_events;
-use tessera_fu::resources::FarmLimits;
+use tessera_rundir::resources::FarmLimits;
 use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{FedError, UnitStats};
 
@@ -313,10 +313,7 @@ fn ru_node(
         chunk_bytes: p.chunk_bytes,
         chunks_per_fed: p.chunks_per_fed as usize,
         max_wire_bytes: section.max_wire_fragment_bytes(),
-        on_corrupt_stream: match p.on_corrupt_stream {
-            CorruptStreamPolicy::Continue => OnCorruptStream::Continue,
-            CorruptStreamPolicy::Fail => OnCorruptStream::Fail,
-        },
+        on_corrupt_stream: p.on_corrupt_stream,
         fragment_crc_check: p.fragment_crc_check,
         event_limit: cfg.run.events,
         connect_timeout: CONNECT_TIMEOUT,

@@ -560,15 +560,18 @@ impl BuSection {
     }
 }
 
-/// What a FED stream that stops parsing does to the run.
+/// What a FED stream that stops parsing does to the run (`ru.on_corrupt_stream`, and the RU
+/// node's setting of the same name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CorruptStreamPolicy {
-    /// The stream is counted and no more fragments are taken from it (what it still sends is
-    /// thrown away); its events go on flagged incomplete.
+    /// Count it, report it, take no more fragments from it (what it still sends is read and
+    /// thrown away, so that its front end is not held back): its FED's events go on flagged
+    /// incomplete.
     #[default]
     Continue,
-    /// The RU fails its state machine, which ends the run.
+    /// The RU fails its state machine with the error, which names the FED, the event and the
+    /// byte offset; that ends the run.
     Fail,
 }
 

@@ -59,7 +59,6 @@ pub mod output;
 pub mod process;
 pub mod reader;
 pub mod remote;
-pub mod resources;
 
 use std::path::{Path, PathBuf};
 use tessera_formats::FormatError;

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use tessera_config::CorruptStreamPolicy;
 use tessera_config::emulation::{Fault, FaultSpec, FaultWhen};
 use tessera_emu::generator::StreamGenerator;
 use tessera_emu::sender::End;
@@ -27,7 +28,7 @@ use tessera_formats::Value;
 use tessera_formats::ferol::{HEADER_BYTES, ferol_wire_len};
 use tessera_formats::frd::flags;
 use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
-use tessera_runtime::ru_node::{OnCorruptStream, TriggerBreak, TriggerFault};
+use tessera_runtime::ru_node::{TriggerBreak, TriggerFault};
 use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{FedError, SubState, UnitStats};
 use tessera_runtime::system::{Outcome, RunningSystem};
@@ -340,7 +341,7 @@ fn two_by_two_skipped_event_on_fed_4_loses_its_sync_and_later_events_are_incompl
 #[test]
 fn two_by_two_garbage_on_fed_4_fails_ru_1_when_told_to_and_the_run_stops() {
     let tmp = tempfile::tempdir().unwrap();
-    let setup = Setup { on_corrupt_stream: OnCorruptStream::Fail, ..setup(Fault::Garbage, FED) };
+    let setup = Setup { on_corrupt_stream: CorruptStreamPolicy::Fail, ..setup(Fault::Garbage, FED) };
     let (outcome, stats) = run(tmp.path(), &setup);
     let ru = ru_of(FED);
     let err = outcome.rus[ru].as_ref().unwrap_err();
