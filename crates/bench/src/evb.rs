@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_config::CorruptStreamPolicy;
 use tessera_config::emulation::{ClockSpec, FedSpec, SizeModel};
+use tessera_control::system::{RunningSystem, SystemPlan};
 use tessera_emu::generator::StreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
@@ -47,7 +48,6 @@ use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
 use tessera_runtime::bu_node::BuNodeConfig;
 use tessera_runtime::ru_node::RuNodeConfig;
 use tessera_runtime::stats::UnitStats;
-use tessera_runtime::system::{RunningSystem, SystemPlan};
 
 /// Where case (d) writes: a fresh directory here, removed after the case.
 pub const RAM_DISK: &str = "/dev/shm";
@@ -436,11 +436,9 @@ pub fn run_case(case: &EvbCase) -> Result<EvbMeasured, BenchError> {
         let errors: Vec<String> = outcome
             .rus
             .iter()
-            .map(|r| r.as_ref().err())
-            .chain(outcome.bus.iter().map(|b| b.as_ref().err()))
-            .chain(outcome.emulators.iter().map(|e| e.as_ref().err()))
-            .flatten()
-            .cloned()
+            .filter_map(|r| r.as_ref().err().map(ToString::to_string))
+            .chain(outcome.bus.iter().filter_map(|b| b.as_ref().err().map(ToString::to_string)))
+            .chain(outcome.emulators.iter().filter_map(|e| e.as_ref().err().map(ToString::to_string)))
             .chain(outcome.problems.iter().take(3).cloned())
             .collect();
         return Err(BenchError::System(format!("{}: {}", case.label(), errors.join("; "))));

@@ -12,14 +12,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tessera_config::SystemConfig;
 use tessera_config::emulation::FedSpec;
+use tessera_control::system::{Conservation, FedErrorCounts, Outcome, Progress, RunningSystem, SystemPlan};
+use tessera_control::trigger::{Interval, TriggerAccount, TriggerSummary};
 use tessera_emu::generator::StreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
 use tessera_runtime::ru_node::{RuNode, RuNodeConfig};
-use tessera_runtime::system::{Conservation, FedErrorCounts, Outcome, Progress, RunningSystem, SystemPlan};
-use tessera_runtime::trigger::{Interval, TriggerAccount, TriggerSummary};
 
 use tessera_control::{
     Action, ControlConfig, ControlServer, HeartbeatWatch, RunState, RunStatus, Served, Unit, UnitKind,
@@ -996,7 +996,7 @@ fn summarize(
             "name": s.name,
             "events": b.as_ref().map_or(0, |b| b.events_published),
             "run_dir": b.as_ref().ok().map(|b| b.run_dir.display().to_string()),
-            "error": b.as_ref().err(),
+            "error": b.as_ref().err().map(ToString::to_string),
         })).collect::<Vec<_>>(),
         "per_ru": cfg.rus.iter().zip(&outcome.rus).map(|(s, r)| json!({
             "name": s.name,
@@ -1004,7 +1004,7 @@ fn summarize(
             "corrupt_fragments": r.as_ref().map_or(0, |r| r.ru.corrupt_fragments),
             "trigger_fault": r.as_ref().ok().and_then(|r| r.trigger_fault.as_ref()).map(|f| json!({"key": f.what.key(), "what": f.to_string()})),
             "orphan_fragments": r.as_ref().map_or(Vec::new(), |r| r.orphan_fragments.iter().map(|(fed, n)| json!({"fed": fed, "fragments": n})).collect()),
-            "error": r.as_ref().err(),
+            "error": r.as_ref().err().map(ToString::to_string),
         })).collect::<Vec<_>>(),
         "fragment_bytes": p.fragment_bytes,
         "trigger": trigger,

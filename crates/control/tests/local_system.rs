@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_config::emulation::SizeModel;
+use tessera_control::system::RunningSystem;
 use tessera_runtime::stats::UnitStats;
-use tessera_runtime::system::RunningSystem;
 
 /// Every event in the BUs' files, checking that the run directories verify and that no event is
 /// in two files.
@@ -200,7 +200,7 @@ fn an_ru_whose_super_fragments_cannot_fit_in_a_frame_refuses_to_start() {
     let mut plan = plan(tmp.path(), &Setup::new(1, 10));
     plan.rus[1].max_frame_bytes = 1 << 20;
     let outcome = RunningSystem::start(plan).unwrap().wait(Duration::from_secs(30));
-    let error = outcome.rus[1].as_ref().unwrap_err();
+    let error = outcome.rus[1].as_ref().unwrap_err().to_string();
     assert!(
         error.contains("RU 1: a super-fragment of 3 FEDs of up to 65536 bytes may not fit in a frame of 1048576 bytes"),
         "{error}"
@@ -257,7 +257,7 @@ fn fu_summary(bu_dir: &Path, pid: u32, updated_unix_ms: u64) {
 /// Runs the 2×2 system for 1000 events with BU 1 set up by `configure`: BU 1 must ask for
 /// nothing, say why with `key`, and BU 0 build everything. Returns the run's directory.
 fn bu_1_held_back(
-    configure: impl FnOnce(&mut tessera_runtime::system::SystemPlan),
+    configure: impl FnOnce(&mut tessera_control::system::SystemPlan),
     key: &str,
 ) -> (tempfile::TempDir, Arc<UnitStats>) {
     let tmp = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_config::CorruptStreamPolicy;
 use tessera_config::emulation::{ClockSpec, FaultSpec, FedSpec, SizeModel};
+use tessera_control::system::SystemPlan;
 use tessera_emu::generator::StreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
@@ -23,7 +24,6 @@ use tessera_inspect::verify::{Violation, verify_run_dir};
 use tessera_runtime::bu_node::BuNodeConfig;
 use tessera_runtime::link::LinkKey;
 use tessera_runtime::ru_node::RuNodeConfig;
-use tessera_runtime::system::SystemPlan;
 
 /// The run number of every test run.
 pub const RUN: u32 = 77;
