@@ -40,14 +40,16 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig};
+use tessera_config::CorruptStreamPolicy;
+use tessera_config::emulation::{ClockSpec, FedSpec, SizeModel};
+use tessera_control::system::{RunningSystem, SystemPlan};
+use tessera_emu::generator::StreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
 use tessera_runtime::bu_node::BuNodeConfig;
-use tessera_runtime::ru_node::{OnCorruptStream, RuNodeConfig};
+use tessera_runtime::ru_node::RuNodeConfig;
 use tessera_runtime::stats::UnitStats;
-use tessera_runtime::system::{RunningSystem, SystemPlan};
 
 /// Where case (d) writes: a fresh directory here, removed after the case.
 pub const RAM_DISK: &str = "/dev/shm";
@@ -140,7 +142,7 @@ impl EvbCase {
         if wire_bytes_per_fragment(self.fragment_bytes) > MAX_WIRE_BYTES {
             return bad(format!("{}-byte fragments; at most {MAX_WIRE_BYTES} on the wire", self.fragment_bytes));
         }
-        SizeModel::Fixed(self.fragment_bytes).validate()?;
+        SizeModel::Fixed(self.fragment_bytes).validate().map_err(tessera_emu::EmuError::from)?;
         let parts = RuConfig::new(0, Vec::new()).max_parts_per_message;
         let message = parts * self.streams.div_ceil(self.rus) * self.fragment_bytes.max(TCDS_FRAGMENT_BYTES);
         if message + (1 << 20) > MAX_FRAME_BYTES as usize {
@@ -322,7 +324,7 @@ fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
             chunk_bytes: CHUNK_BYTES,
             chunks_per_fed: CHUNKS_PER_FED,
             max_wire_bytes: MAX_WIRE_BYTES,
-            on_corrupt_stream: OnCorruptStream::Fail,
+            on_corrupt_stream: CorruptStreamPolicy::Fail,
             fragment_crc_check: tessera_formats::fed::CrcCheck::Always,
             // The bench stops the trigger with the stop line.
             event_limit: None,
@@ -440,11 +442,9 @@ pub fn run_case(case: &EvbCase) -> Result<EvbMeasured, BenchError> {
         let errors: Vec<String> = outcome
             .rus
             .iter()
-            .map(|r| r.as_ref().err())
-            .chain(outcome.bus.iter().map(|b| b.as_ref().err()))
-            .chain(outcome.emulators.iter().map(|e| e.as_ref().err()))
-            .flatten()
-            .cloned()
+            .filter_map(|r| r.as_ref().err().map(ToString::to_string))
+            .chain(outcome.bus.iter().filter_map(|b| b.as_ref().err().map(ToString::to_string)))
+            .chain(outcome.emulators.iter().filter_map(|e| e.as_ref().err().map(ToString::to_string)))
             .chain(outcome.problems.iter().take(3).cloned())
             .collect();
         return Err(BenchError::System(format!("{}: {}", case.label(), errors.join("; "))));

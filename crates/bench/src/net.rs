@@ -39,7 +39,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig};
+use tessera_config::emulation::{ClockSpec, FedSpec, SizeModel};
+use tessera_emu::generator::StreamConfig;
 use tessera_emu::replay::Capture;
 use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
 use tessera_formats::ferol::{HEADER_BYTES, MAX_DATA_BYTES};
@@ -53,8 +54,8 @@ pub const RELAY_MIN_ROOM: usize = 64 << 10;
 /// Most relay outputs.
 pub const MAX_RELAY_OUTPUTS: usize = 64;
 /// Most streams of one case: FED ids 0..N must stay below the trigger FED 1024, and the emulator
-/// sends at most [`sender::MAX_STREAMS`].
-pub const MAX_STREAMS: usize = sender::MAX_STREAMS;
+/// sends at most [`tessera_config::emulation::MAX_STREAMS`].
+pub const MAX_STREAMS: usize = tessera_config::emulation::MAX_STREAMS;
 /// How long the relay may take to connect to the receiver.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long past its time budget a run may go before it errors out.
@@ -142,7 +143,7 @@ impl NetCase {
         if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) || bytes == 0 {
             return bad(format!("budget of {seconds} s and {bytes} bytes; give 0 < seconds ≤ 3600 and bytes > 0"));
         }
-        SizeModel::Fixed(self.fragment_bytes).validate()?;
+        SizeModel::Fixed(self.fragment_bytes).validate().map_err(tessera_emu::EmuError::from)?;
         Ok(())
     }
 

@@ -11,15 +11,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tessera_config::{Menu, SystemConfig};
+use tessera_config::SystemConfig;
 use tessera_formats::bookkeeping::{FuOutputDoc, adler32};
 use tessera_formats::names::{self, BuFileName, Producer, StreamFileName};
 use tessera_fu::claim::host_name;
+use tessera_fu::menu::Menu;
 use tessera_fu::merge::{MacroMerger, MicroMerger, MiniMerger, STORAGE_PRODUCER, with_error_stream};
 use tessera_fu::process::{FuConfig, FuReport, run_fu};
 use tessera_fu::remote::BuAccess;
-use tessera_fu::resources::{now_unix_ms, read_summaries};
 use tessera_fu::{Hlt, MenuHlt};
+use tessera_rundir::resources::{now_unix_ms, read_summaries};
 
 /// The options of `tessera fu`.
 #[derive(clap::Args, Debug, Clone)]

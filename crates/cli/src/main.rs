@@ -427,7 +427,8 @@ struct FerolArgs {
 }
 
 fn ferol(args: FerolArgs) -> Result<ExitCode> {
-    use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig, TriggerClock};
+    use tessera_config::emulation::{ClockSpec, EmulationError, FedSpec, MAX_STREAMS, SizeModel};
+    use tessera_emu::generator::StreamConfig;
     use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
     if let (Some(system), Some(ru)) = (&args.system, &args.ru) {
         let limits = run::SystemArgs { events: args.events, seconds: args.seconds, output: None };
@@ -467,8 +468,8 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let feds = tessera_config::parse_fed_list(&args.feds).with_context(|| format!("--feds {}", args.feds))?;
-    if feds.len() > sender::MAX_STREAMS {
-        bail!("--feds {}: more than {} FEDs for one process", args.feds, sender::MAX_STREAMS);
+    if feds.len() > MAX_STREAMS {
+        bail!("--feds {}: more than {MAX_STREAMS} FEDs for one process", args.feds);
     }
     let size = match (args.size, args.size_mean, args.size_sigma) {
         (_, Some(mean_bytes), Some(sigma_bytes)) => SizeModel::LogNormal { mean_bytes, sigma_bytes },
@@ -485,13 +486,13 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
         seed: args.seed,
         orbits_per_lumi_section: args.orbits_per_ls,
     };
-    TriggerClock::new(clock).context("--rate-hz or --orbits-per-ls")?;
+    clock.validate().context("--rate-hz or --orbits-per-ls")?;
     let faults = args
         .fault
         .iter()
         .map(|spec| match spec.parse() {
             Ok(f) => Ok(f),
-            Err(tessera_emu::EmuError::BadFault { reason, .. }) => bail!("--fault {spec}: {reason}"),
+            Err(EmulationError::BadFault { reason, .. }) => bail!("--fault {spec}: {reason}"),
             Err(e) => Err(e.into()),
         })
         .collect::<Result<Vec<_>>>()?;
@@ -553,7 +554,7 @@ fn config_check(file: &Path) -> ExitCode {
     };
     if cfg.fu.enabled
         && let Some(menu) = &cfg.fu.menu
-        && let Err(errors) = tessera_config::Menu::load(menu)
+        && let Err(errors) = tessera_fu::menu::Menu::load(menu)
     {
         // The menu's mistakes are the system file's, through its `fu.menu`.
         for line in errors.to_string().lines() {
@@ -593,7 +594,7 @@ fn config_check(file: &Path) -> ExitCode {
 
 /// `tessera config check` of a selection menu: read and checked as an FU reads it.
 fn menu_check(file: &Path) -> ExitCode {
-    match tessera_config::Menu::load(file) {
+    match tessera_fu::menu::Menu::load(file) {
         Ok(menu) => {
             println!(
                 "{}: OK: a selection menu of {} streams ({}) and {} paths ({})",
@@ -721,13 +722,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Config { action: ConfigAction::Check { file, menu, system } } => {
             let kind = match (menu, system) {
-                (true, _) => tessera_config::FileKind::Menu,
-                (_, true) => tessera_config::FileKind::System,
-                _ => tessera_config::FileKind::of_file(&file),
+                (true, _) => tessera_fu::menu::FileKind::Menu,
+                (_, true) => tessera_fu::menu::FileKind::System,
+                _ => tessera_fu::menu::FileKind::of_file(&file),
             };
             Ok(match kind {
-                tessera_config::FileKind::System => config_check(&file),
-                tessera_config::FileKind::Menu => menu_check(&file),
+                tessera_fu::menu::FileKind::System => config_check(&file),
+                tessera_fu::menu::FileKind::Menu => menu_check(&file),
             })
         }
         Command::Fu(args) => {

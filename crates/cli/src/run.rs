@@ -10,15 +10,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use tessera_config::{CorruptStreamPolicy, SystemConfig};
-use tessera_emu::generator::{FedSpec, StreamConfig};
+use tessera_config::SystemConfig;
+use tessera_config::emulation::FedSpec;
+use tessera_control::system::{Conservation, FedErrorCounts, Outcome, Progress, RunningSystem, SystemPlan};
+use tessera_control::trigger::{Interval, TriggerAccount, TriggerSummary};
+use tessera_emu::generator::StreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
-use tessera_runtime::ru_node::{OnCorruptStream, RuNode, RuNodeConfig};
-use tessera_runtime::system::{Conservation, FedErrorCounts, Outcome, Progress, RunningSystem, SystemPlan};
-use tessera_runtime::trigger::{Interval, TriggerAccount, TriggerSummary};
+use tessera_runtime::ru_node::{RuNode, RuNodeConfig};
 
 use tessera_control::{
     Action, ControlConfig, ControlServer, HeartbeatWatch, RunState, RunStatus, Served, Unit, UnitKind,
@@ -26,7 +27,7 @@ use tessera_control::{
 use tessera_formats::names;
 use tessera_fu::broker::BrokerTally;
 use tessera_fu::output::ledger_events;
-use tessera_fu::resources::FarmLimits;
+use tessera_rundir::resources::FarmLimits;
 use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{FedError, UnitStats};
 
@@ -312,10 +313,7 @@ fn ru_node(
         chunk_bytes: p.chunk_bytes,
         chunks_per_fed: p.chunks_per_fed as usize,
         max_wire_bytes: section.max_wire_fragment_bytes(),
-        on_corrupt_stream: match p.on_corrupt_stream {
-            CorruptStreamPolicy::Continue => OnCorruptStream::Continue,
-            CorruptStreamPolicy::Fail => OnCorruptStream::Fail,
-        },
+        on_corrupt_stream: p.on_corrupt_stream,
         fragment_crc_check: p.fragment_crc_check,
         event_limit: cfg.run.events,
         connect_timeout: CONNECT_TIMEOUT,
@@ -999,7 +997,7 @@ fn summarize(
             "name": s.name,
             "events": b.as_ref().map_or(0, |b| b.events_published),
             "run_dir": b.as_ref().ok().map(|b| b.run_dir.display().to_string()),
-            "error": b.as_ref().err(),
+            "error": b.as_ref().err().map(ToString::to_string),
         })).collect::<Vec<_>>(),
         "per_ru": cfg.rus.iter().zip(&outcome.rus).map(|(s, r)| json!({
             "name": s.name,
@@ -1007,7 +1005,7 @@ fn summarize(
             "corrupt_fragments": r.as_ref().map_or(0, |r| r.ru.corrupt_fragments),
             "trigger_fault": r.as_ref().ok().and_then(|r| r.trigger_fault.as_ref()).map(|f| json!({"key": f.what.key(), "what": f.to_string()})),
             "orphan_fragments": r.as_ref().map_or(Vec::new(), |r| r.orphan_fragments.iter().map(|(fed, n)| json!({"fed": fed, "fragments": n})).collect()),
-            "error": r.as_ref().err(),
+            "error": r.as_ref().err().map(ToString::to_string),
         })).collect::<Vec<_>>(),
         "fragment_bytes": p.fragment_bytes,
         "trigger": trigger,

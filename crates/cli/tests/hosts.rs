@@ -199,7 +199,7 @@ fn fu_on_another_host_processes_a_bu_through_its_file_broker() {
 /// Asserts that FUs published resource summaries in `bu_dir` (a publication made the directory)
 /// and removed them as they left, through the BU's broker before it went.
 fn assert_summaries_came_and_went(bu_dir: &Path) {
-    let resources = bu_dir.join(tessera_fu::resources::RESOURCES_DIR);
+    let resources = bu_dir.join(tessera_rundir::resources::RESOURCES_DIR);
     let left: Vec<_> = std::fs::read_dir(&resources)
         .unwrap_or_else(|e| panic!("no FU published a summary in {}: {e}", resources.display()))
         .collect();
@@ -247,8 +247,8 @@ fn wait_for_farm_counted(lan: &Lan, d: &Path) {
 fn wait_for_remote_summaries(bu_dir: &Path, run: u32, host: &str, count: usize) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let now = tessera_fu::resources::now_unix_ms();
-        let summaries = tessera_fu::resources::read_summaries(bu_dir, run);
+        let now = tessera_rundir::resources::now_unix_ms();
+        let summaries = tessera_rundir::resources::read_summaries(bu_dir, run);
         let live = summaries.iter().filter(|s| s.host == host && now.saturating_sub(s.updated_unix_ms) < 5000);
         if live.count() == count {
             return;

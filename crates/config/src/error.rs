@@ -86,7 +86,7 @@ impl ConfigError {
 }
 
 /// A semantic problem found by [`SystemConfig::validate`](crate::SystemConfig::validate) or
-/// [`Menu::validate`](crate::Menu::validate), before it is tied to a file.
+/// `tessera_fu::menu::Menu::validate`, before it is tied to a file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {message}")]
 pub struct ValidationError {

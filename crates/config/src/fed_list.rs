@@ -1,7 +1,7 @@
 //! FED lists as people write them on the command line and in the system file: `1024,0-3`.
 
 use std::fmt::Write as _;
-use tessera_emu::generator::MAX_FED_ID;
+use tessera_formats::fed::MAX_FED_ID;
 
 /// Why a FED list cannot be read. The message names the offending item, not the whole list:
 /// callers prefix it with where the list came from (`--feds 0-5000: ...`, `rus[1].feds: ...`).

@@ -22,28 +22,27 @@
 //!
 //! FED lists use the command line's syntax; [`parse_fed_list`] reads them for both.
 //!
-//! The filter unit's selection [`Menu`] is a YAML file of its own, read the same way with the
-//! same kind of errors ([`Menu::load`]); [`FileKind::of`] tells the two apart.
+//! The filter unit's selection menu is a YAML file of its own, parsed in `tessera_fu::menu` with
+//! this crate's reader ([`yaml::read_yaml`]) and the same kind of errors.
 
 #![warn(missing_docs)]
 
+pub mod emulation;
 mod error;
 pub mod fed_list;
 mod locate;
-pub mod menu;
 mod system;
 mod validate;
-mod yaml;
+pub mod yaml;
 
 pub use error::{ConfigError, ConfigErrors, Place, ValidationError};
 pub use fed_list::{FedListError, format_fed_list, parse_fed_list};
-pub use menu::{BxRange, ByteRange, Conditions, FedSizeRange, MAX_MENU_STREAMS, Menu, MenuPath};
 pub use system::{
     BuParams, BuSection, ControllerSection, CorruptStreamPolicy, DEFAULT_HOST, DEFAULT_RATE_HZ, DEFAULT_RUN_SECONDS,
     EvmParams, FragmentSize, FuParams, FuProcess, LEVEL1_RATE_HZ, RuParams, RuParamsOverride, RuSection, RunSection,
     SystemConfig, TriggerSection,
 };
-pub use validate::{Advice, MAX_FU_PROCESSES_PER_BU, MAX_RUN_NUMBER, MAX_WRITER_THREADS};
+pub use validate::{Advice, MAX_FU_PROCESSES_PER_BU, MAX_RUN_NUMBER, MAX_WRITER_THREADS, Problems};
 
 use std::path::Path;
 
@@ -69,44 +68,5 @@ impl SystemConfig {
         // Every field is a plain number, string, list or map, so serialization cannot fail; a
         // failure would be a bug in this crate.
         serde_saphyr::to_string(self).expect("a SystemConfig always serializes")
-    }
-}
-
-/// What a configuration file holds: a system or a selection menu.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileKind {
-    /// A system file, read with [`SystemConfig::load`].
-    System,
-    /// A selection menu, read with [`Menu::load`].
-    Menu,
-}
-
-impl FileKind {
-    /// A menu when the top-level keys of `text` include one of a menu's (`streams`, `paths`)
-    /// and none of a system's; a system otherwise, also when `text` is not YAML (reading it as
-    /// a system then says why).
-    ///
-    /// ```
-    /// use tessera_config::FileKind;
-    /// assert_eq!(FileKind::of("streams: [A]\npaths: []\n"), FileKind::Menu);
-    /// assert_eq!(FileKind::of("stream: [A]\npaths: []\n"), FileKind::Menu);
-    /// assert_eq!(FileKind::of("rus: []\npaths: []\n"), FileKind::System);
-    /// assert_eq!(FileKind::of("[1, 2]"), FileKind::System);
-    /// ```
-    pub fn of(text: &str) -> FileKind {
-        let Ok(keys) = locate::KeyMap::read(text) else { return FileKind::System };
-        let (menu, system) = (yaml::keys_of::<Menu>(), yaml::keys_of::<SystemConfig>());
-        let mut top = keys.top_level_keys();
-        if top.clone().any(|key| menu.contains(&key)) && !top.any(|key| system.contains(&key)) {
-            FileKind::Menu
-        } else {
-            FileKind::System
-        }
-    }
-
-    /// What the file at `path` holds ([`FileKind::of`] its text); a system when it cannot be
-    /// read (reading it as a system then says why).
-    pub fn of_file(path: &Path) -> FileKind {
-        std::fs::read_to_string(path).map_or(FileKind::System, |text| FileKind::of(&text))
     }
 }

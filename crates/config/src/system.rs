@@ -1,12 +1,10 @@
 //! The sections of the system file: one struct per unit, with units in the field names and
 //! the defaults of the laptop system.
 
+use crate::emulation::{ClockSpec, EmulationError, FaultSpec, MAX_FRAGMENT_BYTES, SizeModel};
 use crate::fed_list::{format_fed_list, parse_fed_list};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::path::{Path, PathBuf};
-use tessera_emu::EmuError;
-use tessera_emu::fault::FaultSpec;
-use tessera_emu::generator::{ClockSpec, MAX_FRAGMENT_BYTES, SizeModel};
 use tessera_formats::fed::CrcCheck;
 use tessera_formats::ferol::ferol_wire_len;
 use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
@@ -385,8 +383,8 @@ impl RuSection {
         }
     }
 
-    /// Its fault specifications, read with the emulator's parser.
-    pub fn fault_specs(&self) -> Result<Vec<FaultSpec>, EmuError> {
+    /// Its fault specifications, read.
+    pub fn fault_specs(&self) -> Result<Vec<FaultSpec>, EmulationError> {
         self.faults.iter().map(|spec| spec.parse()).collect()
     }
 
@@ -562,15 +560,18 @@ impl BuSection {
     }
 }
 
-/// What a FED stream that stops parsing does to the run.
+/// What a FED stream that stops parsing does to the run (`ru.on_corrupt_stream`, and the RU
+/// node's setting of the same name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CorruptStreamPolicy {
-    /// The stream is counted and no more fragments are taken from it (what it still sends is
-    /// thrown away); its events go on flagged incomplete.
+    /// Count it, report it, take no more fragments from it (what it still sends is read and
+    /// thrown away, so that its front end is not held back): its FED's events go on flagged
+    /// incomplete.
     #[default]
     Continue,
-    /// The RU fails its state machine, which ends the run.
+    /// The RU fails its state machine with the error, which names the FED, the event and the
+    /// byte offset; that ends the run.
     Fail,
 }
 

@@ -1,11 +1,10 @@
 //! The checks that a well-typed system file must still pass before anything starts.
 
+use crate::emulation::{FaultSpec, FedSpec, MAX_STREAMS, SizeModel};
 use crate::error::ValidationError;
 use crate::system::{FragmentSize, RuParams, SystemConfig};
 use std::collections::HashMap;
-use tessera_emu::EmuError;
-use tessera_emu::generator::{FedSpec, SizeModel, TriggerClock};
-use tessera_emu::sender::MAX_STREAMS;
+use tessera_formats::fed::ORBIT_SECONDS;
 use tessera_formats::ferol::ferol_wire_len;
 use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID};
 
@@ -46,13 +45,14 @@ impl std::fmt::Display for Advice {
 }
 
 /// The problems found so far, at most one a key (the first found): a key with several problems
-/// is reported once, and the others show when it is put right.
+/// is reported once, and the others show when it is put right. What a file's own checks collect
+/// for [`read_yaml`](crate::yaml::read_yaml).
 #[derive(Default)]
-pub(crate) struct Problems(Vec<ValidationError>);
+pub struct Problems(Vec<ValidationError>);
 
 impl Problems {
     /// Notes that the value of `key` is wrong, unless a problem with it is noted already.
-    pub(crate) fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
+    pub fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
         let key = key.into();
         if !self.0.iter().any(|p| p.key == key) {
             self.0.push(ValidationError { key, message: message.into() });
@@ -71,17 +71,8 @@ impl Problems {
     }
 
     /// Every problem noted, in the order found.
-    pub(crate) fn into_vec(self) -> Vec<ValidationError> {
+    pub fn into_vec(self) -> Vec<ValidationError> {
         self.0
-    }
-}
-
-/// The reason of an emulator error without the emulator's own prefix, which names its
-/// command-line context rather than the key.
-fn reason(e: EmuError) -> String {
-    match e {
-        EmuError::BadFault { reason, .. } | EmuError::BadSize(reason) | EmuError::BadClock(reason) => reason,
-        other => other.to_string(),
     }
 }
 
@@ -225,7 +216,7 @@ impl SystemConfig {
         if self.fu.enabled
             && let Some(rate) = self.trigger.paced_rate_hz()
         {
-            let lumi_seconds = self.run.orbits_per_lumi_section as f64 * tessera_emu::generator::ORBIT_SECONDS;
+            let lumi_seconds = self.run.orbits_per_lumi_section as f64 * ORBIT_SECONDS;
             // A run shorter than a lumi section puts no more than the run on the disks.
             let events = (rate * lumi_seconds).min(size.events as f64);
             let per_bu = events * size.event_bytes / self.bus.len().max(1) as f64;
@@ -317,7 +308,7 @@ impl SystemConfig {
             // The time-out and the clock below are measured in lumi sections of this length.
             return;
         }
-        let lumi_seconds = run.orbits_per_lumi_section as f64 * tessera_emu::generator::ORBIT_SECONDS;
+        let lumi_seconds = run.orbits_per_lumi_section as f64 * ORBIT_SECONDS;
         let timeout = self.evm.lumi_section_timeout_s;
         if !(timeout.is_finite() && timeout >= lumi_seconds) {
             p.add(
@@ -329,8 +320,8 @@ impl SystemConfig {
             );
         }
         // The emulator's own check of the rate, so the file refuses what the emulator would.
-        if let Err(e) = TriggerClock::new(self.clock_spec()) {
-            p.add("trigger.rate_hz", reason(e));
+        if let Err(e) = self.clock_spec().validate() {
+            p.add("trigger.rate_hz", e.reason());
         }
     }
 
@@ -369,17 +360,15 @@ impl SystemConfig {
         for (i, ru) in self.rus.iter().enumerate() {
             let key = |field: &str| format!("rus[{i}].{field}");
             if let Err(e) = ru.fragment_size.model().validate() {
-                p.add(key("fragment_size"), reason(e));
+                p.add(key("fragment_size"), e.reason());
             }
             if ru.feds.is_empty() {
                 p.add(key("feds"), "an RU needs at least one FED");
             }
             for &fed in &ru.feds {
                 // The size model is checked above; this refuses the other trigger FED ids.
-                if let Err(EmuError::BadFedId { reason, .. }) =
-                    (FedSpec { fed, size: SizeModel::Fixed(1024) }).validate()
-                {
-                    p.add(key("feds"), format!("FED {fed}: {reason}"));
+                if let Err(e) = (FedSpec { fed, size: SizeModel::Fixed(1024) }).validate_id() {
+                    p.add(key("feds"), format!("FED {fed}: {}", e.reason()));
                 }
                 if let Some(first) = owner.insert(fed, i) {
                     p.add(key("feds"), format!("FED {fed} is already read by rus[{first}]"));
@@ -396,8 +385,8 @@ impl SystemConfig {
                 p.add(key("send_rate_percent"), format!("{}% is outside 1..=100", ru.send_rate_percent));
             }
             for (j, spec) in ru.faults.iter().enumerate() {
-                match spec.parse::<tessera_emu::fault::FaultSpec>() {
-                    Err(e) => p.add(key(&format!("faults[{j}]")), format!("{spec:?}: {}", reason(e))),
+                match spec.parse::<FaultSpec>() {
+                    Err(e) => p.add(key(&format!("faults[{j}]")), format!("{spec:?}: {}", e.reason())),
                     Ok(fault) => {
                         if let Some(fed) = fault.fed.filter(|fed| !ru.feds.contains(fed)) {
                             p.add(

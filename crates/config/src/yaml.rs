@@ -1,5 +1,6 @@
 //! Reading a YAML file into a checked value, with errors that name the file, line, column and
-//! key path: shared by the system file and the selection menu.
+//! key path: shared by the system file and the filter unit's selection menu (`tessera_fu::menu`),
+//! which reads its own file with [`read_yaml`] and checks it with a [`Problems`](crate::Problems).
 //!
 //! The parser stops at the first mistake. To report them all, the file is read again without
 //! the key found wrong (its text replaced by spaces, so that every other key keeps its line and
@@ -23,7 +24,7 @@ use std::path::Path;
 /// A validation error is placed at the line of the key it names; a key left at its default is
 /// not in the text, so the line is that of its nearest written ancestor, or unknown when there
 /// is none.
-pub(crate) fn read_yaml<T: DeserializeOwned>(
+pub fn read_yaml<T: DeserializeOwned>(
     text: &str,
     origin: &Path,
     validate: impl FnOnce(&T) -> Vec<ValidationError>,
@@ -201,7 +202,10 @@ fn with_found(message: String, text: &str, (line, column): Position) -> String {
 }
 
 /// The text of the file at `path`.
-pub(crate) fn read_text(path: &Path) -> Result<String, ConfigErrors> {
+///
+/// # Errors
+/// [`ConfigError::Read`] when it cannot be read.
+pub fn read_text(path: &Path) -> Result<String, ConfigErrors> {
     std::fs::read_to_string(path)
         .map_err(|source| ConfigErrors::new(path, vec![ConfigError::Read { file: path.to_owned(), source }]))
 }
@@ -222,8 +226,14 @@ fn message(e: &serde_saphyr::Error) -> String {
     text.chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect()
 }
 
+/// The top-level keys of the YAML mapping in `text`, in the order written; none when `text` is
+/// not YAML.
+pub fn top_level_keys(text: &str) -> Vec<String> {
+    KeyMap::read(text).map(|keys| keys.top_level_keys().map(str::to_owned).collect()).unwrap_or_default()
+}
+
 /// The keys of the mapping that `T` is read from: the names serde gives its fields.
-pub(crate) fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
+pub fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
     T::deserialize(FieldProbe).err().map_or(&[], |fields| fields.0)
 }
 
@@ -298,7 +308,8 @@ mod tests {
 
     #[test]
     fn knows_the_keys_of_a_struct() {
-        assert_eq!(keys_of::<crate::Menu>(), ["streams", "paths"]);
         assert!(keys_of::<crate::SystemConfig>().contains(&"controller"));
+        assert_eq!(top_level_keys("run: {number: 3}\nrus: []\n"), ["run", "rus"]);
+        assert!(top_level_keys("[1, 2]").is_empty());
     }
 }

@@ -1,8 +1,8 @@
 //! The system file: defaults, the example files, and the errors that must point at the problem.
 
 use std::path::{Path, PathBuf};
+use tessera_config::emulation::SizeModel;
 use tessera_config::{ConfigError, ConfigErrors, CorruptStreamPolicy, FragmentSize, SystemConfig};
-use tessera_emu::generator::SizeModel;
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name)

@@ -21,6 +21,8 @@ pub mod agent;
 pub mod client;
 mod process;
 mod run;
+pub mod system;
+pub mod trigger;
 
 pub use process::{GIT_HASH, VERSION};
 pub use run::{RunState, RunStatus, RunView};

@@ -72,12 +72,12 @@ pub struct RunView {
     pub dead_time_fraction: f64,
     /// The share of the last second during which the trigger was held back, by reason key (a
     /// [`tessera_runtime::stats::Throttle`] key such as `RU_BUFFERS_FULL`, or `RU_INPUT` and
-    /// `FRONT_END_SLOW` of [`tessera_runtime::trigger`]); reasons of the same second share it, so
+    /// `FRONT_END_SLOW` of [`crate::trigger`]); reasons of the same second share it, so
     /// that they add up to `dead_time_fraction`.
     pub dead_time_by_reason: BTreeMap<String, f64>,
     /// Why the trigger is short of the requested rate over the run so far, in one sentence,
     /// while it is below nine tenths of it; `None` otherwise. The runtime's trigger account
-    /// (`tessera_runtime::trigger`) writes it, the same sentence as the run's summary.
+    /// (`crate::trigger`) writes it, the same sentence as the run's summary.
     pub bottleneck: Option<String>,
     /// Lumi sections the BUs have closed (end-of-lumi record written), over all BUs: what the
     /// mergers have to merge.

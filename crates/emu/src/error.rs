@@ -6,28 +6,10 @@ use std::path::PathBuf;
 /// An emulator error.
 #[derive(Debug, thiserror::Error)]
 pub enum EmuError {
-    /// A FED id that the emulator cannot send.
-    #[error("FED id {fed}: {reason}")]
-    BadFedId {
-        /// The id.
-        fed: u32,
-        /// Why it is refused.
-        reason: &'static str,
-    },
-    /// A size model outside the emulator's bounds.
-    #[error("fragment size: {0}")]
-    BadSize(String),
-    /// A trigger clock setting outside its bounds.
-    #[error("trigger clock: {0}")]
-    BadClock(String),
-    /// A fault specification that cannot be read.
-    #[error("fault {spec:?}: {reason}")]
-    BadFault {
-        /// The specification as given.
-        spec: String,
-        /// What is wrong with it.
-        reason: String,
-    },
+    /// A description of the front ends outside the emulator's bounds (FED id, sizes, clock,
+    /// fault).
+    #[error(transparent)]
+    Emulation(#[from] tessera_config::emulation::EmulationError),
     /// A sender configuration that cannot run (no FEDs, too many, no bound).
     #[error("sender: {0}")]
     BadSender(String),

@@ -2,133 +2,17 @@
 //! clock, no thread; the same configuration gives the same bytes on every host.
 
 use crate::error::EmuError;
-use crate::fault::{Fault, FaultSpec};
-use tessera_formats::fed::{self, BX_PER_ORBIT, FedHeader, FedTrailer, WORD_BYTES, event_type};
+use tessera_config::emulation::{ClockSpec, Fault, FaultSpec, FedSpec};
+use tessera_formats::fed::{
+    self, BX_PER_ORBIT, FedHeader, FedTrailer, MIN_FRAGMENT_BYTES, ORBIT_SECONDS, WORD_BYTES, event_type,
+};
 use tessera_formats::ferol::{FerolBlockHeader, FerolBlocks, HEADER_BYTES, MAX_DATA_BYTES};
 use tessera_formats::seeded::SplitMix64;
 use tessera_formats::seeded::{payload_seed, write_seeded_fragment};
-use tessera_formats::tcds::{
-    ORBITS_PER_LUMI_SECTION, TCDS_FED_ID, TCDS_FED_IDS, TCDS_FRAGMENT_BYTES, TcdsRecord, orbit_in_lumi_section,
-};
+use tessera_formats::tcds::{TCDS_FRAGMENT_BYTES, TcdsRecord, orbit_in_lumi_section};
 
-/// Smallest fragment the size model gives: a FED header and trailer.
-pub const MIN_FRAGMENT_BYTES: usize = fed::MIN_FRAGMENT_BYTES;
-/// Largest fragment the size model gives (1 MiB).
-pub const MAX_FRAGMENT_BYTES: usize = 1 << 20;
-/// Largest FED id (12 bits).
-pub const MAX_FED_ID: u16 = 4095;
-/// Length of an LHC orbit in seconds (3564 bunch crossings at 40.079 MHz).
-pub const ORBIT_SECONDS: f64 = 88.924e-6;
 /// Bytes sent instead of a fragment by [`Fault::Garbage`].
 pub const GARBAGE_BYTES: usize = 64;
-
-/// How big a FED's fragments are, header and trailer included.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum SizeModel {
-    /// Every fragment has this many bytes.
-    Fixed(usize),
-    /// Sizes drawn from a log-normal distribution with this mean and standard deviation in
-    /// bytes, as the CMS FEROL emulator draws them.
-    LogNormal {
-        /// Mean fragment size in bytes.
-        mean_bytes: f64,
-        /// Standard deviation in bytes.
-        sigma_bytes: f64,
-    },
-}
-
-impl SizeModel {
-    /// Checks the model's parameters: sizes within [16, 2^20] bytes, a finite sigma ≥ 0.
-    pub fn validate(&self) -> Result<(), EmuError> {
-        let range = MIN_FRAGMENT_BYTES as f64..=MAX_FRAGMENT_BYTES as f64;
-        match *self {
-            SizeModel::Fixed(b) if !range.contains(&(b as f64)) => {
-                Err(EmuError::BadSize(format!("{b} bytes is outside {MIN_FRAGMENT_BYTES}..={MAX_FRAGMENT_BYTES}")))
-            }
-            SizeModel::LogNormal { mean_bytes, .. } if !range.contains(&mean_bytes) => Err(EmuError::BadSize(format!(
-                "mean {mean_bytes} bytes is outside {MIN_FRAGMENT_BYTES}..={MAX_FRAGMENT_BYTES}"
-            ))),
-            SizeModel::LogNormal { sigma_bytes, .. } if !(sigma_bytes.is_finite() && sigma_bytes >= 0.0) => {
-                Err(EmuError::BadSize(format!("sigma {sigma_bytes} bytes is not a finite number ≥ 0")))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// The size of `fed`'s fragment for `event`, in bytes: drawn deterministically from
-    /// `payload_seed(run, fed, event)` (so any stage can recompute it), clamped to
-    /// [16, 2^20] and rounded up to whole 8-byte words.
-    pub fn fragment_bytes(&self, run: u32, fed: u16, event: u64) -> usize {
-        let bytes = match *self {
-            SizeModel::Fixed(b) => b,
-            SizeModel::LogNormal { mean_bytes, sigma_bytes } => {
-                // Log-normal with the given mean m and deviation s of the size itself:
-                // mu = ln(m² / sqrt(m² + s²)), sigma² = ln(1 + s²/m²).
-                let var = (1.0 + (sigma_bytes / mean_bytes).powi(2)).ln();
-                let mu = mean_bytes.ln() - var / 2.0;
-                let mut rng = SplitMix64::new(payload_seed(run, fed, event));
-                let u1 = 1.0 - rng.unit(); // (0, 1]
-                let u2 = rng.unit();
-                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                let drawn = (mu + var.sqrt() * z).exp().ceil();
-                // `as` saturates: NaN gives 0 and infinity usize::MAX, both clamped below.
-                drawn as usize
-            }
-        };
-        bytes.clamp(MIN_FRAGMENT_BYTES, MAX_FRAGMENT_BYTES).div_ceil(WORD_BYTES) * WORD_BYTES
-    }
-}
-
-/// One FED stream's source: its id and size model (ignored for the trigger FED 1024, whose
-/// fragment is always the 952-byte TCDS record).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FedSpec {
-    /// FED id, 0..=4095, not 1025..=1099 (trigger ids other than Tessera's 1024).
-    pub fed: u16,
-    /// Fragment sizes.
-    pub size: SizeModel,
-}
-
-impl FedSpec {
-    /// Checks the FED id and the size model.
-    pub fn validate(&self) -> Result<(), EmuError> {
-        if self.fed > MAX_FED_ID {
-            return Err(EmuError::BadFedId { fed: self.fed.into(), reason: "above 4095" });
-        }
-        if TCDS_FED_IDS.contains(&self.fed) && self.fed != TCDS_FED_ID {
-            return Err(EmuError::BadFedId {
-                fed: self.fed.into(),
-                reason: "1025..=1099 are trigger FED ids; the emulator's trigger is 1024",
-            });
-        }
-        self.size.validate()
-    }
-
-    /// Whether this stream carries the trigger fragments.
-    pub fn is_trigger(&self) -> bool {
-        self.fed == TCDS_FED_ID
-    }
-}
-
-/// The emulated trigger: Poisson arrivals at `rate_hz` from `seed`, and how orbits group into
-/// lumi sections.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ClockSpec {
-    /// Mean trigger rate in Hz. A free-running sender does not wait for these times but still
-    /// stamps orbits, BXs and lumi sections from them.
-    pub rate_hz: f64,
-    /// Seed of the arrival times.
-    pub seed: u64,
-    /// Orbits per lumi section, 1..=2^18 (2^18 for real data).
-    pub orbits_per_lumi_section: u64,
-}
-
-impl Default for ClockSpec {
-    /// 100 kHz (the CMS L1 rate), seed 1, real lumi sections.
-    fn default() -> Self {
-        ClockSpec { rate_hz: 100_000.0, seed: 1, orbits_per_lumi_section: ORBITS_PER_LUMI_SECTION }
-    }
-}
 
 /// One trigger: when it fired and what the TCDS says about it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -158,19 +42,9 @@ pub struct TriggerClock {
 }
 
 impl TriggerClock {
-    /// A clock for `spec`; refuses a rate that is not finite and positive or above one trigger
-    /// per bunch crossing, and lumi sections outside 1..=2^18 orbits.
+    /// A clock for `spec`; refuses what [`ClockSpec::validate`] refuses.
     pub fn new(spec: ClockSpec) -> Result<Self, EmuError> {
-        let max_rate = f64::from(BX_PER_ORBIT) / ORBIT_SECONDS;
-        if !(spec.rate_hz.is_finite() && spec.rate_hz > 0.0 && spec.rate_hz <= max_rate) {
-            return Err(EmuError::BadClock(format!("rate {} Hz is outside (0, {max_rate:.0}]", spec.rate_hz)));
-        }
-        if !(1..=ORBITS_PER_LUMI_SECTION).contains(&spec.orbits_per_lumi_section) {
-            return Err(EmuError::BadClock(format!(
-                "{} orbits per lumi section is outside 1..={ORBITS_PER_LUMI_SECTION}",
-                spec.orbits_per_lumi_section
-            )));
-        }
+        spec.validate()?;
         Ok(TriggerClock { spec, rng: SplitMix64::new(spec.seed), time_seconds: 0.0, index: 0 })
     }
 
@@ -408,33 +282,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_are_clamped_and_whole_words() {
-        assert_eq!(SizeModel::Fixed(4096).fragment_bytes(1, 2, 3), 4096);
-        assert_eq!(SizeModel::Fixed(1001).fragment_bytes(1, 2, 3), 1008);
-        let wide = SizeModel::LogNormal { mean_bytes: 64.0, sigma_bytes: 1e6 };
-        for e in 0..2000 {
-            let n = wide.fragment_bytes(1, 2, e);
-            assert!((MIN_FRAGMENT_BYTES..=MAX_FRAGMENT_BYTES).contains(&n) && n.is_multiple_of(8), "{n}");
-        }
-        assert!(SizeModel::Fixed(8).validate().is_err());
-        assert!(SizeModel::LogNormal { mean_bytes: 100.0, sigma_bytes: -1.0 }.validate().is_err());
-    }
-
-    #[test]
-    fn clock_refuses_bad_settings() {
-        let bad = |spec| TriggerClock::new(spec).unwrap_err().to_string();
-        assert_eq!(
-            bad(ClockSpec { rate_hz: 0.0, ..ClockSpec::default() }),
-            "trigger clock: rate 0 Hz is outside (0, 40079169]"
-        );
-        assert!(bad(ClockSpec { orbits_per_lumi_section: 0, ..ClockSpec::default() }).contains("1..=262144"));
-    }
-
-    #[test]
-    fn fed_ids_are_checked() {
-        let spec = |fed| FedSpec { fed, size: SizeModel::Fixed(64) };
-        assert!(spec(4095).validate().is_ok() && spec(1024).validate().is_ok());
-        assert_eq!(spec(4096).validate().unwrap_err().to_string(), "FED id 4096: above 4095");
-        assert!(spec(1030).validate().unwrap_err().to_string().contains("trigger FED ids"));
+    fn clock_refuses_what_its_spec_refuses() {
+        let err = TriggerClock::new(ClockSpec { rate_hz: 0.0, ..ClockSpec::default() }).unwrap_err();
+        assert_eq!(err.to_string(), "trigger clock: rate 0 Hz is outside (0, 40079169]");
+        assert!(TriggerClock::new(ClockSpec::default()).is_ok());
     }
 }

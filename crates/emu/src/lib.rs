@@ -3,7 +3,8 @@
 //! [`generator`] is pure (no I/O, no clock, no thread): for event *n* of one FED it writes the
 //! FED fragment (a seeded payload, or the 952-byte trigger fragment for FED 1024) and plans its
 //! FEROL blocks, with the trigger time, orbit, BX and lumi section from a deterministic
-//! [`generator::TriggerClock`] and the faults that [`fault::FaultSpec`]s ask for. Every FED of an
+//! [`generator::TriggerClock`] and the faults that `FaultSpec`s ask for. What to emulate (the
+//! FEDs' sizes, the clock, the faults) is described in `tessera_config::emulation`. Every FED of an
 //! event computes the same trigger from the same seed, so streams need not talk to each other,
 //! and every byte can be recomputed downstream.
 //!
@@ -17,7 +18,6 @@
 #![warn(missing_docs)]
 
 pub mod error;
-pub mod fault;
 pub mod generator;
 pub mod replay;
 pub mod sender;

@@ -24,7 +24,7 @@
 //! Both figures are also published while the run goes on, through the run's [`StopLine`].
 
 use crate::error::EmuError;
-use crate::generator::{MAX_FRAGMENT_BYTES, StreamConfig, StreamGenerator, Wire};
+use crate::generator::{StreamConfig, StreamGenerator, Wire};
 use crate::replay::Capture;
 use std::fmt;
 use std::fs::File;
@@ -34,10 +34,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tessera_config::emulation::{MAX_FRAGMENT_BYTES, MAX_STREAMS};
 use tessera_formats::ferol::{HEADER_BYTES, MAX_DATA_BYTES};
 
-/// Most streams one process sends (one thread each).
-pub const MAX_STREAMS: usize = 512;
 /// Buffer per stream that batches small fragments into large writes.
 pub const STREAM_BUFFER_BYTES: usize = 256 << 10;
 /// How long a connection attempt may take.
@@ -99,7 +98,7 @@ pub enum End {
     Events,
     /// The time limit passed.
     Deadline,
-    /// A [`crate::fault::Fault::Disconnect`] closed it.
+    /// A [`tessera_config::emulation::Fault::Disconnect`] closed it.
     Disconnect,
     /// Run control stopped every stream at the same event (see [`StopLine`]).
     Stopped,

@@ -2,8 +2,8 @@
 //! streams parse, CRCs and seeded payloads check, sizes follow their model, the LV1 id wraps,
 //! the trigger clock keeps CMSSW's lumi rule, and every fault shows as the problem it should.
 
-use tessera_emu::fault::{Fault, FaultSpec};
-use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig, StreamGenerator, Trigger, Wire};
+use tessera_config::emulation::{ClockSpec, Fault, FaultSpec, FedSpec, SizeModel};
+use tessera_emu::generator::{StreamConfig, StreamGenerator, Trigger, Wire};
 use tessera_formats::ferol::FerolStream;
 use tessera_formats::seeded::first_payload_mismatch;
 use tessera_formats::tcds::TcdsRecord;

@@ -3,7 +3,8 @@
 //! bad capture is refused with its file named.
 
 use std::sync::Arc;
-use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig};
+use tessera_config::emulation::{ClockSpec, FedSpec, SizeModel};
+use tessera_emu::generator::StreamConfig;
 use tessera_emu::replay::Capture;
 use tessera_emu::sender::{self, End, Limits, RunSummary, SenderConfig, Sink, StopLine, capture_path};
 use tessera_formats::fed::lv1_id;

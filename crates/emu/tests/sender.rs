@@ -4,7 +4,8 @@
 use std::io::Read;
 use std::net::TcpListener;
 use std::time::Duration;
-use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig};
+use tessera_config::emulation::{ClockSpec, FedSpec, SizeModel};
+use tessera_emu::generator::StreamConfig;
 use tessera_emu::sender::{self, End, Limits, SenderConfig, Sink, capture_path};
 use tessera_formats::ferol::FerolStream;
 use tessera_formats::seeded::first_payload_mismatch;

@@ -17,6 +17,10 @@ pub const LV1_MASK: u32 = 0x00FF_FFFF;
 pub const MAX_FRAGMENT_WORDS: u32 = 0x00FF_FFFF;
 /// Bunch crossings are numbered 0..3564 in an LHC orbit.
 pub const BX_PER_ORBIT: u16 = 3564;
+/// Length of an LHC orbit in seconds (3564 bunch crossings at 40.079 MHz).
+pub const ORBIT_SECONDS: f64 = 88.924e-6;
+/// Largest FED id: the header's source id field has 12 bits.
+pub const MAX_FED_ID: u16 = 4095;
 /// Bit mask of the CRC field and the C, F and R bits in a trailer word: zero while the CRC is
 /// computed.
 const TRAILER_CRC_MASK: u64 = (0xFFFF << 16) | 0xC004;

@@ -2,7 +2,6 @@
 //! it into `fu/<stem>_<host>_pid<pid>.raw`; a failed rename means another FU won. Claims of an
 //! FU process that died are given back to the pool by any FU (or merger) on the same host.
 
-use crate::resources::{ResourceSummary, summary_path, write_summary};
 use crate::{FuError, io_error};
 use std::collections::BTreeSet;
 use std::fs;
@@ -14,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use tessera_formats::bookkeeping::{EolsDoc, IndexDoc};
 use tessera_formats::names::{self, BuFileName, ClaimedRawName, FuLock};
+use tessera_rundir::resources::{ResourceSummary, summary_path, write_summary};
 
 /// Turns for the `fu.lock` lock among the threads of this process.
 static FU_LOCK_TURN: Mutex<()> = Mutex::new(());
@@ -342,7 +342,7 @@ impl FileSource for Claimer {
     }
 
     fn publish_summary(&self, summary: &ResourceSummary) -> Result<(), FuError> {
-        write_summary(&self.bu_dir, summary)
+        Ok(write_summary(&self.bu_dir, summary)?)
     }
 
     fn remove_summary(&self) -> Result<(), FuError> {

@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+pub mod menu;
 pub mod select;
 
 pub use select::{EventSummary, MenuHlt, MenuSelector, SummaryError};
@@ -58,7 +59,6 @@ pub mod output;
 pub mod process;
 pub mod reader;
 pub mod remote;
-pub mod resources;
 
 use std::path::{Path, PathBuf};
 use tessera_formats::FormatError;

@@ -12,7 +12,6 @@
 use crate::claim::{BuRunState, ClaimedFile, FileSource, remove_if_present, return_dead_claims};
 use crate::output::{Batch, EventOutcome, FuOutputDir, LumiOutputs, ledger_events};
 use crate::remote::BuAccess;
-use crate::resources::{ResourceSummary, now_unix_ms, used_percent};
 use crate::{FuError, Hlt, Verdict};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,6 +20,7 @@ use std::time::{Duration, Instant};
 use tessera_formats::frd::FrdEvent;
 use tessera_formats::names::Producer;
 use tessera_formats::raw::RawFile;
+use tessera_rundir::resources::{ResourceSummary, now_unix_ms, used_percent};
 
 /// Where an FU process reads and writes, and how it waits.
 #[derive(Debug, Clone)]

@@ -6,12 +6,12 @@ use crate::FuError;
 use crate::broker::{BrokerClient, BrokerError, PopAnswer, RemoteRunState};
 use crate::claim::{BuRunState, ClaimedFile, FileSource};
 use crate::output::write_atomically;
-use crate::resources::ResourceSummary;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tessera_formats::bookkeeping::IndexDoc;
 use tessera_formats::names::ClaimedRawName;
+use tessera_rundir::resources::ResourceSummary;
 
 /// The broker's files as a [`FileSource`].
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! streams it goes to ([`MenuSelector`]).
 //!
 //! ```
-//! use tessera_config::Menu;
+//! use tessera_fu::menu::Menu;
 //! use tessera_fu::select::{EventSummary, MenuSelector};
 //! let mut selector = MenuSelector::new(&Menu::default());
 //! assert_eq!(selector.streams(), ["Physics", "Express", "Calibration"]);
@@ -14,7 +14,7 @@
 //! ```
 
 use crate::StreamSet;
-use tessera_config::{ByteRange, Conditions, Menu};
+use crate::menu::{ByteRange, Conditions, Menu};
 use tessera_formats::FormatError;
 use tessera_formats::frd::FrdEvent;
 use tessera_formats::seeded::{GOLDEN, mix};

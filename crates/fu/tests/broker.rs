@@ -14,8 +14,8 @@ use tessera_formats::names::{ClaimedRawName, run_dir_name};
 use tessera_formats::raw::data_type;
 use tessera_fu::broker::{Broker, BrokerClient, BrokerConfig, BrokerError, PopAnswer, RemoteRunState, peer_host_name};
 use tessera_fu::claim::host_name;
-use tessera_fu::resources::{FarmLimits, ResourceSummary, assess, now_unix_ms, read_summaries, summary_path};
 use tessera_rundir::RunDirectory;
+use tessera_rundir::resources::{FarmLimits, ResourceSummary, assess, now_unix_ms, read_summaries, summary_path};
 use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
 fn spec(run: u32) -> SampleSpec {

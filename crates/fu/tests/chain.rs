@@ -531,7 +531,7 @@ fn fu_2x1_chain_through_the_file_broker_with_a_dead_remote_fu() {
         assert_eq!(report.returned_claims, u64::from(bu == "bu0"), "{bu}");
         // The FU published its resource summary through the broker (which made the directory)
         // and removed it when it left.
-        let resources = farm.bu_dir(bu).join(tessera_fu::resources::RESOURCES_DIR);
+        let resources = farm.bu_dir(bu).join(tessera_rundir::resources::RESOURCES_DIR);
         assert_eq!(fs::read_dir(&resources).map(Iterator::count).ok(), Some(0), "{bu}");
     }
     for _ in 0..10 {

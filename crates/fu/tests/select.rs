@@ -1,10 +1,10 @@
 //! The menu selector on events built with the format writers.
 
-use tessera_config::Menu;
 use tessera_formats::fed::{event_type, fragment_len};
 use tessera_formats::frd::{FRD_HEADER_BYTES, FrdEvent, flags, write_frd_event};
 use tessera_formats::seeded::write_seeded_fragment;
 use tessera_formats::tcds::{TCDS_FRAGMENT_BYTES, TcdsRecord, orbit_in_lumi_section};
+use tessera_fu::menu::Menu;
 use tessera_fu::{EventSummary, MenuSelector, StreamSet, SummaryError};
 
 const RUN: u32 = 123_456;

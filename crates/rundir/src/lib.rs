@@ -3,10 +3,14 @@
 //! the run directory, and only then does its `.jsn` appear (written as `.tmp`, then renamed). An
 //! end-of-lumi record is refused unless its counts close; the end-of-run record removes `open/`.
 //!
+//! [`resources`] is the contract between a BU and its filter farm: the FUs' resource summaries
+//! beside the run directories, and the farm's pressure a BU reads from them.
+//!
 //! [`sample`] writes a whole run of seeded events with this writer, for tools and tests.
 
 #![warn(missing_docs)]
 
+pub mod resources;
 pub mod sample;
 mod writer;
 

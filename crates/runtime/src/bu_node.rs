@@ -49,7 +49,7 @@ use tessera_evb::types::{Epoch, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuOutput, BuiltEvent, Input};
 use tessera_evb::wire::encode;
 use tessera_evb::{Bu, BuConfig, BuDisk};
-use tessera_fu::resources::{BackPressure, FarmCpu, assess, now_unix_ms, read_summaries, used_percent};
+use tessera_rundir::resources::{FarmCpu, FarmPressure, assess, now_unix_ms, read_summaries, used_percent};
 
 /// How a BU node runs.
 #[derive(Debug)]
@@ -93,8 +93,8 @@ pub struct BuNodeConfig {
     /// the unit runs unpinned.
     pub pin_core: Option<usize>,
     /// Hold back on the filter farm's resource summaries in `directory` (see
-    /// [`tessera_fu::resources`]); `None` when no farm reads this BU's files.
-    pub farm_limits: Option<tessera_fu::resources::FarmLimits>,
+    /// [`tessera_rundir::resources`]); `None` when no farm reads this BU's files.
+    pub farm_limits: Option<tessera_rundir::resources::FarmLimits>,
 }
 
 /// How a BU node ended.
@@ -345,7 +345,7 @@ impl BuLoop {
             .map_err(io_err("data listener"))?;
         let mut events = Events::with_capacity(256);
         let mut ramdisk_high = false;
-        let mut farm: Option<BackPressure> = None;
+        let mut farm: Option<FarmPressure> = None;
         let mut farm_cpu = FarmCpu::default();
         let mut throttle = Throttle::None;
         let mut last_check: Option<Instant> = None;
@@ -393,7 +393,7 @@ impl BuLoop {
                         .set(live.iter().map(|s| u64::from(s.queued_lumi_sections)).max().unwrap_or(0));
                     self.stats.fu_output_bytes_per_s.set(live.iter().map(|s| s.output_bytes_per_s as u64).sum());
                     if let Some(p) = &pressure
-                        && farm.as_ref().is_none_or(|f: &BackPressure| f.key() != p.key())
+                        && farm.as_ref().is_none_or(|f: &FarmPressure| f.key() != p.key())
                     {
                         self.stats.problem(format!("BU {}: {p}", self.cfg.bu.bu));
                     }

@@ -7,9 +7,10 @@
 //! - [`bu_node`]: a BU: its loop (received frames kept whole in the [`frame_store`], the core's
 //!   file actions on its run directory, [`bu_files`]), its writer threads, and its account of
 //!   the room on its RAM disk ([`ramdisk`]).
-//! - [`link`]: the opening of every protocol connection; [`stats`]: live figures;
-//!   [`system`]: a whole system in one process; [`trigger`]: the rate asked and got, and the
-//!   dead time per reason.
+//! - [`link`]: the opening of every protocol connection; [`stats`]: live figures.
+//!
+//! Only nodes live here: a whole system in one process, with its front-end emulators, is
+//! `tessera_control::system`.
 
 #![warn(missing_docs)]
 
@@ -23,5 +24,3 @@ pub mod ramdisk;
 pub mod ru_node;
 pub mod state;
 pub mod stats;
-pub mod system;
-pub mod trigger;

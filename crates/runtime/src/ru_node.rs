@@ -26,6 +26,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tessera_config::CorruptStreamPolicy;
 use tessera_evb::ingest::IngestRu;
 use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo, data_batches};
 use tessera_evb::ru::BackPressure;
@@ -37,18 +38,6 @@ use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::fed::CrcCheck;
 use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
 use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord};
-
-/// What a stream that cannot be read on does to the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnCorruptStream {
-    /// Count it, report it, take no more fragments from it (what it still sends is read and
-    /// thrown away, so that its front end is not held back): its FED's events go on flagged
-    /// incomplete.
-    #[default]
-    Continue,
-    /// Fail the unit with the error, which names the FED, the event and the byte offset.
-    Fail,
-}
 
 /// The protocol core an RU node drives: a plain RU, or the EVM's node.
 pub trait RuCore: Send {
@@ -199,7 +188,7 @@ pub struct RuNodeConfig {
     /// Largest fragment on the wire, FEROL block headers included.
     pub max_wire_bytes: usize,
     /// What a stream that cannot be read on does to the run.
-    pub on_corrupt_stream: OnCorruptStream,
+    pub on_corrupt_stream: CorruptStreamPolicy,
     /// Which fragments' CRC-16 is checked (`ru.fragment_crc_check`).
     pub fragment_crc_check: CrcCheck,
     /// The run's event limit (`run.events`): every FED stream, the trigger's too, brings this
@@ -1186,7 +1175,7 @@ impl RuLoop {
                                 last_lv1: s.last_lv1,
                                 error: Box::new(e.error),
                             };
-                            if self.cfg.on_corrupt_stream == OnCorruptStream::Fail {
+                            if self.cfg.on_corrupt_stream == CorruptStreamPolicy::Fail {
                                 return Err(err);
                             }
                             self.stats.problem(format!("{err}; the rest of the stream is thrown away"));

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tessera_evb::types::FedId;
-use tessera_fu::resources::keys;
+use tessera_rundir::resources::keys;
 
 /// How often a unit's loop reads its thread's CPU clock into [`UnitStats::loop_cpu_ns`].
 pub const CPU_SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
@@ -75,8 +75,8 @@ impl Throttle {
     }
 
     /// The throttle of the filter farm's back-pressure.
-    pub fn of_farm(pressure: &tessera_fu::resources::BackPressure) -> Self {
-        use tessera_fu::resources::BackPressure as B;
+    pub fn of_farm(pressure: &tessera_rundir::resources::FarmPressure) -> Self {
+        use tessera_rundir::resources::FarmPressure as B;
         match pressure {
             B::NotEnoughFus { .. } => Throttle::NotEnoughFus,
             B::TooManyLsQueued { .. } => Throttle::TooManyLsQueued,

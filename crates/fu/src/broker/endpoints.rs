@@ -4,7 +4,6 @@ use super::http::{Answer, Body, Query, Request};
 use super::popfile::{NoFile, Pop, decide, last_closed, nothing_now};
 use super::{CLAIM_ATTEMPTS, Shared};
 use crate::claim::{Claimer, FileSource};
-use crate::resources::{ResourceSummary, now_unix_ms, summary_path, write_summary};
 use std::fs::{self, File};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -12,6 +11,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tessera_formats::names::{self, ClaimedRawName};
+use tessera_rundir::resources::{ResourceSummary, now_unix_ms, summary_path, write_summary};
 
 /// An error answer's status and message.
 pub(super) type Refusal = (u16, String);

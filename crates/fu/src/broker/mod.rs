@@ -23,7 +23,7 @@
 //! | `GET /index?runnumber=R&name=N` | the index JSON of the claimed file `N` (`application/json`) |
 //! | `POST /done?runnumber=R&name=N` | the FU has published its outputs for `N`: the claim and its index JSON are removed |
 //! | `POST /release?runnumber=R&name=N` | gives the claim `N` back to the pool (renamed back to its BU name) |
-//! | `POST /summary?runnumber=R[&host=H]` | the body, a [`ResourceSummary`] in JSON of run `R` and host `H`, is written where a local FU's goes ([`write_summary`](crate::resources::write_summary)), stamped with the time of receipt |
+//! | `POST /summary?runnumber=R[&host=H]` | the body, a [`ResourceSummary`] in JSON of run `R` and host `H`, is written where a local FU's goes ([`write_summary`](tessera_rundir::resources::write_summary)), stamped with the time of receipt |
 //! | `DELETE /summary?runnumber=R&pid=P[&host=H]` | removes the summary of process `P` on host `H`: the FU is leaving |
 //!
 //! `N` is a claimed file's name, `runRRRRRR_lsLLLL_indexIIIIII_<host>_pid<pid>.raw`, with or
@@ -75,7 +75,6 @@ pub use endpoints::peer_host_name;
 pub use grants::{BrokerTally, READER_LEDGER};
 
 use crate::claim::{BuRunState, host_name};
-use crate::resources::ResourceSummary;
 use endpoints::{Refusal, handle};
 use grants::Grants;
 use http::{Answer, RequestError, read_request};
@@ -89,6 +88,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use tessera_formats::names;
+use tessera_rundir::resources::ResourceSummary;
 
 /// The version of the `key=value` answers: 2, in which `READY` names the claimed file by its
 /// stem (`file`) and folder (`fileprefix`, `fu/`), and the reader takes its event count from

@@ -3,9 +3,6 @@
 //! between hosts. This is what `tessera run` starts; the per-unit commands start the same nodes
 //! one per process.
 
-use crate::bu_node::{BuNode, BuNodeConfig, BuReport};
-use crate::ru_node::{Control, NodeError, RuNode, RuNodeConfig, RuReport};
-use crate::stats::{FedError, Throttle, UnitStats};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +11,9 @@ use std::time::{Duration, Instant};
 use tessera_emu::error::EmuError;
 use tessera_emu::sender::{self, Held, RunSummary, SenderConfig, StopLine};
 use tessera_evb::types::FedId;
+use tessera_runtime::bu_node::{BuNode, BuNodeConfig, BuReport};
+use tessera_runtime::ru_node::{Control, NodeError, RuNode, RuNodeConfig, RuReport};
+use tessera_runtime::stats::{FedError, Throttle, UnitStats};
 
 /// Events past the furthest FED at which a stop takes effect: far more than a stream sends in
 /// the microseconds between looking at the streams and drawing the line.
@@ -69,15 +69,46 @@ pub struct Progress {
     pub lumi_sections_closed: u64,
 }
 
+/// Why a unit of a system did not end with its report.
+#[derive(Debug, thiserror::Error)]
+pub enum UnitFailure {
+    /// The unit ended with this error (boxed: a node's error is large).
+    #[error(transparent)]
+    Failed(Box<NodeError>),
+    /// The unit was aborted by the system, for the reason given (the run was cut short, another
+    /// unit failed, or the run did not drain in time).
+    #[error("{source} ({why})")]
+    Stopped {
+        /// The unit's own error, which says only that it was aborted.
+        source: Box<NodeError>,
+        /// Why the system aborted it.
+        why: &'static str,
+    },
+    /// The unit's thread panicked (a bug).
+    #[error("the unit's thread panicked")]
+    Panicked,
+}
+
+/// Why a front-end emulator of a system did not end with its summary.
+#[derive(Debug, thiserror::Error)]
+pub enum EmulatorFailure {
+    /// The emulator ended with this error.
+    #[error(transparent)]
+    Failed(#[from] EmuError),
+    /// The emulator's thread panicked (a bug).
+    #[error("the emulator's thread panicked")]
+    Panicked,
+}
+
 /// How a system's run ended.
 #[derive(Debug)]
 pub struct Outcome {
     /// Each RU's end, the EVM's first.
-    pub rus: Vec<Result<RuReport, String>>,
+    pub rus: Vec<Result<RuReport, UnitFailure>>,
     /// Each BU's end.
-    pub bus: Vec<Result<BuReport, String>>,
+    pub bus: Vec<Result<BuReport, UnitFailure>>,
     /// Each emulator's end.
-    pub emulators: Vec<Result<RunSummary, String>>,
+    pub emulators: Vec<Result<RunSummary, EmulatorFailure>>,
     /// Problems the units reported, the first ones of each unit.
     pub problems: Vec<String>,
     /// Problems reported in all.
@@ -307,15 +338,15 @@ impl RunningSystem {
         let seconds = self.started.elapsed().as_secs_f64();
         // Says why a unit that was aborted here was (its own error says nothing of it).
         let why = if cut_short {
-            "the run was cut short".to_string()
+            "the run was cut short"
         } else if failed {
-            "stopped because another unit failed".to_string()
+            "stopped because another unit failed"
         } else {
-            "the run did not drain in time".to_string()
+            "the run did not drain in time"
         };
-        let note = |e: &NodeError| match e {
-            NodeError::Aborted(_) if stopped => format!("{e} ({why})"),
-            _ => e.to_string(),
+        let note = |e: NodeError| match e {
+            NodeError::Aborted(_) if stopped => UnitFailure::Stopped { source: Box::new(e), why },
+            _ => UnitFailure::Failed(Box::new(e)),
         };
         Outcome {
             rus: self.rus.into_iter().map(|h| join_unit(h, &note)).collect(),
@@ -325,8 +356,8 @@ impl RunningSystem {
                 .into_iter()
                 .map(|h| match h.join() {
                     Ok(Ok(r)) => Ok(r),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(_) => Err("the emulator's thread panicked".into()),
+                    Ok(Err(e)) => Err(EmulatorFailure::Failed(e)),
+                    Err(_) => Err(EmulatorFailure::Panicked),
                 })
                 .collect(),
             problems,
@@ -339,11 +370,14 @@ impl RunningSystem {
     }
 }
 
-fn join_unit<T>(h: JoinHandle<Result<T, NodeError>>, note: &dyn Fn(&NodeError) -> String) -> Result<T, String> {
+fn join_unit<T>(
+    h: JoinHandle<Result<T, NodeError>>,
+    note: &dyn Fn(NodeError) -> UnitFailure,
+) -> Result<T, UnitFailure> {
     match h.join() {
         Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(note(&e)),
-        Err(_) => Err("the unit's thread panicked".into()),
+        Ok(Err(e)) => Err(note(e)),
+        Err(_) => Err(UnitFailure::Panicked),
     }
 }
 

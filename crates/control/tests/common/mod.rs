@@ -12,8 +12,10 @@ use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tessera_emu::fault::FaultSpec;
-use tessera_emu::generator::{ClockSpec, FedSpec, SizeModel, StreamConfig};
+use tessera_config::CorruptStreamPolicy;
+use tessera_config::emulation::{ClockSpec, FaultSpec, FedSpec, SizeModel};
+use tessera_control::system::SystemPlan;
+use tessera_emu::generator::StreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_formats::raw::RawFile;
@@ -21,8 +23,7 @@ use tessera_inspect::event::EventChecks;
 use tessera_inspect::verify::{Violation, verify_run_dir};
 use tessera_runtime::bu_node::BuNodeConfig;
 use tessera_runtime::link::LinkKey;
-use tessera_runtime::ru_node::{OnCorruptStream, RuNodeConfig};
-use tessera_runtime::system::SystemPlan;
+use tessera_runtime::ru_node::RuNodeConfig;
 
 /// The run number of every test run.
 pub const RUN: u32 = 77;
@@ -42,7 +43,7 @@ pub struct Setup {
     /// Faults, given to every stream: each should name its FED.
     pub faults: Vec<FaultSpec>,
     /// What the RUs do with a stream that cannot be read on.
-    pub on_corrupt_stream: OnCorruptStream,
+    pub on_corrupt_stream: CorruptStreamPolicy,
     /// How long an RU waits for a FED's fragment of an assigned event.
     pub fragment_timeout: Duration,
 }
@@ -56,7 +57,7 @@ impl Setup {
             events,
             size: SizeModel::Fixed(2048),
             faults: Vec::new(),
-            on_corrupt_stream: OnCorruptStream::Continue,
+            on_corrupt_stream: CorruptStreamPolicy::Continue,
             fragment_timeout: Duration::from_secs(1),
         }
     }

@@ -11,11 +11,11 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tessera_control::system::{RunningSystem, SystemPlan};
 use tessera_evb::types::Peer;
 use tessera_runtime::link::{CHALLENGE_BYTES, LinkKey, answer_challenge, encode_link};
 use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::UnitStats;
-use tessera_runtime::system::{RunningSystem, SystemPlan};
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -2,7 +2,8 @@
 //! problem.
 
 use std::path::{Path, PathBuf};
-use tessera_config::{BxRange, ByteRange, ConfigErrors, FedSizeRange, FileKind, Menu};
+use tessera_config::ConfigErrors;
+use tessera_fu::menu::{BxRange, ByteRange, FedSizeRange, FileKind, Menu};
 
 /// A valid menu; the negative tests change one thing in it. Lines: 1 `streams:`, 2 `paths:`,
 /// 3 `- name: physics`, 4 its streams, 5 its prescale, 6 `conditions:`, 7 trigger_type, 8 bx,

@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use tessera_control::system::RunningSystem;
 use tessera_formats::names::BuFileName;
 use tessera_formats::raw::RawFile;
 use tessera_runtime::stats::{Throttle, UnitStats};
-use tessera_runtime::system::RunningSystem;
 use tmpfs::Tmpfs;
 
 /// Size of each BU's RAM disk, in MB.

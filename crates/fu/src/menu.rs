@@ -2,7 +2,7 @@
 //! an event holds, each feeding one or more output streams.
 //!
 //! ```
-//! use tessera_config::Menu;
+//! use tessera_fu::menu::Menu;
 //! let text = "streams: [Physics, Express]\n\
 //!             paths:\n  - name: physics\n    streams: [Physics]\n    conditions: {trigger_type: [1]}\n\
 //!             \x20 - name: express\n    streams: [Express]\n    prescale: 10\n";
@@ -14,22 +14,19 @@
 //! An event goes to a path's streams when it passes all the path's [`Conditions`] and then its
 //! prescale; the filter unit applies the menu (`tessera_fu::select`).
 
-use crate::error::{ConfigErrors, ValidationError};
-use crate::validate::Problems;
-use crate::yaml;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
+use tessera_config::yaml;
+use tessera_config::{ConfigErrors, Problems, SystemConfig, ValidationError};
 use tessera_formats::FormatError;
-use tessera_formats::fed::{BX_PER_ORBIT, event_type};
+use tessera_formats::fed::{BX_PER_ORBIT, MAX_FED_ID, event_type};
 use tessera_formats::names::validate_stream_name;
 
 /// Most streams a menu may have (a filter unit keeps an event's streams in the bits of a word).
 pub const MAX_MENU_STREAMS: usize = 63;
 /// Largest trigger type: the FED header's event type field has 4 bits.
 pub const MAX_TRIGGER_TYPE: u8 = 15;
-/// Largest FED id: the FED header's source id field has 12 bits.
-pub const MAX_FED_ID: u16 = 4095;
 
 /// A selection menu: the output streams and the paths that fill them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -238,7 +235,7 @@ fn check_fed(p: &mut Problems, key: &str, fed: u16) {
 impl Menu {
     /// Reads a menu from `text`, the contents of the file `origin` (named in errors), and
     /// [validates](Menu::validate) it. Errors name the file, line, column and key path, as
-    /// those of [`SystemConfig::from_yaml`](crate::SystemConfig::from_yaml) do, and every
+    /// those of [`SystemConfig::from_yaml`] do, and every
     /// mistake is reported.
     pub fn from_yaml(text: &str, origin: &Path) -> Result<Menu, ConfigErrors> {
         yaml::read_yaml(text, origin, Menu::problems)
@@ -380,5 +377,53 @@ fn validate_conditions(p: &mut Problems, key: &str, c: &Conditions) {
         && !(0.0..=1.0).contains(&f)
     {
         p.add(format!("{key}.random_fraction"), format!("{f} is outside 0..=1"));
+    }
+}
+
+/// What a configuration file holds: a system or a selection menu.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// A system file, read with [`SystemConfig::load`].
+    System,
+    /// A selection menu, read with [`Menu::load`].
+    Menu,
+}
+
+impl FileKind {
+    /// A menu when the top-level keys of `text` include one of a menu's (`streams`, `paths`)
+    /// and none of a system's; a system otherwise, also when `text` is not YAML (reading it as
+    /// a system then says why).
+    ///
+    /// ```
+    /// use tessera_fu::menu::FileKind;
+    /// assert_eq!(FileKind::of("streams: [A]\npaths: []\n"), FileKind::Menu);
+    /// assert_eq!(FileKind::of("stream: [A]\npaths: []\n"), FileKind::Menu);
+    /// assert_eq!(FileKind::of("rus: []\npaths: []\n"), FileKind::System);
+    /// assert_eq!(FileKind::of("[1, 2]"), FileKind::System);
+    /// ```
+    pub fn of(text: &str) -> FileKind {
+        let (menu, system) = (yaml::keys_of::<Menu>(), yaml::keys_of::<SystemConfig>());
+        let top = yaml::top_level_keys(text);
+        if top.iter().any(|key| menu.contains(&key.as_str())) && !top.iter().any(|key| system.contains(&key.as_str())) {
+            FileKind::Menu
+        } else {
+            FileKind::System
+        }
+    }
+
+    /// What the file at `path` holds ([`FileKind::of`] its text); a system when it cannot be
+    /// read (reading it as a system then says why).
+    pub fn of_file(path: &Path) -> FileKind {
+        std::fs::read_to_string(path).map_or(FileKind::System, |text| FileKind::of(&text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knows_the_keys_of_a_menu() {
+        assert_eq!(yaml::keys_of::<Menu>(), ["streams", "paths"]);
     }
 }

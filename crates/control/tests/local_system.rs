@@ -10,9 +10,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_emu::generator::SizeModel;
+use tessera_config::emulation::SizeModel;
+use tessera_control::system::RunningSystem;
 use tessera_runtime::stats::UnitStats;
-use tessera_runtime::system::RunningSystem;
 
 /// Every event in the BUs' files, checking that the run directories verify and that no event is
 /// in two files.
@@ -200,7 +200,7 @@ fn an_ru_whose_super_fragments_cannot_fit_in_a_frame_refuses_to_start() {
     let mut plan = plan(tmp.path(), &Setup::new(1, 10));
     plan.rus[1].max_frame_bytes = 1 << 20;
     let outcome = RunningSystem::start(plan).unwrap().wait(Duration::from_secs(30));
-    let error = outcome.rus[1].as_ref().unwrap_err();
+    let error = outcome.rus[1].as_ref().unwrap_err().to_string();
     assert!(
         error.contains("RU 1: a super-fragment of 3 FEDs of up to 65536 bytes may not fit in a frame of 1048576 bytes"),
         "{error}"
@@ -240,7 +240,7 @@ fn a_lumi_section_closed_on_its_time_out_counts_a_later_trigger_for_it_lost() {
 /// A resource summary of an FU process in `bu_dir`, stamped `updated_unix_ms`, that says it has
 /// used `pid` seconds of CPU.
 fn fu_summary(bu_dir: &Path, pid: u32, updated_unix_ms: u64) {
-    let summary = tessera_fu::resources::ResourceSummary {
+    let summary = tessera_rundir::resources::ResourceSummary {
         host: "fuhost".into(),
         pid,
         run: RUN,
@@ -251,13 +251,13 @@ fn fu_summary(bu_dir: &Path, pid: u32, updated_unix_ms: u64) {
         output_used_percent: 0,
         cpu_seconds: f64::from(pid),
     };
-    tessera_fu::resources::write_summary(bu_dir, &summary).unwrap();
+    tessera_rundir::resources::write_summary(bu_dir, &summary).unwrap();
 }
 
 /// Runs the 2×2 system for 1000 events with BU 1 set up by `configure`: BU 1 must ask for
 /// nothing, say why with `key`, and BU 0 build everything. Returns the run's directory.
 fn bu_1_held_back(
-    configure: impl FnOnce(&mut tessera_runtime::system::SystemPlan),
+    configure: impl FnOnce(&mut tessera_control::system::SystemPlan),
     key: &str,
 ) -> (tempfile::TempDir, Arc<UnitStats>) {
     let tmp = tempfile::tempdir().unwrap();
@@ -279,7 +279,7 @@ fn bu_1_held_back(
 /// BU 1 held back by its farm: `limits`, and summaries written by `farm` into its directory;
 /// BU 1's figures.
 fn bu_held_back_by_its_farm(
-    limits: tessera_fu::resources::FarmLimits,
+    limits: tessera_rundir::resources::FarmLimits,
     farm: impl Fn(&Path),
     key: &str,
 ) -> Arc<UnitStats> {
@@ -296,7 +296,7 @@ fn bu_held_back_by_its_farm(
 #[test]
 fn a_bu_whose_fus_stopped_reporting_asks_for_nothing_resource_summary_stale() {
     bu_held_back_by_its_farm(
-        tessera_fu::resources::FarmLimits::default(),
+        tessera_rundir::resources::FarmLimits::default(),
         |dir| fu_summary(dir, 7, 0),
         "RESOURCE_SUMMARY_STALE",
     );
@@ -308,7 +308,7 @@ fn a_bu_with_fewer_fus_than_required_asks_for_nothing_not_enough_fus() {
     let later =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 + 3_600_000;
     let bu = bu_held_back_by_its_farm(
-        tessera_fu::resources::FarmLimits { min_fus: 2, ..Default::default() },
+        tessera_rundir::resources::FarmLimits { min_fus: 2, ..Default::default() },
         |dir| fu_summary(dir, 7, later),
         "NOT_ENOUGH_FUS",
     );

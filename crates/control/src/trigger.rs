@@ -9,10 +9,10 @@
 //! read slower than the trigger, without being full), and to [`FRONT_END_SLOW`] otherwise (the
 //! front ends themselves are slower than the trigger).
 
-use crate::stats::Throttle;
 use crate::system::Progress;
 use serde::Serialize;
 use std::collections::BTreeMap;
+use tessera_runtime::stats::Throttle;
 
 /// Dead time with no unit holding back, while the front ends' writes were blocked: the RUs read
 /// the streams slower than the trigger asks.

@@ -1,16 +1,16 @@
-//! Back-pressure from the filter farm to its BU: every FU process publishes a small resource
-//! summary in the BU's directory, and the BU reads them to decide whether to ask the EVM for
-//! more events ([`assess`]).
+//! The resource-summary contract between a BU and its filter farm: every FU process publishes a
+//! small resource summary in the BU's directory, and the BU reads them to decide whether to ask
+//! the EVM for more events ([`assess`], which names the farm's pressure, [`FarmPressure`]). Both
+//! sides use this module; neither imports the other.
 //!
 //! Summaries are `<bu_dir>/appliance/resources/<host>-pid<pid>.json`, written atomically about
 //! once a second and removed when the FU leaves. They sit beside the run directories, not in
 //! them, so that the file contract of a run directory is unchanged. An FU on another host than
 //! its BU's publishes and removes its summary through the BU's file broker
-//! ([`broker`](crate::broker), `POST` and `DELETE /summary`), which writes it here under the
-//! host name it gives the FU's claims.
+//! (`tessera_fu::broker`, `POST` and `DELETE /summary`), which writes it here under the host
+//! name it gives the FU's claims.
 
-use crate::output::{list, write_atomically};
-use crate::{FuError, io_error};
+use crate::{RunDirError, write_atomically};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
@@ -46,21 +46,23 @@ pub struct ResourceSummary {
     pub cpu_seconds: f64,
 }
 
-/// The stable keys of [`BackPressure`], for units that report them.
+/// The stable keys of [`FarmPressure`], for units that report them.
 pub mod keys {
-    /// [`BackPressure::NotEnoughFus`](super::BackPressure::NotEnoughFus).
+    /// [`FarmPressure::NotEnoughFus`](super::FarmPressure::NotEnoughFus).
     pub const NOT_ENOUGH_FUS: &str = "NOT_ENOUGH_FUS";
-    /// [`BackPressure::TooManyLsQueued`](super::BackPressure::TooManyLsQueued).
+    /// [`FarmPressure::TooManyLsQueued`](super::FarmPressure::TooManyLsQueued).
     pub const TOO_MANY_LS_QUEUED: &str = "TOO_MANY_LS_QUEUED";
-    /// [`BackPressure::FuOutputHigh`](super::BackPressure::FuOutputHigh).
+    /// [`FarmPressure::FuOutputHigh`](super::FarmPressure::FuOutputHigh).
     pub const FU_OUTPUT_HIGH: &str = "FU_OUTPUT_HIGH";
-    /// [`BackPressure::ResourceSummaryStale`](super::BackPressure::ResourceSummaryStale).
+    /// [`FarmPressure::ResourceSummaryStale`](super::FarmPressure::ResourceSummaryStale).
     pub const RESOURCE_SUMMARY_STALE: &str = "RESOURCE_SUMMARY_STALE";
 }
 
-/// Why a BU holds back because of its farm: a stable key and the numbers behind it.
+/// Why a BU holds back because of its farm (the farm's pressure, not an RU's refusal of a
+/// fragment when its buffers are full, `tessera_evb::ru::BackPressure`): a stable key and the
+/// numbers behind it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum BackPressure {
+pub enum FarmPressure {
     /// Fewer live FU processes than required.
     NotEnoughFus {
         /// Live FU processes.
@@ -89,31 +91,31 @@ pub enum BackPressure {
     },
 }
 
-impl BackPressure {
+impl FarmPressure {
     /// The stable key, as in metrics and the run's progress line.
     pub fn key(&self) -> &'static str {
         match self {
-            BackPressure::NotEnoughFus { .. } => keys::NOT_ENOUGH_FUS,
-            BackPressure::TooManyLsQueued { .. } => keys::TOO_MANY_LS_QUEUED,
-            BackPressure::FuOutputHigh { .. } => keys::FU_OUTPUT_HIGH,
-            BackPressure::ResourceSummaryStale { .. } => keys::RESOURCE_SUMMARY_STALE,
+            FarmPressure::NotEnoughFus { .. } => keys::NOT_ENOUGH_FUS,
+            FarmPressure::TooManyLsQueued { .. } => keys::TOO_MANY_LS_QUEUED,
+            FarmPressure::FuOutputHigh { .. } => keys::FU_OUTPUT_HIGH,
+            FarmPressure::ResourceSummaryStale { .. } => keys::RESOURCE_SUMMARY_STALE,
         }
     }
 }
 
-impl std::fmt::Display for BackPressure {
+impl std::fmt::Display for FarmPressure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            BackPressure::NotEnoughFus { live, required } => {
+            FarmPressure::NotEnoughFus { live, required } => {
                 write!(f, "NOT_ENOUGH_FUS: {live} FU processes publish resources, {required} required")
             }
-            BackPressure::TooManyLsQueued { queued, max } => {
+            FarmPressure::TooManyLsQueued { queued, max } => {
                 write!(f, "TOO_MANY_LS_QUEUED: the farm lags {queued} lumi sections behind, at most {max} allowed")
             }
-            BackPressure::FuOutputHigh { used_percent, high_water_percent } => {
+            FarmPressure::FuOutputHigh { used_percent, high_water_percent } => {
                 write!(f, "FU_OUTPUT_HIGH: an FU's output disk is {used_percent}% full, above {high_water_percent}%")
             }
-            BackPressure::ResourceSummaryStale { age } => {
+            FarmPressure::ResourceSummaryStale { age } => {
                 write!(f, "RESOURCE_SUMMARY_STALE: the newest FU resource summary is {:.1} s old", age.as_secs_f64())
             }
         }
@@ -155,9 +157,9 @@ pub fn summary_path(bu_dir: &Path, host: &str, pid: u32) -> PathBuf {
 }
 
 /// Publishes `summary` in `bu_dir`.
-pub fn write_summary(bu_dir: &Path, summary: &ResourceSummary) -> Result<(), FuError> {
+pub fn write_summary(bu_dir: &Path, summary: &ResourceSummary) -> Result<(), RunDirError> {
     let dir = bu_dir.join(RESOURCES_DIR);
-    fs::create_dir_all(&dir).map_err(io_error("creating", &dir))?;
+    fs::create_dir_all(&dir).map_err(|source| RunDirError::Io { action: "creating", path: dir.clone(), source })?;
     let text = serde_json::to_string(summary).expect("a summary always serializes");
     write_atomically(&summary_path(bu_dir, &summary.host, summary.pid), text.as_bytes())
 }
@@ -165,11 +167,11 @@ pub fn write_summary(bu_dir: &Path, summary: &ResourceSummary) -> Result<(), FuE
 /// The summaries in `bu_dir` for run `run`; unreadable ones (being replaced) are skipped.
 pub fn read_summaries(bu_dir: &Path, run: u32) -> Vec<ResourceSummary> {
     let dir = bu_dir.join(RESOURCES_DIR);
-    list(&dir)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|name| name.ends_with(".json"))
-        .filter_map(|name| fs::read_to_string(dir.join(name)).ok())
+    let Ok(entries) = fs::read_dir(&dir) else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name().to_str().is_some_and(|name| name.ends_with(".json")))
+        .filter_map(|entry| fs::read_to_string(entry.path()).ok())
         .filter_map(|text| serde_json::from_str::<ResourceSummary>(&text).ok())
         .filter(|s| s.run == run)
         .collect()
@@ -183,24 +185,24 @@ pub fn assess(
     now_unix_ms: u64,
     since_start: Duration,
     limits: &FarmLimits,
-) -> Option<BackPressure> {
+) -> Option<FarmPressure> {
     let age = |s: &ResourceSummary| Duration::from_millis(now_unix_ms.saturating_sub(s.updated_unix_ms));
     let live: Vec<&ResourceSummary> = summaries.iter().filter(|s| age(s) <= limits.stale_after).collect();
     if live.is_empty() {
         if let Some(newest) = summaries.iter().map(age).min() {
-            return Some(BackPressure::ResourceSummaryStale { age: newest });
+            return Some(FarmPressure::ResourceSummaryStale { age: newest });
         }
         if since_start < limits.stale_after {
             return None;
         }
     }
     if live.len() < limits.min_fus as usize {
-        return Some(BackPressure::NotEnoughFus { live: live.len(), required: limits.min_fus });
+        return Some(FarmPressure::NotEnoughFus { live: live.len(), required: limits.min_fus });
     }
     if let Some(used) = live.iter().map(|s| s.output_used_percent).max()
         && used >= limits.output_high_water_percent
     {
-        return Some(BackPressure::FuOutputHigh {
+        return Some(FarmPressure::FuOutputHigh {
             used_percent: used,
             high_water_percent: limits.output_high_water_percent,
         });
@@ -208,7 +210,7 @@ pub fn assess(
     if let Some(queued) = live.iter().map(|s| s.queued_lumi_sections).max()
         && queued > limits.max_queued_lumi_sections
     {
-        return Some(BackPressure::TooManyLsQueued { queued, max: limits.max_queued_lumi_sections });
+        return Some(FarmPressure::TooManyLsQueued { queued, max: limits.max_queued_lumi_sections });
     }
     None
 }
