@@ -2,7 +2,7 @@
 //! granted them to and where each stands, and the tally of files their readers deleted.
 //!
 //! A reader that follows CMSSW's rules never calls the broker back: it deletes each file when
-//! it has processed it. So the broker looks at its grants every [`super::SWEEP_INTERVAL`]: a
+//! it has processed it. So the broker looks at its grants every [`super::server::SWEEP_INTERVAL`]: a
 //! granted file that is gone was processed, and its events (read from its index JSON when it
 //! was granted) are counted and written to the run's reader ledger, `fu/readers.ledger`, one
 //! line `<claimed name> <events>` each, so that the count survives a restart of the BU; its
