@@ -19,6 +19,7 @@
 
 pub mod agent;
 pub mod client;
+mod exposition;
 mod process;
 mod run;
 
@@ -31,8 +32,8 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use exposition::Kind;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -302,12 +303,12 @@ const FAMILIES: &[Family] = &[
     },
 ];
 
-/// Escapes a label value for the Prometheus text format.
+/// Escapes a label value for the OpenMetrics text format (its encoder writes values as given).
 fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// The units' figures in the Prometheus text exposition format (version 0.0.4).
+/// The units' figures in the OpenMetrics text format ([`exposition`]).
 pub fn metrics_text(units: &[Unit]) -> String {
     metrics_from_views(&unit_views(units))
 }
@@ -316,93 +317,105 @@ pub fn metrics_text(units: &[Unit]) -> String {
 /// conservation so far (`tessera_conservation_holds`, where the EVM's figures are), the run's
 /// (`tessera_run_*`, with a `run`), the process's and the build's.
 pub fn metrics_page(units: &[UnitView], run: Option<&RunView>) -> String {
-    let mut out = metrics_from_views(units);
+    let mut families = unit_families(units);
     let conservation = conservation_from_views(units);
-    let name = "tessera_conservation_holds";
-    let _ = writeln!(
-        out,
-        "# HELP {name} 1 while every event published or lost was triggered (written where the EVM's figures are).\n\
-         # TYPE {name} gauge"
+    let mut holds = exposition::Family::new(
+        "tessera_conservation_holds",
+        Kind::Gauge,
+        "1 while every event published or lost was triggered (written where the EVM's figures are).",
     );
     if conservation.evm_here {
-        let _ = writeln!(out, "{name} {}", u8::from(conservation.holds_so_far));
+        holds.sample(&[], f64::from(u8::from(conservation.holds_so_far)));
     }
-    run::run_metrics(&mut out, run);
-    process::process_metrics(&mut out);
-    out
+    families.push(holds);
+    run::run_metrics(&mut families, run);
+    process::process_metrics(&mut families);
+    exposition::encode(families)
 }
 
-/// The Prometheus text of units as their views show them: the same text for units of this
+/// The OpenMetrics text of units as their views show them: the same text for units of this
 /// process and for units that a controller gathers from other hosts.
 pub fn metrics_from_views(units: &[UnitView]) -> String {
-    let mut out = String::new();
-    let head = |out: &mut String, name: &str, help: &str, kind: &str| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    exposition::encode(unit_families(units))
+}
+
+/// The units' metric families.
+fn unit_families(units: &[UnitView]) -> Vec<exposition::Family> {
+    let mut families = Vec::new();
+    let host = |u: &UnitView| u.host.as_deref().map(label);
+    // The labels naming a unit, then `more`.
+    let who = |u: &UnitView, more: &[(&'static str, String)]| {
+        let mut labels = vec![("unit", label(&u.name)), ("kind", u.kind.label().to_owned())];
+        labels.extend(host(u).map(|h| ("host", h)));
+        labels.extend(more.iter().cloned());
+        labels
     };
-    let who = |u: &UnitView| {
-        let host = u.host.as_deref().map(|h| format!(",host=\"{}\"", label(h))).unwrap_or_default();
-        format!("unit=\"{}\",kind=\"{}\"{host}", label(&u.name), u.kind.label())
+    let add = |family: &mut exposition::Family, labels: Vec<(&'static str, String)>, value: f64| {
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        family.sample(&labels, value);
     };
-    for family in FAMILIES {
-        head(&mut out, family.name, family.help, family.kind);
-        for u in units.iter().filter(|u| !u.stale) {
-            let value = u.figures.get(family.name.trim_start_matches("tessera_")).copied().unwrap_or(0.0);
-            let _ = writeln!(out, "{}{{{}}} {value}", family.name, who(u));
+    let live = || units.iter().filter(|u| !u.stale);
+    for spec in FAMILIES {
+        let kind = if spec.kind == "counter" { Kind::Counter } else { Kind::Gauge };
+        let mut family = exposition::Family::new(spec.name, kind, spec.help);
+        for u in live() {
+            let value = u.figures.get(spec.name.trim_start_matches("tessera_")).copied().unwrap_or(0.0);
+            add(&mut family, who(u, &[]), value);
         }
+        families.push(family);
     }
-    let name = "tessera_unit_state";
-    head(&mut out, name, "1 for the state the unit is in.", "gauge");
-    for u in units.iter().filter(|u| !u.stale) {
+    let mut family = exposition::Family::new("tessera_unit_state", Kind::Gauge, "1 for the state the unit is in.");
+    for u in live() {
         for state in UnitState::ALL {
-            let _ =
-                writeln!(out, "{name}{{{},state=\"{}\"}} {}", who(u), state.name(), u8::from(u.state == state.name()));
+            let on = f64::from(u8::from(u.state == state.name()));
+            add(&mut family, who(u, &[("state", state.name().to_owned())]), on);
         }
     }
-    let name = "tessera_throttled";
-    head(&mut out, name, "1 while the unit holds back for this reason.", "gauge");
-    for u in units.iter().filter(|u| !u.stale) {
+    families.push(family);
+    let mut family =
+        exposition::Family::new("tessera_throttled", Kind::Gauge, "1 while the unit holds back for this reason.");
+    for u in live() {
         for reason in Throttle::REASONS {
-            let _ = writeln!(
-                out,
-                "{name}{{{},reason=\"{}\"}} {}",
-                who(u),
-                reason.key(),
-                u8::from(u.throttle == reason.key())
-            );
+            let on = f64::from(u8::from(u.throttle == reason.key()));
+            add(&mut family, who(u, &[("reason", reason.key().to_owned())]), on);
         }
     }
-    let name = "tessera_sub_state";
+    families.push(family);
     let help = format!(
         "1 while the unit is in this sub-state (its cause seen within the last {} s).",
         tessera_runtime::stats::SUB_STATE_HOLD.as_secs()
     );
-    head(&mut out, name, &help, "gauge");
-    for u in units.iter().filter(|u| !u.stale) {
+    let mut family = exposition::Family::new("tessera_sub_state", Kind::Gauge, &help);
+    for u in live() {
         for sub_state in SubState::ALL {
-            let on = u.sub_states.iter().any(|s| s.key == sub_state.key());
-            let _ = writeln!(out, "{name}{{{},reason=\"{}\"}} {}", who(u), sub_state.key(), u8::from(on));
+            let on = f64::from(u8::from(u.sub_states.iter().any(|s| s.key == sub_state.key())));
+            add(&mut family, who(u, &[("reason", sub_state.key().to_owned())]), on);
         }
     }
-    let name = "tessera_fed_errors_total";
-    head(
-        &mut out,
-        name,
+    families.push(family);
+    let mut family = exposition::Family::new(
+        "tessera_fed_errors_total",
+        Kind::Counter,
         "Fragments of a FED in error, by reason (only FEDs and reasons with a count are written).",
-        "counter",
     );
-    for u in units.iter().filter(|u| !u.stale) {
+    for u in live() {
         for f in &u.fed_errors {
             for (reason, n) in f.errors.iter().filter(|(_, n)| **n > 0) {
-                let _ = writeln!(out, "{name}{{{},fed=\"{}\",reason=\"{}\"}} {n}", who(u), f.fed, label(reason));
+                add(&mut family, who(u, &[("fed", f.fed.to_string()), ("reason", label(reason))]), *n as f64);
             }
         }
     }
-    let name = "tessera_unit_reachable";
-    head(&mut out, name, "0 while the unit's host does not answer (its figures are then left out).", "gauge");
+    families.push(family);
+    let mut family = exposition::Family::new(
+        "tessera_unit_reachable",
+        Kind::Gauge,
+        "0 while the unit's host does not answer (its figures are then left out).",
+    );
     for u in units {
-        let _ = writeln!(out, "{name}{{{}}} {}", who(u), u8::from(!u.stale));
+        add(&mut family, who(u, &[]), f64::from(u8::from(!u.stale)));
     }
-    out
+    families.push(family);
+    families
 }
 
 /// A sub-state as the API shows it: its stable key and what it means.
@@ -815,10 +828,7 @@ async fn require_token(State(shared): State<Shared>, request: Request, next: Nex
 
 async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {
     let run = shared.run.as_ref().map(|r| r.view());
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        metrics_page(&shared.units.views(), run.as_ref()),
-    )
+    ([(header::CONTENT_TYPE, exposition::CONTENT_TYPE)], metrics_page(&shared.units.views(), run.as_ref()))
 }
 
 fn act(action: Option<&Action>, cannot: &str) -> Response {
