@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 /// Where the run is in its life.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum RunState {
     /// The units are being started and configured; no trigger yet.
     #[default]
@@ -53,7 +53,7 @@ impl RunState {
 
 /// The run as `GET /api/v1/run` shows it. Rates are of the trigger (events triggered at the
 /// EVM), in Hz; fractions are of wall time, from 0 to 1.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunView {
     /// The run number.
     pub run: u32,

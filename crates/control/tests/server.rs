@@ -198,7 +198,7 @@ fn every_documented_operation_answers_as_documented() {
         let (code, served) = get(addr, "/api/v1/openapi.json", None);
         assert_eq!(code, 200);
         let doc: serde_json::Value = serde_json::from_str(&served).unwrap();
-        assert_eq!(doc, serde_json::from_str::<serde_json::Value>(tessera_control::OPENAPI).unwrap());
+        assert_eq!(doc, serde_json::to_value(tessera_control::openapi()).unwrap());
         let mut operations = 0;
         for (path, methods) in doc["paths"].as_object().unwrap() {
             for (method, operation) in methods.as_object().unwrap() {
@@ -211,6 +211,27 @@ fn every_documented_operation_answers_as_documented() {
             }
         }
         assert_eq!(operations, 10);
+    }
+}
+
+/// The document and the router come from the same handlers: every operation the document
+/// lists is served (above), no other method of a documented path is, and no path outside it.
+#[test]
+fn the_router_serves_what_the_openapi_document_lists_and_nothing_else() {
+    let server = serve(units(), None);
+    let addr = server.local_addr();
+    let doc = serde_json::to_value(tessera_control::openapi()).unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 10, "{paths:?}");
+    for (path, methods) in paths {
+        for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+            let documented = methods.get(method.to_lowercase()).is_some();
+            let code = status(addr, method, path);
+            assert_eq!(code == 405, !documented, "{method} {path} answered {code}");
+        }
+    }
+    for path in ["/api/v1", "/api/v1/units/x", "/api/v2/units", "/metrics/x", "/openapi.json"] {
+        assert_eq!(status(addr, "GET", path), 404, "{path}");
     }
 }
 
