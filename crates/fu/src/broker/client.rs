@@ -4,10 +4,11 @@ use super::http::{decimal, percent_encode};
 use super::{BuRunState, PROTOCOL_VERSION, ResourceSummary};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 use tessera_formats::names::{self, ClaimedRawName};
+use ureq::RequestExt as _;
 
 /// What went wrong talking to a broker; every variant names the URL.
 #[derive(Debug, thiserror::Error)]
@@ -101,7 +102,11 @@ pub enum PopAnswer {
     },
 }
 
-/// A remote FU's side of the broker protocol: one connection per request, with timeouts.
+/// How long the body of a fetched file may take to arrive: a raw file of a few GB at 10 MB/s.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A remote FU's side of the broker protocol, on `ureq`: keep-alive connections (at most a few
+/// idle ones), every phase of a request bounded by a time-out.
 #[derive(Debug, Clone)]
 pub struct BrokerClient {
     addr: SocketAddr,
@@ -111,7 +116,27 @@ pub struct BrokerClient {
     stop_ls: Option<u32>,
     any_ls: bool,
     timeout: Duration,
+    fetch_timeout: Duration,
     max_body: u64,
+    agent: ureq::Agent,
+}
+
+/// An HTTP agent whose requests connect, send and get their answer's head within `timeout`
+/// each (each request sets how long its body may take); it follows no redirect and reads every
+/// status.
+fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_connect(Some(timeout))
+        .timeout_send_request(Some(timeout))
+        .timeout_send_body(Some(timeout))
+        .timeout_recv_response(Some(timeout))
+        .timeout_recv_body(Some(timeout))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .max_idle_connections(4)
+        .max_idle_connections_per_host(4)
+        .build()
+        .into()
 }
 
 impl BrokerClient {
@@ -126,7 +151,9 @@ impl BrokerClient {
             stop_ls: None,
             any_ls: false,
             timeout: Duration::from_secs(10),
+            fetch_timeout: FETCH_TIMEOUT,
             max_body: 4 << 30,
+            agent: agent(Duration::from_secs(10)),
         }
     }
 
@@ -149,9 +176,17 @@ impl BrokerClient {
         self
     }
 
-    /// Bounds connecting, and each read and write, to `timeout`.
+    /// Bounds connecting, sending a request and getting its answer's head to `timeout` each,
+    /// and reading a document's body too (a fetched file's body has [`FETCH_TIMEOUT`]).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self.agent = agent(timeout);
+        self
+    }
+
+    /// Bounds reading a fetched file's body to `timeout` (not a document's).
+    pub fn with_fetch_timeout(mut self, timeout: Duration) -> Self {
+        self.fetch_timeout = timeout;
         self
     }
 
@@ -178,7 +213,7 @@ impl BrokerClient {
         if self.any_ls {
             target.push_str("&anyls=1");
         }
-        let (url, body) = self.request("GET", &target, &[])?;
+        let (url, body) = self.request("GET", &target, &[], self.timeout)?;
         let doc = parse_document(&url, &body)?;
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
         let field =
@@ -224,7 +259,7 @@ impl BrokerClient {
         if let Some(host) = &self.host {
             let _ = write!(target, "&host={}", percent_encode(host));
         }
-        let (url, body) = self.request("GET", &target, &[])?;
+        let (url, body) = self.request("GET", &target, &[], self.timeout)?;
         let doc = parse_document(&url, &body)?;
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
         let field = |key: &str| doc.get(key).ok_or_else(|| protocol(format!("no {key:?} in a /state answer")));
@@ -266,22 +301,22 @@ impl BrokerClient {
 
     /// The bytes of the claimed file `name`.
     pub fn fetch(&self, name: &ClaimedRawName) -> Result<Vec<u8>, BrokerError> {
-        self.request("GET", &self.file_target("file", name), &[]).map(|(_, body)| body)
+        self.request("GET", &self.file_target("file", name), &[], self.fetch_timeout).map(|(_, body)| body)
     }
 
     /// The index JSON of the claimed file `name`.
     pub fn fetch_index(&self, name: &ClaimedRawName) -> Result<Vec<u8>, BrokerError> {
-        self.request("GET", &self.file_target("index", name), &[]).map(|(_, body)| body)
+        self.request("GET", &self.file_target("index", name), &[], self.timeout).map(|(_, body)| body)
     }
 
     /// Tells the broker that the outputs for `name` are published: it removes the file.
     pub fn done(&self, name: &ClaimedRawName) -> Result<(), BrokerError> {
-        self.request("POST", &self.file_target("done", name), &[]).map(drop)
+        self.request("POST", &self.file_target("done", name), &[], self.timeout).map(drop)
     }
 
     /// Gives the claim `name` back to the pool.
     pub fn release(&self, name: &ClaimedRawName) -> Result<(), BrokerError> {
-        self.request("POST", &self.file_target("release", name), &[]).map(drop)
+        self.request("POST", &self.file_target("release", name), &[], self.timeout).map(drop)
     }
 
     /// Publishes this process's resource summary in the BU's directory. Its `host` must be the
@@ -289,12 +324,12 @@ impl BrokerClient {
     /// client's.
     pub fn publish_summary(&self, summary: &ResourceSummary) -> Result<(), BrokerError> {
         let body = serde_json::to_vec(summary).expect("a summary always serializes");
-        self.request("POST", &self.summary_target(None), &body).map(drop)
+        self.request("POST", &self.summary_target(None), &body, self.timeout).map(drop)
     }
 
     /// Removes this process's resource summary from the BU's directory (one already gone is fine).
     pub fn remove_summary(&self) -> Result<(), BrokerError> {
-        self.request("DELETE", &self.summary_target(Some(self.pid)), &[]).map(drop)
+        self.request("DELETE", &self.summary_target(Some(self.pid)), &[], self.timeout).map(drop)
     }
 
     fn summary_target(&self, pid: Option<u32>) -> String {
@@ -312,76 +347,46 @@ impl BrokerClient {
         format!("/{endpoint}?runnumber={}&name={}", self.run, percent_encode(&name.to_string()))
     }
 
-    /// Sends one request (with `body`, JSON, unless empty) on a fresh connection; the URL and
-    /// the body of a 200 answer.
-    fn request(&self, method: &str, target: &str, body: &[u8]) -> Result<(String, Vec<u8>), BrokerError> {
+    /// Sends one request (with `body`, JSON, unless empty), its answer's body read within
+    /// `body_timeout`; the URL and the body of a 200 answer.
+    fn request(
+        &self,
+        method: &str,
+        target: &str,
+        body: &[u8],
+        body_timeout: Duration,
+    ) -> Result<(String, Vec<u8>), BrokerError> {
         let url = format!("http://{}{target}", self.addr);
-        let io_err = |source| BrokerError::Io { url: url.clone(), source };
-        let stream = TcpStream::connect_timeout(&self.addr, self.timeout).map_err(io_err)?;
-        stream.set_read_timeout(Some(self.timeout)).map_err(io_err)?;
-        stream.set_write_timeout(Some(self.timeout)).map_err(io_err)?;
-        let _ = stream.set_nodelay(true);
-        let mut request = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
-        if !body.is_empty() {
-            request.push_str("Content-Type: application/json\r\n");
-        }
-        if method != "GET" {
-            let _ = write!(request, "Content-Length: {}\r\n", body.len());
-        }
-        request.push_str("\r\n");
-        let mut request = request.into_bytes();
-        request.extend_from_slice(body);
-        (&stream).write_all(&request).map_err(io_err)?;
-        let mut reader = BufReader::new(stream);
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
-        let mut head_budget = 16 * 1024u64;
-        let mut read_head_line = |reader: &mut BufReader<TcpStream>| -> Result<String, BrokerError> {
-            let mut line = Vec::new();
-            let read = reader.by_ref().take(head_budget).read_until(b'\n', &mut line).map_err(io_err)?;
-            head_budget -= read as u64;
-            if line.last() != Some(&b'\n') {
-                return Err(protocol(if head_budget == 0 {
-                    "answer head over 16 KiB".into()
-                } else {
-                    "connection closed in the answer head".into()
-                }));
+        let failed = |error: ureq::Error| match error {
+            ureq::Error::Io(source) => BrokerError::Io { url: url.clone(), source },
+            ureq::Error::Timeout(what) => BrokerError::Io {
+                url: url.clone(),
+                source: io::Error::new(io::ErrorKind::TimedOut, format!("timed out: {what}")),
+            },
+            ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
+                BrokerError::Io { url: url.clone(), source: io::Error::other(error.to_string()) }
             }
-            Ok(String::from_utf8_lossy(&line).trim_end_matches(['\r', '\n']).to_owned())
+            ureq::Error::BodyExceedsLimit(_) => protocol(format!("answer over the limit of {} bytes", self.max_body)),
+            other => protocol(other.to_string()),
         };
-        let status_line = read_head_line(&mut reader)?;
-        let status = status_line
-            .strip_prefix("HTTP/1.")
-            .and_then(|rest| rest.get(2..5))
-            .and_then(|code| code.parse::<u16>().ok())
-            .ok_or_else(|| protocol(format!("bad status line {status_line:?}")))?;
-        let mut length = None;
-        loop {
-            let line = read_head_line(&mut reader)?;
-            if line.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                let value = value.trim();
-                length = Some(value.parse::<u64>().map_err(|_| protocol(format!("bad Content-Length {value:?}")))?);
-            }
+        let request = ureq::http::Request::builder().method(method).uri(&url);
+        let sent = if method == "GET" || method == "DELETE" {
+            let request = request.body(ureq::SendBody::none()).map_err(|e| protocol(e.to_string()))?;
+            request.with_agent(&self.agent).configure().timeout_recv_body(Some(body_timeout)).run()
+        } else {
+            let request = if body.is_empty() { request } else { request.header("Content-Type", "application/json") };
+            let request = request.body(body).map_err(|e| protocol(e.to_string()))?;
+            request.with_agent(&self.agent).configure().timeout_recv_body(Some(body_timeout)).run()
+        };
+        let mut answer = sent.map_err(failed)?;
+        let status = answer.status().as_u16();
+        if let Some(length) = answer.body().content_length()
+            && length > self.max_body
+        {
+            return Err(protocol(format!("answer of {length} bytes is over the limit of {}", self.max_body)));
         }
-        let limit = length.unwrap_or(self.max_body.saturating_add(1));
-        if limit > self.max_body && length.is_some() {
-            return Err(protocol(format!("answer of {limit} bytes is over the limit of {}", self.max_body)));
-        }
-        let mut body = Vec::with_capacity(usize::try_from(limit.min(64 << 20)).unwrap_or(0));
-        reader.take(limit).read_to_end(&mut body).map_err(io_err)?;
-        match length {
-            Some(len) if (body.len() as u64) < len => {
-                return Err(protocol(format!("answer cut short: {} of {len} bytes", body.len())));
-            }
-            None if body.len() as u64 > self.max_body => {
-                return Err(protocol(format!("answer over the limit of {} bytes", self.max_body)));
-            }
-            _ => {}
-        }
+        let body = answer.body_mut().with_config().limit(self.max_body).read_to_vec().map_err(failed)?;
         if status != 200 {
             let message = parse_document(&url, &body)
                 .ok()
