@@ -84,6 +84,13 @@ pub fn call(
         None => agent.run(request.body(ureq::SendBody::none()).map_err(|e| malformed(format!("bad request: {e}")))?),
     };
     let failed = |error: ureq::Error| match error {
+        ureq::Error::Timeout(ureq::Timeout::Connect) => ClientError::Connect {
+            addr,
+            error: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {:.1} s", timeout.as_secs_f64()),
+            ),
+        },
         ureq::Error::Timeout(_) => ClientError::Io {
             addr,
             error: std::io::Error::new(
@@ -91,6 +98,7 @@ pub fn call(
                 format!("no answer within {:.1} s", timeout.as_secs_f64()),
             ),
         },
+        ureq::Error::Io(error) if refused_connection(&error) => ClientError::Connect { addr, error },
         ureq::Error::Io(error) => ClientError::Io { addr, error },
         ureq::Error::ConnectionFailed => {
             ClientError::Connect { addr, error: std::io::Error::from(std::io::ErrorKind::ConnectionRefused) }
@@ -102,6 +110,12 @@ pub fn call(
     let status = answer.status().as_u16();
     let body = answer.body_mut().with_config().limit(MAX_BODY_BYTES).read_to_vec().map_err(failed)?;
     Ok(Answer { status, body: String::from_utf8_lossy(&body).into_owned() })
+}
+
+/// Whether `error` is one of connecting: nobody listens, or the address cannot be reached.
+fn refused_connection(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{AddrNotAvailable, ConnectionRefused, HostUnreachable, NetworkUnreachable};
+    matches!(error.kind(), ConnectionRefused | HostUnreachable | NetworkUnreachable | AddrNotAvailable)
 }
 
 #[cfg(test)]
@@ -162,7 +176,7 @@ mod tests {
     fn nobody_listening_is_a_connect_error() {
         let to: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let e = call(to, "GET", "/", None, None, Duration::from_secs(2)).unwrap_err();
-        assert!(matches!(e, ClientError::Connect { .. } | ClientError::Io { .. }), "{e}");
-        assert!(e.to_string().starts_with("127.0.0.1:1: "), "{e}");
+        assert!(matches!(e, ClientError::Connect { .. }), "{e}");
+        assert!(e.to_string().starts_with("127.0.0.1:1: cannot connect: "), "{e}");
     }
 }

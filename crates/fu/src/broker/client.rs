@@ -8,7 +8,6 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tessera_formats::names::{self, ClaimedRawName};
-use ureq::RequestExt as _;
 
 /// What went wrong talking to a broker; every variant names the URL.
 #[derive(Debug, thiserror::Error)]
@@ -102,11 +101,8 @@ pub enum PopAnswer {
     },
 }
 
-/// How long the body of a fetched file may take to arrive: a raw file of a few GB at 10 MB/s.
-pub const FETCH_TIMEOUT: Duration = Duration::from_secs(600);
-
 /// A remote FU's side of the broker protocol, on `ureq`: keep-alive connections (at most a few
-/// idle ones), every phase of a request bounded by a time-out.
+/// idle ones), connecting and every read and write bounded by a time-out.
 #[derive(Debug, Clone)]
 pub struct BrokerClient {
     addr: SocketAddr,
@@ -115,22 +111,18 @@ pub struct BrokerClient {
     host: Option<String>,
     stop_ls: Option<u32>,
     any_ls: bool,
-    timeout: Duration,
-    fetch_timeout: Duration,
     max_body: u64,
     agent: ureq::Agent,
 }
 
-/// An HTTP agent whose requests connect, send and get their answer's head within `timeout`
-/// each (each request sets how long its body may take); it follows no redirect and reads every
-/// status.
+/// An HTTP agent whose requests connect, and wait for each read and write, within `timeout`
+/// (a file of any size arrives as long as its bytes keep coming); it follows no redirect and
+/// reads every status.
 fn agent(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_connect(Some(timeout))
-        .timeout_send_request(Some(timeout))
-        .timeout_send_body(Some(timeout))
-        .timeout_recv_response(Some(timeout))
-        .timeout_recv_body(Some(timeout))
+        .timeout_per_read(Some(timeout))
+        .timeout_per_write(Some(timeout))
         .http_status_as_error(false)
         .max_redirects(0)
         .max_idle_connections(4)
@@ -150,8 +142,6 @@ impl BrokerClient {
             host: None,
             stop_ls: None,
             any_ls: false,
-            timeout: Duration::from_secs(10),
-            fetch_timeout: FETCH_TIMEOUT,
             max_body: 4 << 30,
             agent: agent(Duration::from_secs(10)),
         }
@@ -176,17 +166,9 @@ impl BrokerClient {
         self
     }
 
-    /// Bounds connecting, sending a request and getting its answer's head to `timeout` each,
-    /// and reading a document's body too (a fetched file's body has [`FETCH_TIMEOUT`]).
+    /// Bounds connecting, and each read and write, to `timeout`.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
         self.agent = agent(timeout);
-        self
-    }
-
-    /// Bounds reading a fetched file's body to `timeout` (not a document's).
-    pub fn with_fetch_timeout(mut self, timeout: Duration) -> Self {
-        self.fetch_timeout = timeout;
         self
     }
 
@@ -213,7 +195,7 @@ impl BrokerClient {
         if self.any_ls {
             target.push_str("&anyls=1");
         }
-        let (url, body) = self.request("GET", &target, &[], self.timeout)?;
+        let (url, body) = self.request("GET", &target, &[])?;
         let doc = parse_document(&url, &body)?;
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
         let field =
@@ -259,7 +241,7 @@ impl BrokerClient {
         if let Some(host) = &self.host {
             let _ = write!(target, "&host={}", percent_encode(host));
         }
-        let (url, body) = self.request("GET", &target, &[], self.timeout)?;
+        let (url, body) = self.request("GET", &target, &[])?;
         let doc = parse_document(&url, &body)?;
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
         let field = |key: &str| doc.get(key).ok_or_else(|| protocol(format!("no {key:?} in a /state answer")));
@@ -301,22 +283,22 @@ impl BrokerClient {
 
     /// The bytes of the claimed file `name`.
     pub fn fetch(&self, name: &ClaimedRawName) -> Result<Vec<u8>, BrokerError> {
-        self.request("GET", &self.file_target("file", name), &[], self.fetch_timeout).map(|(_, body)| body)
+        self.request("GET", &self.file_target("file", name), &[]).map(|(_, body)| body)
     }
 
     /// The index JSON of the claimed file `name`.
     pub fn fetch_index(&self, name: &ClaimedRawName) -> Result<Vec<u8>, BrokerError> {
-        self.request("GET", &self.file_target("index", name), &[], self.timeout).map(|(_, body)| body)
+        self.request("GET", &self.file_target("index", name), &[]).map(|(_, body)| body)
     }
 
     /// Tells the broker that the outputs for `name` are published: it removes the file.
     pub fn done(&self, name: &ClaimedRawName) -> Result<(), BrokerError> {
-        self.request("POST", &self.file_target("done", name), &[], self.timeout).map(drop)
+        self.request("POST", &self.file_target("done", name), &[]).map(drop)
     }
 
     /// Gives the claim `name` back to the pool.
     pub fn release(&self, name: &ClaimedRawName) -> Result<(), BrokerError> {
-        self.request("POST", &self.file_target("release", name), &[], self.timeout).map(drop)
+        self.request("POST", &self.file_target("release", name), &[]).map(drop)
     }
 
     /// Publishes this process's resource summary in the BU's directory. Its `host` must be the
@@ -324,12 +306,12 @@ impl BrokerClient {
     /// client's.
     pub fn publish_summary(&self, summary: &ResourceSummary) -> Result<(), BrokerError> {
         let body = serde_json::to_vec(summary).expect("a summary always serializes");
-        self.request("POST", &self.summary_target(None), &body, self.timeout).map(drop)
+        self.request("POST", &self.summary_target(None), &body).map(drop)
     }
 
     /// Removes this process's resource summary from the BU's directory (one already gone is fine).
     pub fn remove_summary(&self) -> Result<(), BrokerError> {
-        self.request("DELETE", &self.summary_target(Some(self.pid)), &[], self.timeout).map(drop)
+        self.request("DELETE", &self.summary_target(Some(self.pid)), &[]).map(drop)
     }
 
     fn summary_target(&self, pid: Option<u32>) -> String {
@@ -347,15 +329,9 @@ impl BrokerClient {
         format!("/{endpoint}?runnumber={}&name={}", self.run, percent_encode(&name.to_string()))
     }
 
-    /// Sends one request (with `body`, JSON, unless empty), its answer's body read within
-    /// `body_timeout`; the URL and the body of a 200 answer.
-    fn request(
-        &self,
-        method: &str,
-        target: &str,
-        body: &[u8],
-        body_timeout: Duration,
-    ) -> Result<(String, Vec<u8>), BrokerError> {
+    /// Sends one request (with `body`, JSON, unless empty); the URL and the body of a 200
+    /// answer.
+    fn request(&self, method: &str, target: &str, body: &[u8]) -> Result<(String, Vec<u8>), BrokerError> {
         let url = format!("http://{}{target}", self.addr);
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
         let failed = |error: ureq::Error| match error {
@@ -373,11 +349,11 @@ impl BrokerClient {
         let request = ureq::http::Request::builder().method(method).uri(&url);
         let sent = if method == "GET" || method == "DELETE" {
             let request = request.body(ureq::SendBody::none()).map_err(|e| protocol(e.to_string()))?;
-            request.with_agent(&self.agent).configure().timeout_recv_body(Some(body_timeout)).run()
+            self.agent.run(request)
         } else {
             let request = if body.is_empty() { request } else { request.header("Content-Type", "application/json") };
             let request = request.body(body).map_err(|e| protocol(e.to_string()))?;
-            request.with_agent(&self.agent).configure().timeout_recv_body(Some(body_timeout)).run()
+            self.agent.run(request)
         };
         let mut answer = sent.map_err(failed)?;
         let status = answer.status().as_u16();
