@@ -305,7 +305,28 @@ async fn start(State(shared): State<Arc<Shared>>, Json(request): Json<StartReque
     }
 }
 
-fn launch(config: &AgentConfig, request: &StartRequest, dir: &Path) -> Result<Process, String> {
+/// Why a process could not be started.
+#[derive(Debug, thiserror::Error)]
+enum LaunchError {
+    /// Its directory, a file in it, or its system file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// What could not be written.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The program could not be started.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        /// The agent's program.
+        program: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn launch(config: &AgentConfig, request: &StartRequest, dir: &Path) -> Result<Process, LaunchError> {
     // A name used again (a restarted BU) starts afresh; the directory of the one before is kept
     // beside it, one generation, for its log.
     if dir.exists() {
@@ -313,10 +334,10 @@ fn launch(config: &AgentConfig, request: &StartRequest, dir: &Path) -> Result<Pr
         let _ = fs::remove_dir_all(&previous);
         let _ = fs::rename(dir, &previous);
     }
-    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    fs::create_dir_all(dir).map_err(|source| LaunchError::Write { path: dir.to_owned(), source })?;
     let system = dir.join("system.yaml");
     if let Some(text) = &request.system {
-        fs::write(&system, text).map_err(|e| format!("cannot write {}: {e}", system.display()))?;
+        fs::write(&system, text).map_err(|source| LaunchError::Write { path: system.clone(), source })?;
     }
     let fill = |arg: &str| {
         arg.replace("{system}", &system.to_string_lossy())
@@ -324,7 +345,10 @@ fn launch(config: &AgentConfig, request: &StartRequest, dir: &Path) -> Result<Pr
             .replace("{dir}", &dir.to_string_lossy())
     };
     let args: Vec<String> = request.args.iter().map(|a| fill(a)).collect();
-    let open = |name: &str| fs::File::create(dir.join(name)).map_err(|e| format!("cannot create {name}: {e}"));
+    let open = |name: &str| {
+        let path = dir.join(name);
+        fs::File::create(&path).map_err(|source| LaunchError::Write { path, source })
+    };
     let mut command = Command::new(&config.program);
     match &request.link_key {
         Some(key) => command.env(LINK_KEY_ENV, key.to_hex()),
@@ -337,7 +361,7 @@ fn launch(config: &AgentConfig, request: &StartRequest, dir: &Path) -> Result<Pr
         .stdout(open("stdout")?)
         .stderr(open("log")?)
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", config.program.display()))?;
+        .map_err(|source| LaunchError::Spawn { program: config.program.clone(), source })?;
     tracing::info!(process = %request.name, pid = child.id(), "started {}: {}", request.name, args.join(" "));
     Ok(Process { name: request.name.clone(), args, child, started: Instant::now(), exit: None, dir: dir.to_owned() })
 }

@@ -1,9 +1,8 @@
-//! A small blocking HTTP/1.1 client for Tessera's own control plane (the controller talking to
-//! agents, an agent talking to its units): one request per connection, every step bounded by a
-//! time-out, so that a host behind a cut link is an error within that time, never a hang.
+//! The blocking HTTP client of Tessera's own control plane (the controller talking to agents,
+//! an agent talking to its units), on `ureq`: every request bounded as a whole by a time-out, so
+//! that a host behind a cut link is an error within that time, never a hang.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Largest answer body taken, in bytes.
@@ -54,8 +53,8 @@ pub enum ClientError {
     },
 }
 
-/// One request: `method path` to `addr` with `token` as a bearer token and `body` as JSON,
-/// each of connecting, sending and every read bounded by `timeout`.
+/// One request: `method path` to `addr` with `token` as a bearer token and `body` as JSON, all
+/// of it (connecting, sending, reading the answer) bounded by `timeout`.
 pub fn call(
     addr: SocketAddr,
     method: &str,
@@ -64,112 +63,120 @@ pub fn call(
     body: Option<&str>,
     timeout: Duration,
 ) -> Result<Answer, ClientError> {
-    let io = |error: std::io::Error| {
-        // A read or write time-out comes as "would block": say what it means.
-        let error = match error.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => std::io::Error::new(
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let malformed = |what: String| ClientError::Malformed { addr, what };
+    let mut request = ureq::http::Request::builder().method(method).uri(format!("http://{addr}{path}"));
+    if let Some(token) = token {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let sent = match body {
+        Some(body) => agent.run(
+            request
+                .header("Content-Type", "application/json")
+                .body(body)
+                .map_err(|e| malformed(format!("bad request: {e}")))?,
+        ),
+        None => agent.run(request.body(ureq::SendBody::none()).map_err(|e| malformed(format!("bad request: {e}")))?),
+    };
+    let failed = |error: ureq::Error| match error {
+        ureq::Error::Timeout(ureq::Timeout::Connect) => ClientError::Connect {
+            addr,
+            error: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {:.1} s", timeout.as_secs_f64()),
+            ),
+        },
+        ureq::Error::Timeout(_) => ClientError::Io {
+            addr,
+            error: std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!("no answer within {:.1} s", timeout.as_secs_f64()),
             ),
-            _ => error,
-        };
-        ClientError::Io { addr, error }
+        },
+        ureq::Error::Io(error) if refused_connection(&error) => ClientError::Connect { addr, error },
+        ureq::Error::Io(error) => ClientError::Io { addr, error },
+        ureq::Error::ConnectionFailed => {
+            ClientError::Connect { addr, error: std::io::Error::from(std::io::ErrorKind::ConnectionRefused) }
+        }
+        ureq::Error::BodyExceedsLimit(_) => malformed(format!("body larger than {} MiB", MAX_BODY_BYTES >> 20)),
+        other => malformed(other.to_string()),
     };
-    let mut stream =
-        TcpStream::connect_timeout(&addr, timeout).map_err(|error| ClientError::Connect { addr, error })?;
-    stream.set_read_timeout(Some(timeout)).map_err(io)?;
-    stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    let body = body.unwrap_or("");
-    if !body.is_empty() {
-        request.push_str("Content-Type: application/json\r\n");
-    }
-    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    stream.write_all(request.as_bytes()).map_err(io)?;
-    let mut raw = Vec::new();
-    stream.take(MAX_BODY_BYTES + 64 * 1024).read_to_end(&mut raw).map_err(io)?;
-    parse(addr, &raw)
-}
-
-fn parse(addr: SocketAddr, raw: &[u8]) -> Result<Answer, ClientError> {
-    let malformed = |what: &str| ClientError::Malformed { addr, what: what.to_owned() };
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| malformed("no end of headers"))?;
-    let head = std::str::from_utf8(&raw[..split]).map_err(|_| malformed("headers are not UTF-8"))?;
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.strip_prefix("HTTP/1.1 ").or_else(|| l.strip_prefix("HTTP/1.0 ")))
-        .and_then(|l| l.get(..3))
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| malformed("no HTTP status line"))?;
-    let chunked = lines.any(|l| {
-        l.split_once(':').is_some_and(|(k, v)| {
-            k.trim().eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked")
-        })
-    });
-    let rest = &raw[split + 4..];
-    let body = if chunked { unchunk(rest).ok_or_else(|| malformed("bad chunked body"))? } else { rest.to_vec() };
-    if body.len() as u64 > MAX_BODY_BYTES {
-        return Err(malformed("body larger than 16 MiB"));
-    }
+    let mut answer = sent.map_err(failed)?;
+    let status = answer.status().as_u16();
+    let body = answer.body_mut().with_config().limit(MAX_BODY_BYTES).read_to_vec().map_err(failed)?;
     Ok(Answer { status, body: String::from_utf8_lossy(&body).into_owned() })
 }
 
-/// The body of a chunked transfer, or `None` if it is cut short or malformed.
-fn unchunk(mut rest: &[u8]) -> Option<Vec<u8>> {
-    let mut body = Vec::new();
-    loop {
-        let eol = rest.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&rest[..eol]).ok()?;
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        rest = &rest[eol + 2..];
-        if size == 0 {
-            return Some(body);
-        }
-        body.extend_from_slice(rest.get(..size)?);
-        rest = rest.get(size + 2..)?;
-    }
+/// Whether `error` is one of connecting: nobody listens, or the address cannot be reached.
+fn refused_connection(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{AddrNotAvailable, ConnectionRefused, HostUnreachable, NetworkUnreachable};
+    matches!(error.kind(), ConnectionRefused | HostUnreachable | NetworkUnreachable | AddrNotAvailable)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
 
-    fn addr() -> SocketAddr {
-        "127.0.0.1:1".parse().unwrap()
+    /// Answers one connection with `answer` after reading its request head.
+    fn answering(answer: &'static [u8]) -> SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let _ = stream.write_all(answer);
+        });
+        addr
     }
 
     #[test]
     fn plain_and_chunked_answers_are_read() {
-        let a = parse(addr(), b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").unwrap();
+        let to = answering(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+        let a = call(to, "GET", "/", None, None, Duration::from_secs(5)).unwrap();
         assert_eq!(a, Answer { status: 200, body: "ok".into() });
-        let a = parse(
-            addr(),
-            b"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
-        )
-        .unwrap();
+        let to =
+            answering(b"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
+        let a = call(to, "POST", "/x", Some("t"), Some("{}"), Duration::from_secs(5)).unwrap();
         assert_eq!(a, Answer { status: 409, body: "abcde".into() });
         assert!(!a.ok());
     }
 
     #[test]
     fn garbage_is_an_error_that_names_the_peer() {
-        let e = parse(addr(), b"SSH-2.0-OpenSSH\r\n\r\n").unwrap_err();
-        assert_eq!(e.to_string(), "127.0.0.1:1: unreadable answer: no HTTP status line");
-        assert!(parse(addr(), b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nff\r\nab").is_err());
+        let to = answering(b"SSH-2.0-OpenSSH\r\n\r\n");
+        let e = call(to, "GET", "/", None, None, Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(e, ClientError::Malformed { .. }), "{e}");
+        assert!(e.to_string().starts_with(&format!("{to}: unreadable answer: ")), "{e}");
+        let to = answering(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nff\r\nab");
+        assert!(call(to, "GET", "/", None, None, Duration::from_secs(5)).is_err());
     }
 
     #[test]
     fn a_silent_peer_is_an_error_within_the_time_out() {
-        // Accepted by the kernel's backlog, never answered: the read times out.
+        // Accepted by the kernel's backlog, never answered: the request times out.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let to = listener.local_addr().unwrap();
         let started = std::time::Instant::now();
         let e = call(to, "GET", "/", None, None, Duration::from_millis(200)).unwrap_err();
         assert_eq!(e.to_string(), format!("{to}: no answer within 0.2 s"));
         assert!(started.elapsed() < Duration::from_secs(5), "bounded by the time-out");
+    }
+
+    #[test]
+    fn nobody_listening_is_a_connect_error() {
+        let to: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let e = call(to, "GET", "/", None, None, Duration::from_secs(2)).unwrap_err();
+        assert!(matches!(e, ClientError::Connect { .. }), "{e}");
+        assert!(e.to_string().starts_with("127.0.0.1:1: cannot connect: "), "{e}");
     }
 }

@@ -18,7 +18,9 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+mod api;
 pub mod client;
+mod exposition;
 mod process;
 mod run;
 pub mod system;
@@ -27,30 +29,28 @@ pub mod trigger;
 pub use process::{GIT_HASH, VERSION};
 pub use run::{RunState, RunStatus, RunView};
 
+pub use api::openapi;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use exposition::Kind;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{FedError, SubState, Throttle, UnitStats};
 use tokio::sync::oneshot;
+use utoipa::ToSchema;
 
 /// The live dashboard, served at `/`: it reads `/api/v1/units`, `/api/v1/conservation` and
 /// `/api/v1/run` every second, and its Stop button posts `/api/v1/stop`.
 pub const DASHBOARD: &str = include_str!("../dashboard.html");
 
-/// The OpenAPI document of the server, served at `/api/v1/openapi.json`.
-pub const OPENAPI: &str = include_str!("../openapi.json");
-
 /// What kind of unit a figure belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum UnitKind {
     /// A readout unit.
@@ -304,12 +304,12 @@ const FAMILIES: &[Family] = &[
     },
 ];
 
-/// Escapes a label value for the Prometheus text format.
+/// Escapes a label value for the OpenMetrics text format (its encoder writes values as given).
 fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// The units' figures in the Prometheus text exposition format (version 0.0.4).
+/// The units' figures in the OpenMetrics text format ([`exposition`]).
 pub fn metrics_text(units: &[Unit]) -> String {
     metrics_from_views(&unit_views(units))
 }
@@ -318,97 +318,109 @@ pub fn metrics_text(units: &[Unit]) -> String {
 /// conservation so far (`tessera_conservation_holds`, where the EVM's figures are), the run's
 /// (`tessera_run_*`, with a `run`), the process's and the build's.
 pub fn metrics_page(units: &[UnitView], run: Option<&RunView>) -> String {
-    let mut out = metrics_from_views(units);
+    let mut families = unit_families(units);
     let conservation = conservation_from_views(units);
-    let name = "tessera_conservation_holds";
-    let _ = writeln!(
-        out,
-        "# HELP {name} 1 while every event published or lost was triggered (written where the EVM's figures are).\n\
-         # TYPE {name} gauge"
+    let mut holds = exposition::Family::new(
+        "tessera_conservation_holds",
+        Kind::Gauge,
+        "1 while every event published or lost was triggered (written where the EVM's figures are).",
     );
     if conservation.evm_here {
-        let _ = writeln!(out, "{name} {}", u8::from(conservation.holds_so_far));
+        holds.sample(&[], f64::from(u8::from(conservation.holds_so_far)));
     }
-    run::run_metrics(&mut out, run);
-    process::process_metrics(&mut out);
-    out
+    families.push(holds);
+    run::run_metrics(&mut families, run);
+    process::process_metrics(&mut families);
+    exposition::encode(families)
 }
 
-/// The Prometheus text of units as their views show them: the same text for units of this
+/// The OpenMetrics text of units as their views show them: the same text for units of this
 /// process and for units that a controller gathers from other hosts.
 pub fn metrics_from_views(units: &[UnitView]) -> String {
-    let mut out = String::new();
-    let head = |out: &mut String, name: &str, help: &str, kind: &str| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    exposition::encode(unit_families(units))
+}
+
+/// The units' metric families.
+fn unit_families(units: &[UnitView]) -> Vec<exposition::Family> {
+    let mut families = Vec::new();
+    let host = |u: &UnitView| u.host.as_deref().map(label);
+    // The labels naming a unit, then `more`.
+    let who = |u: &UnitView, more: &[(&'static str, String)]| {
+        let mut labels = vec![("unit", label(&u.name)), ("kind", u.kind.label().to_owned())];
+        labels.extend(host(u).map(|h| ("host", h)));
+        labels.extend(more.iter().cloned());
+        labels
     };
-    let who = |u: &UnitView| {
-        let host = u.host.as_deref().map(|h| format!(",host=\"{}\"", label(h))).unwrap_or_default();
-        format!("unit=\"{}\",kind=\"{}\"{host}", label(&u.name), u.kind.label())
+    let add = |family: &mut exposition::Family, labels: Vec<(&'static str, String)>, value: f64| {
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        family.sample(&labels, value);
     };
-    for family in FAMILIES {
-        head(&mut out, family.name, family.help, family.kind);
-        for u in units.iter().filter(|u| !u.stale) {
-            let value = u.figures.get(family.name.trim_start_matches("tessera_")).copied().unwrap_or(0.0);
-            let _ = writeln!(out, "{}{{{}}} {value}", family.name, who(u));
+    let live = || units.iter().filter(|u| !u.stale);
+    for spec in FAMILIES {
+        let kind = if spec.kind == "counter" { Kind::Counter } else { Kind::Gauge };
+        let mut family = exposition::Family::new(spec.name, kind, spec.help);
+        for u in live() {
+            let value = u.figures.get(spec.name.trim_start_matches("tessera_")).copied().unwrap_or(0.0);
+            add(&mut family, who(u, &[]), value);
         }
+        families.push(family);
     }
-    let name = "tessera_unit_state";
-    head(&mut out, name, "1 for the state the unit is in.", "gauge");
-    for u in units.iter().filter(|u| !u.stale) {
+    let mut family = exposition::Family::new("tessera_unit_state", Kind::Gauge, "1 for the state the unit is in.");
+    for u in live() {
         for state in UnitState::ALL {
-            let _ =
-                writeln!(out, "{name}{{{},state=\"{}\"}} {}", who(u), state.name(), u8::from(u.state == state.name()));
+            let on = f64::from(u8::from(u.state == state.name()));
+            add(&mut family, who(u, &[("state", state.name().to_owned())]), on);
         }
     }
-    let name = "tessera_throttled";
-    head(&mut out, name, "1 while the unit holds back for this reason.", "gauge");
-    for u in units.iter().filter(|u| !u.stale) {
+    families.push(family);
+    let mut family =
+        exposition::Family::new("tessera_throttled", Kind::Gauge, "1 while the unit holds back for this reason.");
+    for u in live() {
         for reason in Throttle::REASONS {
-            let _ = writeln!(
-                out,
-                "{name}{{{},reason=\"{}\"}} {}",
-                who(u),
-                reason.key(),
-                u8::from(u.throttle == reason.key())
-            );
+            let on = f64::from(u8::from(u.throttle == reason.key()));
+            add(&mut family, who(u, &[("reason", reason.key().to_owned())]), on);
         }
     }
-    let name = "tessera_sub_state";
+    families.push(family);
     let help = format!(
         "1 while the unit is in this sub-state (its cause seen within the last {} s).",
         tessera_runtime::stats::SUB_STATE_HOLD.as_secs()
     );
-    head(&mut out, name, &help, "gauge");
-    for u in units.iter().filter(|u| !u.stale) {
+    let mut family = exposition::Family::new("tessera_sub_state", Kind::Gauge, &help);
+    for u in live() {
         for sub_state in SubState::ALL {
-            let on = u.sub_states.iter().any(|s| s.key == sub_state.key());
-            let _ = writeln!(out, "{name}{{{},reason=\"{}\"}} {}", who(u), sub_state.key(), u8::from(on));
+            let on = f64::from(u8::from(u.sub_states.iter().any(|s| s.key == sub_state.key())));
+            add(&mut family, who(u, &[("reason", sub_state.key().to_owned())]), on);
         }
     }
-    let name = "tessera_fed_errors_total";
-    head(
-        &mut out,
-        name,
+    families.push(family);
+    let mut family = exposition::Family::new(
+        "tessera_fed_errors_total",
+        Kind::Counter,
         "Fragments of a FED in error, by reason (only FEDs and reasons with a count are written).",
-        "counter",
     );
-    for u in units.iter().filter(|u| !u.stale) {
+    for u in live() {
         for f in &u.fed_errors {
             for (reason, n) in f.errors.iter().filter(|(_, n)| **n > 0) {
-                let _ = writeln!(out, "{name}{{{},fed=\"{}\",reason=\"{}\"}} {n}", who(u), f.fed, label(reason));
+                add(&mut family, who(u, &[("fed", f.fed.to_string()), ("reason", label(reason))]), *n as f64);
             }
         }
     }
-    let name = "tessera_unit_reachable";
-    head(&mut out, name, "0 while the unit's host does not answer (its figures are then left out).", "gauge");
+    families.push(family);
+    let mut family = exposition::Family::new(
+        "tessera_unit_reachable",
+        Kind::Gauge,
+        "0 while the unit's host does not answer (its figures are then left out).",
+    );
     for u in units {
-        let _ = writeln!(out, "{name}{{{}}} {}", who(u), u8::from(!u.stale));
+        add(&mut family, who(u, &[]), f64::from(u8::from(!u.stale)));
     }
-    out
+    families.push(family);
+    families
 }
 
 /// A sub-state as the API shows it: its stable key and what it means.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SubStateView {
     /// The stable key (a [`Throttle`] or [`SubState`] key).
     pub key: String,
@@ -417,7 +429,7 @@ pub struct SubStateView {
 }
 
 /// One FED's error counts as the API shows them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct FedErrorsView {
     /// The FED.
     pub fed: u16,
@@ -426,7 +438,7 @@ pub struct FedErrorsView {
 }
 
 /// One unit as `GET /api/v1/units` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct UnitView {
     /// Its name.
     pub name: String,
@@ -511,7 +523,7 @@ fn sub_states(stats: &UnitStats) -> Vec<SubStateView> {
 /// The run's conservation as the figures of this process's units stand: every event triggered
 /// is published, counted lost, or still in flight. It only truly holds at the end of the run,
 /// when nothing is in flight.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct ConservationView {
     /// Whether this process has the EVM, which counts the events triggered: without it the
     /// figures say nothing of the run.
@@ -620,6 +632,9 @@ pub enum ControlError {
     /// An agent without a token, on any address.
     #[error("{0}: an agent needs a token on every address, loopback included (it starts processes as its user)")]
     AgentToken(SocketAddr),
+    /// The OpenAPI document could not be written as JSON.
+    #[error("cannot write the OpenAPI document: {0}")]
+    OpenApi(String),
     /// Binding failed.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -691,6 +706,8 @@ struct Shared {
     enable: Option<Action>,
     system: Option<Arc<str>>,
     run: Option<Arc<RunStatus>>,
+    /// The OpenAPI document of the routes, generated from the handlers.
+    openapi: Arc<str>,
 }
 
 impl ControlServer {
@@ -704,20 +721,12 @@ impl ControlServer {
             enable: served.enable,
             system: served.system.map(Arc::from),
             run: served.run,
+            openapi: Arc::from(""),
         };
-        let app = Router::new()
-            .route("/", get(|| async { axum::response::Html(DASHBOARD) }))
-            .route("/metrics", get(metrics))
-            .route("/api/v1/units", get(units_json))
-            .route("/api/v1/conservation", get(conservation_json))
-            .route("/api/v1/config", get(system_config))
-            .route("/api/v1/run", get(run_json))
-            .route("/api/v1/health", get(|| async { "ok\n" }))
-            .route("/api/v1/stop", axum::routing::post(stop_run))
-            .route("/api/v1/enable", axum::routing::post(enable_run))
-            .route("/api/v1/openapi.json", get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }))
-            .layer(middleware::from_fn_with_state(shared.clone(), require_token))
-            .with_state(shared);
+        let (router, api) = api::api_router().split_for_parts();
+        let openapi = api.to_pretty_json().map_err(|e| ControlError::OpenApi(e.to_string()))?;
+        let shared = Shared { openapi: Arc::from(openapi), ..shared };
+        let app = router.layer(middleware::from_fn_with_state(shared.clone(), require_token)).with_state(shared);
         let (addr, stop, thread) = serve(config.listen, app)?;
         Ok(ControlServer { addr, stop: Some(stop), thread: Some(thread) })
     }
@@ -812,59 +821,5 @@ async fn require_token(State(shared): State<Shared>, request: Request, next: Nex
     match check_token(shared.token.as_deref(), &request) {
         Some(refusal) => refusal,
         None => next.run(request).await,
-    }
-}
-
-async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {
-    let run = shared.run.as_ref().map(|r| r.view());
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        metrics_page(&shared.units.views(), run.as_ref()),
-    )
-}
-
-fn act(action: Option<&Action>, cannot: &str) -> Response {
-    match action.map(|act| act()) {
-        Some(Ok(said)) => (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "result": said }))).into_response(),
-        Some(Err(why)) => (StatusCode::CONFLICT, axum::Json(serde_json::json!({ "error": why }))).into_response(),
-        None => (StatusCode::CONFLICT, axum::Json(serde_json::json!({ "error": cannot }))).into_response(),
-    }
-}
-
-async fn stop_run(State(shared): State<Shared>) -> Response {
-    act(shared.stop.as_ref(), "this process cannot stop a run")
-}
-
-async fn enable_run(State(shared): State<Shared>) -> Response {
-    act(shared.enable.as_ref(), "this process has no unit to enable")
-}
-
-async fn units_json(State(shared): State<Shared>) -> impl IntoResponse {
-    axum::Json(shared.units.views())
-}
-
-async fn conservation_json(State(shared): State<Shared>) -> impl IntoResponse {
-    axum::Json(conservation_from_views(&shared.units.views()))
-}
-
-async fn system_config(State(shared): State<Shared>) -> Response {
-    match &shared.system {
-        Some(yaml) => ([(header::CONTENT_TYPE, "application/yaml; charset=utf-8")], yaml.to_string()).into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            axum::Json(serde_json::json!({ "error": "this process was started without a system configuration" })),
-        )
-            .into_response(),
-    }
-}
-
-async fn run_json(State(shared): State<Shared>) -> Response {
-    match &shared.run {
-        Some(run) => axum::Json(run.view()).into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            axum::Json(serde_json::json!({ "error": "this process runs units, not a whole run: ask the process that runs the run" })),
-        )
-            .into_response(),
     }
 }

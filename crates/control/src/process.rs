@@ -3,7 +3,7 @@
 //! from the operating system when `/metrics` is asked. A figure the system does not give (no
 //! `/proc`) is left out, its family's help and type kept.
 
-use std::fmt::Write as _;
+use crate::exposition::{Family, Kind};
 
 /// The version of this build, from the workspace's `Cargo.toml`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -25,31 +25,28 @@ fn open_fds() -> Option<u64> {
     Some(std::fs::read_dir("/proc/self/fd").ok()?.count() as u64)
 }
 
-/// The process's and the build's metrics in the Prometheus text format.
-pub(crate) fn process_metrics(out: &mut String) {
-    let mut family = |name: &str, kind: &str, help: &str, value: Option<f64>| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+/// The process's and the build's metric families.
+pub(crate) fn process_metrics(families: &mut Vec<Family>) {
+    let mut family = |name: &str, kind: Kind, help: &str, value: Option<f64>| {
+        let mut family = Family::new(name, kind, help);
         if let Some(value) = value {
-            let _ = writeln!(out, "{name} {value}");
+            family.sample(&[], value);
         }
+        families.push(family);
     };
     let cpu = cpu_time::ProcessTime::try_now().ok().map(|t| t.as_duration().as_secs_f64());
-    family("process_cpu_seconds_total", "counter", "CPU time of this process (user and system), in seconds.", cpu);
+    family("process_cpu_seconds_total", Kind::Counter, "CPU time of this process (user and system), in seconds.", cpu);
     family(
         "process_resident_memory_bytes",
-        "gauge",
+        Kind::Gauge,
         "Resident memory of this process, in bytes.",
         resident_memory_bytes().map(|b| b as f64),
     );
-    family("process_open_fds", "gauge", "File descriptors this process has open.", open_fds().map(|n| n as f64));
-    let _ = writeln!(
-        out,
-        "# HELP tessera_build_info 1, with the version and the git commit of this build.\n\
-         # TYPE tessera_build_info gauge\n\
-         tessera_build_info{{version=\"{}\",git_hash=\"{}\"}} 1",
-        crate::label(VERSION),
-        crate::label(GIT_HASH)
-    );
+    family("process_open_fds", Kind::Gauge, "File descriptors this process has open.", open_fds().map(|n| n as f64));
+    let mut build =
+        Family::new("tessera_build_info", Kind::Gauge, "1, with the version and the git commit of this build.");
+    build.sample(&[("version", &crate::label(VERSION)), ("git_hash", &crate::label(GIT_HASH))], 1.0);
+    families.push(build);
 }
 
 #[cfg(test)]
@@ -64,13 +61,16 @@ mod tests {
 
     #[test]
     fn the_process_metrics_are_this_process_s() {
-        let mut text = String::new();
-        process_metrics(&mut text);
+        let page = || {
+            let mut families = Vec::new();
+            process_metrics(&mut families);
+            crate::exposition::encode(families)
+        };
+        let text = page();
         let fds = sample(&text, "process_open_fds");
         // Three more files open: the count goes up by three.
         let files: Vec<std::fs::File> = (0..3).map(|_| std::fs::File::open("/proc/self/status").unwrap()).collect();
-        let mut more = String::new();
-        process_metrics(&mut more);
+        let more = page();
         drop(files);
         // At least three more: the harness's own threads may open one meanwhile.
         assert!(sample(&more, "process_open_fds") >= fds + 3.0, "{text}\n{more}");

@@ -3,13 +3,13 @@
 //! achieved, the dead time and what caused it, and how far the mergers have got. Whoever runs
 //! the run ([`RunStatus::update`], once a second) fills it; the server only reads it.
 
+use crate::exposition::{Family, Kind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::{Mutex, PoisonError};
 
 /// Where the run is in its life.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum RunState {
     /// The units are being started and configured; no trigger yet.
     #[default]
@@ -53,7 +53,7 @@ impl RunState {
 
 /// The run as `GET /api/v1/run` shows it. Rates are of the trigger (events triggered at the
 /// EVM), in Hz; fractions are of wall time, from 0 to 1.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunView {
     /// The run number.
     pub run: u32,
@@ -155,35 +155,36 @@ const RUN_GAUGES: &[RunGauge] = &[
     },
 ];
 
-/// The run's metrics in the Prometheus text format: the families' help and type always, their
-/// samples when there is a run.
-pub(crate) fn run_metrics(out: &mut String, run: Option<&RunView>) {
-    let head = |out: &mut String, name: &str, help: &str| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-    };
-    let run_label = |v: &RunView| format!("run=\"{}\"", v.run);
-    head(out, "tessera_run_info", "1 for the run and the state it is in.");
+/// The run's metric families: their help and type always, their samples when there is a run.
+pub(crate) fn run_metrics(families: &mut Vec<Family>, run: Option<&RunView>) {
+    let run_number = run.map(|v| v.run.to_string()).unwrap_or_default();
+    let mut info = Family::new("tessera_run_info", Kind::Gauge, "1 for the run and the state it is in.");
     if let Some(v) = run {
         for state in RunState::ALL {
-            let on = u8::from(v.state == state);
-            let _ = writeln!(out, "tessera_run_info{{{},state=\"{}\"}} {on}", run_label(v), state.name());
+            info.sample(&[("run", &run_number), ("state", state.name())], f64::from(u8::from(v.state == state)));
         }
     }
+    families.push(info);
     for gauge in RUN_GAUGES {
-        head(out, gauge.name, gauge.help);
+        let mut family = Family::new(gauge.name, Kind::Gauge, gauge.help);
         if let Some(v) = run
             && let Some(value) = (gauge.read)(v)
         {
-            let _ = writeln!(out, "{}{{{}}} {value}", gauge.name, run_label(v));
+            family.sample(&[("run", &run_number)], value);
         }
+        families.push(family);
     }
-    let name = "tessera_dead_time_by_reason_ratio";
-    head(out, name, "The share of the last second during which the trigger was held back for this reason.");
+    let mut by_reason = Family::new(
+        "tessera_dead_time_by_reason_ratio",
+        Kind::Gauge,
+        "The share of the last second during which the trigger was held back for this reason.",
+    );
     if let Some(v) = run {
         for (reason, share) in &v.dead_time_by_reason {
-            let _ = writeln!(out, "{name}{{{},reason=\"{}\"}} {share}", run_label(v), crate::label(reason));
+            by_reason.sample(&[("run", &run_number), ("reason", &crate::label(reason))], *share);
         }
     }
+    families.push(by_reason);
 }
 
 #[cfg(test)]
@@ -212,15 +213,18 @@ mod tests {
 
     #[test]
     fn run_metrics_have_their_families_always_and_samples_with_a_run() {
-        let mut none = String::new();
-        run_metrics(&mut none, None);
+        let page = |run: Option<&RunView>| {
+            let mut families = Vec::new();
+            run_metrics(&mut families, run);
+            crate::exposition::encode(families)
+        };
+        let none = page(None);
         assert!(none.contains("# TYPE tessera_trigger_rate_hz gauge"), "{none}");
         assert!(!none.lines().any(|l| !l.starts_with('#')), "{none}");
         let mut view = running(None, 80.0);
         view.dead_time_by_reason.insert("NOT_ENOUGH_FUS".into(), 0.25);
         view.lumi_sections_merged = 3;
-        let mut text = String::new();
-        run_metrics(&mut text, Some(&view));
+        let text = page(Some(&view));
         assert!(text.contains("tessera_run_info{run=\"7\",state=\"Running\"} 1\n"), "{text}");
         assert!(text.contains("tessera_run_info{run=\"7\",state=\"Ended\"} 0\n"), "{text}");
         assert!(text.contains("tessera_trigger_rate_hz{run=\"7\"} 80\n"), "{text}");

@@ -207,6 +207,8 @@ fn open_lumi_sections_answer_eols_and_stopls_holds_later_files_back() {
     // The BU checks an LS's files before they are claimed.
     dir.end_lumi_section(1, &EolsDoc { events: 1, files: 1, total_events: 1, lost_events: 0, bytes: 0 }).unwrap();
     let limited = BrokerClient::new(addr, run, 43).with_stop_ls(Some(1));
+    // The broker decides on a listing of the run directory at most a few milliseconds old.
+    thread::sleep(Duration::from_millis(20));
     let PopAnswer::Ready { ls: 1, file: first, .. } = limited.popfile().unwrap() else { panic!("LS 1 file expected") };
     // LS 1 is handed out and closed: the client that stops at 1 is done, though LS 2 has a file.
     assert_eq!(limited.popfile().unwrap(), PopAnswer::EndOfRun { ls: 1 });
@@ -223,6 +225,7 @@ fn open_lumi_sections_answer_eols_and_stopls_holds_later_files_back() {
     // A third file in LS 3 is held back from a client that stops at LS 2, even after EoR.
     publish_one(3);
     dir.end_run(&EorDoc { events: 3, files: 3, lumis: 3, last_lumi: 3 }).unwrap();
+    thread::sleep(Duration::from_millis(20));
     let stop2 = BrokerClient::new(addr, run, 44).with_stop_ls(Some(2));
     assert_eq!(stop2.popfile().unwrap(), PopAnswer::EndOfRun { ls: 1 });
     let PopAnswer::Ready { ls: 3, file: third, .. } = client.popfile().unwrap() else { panic!("LS 3 file expected") };
@@ -298,10 +301,10 @@ fn bad_queries_and_path_traversal_are_refused() {
     assert_eq!(get(addr, "/popfile/../file").0, 404);
     assert_eq!(post(addr, "/popfile?runnumber=9&pid=1").0, 405);
     assert_eq!(get(addr, "/done?runnumber=9&name=x").0, 405);
-    // Malformed HTTP.
+    // Malformed HTTP, answered by hyper: 400, or 431 for a head over its bounds.
     assert_eq!(raw_request(addr, "GARBAGE\r\n\r\n").0, 400);
-    assert_eq!(raw_request(addr, "GET /popfile HTTP/2.0\r\n\r\n").0, 505);
-    assert_eq!(raw_request(addr, &format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(9000))).0, 414);
+    assert_eq!(raw_request(addr, "GET /popfile HTTP/2.0\r\n\r\n").0, 400);
+    assert_eq!(raw_request(addr, &format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(9000))).0, 431);
     let many_headers = "X-A: b\r\n".repeat(100);
     assert_eq!(raw_request(addr, &format!("GET /popfile HTTP/1.1\r\n{many_headers}\r\n")).0, 431);
     assert_eq!(raw_request(addr, "POST /done HTTP/1.1\r\nContent-Length: 100000\r\n\r\n").0, 413);
@@ -453,4 +456,31 @@ fn a_remote_fu_publishes_and_removes_its_resource_summary_through_the_broker() {
     let (status, body) =
         raw_request(addr, "DELETE /summary?runnumber=15&pid=4242 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert!(status == 200 && body.contains("result=absent"), "{body}");
+}
+
+#[test]
+fn an_answer_is_byte_for_byte_what_a_cmssw_reader_reads_and_head_claims_nothing() {
+    let bu = tempfile::tempdir().unwrap();
+    let summary = write_sample_run(bu.path(), &SampleSpec { run: 21, ..SampleSpec::default() }).unwrap();
+    let broker = start(bu.path(), 21);
+    let addr = broker.local_addr();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(b"GET /popfile?runnumber=22&pid=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let body =
+        "version=2\nrunnumber=22\nstate=NORUN\nservedrun=21\nerrormessage=this broker serves run 21\nlasteols=0\n\n";
+    assert_eq!(
+        answer,
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    );
+    // HEAD is not GET: it is refused, and no file is claimed for it.
+    let (status, _) =
+        raw_request(addr, "HEAD /popfile?runnumber=21&pid=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert_eq!(status, 405);
+    assert!(fs::read_dir(summary.run_dir.join("fu")).map_or(true, |d| d.count() == 0));
 }

@@ -4,8 +4,8 @@ use super::http::{decimal, percent_encode};
 use super::{BuRunState, PROTOCOL_VERSION, ResourceSummary};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 use tessera_formats::names::{self, ClaimedRawName};
 
@@ -101,7 +101,8 @@ pub enum PopAnswer {
     },
 }
 
-/// A remote FU's side of the broker protocol: one connection per request, with timeouts.
+/// A remote FU's side of the broker protocol, on `ureq`: keep-alive connections (at most a few
+/// idle ones), connecting and every read and write bounded by a time-out.
 #[derive(Debug, Clone)]
 pub struct BrokerClient {
     addr: SocketAddr,
@@ -110,8 +111,24 @@ pub struct BrokerClient {
     host: Option<String>,
     stop_ls: Option<u32>,
     any_ls: bool,
-    timeout: Duration,
     max_body: u64,
+    agent: ureq::Agent,
+}
+
+/// An HTTP agent whose requests connect, and wait for each read and write, within `timeout`
+/// (a file of any size arrives as long as its bytes keep coming); it follows no redirect and
+/// reads every status.
+fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_connect(Some(timeout))
+        .timeout_per_read(Some(timeout))
+        .timeout_per_write(Some(timeout))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .max_idle_connections(4)
+        .max_idle_connections_per_host(4)
+        .build()
+        .into()
 }
 
 impl BrokerClient {
@@ -125,8 +142,8 @@ impl BrokerClient {
             host: None,
             stop_ls: None,
             any_ls: false,
-            timeout: Duration::from_secs(10),
             max_body: 4 << 30,
+            agent: agent(Duration::from_secs(10)),
         }
     }
 
@@ -151,7 +168,7 @@ impl BrokerClient {
 
     /// Bounds connecting, and each read and write, to `timeout`.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.agent = agent(timeout);
         self
     }
 
@@ -312,76 +329,40 @@ impl BrokerClient {
         format!("/{endpoint}?runnumber={}&name={}", self.run, percent_encode(&name.to_string()))
     }
 
-    /// Sends one request (with `body`, JSON, unless empty) on a fresh connection; the URL and
-    /// the body of a 200 answer.
+    /// Sends one request (with `body`, JSON, unless empty); the URL and the body of a 200
+    /// answer.
     fn request(&self, method: &str, target: &str, body: &[u8]) -> Result<(String, Vec<u8>), BrokerError> {
         let url = format!("http://{}{target}", self.addr);
-        let io_err = |source| BrokerError::Io { url: url.clone(), source };
-        let stream = TcpStream::connect_timeout(&self.addr, self.timeout).map_err(io_err)?;
-        stream.set_read_timeout(Some(self.timeout)).map_err(io_err)?;
-        stream.set_write_timeout(Some(self.timeout)).map_err(io_err)?;
-        let _ = stream.set_nodelay(true);
-        let mut request = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
-        if !body.is_empty() {
-            request.push_str("Content-Type: application/json\r\n");
-        }
-        if method != "GET" {
-            let _ = write!(request, "Content-Length: {}\r\n", body.len());
-        }
-        request.push_str("\r\n");
-        let mut request = request.into_bytes();
-        request.extend_from_slice(body);
-        (&stream).write_all(&request).map_err(io_err)?;
-        let mut reader = BufReader::new(stream);
         let protocol = |problem: String| BrokerError::Protocol { url: url.clone(), problem };
-        let mut head_budget = 16 * 1024u64;
-        let mut read_head_line = |reader: &mut BufReader<TcpStream>| -> Result<String, BrokerError> {
-            let mut line = Vec::new();
-            let read = reader.by_ref().take(head_budget).read_until(b'\n', &mut line).map_err(io_err)?;
-            head_budget -= read as u64;
-            if line.last() != Some(&b'\n') {
-                return Err(protocol(if head_budget == 0 {
-                    "answer head over 16 KiB".into()
-                } else {
-                    "connection closed in the answer head".into()
-                }));
+        let failed = |error: ureq::Error| match error {
+            ureq::Error::Io(source) => BrokerError::Io { url: url.clone(), source },
+            ureq::Error::Timeout(what) => BrokerError::Io {
+                url: url.clone(),
+                source: io::Error::new(io::ErrorKind::TimedOut, format!("timed out: {what}")),
+            },
+            ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
+                BrokerError::Io { url: url.clone(), source: io::Error::other(error.to_string()) }
             }
-            Ok(String::from_utf8_lossy(&line).trim_end_matches(['\r', '\n']).to_owned())
+            ureq::Error::BodyExceedsLimit(_) => protocol(format!("answer over the limit of {} bytes", self.max_body)),
+            other => protocol(other.to_string()),
         };
-        let status_line = read_head_line(&mut reader)?;
-        let status = status_line
-            .strip_prefix("HTTP/1.")
-            .and_then(|rest| rest.get(2..5))
-            .and_then(|code| code.parse::<u16>().ok())
-            .ok_or_else(|| protocol(format!("bad status line {status_line:?}")))?;
-        let mut length = None;
-        loop {
-            let line = read_head_line(&mut reader)?;
-            if line.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                let value = value.trim();
-                length = Some(value.parse::<u64>().map_err(|_| protocol(format!("bad Content-Length {value:?}")))?);
-            }
+        let request = ureq::http::Request::builder().method(method).uri(&url);
+        let sent = if method == "GET" || method == "DELETE" {
+            let request = request.body(ureq::SendBody::none()).map_err(|e| protocol(e.to_string()))?;
+            self.agent.run(request)
+        } else {
+            let request = if body.is_empty() { request } else { request.header("Content-Type", "application/json") };
+            let request = request.body(body).map_err(|e| protocol(e.to_string()))?;
+            self.agent.run(request)
+        };
+        let mut answer = sent.map_err(failed)?;
+        let status = answer.status().as_u16();
+        if let Some(length) = answer.body().content_length()
+            && length > self.max_body
+        {
+            return Err(protocol(format!("answer of {length} bytes is over the limit of {}", self.max_body)));
         }
-        let limit = length.unwrap_or(self.max_body.saturating_add(1));
-        if limit > self.max_body && length.is_some() {
-            return Err(protocol(format!("answer of {limit} bytes is over the limit of {}", self.max_body)));
-        }
-        let mut body = Vec::with_capacity(usize::try_from(limit.min(64 << 20)).unwrap_or(0));
-        reader.take(limit).read_to_end(&mut body).map_err(io_err)?;
-        match length {
-            Some(len) if (body.len() as u64) < len => {
-                return Err(protocol(format!("answer cut short: {} of {len} bytes", body.len())));
-            }
-            None if body.len() as u64 > self.max_body => {
-                return Err(protocol(format!("answer over the limit of {} bytes", self.max_body)));
-            }
-            _ => {}
-        }
+        let body = answer.body_mut().with_config().limit(self.max_body).read_to_vec().map_err(failed)?;
         if status != 200 {
             let message = parse_document(&url, &body)
                 .ok()

@@ -1,6 +1,6 @@
 //! The broker's endpoints: each takes a parsed request and gives the answer (docs/formats.md §16).
 
-use super::http::{Answer, Body, Query, Request};
+use super::http::{Answer, Body, Query};
 use super::popfile::{NoFile, Pop, decide, last_closed, nothing_now};
 use super::{CLAIM_ATTEMPTS, Shared};
 use crate::claim::{Claimer, FileSource};
@@ -20,42 +20,10 @@ pub(super) type Refusal = (u16, String);
 /// answer within [`crate::reader::MAX_ANSWER_BYTES`]).
 const MAX_HOST_BYTES: usize = 63;
 
-/// Routes a request.
-pub(super) fn handle(request: &Request, peer: SocketAddr, shared: &Shared) -> Answer {
-    let run = shared.run.load(Ordering::Relaxed);
-    let result = match (request.method.as_str(), request.path.as_str()) {
-        ("GET", "/popfile") => popfile(&request.query, peer, shared),
-        ("GET", "/state") => run_state(&request.query, peer, shared),
-        ("GET", "/file") => serve_claimed(&request.query, shared, false),
-        ("GET", "/index") => serve_claimed(&request.query, shared, true),
-        ("POST", "/done") => done(&request.query, shared),
-        ("POST", "/release") => release(&request.query, shared),
-        ("POST", "/summary") => publish_summary(&request.query, &request.body, peer, shared),
-        ("DELETE", "/summary") => remove_summary(&request.query, peer, shared),
-        (_, "/popfile" | "/state" | "/file" | "/index") => {
-            let mut answer = Answer::error(405, run, &format!("{} takes GET", request.path));
-            answer.allow = Some("GET");
-            Ok(answer)
-        }
-        (_, "/done" | "/release") => {
-            let mut answer = Answer::error(405, run, &format!("{} takes POST", request.path));
-            answer.allow = Some("POST");
-            Ok(answer)
-        }
-        (_, "/summary") => {
-            let mut answer = Answer::error(405, run, "/summary takes POST or DELETE");
-            answer.allow = Some("POST, DELETE");
-            Ok(answer)
-        }
-        _ => Err((404, format!("no endpoint {:?}", request.path))),
-    };
-    result.unwrap_or_else(|(status, message)| Answer::error(status, run, &message))
-}
-
 /// `GET /popfile`: see [`super::popfile`] for which answer, and docs/formats.md §16 for the
 /// document. Every answer carries `version`, `runnumber` (the run asked for), `state` and
 /// `lasteols`.
-fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+pub(super) fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
     let query = Query::parse(raw_query, &["runnumber", "pid", "host", "stopls", "anyls"])?;
     let run = query.number("runnumber")?;
     let pid = query.number("pid")?;
@@ -149,7 +117,7 @@ pub(super) fn remote_host(query: &Query, peer: SocketAddr, shared: &Shared) -> R
 }
 
 /// `GET /state`: what the run directory says, for a remote FU or micro merger.
-fn run_state(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+pub(super) fn run_state(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
     let query = Query::parse(raw_query, &["runnumber", "host"])?;
     let run = query.number("runnumber")?;
     let host = remote_host(&query, peer, shared)?;
@@ -194,7 +162,7 @@ pub(super) fn is_plain_file(path: &Path) -> bool {
 }
 
 /// `GET /file` and `GET /index`.
-fn serve_claimed(raw_query: &str, shared: &Shared, index: bool) -> Result<Answer, Refusal> {
+pub(super) fn serve_claimed(raw_query: &str, shared: &Shared, index: bool) -> Result<Answer, Refusal> {
     let query = Query::parse(raw_query, &["runnumber", "name"])?;
     let (run, claim) = claimed_name(&query, shared)?;
     let run_dir = shared.run_dir(run);
@@ -215,7 +183,7 @@ fn serve_claimed(raw_query: &str, shared: &Shared, index: bool) -> Result<Answer
 }
 
 /// `POST /done`.
-fn done(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
+pub(super) fn done(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
     let query = Query::parse(raw_query, &["runnumber", "name"])?;
     let (run, claim) = claimed_name(&query, shared)?;
     if !is_plain_file(&shared.run_dir(run).join(claim.path())) {
@@ -228,7 +196,7 @@ fn done(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
 }
 
 /// `POST /release`.
-fn release(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
+pub(super) fn release(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
     let query = Query::parse(raw_query, &["runnumber", "name"])?;
     let (run, claim) = claimed_name(&query, shared)?;
     let run_dir = shared.run_dir(run);
@@ -242,6 +210,7 @@ fn release(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
     }
     match fs::rename(&from, &to) {
         Ok(()) => {
+            shared.released(run, claim.ls, claim.index);
             shared.grants().ended(&claim, false);
             Ok(Answer::document(200, run, &[("file", claim.path()), ("result", "released".to_owned())]))
         }
@@ -254,7 +223,12 @@ fn release(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> {
 /// a local FU's goes. Its `run` must be the run served and its `host` the name the FU claims
 /// under; `updated_unix_ms` is replaced by the time of receipt, so that the BU judges the
 /// summary's age by its own clock, not by the FU host's.
-fn publish_summary(raw_query: &str, body: &[u8], peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+pub(super) fn publish_summary(
+    raw_query: &str,
+    body: &[u8],
+    peer: SocketAddr,
+    shared: &Shared,
+) -> Result<Answer, Refusal> {
     let query = Query::parse(raw_query, &["runnumber", "host"])?;
     let run = served(query.number("runnumber")?, shared)?;
     let host = remote_host(&query, peer, shared)?;
@@ -280,7 +254,7 @@ fn publish_summary(raw_query: &str, body: &[u8], peer: SocketAddr, shared: &Shar
 }
 
 /// `DELETE /summary`: a remote FU is leaving; its summary is removed, if there.
-fn remove_summary(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
+pub(super) fn remove_summary(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Result<Answer, Refusal> {
     let query = Query::parse(raw_query, &["runnumber", "pid", "host"])?;
     let run = served(query.number("runnumber")?, shared)?;
     let pid = query.number("pid")?;

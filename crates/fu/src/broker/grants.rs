@@ -2,7 +2,7 @@
 //! granted them to and where each stands, and the tally of files their readers deleted.
 //!
 //! A reader that follows CMSSW's rules never calls the broker back: it deletes each file when
-//! it has processed it. So the broker looks at its grants every [`super::SWEEP_INTERVAL`]: a
+//! it has processed it. So the broker looks at its grants every [`super::server::SWEEP_INTERVAL`]: a
 //! granted file that is gone was processed, and its events (read from its index JSON when it
 //! was granted) are counted and written to the run's reader ledger, `fu/readers.ledger`, one
 //! line `<claimed name> <events>` each, so that the count survives a restart of the BU; its
@@ -14,10 +14,53 @@ use crate::claim::remove_if_present;
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tessera_formats::bookkeeping::IndexDoc;
 use tessera_formats::names::{self, ClaimedRawName};
+
+/// Why a sweep of the grants stopped: the ledger could not be read or written, or a claim not
+/// taken back.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SweepError {
+    /// The reader ledger could not be read.
+    #[error("reading {path}: {source}")]
+    ReadLedger {
+        /// The ledger.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A line of the reader ledger is not `<claimed name> <events>`.
+    #[error("{path}:{line}: not \"<claimed name> <events>\": {text:?}")]
+    BadLedgerLine {
+        /// The ledger.
+        path: PathBuf,
+        /// The line's number, from 1.
+        line: usize,
+        /// The line.
+        text: String,
+    },
+    /// The reader ledger could not be written.
+    #[error("writing {path}: {source}")]
+    WriteLedger {
+        /// The ledger.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The index JSON of a deleted file could not be removed.
+    #[error(transparent)]
+    RemoveIndex(#[from] crate::FuError),
+    /// A claim whose reader's lease ran out could not be renamed back.
+    #[error("taking back {path}: {source}")]
+    TakeBack {
+        /// The claim.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
 
 /// The reader ledger's name in a run directory's `fu/` (it is not a claim's name).
 pub const READER_LEDGER: &str = "readers.ledger";
@@ -128,7 +171,7 @@ impl Grants {
     /// Looks at every grant in `run_dir` (see the module's documentation); returns what it
     /// did that an operator should know (claims taken back), or the error that kept it from
     /// recording a deleted file.
-    pub(super) fn sweep(&mut self, run_dir: &Path, now: Instant) -> Result<Vec<String>, String> {
+    pub(super) fn sweep(&mut self, run_dir: &Path, now: Instant) -> Result<Vec<String>, SweepError> {
         let ledger = run_dir.join(names::FU_DIR).join(READER_LEDGER);
         if !self.ledger_read {
             self.ledger_read = true;
@@ -144,7 +187,7 @@ impl Grants {
             if fs::symlink_metadata(&claimed).is_err() {
                 append_ledger(&ledger, &name, grant.events)?;
                 if let Some(json) = grant.claim.raw().index_json() {
-                    remove_if_present(&run_dir.join(json.to_string())).map_err(|e| e.to_string())?;
+                    remove_if_present(&run_dir.join(json.to_string()))?;
                 }
                 self.tally.files_deleted += 1;
                 self.tally.events_deleted += grant.events;
@@ -165,7 +208,7 @@ impl Grants {
                     )),
                     // Deleted meanwhile: the next sweep counts it.
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(format!("taking back {}: {e}", claimed.display())),
+                    Err(source) => return Err(SweepError::TakeBack { path: claimed, source }),
                 }
                 self.tally.claims_returned += 1;
                 self.granted.remove(&name);
@@ -186,18 +229,18 @@ fn index_events(run_dir: &Path, claim: &ClaimedRawName) -> Option<u64> {
 }
 
 /// The files and events a reader ledger records (none if there is no ledger).
-fn read_ledger(path: &Path) -> Result<(u64, u64), String> {
+fn read_ledger(path: &Path) -> Result<(u64, u64), SweepError> {
     let text = match fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, 0)),
-        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        Err(source) => return Err(SweepError::ReadLedger { path: path.to_owned(), source }),
     };
     let (mut files, mut events) = (0, 0);
     for (i, line) in text.lines().enumerate() {
         let n = line
             .split_once(' ')
             .and_then(|(_, n)| n.parse::<u64>().ok())
-            .ok_or_else(|| format!("{}:{}: not \"<claimed name> <events>\": {line:?}", path.display(), i + 1))?;
+            .ok_or_else(|| SweepError::BadLedgerLine { path: path.to_owned(), line: i + 1, text: line.to_owned() })?;
         files += 1;
         events += n;
     }
@@ -205,11 +248,8 @@ fn read_ledger(path: &Path) -> Result<(u64, u64), String> {
 }
 
 /// Appends a line to a reader ledger.
-fn append_ledger(path: &Path, name: &str, events: u64) -> Result<(), String> {
-    let mut file = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
-    file.write_all(format!("{name} {events}\n").as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))
+fn append_ledger(path: &Path, name: &str, events: u64) -> Result<(), SweepError> {
+    let write = |source| SweepError::WriteLedger { path: path.to_owned(), source };
+    let mut file = fs::OpenOptions::new().create(true).append(true).open(path).map_err(write)?;
+    file.write_all(format!("{name} {events}\n").as_bytes()).map_err(write)
 }

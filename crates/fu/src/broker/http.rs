@@ -1,170 +1,37 @@
-//! HTTP/1.1 as the broker speaks it: requests read with bounds, answers with a
-//! `Content-Length`, and the `key=value` documents and query strings of its endpoints.
+//! The broker's answers and query strings: `key=value` documents with a `Content-Length`,
+//! files streamed from disk, and strictly parsed query parameters.
 
-use super::{MAX_REQUEST_BODY_BYTES, MAX_REQUEST_HEAD_BYTES, MAX_REQUEST_HEADERS, PROTOCOL_VERSION, Refusal};
+use super::{PROTOCOL_VERSION, Refusal};
+use axum::body::Bytes;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::AsyncReadExt as _;
+use tokio_util::io::ReaderStream;
 
-/// A parsed request.
-#[derive(Debug)]
-pub(super) struct Request {
-    pub(super) method: String,
-    pub(super) path: String,
-    pub(super) query: String,
-    /// At most [`MAX_REQUEST_BODY_BYTES`]; only `/summary` reads it.
-    pub(super) body: Vec<u8>,
-    pub(super) keep_alive: bool,
-}
-
-/// Why no request could be read.
-#[derive(Debug)]
-pub(super) enum RequestError {
-    /// The connection failed or timed out: drop it without an answer.
-    Io,
-    /// A request the broker will not serve: answer this status and message, then close.
-    Bad(u16, String),
-}
-
-/// Reads one request, its body included; `None` at a clean end of the connection.
-pub(super) fn read_request(reader: &mut BufReader<TcpStream>) -> Result<Option<Request>, RequestError> {
-    let mut budget = MAX_REQUEST_HEAD_BYTES;
-    let mut line = Vec::new();
-    // Blank lines before a request line are tolerated (RFC 9112 §2.2).
-    let request_line = loop {
-        match read_line(reader, &mut line, &mut budget) {
-            Ok(Some(l)) if l.is_empty() => continue,
-            Ok(Some(l)) => break l,
-            Ok(None) => return Ok(None),
-            Err(e) => return Err(e.for_part(414, "request line")),
-        }
-    };
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(RequestError::Bad(400, format!("malformed request line {request_line:?}")));
-    };
-    let http11 = match version {
-        "HTTP/1.1" => true,
-        "HTTP/1.0" => false,
-        _ => return Err(RequestError::Bad(505, format!("unsupported protocol {version:?}"))),
-    };
-    if !target.starts_with('/') {
-        return Err(RequestError::Bad(400, format!("request target {target:?} must start with '/'")));
-    }
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let mut keep_alive = http11;
-    let mut body_bytes = 0u64;
-    let mut headers = 0;
-    loop {
-        let header = match read_line(reader, &mut line, &mut budget) {
-            Ok(Some(header)) => header,
-            Ok(None) => return Err(RequestError::Io),
-            Err(e) => return Err(e.for_part(431, "request head")),
-        };
-        if header.is_empty() {
-            break;
-        }
-        headers += 1;
-        if headers > MAX_REQUEST_HEADERS {
-            return Err(RequestError::Bad(431, format!("more than {MAX_REQUEST_HEADERS} header lines")));
-        }
-        let Some((name, value)) = header.split_once(':') else {
-            return Err(RequestError::Bad(400, format!("malformed header line {header:?}")));
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("connection") {
-            for token in value.split(',').map(str::trim) {
-                if token.eq_ignore_ascii_case("close") {
-                    keep_alive = false;
-                } else if token.eq_ignore_ascii_case("keep-alive") {
-                    keep_alive = true;
-                }
-            }
-        } else if name.eq_ignore_ascii_case("content-length") {
-            body_bytes = value
-                .parse()
-                .ok()
-                .filter(|_| value.bytes().all(|b| b.is_ascii_digit()))
-                .ok_or_else(|| RequestError::Bad(400, format!("bad Content-Length {value:?}")))?;
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err(RequestError::Bad(501, "Transfer-Encoding is not supported".into()));
-        }
-    }
-    if body_bytes > MAX_REQUEST_BODY_BYTES {
-        return Err(RequestError::Bad(413, format!("request body over {MAX_REQUEST_BODY_BYTES} bytes")));
-    }
-    let mut body = Vec::with_capacity(body_bytes as usize);
-    reader.by_ref().take(body_bytes).read_to_end(&mut body).map_err(|_| RequestError::Io)?;
-    if body.len() as u64 != body_bytes {
-        return Err(RequestError::Io);
-    }
-    Ok(Some(Request { method: method.to_owned(), path: path.to_owned(), query: query.to_owned(), body, keep_alive }))
-}
-
-/// Why a line could not be read.
-pub(super) enum LineError {
-    Io,
-    TooLong,
-    NotText,
-}
-
-impl LineError {
-    fn for_part(self, too_long_status: u16, part: &str) -> RequestError {
-        match self {
-            LineError::Io => RequestError::Io,
-            LineError::TooLong => {
-                RequestError::Bad(too_long_status, format!("{part} over {MAX_REQUEST_HEAD_BYTES} bytes"))
-            }
-            LineError::NotText => RequestError::Bad(400, format!("{part} is not ASCII text")),
-        }
-    }
-}
-
-/// Reads one CRLF- (or LF-) terminated line of at most `budget` bytes, taking its length from
-/// the budget. `None` at the end of the stream before any byte.
-pub(super) fn read_line(
-    reader: &mut BufReader<TcpStream>,
-    line: &mut Vec<u8>,
-    budget: &mut usize,
-) -> Result<Option<String>, LineError> {
-    line.clear();
-    let read = reader.by_ref().take(*budget as u64).read_until(b'\n', line).map_err(|_| LineError::Io)?;
-    if read == 0 {
-        return if *budget == 0 { Err(LineError::TooLong) } else { Ok(None) };
-    }
-    *budget -= read;
-    if line.last() != Some(&b'\n') {
-        return Err(if *budget == 0 { LineError::TooLong } else { LineError::Io });
-    }
-    line.pop();
-    if line.last() == Some(&b'\r') {
-        line.pop();
-    }
-    if !line.iter().all(|b| b.is_ascii() && (!b.is_ascii_control() || *b == b'\t')) {
-        return Err(LineError::NotText);
-    }
-    Ok(Some(String::from_utf8_lossy(line).into_owned()))
-}
-
-/// What to send back.
+/// What to send back: a status, a body, and what to do if the body never leaves.
 pub(super) struct Answer {
     pub(super) status: u16,
     pub(super) content_type: &'static str,
     pub(super) body: Body,
-    /// For `405`: the method the path takes.
+    /// For `405`: the methods the path takes.
     pub(super) allow: Option<&'static str>,
     /// For a `READY` answer: the claim and the file's BU path, to rename back if the answer
-    /// cannot be sent.
+    /// is dropped before its body is handed to the connection.
     pub(super) give_back: Option<(PathBuf, PathBuf)>,
 }
 
+/// An answer's body.
 pub(super) enum Body {
+    /// A `key=value` document or a message.
     Text(String),
-    File { file: File, len: u64 },
+    /// A claimed file or its index JSON, of `len` bytes, streamed from disk.
+    File { file: std::fs::File, len: u64 },
 }
 
 impl Answer {
@@ -191,56 +58,79 @@ impl Answer {
     pub(super) fn error(status: u16, run: u32, message: &str) -> Answer {
         Answer::document(status, run, &[("state", "ERROR".to_owned()), ("errormessage", message.to_owned())])
     }
+}
 
-    pub(super) fn send(self, out: &mut TcpStream, keep_alive: bool) -> io::Result<()> {
-        let len = match &self.body {
-            Body::Text(text) => text.len() as u64,
-            Body::File { len, .. } => *len,
-        };
-        let mut head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {len}\r\nConnection: {}\r\n",
-            self.status,
-            reason(self.status),
-            self.content_type,
-            if keep_alive { "keep-alive" } else { "close" },
-        );
-        if let Some(allow) = self.allow {
-            let _ = write!(head, "Allow: {allow}\r\n");
-        }
-        head.push_str("\r\n");
-        match self.body {
+impl IntoResponse for Answer {
+    /// `Content-Type`, then `Content-Length` (and `Allow` for 405); the connection layer adds
+    /// `Connection` (see [`super::server`]).
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let (len, body) = match self.body {
             Body::Text(text) => {
-                head.push_str(&text);
-                out.write_all(head.as_bytes())?;
+                let len = text.len() as u64;
+                (
+                    len,
+                    axum::body::Body::new(GiveBackUnsent { text: Some(Bytes::from(text)), give_back: self.give_back }),
+                )
             }
-            Body::File { file, len } => {
-                out.write_all(head.as_bytes())?;
-                let copied = io::copy(&mut file.take(len), out)?;
-                if copied != len {
-                    // The file shrank under us: the client sees a short body and the
-                    // connection closes.
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shorter than announced"));
-                }
-            }
+            // A file that shrinks under the stream ends the body short: hyper closes the
+            // connection, and the client sees a short body.
+            Body::File { file, len } => (
+                len,
+                axum::body::Body::from_stream(ReaderStream::with_capacity(
+                    tokio::fs::File::from_std(file).take(len),
+                    FILE_CHUNK_BYTES,
+                )),
+            ),
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(self.content_type));
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        if let Some(allow) = self.allow {
+            headers.insert(header::ALLOW, HeaderValue::from_static(allow));
         }
-        out.flush()
+        response
     }
 }
 
-pub(super) fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        413 => "Content Too Large",
-        414 => "URI Too Long",
-        431 => "Request Header Fields Too Large",
-        501 => "Not Implemented",
-        503 => "Service Unavailable",
-        505 => "HTTP Version Not Supported",
-        _ => "Internal Server Error",
+/// Bytes of a file read at once for `/file` and `/index`.
+const FILE_CHUNK_BYTES: usize = 256 << 10;
+
+/// A text body that, dropped before the connection took its bytes, gives back the claim it
+/// names (the FU never learnt of it): the file goes back to the pool at once.
+struct GiveBackUnsent {
+    text: Option<Bytes>,
+    give_back: Option<(PathBuf, PathBuf)>,
+}
+
+impl http_body::Body for GiveBackUnsent {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        self.give_back = None;
+        Poll::Ready(self.text.take().map(|text| Ok(http_body::Frame::data(text))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.text.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.text.as_ref().map_or(0, |t| t.len() as u64))
+    }
+}
+
+impl Drop for GiveBackUnsent {
+    fn drop(&mut self) {
+        if let Some((claimed, raw)) = self.give_back.take() {
+            let _ = std::fs::rename(claimed, raw);
+        }
     }
 }
 

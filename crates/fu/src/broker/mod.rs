@@ -49,46 +49,49 @@
 //! `/summary` with `version`, `runnumber`, `pid` and `result` = `published` | `removed` |
 //! `absent`); on failure 400 (bad query), 404 (wrong run, no such claim, unknown path), 405
 //! (wrong method), 409 (`/release` when the BU name is taken again), 413/414/431 (request too
-//! large), 501 (chunked body), 503 (too many connections), 505 (not HTTP/1.x) or 500, each with
-//! a `state=ERROR` document. Every answer has a `Content-Length`.
+//! large), 501 (chunked body), 503 (too many connections) or 500, each with a `state=ERROR`
+//! document. Every answer has a `Content-Length`. A request that is not HTTP/1.x, or whose head
+//! is malformed or over its bounds, gets hyper's answer without a document: 400, or 431 for a
+//! head over its bounds.
 //!
-//! If writing a `READY` answer fails, the broker gives the claim back at once; an answer lost
-//! after the broker wrote it leaves the claim in `fu/` until someone releases it.
+//! If a `READY` answer is dropped before the connection takes its body (the client went away
+//! while the claim was made), the broker gives the claim back at once; an answer lost after
+//! that leaves the claim in `fu/` until someone releases it or the reader's lease runs out.
 //!
 //! # Limits
 //!
 //! Requests: a head of at most [`MAX_REQUEST_HEAD_BYTES`] and [`MAX_REQUEST_HEADERS`] header
 //! lines, a body of at most [`MAX_REQUEST_BODY_BYTES`] (read by `POST /summary`, ignored
 //! elsewhere), no chunked bodies.
-//! One thread per connection, at most [`BrokerConfig::max_connections`] at once (others get
-//! 503); HTTP/1.1 connections stay open until the client closes them, `Connection: close`, or
-//! [`BrokerConfig::idle_timeout`] passes without a request.
+//! The server is axum on hyper and tokio (its `server` module says how connections, blocking
+//! work and waits are bounded): at most [`BrokerConfig::max_connections`] connections at once
+//! (others get 503); HTTP/1.1 connections stay open until the client closes them,
+//! `Connection: close`, or [`BrokerConfig::idle_timeout`] passes without a request.
 
 mod client;
 mod endpoints;
 mod grants;
 mod http;
 mod popfile;
+mod server;
 
 pub use client::{BrokerClient, BrokerError, PopAnswer, RemoteRunState};
 pub use endpoints::peer_host_name;
 pub use grants::{BrokerTally, READER_LEDGER};
 
 use crate::claim::{BuRunState, host_name};
-use endpoints::{Refusal, handle};
+use endpoints::Refusal;
 use grants::Grants;
-use http::{Answer, RequestError, read_request};
-use std::collections::HashMap;
-use std::fs;
-use std::io::{self, BufRead, BufReader, Read};
-use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 use tessera_formats::names;
 use tessera_rundir::resources::ResourceSummary;
+use tokio::sync::watch;
 
 /// The version of the `key=value` answers: 2, in which `READY` names the claimed file by its
 /// stem (`file`) and folder (`fileprefix`, `fu/`), and the reader takes its event count from
@@ -104,13 +107,16 @@ pub const MAX_REQUEST_BODY_BYTES: u64 = 4096;
 
 /// How many times `/popfile` lists the directory again when other FUs took every candidate.
 const CLAIM_ATTEMPTS: usize = 8;
-/// How long the accepting thread sleeps when no connection is waiting.
-const ACCEPT_POLL: Duration = Duration::from_millis(10);
-/// How often the broker looks at its grants: files their readers deleted, leases run out.
-const SWEEP_INTERVAL: Duration = Duration::from_millis(250);
-/// Stack of a connection's thread: it parses one small request at a time, so a thousand idle
-/// keep-alive connections cost little memory.
-const CONNECTION_STACK_BYTES: usize = 256 << 10;
+/// Threads of the broker's runtime that serve connections; the endpoints' file work runs on
+/// its blocking pool.
+const WORKER_THREADS: usize = 2;
+/// Threads of that blocking pool at most, each with a small stack (an endpoint lists, renames
+/// or opens a few files).
+const BLOCKING_THREADS: usize = 64;
+/// Stack of each of the runtime's threads.
+const THREAD_STACK_BYTES: usize = 256 << 10;
+/// How long stopping waits for endpoints still running on the blocking pool.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a broker serves and how.
 #[derive(Debug, Clone)]
@@ -121,13 +127,13 @@ pub struct BrokerConfig {
     pub run: u32,
     /// Address to listen on; loopback with a free port by default.
     pub listen: SocketAddr,
-    /// Connections served at once (one thread each); more are answered 503 and closed. A BU's
+    /// Connections served at once; more are answered 503 and closed. A BU's
     /// own farm may hold hundreds of keep-alive connections, one per HLT process.
     pub max_connections: usize,
     /// How long a keep-alive connection may stay idle between requests (a reader asks again
     /// after each file, which may take minutes).
     pub idle_timeout: Duration,
-    /// How long a request may take to arrive once its first byte has.
+    /// How long a request's body may take to arrive once its head has.
     pub read_timeout: Duration,
     /// How long writing an answer may block.
     pub write_timeout: Duration,
@@ -138,7 +144,7 @@ pub struct BrokerConfig {
 
 impl BrokerConfig {
     /// Serves run `run` of `bu_dir` on `127.0.0.1:0`: 2048 connections, idle for at most 10
-    /// minutes, 10 s to read a request, 30 s to write a block of an answer, a 5-minute lease.
+    /// minutes, 10 s to read a request's body, 30 s to write a block of an answer, a 5-minute lease.
     pub fn new(bu_dir: impl Into<PathBuf>, run: u32) -> Self {
         BrokerConfig {
             bu_dir: bu_dir.into(),
@@ -153,12 +159,13 @@ impl BrokerConfig {
     }
 }
 
-/// What the connection threads share.
+/// What the connections share.
 #[derive(Debug)]
 struct Shared {
     bu_dir: PathBuf,
     run: AtomicU32,
-    stop: AtomicBool,
+    /// Whether the broker is stopping: it tells the connections, and answers keep none open.
+    stop: watch::Sender<bool>,
     max_connections: usize,
     idle_timeout: Duration,
     read_timeout: Duration,
@@ -166,8 +173,6 @@ struct Shared {
     lease: Duration,
     /// The BU's host name: remote FUs may not claim under it.
     local_host: String,
-    /// Open connections by id, so that `stop` can end their reads.
-    connections: Mutex<HashMap<u64, TcpStream>>,
     /// The grants of the run served.
     grants: Mutex<Grants>,
     /// The run directory's listing as last read: `/popfile` decides on it rather than reading
@@ -188,8 +193,9 @@ struct Listing {
 const LISTING_MAX_AGE: Duration = Duration::from_millis(5);
 
 impl Shared {
-    fn connections(&self) -> MutexGuard<'_, HashMap<u64, TcpStream>> {
-        self.connections.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Whether [`Broker::stop`] was called.
+    fn is_stopping(&self) -> bool {
+        *self.stop.borrow()
     }
 
     /// Calls `f` with the listing of run `run` (read through `claimer`), read again if it is
@@ -217,6 +223,17 @@ impl Shared {
         }
     }
 
+    /// File `(ls, index)` of run `run` was just given back: among the listing's unclaimed files
+    /// again, in order.
+    fn released(&self, run: u32, ls: u32, index: u32) {
+        let mut listing = self.listing.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(l) = listing.as_mut().filter(|l| l.run == run)
+            && let Err(at) = l.state.unclaimed.binary_search(&(ls, index))
+        {
+            l.state.unclaimed.insert(at, (ls, index));
+        }
+    }
+
     /// The grants of the run served now (those of a run served before are dropped).
     fn grants(&self) -> MutexGuard<'_, Grants> {
         let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
@@ -237,33 +254,48 @@ impl Shared {
 pub struct Broker {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    acceptor: Option<JoinHandle<()>>,
+    server: Option<JoinHandle<()>>,
 }
 
 impl Broker {
-    /// Binds `config.listen` and starts accepting connections on a thread of its own.
+    /// Binds `config.listen` and starts serving on a tokio runtime of its own, on threads of
+    /// its own.
     pub fn start(config: BrokerConfig) -> io::Result<Broker> {
         let listener = TcpListener::bind(config.listen)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(WORKER_THREADS)
+            .max_blocking_threads(BLOCKING_THREADS)
+            .thread_stack_size(THREAD_STACK_BYTES)
+            .thread_name("broker")
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let listener = {
+            let _entered = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)?
+        };
+        let (stop, stopped) = watch::channel(false);
         let shared = Arc::new(Shared {
             bu_dir: config.bu_dir,
             run: AtomicU32::new(config.run),
-            stop: AtomicBool::new(false),
+            stop,
             max_connections: config.max_connections.max(1),
             idle_timeout: config.idle_timeout,
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
             lease: config.lease,
             local_host: host_name(),
-            connections: Mutex::new(HashMap::new()),
             grants: Mutex::new(Grants::new(config.run, config.lease)),
             listing: Mutex::new(None),
         });
-        let accepting = Arc::clone(&shared);
-        let acceptor =
-            thread::Builder::new().name("broker-accept".into()).spawn(move || accept_loop(&listener, &accepting))?;
-        Ok(Broker { addr, shared, acceptor: Some(acceptor) })
+        let serving = Arc::clone(&shared);
+        let server = thread::Builder::new().name("broker".into()).spawn(move || {
+            runtime.block_on(server::serve(listener, serving, stopped));
+            runtime.shutdown_timeout(SHUTDOWN_TIMEOUT);
+        })?;
+        Ok(Broker { addr, shared, server: Some(server) })
     }
 
     /// The address the broker listens on (with the port the system chose for port 0).
@@ -289,90 +321,26 @@ impl Broker {
     /// Asks the broker to stop: it accepts no more connections, and each open connection ends
     /// after the answer it is writing.
     pub fn stop(&self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.stop.send_replace(true);
     }
 
     /// Whether [`Broker::stop`] was called.
     pub fn is_stopped(&self) -> bool {
-        self.shared.stop.load(Ordering::Relaxed)
+        self.shared.is_stopping()
     }
 
     /// Waits until the broker has stopped (after [`Broker::stop`]) and its threads are gone.
     pub fn join(mut self) -> thread::Result<()> {
-        self.acceptor.take().map_or(Ok(()), JoinHandle::join)
+        self.server.take().map_or(Ok(()), JoinHandle::join)
     }
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        if let Some(acceptor) = self.acceptor.take() {
+        if let Some(server) = self.server.take() {
             self.stop();
-            let _ = acceptor.join();
+            let _ = server.join();
         }
-    }
-}
-
-/// Accepts connections until `stop`, one thread each; then ends every connection's reads and
-/// waits for the threads.
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    let mut workers: Vec<JoinHandle<()>> = Vec::new();
-    let mut next_id = 0u64;
-    let mut swept = Instant::now();
-    while !shared.stop.load(Ordering::Relaxed) {
-        if swept.elapsed() >= SWEEP_INTERVAL {
-            swept = Instant::now();
-            sweep(shared);
-        }
-        let (stream, peer) = match listener.accept() {
-            Ok(accepted) => accepted,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::ConnectionAborted => {
-                continue;
-            }
-            // Nothing waiting, or out of descriptors: look again a little later.
-            Err(_) => {
-                thread::sleep(ACCEPT_POLL);
-                continue;
-            }
-        };
-        workers.retain(|w| !w.is_finished());
-        if stream.set_nonblocking(false).is_err()
-            || stream.set_read_timeout(Some(shared.read_timeout)).is_err()
-            || stream.set_write_timeout(Some(shared.write_timeout)).is_err()
-        {
-            continue;
-        }
-        let _ = stream.set_nodelay(true);
-        let id = next_id;
-        next_id += 1;
-        {
-            let mut connections = shared.connections();
-            if connections.len() >= shared.max_connections {
-                drop(connections);
-                refuse_busy(stream, shared);
-                continue;
-            }
-            let Ok(handle) = stream.try_clone() else { continue };
-            connections.insert(id, handle);
-        }
-        let serving = Arc::clone(shared);
-        let spawned =
-            thread::Builder::new().name("broker-conn".into()).stack_size(CONNECTION_STACK_BYTES).spawn(move || {
-                serve_connection(stream, peer, &serving);
-                serving.connections().remove(&id);
-            });
-        match spawned {
-            Ok(worker) => workers.push(worker),
-            Err(_) => {
-                shared.connections().remove(&id);
-            }
-        }
-    }
-    for stream in shared.connections().values() {
-        // Wakes a thread waiting for the next request; one writing an answer finishes it.
-        let _ = stream.shutdown(Shutdown::Read);
-    }
-    for worker in workers {
-        let _ = worker.join();
     }
 }
 
@@ -390,65 +358,4 @@ fn sweep(shared: &Shared) {
         }
         Err(e) => tracing::error!("file broker of {}: {e}", run_dir.display()),
     }
-}
-
-/// Answers 503 to a connection over the limit, without waiting long for it.
-fn refuse_busy(mut stream: TcpStream, shared: &Shared) {
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-    let answer = Answer::error(503, shared.run.load(Ordering::Relaxed), "too many connections; try again");
-    let _ = answer.send(&mut stream, false);
-}
-
-/// Serves the requests of one connection until it closes, fails, or the broker stops.
-fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Shared) {
-    let Ok(read_half) = stream.try_clone() else { return };
-    let mut reader = BufReader::with_capacity(MAX_REQUEST_HEAD_BYTES, read_half);
-    let mut writer = stream;
-    while !shared.stop.load(Ordering::Relaxed) {
-        // Idle between requests for as long as a reader may work on a file; then the request
-        // itself has its own, short bound.
-        if writer.set_read_timeout(Some(shared.idle_timeout)).is_err()
-            || !matches!(reader.fill_buf(), Ok(b) if !b.is_empty())
-        {
-            return;
-        }
-        if writer.set_read_timeout(Some(shared.read_timeout)).is_err() {
-            return;
-        }
-        let request = match read_request(&mut reader) {
-            Ok(Some(request)) => request,
-            Ok(None) => return,
-            Err(RequestError::Io) => return,
-            Err(RequestError::Bad(status, message)) => {
-                if Answer::error(status, shared.run.load(Ordering::Relaxed), &message).send(&mut writer, false).is_ok()
-                {
-                    linger(&mut reader, &writer);
-                }
-                return;
-            }
-        };
-        let keep_alive = request.keep_alive && !shared.stop.load(Ordering::Relaxed);
-        let answer = handle(&request, peer, shared);
-        let give_back = answer.give_back.clone();
-        let sent = answer.send(&mut writer, keep_alive);
-        if sent.is_err() {
-            if let Some((claimed, raw)) = give_back {
-                // The FU never learnt of the claim: put the file back in the pool.
-                let _ = fs::rename(claimed, raw);
-            }
-            return;
-        }
-        if !keep_alive {
-            return;
-        }
-    }
-}
-
-/// Closes a connection whose request was refused unread: ends the sending side, then reads
-/// and drops what the client is still sending (a little, briefly), so that the close does not
-/// reset the connection before the client has read the answer.
-fn linger(reader: &mut BufReader<TcpStream>, writer: &TcpStream) {
-    let _ = writer.shutdown(Shutdown::Write);
-    let _ = writer.set_read_timeout(Some(Duration::from_millis(200)));
-    let _ = io::copy(&mut reader.by_ref().take(64 * 1024), &mut io::sink());
 }

@@ -1,0 +1,190 @@
+//! The control server's handlers with their OpenAPI operations ([`utoipa`]): the router and
+//! the document served at `/api/v1/openapi.json` come from the same list of handlers.
+
+use super::{
+    Action, ConservationView, DASHBOARD, RunView, Shared, UnitView, conservation_from_views, exposition, metrics_page,
+};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::{OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+/// The units' figures, the run's, the process's and the build's in the OpenMetrics text format.
+#[utoipa::path(get, path = "/metrics", responses(
+    (status = 200, description = "OpenMetrics text", content_type = "application/openmetrics-text", body = String),
+    (status = 401, description = "Token missing or wrong"),
+))]
+async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {
+    let run = shared.run.as_ref().map(|r| r.view());
+    ([(header::CONTENT_TYPE, exposition::CONTENT_TYPE)], metrics_page(&shared.units.views(), run.as_ref()))
+}
+
+/// The live dashboard (HTML; it reads /api/v1/units every second; on a guarded address give ?token=).
+#[utoipa::path(get, path = "/", responses(
+    (status = 200, description = "The page", content_type = "text/html", body = String),
+    (status = 401, description = "Token missing or wrong"),
+))]
+async fn dashboard() -> axum::response::Html<&'static str> {
+    axum::response::Html(DASHBOARD)
+}
+
+/// Whether the server answers.
+#[utoipa::path(get, path = "/api/v1/health", responses(
+    (status = 200, description = "ok", content_type = "text/plain", body = String),
+))]
+async fn health() -> &'static str {
+    "ok\n"
+}
+
+/// This document.
+#[utoipa::path(get, path = "/api/v1/openapi.json", responses(
+    (status = 200, description = "OpenAPI 3", content_type = "application/json", body = Object),
+))]
+async fn openapi_json(State(shared): State<Shared>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], shared.openapi.to_string())
+}
+
+/// What an action said it does (`POST /api/v1/stop`, `/api/v1/enable`).
+#[derive(Debug, Serialize, ToSchema)]
+struct Said {
+    /// What it does, in a few words.
+    result: String,
+}
+
+/// Why a request could not be served.
+#[derive(Debug, Serialize, ToSchema)]
+struct Refusal {
+    /// Why, in one sentence.
+    error: String,
+}
+
+/// `status` with a [`Refusal`] saying `why`.
+fn refuse(status: StatusCode, why: impl Into<String>) -> Response {
+    (status, axum::Json(Refusal { error: why.into() })).into_response()
+}
+
+fn act(action: Option<&Action>, cannot: &str) -> Response {
+    match action.map(|act| act()) {
+        Some(Ok(said)) => (StatusCode::ACCEPTED, axum::Json(Said { result: said })).into_response(),
+        Some(Err(why)) => refuse(StatusCode::CONFLICT, why),
+        None => refuse(StatusCode::CONFLICT, cannot),
+    }
+}
+
+/// Stop the run: trigger off, drain, end of run (tessera run, or the EVM's process).
+#[utoipa::path(post, path = "/api/v1/stop", responses(
+    (status = 202, description = "What it does", body = Said),
+    (status = 409, description = "This process cannot stop the run (an RU's or a BU's)", body = Refusal),
+    (status = 401, description = "Token missing or wrong"),
+))]
+async fn stop_run(State(shared): State<Shared>) -> Response {
+    act(shared.stop.as_ref(), "this process cannot stop a run")
+}
+
+/// Enable the units of this process that wait in Ready (started with --wait-for-enable): they
+/// start taking data. Repeating it changes nothing.
+#[utoipa::path(post, path = "/api/v1/enable", responses(
+    (status = 202, description = "What it did: enabled, or enabled already", body = Said),
+    (status = 409, description = "This process has no unit to enable (a controller's)", body = Refusal),
+    (status = 401, description = "Token missing or wrong"),
+))]
+async fn enable_run(State(shared): State<Shared>) -> Response {
+    act(shared.enable.as_ref(), "this process has no unit to enable")
+}
+
+/// The units, their states and figures.
+#[utoipa::path(get, path = "/api/v1/units", responses(
+    (status = 200, description = "One entry per unit", body = Vec<UnitView>),
+    (status = 401, description = "Token missing or wrong"),
+))]
+async fn units_json(State(shared): State<Shared>) -> axum::Json<Vec<UnitView>> {
+    axum::Json(shared.units.views())
+}
+
+/// The run's conservation as the figures stand: triggered = published + lost + in flight.
+#[utoipa::path(get, path = "/api/v1/conservation", responses(
+    (status = 200, description = "The figures and what they say", body = ConservationView),
+    (status = 401, description = "Token missing or wrong"),
+))]
+async fn conservation_json(State(shared): State<Shared>) -> axum::Json<ConservationView> {
+    axum::Json(conservation_from_views(&shared.units.views()))
+}
+
+/// The system configuration the process runs, as YAML (what tessera run --print-config prints).
+#[utoipa::path(get, path = "/api/v1/config", responses(
+    (status = 200, description = "The system file, every key written out", content_type = "application/yaml", body = String),
+    (status = 404, description = "The process was started without a system configuration", body = Refusal),
+    (status = 401, description = "Token missing or wrong"),
+))]
+async fn system_config(State(shared): State<Shared>) -> Response {
+    match &shared.system {
+        Some(yaml) => ([(header::CONTENT_TYPE, "application/yaml; charset=utf-8")], yaml.to_string()).into_response(),
+        None => refuse(StatusCode::NOT_FOUND, "this process was started without a system configuration"),
+    }
+}
+
+/// The run as a whole: its number and state, elapsed time, the trigger rate requested and
+/// achieved, dead time by reason, the bottleneck when short of the requested rate, and the
+/// mergers' progress.
+#[utoipa::path(get, path = "/api/v1/run", responses(
+    (status = 200, description = "The run", body = RunView),
+    (status = 404, description = "This process does not run a whole run (a unit's process or an agent)", body = Refusal),
+    (status = 401, description = "Token missing or wrong"),
+))]
+async fn run_json(State(shared): State<Shared>) -> Response {
+    match &shared.run {
+        Some(run) => axum::Json(run.view()).into_response(),
+        None => {
+            refuse(StatusCode::NOT_FOUND, "this process runs units, not a whole run: ask the process that runs the run")
+        }
+    }
+}
+
+/// What every tessera process that runs units serves.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Tessera unit control",
+        version = "1",
+        description = "What every tessera process that runs units serves: their live figures, states and sub-states, the run's conservation as the figures stand, the system configuration it runs, the run as a whole (state, trigger rates, dead time, the mergers' progress), and the run's stop. Loopback by default; on any other address every request brings Authorization: Bearer <token>."
+    ),
+    modifiers(&BearerToken),
+    security((), ("token" = [])),
+)]
+struct ApiDoc;
+
+/// The `token` security scheme: `Authorization: Bearer <token>`.
+struct BearerToken;
+
+impl utoipa::Modify for BearerToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("token", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// Every route of the control server with its OpenAPI operation: the router and the document
+/// come from the same handlers, so that neither has a route the other lacks.
+pub(crate) fn api_router() -> OpenApiRouter<Shared> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(dashboard))
+        .routes(routes!(metrics))
+        .routes(routes!(units_json))
+        .routes(routes!(conservation_json))
+        .routes(routes!(system_config))
+        .routes(routes!(run_json))
+        .routes(routes!(health))
+        .routes(routes!(stop_run))
+        .routes(routes!(enable_run))
+        .routes(routes!(openapi_json))
+}
+
+/// The OpenAPI document of the control server, generated from its handlers; served at
+/// `/api/v1/openapi.json`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().split_for_parts().1
+}
