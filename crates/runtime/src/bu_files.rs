@@ -13,7 +13,7 @@ use tessera_formats::bookkeeping::{EolsDoc, EorDoc};
 use tessera_formats::frd::flags;
 use tessera_formats::names::{self, BuFileName};
 use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader, data_type};
-use tessera_rundir::{PublishedFile, RunDirError, RunDirectory};
+use tessera_rundir::{EventPieces, PublishedFile, RunDirError, RunDirectory};
 
 /// Where the bytes of a fragment are: the receive buffers a BU's data arrived in.
 pub trait FragmentBytes {
@@ -83,7 +83,8 @@ pub struct RawWriter {
 
 impl RawWriter {
     /// Writes `events` as `file` under `open/` and closes it: each event an FRD v6 record of its
-    /// fragments in RU order, written straight from where `bytes` holds them. A write that fails
+    /// fragments in RU order, written with vectored writes straight from where `bytes` holds
+    /// them. A write that fails
     /// leaves nothing behind: what it wrote of the file is removed, so that it can be written
     /// again (after a full disk, [`BuFilesError::is_disk_full`]).
     pub fn write(&self, file: FileId, events: &[BuiltEvent], bytes: &impl FragmentBytes) -> Result<(), BuFilesError> {
@@ -97,18 +98,30 @@ impl RawWriter {
     }
 
     fn write_file(&self, file: FileId, events: &[BuiltEvent], bytes: &impl FragmentBytes) -> Result<(), BuFilesError> {
-        let mut out = self.dir.open_raw_file(file.lumi_section, file.index, data_type::FRD_EVENTS)?;
-        let mut pieces: Vec<&[u8]> = Vec::new();
+        // Every fragment of the file, in order, and where each event's are among them.
+        let mut fragments: Vec<&[u8]> = Vec::new();
+        let mut ends = Vec::with_capacity(events.len());
         for event in events {
-            pieces.clear();
             for fragment in event.parts.iter().flat_map(|p| &p.fragments) {
                 let b = bytes
                     .bytes(fragment)
                     .ok_or(BuFilesError::MissingBytes { event: event.event, fed: fragment.fed })?;
-                pieces.push(b);
+                crate::copies::written_by_bu(b);
+                fragments.push(b);
             }
-            out.append_event(event.flags | self.extra_flags, event.event as u32, &pieces)?;
+            ends.push(fragments.len());
         }
+        let mut start = 0;
+        let pieces: Vec<EventPieces<'_>> = events
+            .iter()
+            .zip(&ends)
+            .map(|(event, &end)| {
+                let fragments = &fragments[std::mem::replace(&mut start, end)..end];
+                EventPieces { flags: event.flags | self.extra_flags, event: event.event as u32, fragments }
+            })
+            .collect();
+        let mut out = self.dir.open_raw_file(file.lumi_section, file.index, data_type::FRD_EVENTS)?;
+        out.append_events(&pieces)?;
         self.dir.close(out)?;
         Ok(())
     }

@@ -28,7 +28,7 @@
 //! unchanged: the BU still asks for events, builds and checks them, and the EVM still commits.
 
 use crate::bu_files::{BuFiles, BuFilesError, RawWriter};
-use crate::conn::{Conn, LinkSide, NoPieces};
+use crate::conn::{Conn, ConnError, LinkSide, NoPieces};
 use crate::frame_store::{FrameStore, SharedFrames};
 use crate::link::LinkKey;
 use crate::ramdisk::{Room, file_bytes};
@@ -233,7 +233,6 @@ impl BuNode {
             store,
             conns: BTreeMap::new(),
             next_conn: CONN_BASE,
-            scratch: vec![0u8; 256 << 10],
             jobs: Some(job_tx),
             backlog: VecDeque::new(),
             done: done_rx,
@@ -299,7 +298,6 @@ struct BuLoop {
     start: Instant,
     conns: BTreeMap<Token, Conn>,
     next_conn: usize,
-    scratch: Vec<u8>,
     jobs: Option<SyncSender<Job>>,
     /// Files to write that wait for room in the writers' queue.
     backlog: VecDeque<Job>,
@@ -523,12 +521,9 @@ impl BuLoop {
             let mut refused = None;
             let conn = self.conns.get_mut(&token).expect("listed");
             let store = &mut self.store;
-            let pass = conn.read(&mut self.scratch, |peer, decoded, body| {
-                let body = if decoded.fragments.is_empty() { Vec::new() } else { body.to_vec() };
-                match store.insert(decoded, body) {
-                    Ok(msg) => inputs.push((peer, msg)),
-                    Err(e) => refused = Some(e),
-                }
+            let pass = conn.read(|peer, decoded, frame| match store.insert(decoded, frame) {
+                Ok(msg) => inputs.push((peer, msg)),
+                Err(e) => refused = Some(e),
             });
             more |= pass.more;
             let ip = self.conns[&token].ip;
@@ -578,7 +573,7 @@ impl BuLoop {
 
     /// A connection ended: losing the EVM before the end of run fails the BU; a caller that
     /// never proved itself a unit of this run is counted as refused.
-    fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
+    fn close_conn(&mut self, token: Token, why: Option<ConnError>) -> Result<(), NodeError> {
         let Some(mut c) = self.conns.remove(&token) else { return Ok(()) };
         c.deregister(self.poll.registry());
         // The EVM's last messages (its end of run) may have come with its close.

@@ -16,6 +16,7 @@
 pub mod bu_files;
 pub mod bu_node;
 pub mod conn;
+pub mod copies;
 pub mod ferol_input;
 pub mod frame_store;
 pub mod link;
