@@ -86,3 +86,30 @@ pub(crate) fn written_by_bu(bytes: &[u8]) {
         copied(Unit::Bu, bytes.len());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conn::ReceivedFrame;
+
+    #[test]
+    fn bytes_written_from_anywhere_but_a_received_frame_count_as_copied() {
+        if copied_bytes(Unit::Bu).is_none() {
+            let why = "copies are counted in debug builds only; this is a release build";
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+        // No other test of this crate writes a BU's files: the count moves only here.
+        let frame = ReceivedFrame::from_wire((0..100u8).collect());
+        let before = copied_bytes(Unit::Bu).unwrap();
+        written_by_bu(&frame.body()[4..60]);
+        assert_eq!(copied_bytes(Unit::Bu).unwrap(), before, "in place");
+        let copy = frame.body()[4..60].to_vec();
+        written_by_bu(&copy);
+        assert_eq!(copied_bytes(Unit::Bu).unwrap(), before + 56, "a copy");
+        let spans = frame.bytes().as_ptr_range();
+        drop(frame);
+        assert!(!regions().contains_key(&(spans.start as usize)), "a dropped frame is forgotten");
+    }
+}
