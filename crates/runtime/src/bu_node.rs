@@ -31,7 +31,7 @@ use crate::bu_files::{BuFiles, BuFilesError, RawWriter};
 use crate::conn::{Conn, ConnError, LinkSide, NoPieces};
 use crate::frame_store::{FrameStore, SharedFrames};
 use crate::link::LinkKey;
-use crate::ramdisk::{Room, file_bytes};
+use crate::ramdisk::{DiskWatcher, Room, Space, file_bytes};
 use crate::ru_node::{Control, NodeError, WAKER, connect, io_err, poller};
 use crate::state::{Transition, UnitState};
 use crate::stats::{CpuSampler, SubState, Throttle, UnitStats};
@@ -49,7 +49,7 @@ use tessera_evb::types::{Epoch, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuiltEvent, Input, Output};
 use tessera_evb::wire::encode;
 use tessera_evb::{Bu, BuConfig, BuDisk};
-use tessera_fu::resources::{BackPressure, FarmCpu, assess, now_unix_ms, read_summaries, used_percent};
+use tessera_fu::resources::{BackPressure, FarmCpu, assess, now_unix_ms};
 
 /// How a BU node runs.
 #[derive(Debug)]
@@ -116,8 +116,6 @@ const CONN_BASE: usize = 16;
 const MAX_SLEEP: Duration = Duration::from_millis(10);
 /// How long a BU that has written its end-of-run record waits for the EVM to close.
 const FINAL_ACK_WAIT: Duration = Duration::from_secs(10);
-/// How often the RAM disk's fullness and the farm's resource summaries are looked at.
-const RAMDISK_CHECK: Duration = Duration::from_millis(200);
 /// How long a file waits for room before the BU looks again: after a write found the disk full,
 /// or when the file does not fit in what is free.
 const DISK_FULL_RETRY: Duration = Duration::from_millis(200);
@@ -133,8 +131,8 @@ struct Job {
 }
 
 /// A job back from a writer: its frames are still held, for a file that found the disk full
-/// is written again.
-type Done = (Job, Result<(), BuFilesError>);
+/// is written again; with the writer's look at the disk after it, and when it was taken.
+type Done = (Job, Result<(), BuFilesError>, Instant, Option<Space>);
 
 /// A BU node, ready to run.
 pub struct BuNode {
@@ -201,25 +199,45 @@ impl BuNode {
         let waker = control.waker();
         let writers: Vec<JoinHandle<()>> = files
             .iter()
-            .flat_map(|files| (0..threads).map(move |i| (i, files.writer())))
-            .map(|(i, writer)| {
+            .flat_map(|files| (0..threads).map(move |i| (i, files.writer(), files.path().to_owned())))
+            .map(|(i, writer, run_dir)| {
                 let (jobs, done, waker) = (job_rx.clone(), done_tx.clone(), waker.clone());
                 std::thread::Builder::new()
                     .name(format!("bu{}-writer{i}", cfg.bu.bu))
-                    .spawn(move || write_files(jobs, done, writer, waker))
+                    .spawn(move || write_files(jobs, done, writer, &run_dir, waker))
                     .expect("spawning a writer thread")
             })
             .collect();
         drop(done_tx);
         let core = Bu::new(cfg.bu.clone(), epoch, disk);
         let store = FrameStore::new(cfg.frame_store_bytes);
-        let room = match &files {
-            Some(f) => Some(Room::new(f.path(), cfg.ramdisk_high_water_percent)),
+        // The first look at the disk before the loop starts; the watcher's follow.
+        let room = files.as_ref().map(|f| {
+            let mut room = Room::new(f.path(), cfg.ramdisk_high_water_percent);
+            if let Some(space) = Space::of(f.path()) {
+                room.look(Instant::now(), space);
+            }
+            room
+        });
+        let watcher = match &files {
+            Some(f) => {
+                let farm = cfg.farm_limits.is_some().then(|| (cfg.directory.clone(), cfg.run));
+                let waker = waker.clone();
+                let wake = move || {
+                    let _ = waker.wake();
+                };
+                let name = format!("bu{}-disk", cfg.bu.bu);
+                Some(
+                    DiskWatcher::start(name, f.path().to_owned(), farm, wake)
+                        .map_err(io_err("starting the disk watcher"))?,
+                )
+            }
             None => None,
         };
         let mut lp = BuLoop {
             start: Instant::now(),
             room,
+            watcher,
             writing_bytes: 0,
             retry_at: None,
             waits_for_room: false,
@@ -247,6 +265,7 @@ impl BuNode {
         };
         let result = lp.run();
         lp.jobs = None; // the writers end when the queue closes
+        lp.watcher = None;
         for w in writers {
             let _ = w.join();
         }
@@ -262,10 +281,13 @@ impl BuNode {
     }
 }
 
+/// A writer thread: writes the files of the jobs it takes, and after each looks at the disk
+/// (off the loop, which takes the look with the result).
 fn write_files(
     jobs: Arc<std::sync::Mutex<Receiver<Job>>>,
     done: SyncSender<Done>,
     writer: RawWriter,
+    run_dir: &Path,
     waker: Arc<Waker>,
 ) {
     loop {
@@ -274,7 +296,8 @@ fn write_files(
             Err(_) => return,
         };
         let result = writer.write(job.file, &job.events, &job.frames);
-        if done.send((job, result)).is_err() {
+        let at = Instant::now();
+        if done.send((job, result, at, Space::of(run_dir))).is_err() {
             return;
         }
         let _ = waker.wake();
@@ -306,6 +329,8 @@ struct BuLoop {
     writing: usize,
     /// The room on its RAM disk; `None` in discard mode.
     room: Option<Room>,
+    /// Looks at the disk and the filter farm off the loop; `None` in discard mode.
+    watcher: Option<DiskWatcher>,
     /// Bytes of the files in the writers' queue or being written.
     writing_bytes: u64,
     /// When the file first in the backlog may be tried again, after it found no room.
@@ -346,7 +371,6 @@ impl BuLoop {
         let mut farm: Option<BackPressure> = None;
         let mut farm_cpu = FarmCpu::default();
         let mut throttle = Throttle::None;
-        let mut last_check: Option<Instant> = None;
         let mut ended_at: Option<Instant> = None;
         // Since when the BU holds back for its RAM disk, and whether it has said so.
         let mut disk_held: Option<Instant> = None;
@@ -364,9 +388,14 @@ impl BuLoop {
             if self.core.draining() && self.stats.state() == UnitState::Enabled {
                 self.stats.transition(Transition::Stop);
             }
-            if self.files.is_some() && last_check.is_none_or(|t| t.elapsed() >= RAMDISK_CHECK) {
-                last_check = Some(Instant::now());
-                if let Some(full) = used_percent(&self.run_dir) {
+            let looks: Vec<_> = self.watcher.iter().flat_map(|w| w.looks()).collect();
+            for look in looks {
+                if let Some(space) = look.space
+                    && let Some(room) = &mut self.room
+                {
+                    room.look(look.at, space);
+                }
+                if let Some(full) = look.space.and_then(|s| s.used_percent()) {
                     self.stats.ramdisk_used_percent.set(u64::from(full));
                     if !ramdisk_high && full >= self.cfg.ramdisk_high_water_percent {
                         ramdisk_high = true;
@@ -375,8 +404,7 @@ impl BuLoop {
                         ramdisk_high = false;
                     }
                 }
-                if let Some(limits) = &self.cfg.farm_limits {
-                    let summaries = read_summaries(&self.cfg.directory, self.cfg.run);
+                if let (Some(limits), Some(summaries)) = (&self.cfg.farm_limits, look.summaries) {
                     let now_ms = now_unix_ms();
                     let pressure = assess(&summaries, now_ms, started.elapsed(), limits);
                     self.stats.fu_cpu_ms.set((farm_cpu.update(&summaries) * 1e3) as u64);
@@ -686,10 +714,8 @@ impl BuLoop {
                             self.discarded.remove(&file);
                         }
                     }
-                    if let Some(room) = &mut self.room {
-                        room.space(true);
-                        self.update_room();
-                    }
+                    // The watcher's next look sees the room it freed.
+                    self.update_room();
                 }
                 Output::EndOfLumi { lumi_section, events } => {
                     self.stats.lumi_sections_closed.add(1);
@@ -757,7 +783,7 @@ impl BuLoop {
                 let wait = if self.writing_bytes == 0 { DISK_FULL_RETRY } else { crate::ramdisk::SPACE_CHECK };
                 self.retry_at = Some(Instant::now() + wait);
                 if self.writing_bytes == 0 && !std::mem::replace(&mut self.disk_full_said, true) {
-                    let free = room.space(false).map_or(0, |s| s.free_bytes);
+                    let free = room.space().map_or(0, |s| s.free_bytes);
                     self.stats.problem(format!(
                         "BU {}: RAM disk full: {} has {:.2} MB free, a file of {:.2} MB waits for room (RAMDISK_FULL)",
                         self.cfg.bu.bu,
@@ -818,8 +844,8 @@ impl BuLoop {
     /// would free it: the filter farm, or with none (`fu.enabled: false`) only someone removing
     /// files; until then the run takes no more events from this BU and cannot drain.
     fn say_disk_held(&mut self, held: Throttle, how_long: Duration) {
-        let Some(room) = &mut self.room else { return };
-        let space = room.space(true);
+        let Some(room) = &self.room else { return };
+        let space = room.space();
         let directory = room.directory().display().to_string();
         let free = space.map_or("?".to_owned(), |s| {
             format!("{:.1} of {:.1} MB free", s.free_bytes as f64 / 1e6, s.total_bytes as f64 / 1e6)
@@ -846,8 +872,11 @@ impl BuLoop {
     fn collect_written(&mut self) -> Result<(), NodeError> {
         loop {
             match self.done.try_recv() {
-                Ok((job, Err(e))) if e.is_disk_full() => {
+                Ok((job, Err(e), at, space)) if e.is_disk_full() => {
                     self.writing_bytes = self.writing_bytes.saturating_sub(job.bytes);
+                    if let (Some(room), Some(space)) = (&mut self.room, space) {
+                        room.look(at, space);
+                    }
                     if !std::mem::replace(&mut self.disk_full_said, true) {
                         self.stats.problem(format!(
                             "BU {}: RAM disk full: {e}; the file is removed and written again when there is room \
@@ -859,7 +888,7 @@ impl BuLoop {
                     self.retry_at = Some(Instant::now() + DISK_FULL_RETRY);
                     self.backlog.push_front(job);
                 }
-                Ok((job, result)) => {
+                Ok((job, result, at, space)) => {
                     result?;
                     let Job { file, events, frames, bytes } = job;
                     drop(frames);
@@ -869,7 +898,9 @@ impl BuLoop {
                     self.store.written(events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments));
                     if let Some(room) = &mut self.room {
                         room.written(file, events.len() as u32);
-                        room.space(true);
+                        if let Some(space) = space {
+                            room.look(at, space);
+                        }
                     }
                     let now = self.now();
                     self.core.handle(now, Input::FileWritten(file));
