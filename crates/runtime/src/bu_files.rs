@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
+use std::thread::JoinHandle;
 use tessera_evb::BuDisk;
 use tessera_evb::msg::FragmentRef;
 use tessera_evb::types::FileId;
@@ -255,5 +257,97 @@ impl BuFiles {
         let eor = EorDoc { events, files, lumis: lumi_sections.into(), last_lumi: last_lumi_section.into() };
         self.writer.dir.end_run(&eor)?;
         Ok(())
+    }
+}
+
+/// A bookkeeping action of a BU on its run directory, in the order its core asks for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BookAction {
+    /// [`BuFiles::publish`].
+    Publish(FileId),
+    /// [`BuFiles::discard`].
+    Discard(FileId),
+    /// [`BuFiles::end_lumi`].
+    EndOfLumi {
+        /// The lumi section.
+        lumi_section: u32,
+        /// Its events.
+        events: u64,
+    },
+    /// [`BuFiles::end_run`].
+    EndOfRun {
+        /// The last lumi section.
+        last_lumi_section: u32,
+        /// Lumi sections in the run.
+        lumi_sections: u32,
+    },
+}
+
+/// The bookkeeping thread ended before the BU did.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the BU's bookkeeping thread is gone")]
+pub struct BookkeeperGone;
+
+/// What a [`BookAction`] came to: the file published, if it was a publication.
+pub type BookResult = Result<Option<PublishedFile>, BuFilesError>;
+
+/// A thread that carries out a BU's bookkeeping off its event loop (renames, `.jsn`, EoLS and
+/// EoR records, deletions), one action at a time in the order given, each result coming back
+/// as a message that wakes the loop. It owns the [`BuFiles`]; it ends when dropped.
+pub struct Bookkeeper {
+    actions: Option<SyncSender<BookAction>>,
+    results: Receiver<(BookAction, BookResult)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Bookkeeper {
+    /// Starts the thread `name` on `files`; `wake` wakes the loop when a result is ready.
+    pub fn start(mut files: BuFiles, name: String, wake: impl Fn() + Send + 'static) -> std::io::Result<Self> {
+        // One action at a time: the loop waits for each before it takes the core's next output.
+        let (actions, todo) = sync_channel::<BookAction>(1);
+        let (done, results) = sync_channel(1);
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            for action in todo {
+                let result = match action {
+                    BookAction::Publish(file) => files.publish(file).map(Some),
+                    BookAction::Discard(file) => files.discard(file).map(|()| None),
+                    BookAction::EndOfLumi { lumi_section, events } => {
+                        files.end_lumi(lumi_section, events).map(|()| None)
+                    }
+                    BookAction::EndOfRun { last_lumi_section, lumi_sections } => {
+                        files.end_run(last_lumi_section, lumi_sections).map(|()| None)
+                    }
+                };
+                if done.send((action, result)).is_err() {
+                    return;
+                }
+                wake();
+            }
+        })?;
+        Ok(Bookkeeper { actions: Some(actions), results, thread: Some(thread) })
+    }
+
+    /// Hands `action` to the thread. The loop gives one at a time, after the result of the one
+    /// before: the queue is empty, and this never waits.
+    pub fn give(&self, action: BookAction) -> Result<(), BookkeeperGone> {
+        self.actions.as_ref().ok_or(BookkeeperGone)?.send(action).map_err(|_| BookkeeperGone)
+    }
+
+    /// The result of the action given, once it is done.
+    pub fn result(&self) -> Result<Option<(BookAction, BookResult)>, BookkeeperGone> {
+        match self.results.try_recv() {
+            Ok(done) => Ok(Some(done)),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(BookkeeperGone),
+        }
+    }
+}
+
+impl Drop for Bookkeeper {
+    fn drop(&mut self) {
+        self.actions = None; // the thread ends when its queue closes
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }

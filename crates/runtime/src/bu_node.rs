@@ -4,9 +4,13 @@
 //! whose connection also carries the EVM's messages) into the frame store, hands the messages to
 //! the core, and carries out the core's file actions. Writing raw files, the bulk of the work,
 //! goes to a few writer threads through a bounded queue; each job carries shared handles to the
-//! frames that hold its fragments, so nothing is copied between receipt and file. Publishing,
-//! discarding and the end-of-lumi and end-of-run records are small and stay on the loop, in the
-//! order the core asks for them.
+//! frames that hold its fragments, so nothing is copied between receipt and file. No file system
+//! call blocks the loop: publishing, discarding and the end-of-lumi and end-of-run records go to
+//! a bookkeeping thread ([`crate::bu_files::Bookkeeper`]) one at a time, in the order the core
+//! asks for them (its later outputs wait for each result, the loop reading on meanwhile); the
+//! disk's room (`statvfs`) and the filter farm's resource summaries (a listing and JSON reads)
+//! come from a watcher thread ([`crate::ramdisk::DiskWatcher`]) and from the writers, after each
+//! file. Every result comes back as a message on a bounded channel and wakes the loop.
 //!
 //! Bounds: the store holds at most its budget of frames (the loop stops reading data while it is
 //! full, and TCP holds the RUs back); the writer queue holds two jobs per thread; the core holds
@@ -27,7 +31,7 @@
 //! published; `DiscardFile`, `EndOfLumi` and `EndOfRun` do nothing on disk. The protocol is
 //! unchanged: the BU still asks for events, builds and checks them, and the EVM still commits.
 
-use crate::bu_files::{BuFiles, BuFilesError, RawWriter};
+use crate::bu_files::{BookAction, Bookkeeper, BookkeeperGone, BuFiles, BuFilesError, RawWriter};
 use crate::conn::{Conn, ConnError, LinkSide, NoPieces};
 use crate::frame_store::{FrameStore, SharedFrames};
 use crate::link::LinkKey;
@@ -234,6 +238,18 @@ impl BuNode {
             }
             None => None,
         };
+        let run_dir = files.as_ref().map(|f| f.path().to_owned()).unwrap_or_default();
+        let books = match files {
+            Some(files) => {
+                let waker = waker.clone();
+                let wake = move || {
+                    let _ = waker.wake();
+                };
+                let name = format!("bu{}-books", cfg.bu.bu);
+                Some(Bookkeeper::start(files, name, wake).map_err(io_err("starting the bookkeeping thread"))?)
+            }
+            None => None,
+        };
         let mut lp = BuLoop {
             start: Instant::now(),
             room,
@@ -243,8 +259,9 @@ impl BuNode {
             waits_for_room: false,
             disk_full_said: false,
             deferred: None,
-            run_dir: files.as_ref().map(|f| f.path().to_owned()).unwrap_or_default(),
-            files,
+            run_dir,
+            books,
+            at_books: None,
             discarded: BTreeMap::new(),
             cpu: CpuSampler::default(),
             core,
@@ -307,8 +324,10 @@ fn write_files(
 struct BuLoop {
     cfg: BuNodeConfig,
     core: Bu,
-    /// The run directory; `None` in discard mode.
-    files: Option<BuFiles>,
+    /// The bookkeeping thread, which owns the run directory; `None` in discard mode.
+    books: Option<Bookkeeper>,
+    /// The core's output the bookkeeping thread carries out now.
+    at_books: Option<Output>,
     /// Discard mode: the events and fragment bytes of each file acknowledged as written and not
     /// yet published or discarded (as many as the core has files open: bounded by its in-flight
     /// events).
@@ -457,6 +476,7 @@ impl BuLoop {
             }
             self.dispatch()?;
             self.collect_written()?;
+            self.collect_books()?;
             let busy = self.read_conns()?;
             self.close_overdue_links(enabled_at)?;
             self.dispatch()?;
@@ -628,9 +648,12 @@ impl BuLoop {
         Ok(())
     }
 
-    /// Carries out the core's outputs.
+    /// Carries out the core's outputs, until one goes to the bookkeeping thread.
     fn dispatch(&mut self) -> Result<(), NodeError> {
         loop {
+            if self.at_books.is_some() {
+                return Ok(());
+            }
             // An output that found the disk full is carried out again first, in its turn: the
             // core's outputs keep their order (a file's publication before its lumi section's end).
             let out = match self.deferred.take() {
@@ -658,7 +681,7 @@ impl BuLoop {
                         c.queue(frame);
                     }
                 }
-                Output::WriteFile { file, events, .. } if self.files.is_none() => {
+                Output::WriteFile { file, events, .. } if self.books.is_none() => {
                     let fragments = || events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments);
                     let bytes = fragments().map(|f| u64::from(f.bytes)).sum();
                     self.discarded.insert(file, (events.len() as u64, bytes));
@@ -680,87 +703,111 @@ impl BuLoop {
                     self.writing += 1;
                     self.hand_to_writers()?;
                 }
-                Output::PublishFile(file) => {
-                    let (events, bytes) = match &mut self.files {
-                        Some(files) => match files.publish(file) {
-                            Ok(p) => (u64::from(p.events), p.bytes),
-                            Err(e) if e.is_disk_full() => {
-                                self.defer(Output::PublishFile(file), &e);
-                                return Ok(());
-                            }
-                            Err(e) => return Err(e.into()),
-                        },
-                        None => self.discarded.remove(&file).unwrap_or_default(),
-                    };
-                    self.published += events;
-                    if let Some(room) = &mut self.room {
-                        // Its events leave the BU's count but not the disk: the core's bound
-                        // shrinks before the core hears of it, or it would ask for them again.
-                        room.gone(file);
-                        self.update_room();
+                Output::PublishFile(file) => match &self.books {
+                    Some(books) => return self.gave_books(books.give(BookAction::Publish(file)), out),
+                    None => {
+                        let (events, bytes) = self.discarded.remove(&file).unwrap_or_default();
+                        self.published_file(file, events, bytes);
                     }
-                    self.stats.files_published.add(1);
-                    self.stats.bytes_published.add(bytes);
-                    let now = self.now();
-                    self.core.handle(now, Input::FilePublished(file));
-                }
+                },
                 Output::DiscardFile(file) => {
                     if let Some(room) = &mut self.room {
                         room.gone(file);
                     }
-                    match &mut self.files {
-                        Some(files) => files.discard(file)?,
+                    match &self.books {
+                        Some(books) => return self.gave_books(books.give(BookAction::Discard(file)), out),
                         None => {
                             self.discarded.remove(&file);
                         }
                     }
-                    // The watcher's next look sees the room it freed.
-                    self.update_room();
                 }
-                Output::EndOfLumi { lumi_section, events } => {
-                    self.stats.lumi_sections_closed.add(1);
-                    // Sections close in the order their files are all published, not always in
-                    // number order: the figure is the highest one closed.
-                    if u64::from(lumi_section) >= self.stats.last_closed_lumi_section.get() {
-                        self.stats.last_closed_lumi_section.set(u64::from(lumi_section));
-                        self.stats.last_closed_lumi_section_events.set(events);
+                Output::EndOfLumi { lumi_section, events } => match &self.books {
+                    Some(books) => {
+                        return self.gave_books(books.give(BookAction::EndOfLumi { lumi_section, events }), out);
                     }
-                    if let Some(files) = &mut self.files {
-                        match files.end_lumi(lumi_section, events) {
-                            Ok(()) => {}
-                            Err(e) if e.is_disk_full() => {
-                                self.defer(Output::EndOfLumi { lumi_section, events }, &e);
-                                return Ok(());
-                            }
-                            Err(e) => return Err(e.into()),
-                        }
-                        tracing::debug!(
-                            unit = %self.cfg.name,
-                            run = self.cfg.run,
-                            lumi_section,
-                            events,
-                            "BU {}: lumi section {lumi_section} ended with {events} events",
-                            self.cfg.name
-                        );
+                    None => self.lumi_ended(lumi_section, events),
+                },
+                Output::EndOfRun { last_lumi_section, lumi_sections } => match &self.books {
+                    Some(books) => {
+                        let action = BookAction::EndOfRun { last_lumi_section, lumi_sections };
+                        return self.gave_books(books.give(action), out);
                     }
-                }
-                Output::EndOfRun { last_lumi_section, lumi_sections } => {
-                    if let Some(files) = &mut self.files {
-                        match files.end_run(last_lumi_section, lumi_sections) {
-                            Ok(()) => {}
-                            Err(e) if e.is_disk_full() => {
-                                self.defer(Output::EndOfRun { last_lumi_section, lumi_sections }, &e);
-                                return Ok(());
-                            }
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                    self.ended = true;
-                }
+                    None => self.ended = true,
+                },
                 Output::Notice(n) => self.stats.problem(format!("BU {}: {n}", self.cfg.bu.bu)),
                 _ => {}
             }
         }
+    }
+
+    /// Notes that `out` went to the bookkeeping thread (`given`): the core's later outputs wait
+    /// for its result ([`BuLoop::collect_books`]), so that they keep their order.
+    fn gave_books(&mut self, given: Result<(), BookkeeperGone>, out: Output) -> Result<(), NodeError> {
+        given.map_err(|e| NodeError::Bu(format!("BU {}: {e}", self.cfg.bu.bu)))?;
+        self.at_books = Some(out);
+        Ok(())
+    }
+
+    /// Takes the bookkeeping thread's result, if it is done: its effects on the BU's counts and
+    /// the core, then the core's next outputs. An action that found the disk full is carried out
+    /// again, in its turn, after [`DISK_FULL_RETRY`].
+    fn collect_books(&mut self) -> Result<(), NodeError> {
+        let Some(books) = &self.books else { return Ok(()) };
+        let done = books.result().map_err(|e| NodeError::Bu(format!("BU {}: {e}", self.cfg.bu.bu)))?;
+        let Some((action, result)) = done else { return Ok(()) };
+        let out = self.at_books.take().expect("the action given");
+        let published = match result {
+            Ok(published) => published,
+            Err(e) if e.is_disk_full() => {
+                self.defer(out, &e);
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match (action, published) {
+            (BookAction::Publish(file), Some(p)) => self.published_file(file, u64::from(p.events), p.bytes),
+            // The watcher's next look sees the room it freed.
+            (BookAction::Discard(_), _) => self.update_room(),
+            (BookAction::EndOfLumi { lumi_section, events }, _) => self.lumi_ended(lumi_section, events),
+            (BookAction::EndOfRun { .. }, _) => self.ended = true,
+            (BookAction::Publish(_), None) => unreachable!("a publication gives its file"),
+        }
+        self.dispatch()
+    }
+
+    /// `file`, of `events` events and `bytes` bytes, is published: counted, and the core told.
+    fn published_file(&mut self, file: FileId, events: u64, bytes: u64) {
+        self.published += events;
+        if let Some(room) = &mut self.room {
+            // Its events leave the BU's count but not the disk: the core's bound shrinks before
+            // the core hears of it, or it would ask for them again.
+            room.gone(file);
+            self.update_room();
+        }
+        self.stats.files_published.add(1);
+        self.stats.bytes_published.add(bytes);
+        let now = self.now();
+        self.core.handle(now, Input::FilePublished(file));
+    }
+
+    /// The end-of-lumi record of `lumi_section`, of `events` events, is written (or, in discard
+    /// mode, would be).
+    fn lumi_ended(&mut self, lumi_section: u32, events: u64) {
+        self.stats.lumi_sections_closed.add(1);
+        // Sections close in the order their files are all published, not always in number
+        // order: the figure is the highest one closed.
+        if u64::from(lumi_section) >= self.stats.last_closed_lumi_section.get() {
+            self.stats.last_closed_lumi_section.set(u64::from(lumi_section));
+            self.stats.last_closed_lumi_section_events.set(events);
+        }
+        tracing::debug!(
+            unit = %self.cfg.name,
+            run = self.cfg.run,
+            lumi_section,
+            events,
+            "BU {}: lumi section {lumi_section} ended with {events} events",
+            self.cfg.name
+        );
     }
 
     /// Moves jobs from the backlog to the writers' queue while it has room, and while the RAM
