@@ -75,17 +75,16 @@ impl FrameStore {
         self.frames.len()
     }
 
-    /// Keeps a decoded data frame (`frame` as received) and returns its message with every
+    /// Keeps a decoded data frame (`received` as its connection read it) and returns its message with every
     /// fragment's `buffer` naming its bytes in the store. Other messages pass through, their
     /// frame dropped.
-    pub fn insert(&mut self, decoded: Decoded, frame: ReceivedFrame) -> Result<Message, StoreFull> {
+    pub fn insert(&mut self, decoded: Decoded, received: ReceivedFrame) -> Result<Message, StoreFull> {
         let Decoded { mut message, fragments } = decoded;
         let Message::Data { parts, .. } = &mut message else { return Ok(message) };
-        let bytes = frame.bytes().len();
+        let bytes = received.bytes().len();
         if self.held + bytes > self.budget {
             return Err(StoreFull { held: self.held, frame: bytes, budget: self.budget });
         }
-        let received = frame;
         let frame = self.next;
         self.next = self.next.wrapping_add(1);
         for fragment in parts.iter_mut().flat_map(|p| p.fragments.iter_mut()) {
