@@ -351,3 +351,42 @@ impl Drop for Bookkeeper {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Gives `action` and waits for the thread to wake the loop with its result.
+    fn carry_out(books: &Bookkeeper, woke: &std::sync::mpsc::Receiver<()>, action: BookAction) -> BookResult {
+        books.give(action).unwrap();
+        woke.recv_timeout(Duration::from_secs(10)).expect("the thread wakes the loop");
+        let (done, result) = books.result().unwrap().expect("a result after the wake");
+        assert_eq!(done, action);
+        result
+    }
+
+    #[test]
+    fn the_bookkeeper_carries_out_each_action_off_the_loop_and_hands_back_its_result() {
+        let tmp = tempfile::tempdir().unwrap();
+        let files = BuFiles::create(tmp.path(), 7, "bu-0", false).unwrap();
+        let run_dir = files.path().to_owned();
+        let (wake, woke) = std::sync::mpsc::channel();
+        let books = Bookkeeper::start(files, "books-test".into(), move || {
+            let _ = wake.send(());
+        })
+        .unwrap();
+        assert!(books.result().unwrap().is_none(), "nothing given, nothing done");
+        // A file that was never written cannot be published: the error comes back, not a panic.
+        let missing = FileId { bu: 0, lumi_section: 1, index: 0 };
+        let refused = carry_out(&books, &woke, BookAction::Publish(missing)).unwrap_err();
+        assert!(!refused.is_disk_full(), "{refused}");
+        let eols = run_dir.join(BuFileName::EndOfLumi { run: 7, ls: 1 }.to_string());
+        assert!(carry_out(&books, &woke, BookAction::EndOfLumi { lumi_section: 1, events: 0 }).unwrap().is_none());
+        assert!(eols.exists(), "the end-of-lumi record is written when its result comes back");
+        let end = BookAction::EndOfRun { last_lumi_section: 1, lumi_sections: 1 };
+        assert!(carry_out(&books, &woke, end).unwrap().is_none());
+        assert!(run_dir.join(BuFileName::EndOfRun { run: 7 }.to_string()).exists());
+        assert!(!run_dir.join(names::OPEN_DIR).exists(), "the end of run removes open/");
+    }
+}
