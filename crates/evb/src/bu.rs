@@ -241,6 +241,12 @@ impl Bu {
         self.building.is_empty() && self.open.is_empty() && self.files.is_empty()
     }
 
+    /// Whether the BU has given its end of run ([`BuOutput::EndOfRun`]): nothing of the run is
+    /// left to it but writing that record.
+    pub fn run_ended(&self) -> bool {
+        self.ended
+    }
+
     /// Stops asking for events, for `reason` (a stable key such as `RAMDISK_HIGH_WATER`), or
     /// resumes with `None`. Built and published files are still reported while throttled.
     pub fn set_throttle(&mut self, now: Nanos, reason: Option<&'static str>) {

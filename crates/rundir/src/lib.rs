@@ -15,5 +15,6 @@ pub mod sample;
 mod writer;
 
 pub use writer::{
-    ClosedFile, PUBLISHED_LEDGER, PublishedFile, RawFileWriter, Recovery, RunDirError, RunDirectory, write_atomically,
+    ClosedFile, EventPieces, PUBLISHED_LEDGER, PublishedFile, RawFileWriter, Recovery, RunDirError, RunDirectory,
+    write_atomically,
 };

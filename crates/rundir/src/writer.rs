@@ -1,10 +1,11 @@
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::io::{self, IoSlice, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use tessera_formats::FormatError;
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend};
 use tessera_formats::crc::Crc32c;
-use tessera_formats::frd::{FRD_VERSION, FrdHeader};
+use tessera_formats::frd::{FRD_HEADER_BYTES, FRD_VERSION, FrdHeader};
 use tessera_formats::names::{self, BuFileName, FuLock};
 use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader};
 
@@ -157,8 +158,7 @@ impl RunDirectory {
     pub fn open_raw_file(&self, ls: u32, index: u32, data_type: u16) -> Result<RawFileWriter> {
         let name = BuFileName::Raw { run: self.run, ls, index }.to_string();
         let open_path = self.path.join(names::OPEN_DIR).join(&name);
-        let file = File::create(&open_path).map_err(io_err("creating", &open_path))?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let mut out = File::create(&open_path).map_err(io_err("creating", &open_path))?;
         out.write_all(&[0u8; RAW_V2_HEADER_BYTES]).map_err(io_err("writing", &open_path))?;
         Ok(RawFileWriter {
             out,
@@ -176,14 +176,8 @@ impl RunDirectory {
     /// (the BU publishes it once the EVM has committed it).
     pub fn close(&self, file: RawFileWriter) -> Result<ClosedFile> {
         let RawFileWriter { out, open_path, run, ls, index, data_type, events, bytes, .. } = file;
-        let mut f = out.into_inner().map_err(|e| RunDirError::Io {
-            action: "flushing",
-            path: open_path.clone(),
-            source: e.into_error(),
-        })?;
         let header = RawFileHeader::v2(data_type, events, run, ls, bytes);
-        f.seek(SeekFrom::Start(0)).map_err(io_err("seeking", &open_path))?;
-        f.write_all(&header.to_bytes()).map_err(io_err("writing", &open_path))?;
+        out.write_all_at(&header.to_bytes(), 0).map_err(io_err("writing", &open_path))?;
         Ok(ClosedFile { ls, index, events, bytes })
     }
 
@@ -379,10 +373,26 @@ impl RunDirectory {
 /// before the file is renamed into place; removed with `open/` at the end of the run.
 pub const PUBLISHED_LEDGER: &str = "published";
 
-/// A raw file being written under `open/`.
+/// Most slices handed to one vectored write (the kernel's limit, `IOV_MAX`, is 1024).
+const MAX_SLICES: usize = 1024;
+
+/// One event to append with [`RawFileWriter::append_events`]: its fragments, given as byte
+/// slices in payload order, become an FRD v6 record.
+#[derive(Debug, Clone, Copy)]
+pub struct EventPieces<'a> {
+    /// The FRD flags.
+    pub flags: u16,
+    /// The event number.
+    pub event: u32,
+    /// The fragments, in payload order.
+    pub fragments: &'a [&'a [u8]],
+}
+
+/// A raw file being written under `open/`: every record goes to the file with vectored writes
+/// straight from the slices it is given (no buffer of the writer's own, so no copy).
 #[derive(Debug)]
 pub struct RawFileWriter {
-    out: BufWriter<File>,
+    out: File,
     open_path: PathBuf,
     run: u32,
     ls: u32,
@@ -420,37 +430,72 @@ impl RawFileWriter {
     /// payload order (written straight from where they are, no assembly buffer): the header's
     /// size and CRC-32C are computed here, run and lumi section are the file's.
     pub fn append_event(&mut self, flags: u16, event: u32, fragments: &[&[u8]]) -> Result<()> {
-        let payload: usize = fragments.iter().map(|f| f.len()).sum();
+        self.append_events(&[EventPieces { flags, event, fragments }])
+    }
+
+    /// Appends events as [`RawFileWriter::append_event`] does each, in as few vectored writes
+    /// as the kernel takes slices for.
+    pub fn append_events(&mut self, events: &[EventPieces<'_>]) -> Result<()> {
+        let heads = events.iter().map(|e| self.frd_header(e)).collect::<Result<Vec<_>>>()?;
+        let count = u32::try_from(events.len())
+            .ok()
+            .and_then(|n| self.events.checked_add(n))
+            .ok_or_else(|| RunDirError::TooLarge { path: self.open_path.clone(), what: "event count" })?;
+        let mut slices = Vec::with_capacity(events.iter().map(|e| 1 + e.fragments.len()).sum());
+        for (event, head) in events.iter().zip(&heads) {
+            slices.push(IoSlice::new(head));
+            slices.extend(event.fragments.iter().map(|f| IoSlice::new(f)));
+        }
+        self.write_slices(&mut slices)?;
+        self.events = count;
+        Ok(())
+    }
+
+    /// The FRD v6 header of `event`, in the file's run and lumi section.
+    fn frd_header(&self, event: &EventPieces<'_>) -> Result<[u8; FRD_HEADER_BYTES]> {
+        let payload: usize = event.fragments.iter().map(|f| f.len()).sum();
         let payload_bytes = u32::try_from(payload)
             .map_err(|_| RunDirError::TooLarge { path: self.open_path.clone(), what: "FRD payload size" })?;
         let mut crc = Crc32c::new();
-        for f in fragments {
+        for f in event.fragments {
             crc.update(f);
         }
         let header = FrdHeader {
             version: FRD_VERSION,
-            flags,
+            flags: event.flags,
             run: self.run,
             lumi_section: self.ls,
-            event,
+            event: event.event,
             payload_bytes,
             crc32c: crc.finish(),
         };
-        let head = header.to_bytes();
-        let mut pieces = Vec::with_capacity(fragments.len() + 1);
-        pieces.push(&head[..]);
-        pieces.extend_from_slice(fragments);
-        self.write_record(&pieces)
+        Ok(header.to_bytes())
     }
 
     fn write_record(&mut self, pieces: &[&[u8]]) -> Result<()> {
-        self.events = self
+        let count = self
             .events
             .checked_add(1)
             .ok_or_else(|| RunDirError::TooLarge { path: self.open_path.clone(), what: "event count" })?;
-        for piece in pieces {
-            self.out.write_all(piece).map_err(io_err("writing", &self.open_path))?;
-            self.bytes += piece.len() as u64;
+        let mut slices: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+        self.write_slices(&mut slices)?;
+        self.events = count;
+        Ok(())
+    }
+
+    /// Writes all of `slices`, at most [`MAX_SLICES`] a system call, again after a write the
+    /// kernel took only part of.
+    fn write_slices(&mut self, mut slices: &mut [IoSlice<'_>]) -> Result<()> {
+        while !slices.is_empty() {
+            let batch = slices.len().min(MAX_SLICES);
+            let written = match self.out.write_vectored(&slices[..batch]) {
+                Ok(0) => return Err(io_err("writing", &self.open_path)(io::ErrorKind::WriteZero.into())),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_err("writing", &self.open_path)(e)),
+            };
+            self.bytes += written as u64;
+            IoSlice::advance_slices(&mut slices, written);
         }
         Ok(())
     }

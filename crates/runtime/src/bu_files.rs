@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
+use std::thread::JoinHandle;
 use tessera_evb::BuDisk;
 use tessera_evb::msg::FragmentRef;
 use tessera_evb::types::FileId;
@@ -13,7 +15,7 @@ use tessera_formats::bookkeeping::{EolsDoc, EorDoc};
 use tessera_formats::frd::flags;
 use tessera_formats::names::{self, BuFileName};
 use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader, data_type};
-use tessera_rundir::{PublishedFile, RunDirError, RunDirectory};
+use tessera_rundir::{EventPieces, PublishedFile, RunDirError, RunDirectory};
 
 /// Where the bytes of a fragment are: the receive buffers a BU's data arrived in.
 pub trait FragmentBytes {
@@ -83,7 +85,8 @@ pub struct RawWriter {
 
 impl RawWriter {
     /// Writes `events` as `file` under `open/` and closes it: each event an FRD v6 record of its
-    /// fragments in RU order, written straight from where `bytes` holds them. A write that fails
+    /// fragments in RU order, written with vectored writes straight from where `bytes` holds
+    /// them. A write that fails
     /// leaves nothing behind: what it wrote of the file is removed, so that it can be written
     /// again (after a full disk, [`BuFilesError::is_disk_full`]).
     pub fn write(&self, file: FileId, events: &[BuiltEvent], bytes: &impl FragmentBytes) -> Result<(), BuFilesError> {
@@ -97,18 +100,30 @@ impl RawWriter {
     }
 
     fn write_file(&self, file: FileId, events: &[BuiltEvent], bytes: &impl FragmentBytes) -> Result<(), BuFilesError> {
-        let mut out = self.dir.open_raw_file(file.lumi_section, file.index, data_type::FRD_EVENTS)?;
-        let mut pieces: Vec<&[u8]> = Vec::new();
+        // Every fragment of the file, in order, and where each event's are among them.
+        let mut fragments: Vec<&[u8]> = Vec::new();
+        let mut ends = Vec::with_capacity(events.len());
         for event in events {
-            pieces.clear();
             for fragment in event.parts.iter().flat_map(|p| &p.fragments) {
                 let b = bytes
                     .bytes(fragment)
                     .ok_or(BuFilesError::MissingBytes { event: event.event, fed: fragment.fed })?;
-                pieces.push(b);
+                crate::copies::written_by_bu(b);
+                fragments.push(b);
             }
-            out.append_event(event.flags | self.extra_flags, event.event as u32, &pieces)?;
+            ends.push(fragments.len());
         }
+        let mut start = 0;
+        let pieces: Vec<EventPieces<'_>> = events
+            .iter()
+            .zip(&ends)
+            .map(|(event, &end)| {
+                let fragments = &fragments[std::mem::replace(&mut start, end)..end];
+                EventPieces { flags: event.flags | self.extra_flags, event: event.event as u32, fragments }
+            })
+            .collect();
+        let mut out = self.dir.open_raw_file(file.lumi_section, file.index, data_type::FRD_EVENTS)?;
+        out.append_events(&pieces)?;
         self.dir.close(out)?;
         Ok(())
     }
@@ -242,5 +257,136 @@ impl BuFiles {
         let eor = EorDoc { events, files, lumis: lumi_sections.into(), last_lumi: last_lumi_section.into() };
         self.writer.dir.end_run(&eor)?;
         Ok(())
+    }
+}
+
+/// A bookkeeping action of a BU on its run directory, in the order its core asks for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BookAction {
+    /// [`BuFiles::publish`].
+    Publish(FileId),
+    /// [`BuFiles::discard`].
+    Discard(FileId),
+    /// [`BuFiles::end_lumi`].
+    EndOfLumi {
+        /// The lumi section.
+        lumi_section: u32,
+        /// Its events.
+        events: u64,
+    },
+    /// [`BuFiles::end_run`].
+    EndOfRun {
+        /// The last lumi section.
+        last_lumi_section: u32,
+        /// Lumi sections in the run.
+        lumi_sections: u32,
+    },
+}
+
+/// The bookkeeping thread ended before the BU did.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the BU's bookkeeping thread is gone")]
+pub struct BookkeeperGone;
+
+/// What a [`BookAction`] came to: the file published, if it was a publication.
+pub type BookResult = Result<Option<PublishedFile>, BuFilesError>;
+
+/// A thread that carries out a BU's bookkeeping off its event loop (renames, `.jsn`, EoLS and
+/// EoR records, deletions), one action at a time in the order given, each result coming back
+/// as a message that wakes the loop. It owns the [`BuFiles`]; it ends when dropped.
+pub struct Bookkeeper {
+    actions: Option<SyncSender<BookAction>>,
+    results: Receiver<(BookAction, BookResult)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Bookkeeper {
+    /// Starts the thread `name` on `files`; `wake` wakes the loop when a result is ready.
+    pub fn start(mut files: BuFiles, name: String, wake: impl Fn() + Send + 'static) -> std::io::Result<Self> {
+        // One action at a time: the loop waits for each before it takes the core's next output.
+        let (actions, todo) = sync_channel::<BookAction>(1);
+        let (done, results) = sync_channel(1);
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            for action in todo {
+                let result = match action {
+                    BookAction::Publish(file) => files.publish(file).map(Some),
+                    BookAction::Discard(file) => files.discard(file).map(|()| None),
+                    BookAction::EndOfLumi { lumi_section, events } => {
+                        files.end_lumi(lumi_section, events).map(|()| None)
+                    }
+                    BookAction::EndOfRun { last_lumi_section, lumi_sections } => {
+                        files.end_run(last_lumi_section, lumi_sections).map(|()| None)
+                    }
+                };
+                if done.send((action, result)).is_err() {
+                    return;
+                }
+                wake();
+            }
+        })?;
+        Ok(Bookkeeper { actions: Some(actions), results, thread: Some(thread) })
+    }
+
+    /// Hands `action` to the thread. The loop gives one at a time, after the result of the one
+    /// before: the queue is empty, and this never waits.
+    pub fn give(&self, action: BookAction) -> Result<(), BookkeeperGone> {
+        self.actions.as_ref().ok_or(BookkeeperGone)?.send(action).map_err(|_| BookkeeperGone)
+    }
+
+    /// The result of the action given, once it is done.
+    pub fn result(&self) -> Result<Option<(BookAction, BookResult)>, BookkeeperGone> {
+        match self.results.try_recv() {
+            Ok(done) => Ok(Some(done)),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(BookkeeperGone),
+        }
+    }
+}
+
+impl Drop for Bookkeeper {
+    fn drop(&mut self) {
+        self.actions = None; // the thread ends when its queue closes
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Gives `action` and waits for the thread to wake the loop with its result.
+    fn carry_out(books: &Bookkeeper, woke: &std::sync::mpsc::Receiver<()>, action: BookAction) -> BookResult {
+        books.give(action).unwrap();
+        woke.recv_timeout(Duration::from_secs(10)).expect("the thread wakes the loop");
+        let (done, result) = books.result().unwrap().expect("a result after the wake");
+        assert_eq!(done, action);
+        result
+    }
+
+    #[test]
+    fn the_bookkeeper_carries_out_each_action_off_the_loop_and_hands_back_its_result() {
+        let tmp = tempfile::tempdir().unwrap();
+        let files = BuFiles::create(tmp.path(), 7, "bu-0", false).unwrap();
+        let run_dir = files.path().to_owned();
+        let (wake, woke) = std::sync::mpsc::channel();
+        let books = Bookkeeper::start(files, "books-test".into(), move || {
+            let _ = wake.send(());
+        })
+        .unwrap();
+        assert!(books.result().unwrap().is_none(), "nothing given, nothing done");
+        // A file that was never written cannot be published: the error comes back, not a panic.
+        let missing = FileId { bu: 0, lumi_section: 1, index: 0 };
+        let refused = carry_out(&books, &woke, BookAction::Publish(missing)).unwrap_err();
+        assert!(!refused.is_disk_full(), "{refused}");
+        let eols = run_dir.join(BuFileName::EndOfLumi { run: 7, ls: 1 }.to_string());
+        assert!(carry_out(&books, &woke, BookAction::EndOfLumi { lumi_section: 1, events: 0 }).unwrap().is_none());
+        assert!(eols.exists(), "the end-of-lumi record is written when its result comes back");
+        let end = BookAction::EndOfRun { last_lumi_section: 1, lumi_sections: 1 };
+        assert!(carry_out(&books, &woke, end).unwrap().is_none());
+        assert!(run_dir.join(BuFileName::EndOfRun { run: 7 }.to_string()).exists());
+        assert!(!run_dir.join(names::OPEN_DIR).exists(), "the end of run removes open/");
     }
 }

@@ -4,9 +4,13 @@
 //! whose connection also carries the EVM's messages) into the frame store, hands the messages to
 //! the core, and carries out the core's file actions. Writing raw files, the bulk of the work,
 //! goes to a few writer threads through a bounded queue; each job carries shared handles to the
-//! frames that hold its fragments, so nothing is copied between receipt and file. Publishing,
-//! discarding and the end-of-lumi and end-of-run records are small and stay on the loop, in the
-//! order the core asks for them.
+//! frames that hold its fragments, so nothing is copied between receipt and file. No file system
+//! call blocks the loop: publishing, discarding and the end-of-lumi and end-of-run records go to
+//! a bookkeeping thread ([`crate::bu_files::Bookkeeper`]) one at a time, in the order the core
+//! asks for them (its later outputs wait for each result, the loop reading on meanwhile); the
+//! disk's room (`statvfs`) and the filter farm's resource summaries (a listing and JSON reads)
+//! come from a watcher thread ([`crate::ramdisk::DiskWatcher`]) and from the writers, after each
+//! file. Every result comes back as a message on a bounded channel and wakes the loop.
 //!
 //! Bounds: the store holds at most its budget of frames (the loop stops reading data while it is
 //! full, and TCP holds the RUs back); the writer queue holds two jobs per thread; the core holds
@@ -27,11 +31,11 @@
 //! published; `DiscardFile`, `EndOfLumi` and `EndOfRun` do nothing on disk. The protocol is
 //! unchanged: the BU still asks for events, builds and checks them, and the EVM still commits.
 
-use crate::bu_files::{BuFiles, BuFilesError, RawWriter};
-use crate::conn::{Conn, LinkSide, NoPieces};
+use crate::bu_files::{BookAction, Bookkeeper, BookkeeperGone, BuFiles, BuFilesError, RawWriter};
+use crate::conn::{Conn, ConnError, LinkSide, NoPieces};
 use crate::frame_store::{FrameStore, SharedFrames};
 use crate::link::LinkKey;
-use crate::ramdisk::{Room, file_bytes};
+use crate::ramdisk::{DiskWatcher, Room, Space, file_bytes};
 use crate::ru_node::{Control, NodeError, WAKER, connect, io_err, poller};
 use crate::state::{Transition, UnitState};
 use crate::stats::{CpuSampler, SubState, Throttle, UnitStats};
@@ -49,7 +53,7 @@ use tessera_evb::types::{Epoch, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuOutput, BuiltEvent, Input};
 use tessera_evb::wire::encode;
 use tessera_evb::{Bu, BuConfig, BuDisk};
-use tessera_rundir::resources::{FarmCpu, FarmPressure, assess, now_unix_ms, read_summaries, used_percent};
+use tessera_rundir::resources::{FarmCpu, FarmPressure, assess, now_unix_ms};
 
 /// How a BU node runs.
 #[derive(Debug)]
@@ -116,8 +120,6 @@ const CONN_BASE: usize = 16;
 const MAX_SLEEP: Duration = Duration::from_millis(10);
 /// How long a BU that has written its end-of-run record waits for the EVM to close.
 const FINAL_ACK_WAIT: Duration = Duration::from_secs(10);
-/// How often the RAM disk's fullness and the farm's resource summaries are looked at.
-const RAMDISK_CHECK: Duration = Duration::from_millis(200);
 /// How long a file waits for room before the BU looks again: after a write found the disk full,
 /// or when the file does not fit in what is free.
 const DISK_FULL_RETRY: Duration = Duration::from_millis(200);
@@ -133,8 +135,8 @@ struct Job {
 }
 
 /// A job back from a writer: its frames are still held, for a file that found the disk full
-/// is written again.
-type Done = (Job, Result<(), BuFilesError>);
+/// is written again; with the writer's look at the disk after it, and when it was taken.
+type Done = (Job, Result<(), BuFilesError>, Instant, Option<Space>);
 
 /// A BU node, ready to run.
 pub struct BuNode {
@@ -201,39 +203,71 @@ impl BuNode {
         let waker = control.waker();
         let writers: Vec<JoinHandle<()>> = files
             .iter()
-            .flat_map(|files| (0..threads).map(move |i| (i, files.writer())))
-            .map(|(i, writer)| {
+            .flat_map(|files| (0..threads).map(move |i| (i, files.writer(), files.path().to_owned())))
+            .map(|(i, writer, run_dir)| {
                 let (jobs, done, waker) = (job_rx.clone(), done_tx.clone(), waker.clone());
                 std::thread::Builder::new()
                     .name(format!("bu{}-writer{i}", cfg.bu.bu))
-                    .spawn(move || write_files(jobs, done, writer, waker))
+                    .spawn(move || write_files(jobs, done, writer, &run_dir, waker))
                     .expect("spawning a writer thread")
             })
             .collect();
         drop(done_tx);
         let core = Bu::new(cfg.bu.clone(), epoch, disk);
         let store = FrameStore::new(cfg.frame_store_bytes);
-        let room = match &files {
-            Some(f) => Some(Room::new(f.path(), cfg.ramdisk_high_water_percent)),
+        // The first look at the disk before the loop starts; the watcher's follow.
+        let room = files.as_ref().map(|f| {
+            let mut room = Room::new(f.path(), cfg.ramdisk_high_water_percent);
+            if let Some(space) = Space::of(f.path()) {
+                room.look(Instant::now(), space);
+            }
+            room
+        });
+        let watcher = match &files {
+            Some(f) => {
+                let farm = cfg.farm_limits.is_some().then(|| (cfg.directory.clone(), cfg.run));
+                let waker = waker.clone();
+                let wake = move || {
+                    let _ = waker.wake();
+                };
+                let name = format!("bu{}-disk", cfg.bu.bu);
+                Some(
+                    DiskWatcher::start(name, f.path().to_owned(), farm, wake)
+                        .map_err(io_err("starting the disk watcher"))?,
+                )
+            }
+            None => None,
+        };
+        let run_dir = files.as_ref().map(|f| f.path().to_owned()).unwrap_or_default();
+        let books = match files {
+            Some(files) => {
+                let waker = waker.clone();
+                let wake = move || {
+                    let _ = waker.wake();
+                };
+                let name = format!("bu{}-books", cfg.bu.bu);
+                Some(Bookkeeper::start(files, name, wake).map_err(io_err("starting the bookkeeping thread"))?)
+            }
             None => None,
         };
         let mut lp = BuLoop {
             start: Instant::now(),
             room,
+            watcher,
             writing_bytes: 0,
             retry_at: None,
             waits_for_room: false,
             disk_full_said: false,
             deferred: None,
-            run_dir: files.as_ref().map(|f| f.path().to_owned()).unwrap_or_default(),
-            files,
+            run_dir,
+            books,
+            at_books: None,
             discarded: BTreeMap::new(),
             cpu: CpuSampler::default(),
             core,
             store,
             conns: BTreeMap::new(),
             next_conn: CONN_BASE,
-            scratch: vec![0u8; 256 << 10],
             jobs: Some(job_tx),
             backlog: VecDeque::new(),
             done: done_rx,
@@ -248,6 +282,7 @@ impl BuNode {
         };
         let result = lp.run();
         lp.jobs = None; // the writers end when the queue closes
+        lp.watcher = None;
         for w in writers {
             let _ = w.join();
         }
@@ -263,10 +298,13 @@ impl BuNode {
     }
 }
 
+/// A writer thread: writes the files of the jobs it takes, and after each looks at the disk
+/// (off the loop, which takes the look with the result).
 fn write_files(
     jobs: Arc<std::sync::Mutex<Receiver<Job>>>,
     done: SyncSender<Done>,
     writer: RawWriter,
+    run_dir: &Path,
     waker: Arc<Waker>,
 ) {
     loop {
@@ -275,7 +313,8 @@ fn write_files(
             Err(_) => return,
         };
         let result = writer.write(job.file, &job.events, &job.frames);
-        if done.send((job, result)).is_err() {
+        let at = Instant::now();
+        if done.send((job, result, at, Space::of(run_dir))).is_err() {
             return;
         }
         let _ = waker.wake();
@@ -285,8 +324,10 @@ fn write_files(
 struct BuLoop {
     cfg: BuNodeConfig,
     core: Bu,
-    /// The run directory; `None` in discard mode.
-    files: Option<BuFiles>,
+    /// The bookkeeping thread, which owns the run directory; `None` in discard mode.
+    books: Option<Bookkeeper>,
+    /// The core's output the bookkeeping thread carries out now.
+    at_books: Option<BuOutput>,
     /// Discard mode: the events and fragment bytes of each file acknowledged as written and not
     /// yet published or discarded (as many as the core has files open: bounded by its in-flight
     /// events).
@@ -299,7 +340,6 @@ struct BuLoop {
     start: Instant,
     conns: BTreeMap<Token, Conn>,
     next_conn: usize,
-    scratch: Vec<u8>,
     jobs: Option<SyncSender<Job>>,
     /// Files to write that wait for room in the writers' queue.
     backlog: VecDeque<Job>,
@@ -308,6 +348,8 @@ struct BuLoop {
     writing: usize,
     /// The room on its RAM disk; `None` in discard mode.
     room: Option<Room>,
+    /// Looks at the disk and the filter farm off the loop; `None` in discard mode.
+    watcher: Option<DiskWatcher>,
     /// Bytes of the files in the writers' queue or being written.
     writing_bytes: u64,
     /// When the file first in the backlog may be tried again, after it found no room.
@@ -348,8 +390,8 @@ impl BuLoop {
         let mut farm: Option<FarmPressure> = None;
         let mut farm_cpu = FarmCpu::default();
         let mut throttle = Throttle::None;
-        let mut last_check: Option<Instant> = None;
         let mut ended_at: Option<Instant> = None;
+        let mut evm_gone_at: Option<Instant> = None;
         // Since when the BU holds back for its RAM disk, and whether it has said so.
         let mut disk_held: Option<Instant> = None;
         let mut disk_held_said = false;
@@ -366,9 +408,14 @@ impl BuLoop {
             if self.core.draining() && self.stats.state() == UnitState::Enabled {
                 self.stats.transition(Transition::Stop);
             }
-            if self.files.is_some() && last_check.is_none_or(|t| t.elapsed() >= RAMDISK_CHECK) {
-                last_check = Some(Instant::now());
-                if let Some(full) = used_percent(&self.run_dir) {
+            let looks: Vec<_> = self.watcher.iter().flat_map(|w| w.looks()).collect();
+            for look in looks {
+                if let Some(space) = look.space
+                    && let Some(room) = &mut self.room
+                {
+                    room.look(look.at, space);
+                }
+                if let Some(full) = look.space.and_then(|s| s.used_percent()) {
                     self.stats.ramdisk_used_percent.set(u64::from(full));
                     if !ramdisk_high && full >= self.cfg.ramdisk_high_water_percent {
                         ramdisk_high = true;
@@ -377,8 +424,7 @@ impl BuLoop {
                         ramdisk_high = false;
                     }
                 }
-                if let Some(limits) = &self.cfg.farm_limits {
-                    let summaries = read_summaries(&self.cfg.directory, self.cfg.run);
+                if let (Some(limits), Some(summaries)) = (&self.cfg.farm_limits, look.summaries) {
                     let now_ms = now_unix_ms();
                     let pressure = assess(&summaries, now_ms, started.elapsed(), limits);
                     self.stats.fu_cpu_ms.set((farm_cpu.update(&summaries) * 1e3) as u64);
@@ -431,6 +477,7 @@ impl BuLoop {
             }
             self.dispatch()?;
             self.collect_written()?;
+            self.collect_books()?;
             let busy = self.read_conns()?;
             self.close_overdue_links(enabled_at)?;
             self.dispatch()?;
@@ -450,10 +497,16 @@ impl BuLoop {
                     });
                 }
             } else if !self.conns.contains_key(&EVM_CONN) {
-                return Err(NodeError::Bu(format!(
-                    "BU {}: the EVM closed the connection before the end of run",
-                    self.cfg.bu.bu
-                )));
+                // The EVM may close as soon as it has every acknowledgement, while this BU's
+                // end-of-run record is still on its way to the disk: that is no loss, for a while.
+                let gone = *evm_gone_at.get_or_insert_with(Instant::now);
+                if !self.core.run_ended() || gone.elapsed() > FINAL_ACK_WAIT {
+                    return Err(NodeError::Bu(format!(
+                        "BU {}: the EVM closed the connection before the end of run ({})",
+                        self.cfg.bu.bu,
+                        self.core.pending()
+                    )));
+                }
             }
             let wait = if busy {
                 Duration::ZERO
@@ -523,12 +576,9 @@ impl BuLoop {
             let mut refused = None;
             let conn = self.conns.get_mut(&token).expect("listed");
             let store = &mut self.store;
-            let pass = conn.read(&mut self.scratch, |peer, decoded, body| {
-                let body = if decoded.fragments.is_empty() { Vec::new() } else { body.to_vec() };
-                match store.insert(decoded, body) {
-                    Ok(msg) => inputs.push((peer, msg)),
-                    Err(e) => refused = Some(e),
-                }
+            let pass = conn.read(|peer, decoded, frame| match store.insert(decoded, frame) {
+                Ok(msg) => inputs.push((peer, msg)),
+                Err(e) => refused = Some(e),
             });
             more |= pass.more;
             let ip = self.conns[&token].ip;
@@ -578,13 +628,15 @@ impl BuLoop {
 
     /// A connection ended: losing the EVM before the end of run fails the BU; a caller that
     /// never proved itself a unit of this run is counted as refused.
-    fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
+    fn close_conn(&mut self, token: Token, why: Option<ConnError>) -> Result<(), NodeError> {
         let Some(mut c) = self.conns.remove(&token) else { return Ok(()) };
         c.deregister(self.poll.registry());
         // The EVM's last messages (its end of run) may have come with its close.
         self.dispatch()?;
         if token == EVM_CONN {
-            if self.ended {
+            // Its end of run came: the record may still be on its way to the disk (the loop
+            // waits for it).
+            if self.ended || self.core.run_ended() {
                 return Ok(());
             }
             return Err(NodeError::Bu(format!(
@@ -605,9 +657,12 @@ impl BuLoop {
         Ok(())
     }
 
-    /// Carries out the core's outputs.
+    /// Carries out the core's outputs, until one goes to the bookkeeping thread.
     fn dispatch(&mut self) -> Result<(), NodeError> {
         loop {
+            if self.at_books.is_some() {
+                return Ok(());
+            }
             // An output that found the disk full is carried out again first, in its turn: the
             // core's outputs keep their order (a file's publication before its lumi section's end).
             let out = match self.deferred.take() {
@@ -635,7 +690,7 @@ impl BuLoop {
                         c.queue(frame);
                     }
                 }
-                BuOutput::WriteFile { file, events, .. } if self.files.is_none() => {
+                BuOutput::WriteFile { file, events, .. } if self.books.is_none() => {
                     let fragments = || events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments);
                     let bytes = fragments().map(|f| u64::from(f.bytes)).sum();
                     self.discarded.insert(file, (events.len() as u64, bytes));
@@ -657,85 +712,37 @@ impl BuLoop {
                     self.writing += 1;
                     self.hand_to_writers()?;
                 }
-                BuOutput::PublishFile(file) => {
-                    let (events, bytes) = match &mut self.files {
-                        Some(files) => match files.publish(file) {
-                            Ok(p) => (u64::from(p.events), p.bytes),
-                            Err(e) if e.is_disk_full() => {
-                                self.defer(BuOutput::PublishFile(file), &e);
-                                return Ok(());
-                            }
-                            Err(e) => return Err(e.into()),
-                        },
-                        None => self.discarded.remove(&file).unwrap_or_default(),
-                    };
-                    self.published += events;
-                    if let Some(room) = &mut self.room {
-                        // Its events leave the BU's count but not the disk: the core's bound
-                        // shrinks before the core hears of it, or it would ask for them again.
-                        room.gone(file);
-                        self.update_room();
+                BuOutput::PublishFile(file) => match &self.books {
+                    Some(books) => return self.gave_books(books.give(BookAction::Publish(file)), out),
+                    None => {
+                        let (events, bytes) = self.discarded.remove(&file).unwrap_or_default();
+                        self.published_file(file, events, bytes);
                     }
-                    self.stats.files_published.add(1);
-                    self.stats.bytes_published.add(bytes);
-                    let now = self.now();
-                    self.core.handle(now, Input::FilePublished(file));
-                }
+                },
                 BuOutput::DiscardFile(file) => {
                     if let Some(room) = &mut self.room {
                         room.gone(file);
                     }
-                    match &mut self.files {
-                        Some(files) => files.discard(file)?,
+                    match &self.books {
+                        Some(books) => return self.gave_books(books.give(BookAction::Discard(file)), out),
                         None => {
                             self.discarded.remove(&file);
                         }
                     }
-                    if let Some(room) = &mut self.room {
-                        room.space(true);
-                        self.update_room();
-                    }
                 }
-                BuOutput::EndOfLumi { lumi_section, events } => {
-                    self.stats.lumi_sections_closed.add(1);
-                    // Sections close in the order their files are all published, not always in
-                    // number order: the figure is the highest one closed.
-                    if u64::from(lumi_section) >= self.stats.last_closed_lumi_section.get() {
-                        self.stats.last_closed_lumi_section.set(u64::from(lumi_section));
-                        self.stats.last_closed_lumi_section_events.set(events);
+                BuOutput::EndOfLumi { lumi_section, events } => match &self.books {
+                    Some(books) => {
+                        return self.gave_books(books.give(BookAction::EndOfLumi { lumi_section, events }), out);
                     }
-                    if let Some(files) = &mut self.files {
-                        match files.end_lumi(lumi_section, events) {
-                            Ok(()) => {}
-                            Err(e) if e.is_disk_full() => {
-                                self.defer(BuOutput::EndOfLumi { lumi_section, events }, &e);
-                                return Ok(());
-                            }
-                            Err(e) => return Err(e.into()),
-                        }
-                        tracing::debug!(
-                            unit = %self.cfg.name,
-                            run = self.cfg.run,
-                            lumi_section,
-                            events,
-                            "BU {}: lumi section {lumi_section} ended with {events} events",
-                            self.cfg.name
-                        );
+                    None => self.lumi_ended(lumi_section, events),
+                },
+                BuOutput::EndOfRun { last_lumi_section, lumi_sections } => match &self.books {
+                    Some(books) => {
+                        let action = BookAction::EndOfRun { last_lumi_section, lumi_sections };
+                        return self.gave_books(books.give(action), out);
                     }
-                }
-                BuOutput::EndOfRun { last_lumi_section, lumi_sections } => {
-                    if let Some(files) = &mut self.files {
-                        match files.end_run(last_lumi_section, lumi_sections) {
-                            Ok(()) => {}
-                            Err(e) if e.is_disk_full() => {
-                                self.defer(BuOutput::EndOfRun { last_lumi_section, lumi_sections }, &e);
-                                return Ok(());
-                            }
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                    self.ended = true;
-                }
+                    None => self.ended = true,
+                },
                 BuOutput::Notice(n) => self.stats.problem(format!("BU {}: {n}", self.cfg.bu.bu)),
                 // A BU speaks to the EVM only.
                 BuOutput::Send { to, .. } => {
@@ -744,6 +751,76 @@ impl BuLoop {
                 }
             }
         }
+    }
+
+    /// Notes that `out` went to the bookkeeping thread (`given`): the core's later outputs wait
+    /// for its result ([`BuLoop::collect_books`]), so that they keep their order.
+    fn gave_books(&mut self, given: Result<(), BookkeeperGone>, out: BuOutput) -> Result<(), NodeError> {
+        given.map_err(|e| NodeError::Bu(format!("BU {}: {e}", self.cfg.bu.bu)))?;
+        self.at_books = Some(out);
+        Ok(())
+    }
+
+    /// Takes the bookkeeping thread's result, if it is done: its effects on the BU's counts and
+    /// the core, then the core's next outputs. An action that found the disk full is carried out
+    /// again, in its turn, after [`DISK_FULL_RETRY`].
+    fn collect_books(&mut self) -> Result<(), NodeError> {
+        let Some(books) = &self.books else { return Ok(()) };
+        let done = books.result().map_err(|e| NodeError::Bu(format!("BU {}: {e}", self.cfg.bu.bu)))?;
+        let Some((action, result)) = done else { return Ok(()) };
+        let out = self.at_books.take().expect("the action given");
+        let published = match result {
+            Ok(published) => published,
+            Err(e) if e.is_disk_full() => {
+                self.defer(out, &e);
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match (action, published) {
+            (BookAction::Publish(file), Some(p)) => self.published_file(file, u64::from(p.events), p.bytes),
+            // The watcher's next look sees the room it freed.
+            (BookAction::Discard(_), _) => self.update_room(),
+            (BookAction::EndOfLumi { lumi_section, events }, _) => self.lumi_ended(lumi_section, events),
+            (BookAction::EndOfRun { .. }, _) => self.ended = true,
+            (BookAction::Publish(_), None) => unreachable!("a publication gives its file"),
+        }
+        self.dispatch()
+    }
+
+    /// `file`, of `events` events and `bytes` bytes, is published: counted, and the core told.
+    fn published_file(&mut self, file: FileId, events: u64, bytes: u64) {
+        self.published += events;
+        if let Some(room) = &mut self.room {
+            // Its events leave the BU's count but not the disk: the core's bound shrinks before
+            // the core hears of it, or it would ask for them again.
+            room.gone(file);
+            self.update_room();
+        }
+        self.stats.files_published.add(1);
+        self.stats.bytes_published.add(bytes);
+        let now = self.now();
+        self.core.handle(now, Input::FilePublished(file));
+    }
+
+    /// The end-of-lumi record of `lumi_section`, of `events` events, is written (or, in discard
+    /// mode, would be).
+    fn lumi_ended(&mut self, lumi_section: u32, events: u64) {
+        self.stats.lumi_sections_closed.add(1);
+        // Sections close in the order their files are all published, not always in number
+        // order: the figure is the highest one closed.
+        if u64::from(lumi_section) >= self.stats.last_closed_lumi_section.get() {
+            self.stats.last_closed_lumi_section.set(u64::from(lumi_section));
+            self.stats.last_closed_lumi_section_events.set(events);
+        }
+        tracing::debug!(
+            unit = %self.cfg.name,
+            run = self.cfg.run,
+            lumi_section,
+            events,
+            "BU {}: lumi section {lumi_section} ended with {events} events",
+            self.cfg.name
+        );
     }
 
     /// Moves jobs from the backlog to the writers' queue while it has room, and while the RAM
@@ -766,7 +843,7 @@ impl BuLoop {
                 let wait = if self.writing_bytes == 0 { DISK_FULL_RETRY } else { crate::ramdisk::SPACE_CHECK };
                 self.retry_at = Some(Instant::now() + wait);
                 if self.writing_bytes == 0 && !std::mem::replace(&mut self.disk_full_said, true) {
-                    let free = room.space(false).map_or(0, |s| s.free_bytes);
+                    let free = room.space().map_or(0, |s| s.free_bytes);
                     self.stats.problem(format!(
                         "BU {}: RAM disk full: {} has {:.2} MB free, a file of {:.2} MB waits for room (RAMDISK_FULL)",
                         self.cfg.bu.bu,
@@ -827,8 +904,8 @@ impl BuLoop {
     /// would free it: the filter farm, or with none (`fu.enabled: false`) only someone removing
     /// files; until then the run takes no more events from this BU and cannot drain.
     fn say_disk_held(&mut self, held: Throttle, how_long: Duration) {
-        let Some(room) = &mut self.room else { return };
-        let space = room.space(true);
+        let Some(room) = &self.room else { return };
+        let space = room.space();
         let directory = room.directory().display().to_string();
         let free = space.map_or("?".to_owned(), |s| {
             format!("{:.1} of {:.1} MB free", s.free_bytes as f64 / 1e6, s.total_bytes as f64 / 1e6)
@@ -855,8 +932,11 @@ impl BuLoop {
     fn collect_written(&mut self) -> Result<(), NodeError> {
         loop {
             match self.done.try_recv() {
-                Ok((job, Err(e))) if e.is_disk_full() => {
+                Ok((job, Err(e), at, space)) if e.is_disk_full() => {
                     self.writing_bytes = self.writing_bytes.saturating_sub(job.bytes);
+                    if let (Some(room), Some(space)) = (&mut self.room, space) {
+                        room.look(at, space);
+                    }
                     if !std::mem::replace(&mut self.disk_full_said, true) {
                         self.stats.problem(format!(
                             "BU {}: RAM disk full: {e}; the file is removed and written again when there is room \
@@ -868,7 +948,7 @@ impl BuLoop {
                     self.retry_at = Some(Instant::now() + DISK_FULL_RETRY);
                     self.backlog.push_front(job);
                 }
-                Ok((job, result)) => {
+                Ok((job, result, at, space)) => {
                     result?;
                     let Job { file, events, frames, bytes } = job;
                     drop(frames);
@@ -878,7 +958,9 @@ impl BuLoop {
                     self.store.written(events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments));
                     if let Some(room) = &mut self.room {
                         room.written(file, events.len() as u32);
-                        room.space(true);
+                        if let Some(space) = space {
+                            room.look(at, space);
+                        }
                     }
                     let now = self.now();
                     self.core.handle(now, Input::FileWritten(file));

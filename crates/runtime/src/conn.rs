@@ -2,7 +2,9 @@
 //! from it, and the frames waiting to be written to it.
 //!
 //! Nothing here blocks. A unit's loop reads a connection when the poller says it is readable and
-//! writes when it has frames queued; a write that would block leaves the rest queued and asks the
+//! writes when it has frames queued. Reads take only bytes whose place is known, so that a frame
+//! lands straight in memory of its own, kept as it is ([`ReceivedFrame`]): the BU writes its
+//! fragments into files from there, no byte copied after the kernel's copy. Writes: a write that would block leaves the rest queued and asks the
 //! poller for writability. Data frames are queued as a header and the handles of their
 //! fragments, and written with vectored writes straight from the memory the fragments were
 //! received into (a [`PieceSource`]), which holds them until the event is committed.
@@ -17,10 +19,10 @@ use crate::link::{
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::time::{Duration, Instant};
 use tessera_evb::types::Peer;
-use tessera_evb::wire::{Decoded, FrameDecoder};
+use tessera_evb::wire::{Decoded, Frame, HEADER_BYTES, WireError};
 
 /// Where the bytes of a queued fragment are.
 pub trait PieceSource {
@@ -75,7 +77,7 @@ pub struct ReadPass {
     pub linked: Option<Peer>,
     /// The connection ended: `None` when the peer closed it between frames, otherwise what broke
     /// it.
-    pub closed: Option<Option<String>>,
+    pub closed: Option<Option<ConnError>>,
 }
 
 /// A protocol connection.
@@ -92,7 +94,15 @@ pub struct Conn {
     handshake: Handshake,
     /// When the connection was accepted or opened.
     since: Instant,
-    decoder: FrameDecoder,
+    /// The next frame's header, `head_got` bytes of it so far (while no body is being read).
+    head: [u8; HEADER_BYTES],
+    head_got: usize,
+    /// The frame whose body is being read.
+    body: Option<Body>,
+    /// Largest frame body accepted.
+    max_body_bytes: u32,
+    /// Bytes of the frames taken so far, for errors.
+    position: u64,
     out: VecDeque<(OutFrame, usize)>,
     /// Bytes of the front frame already written.
     out_offset: usize,
@@ -140,7 +150,11 @@ impl Conn {
             side: side.clone(),
             handshake,
             since: Instant::now(),
-            decoder: FrameDecoder::with_max_body_bytes(max_body_bytes),
+            head: [0; HEADER_BYTES],
+            head_got: 0,
+            body: None,
+            max_body_bytes,
+            position: 0,
             out: VecDeque::new(),
             out_offset: 0,
             queued_bytes: 0,
@@ -149,23 +163,20 @@ impl Conn {
         }
     }
 
-    /// Whether the link opening is done (a connection this unit accepted names its peer from
-    /// then on).
-    fn linked(&self) -> bool {
-        matches!(self.handshake, Handshake::Linked)
-    }
-
     /// Why the connection must close, if its link opening is not done `timeout` after it began
     /// or after `not_before` (when the unit's loop started reading, so that time spent waiting
     /// to be enabled does not count), whichever is later.
-    pub fn link_overdue(&self, timeout: Duration, not_before: Instant) -> Option<String> {
+    pub fn link_overdue(&self, timeout: Duration, not_before: Instant) -> Option<ConnError> {
         let waiting = match self.handshake {
             Handshake::Linked => return None,
             Handshake::Challenged { .. } => "link opening",
             Handshake::Calling { .. } => "link challenge",
         };
-        (self.since.max(not_before).elapsed() > timeout)
-            .then(|| format!("{}: no {waiting} within {:.1} s", self.address, timeout.as_secs_f64()))
+        (self.since.max(not_before).elapsed() > timeout).then(|| ConnError::LinkOverdue {
+            address: self.address.clone(),
+            waiting,
+            seconds: timeout.as_secs_f64(),
+        })
     }
 
     /// Registers the stream with the poller for reading.
@@ -263,32 +274,28 @@ impl Conn {
         Ok(())
     }
 
-    /// Reads from the stream into `scratch` and hands every complete frame to `on_frame`, for at
-    /// most a turn's worth of bytes. The link opening comes first: a caller's that fails closes
-    /// the connection before any of its frames is decoded.
-    pub fn read(&mut self, scratch: &mut [u8], mut on_frame: impl FnMut(Peer, Decoded, &[u8])) -> ReadPass {
+    /// Reads from the stream and hands every complete frame to `on_frame`, for at most a turn's
+    /// worth of bytes. The link opening comes first: a caller's that fails closes the connection
+    /// before any of its frames is read.
+    ///
+    /// Every read takes only bytes whose place is known: the rest of the link opening, the next
+    /// frame header, or the rest of the frame body being read, straight into the
+    /// [`ReceivedFrame`] that keeps it. No byte is copied after the kernel's copy; a small frame's
+    /// body is read together with the next header (one system call a frame), a large one on its
+    /// own into memory that is not cleared first.
+    pub fn read(&mut self, mut on_frame: impl FnMut(Peer, Decoded, ReceivedFrame)) -> ReadPass {
         let mut pass = ReadPass::default();
-        // Frames that arrived with the link opening wait in the decoder for this pass.
-        if let Some(peer) = self.peer
-            && self.linked()
-            && let Err(e) = self.decode(peer, &[], &mut on_frame)
-        {
-            pass.closed = Some(Some(e));
-            return pass;
-        }
         let mut taken = 0;
         while taken < READ_TURN_BYTES {
-            let n = match self.stream.read(scratch) {
+            let n = match self.read_some() {
                 Ok(0) => {
                     let broken = match self.handshake {
                         Handshake::Challenged { got, .. } if got > 0 => {
-                            Some(format!("{}: closed inside its link opening, after {got} bytes", self.address))
+                            Some(ConnError::ClosedInOpening { address: self.address.clone(), got })
                         }
-                        Handshake::Calling { .. } => {
-                            Some(format!("{}: closed before its link challenge", self.address))
-                        }
-                        _ if self.decoder.buffered() > 0 => {
-                            Some(format!("{}: connection closed inside a frame", self.address))
+                        Handshake::Calling { .. } => Some(ConnError::ClosedBeforeChallenge(self.address.clone())),
+                        _ if self.head_got > 0 || self.body.is_some() => {
+                            Some(ConnError::ClosedInFrame(self.address.clone()))
                         }
                         _ => None,
                     };
@@ -303,20 +310,16 @@ impl Conn {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    pass.closed = Some(Some(format!("{}: {e}", self.address)));
+                    pass.closed = Some(Some(ConnError::Io { address: self.address.clone(), source: e }));
                     self.readable = false;
                     return pass;
                 }
             };
             taken += n;
-            let mut bytes = &scratch[..n];
             match &mut self.handshake {
                 Handshake::Linked => {}
                 Handshake::Calling { got, challenge } => {
-                    let k = bytes.len().min(CHALLENGE_BYTES - *got);
-                    challenge[*got..*got + k].copy_from_slice(&bytes[..k]);
-                    *got += k;
-                    bytes = &bytes[k..];
+                    *got += n;
                     if *got < CHALLENGE_BYTES {
                         continue;
                     }
@@ -327,20 +330,18 @@ impl Conn {
                     self.queued_bytes += signed.len();
                     self.out.push_front((OutFrame::Owned(signed.to_vec()), signed.len()));
                     self.handshake = Handshake::Linked;
+                    continue;
                 }
                 Handshake::Challenged { challenge, got, bytes: signed } => {
                     let before = *got;
-                    let k = bytes.len().min(SIGNED_LINK_BYTES - *got);
-                    signed[*got..*got + k].copy_from_slice(&bytes[..k]);
-                    *got += k;
-                    bytes = &bytes[k..];
+                    *got += n;
                     let side = &self.side;
                     // The opening is checked as soon as it is in: a stray client or an older
                     // build is refused without waiting for a tag it will not send.
                     if before < LINK_BYTES && *got >= LINK_BYTES {
                         let opening = signed[..LINK_BYTES].try_into().expect("16 bytes");
                         if let Err(e) = parse_link(opening, side.run) {
-                            pass.closed = Some(Some(format!("{}: {e}", self.address)));
+                            pass.closed = Some(Some(ConnError::Link { address: self.address.clone(), source: e }));
                             return pass;
                         }
                     }
@@ -349,25 +350,22 @@ impl Conn {
                     }
                     match check_link(&side.key, signed, challenge, side.me, side.run) {
                         Ok(peer) => {
-                            // The unit vets the peer before any of its frames is decoded: what
-                            // came with the opening waits in the decoder for the next pass.
+                            // The unit vets the peer before any of its frames is read.
                             self.handshake = Handshake::Linked;
                             self.peer = Some(peer);
                             pass.linked = Some(peer);
-                            let kept = self.decoder.push(bytes);
-                            debug_assert_eq!(kept, bytes.len(), "a read fits in an empty decoder");
                             pass.more = true;
                             return pass;
                         }
                         Err(e) => {
-                            pass.closed = Some(Some(format!("{}: {e}", self.address)));
+                            pass.closed = Some(Some(ConnError::Link { address: self.address.clone(), source: e }));
                             return pass;
                         }
                     }
                 }
             }
-            let Some(peer) = self.peer else { continue };
-            if let Err(e) = self.decode(peer, bytes, &mut on_frame) {
+            let peer = self.peer.expect("a linked connection names its peer");
+            if let Err(e) = self.take_frames(peer, n, &mut on_frame) {
                 pass.closed = Some(Some(e));
                 return pass;
             }
@@ -376,35 +374,202 @@ impl Conn {
         pass
     }
 
-    /// Pushes `bytes` through the decoder and hands every complete frame to `on_frame`.
-    fn decode(
-        &mut self,
-        peer: Peer,
-        mut bytes: &[u8],
-        on_frame: &mut impl FnMut(Peer, Decoded, &[u8]),
-    ) -> Result<(), String> {
-        loop {
-            let pushed = self.decoder.push(bytes);
-            bytes = &bytes[pushed..];
-            loop {
-                match self.decoder.next_frame() {
-                    Ok(Some(frame)) => match frame.decode() {
-                        Ok(decoded) => on_frame(peer, decoded, frame.body()),
-                        Err(e) => return Err(format!("{}: {e}", self.address)),
-                    },
-                    Ok(None) => break,
-                    Err(e) => return Err(format!("{}: {e}", self.address)),
-                }
+    /// One read of the bytes whose place is known (see [`Conn::read`]).
+    fn read_some(&mut self) -> io::Result<usize> {
+        match &mut self.handshake {
+            Handshake::Calling { got, challenge } => return (&self.stream).read(&mut challenge[*got..]),
+            Handshake::Challenged { got, bytes, .. } => {
+                // The opening first, on its own, so that it is checked before its tag is read.
+                let end = if *got < LINK_BYTES { LINK_BYTES } else { SIGNED_LINK_BYTES };
+                return (&self.stream).read(&mut bytes[*got..end]);
             }
-            if bytes.is_empty() {
-                return Ok(());
+            Handshake::Linked => {}
+        }
+        match &mut self.body {
+            None => (&self.stream).read(&mut self.head[self.head_got..]),
+            Some(body) if body.cleared => {
+                let mut slices = [IoSliceMut::new(&mut body.bytes[body.got..]), IoSliceMut::new(&mut self.head[..])];
+                (&self.stream).read_vectored(&mut slices)
+            }
+            Some(body) => {
+                rustix::io::read(&self.stream, rustix::buffer::spare_capacity(&mut body.bytes)).map_err(io::Error::from)
             }
         }
     }
+
+    /// Takes the `n` bytes just read: into the frame being read, then into the next header.
+    fn take_frames(
+        &mut self,
+        peer: Peer,
+        mut n: usize,
+        on_frame: &mut impl FnMut(Peer, Decoded, ReceivedFrame),
+    ) -> Result<(), ConnError> {
+        if let Some(body) = &mut self.body {
+            let into_body = n.min(body.length - body.got);
+            body.got += into_body;
+            n -= into_body;
+            if body.got < body.length {
+                return Ok(());
+            }
+            let Body { bytes, .. } = self.body.take().expect("a frame being read");
+            self.deliver(peer, ReceivedFrame::new(bytes), on_frame)?;
+        }
+        // What a read took after a body went into the next header.
+        self.head_got += n;
+        if self.head_got < HEADER_BYTES {
+            return Ok(());
+        }
+        self.head_got = 0;
+        let length = match Frame::parse(&self.head, self.max_body_bytes) {
+            Ok(Some(_)) => return self.deliver(peer, ReceivedFrame::new(self.head.to_vec()), on_frame),
+            Ok(None) => HEADER_BYTES + u32::from_le_bytes(self.head[8..12].try_into().expect("4 bytes")) as usize,
+            Err(source) => return Err(self.frame_error(source)),
+        };
+        let mut bytes = Vec::with_capacity(length);
+        // Exact, as `Vec::with_capacity` promises: the uncleared read fills the spare capacity.
+        let cleared = length <= CLEARED_FRAME_BYTES || bytes.capacity() != length;
+        bytes.extend_from_slice(&self.head);
+        if cleared {
+            bytes.resize(length, 0);
+        }
+        self.body = Some(Body { bytes, got: HEADER_BYTES, length, cleared });
+        Ok(())
+    }
+
+    /// Decodes a whole frame and hands it to `on_frame`.
+    fn deliver(
+        &mut self,
+        peer: Peer,
+        frame: ReceivedFrame,
+        on_frame: &mut impl FnMut(Peer, Decoded, ReceivedFrame),
+    ) -> Result<(), ConnError> {
+        let decoded = match Frame::parse(frame.bytes(), self.max_body_bytes) {
+            Ok(Some(f)) => f.decode(),
+            Ok(None) => unreachable!("a frame is delivered whole"),
+            Err(e) => Err(e),
+        };
+        let decoded = decoded.map_err(|source| self.frame_error(source))?;
+        self.position += frame.bytes().len() as u64;
+        on_frame(peer, decoded, frame);
+        Ok(())
+    }
+
+    /// A wire error of the frame that starts at this connection's `position`.
+    fn frame_error(&self, source: WireError) -> ConnError {
+        ConnError::Frame { address: self.address.clone(), at: self.position, source }
+    }
+}
+
+/// A frame being read: its memory, its header in place, and how much of it is in.
+struct Body {
+    /// As long as the whole frame (cleared), or with exactly its capacity (uncleared).
+    bytes: Vec<u8>,
+    /// Bytes of it read so far, header included.
+    got: usize,
+    /// Bytes of the whole frame.
+    length: usize,
+    /// Its memory was cleared and is read into with the next header; otherwise it is read into
+    /// the vector's spare capacity on its own.
+    cleared: bool,
+}
+
+/// Frames up to this size are read into cleared memory, together with the next header (one
+/// system call a frame); larger ones on their own, into memory that is not cleared first
+/// (clearing it would cost a pass over every byte).
+const CLEARED_FRAME_BYTES: usize = 16 << 10;
+
+/// A frame as it was read from its connection, header first, kept in the memory the socket
+/// read put it in: its bytes are nowhere else in user space, and nothing writes into them after.
+pub struct ReceivedFrame {
+    bytes: Vec<u8>,
+}
+
+impl ReceivedFrame {
+    fn new(bytes: Vec<u8>) -> Self {
+        crate::copies::received(&bytes);
+        ReceivedFrame { bytes }
+    }
+
+    /// A whole frame, header first, received otherwise than by a [`Conn`] (a wire of a test's
+    /// own): its memory counts as where it was received.
+    pub fn from_wire(frame: Vec<u8>) -> Self {
+        ReceivedFrame::new(frame)
+    }
+
+    /// The whole frame, header first.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The frame's body: a decoded data frame's fragment ranges are within it.
+    pub fn body(&self) -> &[u8] {
+        &self.bytes[HEADER_BYTES..]
+    }
+}
+
+impl Drop for ReceivedFrame {
+    fn drop(&mut self) {
+        crate::copies::forgotten(&self.bytes);
+    }
+}
+
+/// What ends a connection.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    /// The peer closed inside its link opening.
+    #[error("{address}: closed inside its link opening, after {got} bytes")]
+    ClosedInOpening {
+        /// The peer's address.
+        address: String,
+        /// Bytes of the opening it sent.
+        got: usize,
+    },
+    /// The callee closed before it sent its challenge.
+    #[error("{0}: closed before its link challenge")]
+    ClosedBeforeChallenge(String),
+    /// The peer closed inside a frame.
+    #[error("{0}: connection closed inside a frame")]
+    ClosedInFrame(String),
+    /// The link opening was refused.
+    #[error("{address}: {source}")]
+    Link {
+        /// The peer's address.
+        address: String,
+        /// Why.
+        source: crate::link::LinkError,
+    },
+    /// A frame that is not one.
+    #[error("{address}: frame at byte {at} of the connection: {source}")]
+    Frame {
+        /// The peer's address.
+        address: String,
+        /// Offset of the frame's header among the frames the connection carried.
+        at: u64,
+        /// What is wrong with it (its offsets count from the frame's header).
+        source: WireError,
+    },
+    /// The socket failed.
+    #[error("{address}: {source}")]
+    Io {
+        /// The peer's address.
+        address: String,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The link opening took too long.
+    #[error("{address}: no {waiting} within {seconds:.1} s")]
+    LinkOverdue {
+        /// The peer's address.
+        address: String,
+        /// What did not come: "link opening" or "link challenge".
+        waiting: &'static str,
+        /// The time-out, in seconds.
+        seconds: f64,
+    },
 }
 
 /// The connections of `conns` whose link opening is overdue ([`Conn::link_overdue`]), with why:
 /// a caller that never proves itself is refused, a callee that never challenges is lost.
-pub fn overdue_links(conns: &BTreeMap<Token, Conn>, timeout: Duration, not_before: Instant) -> Vec<(Token, String)> {
+pub fn overdue_links(conns: &BTreeMap<Token, Conn>, timeout: Duration, not_before: Instant) -> Vec<(Token, ConnError)> {
     conns.iter().filter_map(|(t, c)| c.link_overdue(timeout, not_before).map(|why| (*t, why))).collect()
 }

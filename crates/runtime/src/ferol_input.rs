@@ -129,6 +129,7 @@ impl StreamBuffer {
             let (left, right) = self.chunks.split_at_mut(b);
             let (from, to) = if cur < next as usize { (&left[a], &mut right[0]) } else { (&right[0], &mut left[a]) };
             to.data[..tail].copy_from_slice(&from.data[self.start..self.end]);
+            crate::copies::copied(crate::copies::Unit::Ru, tail);
             if self.chunks[cur].live == 0 {
                 self.free.push_back(self.current);
             }

@@ -1,8 +1,10 @@
-//! The data a BU has received: each data frame kept whole, as it arrived, until every fragment
-//! it carries has been written into a file. Fragments are named by (frame, index), so the core's
-//! super-fragments point straight into the frames and writing them needs no copy.
+//! The data a BU has received: each data frame kept whole, in the memory its connection read it
+//! into ([`ReceivedFrame`]), until every fragment it carries has been written into a file.
+//! Fragments are named by (frame, index), so the core's super-fragments point straight into the
+//! frames and writing them needs no copy.
 
 use crate::bu_files::FragmentBytes;
+use crate::conn::ReceivedFrame;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -26,14 +28,15 @@ pub struct StoreFull {
 /// A frame's bytes as received and where its fragments are in them; shared with the writer
 /// threads that write the fragments into files.
 struct FrameBytes {
-    body: Vec<u8>,
+    frame: ReceivedFrame,
+    /// Where each fragment is in the frame's body.
     ranges: Vec<Range<usize>>,
 }
 
 impl FrameBytes {
     fn fragment(&self, buffer: u64) -> Option<&[u8]> {
         let range = self.ranges.get((buffer & 0xFFFF_FFFF) as usize)?;
-        self.body.get(range.clone())
+        self.frame.body().get(range.clone())
     }
 }
 
@@ -72,13 +75,15 @@ impl FrameStore {
         self.frames.len()
     }
 
-    /// Keeps a decoded data frame (`body` as received) and returns its message with every
-    /// fragment's `buffer` naming its bytes in the store. Other messages pass through.
-    pub fn insert(&mut self, decoded: Decoded, body: Vec<u8>) -> Result<Message, StoreFull> {
+    /// Keeps a decoded data frame (`received` as its connection read it) and returns its message with every
+    /// fragment's `buffer` naming its bytes in the store. Other messages pass through, their
+    /// frame dropped.
+    pub fn insert(&mut self, decoded: Decoded, received: ReceivedFrame) -> Result<Message, StoreFull> {
         let Decoded { mut message, fragments } = decoded;
         let Message::Data { parts, .. } = &mut message else { return Ok(message) };
-        if self.held + body.len() > self.budget {
-            return Err(StoreFull { held: self.held, frame: body.len(), budget: self.budget });
+        let bytes = received.bytes().len();
+        if self.held + bytes > self.budget {
+            return Err(StoreFull { held: self.held, frame: bytes, budget: self.budget });
         }
         let frame = self.next;
         self.next = self.next.wrapping_add(1);
@@ -86,9 +91,10 @@ impl FrameStore {
             // The decoder numbered the fragments 0, 1, 2... within the frame.
             fragment.buffer = handle(frame, fragment.buffer as usize);
         }
-        self.held += body.len();
+        self.held += bytes;
         let live = fragments.len();
-        self.frames.insert(frame, StoredFrame { live, bytes: Arc::new(FrameBytes { body, ranges: fragments }) });
+        let stored = FrameBytes { frame: received, ranges: fragments };
+        self.frames.insert(frame, StoredFrame { live, bytes: Arc::new(stored) });
         if self.frames[&frame].live == 0 {
             self.free(frame);
         }
@@ -109,7 +115,7 @@ impl FrameStore {
 
     fn free(&mut self, frame: u32) {
         if let Some(stored) = self.frames.remove(&frame) {
-            self.held -= stored.bytes.body.len();
+            self.held -= stored.bytes.frame.bytes().len();
         }
     }
 

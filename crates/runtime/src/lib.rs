@@ -4,9 +4,10 @@
 //! - [`ru_node`]: an RU, or the EVM's node (the EVM with RU 0), on one poller thread: FEROL
 //!   streams read into pre-touched receive memory ([`ferol_input`]), fragments offered to the
 //!   core, data frames written straight from where the fragments were received ([`conn`]).
-//! - [`bu_node`]: a BU: its loop (received frames kept whole in the [`frame_store`], the core's
-//!   file actions on its run directory, [`bu_files`]), its writer threads, and its account of
-//!   the room on its RAM disk ([`ramdisk`]).
+//! - [`bu_node`]: a BU: its loop (received frames kept whole, where the socket read put them, in
+//!   the [`frame_store`]), its writer and bookkeeping threads ([`bu_files`]), and its account of
+//!   the room on its RAM disk, looked at by a watcher thread ([`ramdisk`]); [`copies`]: how often
+//!   a payload byte is copied, counted in debug builds.
 //! - [`link`]: the opening of every protocol connection; [`stats`]: live figures.
 //!
 //! Only nodes live here: a whole system in one process, with its front-end emulators, is
@@ -17,6 +18,7 @@
 pub mod bu_files;
 pub mod bu_node;
 pub mod conn;
+pub mod copies;
 pub mod ferol_input;
 pub mod frame_store;
 pub mod link;

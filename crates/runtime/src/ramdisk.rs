@@ -1,6 +1,9 @@
 //! A BU's account of the room on its RAM disk, so that its own writes never find it full.
 //!
-//! The file system is asked (`statvfs`, cheap enough to call per file) how much is free; the BU
+//! The file system is asked (`statvfs`) how much is free, off the BU's event loop: a
+//! [`DiskWatcher`] thread looks every [`SPACE_CHECK`] (and reads the filter farm's resource
+//! summaries every [`FARM_CHECK`]), and each writer thread looks after every file it writes; the
+//! looks come back to the loop as messages, the newest taken standing ([`Room::look`]). The BU
 //! adds what it has taken on and not yet written: every event it holds that is not in a file on
 //! the disk yet (asked for, being built, in a file being filled, queued to or at the writers),
 //! each counted as large as the largest event it has built. It asks for events only while all of
@@ -10,21 +13,29 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TrySendError, sync_channel};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_evb::msg::SuperFragment;
 use tessera_evb::types::FileId;
 use tessera_evb::unit::BuiltEvent;
 use tessera_formats::frd::FRD_HEADER_BYTES;
 use tessera_formats::raw::RAW_V2_HEADER_BYTES;
+use tessera_rundir::resources::{ResourceSummary, read_summaries};
 
 /// Room kept free beside the raw files, for the BU's bookkeeping (`.jsn`, end-of-lumi and
 /// end-of-run records, the ledger of published files) and the file system's rounding of each
 /// file to its pages, in bytes.
 pub const BOOKKEEPING_BYTES: u64 = 1 << 20;
 
-/// How long the last look at the file system stands when no file of the BU's has moved: what
-/// others do to the disk (FUs removing files, another writer filling it) shows within this.
+/// How often the [`DiskWatcher`] looks at the file system: what others do to the disk (FUs
+/// removing files, another writer filling it) shows within this.
 pub const SPACE_CHECK: Duration = Duration::from_millis(10);
+
+/// How often the [`DiskWatcher`] reads the filter farm's resource summaries.
+pub const FARM_CHECK: Duration = Duration::from_millis(200);
 
 /// What the file system of a directory has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +54,12 @@ impl Space {
             free_bytes: s.f_bavail.saturating_mul(s.f_frsize),
             total_bytes: s.f_blocks.saturating_mul(s.f_frsize),
         })
+    }
+
+    /// How full the file system is, in percent of what an unprivileged writer may use.
+    pub fn used_percent(&self) -> Option<u8> {
+        let free = self.free_bytes.min(self.total_bytes);
+        (self.total_bytes > 0).then(|| (100 - (u128::from(free) * 100 / u128::from(self.total_bytes))) as u8)
     }
 
     /// The bytes that must stay free for the disk to be at most `high_water_percent` full.
@@ -94,7 +111,7 @@ pub fn room_events(
 pub struct Room {
     directory: PathBuf,
     high_water_percent: u8,
-    /// The last look at the file system, and when.
+    /// The newest look at the file system, and when it was taken.
     space: Option<(Instant, Space)>,
     /// The BU's files written on the disk and not yet published, with their events.
     on_disk: BTreeMap<FileId, u32>,
@@ -121,16 +138,16 @@ impl Room {
         }
     }
 
-    /// Looks at the file system again if `now` is true or the last look is older than
-    /// [`SPACE_CHECK`]; `None` if it cannot be asked.
-    pub fn space(&mut self, now: bool) -> Option<Space> {
-        let fresh = self.space.filter(|(at, _)| !now && at.elapsed() < SPACE_CHECK);
-        if let Some((_, space)) = fresh {
-            return Some(space);
+    /// Takes a look at the file system, `space` as it was at `at`, unless a newer one stands.
+    pub fn look(&mut self, at: Instant, space: Space) {
+        if self.space.is_none_or(|(newest, _)| at >= newest) {
+            self.space = Some((at, space));
         }
-        let space = Space::of(&self.directory)?;
-        self.space = Some((Instant::now(), space));
-        Some(space)
+    }
+
+    /// The newest look at the file system; `None` before one could be taken.
+    pub fn space(&self) -> Option<Space> {
+        self.space.map(|(_, space)| space)
     }
 
     /// Notes the largest event of a file the BU is about to write (see [`file_bytes`]): the
@@ -168,8 +185,8 @@ impl Room {
 
     /// How many events the BU may hold now (see [`room_events`]); `None` if the file system
     /// cannot be asked.
-    pub fn events(&mut self, batch: u32) -> Option<u32> {
-        let space = self.space(false)?;
+    pub fn events(&self, batch: u32) -> Option<u32> {
+        let space = self.space()?;
         let on_disk = self.on_disk.values().map(|&n| u64::from(n)).sum();
         Some(room_events(space, self.high_water_percent, self.largest_event_bytes, on_disk, batch))
     }
@@ -177,14 +194,92 @@ impl Room {
     /// Whether a file of `bytes` fits in what is free, with `writing_bytes` of files at the
     /// writers still to come and [`BOOKKEEPING_BYTES`] kept; true if the file system cannot be
     /// asked (the write then says what is wrong).
-    pub fn fits(&mut self, bytes: u64, writing_bytes: u64) -> bool {
-        self.space(true)
+    pub fn fits(&self, bytes: u64, writing_bytes: u64) -> bool {
+        self.space()
             .is_none_or(|s| s.free_bytes >= bytes.saturating_add(writing_bytes).saturating_add(BOOKKEEPING_BYTES))
     }
 
     /// The directory whose file system this is.
     pub fn directory(&self) -> &Path {
         &self.directory
+    }
+}
+
+/// What a [`DiskWatcher`] saw.
+#[derive(Debug)]
+pub struct DiskLook {
+    /// When it looked.
+    pub at: Instant,
+    /// The file system's space; `None` if it could not be asked.
+    pub space: Option<Space>,
+    /// The filter farm's resource summaries, every [`FARM_CHECK`] when the BU has a farm.
+    pub summaries: Option<Vec<ResourceSummary>>,
+}
+
+/// A thread that does a BU's looking at its disk off the event loop: `statvfs` of its run
+/// directory every [`SPACE_CHECK`], and the listing and reading of its filter farm's resource
+/// summaries every [`FARM_CHECK`]. Each look is a [`DiskLook`] message on a bounded channel (a
+/// look that finds the channel full is dropped: a newer one follows), and wakes the loop. The
+/// thread ends when the watcher is dropped.
+pub struct DiskWatcher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    looks: Receiver<DiskLook>,
+}
+
+/// Looks a [`DiskWatcher`] keeps until the loop takes them.
+const LOOKS_QUEUED: usize = 4;
+
+impl DiskWatcher {
+    /// Starts the watcher thread `name` on the file system of `run_dir`, reading the resource
+    /// summaries of run `farm.1` under the BU directory `farm.0` if given; `wake` wakes the loop.
+    pub fn start(
+        name: String,
+        run_dir: PathBuf,
+        farm: Option<(PathBuf, u32)>,
+        wake: impl Fn() + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, looks) = sync_channel(LOOKS_QUEUED);
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            let mut farm_at: Option<Instant> = None;
+            while !stopped.load(Ordering::Relaxed) {
+                let at = Instant::now();
+                let space = Space::of(&run_dir);
+                let due = farm.is_some() && farm_at.is_none_or(|t| t.elapsed() >= FARM_CHECK);
+                let summaries = farm.as_ref().filter(|_| due).map(|(bu_dir, run)| read_summaries(bu_dir, *run));
+                if due {
+                    farm_at = Some(at);
+                }
+                match tx.try_send(DiskLook { at, space, summaries }) {
+                    Ok(()) => wake(),
+                    // Missed summaries are read again at the next look.
+                    Err(TrySendError::Full(look)) => {
+                        if look.summaries.is_some() {
+                            farm_at = None;
+                        }
+                    }
+                    Err(TrySendError::Disconnected(_)) => return,
+                }
+                std::thread::sleep(SPACE_CHECK);
+            }
+        })?;
+        Ok(DiskWatcher { stop, thread: Some(thread), looks })
+    }
+
+    /// The looks taken since the last call, oldest first.
+    pub fn looks(&self) -> impl Iterator<Item = DiskLook> + '_ {
+        self.looks.try_iter()
+    }
+}
+
+impl Drop for DiskWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -203,6 +298,35 @@ mod tests {
         assert_eq!(room_events(space, 90, MB, 5, 64), 44);
         // 100 %: only the bookkeeping stays free.
         assert_eq!(room_events(space, 100, MB, 0, 64), 49);
+    }
+
+    #[test]
+    fn the_newest_look_stands_whatever_order_the_looks_come_in() {
+        let mut room = Room::new(Path::new("/"), 90);
+        assert_eq!(room.space(), None);
+        let t0 = Instant::now();
+        let older = Space { free_bytes: 10 * MB, total_bytes: 100 * MB };
+        let newer = Space { free_bytes: 60 * MB, total_bytes: 100 * MB };
+        room.look(t0 + Duration::from_millis(5), newer);
+        room.look(t0, older);
+        assert_eq!(room.space(), Some(newer));
+        assert_eq!(newer.used_percent(), Some(40));
+        assert_eq!(Space { free_bytes: 0, total_bytes: 0 }.used_percent(), None);
+    }
+
+    #[test]
+    fn the_watcher_looks_off_the_loop_and_wakes_it() {
+        let tmp = std::env::temp_dir();
+        let (woke_tx, woke) = std::sync::mpsc::channel();
+        let watcher = DiskWatcher::start("disk-watcher-test".into(), tmp.clone(), None, move || {
+            let _ = woke_tx.send(());
+        })
+        .unwrap();
+        woke.recv_timeout(Duration::from_secs(10)).expect("the watcher wakes the loop");
+        let look = watcher.looks().next().expect("a look");
+        assert_eq!(look.space.map(|s| s.total_bytes), Space::of(&tmp).map(|s| s.total_bytes));
+        assert!(look.summaries.is_none(), "no farm, no summaries");
+        drop(watcher);
     }
 
     #[test]

@@ -1267,7 +1267,7 @@ impl RuLoop {
         for token in tokens {
             let mut inputs = Vec::new();
             let conn = self.conns.get_mut(&token).expect("listed");
-            let pass = conn.read(&mut self.scratch, |peer, decoded, _body| {
+            let pass = conn.read(|peer, decoded, _frame| {
                 inputs.push((peer, decoded.message));
             });
             more |= pass.more;
@@ -1278,7 +1278,7 @@ impl RuLoop {
                 self.core.handle(now, Input::Message { from, msg });
             }
             if let Some(why) = pass.closed {
-                self.close_conn(token, why)?;
+                self.close_conn(token, why.map(|e| e.to_string()))?;
             }
         }
         Ok(more)
@@ -1325,7 +1325,7 @@ impl RuLoop {
     fn close_overdue_links(&mut self, enabled_at: Instant) -> Result<(), NodeError> {
         let timeout = self.cfg.connect_timeout;
         for (token, why) in crate::conn::overdue_links(&self.conns, timeout, enabled_at) {
-            self.close_conn(token, Some(why))?;
+            self.close_conn(token, Some(why.to_string()))?;
         }
         Ok(())
     }

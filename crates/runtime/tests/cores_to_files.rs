@@ -9,7 +9,7 @@ use std::rc::Rc;
 use tessera_evb::msg::{FragmentRef, Message, TriggerInfo};
 use tessera_evb::types::{BuId, FileId, Peer};
 use tessera_evb::unit::BuiltEvent;
-use tessera_evb::wire::{FrameDecoder, encode, encode_data_header};
+use tessera_evb::wire::{DEFAULT_MAX_BODY_BYTES, Frame, encode, encode_data_header};
 use tessera_formats::fed::{LV1_MASK, event_type};
 use tessera_formats::raw::RawFile;
 use tessera_formats::seeded::write_seeded_fragment;
@@ -17,6 +17,7 @@ use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord, orbit_in_lumi_section};
 use tessera_inspect::event::EventChecks;
 use tessera_inspect::verify::verify_run_dir;
 use tessera_runtime::bu_files::{BuFiles, FragmentBytes};
+use tessera_runtime::conn::ReceivedFrame;
 use tessera_runtime::frame_store::FrameStore;
 use tessera_sim::ideal::{Effects, IdealSystem};
 use tessera_sim::scenario::Topology;
@@ -67,13 +68,9 @@ impl Effects for Disk {
             }
             other => encode(other, &mut frame).unwrap(),
         }
-        let mut decoder = FrameDecoder::new();
-        assert_eq!(decoder.push(&frame), frame.len());
-        let received = decoder.next_frame().unwrap().expect("one whole frame");
-        let decoded = received.decode().unwrap();
-        let body = received.body().to_vec();
+        let decoded = Frame::parse(&frame, DEFAULT_MAX_BODY_BYTES).unwrap().expect("one whole frame").decode().unwrap();
         match to {
-            Peer::Bu(b) => stores[usize::from(b)].insert(decoded, body).unwrap(),
+            Peer::Bu(b) => stores[usize::from(b)].insert(decoded, ReceivedFrame::from_wire(frame)).unwrap(),
             _ => decoded.message,
         }
     }
