@@ -11,7 +11,7 @@
 use crate::timing::{Budget, time_per_call};
 use std::hint::black_box;
 use std::time::Instant;
-use tessera_evb::msg::{FragmentRef, TriggerInfo};
+use tessera_evb::msg::{BufferRef, FragmentRef, TriggerInfo};
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::tcds::TCDS_FED_ID;
 use tessera_sim::ideal::{IdealSystem, NoEffects};
@@ -54,7 +54,7 @@ pub fn measure(n_ru: u16, n_bu: u16, budget: Budget) -> Cost {
             lv1: (event as u32) & LV1_MASK,
             bytes: 2048,
             corrupt: false,
-            buffer: event,
+            buffer: BufferRef { offset: event as u32, len: 2048, ..BufferRef::default() },
             trigger: (fed == TCDS_FED_ID).then_some(TriggerInfo { lumi_section: 1, orbit: event, bx: 1 }),
         });
         best = best.min(start.elapsed().as_secs_f64());
@@ -62,7 +62,14 @@ pub fn measure(n_ru: u16, n_bu: u16, budget: Budget) -> Cost {
     }
     let (fragments, control, data) = counts;
     let descriptors: Vec<FragmentRef> = (0..1024)
-        .map(|i| FragmentRef { fed: 0, lv1: i, bytes: 2048, corrupt: false, buffer: u64::from(i), trigger: None })
+        .map(|i| FragmentRef {
+            fed: 0,
+            lv1: i,
+            bytes: 2048,
+            corrupt: false,
+            buffer: BufferRef { offset: i, len: 2048, ..BufferRef::default() },
+            trigger: None,
+        })
         .collect();
     let mut sink = Vec::with_capacity(1024);
     let baseline = time_per_call(budget, || {

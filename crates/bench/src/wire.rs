@@ -12,7 +12,7 @@
 
 use crate::timing::{Budget, gb_per_s, time_per_call};
 use std::hint::black_box;
-use tessera_evb::msg::{FragmentRef, SuperFragment};
+use tessera_evb::msg::{BufferRef, FragmentRef, SuperFragment};
 use tessera_evb::wire::{FrameDecoder, encode_data_header};
 
 /// Super-fragments per data message.
@@ -47,7 +47,7 @@ pub fn run(budget: Budget) -> Vec<Row> {
                     lv1: e as u32,
                     bytes: FRAGMENT_BYTES as u32,
                     corrupt: false,
-                    buffer: (e * FRAGMENTS + f) as u64,
+                    buffer: BufferRef { offset: (e * FRAGMENTS + f) as u32, ..BufferRef::default() },
                     trigger: None,
                 })
                 .collect(),

@@ -619,11 +619,18 @@ impl Bu {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::msg::BufferRef;
     use crate::msg::FragmentRef;
 
     fn part(ru: u16, event: EventNumber) -> Input {
-        let fragment =
-            FragmentRef { fed: ru, lv1: event as u32, bytes: 64, corrupt: false, buffer: event, trigger: None };
+        let fragment = FragmentRef {
+            fed: ru,
+            lv1: event as u32,
+            bytes: 64,
+            corrupt: false,
+            buffer: BufferRef { offset: event as u32, ..BufferRef::default() },
+            trigger: None,
+        };
         let part = SuperFragment { event, fragments: vec![fragment], missing: Vec::new() };
         Input::Message {
             from: Peer::Ru(ru),

@@ -89,10 +89,18 @@ impl IngestRu {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::msg::BufferRef;
     use crate::types::FedId;
 
-    fn fragment(fed: FedId, lv1: u32, at: u64) -> FragmentRef {
-        FragmentRef { fed, lv1, bytes: 64, corrupt: false, buffer: at, trigger: None }
+    fn fragment(fed: FedId, lv1: u32, at: u32) -> FragmentRef {
+        FragmentRef {
+            fed,
+            lv1,
+            bytes: 64,
+            corrupt: false,
+            buffer: BufferRef { offset: at, ..BufferRef::default() },
+            trigger: None,
+        }
     }
 
     #[test]
@@ -102,31 +110,31 @@ mod tests {
         let mut freed = Vec::new();
         // FED 8 runs behind FED 7: events wait for it, and the RU's window (4) holds FED 7 back.
         for lv1 in 1..=20u32 {
-            ru.offer_fragment(0, 0, fragment(7, lv1, u64::from(lv1))).unwrap_or_else(|_| {
+            ru.offer_fragment(0, 0, fragment(7, lv1, lv1)).unwrap_or_else(|_| {
                 while ru.ru().events_buffered() >= 4 {
                     let next = ru.ru().delivered_through() as u32;
-                    ru.offer_fragment(0, 1, fragment(8, next, 1000 + u64::from(next))).unwrap();
+                    ru.offer_fragment(0, 1, fragment(8, next, 1000 + next)).unwrap();
                     freed.extend(std::iter::from_fn(|| ru.poll_output()));
                 }
-                ru.offer_fragment(0, 0, fragment(7, lv1, u64::from(lv1))).unwrap();
+                ru.offer_fragment(0, 0, fragment(7, lv1, lv1)).unwrap();
             });
             freed.extend(std::iter::from_fn(|| ru.poll_output()));
         }
         while ru.ru().delivered_through() <= 20 {
             let next = ru.ru().delivered_through() as u32;
-            ru.offer_fragment(0, 1, fragment(8, next, 1000 + u64::from(next))).unwrap();
+            ru.offer_fragment(0, 1, fragment(8, next, 1000 + next)).unwrap();
             freed.extend(std::iter::from_fn(|| ru.poll_output()));
         }
-        let mut buffers: Vec<u64> = freed
+        let mut buffers: Vec<u32> = freed
             .into_iter()
             .flat_map(|o| match o {
                 RuOutput::FreeBuffers(f) => f,
                 other => panic!("unexpected {other:?}"),
             })
-            .map(|f| f.buffer)
+            .map(|f| f.buffer.offset)
             .collect();
         buffers.sort_unstable();
-        let expected: Vec<u64> = (1..=20).chain(1001..=1020).collect();
+        let expected: Vec<u32> = (1..=20).chain(1001..=1020).collect();
         assert_eq!(buffers, expected, "each fragment freed exactly once");
         assert_eq!(ru.ru().events_buffered(), 0);
         assert_eq!(ru.ru().counters().parts_sent, 20);

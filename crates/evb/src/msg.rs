@@ -14,6 +14,24 @@ pub struct TriggerInfo {
     pub bx: u16,
 }
 
+/// Where a fragment's bytes are, in the memory of the unit that holds them: each field as the
+/// unit's driver placed it, so that nothing is packed into bits and nothing parsed again to find
+/// them. The protocol only carries it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BufferRef {
+    /// Which memory: at an RU, the index of the FED stream in its list; at a BU, the number of
+    /// the received frame.
+    pub area: u32,
+    /// Which chunk of it: at an RU, the chunk of the stream's receive memory; 0 where memory is
+    /// not chunked.
+    pub chunk: u32,
+    /// Where in it: at an RU, the byte offset of the fragment's first FEROL block in the chunk;
+    /// at a BU, the fragment's index in the frame.
+    pub offset: u32,
+    /// The bytes it takes there: at an RU, its FEROL blocks, headers included.
+    pub len: u32,
+}
+
 /// A fragment held by an RU, as the protocol sees it: its bytes stay in the RU's buffer, named by
 /// `buffer`, until the event is committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +44,8 @@ pub struct FragmentRef {
     pub bytes: u32,
     /// The fragment failed a check (CRC, length, source id) and is passed on as received.
     pub corrupt: bool,
-    /// Handle of the receive buffer that holds it, meaningful to the driver only.
-    pub buffer: u64,
+    /// Where its bytes are, meaningful to the driver only.
+    pub buffer: BufferRef,
     /// Trigger information, for the trigger fragment.
     pub trigger: Option<TriggerInfo>,
 }
@@ -203,7 +221,7 @@ mod tests {
                 lv1: event as u32,
                 bytes,
                 corrupt: false,
-                buffer: event,
+                buffer: BufferRef { offset: event as u32, ..BufferRef::default() },
                 trigger: None,
             })
             .collect();

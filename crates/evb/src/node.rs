@@ -197,6 +197,7 @@ impl EvmNode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::msg::BufferRef;
     use crate::msg::TriggerInfo;
 
     /// The EVM's node of one RU reading the trigger FED and FED 0, for one BU.
@@ -213,7 +214,7 @@ mod tests {
                 lv1,
                 bytes: 64,
                 corrupt: false,
-                buffer: u64::from(lv1),
+                buffer: BufferRef { offset: lv1, ..BufferRef::default() },
                 trigger: Some(info),
             };
             node.offer_fragment(0, 0, fragment).unwrap();

@@ -516,9 +516,17 @@ pub(crate) fn message_name(msg: &Message) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::msg::BufferRef;
 
     fn fragment(fed: FedId, lv1: u32) -> FragmentRef {
-        FragmentRef { fed, lv1, bytes: 64, corrupt: false, buffer: u64::from(lv1), trigger: None }
+        FragmentRef {
+            fed,
+            lv1,
+            bytes: 64,
+            corrupt: false,
+            buffer: BufferRef { offset: lv1, ..BufferRef::default() },
+            trigger: None,
+        }
     }
 
     #[test]

@@ -21,25 +21,26 @@ use mio::{Interest, Registry, Token};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::time::{Duration, Instant};
+use tessera_evb::msg::BufferRef;
 use tessera_evb::types::Peer;
 use tessera_evb::wire::{Decoded, Frame, HEADER_BYTES, WireError};
 
 /// Where the bytes of a queued fragment are.
 pub trait PieceSource {
-    /// Appends the pieces of the fragment named by `handle`, in order, to `out`.
-    fn pieces<'a>(&'a self, handle: u64, out: &mut Vec<&'a [u8]>);
+    /// Appends the pieces of the fragment at `buffer`, in order, to `out`.
+    fn pieces<'a>(&'a self, buffer: BufferRef, out: &mut Vec<&'a [u8]>);
 }
 
 /// A source that holds no fragments: for connections that carry control messages only.
 pub struct NoPieces;
 
 impl PieceSource for NoPieces {
-    fn pieces<'a>(&'a self, _: u64, _: &mut Vec<&'a [u8]>) {}
+    fn pieces<'a>(&'a self, _: BufferRef, _: &mut Vec<&'a [u8]>) {}
 }
 
 enum OutFrame {
     Owned(Vec<u8>),
-    Data { header: Vec<u8>, fragments: Vec<u64> },
+    Data { header: Vec<u8>, fragments: Vec<BufferRef> },
 }
 
 /// Most slices handed to one vectored write (the kernel's limit is 1024).
@@ -207,9 +208,9 @@ impl Conn {
     }
 
     /// Queues a data frame: `header` from `encode_data_header_pieces`, then the pieces of
-    /// `fragments` (handles for the [`PieceSource`] given to [`Conn::flush`]), `fragment_bytes`
-    /// in all.
-    pub fn queue_data(&mut self, header: Vec<u8>, fragments: Vec<u64>, fragment_bytes: usize) {
+    /// `fragments` (where the [`PieceSource`] given to [`Conn::flush`] holds them),
+    /// `fragment_bytes` in all.
+    pub fn queue_data(&mut self, header: Vec<u8>, fragments: Vec<BufferRef>, fragment_bytes: usize) {
         let len = header.len() + fragment_bytes;
         self.queued_bytes += len;
         self.out.push_back((OutFrame::Data { header, fragments }, len));

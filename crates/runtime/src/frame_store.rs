@@ -8,7 +8,7 @@ use crate::conn::ReceivedFrame;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
-use tessera_evb::msg::{FragmentRef, Message};
+use tessera_evb::msg::{BufferRef, FragmentRef, Message};
 use tessera_evb::unit::BuiltEvent;
 use tessera_evb::wire::Decoded;
 
@@ -34,8 +34,8 @@ struct FrameBytes {
 }
 
 impl FrameBytes {
-    fn fragment(&self, buffer: u64) -> Option<&[u8]> {
-        let range = self.ranges.get((buffer & 0xFFFF_FFFF) as usize)?;
+    fn fragment(&self, buffer: BufferRef) -> Option<&[u8]> {
+        let range = self.ranges.get(buffer.offset as usize)?;
         self.frame.body().get(range.clone())
     }
 }
@@ -52,11 +52,6 @@ pub struct FrameStore {
     next: u32,
     held: usize,
     budget: usize,
-}
-
-/// A fragment's `buffer` in the store: frame number in the high 32 bits, index in the low.
-fn handle(frame: u32, index: usize) -> u64 {
-    (u64::from(frame) << 32) | index as u64
 }
 
 impl FrameStore {
@@ -89,7 +84,7 @@ impl FrameStore {
         self.next = self.next.wrapping_add(1);
         for fragment in parts.iter_mut().flat_map(|p| p.fragments.iter_mut()) {
             // The decoder numbered the fragments 0, 1, 2... within the frame.
-            fragment.buffer = handle(frame, fragment.buffer as usize);
+            fragment.buffer = BufferRef { area: frame, len: fragment.bytes, ..fragment.buffer };
         }
         self.held += bytes;
         let live = fragments.len();
@@ -104,7 +99,7 @@ impl FrameStore {
     /// Marks fragments as written; a frame whose fragments are all written is freed.
     pub fn written<'a>(&mut self, fragments: impl IntoIterator<Item = &'a FragmentRef>) {
         for f in fragments {
-            let frame = (f.buffer >> 32) as u32;
+            let frame = f.buffer.area;
             let Some(stored) = self.frames.get_mut(&frame) else { continue };
             stored.live = stored.live.saturating_sub(1);
             if stored.live == 0 {
@@ -124,7 +119,7 @@ impl FrameStore {
     pub fn share(&self, events: &[BuiltEvent]) -> SharedFrames {
         let mut frames = HashMap::new();
         for f in events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments) {
-            let frame = (f.buffer >> 32) as u32;
+            let frame = f.buffer.area;
             if let Some(stored) = self.frames.get(&frame) {
                 frames.entry(frame).or_insert_with(|| stored.bytes.clone());
             }
@@ -135,7 +130,7 @@ impl FrameStore {
 
 impl FragmentBytes for FrameStore {
     fn bytes(&self, fragment: &FragmentRef) -> Option<&[u8]> {
-        self.frames.get(&((fragment.buffer >> 32) as u32))?.bytes.fragment(fragment.buffer)
+        self.frames.get(&fragment.buffer.area)?.bytes.fragment(fragment.buffer)
     }
 }
 
@@ -144,6 +139,6 @@ pub struct SharedFrames(HashMap<u32, Arc<FrameBytes>>);
 
 impl FragmentBytes for SharedFrames {
     fn bytes(&self, fragment: &FragmentRef) -> Option<&[u8]> {
-        self.0.get(&((fragment.buffer >> 32) as u32))?.fragment(fragment.buffer)
+        self.0.get(&fragment.buffer.area)?.fragment(fragment.buffer)
     }
 }

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tessera_config::CorruptStreamPolicy;
 use tessera_evb::ingest::IngestRu;
-use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo, data_batches};
+use tessera_evb::msg::{BufferRef, FragmentRef, Message, SuperFragment, TriggerInfo, data_batches};
 use tessera_evb::ru::BackPressure;
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 pub use tessera_evb::unit::TriggerBreak;
@@ -460,22 +460,24 @@ pub(crate) fn pin_to(core: Option<usize>, stats: &UnitStats, unit: &str) {
     }
 }
 
-/// Packs where a fragment is into its `buffer` handle: stream index, chunk, offset.
-fn pack(stream: usize, handle: FragmentHandle) -> u64 {
-    ((stream as u64) << 48) | (u64::from(handle.chunk) << 32) | u64::from(handle.offset)
+/// Where a received fragment is, as the protocol carries it: the FED stream's index, then the
+/// stream's own handle, field for field.
+fn buffer_ref(stream: usize, handle: FragmentHandle) -> BufferRef {
+    let area = u32::try_from(stream).expect("an RU's FED streams are counted in u32");
+    BufferRef { area, chunk: handle.chunk, offset: handle.offset, len: handle.wire_len }
 }
 
-fn unpack(buffer: u64) -> (usize, FragmentHandle) {
-    let handle = FragmentHandle { chunk: ((buffer >> 32) & 0xFFFF) as u32, offset: buffer as u32, wire_len: u32::MAX };
-    ((buffer >> 48) as usize, handle)
+/// The stream's handle of a fragment, as [`buffer_ref`] gave it.
+fn stream_handle(buffer: BufferRef) -> (usize, FragmentHandle) {
+    (buffer.area as usize, FragmentHandle { chunk: buffer.chunk, offset: buffer.offset, wire_len: buffer.len })
 }
 
 /// The receive memory of every FEROL stream of the RU, by FED index.
 struct Buffers(Vec<StreamBuffer>);
 
 impl PieceSource for Buffers {
-    fn pieces<'a>(&'a self, handle: u64, out: &mut Vec<&'a [u8]>) {
-        let (stream, h) = unpack(handle);
+    fn pieces<'a>(&'a self, buffer: BufferRef, out: &mut Vec<&'a [u8]>) {
+        let (stream, h) = stream_handle(buffer);
         if let Some(b) = self.0.get(stream) {
             out.extend(b.segments(h));
         }
@@ -1407,7 +1409,7 @@ impl RuLoop {
                 }
                 RuOutput::FreeBuffers(fragments) => {
                     for f in fragments {
-                        let (stream, handle) = unpack(f.buffer);
+                        let (stream, handle) = stream_handle(f.buffer);
                         if let Some(b) = self.buffers.0.get_mut(stream) {
                             b.release(handle);
                         }
@@ -1493,7 +1495,7 @@ impl RuLoop {
     /// Queues one data frame of `parts` to `to`.
     fn send_data(&mut self, to: Peer, ru: u16, epoch: u32, parts: &[SuperFragment], commits: &[FileId]) {
         let bytes = parts.iter().map(SuperFragment::bytes).sum();
-        let handles: Vec<u64> = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer).collect();
+        let handles: Vec<BufferRef> = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer).collect();
         let mut pieces: Vec<&[u8]> = Vec::with_capacity(handles.len());
         for &h in &handles {
             self.buffers.pieces(h, &mut pieces);
@@ -1665,7 +1667,7 @@ fn to_fragment_ref(
         lv1: r.header.lv1_id,
         bytes: r.fragment_len as u32,
         corrupt,
-        buffer: pack(stream, r.handle),
+        buffer: buffer_ref(stream, r.handle),
         trigger,
     }
 }
@@ -1673,6 +1675,17 @@ fn to_fragment_ref(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The packed handle this replaced kept 16 bits of the chunk: chunk 65,536 named chunk 0.
+    /// Field for field, every chunk and stream at and past that boundary names itself.
+    #[test]
+    fn a_fragment_in_chunk_65536_or_on_stream_65536_is_named_as_itself() {
+        for (stream, chunk) in [(0, 65_535), (0, 65_536), (1, 65_537), (65_536, 3), (70_000, u32::MAX)] {
+            let handle = FragmentHandle { chunk, offset: 4096, wire_len: 2064 };
+            let back = stream_handle(buffer_ref(stream, handle));
+            assert_eq!((back.0, back.1.chunk, back.1.offset, back.1.wire_len), (stream, chunk, 4096, 2064));
+        }
+    }
 
     #[test]
     fn a_connection_that_takes_nothing_for_a_while_blocks_its_unit_and_one_that_moves_does_not() {

@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
-use tessera_evb::msg::{FragmentRef, Message, TriggerInfo};
+use tessera_evb::msg::{BufferRef, FragmentRef, Message, TriggerInfo};
 use tessera_evb::types::{BuId, FileId, Peer};
 use tessera_evb::unit::BuiltEvent;
 use tessera_evb::wire::{DEFAULT_MAX_BODY_BYTES, Frame, encode, encode_data_header};
@@ -26,7 +26,7 @@ const RUN: u32 = 4242;
 const EVENTS_PER_LS: u64 = 100;
 
 #[derive(Default)]
-struct Buffers(HashMap<u64, Vec<u8>>);
+struct Buffers(HashMap<BufferRef, Vec<u8>>);
 
 impl FragmentBytes for Buffers {
     fn bytes(&self, fragment: &FragmentRef) -> Option<&[u8]> {
@@ -106,7 +106,7 @@ fn run_2x2(wire: bool) {
         .collect();
     let stores = wire.then(|| (0..topology.n_bu).map(|_| FrameStore::new(64 << 20)).collect());
     let mut system = IdealSystem::new(topology, first_event, Disk { bus, buffers: buffers.clone(), stores });
-    let mut next_buffer = 0u64;
+    let mut next_buffer = 0u32;
     system.run(events, |_, fed, event| {
         let index = event - first_event;
         let ls = (index / EVENTS_PER_LS) as u32 + 1;
@@ -129,15 +129,9 @@ fn run_2x2(wire: bool) {
         };
         bytes.truncate(len);
         next_buffer += 1;
-        buffers.borrow_mut().0.insert(next_buffer, bytes);
-        FragmentRef {
-            fed,
-            lv1: (event as u32) & LV1_MASK,
-            bytes: len as u32,
-            corrupt: false,
-            buffer: next_buffer,
-            trigger,
-        }
+        let buffer = BufferRef { offset: next_buffer, len: len as u32, ..BufferRef::default() };
+        buffers.borrow_mut().0.insert(buffer, bytes);
+        FragmentRef { fed, lv1: (event as u32) & LV1_MASK, bytes: len as u32, corrupt: false, buffer, trigger }
     });
     let mut seen = BTreeSet::new();
     let disk = system.into_files();

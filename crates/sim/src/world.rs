@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use tessera_evb::bu::BuBug;
 use tessera_evb::evm::EvmBug;
-use tessera_evb::msg::{FragmentRef, Message, SuperFragment, TriggerInfo};
+use tessera_evb::msg::{BufferRef, FragmentRef, Message, SuperFragment, TriggerInfo};
 use tessera_evb::ru::RuBug;
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuOutput, BuiltEvent, Input, Notice, RuOutput};
@@ -115,8 +115,8 @@ pub struct World {
     last_delivery: HashMap<(Peer, Peer), Nanos>,
     tick_generation: HashMap<Peer, (u64, Nanos)>,
     /// Buffers the RUs hold, with the (RU, FED) whose stream filled each and its event.
-    buffers: BTreeMap<u64, (usize, usize, EventNumber)>,
-    next_buffer: u64,
+    buffers: BTreeMap<BufferRef, (usize, usize, EventNumber)>,
+    next_buffer: u32,
     corrupt: BTreeSet<(FedId, EventNumber)>,
     published: BTreeMap<EventNumber, FileId>,
     stop_sent: bool,
@@ -520,7 +520,7 @@ impl World {
             lv1: (event as u32) & LV1_MASK,
             bytes: 1024,
             corrupt,
-            buffer: self.next_buffer,
+            buffer: BufferRef { area: ru as u32, chunk: fed as u32, offset: self.next_buffer, len: 1024 },
             trigger,
         };
         let offered = if ru == 0 {
@@ -628,7 +628,7 @@ impl World {
                 for f in fragments {
                     match self.buffers.remove(&f.buffer) {
                         Some((ru, fed, _)) => self.sources[ru][fed].held -= 1,
-                        None => self.violation(format!("{node:?} freed buffer {} twice", f.buffer)),
+                        None => self.violation(format!("{node:?} freed buffer {:?} twice", f.buffer)),
                     }
                 }
             }

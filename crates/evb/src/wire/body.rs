@@ -220,7 +220,7 @@ impl Wire for FragmentRef {
             lv1: u32::get(r, at("FragmentRef", "lv1"))?,
             bytes: u32::get(r, at("FragmentRef", "bytes"))?,
             corrupt: bool::get(r, at("FragmentRef", "corrupt"))?,
-            buffer: 0,
+            buffer: BufferRef::default(),
             trigger: Option::get(r, at("FragmentRef", "trigger"))?,
         })
     }
@@ -384,7 +384,7 @@ pub(super) fn get_data_descriptors(r: &mut Reader<'_>) -> Result<Message, WireEr
 }
 
 /// Takes the fragment bytes that follow a data message's descriptors: the range of each within
-/// the body, and its index as its `buffer`. The bytes the descriptors declare must be there.
+/// the body, and its index as its `buffer`'s offset (the receiver names the frame). The bytes the descriptors declare must be there.
 pub(super) fn locate_fragments(
     r: &mut Reader<'_>,
     parts: &mut [SuperFragment],
@@ -401,7 +401,7 @@ pub(super) fn locate_fragments(
     }
     let mut ranges = Vec::with_capacity(parts.iter().map(|p| p.fragments.len()).sum());
     for fragment in parts.iter_mut().flat_map(|p| &mut p.fragments) {
-        fragment.buffer = ranges.len() as u64;
+        fragment.buffer = BufferRef { offset: ranges.len() as u32, ..BufferRef::default() };
         let end = r.at + fragment.bytes as usize;
         ranges.push(r.at..end);
         r.at = end;

@@ -26,7 +26,7 @@ use std::ops::{Deref, Range};
 use tessera_formats::Value;
 use tessera_formats::crc::crc32c;
 
-use crate::msg::{BuiltFile, FragmentRef, Message, SuperFragment, TriggerInfo};
+use crate::msg::{BufferRef, BuiltFile, FragmentRef, Message, SuperFragment, TriggerInfo};
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FedId, FileId, RuId};
 
 mod body;

@@ -37,7 +37,7 @@ fn as_received(msg: &Message) -> Message {
     let mut msg = msg.clone();
     if let Message::Data { parts, .. } = &mut msg {
         for (i, f) in parts.iter_mut().flat_map(|p| &mut p.fragments).enumerate() {
-            f.buffer = i as u64;
+            f.buffer = BufferRef { offset: i as u32, ..BufferRef::default() };
         }
     }
     msg
@@ -87,7 +87,14 @@ fn decode_chunks<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<R
 }
 
 fn fragment(fed: FedId, bytes: u32, trigger: Option<TriggerInfo>) -> FragmentRef {
-    FragmentRef { fed, lv1: 0xAB_CDEF, bytes, corrupt: fed % 2 == 1, buffer: 1000 + u64::from(fed), trigger }
+    FragmentRef {
+        fed,
+        lv1: 0xAB_CDEF,
+        bytes,
+        corrupt: fed % 2 == 1,
+        buffer: BufferRef { offset: 1000 + u32::from(fed), ..BufferRef::default() },
+        trigger,
+    }
 }
 
 /// One message of every type, with the fragment bytes of the data message.
@@ -503,8 +510,9 @@ fn fragment_with_bytes() -> impl Strategy<Value = (FragmentRef, Vec<u8>)> {
         orbit,
         bx,
     });
-    (any::<u16>(), any::<u32>(), any::<bool>(), any::<u64>(), proptest::option::of(trigger), vec(any::<u8>(), 0..40))
-        .prop_map(|(fed, lv1, corrupt, buffer, trigger, bytes)| {
+    (any::<u16>(), any::<u32>(), any::<bool>(), any::<u32>(), proptest::option::of(trigger), vec(any::<u8>(), 0..40))
+        .prop_map(|(fed, lv1, corrupt, offset, trigger, bytes)| {
+            let buffer = BufferRef { offset, ..BufferRef::default() };
             (FragmentRef { fed, lv1, bytes: bytes.len() as u32, corrupt, buffer, trigger }, bytes)
         })
 }
