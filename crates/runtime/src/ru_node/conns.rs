@@ -1,0 +1,391 @@
+//! The RU's protocol connections: accepting and checking peers, reading their messages into the
+//! core, carrying out the core's outputs (data frames straight from the receive memory), and
+//! flushing without blocking.
+
+use super::*;
+
+impl RuLoop {
+    pub(super) fn accept_control(&mut self, listener: &TcpListener) -> Result<(), NodeError> {
+        while let Ok((stream, _)) = listener.accept() {
+            let _ = stream.set_nodelay(true);
+            self.add_conn(stream, None)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the protocol connections; true if some have more to give.
+    pub(super) fn read_conns(&mut self, now: Nanos) -> Result<bool, NodeError> {
+        let mut more = false;
+        let tokens: Vec<Token> = self.conns.iter().filter(|(_, c)| c.readable).map(|(t, _)| *t).collect();
+        for token in tokens {
+            let mut inputs = Vec::new();
+            let conn = self.conns.get_mut(&token).expect("listed");
+            let pass = conn.read(|peer, decoded, _frame| {
+                inputs.push((peer, decoded.message));
+            });
+            more |= pass.more;
+            if let Some(peer) = pass.linked {
+                self.linked(token, peer);
+            }
+            for (from, msg) in inputs {
+                self.core.handle(now, Input::Message { from, msg });
+            }
+            if let Some(why) = pass.closed {
+                self.close_conn(token, why.map(|e| e.to_string()))?;
+            }
+        }
+        Ok(more)
+    }
+
+    /// A peer named itself: check that it may call this unit.
+    pub(super) fn linked(&mut self, token: Token, peer: Peer) {
+        let allowed = match peer {
+            Peer::Evm => !self.is_evm(),
+            Peer::Bu(b) => self.cfg.evm.as_ref().is_some_and(|e| b < e.n_bu),
+            Peer::Ru(_) => false,
+        };
+        let address = self.conns[&token].address.clone();
+        let ip = self.conns[&token].ip;
+        let allowed =
+            allowed && self.cfg.allowed_peers.as_ref().is_none_or(|ips| ip.is_some_and(|ip| ips.contains(&ip)));
+        if !allowed {
+            self.stats.links_refused.add(1);
+            self.stats.problem(format!("RU {}: refused {peer:?} calling from {address}", self.cfg.ru.ru));
+            if let Some(mut c) = self.conns.remove(&token) {
+                c.deregister(self.poll.registry());
+            }
+            return;
+        }
+        // A peer that calls again (a restarted BU) replaces its old connection.
+        let old: Vec<Token> =
+            self.conns.iter().filter(|(t, c)| **t != token && c.peer == Some(peer)).map(|(t, _)| *t).collect();
+        for t in old {
+            if let Some(mut c) = self.conns.remove(&t) {
+                self.stats.problem(format!(
+                    "{:?}: {peer:?} called again from {address}: its connection from {} is replaced",
+                    self.me(),
+                    c.address
+                ));
+                c.deregister(self.poll.registry());
+                let now = self.now();
+                self.core.handle(now, Input::PeerLost(peer));
+            }
+        }
+    }
+
+    /// Closes the connections whose link opening is not done within the connect time-out: a
+    /// caller that never proves itself is refused; a callee that never challenges is lost.
+    pub(super) fn close_overdue_links(&mut self, enabled_at: Instant) -> Result<(), NodeError> {
+        let timeout = self.cfg.connect_timeout;
+        for (token, why) in crate::conn::overdue_links(&self.conns, timeout, enabled_at) {
+            self.close_conn(token, Some(why.to_string()))?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
+        let Some(mut conn) = self.conns.remove(&token) else { return Ok(()) };
+        conn.deregister(self.poll.registry());
+        let Some(peer) = conn.peer else {
+            // A caller that never proved itself a unit of this run: nothing of it reached the
+            // core. One that closed without a byte is no caller (a port probe).
+            if let Some(why) = why {
+                self.stats.links_refused.add(1);
+                self.stats.problem(format!("{:?}: refused a connection: {why}", self.me()));
+            }
+            return Ok(());
+        };
+        match peer {
+            Peer::Evm if !self.drain_seen() => {
+                return Err(NodeError::EvmLost(why.unwrap_or_else(|| "closed by the EVM".into())));
+            }
+            Peer::Evm => {}
+            Peer::Bu(b) => {
+                // BUs leave at the run's end: only a BU lost before it is a problem. The EVM,
+                // which reassigns a lost BU's events, judges by its own drain. Another RU judges
+                // by the EVM's Drain, which may reach it after a BU's close at the run's end (two
+                // connections): it says the loss only if no Drain follows within LOSS_PATIENCE.
+                let line = format!(
+                    "{}: lost BU {b}{}",
+                    if self.is_evm() { "EVM".to_string() } else { format!("RU {}", self.cfg.ru.ru) },
+                    why.map(|w| format!(": {w}")).unwrap_or_default()
+                );
+                if self.is_evm() && !self.core.evm().is_some_and(Evm::drained) {
+                    self.stats.saw(SubState::Blocked);
+                    self.stats.problem(line);
+                } else if !self.is_evm() && !self.drain_seen() {
+                    self.bus_lost.push((Instant::now(), line));
+                }
+                if self.is_evm() {
+                    let now = self.now();
+                    self.core.handle(now, Input::PeerLost(peer));
+                }
+            }
+            // Every event needs every RU's part: without one, the run cannot go on.
+            Peer::Ru(r) if !self.core.evm().is_some_and(Evm::drained) => {
+                return Err(NodeError::RuLost(format!(
+                    "RU {r}{}",
+                    why.map(|w| format!(": {w}")).unwrap_or_else(|| ": it closed the connection".into())
+                )));
+            }
+            Peer::Ru(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Carries out the core's outputs.
+    pub(super) fn dispatch(&mut self, _now: Nanos) {
+        self.note_stop();
+        while let Some(out) = self.core.poll_output() {
+            match out {
+                RuOutput::Send { to, msg: Message::Data { ru, epoch, parts, commits } } => {
+                    self.send_data(to, ru, epoch, &parts, &commits)
+                }
+                RuOutput::Send { to, msg } => {
+                    let mut frame = Vec::new();
+                    if let Err(e) = encode(&msg, &mut frame) {
+                        self.stats.problem(format!("{:?}: message not sent: {e}", self.me()));
+                        continue;
+                    }
+                    self.stats.control_messages.add(1);
+                    if let Some(c) = self.route(to) {
+                        c.queue(frame);
+                    }
+                }
+                RuOutput::FreeBuffers(fragments) => {
+                    for f in fragments {
+                        let (stream, handle) = stream_handle(f.buffer);
+                        if let Some(b) = self.buffers.0.get_mut(stream) {
+                            b.release(handle);
+                        }
+                    }
+                }
+                RuOutput::Notice(Notice::TriggerStreamBroken { what, fragments, last_event }) => {
+                    self.trigger_broke(what, fragments, last_event)
+                }
+                RuOutput::Notice(n) => {
+                    self.count_fed_errors(&n);
+                    let text = match &n {
+                        // The core does not know why a FED gave nothing; the streams say it.
+                        Notice::MissingFragments { feds, .. } => {
+                            let why: Vec<String> =
+                                feds.iter().map(|&fed| format!("FED {fed} {}", self.why_missing(fed))).collect();
+                            format!("{n}: {}", why.join(", "))
+                        }
+                        _ => n.to_string(),
+                    };
+                    self.stats.problem(format!("{:?}: {text}", self.me()))
+                }
+                // The EVM's node hands its RU's triggers to its EVM; no other RU reads the
+                // trigger FED.
+                RuOutput::Triggered { .. } => {}
+            }
+        }
+    }
+
+    /// The EVM's node stopped the trigger for a broken trigger stream: the fault, with where in
+    /// the stream it happened, is the run's.
+    pub(super) fn trigger_broke(&mut self, what: TriggerBreak, fragments: u64, last_event: Option<EventNumber>) {
+        let Some(i) = self.cfg.ru.feds.iter().position(|&f| f == TCDS_FED_ID) else { return };
+        let Some(s) = &self.streams[i] else { return };
+        let stream_offset = match (&what, &s.broke) {
+            (TriggerBreak::SyncLost { .. }, _) => s.last_offset,
+            (_, Some((at, _))) => *at,
+            _ => s.bytes,
+        };
+        let fault = TriggerFault { fed: TCDS_FED_ID, what, stream_offset, fragments, last_event };
+        self.stats.problem(format!("EVM: {fault}"));
+        self.trigger_fault = Some(fault);
+    }
+
+    /// Counts what a notice says of FEDs, per FED and as the unit's sub-states.
+    pub(super) fn count_fed_errors(&mut self, notice: &Notice) {
+        let errors = &self.stats.fed_errors;
+        let count = |fed: FedId, kind: FedError| {
+            if let Some(i) = errors.index_of(fed) {
+                errors.add(i, kind, 1);
+            }
+        };
+        match notice {
+            Notice::SyncLoss { fed, .. } => {
+                count(*fed, FedError::SyncLost);
+                if let Some(i) = errors.index_of(*fed) {
+                    self.left_out[i] = Some(LeftOut::SyncLost);
+                }
+                self.stats.saw(SubState::SyncLoss);
+            }
+            Notice::MissingFragments { feds, .. } => {
+                for &fed in feds {
+                    count(fed, FedError::Missing);
+                }
+                self.stats.saw(SubState::MissingData);
+            }
+            Notice::LateFragment { fed, .. } => count(*fed, FedError::Late),
+            _ => {}
+        }
+    }
+
+    /// Queues one data frame of `parts` to `to`.
+    pub(super) fn send_data(&mut self, to: Peer, ru: u16, epoch: u32, parts: &[SuperFragment], commits: &[FileId]) {
+        let bytes = parts.iter().map(SuperFragment::bytes).sum();
+        let handles: Vec<BufferRef> = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer).collect();
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(handles.len());
+        for &h in &handles {
+            self.buffers.pieces(h, &mut pieces);
+        }
+        // Room for every descriptor, so that the header is written without growing.
+        let mut header = Vec::with_capacity(64 + 16 * parts.len() + 26 * handles.len());
+        if let Err(e) = encode_data_header_pieces(ru, epoch, parts, commits, &pieces, &mut header) {
+            self.stats.problem(format!("RU {}: data message not sent: {e}", self.cfg.ru.ru));
+            return;
+        }
+        drop(pieces);
+        self.stats.data_messages.add(1);
+        match self.route(to) {
+            Some(c) => c.queue_data(header, handles, bytes),
+            None => {
+                self.stats.saw(SubState::Blocked);
+                let Peer::Bu(b) = to else { return };
+                if self.is_evm() {
+                    // A BU reaches the EVM's node on its own connection; without it, the BU is
+                    // lost and the EVM reassigns its events.
+                    self.stats.problem(format!("EVM: BU {b} is not connected; its events are reassigned"));
+                    return;
+                }
+                if !self.bus_down.contains_key(&b) {
+                    self.stats.problem(format!(
+                        "RU {}: cannot reach BU {b}: its super-fragments are sent again once it is back, or go \
+                         where the EVM reassigns their events",
+                        self.cfg.ru.ru
+                    ));
+                }
+                let (_, parts_kept) = self.bus_down.entry(b).or_insert_with(|| (Instant::now(), Vec::new()));
+                parts_kept.extend(parts.iter().map(|p| (epoch, p.clone())));
+            }
+        }
+    }
+
+    /// Sends the BUs this RU could not reach what it could not send them, every [`BU_RETRY`]:
+    /// the super-fragments of events still theirs (not reassigned by the EVM, not released),
+    /// under the incarnation they were for. A try that fails keeps them for the next.
+    pub(super) fn retry_bus_down(&mut self) {
+        let due: Vec<u16> =
+            self.bus_down.iter().filter(|(_, (at, _))| at.elapsed() >= BU_RETRY).map(|(&b, _)| b).collect();
+        for b in due {
+            let Some((_, parts)) = self.bus_down.remove(&b) else { continue };
+            let ru = self.core.ru();
+            let mut by_epoch: BTreeMap<u32, Vec<SuperFragment>> = BTreeMap::new();
+            for (epoch, part) in parts {
+                if ru.assignment(part.event) == Some((b, epoch)) {
+                    by_epoch.entry(epoch).or_default().push(part);
+                }
+            }
+            let (max_parts, max_bytes) = (ru.config().max_parts_per_message, ru.config().max_data_bytes);
+            for (epoch, parts) in by_epoch {
+                for batch in data_batches(parts, max_parts, max_bytes) {
+                    self.send_data(Peer::Bu(b), self.cfg.ru.ru, epoch, &batch, &[]);
+                }
+            }
+        }
+    }
+
+    /// The connection that carries messages to `to`, reconnecting to a BU whose data connection
+    /// was lost (a restarted BU listens again on the same port).
+    pub(super) fn route(&mut self, to: Peer) -> Option<&mut Conn> {
+        if self.conn_to(to).is_none()
+            && let Peer::Bu(b) = to
+            && let Some(&address) = self.cfg.bu_data.get(usize::from(b))
+        {
+            // One short try: a BU that is down gets its events reassigned by the EVM.
+            if let Ok(s) = std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200))
+                && s.set_nodelay(true).is_ok()
+                && s.set_nonblocking(true).is_ok()
+            {
+                let _ = self.add_conn(TcpStream::from_std(s), Some(to));
+            }
+        }
+        self.conn_to(to)
+    }
+
+    pub(super) fn flush_conns(&mut self) -> Result<(), NodeError> {
+        let registry = self.poll.registry();
+        let mut broken = Vec::new();
+        for (token, conn) in self.conns.iter_mut() {
+            let queued = conn.queued_bytes();
+            if queued == 0 {
+                self.stalls.flushed(*token, 0, 0);
+                continue;
+            }
+            let result = if conn.peer.is_some_and(|p| matches!(p, Peer::Bu(_))) {
+                conn.flush(&self.buffers, registry)
+            } else {
+                conn.flush(&NoPieces, registry)
+            };
+            if let Err(e) = result {
+                broken.push((*token, format!("{}: {e}", conn.address)));
+            }
+            self.stalls.flushed(*token, queued, conn.queued_bytes());
+        }
+        // Connections closed elsewhere (a peer lost or replaced) no longer count.
+        let conns = &self.conns;
+        self.stalls.keep(|token| conns.contains_key(token));
+        if self.stalls.blocked(Instant::now()) {
+            self.stats.saw(SubState::Blocked);
+        }
+        for (token, why) in broken {
+            self.close_conn(token, Some(why))?;
+        }
+        Ok(())
+    }
+}
+
+/// Connections with bytes waiting that took none at their last flush, and since when: a unit
+/// with a connection that has taken nothing for [`BLOCKED_AFTER`] is [`SubState::Blocked`].
+#[derive(Debug, Default)]
+pub(super) struct Stalls(BTreeMap<Token, Instant>);
+
+impl Stalls {
+    /// A flush of `token`'s connection took its queue from `before` to `after` bytes.
+    pub(super) fn flushed(&mut self, token: Token, before: usize, after: usize) {
+        if after > 0 && after == before {
+            self.0.entry(token).or_insert_with(Instant::now);
+        } else {
+            self.0.remove(&token);
+        }
+    }
+
+    /// Forgets the connections that `open` does not hold.
+    pub(super) fn keep(&mut self, open: impl Fn(&Token) -> bool) {
+        self.0.retain(|token, _| open(token));
+    }
+
+    /// Whether a connection has taken nothing for [`BLOCKED_AFTER`] at `now`.
+    pub(super) fn blocked(&self, now: Instant) -> bool {
+        self.0.values().any(|&since| now.saturating_duration_since(since) >= BLOCKED_AFTER)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_that_takes_nothing_for_a_while_blocks_its_unit_and_one_that_moves_does_not() {
+        let mut stalls = Stalls::default();
+        let (a, b) = (Token(CONN_BASE), Token(CONN_BASE + 1));
+        stalls.flushed(a, 100, 100);
+        stalls.flushed(b, 100, 40);
+        let now = Instant::now();
+        assert!(!stalls.blocked(now), "not yet");
+        assert!(stalls.blocked(now + BLOCKED_AFTER), "a has taken nothing");
+        stalls.flushed(a, 100, 100);
+        assert!(stalls.blocked(now + BLOCKED_AFTER), "still stalled since the first flush");
+        stalls.flushed(a, 100, 90);
+        assert!(!stalls.blocked(now + BLOCKED_AFTER), "a moved");
+        stalls.flushed(b, 40, 40);
+        stalls.keep(|t| *t != b);
+        assert!(!stalls.blocked(now + 10 * BLOCKED_AFTER), "b is closed");
+        stalls.flushed(a, 0, 0);
+        assert!(!stalls.blocked(now + 10 * BLOCKED_AFTER));
+    }
+}

@@ -1,0 +1,779 @@
+//! A readout unit on real I/O, and the EVM's node (the EVM with RU 0) on the same loop.
+//!
+//! **One thread** runs the unit: it reads every FEROL stream into that stream's receive memory,
+//! offers each fragment to the core, hands the core the messages of its peers, and writes the
+//! core's messages, data frames straight from the receive memory. Everything is non-blocking and
+//! driven by one poller, so a slow BU delays only the frames queued for it, and back-pressure is
+//! the core refusing fragments: the loop stops reading those streams and TCP stops the front
+//! end. Two cores of a laptop are better spent on one such thread per unit than on a thread per
+//! stream that would hand fragments across.
+//!
+//! Connections: front ends connect to the FEROL port (each stream is named by the FED id in its
+//! first block header); the EVM connects to each RU's control port; each RU connects to each
+//! BU's data port; each BU connects to the EVM's port, and RU 0's data for that BU travels back
+//! on that connection, in order with the EVM's messages.
+
+use crate::conn::{Conn, LinkSide, NoPieces, PieceSource};
+use crate::ferol_input::{FragmentHandle, Received, StreamBuffer};
+use crate::link::LinkKey;
+use crate::state::Transition;
+use crate::stats::{BLOCKED_AFTER, CpuSampler, FedError, SubState, Throttle, UnitStats};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tessera_config::CorruptStreamPolicy;
+use tessera_evb::ingest::IngestRu;
+use tessera_evb::msg::{BufferRef, FragmentRef, Message, SuperFragment, TriggerInfo, data_batches};
+use tessera_evb::ru::BackPressure;
+use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
+pub use tessera_evb::unit::TriggerBreak;
+use tessera_evb::unit::{Input, Notice, RuOutput};
+use tessera_evb::wire::{encode, encode_data_header_pieces};
+use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_formats::fed::CrcCheck;
+use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
+use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord};
+
+mod conns;
+mod control;
+mod protocol;
+mod streams;
+use conns::Stalls;
+pub use control::Control;
+pub(crate) use control::poller;
+use protocol::{RuCore, trigger_off};
+
+/// How an RU node runs: its core's configuration, where it listens and whom it calls.
+#[derive(Debug)]
+pub struct RuNodeConfig {
+    /// The run number, which every peer's link must name.
+    pub run: u32,
+    /// The run's link key, with which every peer proves that it belongs to the run.
+    pub link_key: LinkKey,
+    /// The RU core.
+    pub ru: RuConfig,
+    /// The EVM core, for RU 0 (the EVM's node).
+    pub evm: Option<EvmConfig>,
+    /// Where front ends connect, one connection per FED.
+    pub ferol_listener: std::net::TcpListener,
+    /// RU: where the EVM connects. EVM's node: where BUs connect.
+    pub control_listener: std::net::TcpListener,
+    /// RU other than RU 0: each BU's data address, by BU index.
+    pub bu_data: Vec<SocketAddr>,
+    /// EVM's node: each RU's control address, for RUs 1, 2, ...
+    pub ru_control: Vec<SocketAddr>,
+    /// Receive memory per FED stream: chunk size in bytes.
+    pub chunk_bytes: usize,
+    /// Receive memory per FED stream: chunks.
+    pub chunks_per_fed: usize,
+    /// Largest fragment on the wire, FEROL block headers included.
+    pub max_wire_bytes: usize,
+    /// What a stream that cannot be read on does to the run.
+    pub on_corrupt_stream: CorruptStreamPolicy,
+    /// Which fragments' CRC-16 is checked (`ru.fragment_crc_check`).
+    pub fragment_crc_check: CrcCheck,
+    /// The run's event limit (`run.events`): every FED stream, the trigger's too, brings this
+    /// many events and closes. A stream that closes there ends cleanly; one that closes before
+    /// has disconnected (for the trigger stream, a fault that fails the run). `None`: the run
+    /// ends by run control's stop ([`Control::stop_trigger`], [`Control::streams_end_after`]).
+    pub event_limit: Option<u64>,
+    /// How long to keep trying to reach a peer at start-up.
+    pub connect_timeout: Duration,
+    /// Largest protocol frame accepted, in bytes.
+    pub max_frame_bytes: u32,
+    /// The addresses protocol peers may call from (the EVM's for an RU, the BUs' for the EVM);
+    /// `None` accepts any.
+    pub allowed_peers: Option<Vec<std::net::IpAddr>>,
+    /// Ingest only, for benchmarks: no EVM and no BU. The RU assigns itself every event that all
+    /// its streams have delivered, and releases each super-fragment as soon as its core sends
+    /// it: the RU's whole receive path (streams, checks, receive memory, super-fragments) with
+    /// nothing sent. The node ends when every stream has ended. Needs `evm: None`.
+    pub ingest_only: bool,
+    /// Pin the unit's loop thread to this CPU core; a core that cannot be had is reported, and
+    /// the unit runs unpinned.
+    pub pin_core: Option<usize>,
+}
+
+/// What ended an RU node with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A socket could not be set up.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// A peer could not be reached in time.
+    #[error("{peer:?} at {address} could not be reached within {seconds} s: {source}")]
+    Unreachable {
+        /// The peer.
+        peer: Peer,
+        /// Its address.
+        address: SocketAddr,
+        /// How long we tried.
+        seconds: u64,
+        /// The last error.
+        source: io::Error,
+    },
+    /// A FEROL stream could not be read on, and the configuration says to fail.
+    #[error(
+        "RU {ru}: FED {fed} stream, byte {stream_offset} (after {fragments} fragments, last LV1 {last_lv1:?}): {error}"
+    )]
+    Stream {
+        /// The RU.
+        ru: u16,
+        /// The FED.
+        fed: FedId,
+        /// Byte offset in the stream.
+        stream_offset: u64,
+        /// Fragments read before it.
+        fragments: u64,
+        /// The LV1 id of the last good fragment.
+        last_lv1: Option<u32>,
+        /// What is there.
+        error: Box<tessera_formats::FormatError>,
+    },
+    /// The EVM went away before the run was drained.
+    #[error("the connection to the EVM was lost before the run ended: {0}")]
+    EvmLost(String),
+    /// The EVM lost an RU before the run was drained: no event can be built without it.
+    #[error("the EVM lost {0} before the run ended; the run cannot go on without it")]
+    RuLost(String),
+    /// Run control aborted the unit; what it still held.
+    #[error("aborted{}", if .0.is_empty() { String::new() } else { format!(" while waiting for: {}", .0) })]
+    Aborted(String),
+    /// A BU's file operation failed.
+    #[error(transparent)]
+    Files(#[from] crate::bu_files::BuFilesError),
+    /// Something else that stops a BU.
+    #[error("{0}")]
+    Bu(String),
+}
+
+/// How an RU node ended.
+#[derive(Debug, Clone, Default)]
+pub struct RuReport {
+    /// The RU core's counters.
+    pub ru: tessera_evb::ru::RuCounters,
+    /// The EVM's counters, on the EVM's node.
+    pub evm: Option<tessera_evb::evm::EvmCounters>,
+    /// The last event triggered (EVM).
+    pub last_event: Option<EventNumber>,
+    /// EVM: how the trigger stream broke before run control stopped the trigger. The node
+    /// drained the events triggered before it and ended, but the run has failed.
+    pub trigger_fault: Option<TriggerFault>,
+    /// Fragments received of events after the run's last triggered event, per FED in the RU's
+    /// order (FEDs with none left out; the trigger FED's own never counted): what the front ends
+    /// sent that no trigger made an event of, discarded at the end of the run.
+    pub orphan_fragments: Vec<(FedId, u64)>,
+}
+
+/// How the trigger stream (FED 1024) broke before run control stopped the trigger: the EVM's
+/// node drains the events triggered before it, then ends with it in its [`RuReport`], and the
+/// run has failed. The trigger's only clean ends are run control's stop and, with an event
+/// limit, the trigger stream's close at a fragment boundary after exactly that many events.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the trigger stream (FED {fed}) {what} at stream byte {stream_offset}, after {fragments} fragments \
+     (last good event {last_event:?}), before run control stopped the trigger: the run failed"
+)]
+pub struct TriggerFault {
+    /// The trigger FED.
+    pub fed: FedId,
+    /// What happened.
+    pub what: TriggerBreak,
+    /// Byte offset in the stream where it happened (the end of the last good fragment, or where
+    /// the stream could not be read on).
+    pub stream_offset: u64,
+    /// Good trigger fragments before it.
+    pub fragments: u64,
+    /// The last event triggered.
+    pub last_event: Option<EventNumber>,
+}
+
+pub(crate) const WAKER: Token = Token(0);
+const FEROL_LISTENER: Token = Token(1);
+const CONTROL_LISTENER: Token = Token(2);
+/// FEROL streams from here, one per configured FED.
+const STREAM_BASE: usize = 1 << 16;
+/// Protocol connections from here.
+const CONN_BASE: usize = 1 << 20;
+/// Longest the loop sleeps without looking at the clock.
+const MAX_SLEEP: Duration = Duration::from_millis(10);
+/// Most bytes one read of a FEROL stream takes.
+const READ_BYTES: usize = 128 << 10;
+/// Bytes read from one FEROL stream before the loop turns to the others.
+const STREAM_TURN_BYTES: usize = 1 << 20;
+/// Room kept in a data frame for its header and descriptors.
+const FRAME_SLACK_BYTES: usize = 1 << 20;
+/// Front-end connections that may wait at once for their first block header.
+const MAX_UNNAMED_STREAMS: usize = 64;
+/// How often the EVM says what a long drain waits for.
+const DRAIN_REPORT: Duration = Duration::from_secs(5);
+/// How long an RU waits for the EVM's Drain after a BU's connection closed before it says the BU
+/// was lost (at the run's end the BUs close as the Drain comes, on another connection).
+const LOSS_PATIENCE: Duration = Duration::from_secs(1);
+/// How often an RU tries again to reach a BU it lost, to send it its events again (until the
+/// EVM reassigns them or the run ends).
+const BU_RETRY: Duration = Duration::from_millis(250);
+/// How long a front-end connection may take to send its first block header.
+const NAME_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the EVM's node keeps flushing its last messages once the run has drained.
+const FINAL_FLUSH: Duration = Duration::from_secs(5);
+/// How long a drained EVM waits for BUs lost during the run to come back (restarted by run
+/// control) and take their end of run, before it ends without them.
+const LOST_BU_GRACE: Duration = Duration::from_secs(10);
+
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> NodeError {
+    let what = what.into();
+    move |source| NodeError::Io { what, source }
+}
+
+/// Pins the calling thread (a unit's loop) to `core`, if asked; a core that cannot be had is
+/// reported and the unit runs unpinned.
+pub(crate) fn pin_to(core: Option<usize>, stats: &UnitStats, unit: &str) {
+    // The kernel's CPU sets hold 1024 cores; the crate asserts on more rather than failing.
+    if let Some(id) = core
+        && (id >= 1024 || !core_affinity::set_for_current(core_affinity::CoreId { id }))
+    {
+        stats.problem(format!("{unit}: could not pin its loop to CPU core {id}; it runs unpinned"));
+    }
+}
+
+/// Where a received fragment is, as the protocol carries it: the FED stream's index, then the
+/// stream's own handle, field for field.
+fn buffer_ref(stream: usize, handle: FragmentHandle) -> BufferRef {
+    let area = u32::try_from(stream).expect("an RU's FED streams are counted in u32");
+    BufferRef { area, chunk: handle.chunk, offset: handle.offset, len: handle.wire_len }
+}
+
+/// The stream's handle of a fragment, as [`buffer_ref`] gave it.
+fn stream_handle(buffer: BufferRef) -> (usize, FragmentHandle) {
+    (buffer.area as usize, FragmentHandle { chunk: buffer.chunk, offset: buffer.offset, wire_len: buffer.len })
+}
+
+/// The receive memory of every FEROL stream of the RU, by FED index.
+struct Buffers(Vec<StreamBuffer>);
+
+impl PieceSource for Buffers {
+    fn pieces<'a>(&'a self, buffer: BufferRef, out: &mut Vec<&'a [u8]>) {
+        let (stream, h) = stream_handle(buffer);
+        if let Some(b) = self.0.get(stream) {
+            out.extend(b.segments(h));
+        }
+    }
+}
+
+/// Why a FED is left out for the rest of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeftOut {
+    /// It sent an event out of sequence.
+    SyncLost,
+    /// Its stream closed before the run's end.
+    Disconnected,
+}
+
+/// One FEROL stream's connection.
+struct FerolConn {
+    stream: TcpStream,
+    readable: bool,
+    ended: bool,
+    /// The stream cannot be read on (garbage, or closed inside a fragment): where (its byte
+    /// offset) and why. Its bytes are read and thrown away until it ends.
+    broke: Option<(u64, String)>,
+    /// Its end has been looked at (a clean end, a disconnect or a break): once.
+    settled: bool,
+    fragments: u64,
+    /// Bytes of the stream up to the end of its last whole fragment.
+    bytes: u64,
+    /// Where its last whole fragment starts (the end of the one before).
+    last_offset: u64,
+    last_lv1: Option<u32>,
+}
+
+/// Connects to `peer` at `address`, retrying until `timeout`; gives up at once when run control
+/// aborts the unit (a unit that failed leaves its port closed: waiting for it would only delay
+/// the end of the run).
+pub(crate) fn connect(
+    address: SocketAddr,
+    peer: Peer,
+    timeout: Duration,
+    control: &Control,
+) -> Result<std::net::TcpStream, NodeError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if control.aborted() {
+            return Err(NodeError::Aborted(format!("the connection to {peer:?} at {address}")));
+        }
+        match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)) {
+            Ok(s) => {
+                s.set_nodelay(true).map_err(io_err(format!("setting TCP_NODELAY to {address}")))?;
+                s.set_nonblocking(true).map_err(io_err(format!("making {address} non-blocking")))?;
+                return Ok(s);
+            }
+            Err(source) if Instant::now() >= deadline => {
+                return Err(NodeError::Unreachable { peer, address, seconds: timeout.as_secs(), source });
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// An RU node, ready to run.
+pub struct RuNode {
+    cfg: RuNodeConfig,
+    core: Box<dyn RuCore>,
+    stats: Arc<UnitStats>,
+    control: Control,
+    poll: Poll,
+}
+
+impl RuNode {
+    /// Sets up the node: its core, its poller, and its receive memory, allocated and touched now.
+    pub fn new(cfg: RuNodeConfig) -> Result<Self, NodeError> {
+        // Every data message fits the frame a BU accepts: the core splits them so.
+        let mut ru = cfg.ru.clone();
+        ru.max_data_bytes =
+            ru.max_data_bytes.min((cfg.max_frame_bytes as usize).saturating_sub(FRAME_SLACK_BYTES).max(1));
+        let core: Box<dyn RuCore> = match cfg.evm.clone() {
+            Some(evm) => Box::new(EvmNode::new(evm, ru)),
+            None if cfg.ingest_only => Box::new(IngestRu::new(ru)),
+            None => Box::new(Ru::new(ru)),
+        };
+        let (poll, control) = poller()?;
+        let stats = Arc::new(UnitStats::for_ru(&cfg.ru.feds));
+        Ok(RuNode { cfg, core, stats, control, poll })
+    }
+
+    /// The unit's live figures.
+    pub fn stats(&self) -> Arc<UnitStats> {
+        self.stats.clone()
+    }
+
+    /// The run-control handle.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// Runs the unit until the run ends: for an RU, when the EVM closes its connection after the
+    /// drain; for the EVM's node, when every event is committed, every lumi section closed and
+    /// the end of run sent.
+    pub fn run(self) -> Result<RuReport, NodeError> {
+        let RuNode { cfg, core, stats, control, poll } = self;
+        stats.transition(Transition::Configure);
+        pin_to(cfg.pin_core, &stats, &format!("RU {}", cfg.ru.ru));
+        // One super-fragment must fit in a frame: data messages are split between them only.
+        let largest = cfg.ru.feds.len() * cfg.max_wire_bytes + FRAME_SLACK_BYTES;
+        if largest > cfg.max_frame_bytes as usize {
+            return Err(NodeError::Io {
+                what: format!(
+                    "RU {}: a super-fragment of {} FEDs of up to {} bytes may not fit in a frame of {} bytes",
+                    cfg.ru.ru,
+                    cfg.ru.feds.len(),
+                    cfg.max_wire_bytes,
+                    cfg.max_frame_bytes
+                ),
+                source: io::Error::from(io::ErrorKind::InvalidInput),
+            });
+        }
+        stats.chunks_total.set((cfg.chunks_per_fed * cfg.ru.feds.len()) as u64);
+        let mut lp = RuLoop {
+            start: Instant::now(),
+            streams: (0..cfg.ru.feds.len()).map(|_| None).collect(),
+            unnamed: Vec::new(),
+            buffers: Buffers(Vec::new()),
+            conns: BTreeMap::new(),
+            next_conn: CONN_BASE,
+            scratch: vec![0u8; 256 << 10],
+            bus_down: BTreeMap::new(),
+            bus_lost: Vec::new(),
+            stop_noted: false,
+            last_trigger: None,
+            left_out: vec![None; cfg.ru.feds.len()],
+            trigger_fault: None,
+            stalls: Stalls::default(),
+            cpu: CpuSampler::default(),
+            stats,
+            control,
+            core,
+            poll,
+            cfg,
+        };
+        let result = lp.run();
+        match &result {
+            Ok(r) if r.trigger_fault.is_some() => lp.stats.end_failed_after_drain(),
+            Ok(_) => lp.stats.end_cleanly(),
+            Err(e) => {
+                // Said where run control looks, before the state says Failed.
+                lp.stats.problem(e.to_string());
+                lp.stats.set_failed()
+            }
+        }
+        result
+    }
+}
+
+struct RuLoop {
+    cfg: RuNodeConfig,
+    core: Box<dyn RuCore>,
+    stats: Arc<UnitStats>,
+    control: Control,
+    poll: Poll,
+    start: Instant,
+    streams: Vec<Option<FerolConn>>,
+    /// Front-end connections that have not yet named their FED, and since when.
+    unnamed: Vec<(TcpStream, SocketAddr, Instant)>,
+    buffers: Buffers,
+    conns: BTreeMap<Token, Conn>,
+    next_conn: usize,
+    scratch: Vec<u8>,
+    /// BUs whose connection closed before the EVM's Drain, with when and the line that says it:
+    /// said after [`LOSS_PATIENCE`] without the Drain.
+    bus_lost: Vec<(Instant, String)>,
+    /// BUs this RU could not reach, since when, with the super-fragments it could not send them
+    /// and their incarnation: sent again every [`BU_RETRY`] while still theirs.
+    bus_down: BTreeMap<u16, (Instant, Vec<(u32, SuperFragment)>)>,
+    /// The trigger's stop (the EVM's node's to decide) has been taken as the unit's Stop.
+    stop_noted: bool,
+    /// The trigger information of the last trigger fragment that parsed.
+    last_trigger: Option<TriggerInfo>,
+    /// Why each FED (by index) is left out for the rest of the run, once it is: it lost sync or
+    /// disconnected. The unit stays in [`SubState::SyncLoss`] or [`SubState::FedDisconnected`]
+    /// meanwhile.
+    left_out: Vec<Option<LeftOut>>,
+    /// EVM: how the trigger stream broke before run control stopped the trigger.
+    trigger_fault: Option<TriggerFault>,
+    stalls: Stalls,
+    cpu: CpuSampler,
+}
+
+impl RuLoop {
+    fn now(&self) -> Nanos {
+        self.start.elapsed().as_nanos() as Nanos
+    }
+
+    fn is_evm(&self) -> bool {
+        self.cfg.evm.is_some()
+    }
+
+    /// An RU (not the EVM's node) has had the EVM's drain: the run is over.
+    fn drain_seen(&self) -> bool {
+        !self.is_evm() && self.core.ru().drain_seen()
+    }
+
+    fn me(&self) -> Peer {
+        if self.is_evm() { Peer::Evm } else { Peer::Ru(self.cfg.ru.ru) }
+    }
+
+    fn add_conn(&mut self, stream: TcpStream, peer: Option<Peer>) -> Result<Token, NodeError> {
+        let token = Token(self.next_conn);
+        self.next_conn += 1;
+        let side = LinkSide { me: self.me(), run: self.cfg.run, key: self.cfg.link_key.clone() };
+        let mut conn = match peer {
+            Some(p) => Conn::opened(stream, token, p, &side, self.cfg.max_frame_bytes),
+            None => Conn::accepted(stream, token, &side, self.cfg.max_frame_bytes)
+                .map_err(io_err("a challenge for a connection"))?,
+        };
+        conn.register(self.poll.registry()).map_err(io_err("registering a connection"))?;
+        self.conns.insert(token, conn);
+        Ok(token)
+    }
+
+    fn conn_to(&mut self, peer: Peer) -> Option<&mut Conn> {
+        self.conns.values_mut().find(|c| c.peer == Some(peer))
+    }
+
+    fn run(&mut self) -> Result<RuReport, NodeError> {
+        let registry = self.poll.registry().try_clone().map_err(io_err("cloning the registry"))?;
+        let listener = |l: &std::net::TcpListener, what: &str| -> Result<TcpListener, NodeError> {
+            let l = l.try_clone().map_err(io_err(what))?;
+            l.set_nonblocking(true).map_err(io_err(what))?;
+            Ok(TcpListener::from_std(l))
+        };
+        let mut ferol = listener(&self.cfg.ferol_listener, "FEROL listener")?;
+        let mut control = listener(&self.cfg.control_listener, "control listener")?;
+        registry.register(&mut ferol, FEROL_LISTENER, Interest::READABLE).map_err(io_err("FEROL listener"))?;
+        registry.register(&mut control, CONTROL_LISTENER, Interest::READABLE).map_err(io_err("control listener"))?;
+        // Calls out: the EVM to every RU, every RU to every BU.
+        let timeout = self.cfg.connect_timeout;
+        for (i, &address) in self.cfg.ru_control.clone().iter().enumerate() {
+            let peer = Peer::Ru(i as u16 + 1);
+            let s = connect(address, peer, timeout, &self.control)?;
+            self.add_conn(TcpStream::from_std(s), Some(peer))?;
+        }
+        for (b, &address) in self.cfg.bu_data.clone().iter().enumerate() {
+            let peer = Peer::Bu(b as u16);
+            let s = connect(address, peer, timeout, &self.control)?;
+            self.add_conn(TcpStream::from_std(s), Some(peer))?;
+        }
+        // Receive memory is allocated and touched once the peers are reached (which takes
+        // them no time to notice), not before: front ends wait in the listener's backlog.
+        let cfg = &self.cfg;
+        let buffers = cfg
+            .ru
+            .feds
+            .iter()
+            .map(|&fed| {
+                StreamBuffer::new(fed, cfg.chunk_bytes, cfg.chunks_per_fed, cfg.max_wire_bytes)
+                    .map(|b| b.with_crc_check(cfg.fragment_crc_check))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
+        self.buffers = Buffers(buffers);
+        self.stats.transition(Transition::Configured);
+        self.control.wait_enabled(&format!("RU {}", self.cfg.ru.ru), &self.stats)?;
+        self.stats.transition(Transition::Enable);
+        let enabled_at = Instant::now();
+        let mut events = Events::with_capacity(1024);
+        let mut drained_at: Option<Instant> = None;
+        let (mut stopped_at, mut drain_reports, mut lost_said) = (None::<Instant>, 0u32, false);
+        loop {
+            if self.control.aborted() {
+                let pending = self.core.evm().map(Evm::pending).unwrap_or_default();
+                return Err(NodeError::Aborted(pending));
+            }
+            if self.control.take_stop_trigger() {
+                self.stop_trigger();
+            }
+            let now = self.now();
+            if self.core.next_timeout().is_some_and(|t| now >= t) {
+                self.core.handle(now, Input::Tick);
+            }
+            self.dispatch(now);
+            if !self.unnamed.is_empty() {
+                self.name_streams();
+            }
+            let busy = self.read_streams(now)?;
+            let busy = self.read_conns(now)? || busy;
+            self.close_overdue_links(enabled_at)?;
+            self.dispatch(self.now());
+            self.retry_bus_down();
+            if self.drain_seen() {
+                self.bus_lost.clear();
+            }
+            while self.bus_lost.first().is_some_and(|(at, _)| at.elapsed() >= LOSS_PATIENCE) {
+                let (_, line) = self.bus_lost.remove(0);
+                self.stats.saw(SubState::Blocked);
+                self.stats.problem(line);
+            }
+            self.flush_conns()?;
+            self.publish_stats();
+            self.cpu.sample(&self.stats, false);
+            if trigger_off(&*self.core)
+                && let Some(evm) = self.core.evm()
+                && !evm.drained()
+            {
+                // A drain that takes long says what it waits for, every DRAIN_REPORT.
+                let since = *stopped_at.get_or_insert_with(Instant::now);
+                if since.elapsed() >= DRAIN_REPORT * (drain_reports + 1) {
+                    drain_reports += 1;
+                    let pending = evm.pending();
+                    self.stats.problem(format!(
+                        "EVM: still draining after {:.0} s: {pending}",
+                        since.elapsed().as_secs_f64()
+                    ));
+                }
+            }
+            if let Some(evm) = self.core.evm()
+                && evm.drained()
+            {
+                let lost = evm.bus_lost();
+                let at = *drained_at.get_or_insert_with(Instant::now);
+                if !lost.is_empty() && !lost_said {
+                    lost_said = true;
+                    self.stats.problem(format!(
+                        "EVM: drained; waiting up to {LOST_BU_GRACE:?} for BUs {lost:?}, lost during the run, to come \
+                         back for their end of run"
+                    ));
+                }
+                let flushed = self.conns.values().all(|c| c.queued_bytes() == 0) || at.elapsed() > FINAL_FLUSH;
+                if flushed && (lost.is_empty() || at.elapsed() > LOST_BU_GRACE) {
+                    return Ok(self.report());
+                }
+            }
+            if !self.is_evm() && self.drain_seen() && !self.conns.values().any(|c| c.peer == Some(Peer::Evm)) {
+                return Ok(self.report());
+            }
+            if self.cfg.ingest_only && self.ingested_all() {
+                return Ok(self.report());
+            }
+            let wait = if busy {
+                Duration::ZERO
+            } else {
+                let now = self.now();
+                let until = self.core.next_timeout().map(|t| Duration::from_nanos(t.saturating_sub(now)));
+                let wait = until.map_or(MAX_SLEEP, |u| u.min(MAX_SLEEP));
+                // Connections waiting to name their FED are not registered: look again soon.
+                if self.unnamed.is_empty() { wait } else { wait.min(Duration::from_millis(1)) }
+            };
+            match self.poll.poll(&mut events, Some(wait)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(NodeError::Io { what: "polling".into(), source: e }),
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => {}
+                    FEROL_LISTENER => self.accept_ferol(&ferol),
+                    CONTROL_LISTENER => self.accept_control(&control)?,
+                    Token(t) if (STREAM_BASE..CONN_BASE).contains(&t) => {
+                        if let Some(Some(s)) = self.streams.get_mut(t - STREAM_BASE) {
+                            s.readable = true;
+                        }
+                    }
+                    token => {
+                        if let Some(c) = self.conns.get_mut(&token)
+                            && (ev.is_readable() || ev.is_read_closed() || ev.is_error())
+                        {
+                            c.readable = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The end-of-run report. Fragments received of events after the run's last belong to
+    /// events the trigger never issued (the front ends sent past the trigger's last event, or
+    /// the trigger stream broke): they are not events, but they are counted per FED and said,
+    /// not dropped silently.
+    fn report(&mut self) -> RuReport {
+        self.cpu.sample(&self.stats, true);
+        self.publish_stats();
+        let orphan_fragments = self.orphan_fragments();
+        if !orphan_fragments.is_empty() {
+            let per_fed: Vec<String> = orphan_fragments.iter().map(|(fed, n)| format!("FED {fed}: {n}")).collect();
+            self.stats.problem(format!(
+                "{:?}: fragments received of events after the run's last event {:?}, discarded at the end of the run: {}",
+                self.me(),
+                self.last_event_of_run(),
+                per_fed.join(", ")
+            ));
+        }
+        RuReport {
+            ru: self.core.ru().counters(),
+            evm: self.core.evm().map(Evm::counters),
+            last_event: self.core.evm().and_then(Evm::last_triggered),
+            trigger_fault: self.trigger_fault.clone(),
+            orphan_fragments,
+        }
+    }
+
+    /// The run's last event: the last triggered (EVM), or as the EVM's drain said (RU).
+    fn last_event_of_run(&self) -> Option<EventNumber> {
+        match self.core.evm() {
+            Some(evm) => evm.last_triggered(),
+            None => self.core.ru().run_last_event(),
+        }
+    }
+
+    /// Events of the run up to its last event (0 before the first).
+    fn events_of_run(&self) -> u64 {
+        self.last_event_of_run().map_or(0, |last| (last + 1).saturating_sub(self.cfg.ru.first_event))
+    }
+
+    /// Per data FED, the fragments received, taken or still whole in its receive memory, of
+    /// events after the run's last.
+    fn orphan_fragments(&mut self) -> Vec<(FedId, u64)> {
+        if self.cfg.ingest_only {
+            return Vec::new();
+        }
+        let events = self.events_of_run();
+        let mut orphans = Vec::new();
+        for (i, s) in self.streams.iter().enumerate() {
+            let fed = self.cfg.ru.feds[i];
+            let Some(s) = s.as_ref().filter(|_| fed != TCDS_FED_ID) else { continue };
+            let mut received = s.fragments;
+            if s.broke.is_none() {
+                while let Some(Ok(_)) = self.buffers.0[i].next_fragment() {
+                    received += 1;
+                }
+            }
+            let n = received.saturating_sub(events);
+            if n > 0 {
+                orphans.push((fed, n));
+            }
+        }
+        orphans
+    }
+
+    /// Where a FED stream that closes cleanly is expected to close, when known: the run's
+    /// event limit, the stop line, and once the run's last event is known (the trigger stopped,
+    /// the drain seen), the events of the run.
+    fn clean_end_at(&self) -> Option<u64> {
+        let stopped = if self.is_evm() { trigger_off(&*self.core) } else { self.drain_seen() };
+        let run = stopped.then(|| self.events_of_run());
+        [self.cfg.event_limit, self.control.stop_line(), run].into_iter().flatten().min()
+    }
+
+    fn publish_stats(&self) {
+        if self.left_out.contains(&Some(LeftOut::SyncLost)) {
+            self.stats.saw(SubState::SyncLoss);
+        }
+        if self.left_out.contains(&Some(LeftOut::Disconnected)) {
+            self.stats.saw(SubState::FedDisconnected);
+        }
+        let c = self.core.ru().counters();
+        self.stats.events_buffered.set(self.core.ru().events_buffered() as u64);
+        self.stats.fragments.set(c.fragments);
+        self.stats.corrupt_fragments.set(c.corrupt_fragments);
+        let used: usize = self.buffers.0.iter().map(|b| b.occupancy().0).sum();
+        self.stats.chunks_used.set(used as u64);
+        if let Some(evm) = self.core.evm() {
+            let e = evm.counters();
+            self.stats.triggered.set(e.triggered);
+            self.stats.committed.set(e.committed);
+            self.stats.reassigned.set(e.reassigned);
+            self.stats.lost_lumi_closed.set(e.lost_lumi_closed);
+        }
+    }
+
+    /// Run control stops the trigger at the last event triggered.
+    fn stop_trigger(&mut self) {
+        if !self.is_evm() {
+            return;
+        }
+        let last_event = self.core.evm().and_then(Evm::last_triggered);
+        let now = self.now();
+        self.core.handle(now, Input::StopTrigger { last_event });
+        self.dispatch(now);
+    }
+
+    /// Takes note once that the run stopped: the EVM's node stopped the trigger (run control's
+    /// stop, the trigger stream's clean end, or its break), or an RU had the EVM's drain.
+    fn note_stop(&mut self) {
+        if !self.stop_noted && (trigger_off(&*self.core) || self.drain_seen()) {
+            self.stop_noted = true;
+            self.stats.transition(Transition::Stop);
+        }
+    }
+
+    /// Ingest only: every stream has ended and every event is built and freed.
+    fn ingested_all(&self) -> bool {
+        let ended = self.streams.iter().all(|s| s.as_ref().is_some_and(|s| s.ended));
+        ended && self.core.ru().events_buffered() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The packed handle this replaced kept 16 bits of the chunk: chunk 65,536 named chunk 0.
+    /// Field for field, every chunk and stream at and past that boundary names itself.
+    #[test]
+    fn a_fragment_in_chunk_65536_or_on_stream_65536_is_named_as_itself() {
+        for (stream, chunk) in [(0, 65_535), (0, 65_536), (1, 65_537), (65_536, 3), (70_000, u32::MAX)] {
+            let handle = FragmentHandle { chunk, offset: 4096, wire_len: 2064 };
+            let back = stream_handle(buffer_ref(stream, handle));
+            assert_eq!((back.0, back.1.chunk, back.1.offset, back.1.wire_len), (stream, chunk, 4096, 2064));
+        }
+    }
+}
