@@ -25,9 +25,9 @@ use tessera_control::{Action, HeartbeatWatch, RunState, RunStatus, Served, UnitS
 use tessera_runtime::link::LinkKey;
 
 use crate::farm::fu_args;
-use crate::run::{
-    ControlArgs, DRAIN_TIMEOUT, IncompleteRule, OperatorStop, count_interrupts, incomplete_line, serve_control,
-};
+use crate::options::{ControlArgs, count_interrupts, serve_control};
+use tessera_control::incomplete::{IncompleteRule, incomplete_line};
+use tessera_control::stop::{DRAIN_TIMEOUT, OperatorStop};
 
 /// The options of `tessera agent`.
 #[derive(clap::Args, Debug, Clone)]

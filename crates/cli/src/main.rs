@@ -10,6 +10,7 @@ use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
 mod controller;
 mod farm;
+mod options;
 mod run;
 mod space;
 
@@ -137,9 +138,9 @@ enum Command {
         /// The system file (default: 2 RUs, one of them the EVM, and 2 BUs on this machine).
         system: Option<PathBuf>,
         #[command(flatten)]
-        args: run::SystemArgs,
+        args: options::SystemArgs,
         #[command(flatten)]
-        control: run::ControlArgs,
+        control: options::ControlArgs,
         /// Print the system (the default one, or the file with its defaults filled in) as YAML,
         /// a starting point for a system file, and exit.
         #[arg(long)]
@@ -183,9 +184,9 @@ enum Command {
         #[arg(long)]
         system: PathBuf,
         #[command(flatten)]
-        args: run::SystemArgs,
+        args: options::SystemArgs,
         #[command(flatten)]
-        control: run::ControlArgs,
+        control: options::ControlArgs,
         #[command(flatten)]
         unit: run::UnitArgs,
     },
@@ -198,9 +199,9 @@ enum Command {
         #[arg(long)]
         name: String,
         #[command(flatten)]
-        args: run::SystemArgs,
+        args: options::SystemArgs,
         #[command(flatten)]
-        control: run::ControlArgs,
+        control: options::ControlArgs,
         #[command(flatten)]
         unit: run::UnitArgs,
     },
@@ -217,9 +218,9 @@ enum Command {
         #[arg(long)]
         restart: bool,
         #[command(flatten)]
-        args: run::SystemArgs,
+        args: options::SystemArgs,
         #[command(flatten)]
-        control: run::ControlArgs,
+        control: options::ControlArgs,
         #[command(flatten)]
         unit: run::UnitArgs,
     },
@@ -431,7 +432,7 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
     use tessera_emu::generator::StreamConfig;
     use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
     if let (Some(system), Some(ru)) = (&args.system, &args.ru) {
-        let limits = run::SystemArgs { events: args.events, seconds: args.seconds, output: None };
+        let limits = options::SystemArgs { events: args.events, seconds: args.seconds, output: None };
         let mut cfg = run::ferol_for(system, ru, &limits)?;
         if args.until_stopped {
             // A stop line nobody draws: the streams run until the RU or a signal ends them.

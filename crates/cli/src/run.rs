@@ -4,397 +4,38 @@
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 use std::io::{IsTerminal, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tessera_config::SystemConfig;
-use tessera_config::emulation::FedSpec;
-use tessera_control::system::{Conservation, FedErrorCounts, Outcome, Progress, RunningSystem, SystemPlan};
-use tessera_control::trigger::{Interval, TriggerAccount, TriggerSummary};
-use tessera_emu::generator::StreamConfig;
-use tessera_emu::sender::{Limits, SenderConfig, Sink};
-use tessera_evb::{BuConfig, EvmConfig, RuConfig};
-use tessera_runtime::bu_node::{BuNode, BuNodeConfig};
-use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
-use tessera_runtime::ru_node::{RuNode, RuNodeConfig};
-
-use tessera_control::{
-    Action, ControlConfig, ControlServer, HeartbeatWatch, RunState, RunStatus, Served, Unit, UnitKind,
+use tessera_control::plan::{
+    self, Admission, Listeners, bind, bu_node, bu_peers, emulator, output_dir, require_ports, resolve, ru_node,
+    ru_peers,
 };
+use tessera_control::system::{Conservation, FedErrorCounts, Outcome, Progress, RunningSystem};
+use tessera_control::trigger::{Interval, TriggerAccount, TriggerSummary};
+use tessera_emu::sender::{Limits, SenderConfig};
+use tessera_runtime::bu_node::BuNode;
+use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
+use tessera_runtime::ru_node::RuNode;
+
+use tessera_control::{Action, ControlServer, HeartbeatWatch, RunState, RunStatus, Served, Unit, UnitKind};
 use tessera_formats::names;
 use tessera_fu::broker::BrokerTally;
 use tessera_fu::output::ledger_events;
-use tessera_rundir::resources::FarmLimits;
 use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{FedError, UnitStats};
 
 use crate::farm::{
     Farm, FarmDirs, FarmOutcome, check_chain, start_broker, storage_run_dir, system_streams, wait_drained,
 };
+use crate::options::{CUT_SHORT_EXIT, ControlArgs, SystemArgs, count_interrupts, load, serve_control};
 use crate::space::{Keep, announce_and_check, tidy};
-
-/// How long a unit keeps calling a peer that does not answer yet.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Largest protocol frame accepted, at least.
-const MIN_MAX_FRAME_BYTES: u32 = 64 << 20;
-
-/// The largest frame any unit of the system accepts: enough for the largest super-fragment an
-/// RU can build (all its FEDs at their largest), and a megabyte of descriptors.
-fn max_frame_bytes(cfg: &SystemConfig) -> u32 {
-    let largest = cfg.rus.iter().map(|r| r.feds.len() * r.max_wire_fragment_bytes()).max().unwrap_or(0) + (2 << 20);
-    u32::try_from(largest).unwrap_or(u32::MAX).max(MIN_MAX_FRAME_BYTES)
-}
-/// The exit status of a run cut short by a second Ctrl-C (128 + SIGINT, as shells report it).
-pub(crate) const CUT_SHORT_EXIT: u8 = 130;
-/// How long a stopped run may take to drain before its units are aborted.
-pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Counts the operator's SIGINT and SIGTERM to this process. The first asks for a drain and
-/// the second cuts the run short; each command bounds the waits that follow. A third leaves at
-/// once (exit [`CUT_SHORT_EXIT`]), whatever still runs, so that no state ignores an operator.
-pub(crate) fn count_interrupts() -> Result<Arc<AtomicU32>> {
-    let interrupts = Arc::new(AtomicU32::new(0));
-    let counter = interrupts.clone();
-    ctrlc::set_handler(move || {
-        if counter.fetch_add(1, Ordering::SeqCst) + 1 >= 3 {
-            eprintln!("tessera: a third interrupt: leaving at once");
-            std::process::exit(i32::from(CUT_SHORT_EXIT));
-        }
-    })
-    .context("installing the handler of SIGINT and SIGTERM")?;
-    Ok(interrupts)
-}
-
-/// The bound an operator's stop (SIGINT, SIGTERM, or the control API's stop) puts on a run:
-/// whatever is left of it (draining the builder, the filter farm's last files) ends within
-/// `controller.stop_timeout_s` of the first stop, or at once on a second, and is cut short. A
-/// service manager's stop (SIGTERM, then SIGKILL after its own time-out) thus finds the run
-/// ended with whole files and a summary.
-pub(crate) struct OperatorStop {
-    interrupts: Arc<AtomicU32>,
-    timeout: Duration,
-    first: std::sync::OnceLock<Instant>,
-    said: std::sync::atomic::AtomicBool,
-}
-
-impl OperatorStop {
-    /// The bound on the stops counted in `interrupts` ([`count_interrupts`]).
-    pub(crate) fn new(interrupts: Arc<AtomicU32>, timeout: Duration) -> Self {
-        OperatorStop { interrupts, timeout, first: std::sync::OnceLock::new(), said: false.into() }
-    }
-
-    /// The stops counted so far.
-    pub(crate) fn stops(&self) -> u32 {
-        self.interrupts.load(Ordering::SeqCst)
-    }
-
-    /// Whether to cut the run short now: a second stop, or the first longer ago than the bound.
-    pub(crate) fn cut(&self) -> bool {
-        let n = self.interrupts.load(Ordering::SeqCst);
-        if n == 0 {
-            return false;
-        }
-        let late = self.first.get_or_init(Instant::now).elapsed() > self.timeout;
-        if late && n == 1 && !self.said.swap(true, Ordering::SeqCst) {
-            tracing::warn!(
-                "the run did not end within {:?} of the stop (controller.stop_timeout_s): cutting it short",
-                self.timeout
-            );
-        }
-        n > 1 || late
-    }
-}
-
-/// The options `tessera run` and the unit commands share.
-#[derive(clap::Args, Debug, Clone)]
-pub struct SystemArgs {
-    /// Stop after this many events (per FED stream); overrides the system file.
-    #[arg(long)]
-    pub events: Option<u64>,
-    /// Stop after this many seconds; overrides the system file.
-    #[arg(long)]
-    pub seconds: Option<f64>,
-    /// Put every unit's files under this directory; overrides the system file.
-    #[arg(long)]
-    pub output: Option<PathBuf>,
-}
-
-/// Where a process serves its units' metrics and figures.
-#[derive(clap::Args, Debug, Clone)]
-pub struct ControlArgs {
-    /// Serve the units' metrics (`/metrics`, Prometheus) and figures (`/api/v1/units`) here;
-    /// port 0 takes any free port. An address other than loopback needs `--control-token`.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub control: SocketAddr,
-    /// The token every control request must bring (`Authorization: Bearer TOKEN`); also read
-    /// from the environment variable TESSERA_CONTROL_TOKEN.
-    #[arg(long, env = "TESSERA_CONTROL_TOKEN", hide_env_values = true)]
-    pub control_token: Option<String>,
-    /// Write the control server's address into this file once it listens (for a supervisor
-    /// such as `tessera agent` that starts units with port 0).
-    #[arg(long)]
-    pub control_file: Option<PathBuf>,
-}
-
-/// Starts the control server of this process (its units, their actions and its system) and says
-/// where it is.
-pub fn serve_control(args: &ControlArgs, served: Served) -> Result<ControlServer> {
-    let config = ControlConfig { listen: args.control, token: args.control_token.clone() };
-    let server = ControlServer::start(&config, served).context("--control")?;
-    if let Some(path) = &args.control_file {
-        server.write_address(path).with_context(|| format!("--control-file {}", path.display()))?;
-    }
-    tracing::info!(address = %server.local_addr(), "monitoring: http://{}/metrics and /api/v1/units", server.local_addr());
-    Ok(server)
-}
-
-/// Loads the system file (or the default system) and applies the command line.
-pub fn load(system: Option<&Path>, args: &SystemArgs) -> Result<SystemConfig> {
-    let mut cfg = match system {
-        Some(path) => SystemConfig::load(path)?,
-        None => SystemConfig::default(),
-    };
-    if args.events.is_some() || args.seconds.is_some() {
-        cfg.run.events = args.events;
-        cfg.run.seconds = args.seconds;
-    }
-    if let Some(s) = cfg.run.seconds
-        && !(s.is_finite() && s > 0.0)
-    {
-        bail!("--seconds {s}: expected a number of seconds above 0");
-    }
-    if args.output.is_some() {
-        cfg.run.output = args.output.clone();
-    }
-    // The command line may have made a file that was right wrong: say every problem, as a check does.
-    let problems = cfg.problems();
-    if !problems.is_empty() {
-        let name = system.map_or("the default system".into(), |p| p.display().to_string());
-        let lines: Vec<String> =
-            problems.iter().map(|e| format!("{name} with the command line applied: {e}")).collect();
-        bail!("{}", lines.join("\n"));
-    }
-    Ok(cfg)
-}
-
-/// The run's output directory: the one given, or a new one under the current directory.
-fn output_dir(cfg: &SystemConfig) -> PathBuf {
-    cfg.run.output.clone().unwrap_or_else(|| {
-        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        PathBuf::from(format!("tessera-run{:06}-{secs}", cfg.run.number))
-    })
-}
-
-fn bind(host: &str, port: u16, what: &str) -> Result<TcpListener> {
-    TcpListener::bind((host, port)).with_context(|| format!("{what}: cannot listen on {host}:{port}"))
-}
-
-fn resolve(host: &str, port: u16, what: &str) -> Result<SocketAddr> {
-    if port == 0 {
-        bail!(
-            "{what}: port 0 means \"any free port\", which only one `tessera run` can use; give a port in the system file"
-        );
-    }
-    (host, port)
-        .to_socket_addrs()
-        .with_context(|| format!("{what}: cannot resolve {host}:{port}"))?
-        .next()
-        .with_context(|| format!("{what}: {host}:{port} resolves to nothing"))
-}
-
-/// The addresses units on `hosts` call from, or `None` (anyone) if a host is a wildcard such
-/// as 0.0.0.0, which says nothing about where its calls come from.
-fn peers_on(hosts: &[&str]) -> Result<Option<Vec<IpAddr>>> {
-    let mut ips = Vec::new();
-    for host in hosts {
-        for a in (*host, 0).to_socket_addrs().with_context(|| format!("cannot resolve {host}"))? {
-            if a.ip().is_unspecified() {
-                return Ok(None);
-            }
-            ips.push(a.ip());
-        }
-    }
-    Ok(Some(ips))
-}
-
-/// Who may call RU `i`'s node: the EVM's host for an RU, the BUs' hosts for the EVM.
-fn ru_peers(cfg: &SystemConfig, i: usize) -> Result<Option<Vec<IpAddr>>> {
-    if i == 0 {
-        peers_on(&cfg.bus.iter().map(|b| b.host.as_str()).collect::<Vec<_>>())
-    } else {
-        peers_on(&[&cfg.rus[0].host])
-    }
-}
-
-/// Who may send data to a BU: the hosts of the RUs other than the EVM's.
-fn bu_peers(cfg: &SystemConfig) -> Result<Option<Vec<IpAddr>>> {
-    peers_on(&cfg.rus[1..].iter().map(|r| r.host.as_str()).collect::<Vec<_>>())
-}
-
-/// Every listener of a system, bound: the single-process case, where port 0 works.
-struct Listeners {
-    ferol: Vec<TcpListener>,
-    control: Vec<TcpListener>,
-    data: Vec<TcpListener>,
-}
-
-impl Listeners {
-    fn bind_all(cfg: &SystemConfig) -> Result<Self> {
-        let mut control = Vec::new();
-        let mut ferol = Vec::new();
-        for (i, ru) in cfg.rus.iter().enumerate() {
-            ferol.push(bind(&ru.host, ru.ferol_port, &format!("{} FEROL port", ru.name))?);
-            // RU 0's control port is the EVM's: BUs connect to it.
-            control.push(if i == 0 {
-                bind(&ru.host, cfg.evm.port, "the EVM's port (evm.port)")?
-            } else {
-                bind(&ru.host, ru.control_port, &format!("{} control port", ru.name))?
-            });
-        }
-        let data = cfg
-            .bus
-            .iter()
-            .map(|bu| bind(&bu.host, bu.data_port, &format!("{} data port", bu.name)))
-            .collect::<Result<_>>()?;
-        Ok(Listeners { ferol, control, data })
-    }
-}
-
-fn addr(l: &TcpListener) -> SocketAddr {
-    l.local_addr().expect("a bound listener has an address")
-}
-
-/// Whom a unit lets call it: peers that prove they hold the run's link key, from the addresses
-/// allowed (`None`: any).
-struct Admission<'a> {
-    link_key: &'a LinkKey,
-    allowed_peers: Option<Vec<IpAddr>>,
-}
-
-/// The configuration of RU `i`'s node.
-fn ru_node(
-    cfg: &SystemConfig,
-    i: usize,
-    ferol_listener: TcpListener,
-    control_listener: TcpListener,
-    bu_data: Vec<SocketAddr>,
-    ru_control: Vec<SocketAddr>,
-    admission: Admission<'_>,
-) -> RuNodeConfig {
-    let section = &cfg.rus[i];
-    let p = cfg.ru_params(i);
-    let n_ru = cfg.rus.len() as u16;
-    let n_bu = cfg.bus.len() as u16;
-    let evm = (i == 0).then(|| EvmConfig {
-        assign_batch_events: cfg.evm.assign_batch_events,
-        assign_delay_ns: cfg.evm.assign_delay_us * 1000,
-        max_assigned_per_bu: cfg.evm.max_assigned_per_bu as usize,
-        lumi_section_timeout_ns: Some((cfg.evm.lumi_section_timeout_s * 1e9) as u64),
-        ..EvmConfig::new(n_ru, n_bu)
-    });
-    RuNodeConfig {
-        run: cfg.run.number,
-        link_key: admission.link_key.clone(),
-        ru: RuConfig {
-            first_event: cfg.run.first_event,
-            max_events_buffered: p.max_events_buffered as usize,
-            fragment_timeout_ns: p.fragment_timeout_ms * 1_000_000,
-            max_parts_per_message: p.max_parts_per_message as usize,
-            ..RuConfig::new(i as u16, section.feds.clone())
-        },
-        evm,
-        ferol_listener,
-        control_listener,
-        bu_data,
-        ru_control,
-        chunk_bytes: p.chunk_bytes,
-        chunks_per_fed: p.chunks_per_fed as usize,
-        max_wire_bytes: section.max_wire_fragment_bytes(),
-        on_corrupt_stream: p.on_corrupt_stream,
-        fragment_crc_check: p.fragment_crc_check,
-        event_limit: cfg.run.events,
-        connect_timeout: CONNECT_TIMEOUT,
-        max_frame_bytes: max_frame_bytes(cfg),
-        allowed_peers: admission.allowed_peers,
-        ingest_only: false,
-        pin_core: section.cpu,
-    }
-}
-
-/// The configuration of BU `i`'s node.
-fn bu_node(
-    cfg: &SystemConfig,
-    i: usize,
-    output: &Path,
-    data_listener: TcpListener,
-    evm: SocketAddr,
-    restart: bool,
-    admission: Admission<'_>,
-) -> BuNodeConfig {
-    let p = &cfg.bu;
-    BuNodeConfig {
-        run: cfg.run.number,
-        link_key: admission.link_key.clone(),
-        bu: BuConfig {
-            max_events_in_flight: p.max_events_in_flight,
-            request_batch_events: p.request_batch_events,
-            max_events_per_file: p.max_events_per_file,
-            file_timeout_ns: p.file_timeout_ms * 1_000_000,
-            ..BuConfig::new(i as u16, cfg.rus.len() as u16)
-        },
-        data_listener,
-        evm,
-        directory: cfg.bu_directory(i, output),
-        name: cfg.bus[i].name.clone(),
-        restart,
-        generated: cfg.rus.iter().any(|r| r.emulated),
-        writer_threads: p.writer_threads as usize,
-        frame_store_bytes: p.frame_store_bytes as usize,
-        ramdisk_high_water_percent: p.ramdisk_high_water_percent,
-        ramdisk_low_water_percent: p.ramdisk_low_water_percent,
-        connect_timeout: CONNECT_TIMEOUT,
-        max_frame_bytes: max_frame_bytes(cfg),
-        allowed_peers: admission.allowed_peers,
-        discard: false,
-        pin_core: cfg.bus[i].cpu,
-        // Readers publish no resource summaries: a BU holds back on Tessera's FUs only.
-        farm_limits: (cfg.fu.enabled && !cfg.fu.read_by_readers()).then(|| FarmLimits {
-            min_fus: cfg.fu.min_fus_per_bu,
-            max_queued_lumi_sections: cfg.fu.max_queued_lumi_sections,
-            output_high_water_percent: cfg.fu.output_high_water_percent,
-            stale_after: Duration::from_secs(cfg.fu.resource_summary_stale_s),
-        }),
-    }
-}
-
-/// The emulator of RU `i`'s FEDs, sending to `to`.
-fn emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<SenderConfig> {
-    let section = &cfg.rus[i];
-    let faults = section.fault_specs().with_context(|| format!("rus[{i}].faults"))?;
-    Ok(SenderConfig {
-        replay: None,
-        streams: section
-            .feds
-            .iter()
-            .map(|&fed| StreamConfig {
-                run: cfg.run.number,
-                fed: FedSpec { fed, size: section.fragment_size.model() },
-                first_event: cfg.run.first_event,
-                clock: cfg.clock_spec(),
-                faults: faults.clone(),
-                seed: cfg.trigger.seed,
-            })
-            .collect(),
-        sink: Sink::Connect(to.to_string()),
-        paced: cfg.trigger.paced_rate_hz().is_some(),
-        pace_percent: section.send_rate_percent,
-        limits: Limits { events: cfg.run.events, seconds: None },
-        stop: None,
-    })
-}
+use tessera_control::incomplete::{IncompleteRule, incomplete_line};
+use tessera_control::stop::{DRAIN_TIMEOUT, OperatorStop};
 
 /// `tessera run`: the whole system in this process.
 pub fn run(
@@ -436,49 +77,9 @@ pub fn run(
     announce_and_check(&cfg, &output, keep)?;
     let l = Listeners::bind_all(&cfg)?;
     std::fs::create_dir_all(&output).with_context(|| format!("creating {}", output.display()))?;
-    let bu_data: Vec<SocketAddr> = l.data.iter().map(addr).collect();
-    let ru_control: Vec<SocketAddr> = l.control.iter().skip(1).map(addr).collect();
-    let evm = addr(&l.control[0]);
     // The units are threads of this process: the run's key never leaves it.
     let link_key = LinkKey::generate()?;
-    let emulators = (0..cfg.rus.len())
-        .filter(|&i| cfg.rus[i].emulated)
-        .map(|i| emulator(&cfg, i, addr(&l.ferol[i])))
-        .collect::<Result<Vec<_>>>()?;
-    let rus = l
-        .ferol
-        .into_iter()
-        .zip(l.control)
-        .enumerate()
-        .map(|(i, (f, c))| {
-            let (data, control) = if i == 0 { (Vec::new(), ru_control.clone()) } else { (bu_data.clone(), Vec::new()) };
-            Ok(ru_node(
-                &cfg,
-                i,
-                f,
-                c,
-                data,
-                control,
-                Admission { link_key: &link_key, allowed_peers: ru_peers(&cfg, i)? },
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let bus = l
-        .data
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| {
-            Ok(bu_node(
-                &cfg,
-                i,
-                &output,
-                d,
-                evm,
-                false,
-                Admission { link_key: &link_key, allowed_peers: bu_peers(&cfg)? },
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let plan = plan::plan(&cfg, l, &output, &link_key)?;
     let limit = match (cfg.run.events, cfg.run.seconds) {
         (Some(n), Some(s)) => format!("{n} events or {s} s"),
         (Some(n), None) => format!("{n} events"),
@@ -505,7 +106,7 @@ pub fn run(
     } else {
         streams.map(|streams| Farm::start(&cfg, &output, &streams)).transpose()?
     };
-    let system = RunningSystem::start(SystemPlan { rus, bus, emulators })?;
+    let system = RunningSystem::start(plan)?;
     let units = cfg
         .rus
         .iter()
@@ -779,57 +380,6 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
     let _ = err.flush();
 }
 
-/// How many incomplete events (built with a FED missing) a run may build and still succeed,
-/// and which rule says so: `--max-incomplete N` if given; otherwise none when no fault is
-/// configured in the system file (incomplete data is then a failure of the event builder), and
-/// any number when faults are (they make events incomplete on purpose).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct IncompleteRule {
-    /// The most incomplete events allowed; `None`: any number.
-    max: Option<u64>,
-    /// Which rule set `max` and why, as the summary says it after "N allowed, ".
-    rule: String,
-}
-
-impl IncompleteRule {
-    /// The rule for `cfg` with `--max-incomplete` given or not.
-    pub(crate) fn new(cfg: &SystemConfig, max_incomplete: Option<u64>) -> Self {
-        let faulty: Vec<String> = cfg
-            .rus
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !r.faults.is_empty())
-            .map(|(i, r)| format!("rus[{i}].faults: {}", r.faults.join(", ")))
-            .collect();
-        match (max_incomplete, faulty.is_empty()) {
-            (Some(n), _) => IncompleteRule { max: Some(n), rule: format!("by --max-incomplete {n}") },
-            (None, true) => IncompleteRule {
-                max: Some(0),
-                rule: "because no fault is configured (rus[i].faults); --max-incomplete N allows N".to_string(),
-            },
-            (None, false) => IncompleteRule {
-                max: None,
-                rule: format!("because faults are configured ({}); --max-incomplete N sets a limit", faulty.join("; ")),
-            },
-        }
-    }
-
-    /// Whether `incomplete` events are within the rule.
-    pub(crate) fn allows(&self, incomplete: u64) -> bool {
-        self.max.is_none_or(|max| incomplete <= max)
-    }
-
-    /// The summary's `incomplete_check` of `incomplete` events.
-    pub(crate) fn to_json(&self, incomplete: u64) -> serde_json::Value {
-        json!({
-            "incomplete": incomplete,
-            "max_incomplete": self.max,
-            "rule": self.rule,
-            "within_limit": self.allows(incomplete),
-        })
-    }
-}
-
 /// The summary's line of built events: complete, incomplete, and per FED the events that went
 /// out without it with the FED's error counts that say why (`MISSING` alone: the fragment
 /// time-out expired).
@@ -851,17 +401,6 @@ fn events_line(c: &Conservation, fed_errors: &[FedErrorCounts]) -> String {
         c.built_complete,
         c.built_incomplete,
         if feds.is_empty() { String::new() } else { format!(" ({})", feds.join("; ")) }
-    )
-}
-
-/// The summary's line of the incomplete-event rule: how many there are, how many are allowed
-/// and by which rule, and whether the run keeps to it.
-pub(crate) fn incomplete_line(incomplete: u64, rule: &IncompleteRule) -> String {
-    format!(
-        "incomplete events: {incomplete}, {}, {}  {}",
-        rule.max.map_or("any number allowed".to_string(), |m| format!("at most {m} allowed")),
-        rule.rule,
-        if rule.allows(incomplete) { "within the limit" } else { "ABOVE THE LIMIT" }
     )
 }
 
@@ -1220,40 +759,6 @@ fn summarize_readers(outcome: &Outcome, farm: &FarmOutcome, tallies: &[BrokerTal
 }
 
 /// Units in separate processes find each other by the ports in the file: none may be 0.
-fn require_ports(cfg: &SystemConfig, system: &Path) -> Result<()> {
-    let mut zero = Vec::new();
-    if cfg.evm.port == 0 {
-        zero.push("evm.port".to_string());
-    }
-    for (i, ru) in cfg.rus.iter().enumerate() {
-        if ru.ferol_port == 0 {
-            zero.push(format!("rus[{i}].ferol_port"));
-        }
-        if i > 0 && ru.control_port == 0 {
-            zero.push(format!("rus[{i}].control_port"));
-        }
-    }
-    let readers = cfg.fu.read_by_readers();
-    for (i, bu) in cfg.bus.iter().enumerate() {
-        if bu.data_port == 0 {
-            zero.push(format!("bus[{i}].data_port"));
-        }
-        // Readers read through the BU's file broker.
-        if readers && bu.broker_port.is_none_or(|p| p == 0) {
-            zero.push(format!("bus[{i}].broker_port (fu.process: reader)"));
-        }
-    }
-    if !zero.is_empty() {
-        bail!(
-            "{}: {} {} 0 (any free port), which only one `tessera run` can use: units in separate processes find each other by the ports in the file",
-            system.display(),
-            zero.join(", "),
-            if zero.len() == 1 { "is" } else { "are" }
-        );
-    }
-    Ok(())
-}
-
 /// The options of `tessera evm|ru|bu` for a process that a controller drives.
 #[derive(clap::Args, Debug, Clone)]
 pub struct UnitArgs {
@@ -1357,14 +862,14 @@ pub fn unit(
                 let rus = cfg.rus[1..]
                     .iter()
                     .map(|r| resolve(&r.host, r.control_port, &format!("{} control port", r.name)))
-                    .collect::<Result<Vec<_>>>()?;
+                    .collect::<Result<Vec<_>, _>>()?;
                 (Vec::new(), rus)
             } else {
                 let bus = cfg
                     .bus
                     .iter()
                     .map(|b| resolve(&b.host, b.data_port, &format!("{} data port", b.name)))
-                    .collect::<Result<Vec<_>>>()?;
+                    .collect::<Result<Vec<_>, _>>()?;
                 (bus, Vec::new())
             };
             let node = RuNode::new(ru_node(
@@ -1611,31 +1116,4 @@ pub fn ferol_for(system: &Path, ru_name: &str, args: &SystemArgs) -> Result<Send
     let mut s = emulator(&cfg, i, to)?;
     s.limits = Limits { events: cfg.run.events, seconds: cfg.run.seconds.filter(|_| cfg.run.events.is_none()) };
     Ok(s)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn incomplete_events_are_allowed_by_configured_faults_or_the_command_line_only() {
-        let mut cfg = SystemConfig::default();
-        let clean = IncompleteRule::new(&cfg, None);
-        assert_eq!(clean.max, Some(0));
-        assert!(clean.allows(0) && !clean.allows(1));
-        assert!(clean.rule.starts_with("because no fault is configured"), "{}", clean.rule);
-        cfg.rus[1].faults = vec!["skip@500/4".into(), "bad-crc:0.01".into()];
-        let faulty = IncompleteRule::new(&cfg, None);
-        assert_eq!(faulty.max, None);
-        assert!(faulty.allows(u64::MAX));
-        assert_eq!(
-            faulty.rule,
-            "because faults are configured (rus[1].faults: skip@500/4, bad-crc:0.01); --max-incomplete N sets a limit"
-        );
-        for c in [&SystemConfig::default(), &cfg] {
-            let given = IncompleteRule::new(c, Some(10));
-            assert_eq!((given.max, given.rule.as_str()), (Some(10), "by --max-incomplete 10"));
-            assert!(given.allows(10) && !given.allows(11));
-        }
-    }
 }

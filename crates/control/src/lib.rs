@@ -14,6 +14,14 @@
 //! `bu`). Per-FED error counts (`tessera_fed_errors_total`) are written only for the FEDs and
 //! reasons that have a count, so that an RU with hundreds of FEDs does not fill the page with
 //! zeros: a series that is absent is 0.
+//!
+//! The crate also runs systems: the whole system in one process ([`system`], [`trigger`]), the
+//! system file turned into units ([`plan`]), and the rules that end a run ([`stop`],
+//! [`incomplete`]). Its modules import one way down, each only modules before it in this list
+//! (crates/cli/tests/modules.rs checks it; the crate root, which declares them and holds the
+//! server, is left out):
+//!
+//! Modules, bottom up: exposition, process, run, client, agent, api, system, trigger, plan, stop, incomplete
 
 #![warn(missing_docs)]
 
@@ -21,8 +29,11 @@ pub mod agent;
 mod api;
 pub mod client;
 mod exposition;
+pub mod incomplete;
+pub mod plan;
 mod process;
 mod run;
+pub mod stop;
 pub mod system;
 pub mod trigger;
 
