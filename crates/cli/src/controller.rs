@@ -27,6 +27,7 @@ use tessera_runtime::link::LinkKey;
 use crate::farm::fu_args;
 use crate::options::{ControlArgs, count_interrupts, serve_control};
 use tessera_control::incomplete::{IncompleteRule, incomplete_line};
+use tessera_control::report::{BuEnd, BuFigures, Ended, RuEnd};
 use tessera_control::stop::{DRAIN_TIMEOUT, OperatorStop};
 
 /// The options of `tessera agent`.
@@ -888,14 +889,9 @@ fn summarize(
         let exit = view.and_then(|v| v.exit);
         let r = report(view);
         let line = match (&r, exit) {
-            (Some(r), _) if r.get("error").is_some() => {
+            (Some(r), _) if let Some(why) = failure(p.role, r) => {
                 clean = false;
-                format!("FAILED: {}", r["error"].as_str().unwrap_or_default())
-            }
-            // The EVM drained the run, but its trigger stream broke before the stop.
-            (Some(r), _) if !r["trigger_fault"].is_null() => {
-                clean = false;
-                format!("FAILED: {}", r["trigger_fault"]["error"].as_str().unwrap_or_default())
+                format!("FAILED: {why}")
             }
             (Some(r), _) => summary_line(p.role, r),
             (None, Some(exit)) if exit.success() => {
@@ -927,22 +923,24 @@ fn summarize(
         }
     }
     let evm = &cfg.rus[0].name;
-    let evm_report = reports.get(evm).map(|r| r["evm"].clone()).unwrap_or(Value::Null);
-    let triggered = evm_report["triggered"].as_u64().unwrap_or(0);
-    let lost_closed = evm_report["lost_lumi_closed"].as_u64().unwrap_or(0);
+    let evm_report = reports.get(evm).and_then(RuEnd::read).and_then(|e| e.evm());
+    let triggered = evm_report.map_or(0, |e| e.triggered);
+    let lost_closed = evm_report.map_or(0, |e| e.lost_lumi_closed);
     let restarted: Vec<&str> =
         cfg.bus.iter().map(|b| b.name.as_str()).filter(|b| c.restarts.contains_key(*b)).collect();
+    let bu_ends: Vec<BuFigures> =
+        cfg.bus.iter().filter_map(|b| BuEnd::read(reports.get(&b.name)?)?.figures().cloned()).collect();
     // A BU's report counts what its last incarnation published. When one was started again,
     // the events built are those the EVM committed (each is published exactly once: before its
     // crash, by its restart, or by another BU); the chain's check below proves them in storage.
     let built: u64 = if restarted.is_empty() {
-        cfg.bus.iter().filter_map(|b| reports.get(&b.name)?["events_published"].as_u64()).sum()
+        bu_ends.iter().map(|b| b.events_published).sum()
     } else {
         println!("  {} started again: events built are those the EVM committed to the BUs", restarted.join(", "));
-        evm_report["committed"].as_u64().unwrap_or(0)
+        evm_report.map_or(0, |e| e.committed)
     };
-    let holds = evm_report.is_object() && triggered == built + lost_closed;
-    if evm_report.is_object() {
+    let holds = evm_report.is_some() && triggered == built + lost_closed;
+    if evm_report.is_some() {
         println!(
             "conservation: triggered {triggered} = built {built} + lost {lost_closed}{}  {}",
             if lost_closed > 0 { " (LUMI_SECTION_CLOSED)" } else { "" },
@@ -959,14 +957,14 @@ fn summarize(
     }
     // Each BU counts the incomplete events it published; one started again counts only its
     // last incarnation's, so the figure is then a lower bound, and said so.
-    let incomplete: u64 = cfg.bus.iter().filter_map(|b| reports.get(&b.name)?["incomplete_events"].as_u64()).sum();
+    let incomplete: u64 = bu_ends.iter().map(|b| b.incomplete_events).sum();
     let at_least = if restarted.is_empty() { "" } else { "at least " };
     println!("events: {built} built, {} complete, {at_least}{incomplete} incomplete", built.saturating_sub(incomplete));
     let incomplete_ok = incomplete_rule.allows(incomplete);
     println!("{}", incomplete_line(incomplete, incomplete_rule));
     let mut chain = Value::Null;
     let mut chain_holds = true;
-    if cfg.fu.enabled && !evm_report.is_object() {
+    if cfg.fu.enabled && evm_report.is_none() {
         chain_holds = false;
         println!("chain: NOT PROVEN: the run was ended before the builder's end");
     } else if cfg.fu.enabled {
@@ -975,8 +973,7 @@ fn summarize(
         // published work, a killed FU's included. Each FU reads it when the BU's files are all
         // processed; the ledger only grows, so the largest reading is the last and complete one.
         let readers = cfg.fu.read_by_readers();
-        let by_brokers: u64 =
-            cfg.bus.iter().filter_map(|b| reports.get(&b.name)?["broker"]["events_deleted"].as_u64()).sum();
+        let by_brokers: u64 = bu_ends.iter().filter_map(|b| Some(b.broker?.events_deleted)).sum();
         let processed: u64 = if readers {
             by_brokers
         } else {
@@ -1043,35 +1040,48 @@ fn summarize(
     Ok(clean && holds && chain_holds && incomplete_ok)
 }
 
+/// Why a unit's end says it failed: its error, or (the EVM) the trigger fault that broke its
+/// stream before the stop, though it drained the run.
+fn failure(role: Role, r: &Value) -> Option<String> {
+    match role {
+        Role::Ru(_) => match RuEnd::read(r)?.outcome {
+            Ended::Failed { error } => Some(error),
+            Ended::Figures(f) => f.trigger_fault.map(|t| t.error),
+        },
+        Role::Bu(_) => match BuEnd::read(r)?.outcome {
+            Ended::Failed { error } => Some(error),
+            Ended::Figures(_) => None,
+        },
+        Role::Fu(_) | Role::Merger | Role::Trigger(_) => None,
+    }
+}
+
 /// One line of a unit's or FU's report.
 fn summary_line(role: Role, r: &Value) -> String {
-    let n = |k: &str| r[k].as_u64().unwrap_or(0);
     match role {
-        Role::Bu(_) => format!(
-            "{:>10} events in {:>6} files, {:>6} incomplete, {:>6} with a fragment error",
-            n("events_published"),
-            n("files_published"),
-            n("incomplete_events"),
-            n("error_events")
-        ),
-        Role::Ru(_) => {
-            let evm = r["evm"].as_object().map(|e| {
+        Role::Bu(_) => match BuEnd::read(r).as_ref().and_then(BuEnd::figures) {
+            Some(b) => format!(
+                "{:>10} events in {:>6} files, {:>6} incomplete, {:>6} with a fragment error",
+                b.events_published, b.files_published, b.incomplete_events, b.error_events
+            ),
+            None => r.to_string(),
+        },
+        Role::Ru(_) => match RuEnd::read(r) {
+            Some(RuEnd { problems, outcome: Ended::Figures(f), .. }) => {
+                let evm = f.evm.map(|e| format!("; triggered {}, committed {}", e.triggered, e.committed));
                 format!(
-                    "; triggered {}, committed {}",
-                    e["triggered"].as_u64().unwrap_or(0),
-                    e["committed"].as_u64().unwrap_or(0)
+                    "{:>10} fragments, {:>6} corrupt, {:>6} late, {:>6} problems{}",
+                    f.fragments,
+                    f.corrupt_fragments,
+                    f.late_fragments,
+                    problems,
+                    evm.unwrap_or_default()
                 )
-            });
-            format!(
-                "{:>10} fragments, {:>6} corrupt, {:>6} late, {:>6} problems{}",
-                n("fragments"),
-                n("corrupt_fragments"),
-                n("late_fragments"),
-                n("problems"),
-                evm.unwrap_or_default()
-            )
-        }
+            }
+            _ => r.to_string(),
+        },
         Role::Fu(_) => {
+            let n = |k: &str| r[k].as_u64().unwrap_or(0);
             format!("{:>10} events from {:>6} files, {:>6} set aside", n("events"), n("files"), n("error_events"))
         }
         Role::Merger | Role::Trigger(_) => r.to_string(),

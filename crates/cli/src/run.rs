@@ -35,6 +35,7 @@ use crate::farm::{
 use crate::options::{CUT_SHORT_EXIT, ControlArgs, SystemArgs, count_interrupts, load, serve_control};
 use crate::space::{Keep, announce_and_check, tidy};
 use tessera_control::incomplete::{IncompleteRule, incomplete_line};
+use tessera_control::report::{BrokerFigures, BuEnd, RuEnd};
 use tessera_control::stop::{DRAIN_TIMEOUT, OperatorStop};
 
 /// `tessera run`: the whole system in this process.
@@ -936,7 +937,7 @@ pub fn unit(
             // A trigger stream that broke fails the run, though the EVM drained it.
             let failed = result.as_ref().map_or(true, |r| r.trigger_fault.is_some());
             if json {
-                println!("{}", ru_report_json(&ru.name, &result, count));
+                println!("{}", RuEnd::of(&ru.name, &result, count));
                 return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
             }
             match result {
@@ -1019,7 +1020,7 @@ pub fn unit(
             let tally = broker.as_ref().map(tessera_fu::broker::Broker::tally);
             drop(broker);
             if json {
-                println!("{}", bu_report_json(&bu.name, &result, tally));
+                println!("{}", BuEnd::of(&bu.name, &result, tally.map(broker_figures)));
                 return Ok(if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
             }
             match result {
@@ -1043,63 +1044,15 @@ pub fn unit(
     }
 }
 
-/// An RU's (or the EVM's) end as one JSON object, for a controller: `error` says why it failed.
-fn ru_report_json(
-    name: &str,
-    result: &Result<tessera_runtime::ru_node::RuReport, tessera_runtime::ru_node::NodeError>,
-    problems: u64,
-) -> serde_json::Value {
-    match result {
-        Ok(r) => json!({
-            "unit": name,
-            "fragments": r.ru.fragments,
-            "corrupt_fragments": r.ru.corrupt_fragments,
-            "late_fragments": r.ru.late_fragments,
-            "parts_sent": r.ru.parts_sent,
-            "incomplete_parts": r.ru.incomplete_parts,
-            "problems": problems,
-            "evm": r.evm.map(|e| json!({
-                "triggered": e.triggered,
-                "committed": e.committed,
-                "reassigned": e.reassigned,
-                "lost_lumi_closed": e.lost_lumi_closed,
-            })),
-            "trigger_fault": r.trigger_fault.as_ref().map(|f| json!({ "key": f.what.key(), "error": f.to_string() })),
-            "orphan_fragments": r
-                .orphan_fragments
-                .iter()
-                .map(|(fed, n)| json!({ "fed": fed, "fragments": n }))
-                .collect::<Vec<_>>(),
-        }),
-        Err(e) => json!({ "unit": name, "problems": problems, "error": e.to_string() }),
-    }
-}
-
-/// A BU's end as one JSON object, for a controller: `error` says why it failed.
-fn bu_report_json(
-    name: &str,
-    result: &Result<tessera_runtime::bu_node::BuReport, tessera_runtime::ru_node::NodeError>,
-    broker: Option<BrokerTally>,
-) -> serde_json::Value {
-    match result {
-        Ok(r) => json!({
-            "unit": name,
-            "events_published": r.events_published,
-            "files_published": r.counters.files_published,
-            "incomplete_events": r.counters.incomplete_events,
-            "error_events": r.counters.error_events,
-            "incarnation": r.epoch,
-            "run_dir": r.run_dir.display().to_string(),
-            "broker": broker.map(|t| json!({
-                "files_granted": t.files_granted,
-                "files_deleted": t.files_deleted,
-                "events_deleted": t.events_deleted,
-                "files_done": t.files_done,
-                "claims_returned": t.claims_returned,
-                "files_out": t.files_out,
-            })),
-        }),
-        Err(e) => json!({ "unit": name, "error": e.to_string() }),
+/// What a BU's broker granted, as the BU's end says it.
+fn broker_figures(t: BrokerTally) -> BrokerFigures {
+    BrokerFigures {
+        files_granted: t.files_granted,
+        files_deleted: t.files_deleted,
+        events_deleted: t.events_deleted,
+        files_done: t.files_done,
+        claims_returned: t.claims_returned,
+        files_out: t.files_out,
     }
 }
 

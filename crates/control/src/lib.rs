@@ -21,7 +21,7 @@
 //! (crates/cli/tests/modules.rs checks it; the crate root, which declares them and holds the
 //! server, is left out):
 //!
-//! Modules, bottom up: exposition, process, run, client, agent, api, system, trigger, plan, stop, incomplete
+//! Modules, bottom up: exposition, process, report, run, client, agent, api, system, trigger, plan, stop, incomplete
 
 #![warn(missing_docs)]
 
@@ -32,6 +32,7 @@ mod exposition;
 pub mod incomplete;
 pub mod plan;
 mod process;
+pub mod report;
 mod run;
 pub mod stop;
 pub mod system;
