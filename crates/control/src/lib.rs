@@ -21,15 +21,17 @@
 //! (crates/cli/tests/modules.rs checks it; the crate root, which declares them and holds the
 //! server, is left out):
 //!
-//! Modules, bottom up: exposition, process, report, run, client, agent, api, system, trigger, plan, stop, incomplete
+//! Modules, bottom up: exposition, process, report, run, client, agent, api, stop, placement, controller, system, trigger, plan, incomplete
 
 #![warn(missing_docs)]
 
 pub mod agent;
 mod api;
 pub mod client;
+pub mod controller;
 mod exposition;
 pub mod incomplete;
+pub mod placement;
 pub mod plan;
 mod process;
 pub mod report;
