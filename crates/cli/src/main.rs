@@ -13,6 +13,7 @@ mod farm;
 mod options;
 mod run;
 mod space;
+mod unit;
 
 /// Tessera: a software event builder for trigger/DAQ systems.
 #[derive(Parser)]
@@ -188,7 +189,7 @@ enum Command {
         #[command(flatten)]
         control: options::ControlArgs,
         #[command(flatten)]
-        unit: run::UnitArgs,
+        unit: unit::UnitArgs,
     },
     /// Run one RU (not the EVM's) of a system file in this process.
     Ru {
@@ -203,7 +204,7 @@ enum Command {
         #[command(flatten)]
         control: options::ControlArgs,
         #[command(flatten)]
-        unit: run::UnitArgs,
+        unit: unit::UnitArgs,
     },
     /// Run one BU of a system file in this process.
     Bu {
@@ -222,7 +223,7 @@ enum Command {
         #[command(flatten)]
         control: options::ControlArgs,
         #[command(flatten)]
-        unit: run::UnitArgs,
+        unit: unit::UnitArgs,
     },
     /// Serve as this host's agent: start the units that `tessera run` places on this host (a
     /// system file with `controller.agent_port`) as processes, supervise them and report their
@@ -433,7 +434,7 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
     use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
     if let (Some(system), Some(ru)) = (&args.system, &args.ru) {
         let limits = options::SystemArgs { events: args.events, seconds: args.seconds, output: None };
-        let mut cfg = run::ferol_for(system, ru, &limits)?;
+        let mut cfg = unit::ferol_for(system, ru, &limits)?;
         if args.until_stopped {
             // A stop line nobody draws: the streams run until the RU or a signal ends them.
             cfg.limits.seconds = None;
@@ -744,13 +745,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Merge(args) => Ok(if farm::merge(&args)? { ExitCode::SUCCESS } else { ExitCode::from(1) }),
         Command::Evm { system, args, control, unit } => {
-            run::unit(run::Role::Evm, &system, None, &args, &control, false, &unit)
+            unit::unit(unit::Role::Evm, &system, None, &args, &control, false, &unit)
         }
         Command::Ru { system, name, args, control, unit } => {
-            run::unit(run::Role::Ru, &system, Some(&name), &args, &control, false, &unit)
+            unit::unit(unit::Role::Ru, &system, Some(&name), &args, &control, false, &unit)
         }
         Command::Bu { system, name, restart, args, control, unit } => {
-            run::unit(run::Role::Bu, &system, Some(&name), &args, &control, restart, &unit)
+            unit::unit(unit::Role::Bu, &system, Some(&name), &args, &control, restart, &unit)
         }
         Command::Agent(args) => controller::agent(&args),
         Command::Bench { suite, quick, out, json } => {
