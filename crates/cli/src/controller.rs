@@ -17,8 +17,8 @@ use tessera_control::controller::{Controller, Fault, drive, report};
 use tessera_control::placement::Role;
 use tessera_control::{Action, RunState, Served, UnitSource, UnitView};
 
-use crate::farm::fu_args;
 use crate::options::{ControlArgs, count_interrupts, serve_control};
+use tessera_control::farm::fu_args;
 use tessera_control::incomplete::{IncompleteRule, incomplete_line};
 use tessera_control::report::{BuEnd, BuFigures, Ended, RuEnd};
 use tessera_control::stop::OperatorStop;

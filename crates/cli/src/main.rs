@@ -631,7 +631,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(if report.problem_count() == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Verify { run_dir, built, json, no_seed_check: _, expect_feds, system }
-            if farm::is_output_dir(&run_dir) =>
+            if tessera_control::chain::is_output_dir(&run_dir) =>
         {
             if expect_feds.is_some() || system.is_some() {
                 bail!(
@@ -639,11 +639,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     run_dir.display()
                 );
             }
-            let storage = farm::is_storage_run_dir(&run_dir);
+            let storage = tessera_control::chain::is_storage_run_dir(&run_dir);
             if !storage && !built.is_empty() {
                 bail!("--built: {} holds FU or merger outputs, not storage", run_dir.display());
             }
-            let check = if storage { farm::verify_storage(&run_dir, &built)? } else { farm::verify_outputs(&run_dir)? };
+            let check = if storage {
+                tessera_control::chain::verify_storage(&run_dir, &built)?
+            } else {
+                tessera_control::chain::verify_outputs(&run_dir)?
+            };
             if json {
                 let per_ls: Vec<_> = check
                     .per_ls

@@ -24,11 +24,10 @@ use tessera_fu::output::ledger_events;
 use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::{FedError, UnitStats};
 
-use crate::farm::{
-    Farm, FarmDirs, FarmOutcome, check_chain, start_broker, storage_run_dir, system_streams, wait_drained,
-};
 use crate::options::{CUT_SHORT_EXIT, ControlArgs, SystemArgs, count_interrupts, load, serve_control};
 use crate::space::{Keep, announce_and_check, tidy};
+use tessera_control::chain::{check_chain, storage_run_dir};
+use tessera_control::farm::{Farm, FarmDirs, FarmOutcome, start_broker, system_streams, wait_drained};
 use tessera_control::incomplete::{IncompleteRule, incomplete_line};
 use tessera_control::stop::{DRAIN_TIMEOUT, OperatorStop};
 
@@ -94,7 +93,7 @@ pub fn run(
     let interrupts = count_interrupts()?;
     // The farm first, so that it is there when the first files appear; readers read through
     // the brokers.
-    let brokers = (0..cfg.bus.len()).map(|i| start_broker(&cfg, i, &output, readers)).collect::<Result<Vec<_>>>()?;
+    let brokers = (0..cfg.bus.len()).map(|i| start_broker(&cfg, i, &output, readers)).collect::<Result<Vec<_>, _>>()?;
     let mut farm = if readers {
         let addresses: Vec<SocketAddr> = brokers.iter().flatten().map(|b| b.local_addr()).collect();
         Some(Farm::start_readers(&cfg, &output, &addresses)?)
@@ -676,7 +675,7 @@ fn summarize_farm(
         "files": check.files,
         "bytes": check.bytes,
         "problems": check.problems,
-        "fus": farm.fus.iter().map(|(n, r)| json!({"name": n, "report": r.as_ref().ok(), "error": r.as_ref().err()})).collect::<Vec<_>>(),
+        "fus": farm.fus.iter().map(|(n, r)| json!({"name": n, "report": r.as_ref().ok(), "error": r.as_ref().err().map(ToString::to_string)})).collect::<Vec<_>>(),
         "fus_started_again": farm.replaced.iter().map(|(n, why)| json!({"name": n, "ended": why})).collect::<Vec<_>>(),
         "merger_error": farm.merger_error,
     });
@@ -748,7 +747,7 @@ fn summarize_readers(outcome: &Outcome, farm: &FarmOutcome, tallies: &[BrokerTal
         "files_deleted": deleted,
         "claims_returned": returned,
         "files_out": out,
-        "readers": farm.fus.iter().map(|(n, r)| json!({"name": n, "report": r.as_ref().ok(), "error": r.as_ref().err()})).collect::<Vec<_>>(),
+        "readers": farm.fus.iter().map(|(n, r)| json!({"name": n, "report": r.as_ref().ok(), "error": r.as_ref().err().map(ToString::to_string)})).collect::<Vec<_>>(),
     });
     (json, holds && clean)
 }

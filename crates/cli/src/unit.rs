@@ -19,8 +19,8 @@ use tessera_runtime::bu_node::BuNode;
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
 use tessera_runtime::ru_node::RuNode;
 
-use crate::farm::{start_broker, wait_drained};
 use crate::options::{ControlArgs, SystemArgs, count_interrupts, load, serve_control};
+use tessera_control::farm::{start_broker, wait_drained};
 
 /// The options of `tessera evm|ru|bu` for a process that a controller drives.
 #[derive(clap::Args, Debug, Clone)]
