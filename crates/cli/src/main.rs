@@ -10,8 +10,10 @@ use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
 mod controller;
 mod farm;
+mod options;
 mod run;
 mod space;
+mod unit;
 
 /// Tessera: a software event builder for trigger/DAQ systems.
 #[derive(Parser)]
@@ -137,9 +139,9 @@ enum Command {
         /// The system file (default: 2 RUs, one of them the EVM, and 2 BUs on this machine).
         system: Option<PathBuf>,
         #[command(flatten)]
-        args: run::SystemArgs,
+        args: options::SystemArgs,
         #[command(flatten)]
-        control: run::ControlArgs,
+        control: options::ControlArgs,
         /// Print the system (the default one, or the file with its defaults filled in) as YAML,
         /// a starting point for a system file, and exit.
         #[arg(long)]
@@ -183,11 +185,11 @@ enum Command {
         #[arg(long)]
         system: PathBuf,
         #[command(flatten)]
-        args: run::SystemArgs,
+        args: options::SystemArgs,
         #[command(flatten)]
-        control: run::ControlArgs,
+        control: options::ControlArgs,
         #[command(flatten)]
-        unit: run::UnitArgs,
+        unit: unit::UnitArgs,
     },
     /// Run one RU (not the EVM's) of a system file in this process.
     Ru {
@@ -198,11 +200,11 @@ enum Command {
         #[arg(long)]
         name: String,
         #[command(flatten)]
-        args: run::SystemArgs,
+        args: options::SystemArgs,
         #[command(flatten)]
-        control: run::ControlArgs,
+        control: options::ControlArgs,
         #[command(flatten)]
-        unit: run::UnitArgs,
+        unit: unit::UnitArgs,
     },
     /// Run one BU of a system file in this process.
     Bu {
@@ -217,11 +219,11 @@ enum Command {
         #[arg(long)]
         restart: bool,
         #[command(flatten)]
-        args: run::SystemArgs,
+        args: options::SystemArgs,
         #[command(flatten)]
-        control: run::ControlArgs,
+        control: options::ControlArgs,
         #[command(flatten)]
-        unit: run::UnitArgs,
+        unit: unit::UnitArgs,
     },
     /// Serve as this host's agent: start the units that `tessera run` places on this host (a
     /// system file with `controller.agent_port`) as processes, supervise them and report their
@@ -431,8 +433,8 @@ fn ferol(args: FerolArgs) -> Result<ExitCode> {
     use tessera_emu::generator::StreamConfig;
     use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
     if let (Some(system), Some(ru)) = (&args.system, &args.ru) {
-        let limits = run::SystemArgs { events: args.events, seconds: args.seconds, output: None };
-        let mut cfg = run::ferol_for(system, ru, &limits)?;
+        let limits = options::SystemArgs { events: args.events, seconds: args.seconds, output: None };
+        let mut cfg = unit::ferol_for(system, ru, &limits)?;
         if args.until_stopped {
             // A stop line nobody draws: the streams run until the RU or a signal ends them.
             cfg.limits.seconds = None;
@@ -629,7 +631,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(if report.problem_count() == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Verify { run_dir, built, json, no_seed_check: _, expect_feds, system }
-            if farm::is_output_dir(&run_dir) =>
+            if tessera_control::chain::is_output_dir(&run_dir) =>
         {
             if expect_feds.is_some() || system.is_some() {
                 bail!(
@@ -637,11 +639,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     run_dir.display()
                 );
             }
-            let storage = farm::is_storage_run_dir(&run_dir);
+            let storage = tessera_control::chain::is_storage_run_dir(&run_dir);
             if !storage && !built.is_empty() {
                 bail!("--built: {} holds FU or merger outputs, not storage", run_dir.display());
             }
-            let check = if storage { farm::verify_storage(&run_dir, &built)? } else { farm::verify_outputs(&run_dir)? };
+            let check = if storage {
+                tessera_control::chain::verify_storage(&run_dir, &built)?
+            } else {
+                tessera_control::chain::verify_outputs(&run_dir)?
+            };
             if json {
                 let per_ls: Vec<_> = check
                     .per_ls
@@ -743,13 +749,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Merge(args) => Ok(if farm::merge(&args)? { ExitCode::SUCCESS } else { ExitCode::from(1) }),
         Command::Evm { system, args, control, unit } => {
-            run::unit(run::Role::Evm, &system, None, &args, &control, false, &unit)
+            unit::unit(unit::Role::Evm, &system, None, &args, &control, false, &unit)
         }
         Command::Ru { system, name, args, control, unit } => {
-            run::unit(run::Role::Ru, &system, Some(&name), &args, &control, false, &unit)
+            unit::unit(unit::Role::Ru, &system, Some(&name), &args, &control, false, &unit)
         }
         Command::Bu { system, name, restart, args, control, unit } => {
-            run::unit(run::Role::Bu, &system, Some(&name), &args, &control, restart, &unit)
+            unit::unit(unit::Role::Bu, &system, Some(&name), &args, &control, restart, &unit)
         }
         Command::Agent(args) => controller::agent(&args),
         Command::Bench { suite, quick, out, json } => {

@@ -26,7 +26,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("tessera-runtime", &["tessera-config", "tessera-evb", "tessera-formats", "tessera-rundir"]),
     (
         "tessera-control",
-        &["tessera-config", "tessera-emu", "tessera-evb", "tessera-formats", "tessera-rundir", "tessera-runtime"],
+        &[
+            "tessera-config",
+            "tessera-emu",
+            "tessera-evb",
+            "tessera-formats",
+            "tessera-fu",
+            "tessera-rundir",
+            "tessera-runtime",
+        ],
     ),
     (
         "tessera-bench",

@@ -14,15 +14,32 @@
 //! `bu`). Per-FED error counts (`tessera_fed_errors_total`) are written only for the FEDs and
 //! reasons that have a count, so that an RU with hundreds of FEDs does not fill the page with
 //! zeros: a series that is absent is 0.
+//!
+//! The crate also runs systems: the whole system in one process ([`system`], [`trigger`]), the
+//! system file turned into units ([`plan`]), a run across hosts ([`controller`],
+//! [`placement`]), the filter farm behind the BUs ([`farm`]) and the chain's proof ([`chain`]),
+//! and the rules that end a run ([`stop`], [`incomplete`]). Its modules import one way down, each only modules before it in this list
+//! (crates/cli/tests/modules.rs checks it; the crate root, which declares them and holds the
+//! server, is left out):
+//!
+//! Modules, bottom up: exposition, process, report, run, client, agent, api, stop, placement, controller, system, trigger, plan, incomplete, farm, chain
 
 #![warn(missing_docs)]
 
 pub mod agent;
 mod api;
+pub mod chain;
 pub mod client;
+pub mod controller;
 mod exposition;
+pub mod farm;
+pub mod incomplete;
+pub mod placement;
+pub mod plan;
 mod process;
+pub mod report;
 mod run;
+pub mod stop;
 pub mod system;
 pub mod trigger;
 

@@ -1,0 +1,334 @@
+//! `tessera evm|ru|bu` (one unit of a system per process, so that the same binary spans hosts,
+//! as a controller starts them) and `tessera ferol --system`: one unit of the system file, in
+//! this process.
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tessera_config::SystemConfig;
+use tessera_control::plan::{Admission, bind, bu_node, bu_peers, emulator, require_ports, resolve, ru_node, ru_peers};
+use tessera_control::report::{BrokerFigures, BuEnd, RuEnd};
+use tessera_control::stop::OperatorStop;
+use tessera_control::{Action, ControlServer, Served, Unit, UnitKind};
+use tessera_emu::sender::{Limits, SenderConfig};
+use tessera_fu::broker::BrokerTally;
+use tessera_runtime::bu_node::BuNode;
+use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
+use tessera_runtime::ru_node::RuNode;
+
+use crate::options::{ControlArgs, SystemArgs, count_interrupts, load, serve_control};
+use tessera_control::farm::{start_broker, wait_drained};
+
+/// The options of `tessera evm|ru|bu` for a process that a controller drives.
+#[derive(clap::Args, Debug, Clone)]
+pub struct UnitArgs {
+    /// Print the unit's end as one JSON object (for a controller) instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+    /// Once configured (ports bound, peers reached, memory allocated), stay in Ready and take
+    /// no data until `POST /api/v1/enable` on the control server.
+    #[arg(long)]
+    pub wait_for_enable: bool,
+}
+
+/// Serves the control server of a unit process: its unit, `stop`, and an enable that lets it
+/// take data if it is held in Ready (with `--wait-for-enable`, held from now on).
+fn serve_unit(
+    control_args: &ControlArgs,
+    unit_args: &UnitArgs,
+    control: &tessera_runtime::ru_node::Control,
+    unit: Unit,
+    stop: Action,
+    cfg: &SystemConfig,
+) -> Result<ControlServer> {
+    if unit_args.wait_for_enable {
+        control.hold_in_ready();
+    }
+    let held = control.clone();
+    let enable: Action =
+        Arc::new(move || Ok(if held.enable() { "enabled".to_owned() } else { "enabled already".to_owned() }));
+    let served =
+        Served { stop: Some(stop), enable: Some(enable), system: Some(cfg.to_yaml()), ..Served::live(vec![unit]) };
+    serve_control(control_args, served)
+}
+
+/// Which unit a process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The EVM with RU 0.
+    Evm,
+    /// Another RU.
+    Ru,
+    /// A BU.
+    Bu,
+}
+
+/// The run's link key, as run control hands it to a unit process: 64 hex digits in
+/// [`LINK_KEY_ENV`], never on the command line (where `ps` shows it).
+fn link_key_from_env() -> Result<LinkKey> {
+    let hex = std::env::var(LINK_KEY_ENV).map_err(|_| {
+        anyhow::anyhow!(
+            "{LINK_KEY_ENV} is not set: a unit needs its run's link key, which proves to the other units that it \
+             belongs to the run. The controller (`tessera control`) makes one per run and its agents hand it to the \
+             units they start; to start the units of a run by hand, make one (`openssl rand -hex 32`) and give the \
+             same value to every unit of the run"
+        )
+    })?;
+    LinkKey::from_hex(&hex).context(LINK_KEY_ENV)
+}
+
+/// `tessera evm|ru|bu`: one unit of the system, in this process.
+pub fn unit(
+    role: Role,
+    system: &Path,
+    name: Option<&str>,
+    args: &SystemArgs,
+    control_args: &ControlArgs,
+    restart: bool,
+    unit_args: &UnitArgs,
+) -> Result<ExitCode> {
+    let json = unit_args.json;
+    let cfg = load(Some(system), args)?;
+    match (role, name) {
+        (Role::Ru, Some(n)) if !cfg.rus.iter().any(|r| r.name == n) => bail!("no RU named {n} in {}", system.display()),
+        (Role::Bu, Some(n)) if !cfg.bus.iter().any(|b| b.name == n) => bail!("no BU named {n} in {}", system.display()),
+        _ => {}
+    }
+    require_ports(&cfg, system)?;
+    let link_key = link_key_from_env()?;
+    let output = cfg.run.output.clone().unwrap_or_else(|| PathBuf::from("."));
+    let evm = resolve(&cfg.rus[0].host, cfg.evm.port, "evm.port")?;
+    let find_ru = |name: &str| cfg.rus.iter().position(|r| r.name == name);
+    let interrupts = count_interrupts()?;
+    match role {
+        Role::Evm | Role::Ru => {
+            let i = match (role, name) {
+                (Role::Evm, _) => 0,
+                (_, Some(n)) => match find_ru(n) {
+                    Some(0) => bail!("{n} is the EVM's RU: run it with `tessera evm`"),
+                    Some(i) => i,
+                    None => bail!("no RU named {n} in {}", system.display()),
+                },
+                (_, None) => bail!("--name: which RU of {} to run", system.display()),
+            };
+            let ru = &cfg.rus[i];
+            let ferol = bind(&ru.host, ru.ferol_port, &format!("{} FEROL port", ru.name))?;
+            let control = if i == 0 {
+                bind(&ru.host, cfg.evm.port, "the EVM's port")?
+            } else {
+                bind(&ru.host, ru.control_port, &format!("{} control port", ru.name))?
+            };
+            let (bu_data, ru_control) = if i == 0 {
+                let rus = cfg.rus[1..]
+                    .iter()
+                    .map(|r| resolve(&r.host, r.control_port, &format!("{} control port", r.name)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                (Vec::new(), rus)
+            } else {
+                let bus = cfg
+                    .bus
+                    .iter()
+                    .map(|b| resolve(&b.host, b.data_port, &format!("{} data port", b.name)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                (bus, Vec::new())
+            };
+            let node = RuNode::new(ru_node(
+                &cfg,
+                i,
+                ferol,
+                control,
+                bu_data,
+                ru_control,
+                Admission { link_key: &link_key, allowed_peers: ru_peers(&cfg, i)? },
+            ))?;
+            let control = node.control();
+            let stats = node.stats();
+            let kind = if i == 0 { UnitKind::Evm } else { UnitKind::Ru };
+            let stop: Action = if i == 0 {
+                let evm = control.clone();
+                Arc::new(move || {
+                    evm.stop_trigger();
+                    Ok("the EVM stops the trigger; the run drains".to_owned())
+                })
+            } else {
+                Arc::new(|| Err("an RU does not stop the run: ask the EVM's process".to_owned()))
+            };
+            let unit = Unit { name: ru.name.clone(), kind, stats: stats.clone() };
+            let _control = serve_unit(control_args, unit_args, &control, unit, stop, &cfg)?;
+            tracing::info!(
+                unit = %ru.name,
+                run = cfg.run.number,
+                "{}: {} FEDs {:?}, run {}",
+                ru.name,
+                if i == 0 { "EVM and RU 0," } else { "RU," },
+                ru.feds,
+                cfg.run.number
+            );
+            let handle = std::thread::spawn(move || node.run());
+            let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(cfg.controller.stop_timeout_s));
+            let mut asked = 0;
+            while !handle.is_finished() {
+                std::thread::sleep(Duration::from_millis(100));
+                let n = interrupts.load(Ordering::SeqCst);
+                if n > asked {
+                    asked = n;
+                    if n == 1 && i == 0 {
+                        tracing::info!(
+                            unit = %ru.name,
+                            "{}: stopping the trigger and draining, at most {} s (Ctrl-C again aborts)",
+                            ru.name,
+                            cfg.controller.stop_timeout_s
+                        );
+                        control.stop_trigger();
+                    } else {
+                        control.abort();
+                    }
+                }
+                if operator.cut() {
+                    control.abort();
+                }
+            }
+            let result = handle.join().map_err(|_| anyhow::anyhow!("the unit panicked"))?;
+            let (problems, count) = stats.problems();
+            for p in problems.iter().take(10) {
+                tracing::warn!(unit = %ru.name, "  {p}");
+            }
+            // A trigger stream that broke fails the run, though the EVM drained it.
+            let failed = result.as_ref().map_or(true, |r| r.trigger_fault.is_some());
+            if json {
+                println!("{}", RuEnd::of(&ru.name, &result, count));
+                return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
+            }
+            match result {
+                Ok(r) => {
+                    if let Some(fault) = &r.trigger_fault {
+                        tracing::error!(unit = %ru.name, "{}: {fault}", ru.name);
+                    }
+                    println!(
+                        "{}: {} fragments ({} corrupt), {} super-fragments sent, {} problems{}",
+                        ru.name,
+                        r.ru.fragments,
+                        r.ru.corrupt_fragments,
+                        r.ru.parts_sent,
+                        count,
+                        r.evm
+                            .map(|e| format!("; triggered {}, committed {}", e.triggered, e.committed))
+                            .unwrap_or_default()
+                    );
+                    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+                }
+                Err(e) => {
+                    tracing::error!(unit = %ru.name, "{}: {e}", ru.name);
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+        Role::Bu => {
+            let name = name.context("--name: which BU to run")?;
+            let i = cfg
+                .bus
+                .iter()
+                .position(|b| b.name == name)
+                .with_context(|| format!("no BU named {name} in {}", system.display()))?;
+            let bu = &cfg.bus[i];
+            let data = bind(&bu.host, bu.data_port, &format!("{} data port", bu.name))?;
+            let broker = start_broker(&cfg, i, &output, false)?;
+            let node = BuNode::new(bu_node(
+                &cfg,
+                i,
+                &output,
+                data,
+                evm,
+                restart,
+                Admission { link_key: &link_key, allowed_peers: bu_peers(&cfg)? },
+            ))?;
+            let control = node.control();
+            let stop: Action = Arc::new(|| Err("a BU does not stop the run: ask the EVM's process".to_owned()));
+            let unit = Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() };
+            let _control = serve_unit(control_args, unit_args, &control, unit, stop, &cfg)?;
+            tracing::info!(
+                unit = %bu.name,
+                run = cfg.run.number,
+                "{}: BU {i}, run {}, files under {}",
+                bu.name,
+                cfg.run.number,
+                cfg.bu_directory(i, &output).display()
+            );
+            let handle = std::thread::spawn(move || node.run());
+            while !handle.is_finished() {
+                std::thread::sleep(Duration::from_millis(100));
+                if interrupts.load(Ordering::SeqCst) > 0 {
+                    control.abort();
+                }
+            }
+            let result = handle.join().map_err(|_| anyhow::anyhow!("the unit panicked"))?;
+            if broker.is_some() && result.is_ok() && interrupts.load(Ordering::SeqCst) == 0 {
+                // Remote FUs finish their last files through the broker.
+                let drain = Duration::from_secs(cfg.fu.drain_timeout_s);
+                tracing::info!(
+                    unit = %bu.name,
+                    "{}: serving the file broker until FUs have processed every file (at most {drain:?})",
+                    bu.name
+                );
+                let stale_after = Duration::from_secs(cfg.fu.resource_summary_stale_s);
+                let asked = || interrupts.load(Ordering::SeqCst) > 0;
+                if !wait_drained(&cfg.bu_directory(i, &output), cfg.run.number, stale_after, drain, &asked) {
+                    tracing::warn!(unit = %bu.name, "{}: files are left unprocessed after {drain:?}", bu.name);
+                }
+            }
+            let tally = broker.as_ref().map(tessera_fu::broker::Broker::tally);
+            drop(broker);
+            if json {
+                println!("{}", BuEnd::of(&bu.name, &result, tally.map(broker_figures)));
+                return Ok(if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+            }
+            match result {
+                Ok(r) => {
+                    println!(
+                        "{}: {} events published in {} files (incarnation {}), {}",
+                        bu.name,
+                        r.events_published,
+                        r.counters.files_published,
+                        r.epoch,
+                        r.run_dir.display()
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    tracing::error!(unit = %bu.name, "{}: {e}", bu.name);
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+    }
+}
+
+/// What a BU's broker granted, as the BU's end says it.
+fn broker_figures(t: BrokerTally) -> BrokerFigures {
+    BrokerFigures {
+        files_granted: t.files_granted,
+        files_deleted: t.files_deleted,
+        events_deleted: t.events_deleted,
+        files_done: t.files_done,
+        claims_returned: t.claims_returned,
+        files_out: t.files_out,
+    }
+}
+
+/// `tessera ferol --system FILE --ru NAME`: the emulator of one RU's FEDs as the system file
+/// describes them.
+pub fn ferol_for(system: &Path, ru_name: &str, args: &SystemArgs) -> Result<SenderConfig> {
+    let cfg = load(Some(system), args)?;
+    let i = cfg
+        .rus
+        .iter()
+        .position(|r| r.name == ru_name)
+        .with_context(|| format!("no RU named {ru_name} in {}", system.display()))?;
+    let to = resolve(&cfg.rus[i].host, cfg.rus[i].ferol_port, &format!("{} FEROL port", ru_name))?;
+    let mut s = emulator(&cfg, i, to)?;
+    s.limits = Limits { events: cfg.run.events, seconds: cfg.run.seconds.filter(|_| cfg.run.events.is_none()) };
+    Ok(s)
+}

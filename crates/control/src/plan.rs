@@ -1,0 +1,464 @@
+//! The system file turned into units, written once: the configuration of each RU's node
+//! ([`ru_node`]), each BU's node ([`bu_node`]) and each front-end emulator ([`emulator`]) from a
+//! [`SystemConfig`], the ports they listen on ([`Listeners`], [`bind`]) and call ([`resolve`]),
+//! and whom each unit lets call it ([`ru_peers`], [`bu_peers`]). `tessera run` (the whole system
+//! in one process, [`plan`]) and the unit commands (`tessera evm|ru|bu`, one unit a process) use
+//! the same functions, so that a unit is configured the same way wherever it runs.
+
+use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tessera_config::SystemConfig;
+use tessera_config::emulation::{EmulationError, FedSpec};
+use tessera_emu::generator::StreamConfig;
+use tessera_emu::sender::{Limits, SenderConfig, Sink};
+use tessera_evb::{BuConfig, EvmConfig, RuConfig};
+use tessera_rundir::resources::FarmLimits;
+use tessera_runtime::bu_node::BuNodeConfig;
+use tessera_runtime::link::LinkKey;
+use tessera_runtime::ru_node::RuNodeConfig;
+
+use crate::system::SystemPlan;
+
+/// How long a unit keeps calling a peer that does not answer yet.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest protocol frame accepted, at least.
+const MIN_MAX_FRAME_BYTES: u32 = 64 << 20;
+
+/// Why a system file could not be turned into units.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A port could not be bound.
+    #[error("{what}: cannot listen on {host}:{port}")]
+    Bind {
+        /// Which port, in the system file's words.
+        what: String,
+        /// The host it names.
+        host: String,
+        /// The port.
+        port: u16,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A peer's port is 0, which a unit in another process cannot find.
+    #[error(
+        "{what}: port 0 means \"any free port\", which only one `tessera run` can use; give a port in the system file"
+    )]
+    AnyPort {
+        /// Which port, in the system file's words.
+        what: String,
+    },
+    /// A peer's address could not be resolved.
+    #[error("{what}: cannot resolve {host}:{port}")]
+    Resolve {
+        /// Which port, in the system file's words.
+        what: String,
+        /// The host it names.
+        host: String,
+        /// The port.
+        port: u16,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A peer's address resolved to no address at all.
+    #[error("{what}: {host}:{port} resolves to nothing")]
+    Nowhere {
+        /// Which port, in the system file's words.
+        what: String,
+        /// The host it names.
+        host: String,
+        /// The port.
+        port: u16,
+    },
+    /// A host whose units may call could not be resolved.
+    #[error("cannot resolve {host}")]
+    Host {
+        /// The host.
+        host: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An RU's faults could not be read.
+    #[error("rus[{ru}].faults")]
+    Faults {
+        /// The RU's index.
+        ru: usize,
+        /// Why.
+        source: EmulationError,
+    },
+    /// Ports that units in separate processes need are 0.
+    #[error(
+        "{system}: {} {} 0 (any free port), which only one `tessera run` can use: units in separate processes find each other by the ports in the file",
+        ports.join(", "),
+        if ports.len() == 1 { "is" } else { "are" }
+    )]
+    PortsZero {
+        /// The system file.
+        system: PathBuf,
+        /// The settings that are 0, by their place in the file.
+        ports: Vec<String>,
+    },
+}
+
+/// The largest frame any unit of the system accepts: enough for the largest super-fragment an
+/// RU can build (all its FEDs at their largest), and a megabyte of descriptors.
+pub fn max_frame_bytes(cfg: &SystemConfig) -> u32 {
+    let largest = cfg.rus.iter().map(|r| r.feds.len() * r.max_wire_fragment_bytes()).max().unwrap_or(0) + (2 << 20);
+    u32::try_from(largest).unwrap_or(u32::MAX).max(MIN_MAX_FRAME_BYTES)
+}
+
+/// The run's output directory: the one given, or a new one under the current directory.
+pub fn output_dir(cfg: &SystemConfig) -> PathBuf {
+    cfg.run.output.clone().unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        PathBuf::from(format!("tessera-run{:06}-{secs}", cfg.run.number))
+    })
+}
+
+/// Listens on `host:port`, `what` naming the port in the system file's words.
+pub fn bind(host: &str, port: u16, what: &str) -> Result<TcpListener, PlanError> {
+    TcpListener::bind((host, port)).map_err(|source| PlanError::Bind {
+        what: what.to_owned(),
+        host: host.to_owned(),
+        port,
+        source,
+    })
+}
+
+/// The address of a peer's port `host:port`, which must be given (not 0).
+pub fn resolve(host: &str, port: u16, what: &str) -> Result<SocketAddr, PlanError> {
+    if port == 0 {
+        return Err(PlanError::AnyPort { what: what.to_owned() });
+    }
+    let place = || (what.to_owned(), host.to_owned());
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|source| {
+            let (what, host) = place();
+            PlanError::Resolve { what, host, port, source }
+        })?
+        .next()
+        .ok_or_else(|| {
+            let (what, host) = place();
+            PlanError::Nowhere { what, host, port }
+        })
+}
+
+/// Refuses a system whose units in separate processes could not find each other: every port
+/// a peer calls must be given (not 0). `system` names the file in the message.
+pub fn require_ports(cfg: &SystemConfig, system: &Path) -> Result<(), PlanError> {
+    let mut zero = Vec::new();
+    if cfg.evm.port == 0 {
+        zero.push("evm.port".to_string());
+    }
+    for (i, ru) in cfg.rus.iter().enumerate() {
+        if ru.ferol_port == 0 {
+            zero.push(format!("rus[{i}].ferol_port"));
+        }
+        if i > 0 && ru.control_port == 0 {
+            zero.push(format!("rus[{i}].control_port"));
+        }
+    }
+    let readers = cfg.fu.read_by_readers();
+    for (i, bu) in cfg.bus.iter().enumerate() {
+        if bu.data_port == 0 {
+            zero.push(format!("bus[{i}].data_port"));
+        }
+        // Readers read through the BU's file broker.
+        if readers && bu.broker_port.is_none_or(|p| p == 0) {
+            zero.push(format!("bus[{i}].broker_port (fu.process: reader)"));
+        }
+    }
+    if zero.is_empty() { Ok(()) } else { Err(PlanError::PortsZero { system: system.to_owned(), ports: zero }) }
+}
+
+/// The addresses units on `hosts` call from, or `None` (anyone) if a host is a wildcard such
+/// as 0.0.0.0, which says nothing about where its calls come from.
+fn peers_on(hosts: &[&str]) -> Result<Option<Vec<IpAddr>>, PlanError> {
+    let mut ips = Vec::new();
+    for host in hosts {
+        let addresses =
+            (*host, 0).to_socket_addrs().map_err(|source| PlanError::Host { host: (*host).to_owned(), source })?;
+        for a in addresses {
+            if a.ip().is_unspecified() {
+                return Ok(None);
+            }
+            ips.push(a.ip());
+        }
+    }
+    Ok(Some(ips))
+}
+
+/// Who may call RU `i`'s node: the BUs' hosts for the EVM (RU 0), the EVM's host for an RU.
+pub fn ru_peers(cfg: &SystemConfig, i: usize) -> Result<Option<Vec<IpAddr>>, PlanError> {
+    if i == 0 {
+        peers_on(&cfg.bus.iter().map(|b| b.host.as_str()).collect::<Vec<_>>())
+    } else {
+        peers_on(&[&cfg.rus[0].host])
+    }
+}
+
+/// Who may send data to a BU: the hosts of the RUs other than the EVM's.
+pub fn bu_peers(cfg: &SystemConfig) -> Result<Option<Vec<IpAddr>>, PlanError> {
+    peers_on(&cfg.rus[1..].iter().map(|r| r.host.as_str()).collect::<Vec<_>>())
+}
+
+/// Every listener of a system, bound: the single-process case, where port 0 works.
+#[derive(Debug)]
+pub struct Listeners {
+    /// Each RU's FEROL port.
+    pub ferol: Vec<TcpListener>,
+    /// Each RU's control port; RU 0's is the EVM's port, which BUs call.
+    pub control: Vec<TcpListener>,
+    /// Each BU's data port.
+    pub data: Vec<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds every port of `cfg`.
+    pub fn bind_all(cfg: &SystemConfig) -> Result<Self, PlanError> {
+        let mut control = Vec::new();
+        let mut ferol = Vec::new();
+        for (i, ru) in cfg.rus.iter().enumerate() {
+            ferol.push(bind(&ru.host, ru.ferol_port, &format!("{} FEROL port", ru.name))?);
+            // RU 0's control port is the EVM's: BUs connect to it.
+            control.push(if i == 0 {
+                bind(&ru.host, cfg.evm.port, "the EVM's port (evm.port)")?
+            } else {
+                bind(&ru.host, ru.control_port, &format!("{} control port", ru.name))?
+            });
+        }
+        let data = cfg
+            .bus
+            .iter()
+            .map(|bu| bind(&bu.host, bu.data_port, &format!("{} data port", bu.name)))
+            .collect::<Result<_, _>>()?;
+        Ok(Listeners { ferol, control, data })
+    }
+}
+
+/// The address a bound listener listens on.
+pub fn address(l: &TcpListener) -> SocketAddr {
+    l.local_addr().expect("a bound listener has an address")
+}
+
+/// Whom a unit lets call it: peers that prove they hold the run's link key, from the addresses
+/// allowed (`None`: any).
+#[derive(Debug)]
+pub struct Admission<'a> {
+    /// The run's link key.
+    pub link_key: &'a LinkKey,
+    /// The addresses peers may call from; `None`: any.
+    pub allowed_peers: Option<Vec<IpAddr>>,
+}
+
+/// The configuration of RU `i`'s node: its FEROL and control listeners, the BUs' data ports it
+/// sends to (an RU) or the RUs' control ports it assigns to (the EVM).
+pub fn ru_node(
+    cfg: &SystemConfig,
+    i: usize,
+    ferol_listener: TcpListener,
+    control_listener: TcpListener,
+    bu_data: Vec<SocketAddr>,
+    ru_control: Vec<SocketAddr>,
+    admission: Admission<'_>,
+) -> RuNodeConfig {
+    let section = &cfg.rus[i];
+    let p = cfg.ru_params(i);
+    let n_ru = cfg.rus.len() as u16;
+    let n_bu = cfg.bus.len() as u16;
+    let evm = (i == 0).then(|| EvmConfig {
+        assign_batch_events: cfg.evm.assign_batch_events,
+        assign_delay_ns: cfg.evm.assign_delay_us * 1000,
+        max_assigned_per_bu: cfg.evm.max_assigned_per_bu as usize,
+        lumi_section_timeout_ns: Some((cfg.evm.lumi_section_timeout_s * 1e9) as u64),
+        ..EvmConfig::new(n_ru, n_bu)
+    });
+    RuNodeConfig {
+        run: cfg.run.number,
+        link_key: admission.link_key.clone(),
+        ru: RuConfig {
+            first_event: cfg.run.first_event,
+            max_events_buffered: p.max_events_buffered as usize,
+            fragment_timeout_ns: p.fragment_timeout_ms * 1_000_000,
+            max_parts_per_message: p.max_parts_per_message as usize,
+            ..RuConfig::new(i as u16, section.feds.clone())
+        },
+        evm,
+        ferol_listener,
+        control_listener,
+        bu_data,
+        ru_control,
+        chunk_bytes: p.chunk_bytes,
+        chunks_per_fed: p.chunks_per_fed as usize,
+        max_wire_bytes: section.max_wire_fragment_bytes(),
+        on_corrupt_stream: p.on_corrupt_stream,
+        fragment_crc_check: p.fragment_crc_check,
+        event_limit: cfg.run.events,
+        connect_timeout: CONNECT_TIMEOUT,
+        max_frame_bytes: max_frame_bytes(cfg),
+        allowed_peers: admission.allowed_peers,
+        ingest_only: false,
+        pin_core: section.cpu,
+    }
+}
+
+/// The configuration of BU `i`'s node, writing under `output` (or its own directory), asking
+/// the EVM at `evm`; `restart` for an incarnation started again after a crash.
+pub fn bu_node(
+    cfg: &SystemConfig,
+    i: usize,
+    output: &Path,
+    data_listener: TcpListener,
+    evm: SocketAddr,
+    restart: bool,
+    admission: Admission<'_>,
+) -> BuNodeConfig {
+    let p = &cfg.bu;
+    BuNodeConfig {
+        run: cfg.run.number,
+        link_key: admission.link_key.clone(),
+        bu: BuConfig {
+            max_events_in_flight: p.max_events_in_flight,
+            request_batch_events: p.request_batch_events,
+            max_events_per_file: p.max_events_per_file,
+            file_timeout_ns: p.file_timeout_ms * 1_000_000,
+            ..BuConfig::new(i as u16, cfg.rus.len() as u16)
+        },
+        data_listener,
+        evm,
+        directory: cfg.bu_directory(i, output),
+        name: cfg.bus[i].name.clone(),
+        restart,
+        generated: cfg.rus.iter().any(|r| r.emulated),
+        writer_threads: p.writer_threads as usize,
+        frame_store_bytes: p.frame_store_bytes as usize,
+        ramdisk_high_water_percent: p.ramdisk_high_water_percent,
+        ramdisk_low_water_percent: p.ramdisk_low_water_percent,
+        connect_timeout: CONNECT_TIMEOUT,
+        max_frame_bytes: max_frame_bytes(cfg),
+        allowed_peers: admission.allowed_peers,
+        discard: false,
+        pin_core: cfg.bus[i].cpu,
+        // Readers publish no resource summaries: a BU holds back on Tessera's FUs only.
+        farm_limits: (cfg.fu.enabled && !cfg.fu.read_by_readers()).then(|| FarmLimits {
+            min_fus: cfg.fu.min_fus_per_bu,
+            max_queued_lumi_sections: cfg.fu.max_queued_lumi_sections,
+            output_high_water_percent: cfg.fu.output_high_water_percent,
+            stale_after: Duration::from_secs(cfg.fu.resource_summary_stale_s),
+        }),
+    }
+}
+
+/// The emulator of RU `i`'s FEDs, sending to `to`, until the run's event limit.
+pub fn emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<SenderConfig, PlanError> {
+    let section = &cfg.rus[i];
+    let faults = section.fault_specs().map_err(|source| PlanError::Faults { ru: i, source })?;
+    Ok(SenderConfig {
+        replay: None,
+        streams: section
+            .feds
+            .iter()
+            .map(|&fed| StreamConfig {
+                run: cfg.run.number,
+                fed: FedSpec { fed, size: section.fragment_size.model() },
+                first_event: cfg.run.first_event,
+                clock: cfg.clock_spec(),
+                faults: faults.clone(),
+                seed: cfg.trigger.seed,
+            })
+            .collect(),
+        sink: Sink::Connect(to.to_string()),
+        paced: cfg.trigger.paced_rate_hz().is_some(),
+        pace_percent: section.send_rate_percent,
+        limits: Limits { events: cfg.run.events, seconds: None },
+        stop: None,
+    })
+}
+
+/// The whole system of `cfg` in one process, on the listeners `l`: every RU and BU node, and
+/// the emulators of the emulated RUs, the units proving themselves to each other with
+/// `link_key`; BUs write under `output`.
+pub fn plan(cfg: &SystemConfig, l: Listeners, output: &Path, link_key: &LinkKey) -> Result<SystemPlan, PlanError> {
+    let bu_data: Vec<SocketAddr> = l.data.iter().map(address).collect();
+    let ru_control: Vec<SocketAddr> = l.control.iter().skip(1).map(address).collect();
+    let evm = address(&l.control[0]);
+    let emulators = (0..cfg.rus.len())
+        .filter(|&i| cfg.rus[i].emulated)
+        .map(|i| emulator(cfg, i, address(&l.ferol[i])))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rus = l
+        .ferol
+        .into_iter()
+        .zip(l.control)
+        .enumerate()
+        .map(|(i, (f, c))| {
+            let (data, control) = if i == 0 { (Vec::new(), ru_control.clone()) } else { (bu_data.clone(), Vec::new()) };
+            Ok(ru_node(cfg, i, f, c, data, control, Admission { link_key, allowed_peers: ru_peers(cfg, i)? }))
+        })
+        .collect::<Result<Vec<_>, PlanError>>()?;
+    let bus = l
+        .data
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| Ok(bu_node(cfg, i, output, d, evm, false, Admission { link_key, allowed_peers: bu_peers(cfg)? })))
+        .collect::<Result<Vec<_>, PlanError>>()?;
+    Ok(SystemPlan { rus, bus, emulators })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_system_on_loopback_is_planned_unit_by_unit_as_the_file_says() {
+        let mut cfg = SystemConfig::default();
+        for ru in &mut cfg.rus {
+            (ru.host, ru.ferol_port, ru.control_port) = ("127.0.0.1".into(), 0, 0);
+        }
+        for bu in &mut cfg.bus {
+            (bu.host, bu.data_port) = ("127.0.0.1".into(), 0);
+        }
+        cfg.evm.port = 0;
+        let key = LinkKey::generate().expect("random bytes");
+        let l = Listeners::bind_all(&cfg).expect("loopback ports");
+        let evm = address(&l.control[0]);
+        let data: Vec<SocketAddr> = l.data.iter().map(address).collect();
+        let plan = plan(&cfg, l, Path::new("/nowhere"), &key).expect("a plan");
+        assert_eq!((plan.rus.len(), plan.bus.len()), (cfg.rus.len(), cfg.bus.len()));
+        assert_eq!(plan.emulators.len(), cfg.rus.iter().filter(|r| r.emulated).count());
+        // The EVM assigns to the other RUs; the other RUs send to every BU.
+        assert!(plan.rus[0].evm.is_some() && plan.rus[0].bu_data.is_empty());
+        assert_eq!(plan.rus[0].ru_control.len(), cfg.rus.len() - 1);
+        for ru in &plan.rus[1..] {
+            assert!(ru.evm.is_none());
+            assert_eq!(ru.bu_data, data);
+        }
+        for (i, bu) in plan.bus.iter().enumerate() {
+            assert_eq!(bu.evm, evm);
+            assert_eq!(bu.directory, cfg.bu_directory(i, Path::new("/nowhere")));
+            assert_eq!(bu.name, cfg.bus[i].name);
+        }
+        // Units on loopback take calls from loopback only.
+        assert_eq!(plan.bus[0].allowed_peers.as_deref().map(|p| p.iter().all(IpAddr::is_loopback)), Some(true));
+    }
+
+    #[test]
+    fn a_peer_port_of_0_is_refused_with_its_place_in_the_file() {
+        let e = resolve("127.0.0.1", 0, "evm.port").unwrap_err();
+        assert!(e.to_string().starts_with("evm.port: port 0 means"), "{e}");
+        let mut cfg = SystemConfig::default();
+        for (i, ru) in cfg.rus.iter_mut().enumerate() {
+            (ru.ferol_port, ru.control_port) = (9000 + i as u16, 9100 + i as u16);
+        }
+        for (i, bu) in cfg.bus.iter_mut().enumerate() {
+            bu.data_port = 9200 + i as u16;
+        }
+        cfg.evm.port = 9300;
+        assert!(require_ports(&cfg, Path::new("sys.yaml")).is_ok());
+        cfg.evm.port = 0;
+        cfg.bus[1].data_port = 0;
+        let e = require_ports(&cfg, Path::new("sys.yaml")).unwrap_err();
+        assert!(e.to_string().starts_with("sys.yaml: evm.port, bus[1].data_port are 0 (any free port)"), "{e}");
+    }
+}
