@@ -326,7 +326,7 @@ fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// The units' figures in the OpenMetrics text format ([`exposition`]).
+/// The units' figures in the OpenMetrics text format.
 pub fn metrics_text(units: &[Unit]) -> String {
     metrics_from_views(&unit_views(units))
 }

@@ -251,7 +251,7 @@ pub trait FileSource {
     fn still_held(&self, claims: &[ClaimedRawName]) -> Result<bool, FuError>;
 
     /// Publishes this process's resource summary where the BU reads it
-    /// ([`resources`](crate::resources)); `summary.host` is [`FileSource::host`].
+    /// ([`resources`](tessera_rundir::resources)); `summary.host` is [`FileSource::host`].
     fn publish_summary(&self, summary: &ResourceSummary) -> Result<(), FuError>;
 
     /// Removes this process's resource summary: it is leaving. One already gone is fine.

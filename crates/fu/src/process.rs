@@ -42,7 +42,7 @@ pub struct FuConfig {
     /// Give up when the BU's run directory has not appeared after this long.
     pub run_start_timeout: Duration,
     /// How often to publish the resource summary in the BU directory, directly or through the
-    /// BU's file broker (see [`resources`](crate::resources)).
+    /// BU's file broker (see [`resources`](tessera_rundir::resources)).
     pub summary_interval: Duration,
 }
 

@@ -15,7 +15,7 @@
 //! **Tessera's choices**, where the public sources stop:
 //!
 //! - The SR trailer's CRC is CRC-16/CMS computed word-wise (each 64-bit little-endian word most
-//!   significant byte first, [`Crc16Words`]) over SR header, payload and SR trailer, with the
+//!   significant byte first, [`Crc16Words`](crate::crc::Crc16Words)) over SR header, payload and SR trailer, with the
 //!   trailer's CRC field taken as zero. The fragment trailer's CRC-16 repeats that value.
 //! - The fragment trailer's size equals the SR length: the fragment, SR header and trailer
 //!   included, in 16-byte units.
@@ -44,8 +44,8 @@
 //! ([`looks_like_dth_stream`]). [`DthBlocks`] and [`write_dth_blocks`] split an orbit block into
 //! stream blocks; [`DthOrbit`] and [`DthStream`] gather them back, zero-copy.
 //!
-//! One job per file: [`frames`] the fixed-size frames of a block (orbit header, SlinkRocket header
-//! and trailer, fragment trailer), [`block`] orbit blocks written and read in place, [`dth`] the
+//! One job per file: `frames` the fixed-size frames of a block (orbit header, SlinkRocket header
+//! and trailer, fragment trailer), `block` orbit blocks written and read in place, `dth` the
 //! TCP stream blocks that carry them.
 
 mod block;
