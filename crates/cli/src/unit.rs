@@ -10,11 +10,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tessera_config::SystemConfig;
 use tessera_control::plan::{Admission, bind, bu_node, bu_peers, emulator, require_ports, resolve, ru_node, ru_peers};
-use tessera_control::report::{BrokerFigures, BuEnd, RuEnd};
+use tessera_control::report::{BuEnd, RuEnd};
 use tessera_control::stop::OperatorStop;
 use tessera_control::{Action, ControlServer, Served, Unit, UnitKind};
 use tessera_emu::sender::{Limits, SenderConfig};
-use tessera_fu::broker::BrokerTally;
 use tessera_runtime::bu_node::BuNode;
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
 use tessera_runtime::ru_node::RuNode;
@@ -282,7 +281,7 @@ pub fn unit(
             let tally = broker.as_ref().map(tessera_fu::broker::Broker::tally);
             drop(broker);
             if json {
-                println!("{}", BuEnd::of(&bu.name, &result, tally.map(broker_figures)));
+                println!("{}", BuEnd::of(&bu.name, &result, tally));
                 return Ok(if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
             }
             match result {
@@ -303,18 +302,6 @@ pub fn unit(
                 }
             }
         }
-    }
-}
-
-/// What a BU's broker granted, as the BU's end says it.
-fn broker_figures(t: BrokerTally) -> BrokerFigures {
-    BrokerFigures {
-        files_granted: t.files_granted,
-        files_deleted: t.files_deleted,
-        events_deleted: t.events_deleted,
-        files_done: t.files_done,
-        claims_returned: t.claims_returned,
-        files_out: t.files_out,
     }
 }
 

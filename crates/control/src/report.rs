@@ -4,6 +4,7 @@
 //! with the same structs, so that a figure one side names the other cannot miss.
 
 use serde::{Deserialize, Serialize};
+use tessera_fu::broker::BrokerTally;
 use tessera_runtime::bu_node::BuReport;
 use tessera_runtime::ru_node::{NodeError, RuReport};
 
@@ -173,29 +174,12 @@ pub struct BuFigures {
     /// Its run directory.
     pub run_dir: String,
     /// What its file broker granted, if it served one.
-    pub broker: Option<BrokerFigures>,
-}
-
-/// What a BU's file broker granted in the run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BrokerFigures {
-    /// Files granted to readers or FUs.
-    pub files_granted: u64,
-    /// Files deleted once read.
-    pub files_deleted: u64,
-    /// Events in the files deleted.
-    pub events_deleted: u64,
-    /// Files said done.
-    pub files_done: u64,
-    /// Claims returned unread.
-    pub claims_returned: u64,
-    /// Files still out at the end.
-    pub files_out: u64,
+    pub broker: Option<BrokerTally>,
 }
 
 impl BuEnd {
     /// The end of BU `unit` from its node's result and its broker's figures.
-    pub fn of(unit: &str, result: &Result<BuReport, NodeError>, broker: Option<BrokerFigures>) -> Self {
+    pub fn of(unit: &str, result: &Result<BuReport, NodeError>, broker: Option<BrokerTally>) -> Self {
         let outcome = match result {
             Ok(r) => Ended::Figures(BuFigures {
                 events_published: r.events_published,
@@ -270,7 +254,7 @@ mod tests {
                 error_events: 0,
                 incarnation: 1,
                 run_dir: "/ramdisk/run000077".into(),
-                broker: Some(BrokerFigures { events_deleted: 500, ..BrokerFigures::default() }),
+                broker: Some(BrokerTally { events_deleted: 500, ..BrokerTally::default() }),
             }),
         };
         let line = serde_json::to_value(&ended).unwrap();

@@ -65,8 +65,9 @@ pub(super) enum SweepError {
 /// The reader ledger's name in a run directory's `fu/` (it is not a claim's name).
 pub const READER_LEDGER: &str = "readers.ledger";
 
-/// What became of the files a broker granted in its run, as far as it knows.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What became of the files a broker granted in its run, as far as it knows (a BU's end of run
+/// says it, as JSON).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BrokerTally {
     /// Files granted.
     pub files_granted: u64,
