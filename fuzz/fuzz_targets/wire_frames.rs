@@ -67,8 +67,8 @@ fn reencode(decoded: &Decoded, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     match &decoded.message {
         Message::Data { ru, epoch, parts, commits } => {
-            let buffers = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer);
-            assert!(buffers.eq(0..fragments.len() as u64), "buffers are the fragments' indices");
+            let buffers = parts.iter().flat_map(|p| &p.fragments).map(|f| u64::from(f.buffer.offset));
+            assert!(buffers.eq(0..fragments.len() as u64), "buffer offsets are the fragments' indices");
             encode_data_header(*ru, *epoch, parts, commits, &fragments, &mut out)
                 .expect("a decoded data message encodes");
             fragments.iter().for_each(|f| out.extend_from_slice(f));
