@@ -12,7 +12,7 @@ use tessera_config::SystemConfig;
 use tessera_control::plan::{Admission, bind, bu_node, bu_peers, emulator, require_ports, resolve, ru_node, ru_peers};
 use tessera_control::report::{BuEnd, RuEnd};
 use tessera_control::stop::OperatorStop;
-use tessera_control::{Action, ControlServer, Served, Unit, UnitKind};
+use tessera_control::{Action, ActionRefused, ControlServer, Served, Unit, UnitKind};
 use tessera_emu::sender::{Limits, SenderConfig};
 use tessera_runtime::bu_node::BuNode;
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
@@ -153,7 +153,7 @@ pub fn unit(
                     Ok("the EVM stops the trigger; the run drains".to_owned())
                 })
             } else {
-                Arc::new(|| Err("an RU does not stop the run: ask the EVM's process".to_owned()))
+                Arc::new(|| Err(ActionRefused::RuCannotStop))
             };
             let unit = Unit { name: ru.name.clone(), kind, stats: stats.clone() };
             let _control = serve_unit(control_args, unit_args, &control, unit, stop, &cfg)?;
@@ -245,7 +245,7 @@ pub fn unit(
                 Admission { link_key: &link_key, allowed_peers: bu_peers(&cfg)? },
             ))?;
             let control = node.control();
-            let stop: Action = Arc::new(|| Err("a BU does not stop the run: ask the EVM's process".to_owned()));
+            let stop: Action = Arc::new(|| Err(ActionRefused::BuCannotStop));
             let unit = Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() };
             let _control = serve_unit(control_args, unit_args, &control, unit, stop, &cfg)?;
             tracing::info!(

@@ -69,7 +69,7 @@ fn refuse(status: StatusCode, why: impl Into<String>) -> Response {
 fn act(action: Option<&Action>, cannot: &str) -> Response {
     match action.map(|act| act()) {
         Some(Ok(said)) => (StatusCode::ACCEPTED, axum::Json(Said { result: said })).into_response(),
-        Some(Err(why)) => refuse(StatusCode::CONFLICT, why),
+        Some(Err(why)) => refuse(StatusCode::CONFLICT, why.to_string()),
         None => refuse(StatusCode::CONFLICT, cannot),
     }
 }

@@ -672,7 +672,18 @@ pub struct ControlServer {
 
 /// A run-control action (`POST /api/v1/stop`, `POST /api/v1/enable`): what it did, in a
 /// sentence (`Ok`), or why this process cannot do it (`Err`).
-pub type Action = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+pub type Action = Arc<dyn Fn() -> Result<String, ActionRefused> + Send + Sync>;
+
+/// Why a process cannot carry out a run-control action (answered with 409 and this sentence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ActionRefused {
+    /// An RU's process was asked to stop the run: only the EVM stops the trigger.
+    #[error("an RU does not stop the run: ask the EVM's process")]
+    RuCannotStop,
+    /// A BU's process was asked to stop the run: only the EVM stops the trigger.
+    #[error("a BU does not stop the run: ask the EVM's process")]
+    BuCannotStop,
+}
 
 /// Where the served units' views come from.
 #[derive(Clone)]

@@ -214,6 +214,21 @@ fn every_documented_operation_answers_as_documented() {
     }
 }
 
+/// A process that cannot stop the run answers 409 with the sentence that says why, and its
+/// action is not taken for done.
+#[test]
+fn a_stop_asked_of_an_ru_process_is_refused_with_its_reason() {
+    let refuse: tessera_control::Action = Arc::new(|| Err(tessera_control::ActionRefused::RuCannotStop));
+    let config = ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None };
+    let server = ControlServer::start(&config, Served { stop: Some(refuse), ..Served::live(units()) }).unwrap();
+    let mut stream = TcpStream::connect(server.local_addr()).unwrap();
+    write!(stream, "POST /api/v1/stop HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert_eq!(&answer[9..12], "409", "{answer}");
+    assert!(answer.contains("an RU does not stop the run: ask the EVM's process"), "{answer}");
+}
+
 /// The document and the router come from the same handlers: every operation the document
 /// lists is served (above), no other method of a documented path is, and no path outside it.
 #[test]
