@@ -390,7 +390,7 @@ fn flag_failure<T>(stats: &UnitStats, run: impl FnOnce() -> Result<T, NodeError>
             .map(|s| s.to_string())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        Err(NodeError::Bu(format!("the unit panicked: {what}")))
+        Err(NodeError::Panicked(what))
     });
     if result.is_err() {
         stats.set_failed();

@@ -36,7 +36,7 @@ impl BuLoop {
                 continue;
             }
             if let Some(e) = refused {
-                return Err(NodeError::Bu(format!("BU {}: {e}", self.cfg.bu.bu)));
+                return Err(NodeError::StoreFull { bu: self.cfg.bu.bu, source: e });
             }
             self.stats.data_messages.add(inputs.iter().filter(|(_, m)| !m.is_control()).count() as u64);
             if let Some(room) = self.room.as_mut().filter(|r| r.counts_parts()) {
@@ -80,12 +80,11 @@ impl BuLoop {
             if self.ended || self.core.run_ended() {
                 return Ok(());
             }
-            return Err(NodeError::Bu(format!(
-                "BU {}: lost the EVM before the end of run{} ({})",
-                self.cfg.bu.bu,
-                why.map(|w| format!(": {w}")).unwrap_or_default(),
-                self.core.pending()
-            )));
+            return Err(NodeError::EvmLostBeforeEnd {
+                bu: self.cfg.bu.bu,
+                why: why.map(|w| w.to_string()),
+                pending: self.core.pending(),
+            });
         }
         match why {
             Some(w) if c.peer.is_none() => {

@@ -43,7 +43,9 @@ impl BuLoop {
                     self.backlog.push_front(job);
                     break;
                 }
-                Err(TrySendError::Disconnected(_)) => return Err(NodeError::Bu("the writer threads are gone".into())),
+                Err(TrySendError::Disconnected(_)) => {
+                    return Err(NodeError::ThreadGone { bu: self.cfg.bu.bu, what: "the writer threads are" });
+                }
             }
         }
         self.waits_for_room = false;
@@ -137,7 +139,9 @@ impl BuLoop {
                 }
                 Err(TryRecvError::Empty) => return Ok(()),
                 Err(TryRecvError::Disconnected) if self.writing == 0 => return Ok(()),
-                Err(TryRecvError::Disconnected) => return Err(NodeError::Bu("a writer thread died".into())),
+                Err(TryRecvError::Disconnected) => {
+                    return Err(NodeError::ThreadGone { bu: self.cfg.bu.bu, what: "a writer thread is" });
+                }
             }
         }
     }

@@ -164,7 +164,7 @@ fn next_epoch(directory: &Path, run: u32, restart: bool) -> Result<Epoch, NodeEr
     let epoch = last + 1;
     std::fs::create_dir_all(directory).map_err(io_err(format!("creating {}", directory.display())))?;
     tessera_rundir::write_atomically(&path, epoch.to_string().as_bytes())
-        .map_err(|e| NodeError::Bu(format!("recording the BU's incarnation: {e}")))?;
+        .map_err(|e| NodeError::Incarnation { path: path.clone(), source: Box::new(e) })?;
     Ok(epoch)
 }
 
@@ -483,11 +483,11 @@ impl BuLoop {
                 // end-of-run record is still on its way to the disk: that is no loss, for a while.
                 let gone = *evm_gone_at.get_or_insert_with(Instant::now);
                 if !self.core.run_ended() || gone.elapsed() > FINAL_ACK_WAIT {
-                    return Err(NodeError::Bu(format!(
-                        "BU {}: the EVM closed the connection before the end of run ({})",
-                        self.cfg.bu.bu,
-                        self.core.pending()
-                    )));
+                    return Err(NodeError::EvmLostBeforeEnd {
+                        bu: self.cfg.bu.bu,
+                        why: Some("it closed the connection".into()),
+                        pending: self.core.pending(),
+                    });
                 }
             }
             let wait = if busy {

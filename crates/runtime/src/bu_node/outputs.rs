@@ -31,7 +31,7 @@ impl BuLoop {
             match out {
                 BuOutput::Send { to: Peer::Evm, msg } => {
                     let mut frame = Vec::new();
-                    encode(&msg, &mut frame).map_err(|e| NodeError::Bu(format!("encoding a request: {e}")))?;
+                    encode(&msg, &mut frame)?;
                     self.stats.control_messages.add(1);
                     if let Some(c) = self.conns.get_mut(&EVM_CONN) {
                         c.queue(frame);
@@ -103,7 +103,7 @@ impl BuLoop {
     /// Notes that `out` went to the bookkeeping thread (`given`): the core's later outputs wait
     /// for its result ([`BuLoop::collect_books`]), so that they keep their order.
     pub(super) fn gave_books(&mut self, given: Result<(), BookkeeperGone>, out: BuOutput) -> Result<(), NodeError> {
-        given.map_err(|e| NodeError::Bu(format!("BU {}: {e}", self.cfg.bu.bu)))?;
+        given.map_err(|_| NodeError::ThreadGone { bu: self.cfg.bu.bu, what: "the bookkeeping thread is" })?;
         self.at_books = Some(out);
         Ok(())
     }
@@ -113,7 +113,9 @@ impl BuLoop {
     /// again, in its turn, after [`DISK_FULL_RETRY`].
     pub(super) fn collect_books(&mut self) -> Result<(), NodeError> {
         let Some(books) = &self.books else { return Ok(()) };
-        let done = books.result().map_err(|e| NodeError::Bu(format!("BU {}: {e}", self.cfg.bu.bu)))?;
+        let done = books
+            .result()
+            .map_err(|_| NodeError::ThreadGone { bu: self.cfg.bu.bu, what: "the bookkeeping thread is" })?;
         let Some((action, result)) = done else { return Ok(()) };
         let out = self.at_books.take().expect("the action given");
         let published = match result {

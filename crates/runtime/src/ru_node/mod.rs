@@ -152,9 +152,47 @@ pub enum NodeError {
     /// A BU's file operation failed.
     #[error(transparent)]
     Files(#[from] crate::bu_files::BuFilesError),
-    /// Something else that stops a BU.
-    #[error("{0}")]
-    Bu(String),
+    /// A BU's data store refused a frame larger than its room: the RU's frames and the BU's
+    /// store do not fit each other.
+    #[error("BU {bu}: {source}")]
+    StoreFull {
+        /// The BU.
+        bu: u16,
+        /// How far over it was.
+        source: crate::frame_store::StoreFull,
+    },
+    /// A BU lost the EVM before its end of run.
+    #[error("BU {bu}: lost the EVM before the end of run{} ({pending})", why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
+    EvmLostBeforeEnd {
+        /// The BU.
+        bu: u16,
+        /// How the connection ended, when it said.
+        why: Option<String>,
+        /// What the BU still waited for.
+        pending: String,
+    },
+    /// One of a BU's own threads (its writers, its bookkeeping) is gone: it can write nothing.
+    #[error("BU {bu}: {what} gone")]
+    ThreadGone {
+        /// The BU.
+        bu: u16,
+        /// Which threads.
+        what: &'static str,
+    },
+    /// A message could not be encoded (a bug: the core gave one the wire cannot carry).
+    #[error("encoding a message: {0}")]
+    Encode(#[from] tessera_evb::wire::WireError),
+    /// A BU could not record its incarnation in its run directory.
+    #[error("recording the BU's incarnation in {}: {source}", path.display())]
+    Incarnation {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: Box<tessera_rundir::RunDirError>,
+    },
+    /// The unit's thread panicked; what it said.
+    #[error("the unit panicked: {0}")]
+    Panicked(String),
 }
 
 /// How an RU node ended.
