@@ -170,6 +170,11 @@ impl Evm {
         }
     }
 
+    /// Its configuration.
+    pub fn config(&self) -> &EvmConfig {
+        &self.cfg
+    }
+
     /// The counters.
     pub fn counters(&self) -> EvmCounters {
         self.counters

@@ -9,6 +9,11 @@ use crate::types::{EventNumber, EventRange, Nanos, Peer, push_event};
 use crate::unit::{Input, RuOutput};
 use std::collections::VecDeque;
 
+/// Events delivered that are assigned at once while fragments come in: one assignment (and one
+/// release) per this many events, not per event. Fewer wait for the next tick, which
+/// [`IngestRu::next_timeout`] asks for at once.
+pub const ASSIGN_BATCH_EVENTS: u64 = 64;
+
 /// An RU that builds its super-fragments for nobody.
 #[derive(Debug)]
 pub struct IngestRu {
@@ -37,21 +42,22 @@ impl IngestRu {
     /// Offers the next fragment of the FED at `fed_index` (see [`Ru::offer_fragment`]).
     pub fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
         let result = self.ru.offer_fragment(now, fed_index, fragment);
-        self.step(now);
+        self.step(now, ASSIGN_BATCH_EVENTS);
         result
     }
 
-    /// Handles one input (ticks: there is nobody to send messages).
+    /// Handles one input (ticks: there is nobody to send messages), and assigns every event
+    /// delivered.
     pub fn handle(&mut self, now: Nanos, input: Input) {
         self.ru.handle(now, input);
-        self.step(now);
+        self.step(now, 1);
     }
 
-    /// Assigns the events every FED has delivered, and frees those whose super-fragment is
-    /// ready.
-    fn step(&mut self, now: Nanos) {
+    /// Assigns the events every FED has delivered, when at least `batch` are, and frees those
+    /// whose super-fragment is ready.
+    fn step(&mut self, now: Nanos, batch: u64) {
         let through = self.ru.delivered_through();
-        if through > self.next {
+        if through >= self.next + batch {
             let count = u32::try_from(through - self.next).unwrap_or(u32::MAX);
             let events = vec![EventRange { first: self.next, count }];
             self.next += u64::from(count);
@@ -75,8 +81,12 @@ impl IngestRu {
         }
     }
 
-    /// When a tick has work (see [`Ru::next_timeout`]).
+    /// When a tick has work: at once while delivered events wait to be assigned, else as
+    /// [`Ru::next_timeout`] says.
     pub fn next_timeout(&self) -> Option<Nanos> {
+        if self.ru.delivered_through() > self.next {
+            return Some(0);
+        }
         self.ru.next_timeout()
     }
 
@@ -108,23 +118,26 @@ mod tests {
         let cfg = RuConfig { max_events_buffered: 4, max_parts_per_message: 3, ..RuConfig::new(1, vec![7, 8]) };
         let mut ru = IngestRu::new(cfg);
         let mut freed = Vec::new();
-        // FED 8 runs behind FED 7: events wait for it, and the RU's window (4) holds FED 7 back.
-        for lv1 in 1..=20u32 {
-            ru.offer_fragment(0, 0, fragment(7, lv1, lv1)).unwrap_or_else(|_| {
-                while ru.ru().events_buffered() >= 4 {
-                    let next = ru.ru().delivered_through() as u32;
-                    ru.offer_fragment(0, 1, fragment(8, next, 1000 + next)).unwrap();
-                    freed.extend(std::iter::from_fn(|| ru.poll_output()));
-                }
-                ru.offer_fragment(0, 0, fragment(7, lv1, lv1)).unwrap();
-            });
+        // Driven as the runtime drives it: FED 7 is read first, FED 8 only when FED 7 is held
+        // back (the RU's window of 4 events is full), and a tick whenever one is due.
+        let (mut next7, mut next8, now) = (1u32, 1u32, 0);
+        while next8 <= 20 {
+            let offered = if next7 <= 20 && ru.offer_fragment(0, 0, fragment(7, next7, next7)).is_ok() {
+                next7 += 1;
+                true
+            } else {
+                false
+            };
+            if !offered && next8 < next7 {
+                ru.offer_fragment(0, 1, fragment(8, next8, 1000 + next8)).unwrap();
+                next8 += 1;
+            }
+            if ru.next_timeout().is_some_and(|t| now >= t) {
+                ru.handle(now, Input::Tick);
+            }
             freed.extend(std::iter::from_fn(|| ru.poll_output()));
         }
-        while ru.ru().delivered_through() <= 20 {
-            let next = ru.ru().delivered_through() as u32;
-            ru.offer_fragment(0, 1, fragment(8, next, 1000 + next)).unwrap();
-            freed.extend(std::iter::from_fn(|| ru.poll_output()));
-        }
+        assert_eq!(ru.next_timeout(), None, "nothing left to assign or to wait for");
         let mut buffers: Vec<u32> = freed
             .into_iter()
             .flat_map(|o| match o {

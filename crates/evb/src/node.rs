@@ -31,8 +31,6 @@ pub struct EvmNode {
     trigger_stopped: bool,
     /// How the trigger stream broke, if it did.
     trigger_break: Option<TriggerBreak>,
-    /// RUs in the system, this node's included.
-    n_ru: u16,
     /// The other RUs were told the run is drained.
     drain_sent: bool,
 }
@@ -41,7 +39,6 @@ impl EvmNode {
     /// The EVM's node at the start of a run.
     pub fn new(evm: EvmConfig, ru: RuConfig) -> Self {
         EvmNode {
-            n_ru: evm.n_ru,
             drain_sent: false,
             evm: Evm::new(evm),
             ru: Ru::new(ru),
@@ -177,7 +174,7 @@ impl EvmNode {
             self.drain_sent = true;
             let last_event = self.evm.last_triggered();
             self.ru.handle(now, Input::Message { from: Peer::Evm, msg: Message::Drain { last_event } });
-            for ru in (0..self.n_ru).filter(|&r| r != Evm::LOCAL_RU) {
+            for ru in (0..self.evm.config().n_ru).filter(|&r| r != Evm::LOCAL_RU) {
                 self.out.push_back(RuOutput::Send { to: Peer::Ru(ru), msg: Message::Drain { last_event } });
             }
         }

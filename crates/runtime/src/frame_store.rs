@@ -84,7 +84,7 @@ impl FrameStore {
         self.next = self.next.wrapping_add(1);
         for fragment in parts.iter_mut().flat_map(|p| p.fragments.iter_mut()) {
             // The decoder numbered the fragments 0, 1, 2... within the frame.
-            fragment.buffer = BufferRef { area: frame, len: fragment.bytes, ..fragment.buffer };
+            fragment.buffer = BufferRef { area: frame, ..fragment.buffer };
         }
         self.held += bytes;
         let live = fragments.len();

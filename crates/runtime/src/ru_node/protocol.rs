@@ -8,7 +8,9 @@ pub(super) trait RuCore: Send {
     /// See [`Ru::offer_fragment`].
     fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure>;
     /// See [`Ru::accepts`].
-    fn accepts(&self, fed_index: usize) -> bool;
+    fn accepts(&self, fed_index: usize) -> bool {
+        self.ru().accepts(fed_index)
+    }
     /// See [`Ru::handle`].
     fn handle(&mut self, now: Nanos, input: Input);
     /// See [`Ru::next_timeout`].
@@ -19,20 +21,23 @@ pub(super) trait RuCore: Send {
     fn ru(&self) -> &Ru;
     /// The RU, to tell it of its streams ([`Ru::stream_alive`]).
     fn ru_mut(&mut self) -> &mut Ru;
-    /// The EVM, on the EVM's node.
-    fn evm(&self) -> Option<&Evm>;
-    /// The EVM's node, which judges the trigger stream.
-    fn node(&self) -> Option<&EvmNode>;
+    /// The EVM's node, which judges the trigger stream (none but on the EVM's node).
+    fn node(&self) -> Option<&EvmNode> {
+        None
+    }
     /// The EVM's node, to tell it of the trigger stream's end.
-    fn node_mut(&mut self) -> Option<&mut EvmNode>;
+    fn node_mut(&mut self) -> Option<&mut EvmNode> {
+        None
+    }
+    /// The EVM, on the EVM's node.
+    fn evm(&self) -> Option<&Evm> {
+        self.node().map(|n| &n.evm)
+    }
 }
 
 impl RuCore for Ru {
     fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
         Ru::offer_fragment(self, now, fed_index, fragment)
-    }
-    fn accepts(&self, fed_index: usize) -> bool {
-        Ru::accepts(self, fed_index)
     }
     fn handle(&mut self, now: Nanos, input: Input) {
         Ru::handle(self, now, input)
@@ -49,23 +54,11 @@ impl RuCore for Ru {
     fn ru_mut(&mut self) -> &mut Ru {
         self
     }
-    fn evm(&self) -> Option<&Evm> {
-        None
-    }
-    fn node(&self) -> Option<&EvmNode> {
-        None
-    }
-    fn node_mut(&mut self) -> Option<&mut EvmNode> {
-        None
-    }
 }
 
 impl RuCore for EvmNode {
     fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
         EvmNode::offer_fragment(self, now, fed_index, fragment)
-    }
-    fn accepts(&self, fed_index: usize) -> bool {
-        EvmNode::accepts(self, fed_index)
     }
     fn handle(&mut self, now: Nanos, input: Input) {
         EvmNode::handle(self, now, input)
@@ -82,9 +75,6 @@ impl RuCore for EvmNode {
     fn ru_mut(&mut self) -> &mut Ru {
         &mut self.ru
     }
-    fn evm(&self) -> Option<&Evm> {
-        Some(&self.evm)
-    }
     fn node(&self) -> Option<&EvmNode> {
         Some(self)
     }
@@ -96,9 +86,6 @@ impl RuCore for EvmNode {
 impl RuCore for IngestRu {
     fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
         IngestRu::offer_fragment(self, now, fed_index, fragment)
-    }
-    fn accepts(&self, fed_index: usize) -> bool {
-        IngestRu::ru(self).accepts(fed_index)
     }
     fn handle(&mut self, now: Nanos, input: Input) {
         IngestRu::handle(self, now, input)
@@ -114,15 +101,6 @@ impl RuCore for IngestRu {
     }
     fn ru_mut(&mut self) -> &mut Ru {
         IngestRu::ru_mut(self)
-    }
-    fn evm(&self) -> Option<&Evm> {
-        None
-    }
-    fn node(&self) -> Option<&EvmNode> {
-        None
-    }
-    fn node_mut(&mut self) -> Option<&mut EvmNode> {
-        None
     }
 }
 
