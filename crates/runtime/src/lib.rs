@@ -8,6 +8,9 @@
 //!   the [`frame_store`]), its writer and bookkeeping threads ([`bu_files`]), and its account of
 //!   the room on its RAM disk, looked at by a watcher thread ([`ramdisk`]); [`copies`]: how often
 //!   a payload byte is copied, counted in debug builds.
+//! - Both run on one event-loop core (`event_loop`, internal): the poller, the clock, the
+//!   protocol connections and run control, with the fixed order of a pass, written once; each
+//!   node plugs in only what is its own.
 //! - [`link`]: the opening of every protocol connection; [`stats`]: live figures.
 //!
 //! Only nodes live here: a whole system in one process, with its front-end emulators, is
@@ -19,6 +22,8 @@ pub mod bu_files;
 pub mod bu_node;
 pub mod conn;
 pub mod copies;
+mod error;
+mod event_loop;
 pub mod ferol_input;
 pub mod frame_store;
 pub mod link;

@@ -56,7 +56,7 @@ impl BuLoop {
     pub(super) fn update_room(&mut self) {
         let Some(room) = &mut self.room else { return };
         if let Some(events) = room.events(self.cfg.bu.request_batch_events) {
-            let now = self.start.elapsed().as_nanos() as Nanos;
+            let now = self.io.now();
             self.core.set_room(now, events);
         }
     }

@@ -12,6 +12,10 @@
 //! come from a watcher thread ([`crate::ramdisk::DiskWatcher`]) and from the writers, after each
 //! file. Every result comes back as a message on a bounded channel and wakes the loop.
 //!
+//! The loop is the event loop every unit shares (`crate::event_loop`), with the BU's own part
+//! plugged in: its disk watcher, its room and throttle, its writers and bookkeeping, and the
+//! rules of the EVM's going.
+//!
 //! Bounds: the store holds at most its budget of frames (the loop stops reading data while it is
 //! full, and TCP holds the RUs back); the writer queue holds two jobs per thread; the core holds
 //! at most `max_events_in_flight` events. Above the RAM disk's high-water mark the BU asks for
@@ -32,17 +36,17 @@
 //! unchanged: the BU still asks for events, builds and checks them, and the EVM still commits.
 
 use crate::bu_files::{BookAction, Bookkeeper, BookkeeperGone, BuFiles, BuFilesError, RawWriter};
-use crate::conn::{Conn, ConnError, LinkSide, NoPieces};
+use crate::conn::{LinkSide, NoPieces};
+use crate::error::NodeError;
+use crate::event_loop::{Control, EventLoop, Links, Unit, io_err, pin_to, poller, say_end};
 use crate::frame_store::{FrameStore, SharedFrames};
 use crate::link::LinkKey;
 use crate::ramdisk::{DiskWatcher, Room, Space, file_bytes};
-use crate::ru_node::{Control, NodeError, WAKER, connect, io_err, poller};
 use crate::state::{Transition, UnitState};
-use crate::stats::{CpuSampler, SubState, Throttle, UnitStats};
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use crate::stats::{SubState, Throttle, UnitStats};
+use mio::net::TcpStream;
+use mio::{Poll, Token, Waker};
 use std::collections::{BTreeMap, VecDeque};
-use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,6 +62,7 @@ use tessera_rundir::resources::{FarmCpu, FarmPressure, assess, now_unix_ms};
 mod conns;
 mod disk;
 mod outputs;
+mod pass;
 use disk::write_files;
 
 /// How a BU node runs.
@@ -119,10 +124,6 @@ pub struct BuReport {
     pub epoch: Epoch,
 }
 
-const DATA_LISTENER: Token = Token(1);
-const EVM_CONN: Token = Token(2);
-const CONN_BASE: usize = 16;
-const MAX_SLEEP: Duration = Duration::from_millis(10);
 /// How long a BU that has written its end-of-run record waits for the EVM to close.
 const FINAL_ACK_WAIT: Duration = Duration::from_secs(10);
 /// How long a file waits for room before the BU looks again: after a write found the disk full,
@@ -189,7 +190,7 @@ impl BuNode {
     pub fn run(self) -> Result<BuReport, NodeError> {
         let BuNode { cfg, stats, control, poll } = self;
         stats.transition(Transition::Configure);
-        crate::ru_node::pin_to(cfg.pin_core, &stats, &format!("BU {}", cfg.bu.bu));
+        pin_to(cfg.pin_core, &stats, &format!("BU {}", cfg.bu.bu));
         let generated = cfg.generated;
         let (files, disk, epoch) = if cfg.discard {
             (None, BuDisk::default(), 1)
@@ -255,8 +256,15 @@ impl BuNode {
             }
             None => None,
         };
+        let links = Links {
+            side: LinkSide { me: Peer::Bu(cfg.bu.bu), run: cfg.run, key: cfg.link_key.clone() },
+            max_frame_bytes: cfg.max_frame_bytes,
+            connect_timeout: cfg.connect_timeout,
+            allowed_peers: cfg.allowed_peers.clone(),
+        };
         let mut lp = BuLoop {
-            start: Instant::now(),
+            io: EventLoop::new(poll, control, stats.clone(), 256, links),
+            evm_conn: None,
             room,
             watcher,
             writing_bytes: 0,
@@ -268,20 +276,16 @@ impl BuNode {
             books,
             at_books: None,
             discarded: BTreeMap::new(),
-            cpu: CpuSampler::default(),
             core,
             store,
-            conns: BTreeMap::new(),
-            next_conn: CONN_BASE,
             jobs: Some(job_tx),
             backlog: VecDeque::new(),
             done: done_rx,
             writing: 0,
             ended: false,
             published: 0,
+            held: Held::default(),
             stats,
-            control,
-            poll,
             epoch,
             cfg,
         };
@@ -291,21 +295,20 @@ impl BuNode {
         for w in writers {
             let _ = w.join();
         }
-        match &result {
-            Ok(_) => lp.stats.end_cleanly(),
-            Err(e) => {
-                // Said where run control looks, before the state says Failed.
-                lp.stats.problem(e.to_string());
-                lp.stats.set_failed()
-            }
-        }
+        say_end(&lp.stats, &result, false);
         result
     }
 }
 
+/// A BU node's part of its event loop: its core, its frame store, its writer and bookkeeping
+/// threads, its RAM disk's room, and what holds it back.
 struct BuLoop {
     cfg: BuNodeConfig,
     core: Bu,
+    /// The event loop's shared half: poller, clock, protocol connections, run control.
+    io: EventLoop,
+    /// The connection to the EVM, once opened.
+    evm_conn: Option<Token>,
     /// The bookkeeping thread, which owns the run directory; `None` in discard mode.
     books: Option<Bookkeeper>,
     /// The core's output the bookkeeping thread carries out now.
@@ -315,13 +318,7 @@ struct BuLoop {
     /// events).
     discarded: BTreeMap<FileId, (u64, u64)>,
     store: FrameStore,
-    cpu: CpuSampler,
     stats: Arc<UnitStats>,
-    control: Control,
-    poll: Poll,
-    start: Instant,
-    conns: BTreeMap<Token, Conn>,
-    next_conn: usize,
     jobs: Option<SyncSender<Job>>,
     /// Files to write that wait for room in the writers' queue.
     backlog: VecDeque<Job>,
@@ -345,184 +342,64 @@ struct BuLoop {
     deferred: Option<BuOutput>,
     ended: bool,
     published: u64,
+    /// What holds the BU back, and how its run ends.
+    held: Held,
     run_dir: PathBuf,
     epoch: Epoch,
 }
 
+/// What holds a BU back (its RAM disk, the filter farm), since when, and how its run ends.
+struct Held {
+    /// The RAM disk is above its high-water mark (until below the low one).
+    ramdisk_high: bool,
+    /// The filter farm's pressure, as last assessed.
+    farm: Option<FarmPressure>,
+    /// The filter farm's CPU time, from its summaries.
+    farm_cpu: FarmCpu,
+    /// The throttle the core was last given.
+    throttle: Throttle,
+    /// Since when the BU holds back for its RAM disk, and whether it has said so.
+    disk_held: Option<Instant>,
+    disk_held_said: bool,
+    /// When the farm's grace starts: when the BU took data.
+    started: Instant,
+    /// When the BU wrote its end-of-run record.
+    ended_at: Option<Instant>,
+    /// When the EVM's connection was found closed.
+    evm_gone_at: Option<Instant>,
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Held {
+            ramdisk_high: false,
+            farm: None,
+            farm_cpu: FarmCpu::default(),
+            throttle: Throttle::None,
+            disk_held: None,
+            disk_held_said: false,
+            started: Instant::now(),
+            ended_at: None,
+            evm_gone_at: None,
+        }
+    }
+}
+
 impl BuLoop {
     fn now(&self) -> Nanos {
-        self.start.elapsed().as_nanos() as Nanos
+        self.io.now()
     }
 
+    /// Opens the EVM's connection and the data port, waits to be enabled, then runs the loop
+    /// until the BU has written its end-of-run record.
     fn run(&mut self) -> Result<BuReport, NodeError> {
-        let side = LinkSide { me: Peer::Bu(self.cfg.bu.bu), run: self.cfg.run, key: self.cfg.link_key.clone() };
-        let evm = connect(self.cfg.evm, Peer::Evm, self.cfg.connect_timeout, &self.control)?;
-        let mut conn = Conn::opened(TcpStream::from_std(evm), EVM_CONN, Peer::Evm, &side, self.cfg.max_frame_bytes);
-        conn.register(self.poll.registry()).map_err(io_err("registering the EVM connection"))?;
-        self.conns.insert(EVM_CONN, conn);
-        let l = self.cfg.data_listener.try_clone().map_err(io_err("data listener"))?;
-        l.set_nonblocking(true).map_err(io_err("data listener"))?;
-        let mut listener = TcpListener::from_std(l);
-        self.poll
-            .registry()
-            .register(&mut listener, DATA_LISTENER, Interest::READABLE)
-            .map_err(io_err("data listener"))?;
-        let mut events = Events::with_capacity(256);
-        let mut ramdisk_high = false;
-        let mut farm: Option<FarmPressure> = None;
-        let mut farm_cpu = FarmCpu::default();
-        let mut throttle = Throttle::None;
-        let mut ended_at: Option<Instant> = None;
-        let mut evm_gone_at: Option<Instant> = None;
-        // Since when the BU holds back for its RAM disk, and whether it has said so.
-        let mut disk_held: Option<Instant> = None;
-        let mut disk_held_said = false;
-        self.stats.transition(Transition::Configured);
-        self.control.wait_enabled(&format!("BU {}", self.cfg.bu.bu), &self.stats)?;
-        self.stats.transition(Transition::Enable);
-        let enabled_at = Instant::now();
+        let evm = self.io.connect(self.cfg.evm, Peer::Evm)?;
+        self.evm_conn = Some(self.io.open(TcpStream::from_std(evm), Peer::Evm)?);
+        self.io.listen(&self.cfg.data_listener, "data listener")?;
+        self.io.enable(&format!("BU {}", self.cfg.bu.bu))?;
         // The farm's grace counts from the moment the BU takes data.
-        let started = Instant::now();
-        loop {
-            if self.control.aborted() {
-                return Err(NodeError::Aborted(format!("{} events in flight", self.core.events_in_flight())));
-            }
-            if self.core.draining() && self.stats.state() == UnitState::Enabled {
-                self.stats.transition(Transition::Stop);
-            }
-            let looks: Vec<_> = self.watcher.iter().flat_map(|w| w.looks()).collect();
-            for look in looks {
-                if let Some(space) = look.space
-                    && let Some(room) = &mut self.room
-                {
-                    room.look(look.at, space);
-                }
-                if let Some(full) = look.space.and_then(|s| s.used_percent()) {
-                    self.stats.ramdisk_used_percent.set(u64::from(full));
-                    if !ramdisk_high && full >= self.cfg.ramdisk_high_water_percent {
-                        ramdisk_high = true;
-                        self.stats.problem(format!("BU {}: RAM disk {full}% full: RAMDISK_HIGH_WATER", self.cfg.bu.bu));
-                    } else if ramdisk_high && full <= self.cfg.ramdisk_low_water_percent {
-                        ramdisk_high = false;
-                    }
-                }
-                if let (Some(limits), Some(summaries)) = (&self.cfg.farm_limits, look.summaries) {
-                    let now_ms = now_unix_ms();
-                    let pressure = assess(&summaries, now_ms, started.elapsed(), limits);
-                    self.stats.fu_cpu_ms.set((farm_cpu.update(&summaries) * 1e3) as u64);
-                    let live: Vec<_> = summaries
-                        .iter()
-                        .filter(|s| now_ms.saturating_sub(s.updated_unix_ms) <= limits.stale_after.as_millis() as u64)
-                        .collect();
-                    self.stats.fu_processes.set(live.len() as u64);
-                    self.stats.fu_free_slots.set(live.iter().map(|s| u64::from(s.free_slots)).sum());
-                    self.stats
-                        .fu_queued_lumi_sections
-                        .set(live.iter().map(|s| u64::from(s.queued_lumi_sections)).max().unwrap_or(0));
-                    self.stats.fu_output_bytes_per_s.set(live.iter().map(|s| s.output_bytes_per_s as u64).sum());
-                    if let Some(p) = &pressure
-                        && farm.as_ref().is_none_or(|f: &FarmPressure| f.key() != p.key())
-                    {
-                        self.stats.problem(format!("BU {}: {p}", self.cfg.bu.bu));
-                    }
-                    farm = pressure;
-                }
-            }
-            let now_throttle = if self.waits_for_room || self.deferred.is_some() {
-                Throttle::RamdiskFull
-            } else if ramdisk_high {
-                Throttle::RamdiskHighWater
-            } else {
-                farm.as_ref().map_or(Throttle::None, Throttle::of_farm)
-            };
-            if now_throttle != throttle {
-                throttle = now_throttle;
-                let now = self.now();
-                self.core.set_throttle(now, (throttle != Throttle::None).then(|| throttle.key()));
-            }
-            self.update_room();
-            self.hand_to_writers()?;
-            let held = self.held_for_room(throttle);
-            if matches!(held, Throttle::RamdiskFull | Throttle::RamdiskHighWater) {
-                let since = *disk_held.get_or_insert_with(Instant::now);
-                if since.elapsed() >= DISK_HELD_SAID_AFTER && !disk_held_said {
-                    disk_held_said = true;
-                    self.say_disk_held(held, since.elapsed());
-                }
-            } else {
-                disk_held = None;
-                disk_held_said = false;
-            }
-            let now = self.now();
-            if self.core.next_timeout().is_some_and(|t| now >= t) {
-                self.core.handle(now, Input::Tick);
-            }
-            self.dispatch()?;
-            self.collect_written()?;
-            self.collect_books()?;
-            let busy = self.read_conns()?;
-            self.close_overdue_links(enabled_at)?;
-            self.dispatch()?;
-            self.flush_conns();
-            self.publish_stats(self.held_for_room(throttle));
-            self.cpu.sample(&self.stats, false);
-            // After its end-of-run record the BU still acknowledges its last end-of-lumi
-            // records; the EVM closes the connection once it has them all.
-            if self.ended {
-                let since = *ended_at.get_or_insert_with(Instant::now);
-                if !self.conns.contains_key(&EVM_CONN) || since.elapsed() > FINAL_ACK_WAIT {
-                    return Ok(BuReport {
-                        counters: self.core.counters(),
-                        events_published: self.published,
-                        run_dir: self.run_dir.clone(),
-                        epoch: self.epoch,
-                    });
-                }
-            } else if !self.conns.contains_key(&EVM_CONN) {
-                // The EVM may close as soon as it has every acknowledgement, while this BU's
-                // end-of-run record is still on its way to the disk: that is no loss, for a while.
-                let gone = *evm_gone_at.get_or_insert_with(Instant::now);
-                if !self.core.run_ended() || gone.elapsed() > FINAL_ACK_WAIT {
-                    return Err(NodeError::EvmLostBeforeEnd {
-                        bu: self.cfg.bu.bu,
-                        why: Some("it closed the connection".into()),
-                        pending: self.core.pending(),
-                    });
-                }
-            }
-            let wait = if busy {
-                Duration::ZERO
-            } else {
-                let until = self.core.next_timeout().map(|t| Duration::from_nanos(t.saturating_sub(self.now())));
-                until.map_or(MAX_SLEEP, |u| u.min(MAX_SLEEP))
-            };
-            match self.poll.poll(&mut events, Some(wait)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(NodeError::Io { what: "polling".into(), source: e }),
-            }
-            for ev in events.iter() {
-                match ev.token() {
-                    WAKER => {}
-                    DATA_LISTENER => {
-                        while let Ok((stream, _)) = listener.accept() {
-                            let _ = stream.set_nodelay(true);
-                            let token = Token(self.next_conn);
-                            self.next_conn += 1;
-                            let mut c = Conn::accepted(stream, token, &side, self.cfg.max_frame_bytes)
-                                .map_err(io_err("a challenge for a connection"))?;
-                            c.register(self.poll.registry()).map_err(io_err("registering a connection"))?;
-                            self.conns.insert(token, c);
-                        }
-                    }
-                    token => {
-                        if let Some(c) = self.conns.get_mut(&token) {
-                            c.readable = true;
-                        }
-                    }
-                }
-            }
-        }
+        self.held.started = Instant::now();
+        crate::event_loop::run(self)
     }
 
     fn publish_stats(&self, throttle: Throttle) {

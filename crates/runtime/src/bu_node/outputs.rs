@@ -33,7 +33,7 @@ impl BuLoop {
                     let mut frame = Vec::new();
                     encode(&msg, &mut frame)?;
                     self.stats.control_messages.add(1);
-                    if let Some(c) = self.conns.get_mut(&EVM_CONN) {
+                    if let Some(c) = self.evm_conn.and_then(|t| self.io.conns.get_mut(&t)) {
                         c.queue(frame);
                     }
                 }

@@ -1,42 +1,10 @@
-//! The RU's protocol connections: accepting and checking peers, reading their messages into the
-//! core, carrying out the core's outputs (data frames straight from the receive memory), and
-//! flushing without blocking.
+//! The RU's protocol connections: checking peers, judging their loss, carrying out the core's
+//! outputs (data frames straight from the receive memory), and flushing without blocking. The
+//! event loop (`crate::event_loop`) accepts and reads them.
 
 use super::*;
 
 impl RuLoop {
-    pub(super) fn accept_control(&mut self, listener: &TcpListener) -> Result<(), NodeError> {
-        while let Ok((stream, _)) = listener.accept() {
-            let _ = stream.set_nodelay(true);
-            self.add_conn(stream, None)?;
-        }
-        Ok(())
-    }
-
-    /// Reads the protocol connections; true if some have more to give.
-    pub(super) fn read_conns(&mut self, now: Nanos) -> Result<bool, NodeError> {
-        let mut more = false;
-        let tokens: Vec<Token> = self.conns.iter().filter(|(_, c)| c.readable).map(|(t, _)| *t).collect();
-        for token in tokens {
-            let mut inputs = Vec::new();
-            let conn = self.conns.get_mut(&token).expect("listed");
-            let pass = conn.read(|peer, decoded, _frame| {
-                inputs.push((peer, decoded.message));
-            });
-            more |= pass.more;
-            if let Some(peer) = pass.linked {
-                self.linked(token, peer);
-            }
-            for (from, msg) in inputs {
-                self.core.handle(now, Input::Message { from, msg });
-            }
-            if let Some(why) = pass.closed {
-                self.close_conn(token, why.map(|e| e.to_string()))?;
-            }
-        }
-        Ok(more)
-    }
-
     /// A peer named itself: check that it may call this unit.
     pub(super) fn linked(&mut self, token: Token, peer: Peer) {
         let allowed = match peer {
@@ -44,48 +12,31 @@ impl RuLoop {
             Peer::Bu(b) => self.cfg.evm.as_ref().is_some_and(|e| b < e.n_bu),
             Peer::Ru(_) => false,
         };
-        let address = self.conns[&token].address.clone();
-        let ip = self.conns[&token].ip;
-        let allowed =
-            allowed && self.cfg.allowed_peers.as_ref().is_none_or(|ips| ip.is_some_and(|ip| ips.contains(&ip)));
-        if !allowed {
-            self.stats.links_refused.add(1);
-            self.stats.problem(format!("RU {}: refused {peer:?} calling from {address}", self.cfg.ru.ru));
-            if let Some(mut c) = self.conns.remove(&token) {
-                c.deregister(self.poll.registry());
-            }
+        if !allowed || !self.io.admits(token) {
+            self.io.refuse(token, &format!("RU {}", self.cfg.ru.ru), peer);
             return;
         }
+        let address = self.io.conns[&token].address.clone();
         // A peer that calls again (a restarted BU) replaces its old connection.
         let old: Vec<Token> =
-            self.conns.iter().filter(|(t, c)| **t != token && c.peer == Some(peer)).map(|(t, _)| *t).collect();
+            self.io.conns.iter().filter(|(t, c)| **t != token && c.peer == Some(peer)).map(|(t, _)| *t).collect();
         for t in old {
-            if let Some(mut c) = self.conns.remove(&t) {
+            if let Some(c) = self.io.close(t) {
                 self.stats.problem(format!(
                     "{:?}: {peer:?} called again from {address}: its connection from {} is replaced",
                     self.me(),
                     c.address
                 ));
-                c.deregister(self.poll.registry());
                 let now = self.now();
                 self.core.handle(now, Input::PeerLost(peer));
             }
         }
     }
 
-    /// Closes the connections whose link opening is not done within the connect time-out: a
-    /// caller that never proves itself is refused; a callee that never challenges is lost.
-    pub(super) fn close_overdue_links(&mut self, enabled_at: Instant) -> Result<(), NodeError> {
-        let timeout = self.cfg.connect_timeout;
-        for (token, why) in crate::conn::overdue_links(&self.conns, timeout, enabled_at) {
-            self.close_conn(token, Some(why.to_string()))?;
-        }
-        Ok(())
-    }
-
+    /// A connection ended (`why`, when it was not a plain close): a caller that never proved
+    /// itself is refused; losing the EVM, an RU or a BU is judged by how far the run is.
     pub(super) fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
-        let Some(mut conn) = self.conns.remove(&token) else { return Ok(()) };
-        conn.deregister(self.poll.registry());
+        let Some(conn) = self.io.close(token) else { return Ok(()) };
         let Some(peer) = conn.peer else {
             // A caller that never proved itself a unit of this run: nothing of it reached the
             // core. One that closed without a byte is no caller (a port probe).
@@ -292,7 +243,7 @@ impl RuLoop {
     /// The connection that carries messages to `to`, reconnecting to a BU whose data connection
     /// was lost (a restarted BU listens again on the same port).
     pub(super) fn route(&mut self, to: Peer) -> Option<&mut Conn> {
-        if self.conn_to(to).is_none()
+        if self.io.conn_to(to).is_none()
             && let Peer::Bu(b) = to
             && let Some(&address) = self.cfg.bu_data.get(usize::from(b))
         {
@@ -301,33 +252,19 @@ impl RuLoop {
                 && s.set_nodelay(true).is_ok()
                 && s.set_nonblocking(true).is_ok()
             {
-                let _ = self.add_conn(TcpStream::from_std(s), Some(to));
+                let _ = self.io.open(TcpStream::from_std(s), to);
             }
         }
-        self.conn_to(to)
+        self.io.conn_to(to)
     }
 
+    /// Flushes the connections; one that has taken nothing for a while blocks the unit, one that
+    /// broke is closed.
     pub(super) fn flush_conns(&mut self) -> Result<(), NodeError> {
-        let registry = self.poll.registry();
-        let mut broken = Vec::new();
-        for (token, conn) in self.conns.iter_mut() {
-            let queued = conn.queued_bytes();
-            if queued == 0 {
-                self.stalls.flushed(*token, 0, 0);
-                continue;
-            }
-            let result = if conn.peer.is_some_and(|p| matches!(p, Peer::Bu(_))) {
-                conn.flush(&self.buffers, registry)
-            } else {
-                conn.flush(&NoPieces, registry)
-            };
-            if let Err(e) = result {
-                broken.push((*token, format!("{}: {e}", conn.address)));
-            }
-            self.stalls.flushed(*token, queued, conn.queued_bytes());
-        }
+        let stalls = &mut self.stalls;
+        let broken = self.io.flush(&self.buffers, |token, before, after| stalls.flushed(token, before, after));
         // Connections closed elsewhere (a peer lost or replaced) no longer count.
-        let conns = &self.conns;
+        let conns = &self.io.conns;
         self.stalls.keep(|token| conns.contains_key(token));
         if self.stalls.blocked(Instant::now()) {
             self.stats.saw(SubState::Blocked);
@@ -372,7 +309,7 @@ mod tests {
     #[test]
     fn a_connection_that_takes_nothing_for_a_while_blocks_its_unit_and_one_that_moves_does_not() {
         let mut stalls = Stalls::default();
-        let (a, b) = (Token(CONN_BASE), Token(CONN_BASE + 1));
+        let (a, b) = (Token(CONN_TOKENS), Token(CONN_TOKENS + 1));
         stalls.flushed(a, 100, 100);
         stalls.flushed(b, 100, 40);
         let now = Instant::now();

@@ -8,23 +8,28 @@
 //! end. Two cores of a laptop are better spent on one such thread per unit than on a thread per
 //! stream that would hand fragments across.
 //!
+//! The loop's machinery (poller, clock, protocol connections, run control, the order of its
+//! steps) is the event loop every unit shares (`crate::event_loop`); this module plugs in what is
+//! the RU's own: its FEROL streams and their naming, its peers' rules, the EVM's drain and the
+//! run's end, and sending again to the BUs it could not reach.
+//!
 //! Connections: front ends connect to the FEROL port (each stream is named by the FED id in its
 //! first block header); the EVM connects to each RU's control port; each RU connects to each
 //! BU's data port; each BU connects to the EVM's port, and RU 0's data for that BU travels back
 //! on that connection, in order with the EVM's messages.
 
-use crate::conn::{Conn, LinkSide, NoPieces, PieceSource};
+use crate::conn::{Conn, LinkSide, PieceSource};
+use crate::event_loop::{CONN_TOKENS, EventLoop, Links, MAX_SLEEP, UNIT_TOKENS, Unit, io_err, pin_to, poller};
 use crate::ferol_input::{FragmentHandle, Received, StreamBuffer};
 use crate::link::LinkKey;
 use crate::state::Transition;
-use crate::stats::{BLOCKED_AFTER, CpuSampler, FedError, SubState, Throttle, UnitStats};
+use crate::stats::{BLOCKED_AFTER, FedError, SubState, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Interest, Poll, Token};
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tessera_config::CorruptStreamPolicy;
 use tessera_evb::ingest::IngestRu;
@@ -40,12 +45,12 @@ use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
 use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord};
 
 mod conns;
-mod control;
+mod pass;
 mod protocol;
 mod streams;
+pub use crate::error::NodeError;
+pub use crate::event_loop::Control;
 use conns::Stalls;
-pub use control::Control;
-pub(crate) use control::poller;
 use protocol::{RuCore, trigger_off};
 
 /// How an RU node runs: its core's configuration, where it listens and whom it calls.
@@ -99,102 +104,6 @@ pub struct RuNodeConfig {
     pub pin_core: Option<usize>,
 }
 
-/// What ended an RU node with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum NodeError {
-    /// A socket could not be set up.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The error.
-        source: io::Error,
-    },
-    /// A peer could not be reached in time.
-    #[error("{peer:?} at {address} could not be reached within {seconds} s: {source}")]
-    Unreachable {
-        /// The peer.
-        peer: Peer,
-        /// Its address.
-        address: SocketAddr,
-        /// How long we tried.
-        seconds: u64,
-        /// The last error.
-        source: io::Error,
-    },
-    /// A FEROL stream could not be read on, and the configuration says to fail.
-    #[error(
-        "RU {ru}: FED {fed} stream, byte {stream_offset} (after {fragments} fragments, last LV1 {last_lv1:?}): {error}"
-    )]
-    Stream {
-        /// The RU.
-        ru: u16,
-        /// The FED.
-        fed: FedId,
-        /// Byte offset in the stream.
-        stream_offset: u64,
-        /// Fragments read before it.
-        fragments: u64,
-        /// The LV1 id of the last good fragment.
-        last_lv1: Option<u32>,
-        /// What is there.
-        error: Box<tessera_formats::FormatError>,
-    },
-    /// The EVM went away before the run was drained.
-    #[error("the connection to the EVM was lost before the run ended: {0}")]
-    EvmLost(String),
-    /// The EVM lost an RU before the run was drained: no event can be built without it.
-    #[error("the EVM lost {0} before the run ended; the run cannot go on without it")]
-    RuLost(String),
-    /// Run control aborted the unit; what it still held.
-    #[error("aborted{}", if .0.is_empty() { String::new() } else { format!(" while waiting for: {}", .0) })]
-    Aborted(String),
-    /// A BU's file operation failed.
-    #[error(transparent)]
-    Files(#[from] crate::bu_files::BuFilesError),
-    /// A BU's data store refused a frame larger than its room: the RU's frames and the BU's
-    /// store do not fit each other.
-    #[error("BU {bu}: {source}")]
-    StoreFull {
-        /// The BU.
-        bu: u16,
-        /// How far over it was.
-        source: crate::frame_store::StoreFull,
-    },
-    /// A BU lost the EVM before its end of run.
-    #[error("BU {bu}: lost the EVM before the end of run{} ({pending})", why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
-    EvmLostBeforeEnd {
-        /// The BU.
-        bu: u16,
-        /// How the connection ended, when it said.
-        why: Option<String>,
-        /// What the BU still waited for.
-        pending: String,
-    },
-    /// One of a BU's own threads (its writers, its bookkeeping) is gone: it can write nothing.
-    #[error("BU {bu}: {what} gone")]
-    ThreadGone {
-        /// The BU.
-        bu: u16,
-        /// Which threads.
-        what: &'static str,
-    },
-    /// A message could not be encoded (a bug: the core gave one the wire cannot carry).
-    #[error("encoding a message: {0}")]
-    Encode(#[from] tessera_evb::wire::WireError),
-    /// A BU could not record its incarnation in its run directory.
-    #[error("recording the BU's incarnation in {}: {source}", path.display())]
-    Incarnation {
-        /// The file.
-        path: std::path::PathBuf,
-        /// Why.
-        source: Box<tessera_rundir::RunDirError>,
-    },
-    /// The unit's thread panicked; what it said.
-    #[error("the unit panicked: {0}")]
-    Panicked(String),
-}
-
 /// How an RU node ended.
 #[derive(Debug, Clone, Default)]
 pub struct RuReport {
@@ -236,15 +145,10 @@ pub struct TriggerFault {
     pub last_event: Option<EventNumber>,
 }
 
-pub(crate) const WAKER: Token = Token(0);
-const FEROL_LISTENER: Token = Token(1);
-const CONTROL_LISTENER: Token = Token(2);
+/// Where front ends connect: the RU's own listener (protocol callers come to the event loop's).
+const FEROL_LISTENER: Token = Token(UNIT_TOKENS);
 /// FEROL streams from here, one per configured FED.
 const STREAM_BASE: usize = 1 << 16;
-/// Protocol connections from here.
-const CONN_BASE: usize = 1 << 20;
-/// Longest the loop sleeps without looking at the clock.
-const MAX_SLEEP: Duration = Duration::from_millis(10);
 /// Most bytes one read of a FEROL stream takes.
 const READ_BYTES: usize = 128 << 10;
 /// Bytes read from one FEROL stream before the loop turns to the others.
@@ -268,22 +172,6 @@ const FINAL_FLUSH: Duration = Duration::from_secs(5);
 /// How long a drained EVM waits for BUs lost during the run to come back (restarted by run
 /// control) and take their end of run, before it ends without them.
 const LOST_BU_GRACE: Duration = Duration::from_secs(10);
-
-pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> NodeError {
-    let what = what.into();
-    move |source| NodeError::Io { what, source }
-}
-
-/// Pins the calling thread (a unit's loop) to `core`, if asked; a core that cannot be had is
-/// reported and the unit runs unpinned.
-pub(crate) fn pin_to(core: Option<usize>, stats: &UnitStats, unit: &str) {
-    // The kernel's CPU sets hold 1024 cores; the crate asserts on more rather than failing.
-    if let Some(id) = core
-        && (id >= 1024 || !core_affinity::set_for_current(core_affinity::CoreId { id }))
-    {
-        stats.problem(format!("{unit}: could not pin its loop to CPU core {id}; it runs unpinned"));
-    }
-}
 
 /// Where a received fragment is, as the protocol carries it: the FED stream's index, then the
 /// stream's own handle, field for field.
@@ -334,34 +222,6 @@ struct FerolConn {
     /// Where its last whole fragment starts (the end of the one before).
     last_offset: u64,
     last_lv1: Option<u32>,
-}
-
-/// Connects to `peer` at `address`, retrying until `timeout`; gives up at once when run control
-/// aborts the unit (a unit that failed leaves its port closed: waiting for it would only delay
-/// the end of the run).
-pub(crate) fn connect(
-    address: SocketAddr,
-    peer: Peer,
-    timeout: Duration,
-    control: &Control,
-) -> Result<std::net::TcpStream, NodeError> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if control.aborted() {
-            return Err(NodeError::Aborted(format!("the connection to {peer:?} at {address}")));
-        }
-        match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)) {
-            Ok(s) => {
-                s.set_nodelay(true).map_err(io_err(format!("setting TCP_NODELAY to {address}")))?;
-                s.set_nonblocking(true).map_err(io_err(format!("making {address} non-blocking")))?;
-                return Ok(s);
-            }
-            Err(source) if Instant::now() >= deadline => {
-                return Err(NodeError::Unreachable { peer, address, seconds: timeout.as_secs(), source });
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
 }
 
 /// An RU node, ready to run.
@@ -422,13 +282,19 @@ impl RuNode {
             });
         }
         stats.chunks_total.set((cfg.chunks_per_fed * cfg.ru.feds.len()) as u64);
+        let me = if cfg.evm.is_some() { Peer::Evm } else { Peer::Ru(cfg.ru.ru) };
+        let links = Links {
+            side: LinkSide { me, run: cfg.run, key: cfg.link_key.clone() },
+            max_frame_bytes: cfg.max_frame_bytes,
+            connect_timeout: cfg.connect_timeout,
+            allowed_peers: cfg.allowed_peers.clone(),
+        };
         let mut lp = RuLoop {
-            start: Instant::now(),
+            io: EventLoop::new(poll, control, stats.clone(), 1024, links),
+            ferol: None,
             streams: (0..cfg.ru.feds.len()).map(|_| None).collect(),
             unnamed: Vec::new(),
             buffers: Buffers(Vec::new()),
-            conns: BTreeMap::new(),
-            next_conn: CONN_BASE,
             scratch: vec![0u8; 256 << 10],
             bus_down: BTreeMap::new(),
             bus_lost: Vec::new(),
@@ -437,40 +303,32 @@ impl RuNode {
             left_out: vec![None; cfg.ru.feds.len()],
             trigger_fault: None,
             stalls: Stalls::default(),
-            cpu: CpuSampler::default(),
+            ending: Ending::default(),
             stats,
-            control,
             core,
-            poll,
             cfg,
         };
         let result = lp.run();
-        match &result {
-            Ok(r) if r.trigger_fault.is_some() => lp.stats.end_failed_after_drain(),
-            Ok(_) => lp.stats.end_cleanly(),
-            Err(e) => {
-                // Said where run control looks, before the state says Failed.
-                lp.stats.problem(e.to_string());
-                lp.stats.set_failed()
-            }
-        }
+        let failed_after_drain = result.as_ref().is_ok_and(|r| r.trigger_fault.is_some());
+        crate::event_loop::say_end(&lp.stats, &result, failed_after_drain);
         result
     }
 }
 
+/// An RU node's part of its event loop: its core, its FEROL streams and their receive memory,
+/// and what it keeps of its peers and of the run's end.
 struct RuLoop {
     cfg: RuNodeConfig,
     core: Box<dyn RuCore>,
     stats: Arc<UnitStats>,
-    control: Control,
-    poll: Poll,
-    start: Instant,
+    /// The event loop's shared half: poller, clock, protocol connections, run control.
+    io: EventLoop,
+    /// Where front ends connect, once listening.
+    ferol: Option<TcpListener>,
     streams: Vec<Option<FerolConn>>,
     /// Front-end connections that have not yet named their FED, and since when.
     unnamed: Vec<(TcpStream, SocketAddr, Instant)>,
     buffers: Buffers,
-    conns: BTreeMap<Token, Conn>,
-    next_conn: usize,
     scratch: Vec<u8>,
     /// BUs whose connection closed before the EVM's Drain, with when and the line that says it:
     /// said after [`LOSS_PATIENCE`] without the Drain.
@@ -489,12 +347,25 @@ struct RuLoop {
     /// EVM: how the trigger stream broke before run control stopped the trigger.
     trigger_fault: Option<TriggerFault>,
     stalls: Stalls,
-    cpu: CpuSampler,
+    ending: Ending,
+}
+
+/// What the EVM's node keeps of the run's end, once the trigger is off.
+#[derive(Debug, Default)]
+struct Ending {
+    /// Since when the trigger is off and the EVM not drained.
+    stopped_at: Option<Instant>,
+    /// How many times the drain has said what it waits for.
+    drain_reports: u32,
+    /// When the EVM drained.
+    drained_at: Option<Instant>,
+    /// The BUs lost during the run have been said to be waited for.
+    lost_said: bool,
 }
 
 impl RuLoop {
     fn now(&self) -> Nanos {
-        self.start.elapsed().as_nanos() as Nanos
+        self.io.now()
     }
 
     fn is_evm(&self) -> bool {
@@ -510,46 +381,28 @@ impl RuLoop {
         if self.is_evm() { Peer::Evm } else { Peer::Ru(self.cfg.ru.ru) }
     }
 
-    fn add_conn(&mut self, stream: TcpStream, peer: Option<Peer>) -> Result<Token, NodeError> {
-        let token = Token(self.next_conn);
-        self.next_conn += 1;
-        let side = LinkSide { me: self.me(), run: self.cfg.run, key: self.cfg.link_key.clone() };
-        let mut conn = match peer {
-            Some(p) => Conn::opened(stream, token, p, &side, self.cfg.max_frame_bytes),
-            None => Conn::accepted(stream, token, &side, self.cfg.max_frame_bytes)
-                .map_err(io_err("a challenge for a connection"))?,
-        };
-        conn.register(self.poll.registry()).map_err(io_err("registering a connection"))?;
-        self.conns.insert(token, conn);
-        Ok(token)
-    }
-
-    fn conn_to(&mut self, peer: Peer) -> Option<&mut Conn> {
-        self.conns.values_mut().find(|c| c.peer == Some(peer))
-    }
-
+    /// Sets the node up on its event loop (listeners, calls out, receive memory), waits to be
+    /// enabled, then runs the loop until the run ends.
     fn run(&mut self) -> Result<RuReport, NodeError> {
-        let registry = self.poll.registry().try_clone().map_err(io_err("cloning the registry"))?;
-        let listener = |l: &std::net::TcpListener, what: &str| -> Result<TcpListener, NodeError> {
-            let l = l.try_clone().map_err(io_err(what))?;
-            l.set_nonblocking(true).map_err(io_err(what))?;
-            Ok(TcpListener::from_std(l))
-        };
-        let mut ferol = listener(&self.cfg.ferol_listener, "FEROL listener")?;
-        let mut control = listener(&self.cfg.control_listener, "control listener")?;
-        registry.register(&mut ferol, FEROL_LISTENER, Interest::READABLE).map_err(io_err("FEROL listener"))?;
-        registry.register(&mut control, CONTROL_LISTENER, Interest::READABLE).map_err(io_err("control listener"))?;
+        let l = self.cfg.ferol_listener.try_clone().map_err(io_err("FEROL listener"))?;
+        l.set_nonblocking(true).map_err(io_err("FEROL listener"))?;
+        let mut ferol = TcpListener::from_std(l);
+        self.io
+            .registry()
+            .register(&mut ferol, FEROL_LISTENER, Interest::READABLE)
+            .map_err(io_err("FEROL listener"))?;
+        self.ferol = Some(ferol);
+        self.io.listen(&self.cfg.control_listener, "control listener")?;
         // Calls out: the EVM to every RU, every RU to every BU.
-        let timeout = self.cfg.connect_timeout;
-        for (i, &address) in self.cfg.ru_control.clone().iter().enumerate() {
+        for (i, &address) in self.cfg.ru_control.iter().enumerate() {
             let peer = Peer::Ru(i as u16 + 1);
-            let s = connect(address, peer, timeout, &self.control)?;
-            self.add_conn(TcpStream::from_std(s), Some(peer))?;
+            let s = self.io.connect(address, peer)?;
+            self.io.open(TcpStream::from_std(s), peer)?;
         }
-        for (b, &address) in self.cfg.bu_data.clone().iter().enumerate() {
+        for (b, &address) in self.cfg.bu_data.iter().enumerate() {
             let peer = Peer::Bu(b as u16);
-            let s = connect(address, peer, timeout, &self.control)?;
-            self.add_conn(TcpStream::from_std(s), Some(peer))?;
+            let s = self.io.connect(address, peer)?;
+            self.io.open(TcpStream::from_std(s), peer)?;
         }
         // Receive memory is allocated and touched once the peers are reached (which takes
         // them no time to notice), not before: front ends wait in the listener's backlog.
@@ -565,117 +418,8 @@ impl RuLoop {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
         self.buffers = Buffers(buffers);
-        self.stats.transition(Transition::Configured);
-        self.control.wait_enabled(&format!("RU {}", self.cfg.ru.ru), &self.stats)?;
-        self.stats.transition(Transition::Enable);
-        let enabled_at = Instant::now();
-        let mut events = Events::with_capacity(1024);
-        let mut drained_at: Option<Instant> = None;
-        let (mut stopped_at, mut drain_reports, mut lost_said) = (None::<Instant>, 0u32, false);
-        loop {
-            if self.control.aborted() {
-                let pending = self.core.evm().map(Evm::pending).unwrap_or_default();
-                return Err(NodeError::Aborted(pending));
-            }
-            if self.control.take_stop_trigger() {
-                self.stop_trigger();
-            }
-            let now = self.now();
-            if self.core.next_timeout().is_some_and(|t| now >= t) {
-                self.core.handle(now, Input::Tick);
-            }
-            self.dispatch(now);
-            if !self.unnamed.is_empty() {
-                self.name_streams();
-            }
-            let busy = self.read_streams(now)?;
-            let busy = self.read_conns(now)? || busy;
-            self.close_overdue_links(enabled_at)?;
-            self.dispatch(self.now());
-            self.retry_bus_down();
-            if self.drain_seen() {
-                self.bus_lost.clear();
-            }
-            while self.bus_lost.first().is_some_and(|(at, _)| at.elapsed() >= LOSS_PATIENCE) {
-                let (_, line) = self.bus_lost.remove(0);
-                self.stats.saw(SubState::Blocked);
-                self.stats.problem(line);
-            }
-            self.flush_conns()?;
-            self.publish_stats();
-            self.cpu.sample(&self.stats, false);
-            if trigger_off(&*self.core)
-                && let Some(evm) = self.core.evm()
-                && !evm.drained()
-            {
-                // A drain that takes long says what it waits for, every DRAIN_REPORT.
-                let since = *stopped_at.get_or_insert_with(Instant::now);
-                if since.elapsed() >= DRAIN_REPORT * (drain_reports + 1) {
-                    drain_reports += 1;
-                    let pending = evm.pending();
-                    self.stats.problem(format!(
-                        "EVM: still draining after {:.0} s: {pending}",
-                        since.elapsed().as_secs_f64()
-                    ));
-                }
-            }
-            if let Some(evm) = self.core.evm()
-                && evm.drained()
-            {
-                let lost = evm.bus_lost();
-                let at = *drained_at.get_or_insert_with(Instant::now);
-                if !lost.is_empty() && !lost_said {
-                    lost_said = true;
-                    self.stats.problem(format!(
-                        "EVM: drained; waiting up to {LOST_BU_GRACE:?} for BUs {lost:?}, lost during the run, to come \
-                         back for their end of run"
-                    ));
-                }
-                let flushed = self.conns.values().all(|c| c.queued_bytes() == 0) || at.elapsed() > FINAL_FLUSH;
-                if flushed && (lost.is_empty() || at.elapsed() > LOST_BU_GRACE) {
-                    return Ok(self.report());
-                }
-            }
-            if !self.is_evm() && self.drain_seen() && !self.conns.values().any(|c| c.peer == Some(Peer::Evm)) {
-                return Ok(self.report());
-            }
-            if self.cfg.ingest_only && self.ingested_all() {
-                return Ok(self.report());
-            }
-            let wait = if busy {
-                Duration::ZERO
-            } else {
-                let now = self.now();
-                let until = self.core.next_timeout().map(|t| Duration::from_nanos(t.saturating_sub(now)));
-                let wait = until.map_or(MAX_SLEEP, |u| u.min(MAX_SLEEP));
-                // Connections waiting to name their FED are not registered: look again soon.
-                if self.unnamed.is_empty() { wait } else { wait.min(Duration::from_millis(1)) }
-            };
-            match self.poll.poll(&mut events, Some(wait)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(NodeError::Io { what: "polling".into(), source: e }),
-            }
-            for ev in events.iter() {
-                match ev.token() {
-                    WAKER => {}
-                    FEROL_LISTENER => self.accept_ferol(&ferol),
-                    CONTROL_LISTENER => self.accept_control(&control)?,
-                    Token(t) if (STREAM_BASE..CONN_BASE).contains(&t) => {
-                        if let Some(Some(s)) = self.streams.get_mut(t - STREAM_BASE) {
-                            s.readable = true;
-                        }
-                    }
-                    token => {
-                        if let Some(c) = self.conns.get_mut(&token)
-                            && (ev.is_readable() || ev.is_read_closed() || ev.is_error())
-                        {
-                            c.readable = true;
-                        }
-                    }
-                }
-            }
-        }
+        self.io.enable(&format!("RU {}", self.cfg.ru.ru))?;
+        crate::event_loop::run(self)
     }
 
     /// The end-of-run report. Fragments received of events after the run's last belong to
@@ -683,7 +427,7 @@ impl RuLoop {
     /// the trigger stream broke): they are not events, but they are counted per FED and said,
     /// not dropped silently.
     fn report(&mut self) -> RuReport {
-        self.cpu.sample(&self.stats, true);
+        self.io.sample_cpu(true);
         self.publish_stats();
         let orphan_fragments = self.orphan_fragments();
         if !orphan_fragments.is_empty() {
@@ -748,7 +492,7 @@ impl RuLoop {
     fn clean_end_at(&self) -> Option<u64> {
         let stopped = if self.is_evm() { trigger_off(&*self.core) } else { self.drain_seen() };
         let run = stopped.then(|| self.events_of_run());
-        [self.cfg.event_limit, self.control.stop_line(), run].into_iter().flatten().min()
+        [self.cfg.event_limit, self.io.control.stop_line(), run].into_iter().flatten().min()
     }
 
     fn publish_stats(&self) {

@@ -14,7 +14,7 @@ impl RuLoop {
         if fed == TCDS_FED_ID && self.is_evm() {
             // The trigger's expected end is the run's limit or the stop line, never the events
             // triggered so far; the EVM's node judges the end against it.
-            let limit = [self.cfg.event_limit, self.control.stop_line()].into_iter().flatten().min();
+            let limit = [self.cfg.event_limit, self.io.control.stop_line()].into_iter().flatten().min();
             let now = self.now();
             let node = self.core.node_mut().expect("the EVM's node");
             if let Some(n) = limit {
@@ -48,7 +48,8 @@ impl RuLoop {
 
     /// Accepts front ends. Each stream waits, unregistered, until its first block header names
     /// its FED (see [`RuLoop::name_streams`]); a client that sends nothing cannot stall the loop.
-    pub(super) fn accept_ferol(&mut self, listener: &TcpListener) {
+    pub(super) fn accept_ferol(&mut self) {
+        let Some(listener) = &self.ferol else { return };
         while let Ok((stream, addr)) = listener.accept() {
             if self.unnamed.len() >= MAX_UNNAMED_STREAMS {
                 self.stats.problem(format!(
@@ -97,7 +98,7 @@ impl RuLoop {
             match index {
                 Ok(f) => {
                     let token = Token(STREAM_BASE + f);
-                    if let Err(e) = self.poll.registry().register(&mut stream, token, Interest::READABLE) {
+                    if let Err(e) = self.io.registry().register(&mut stream, token, Interest::READABLE) {
                         self.stats.problem(format!("{refused}: {e}"));
                         continue;
                     }
@@ -226,14 +227,14 @@ impl RuLoop {
                     match s.stream.read(&mut self.scratch) {
                         Ok(0) => {
                             s.ended = true;
-                            let _ = self.poll.registry().deregister(&mut s.stream);
+                            let _ = self.io.registry().deregister(&mut s.stream);
                         }
                         Ok(n) => taken += n,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.readable = false,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(_) => {
                             s.ended = true;
-                            let _ = self.poll.registry().deregister(&mut s.stream);
+                            let _ = self.io.registry().deregister(&mut s.stream);
                         }
                     }
                     continue;
@@ -261,7 +262,7 @@ impl RuLoop {
                 match s.stream.read(&mut spare[..room]) {
                     Ok(0) => {
                         s.ended = true;
-                        let _ = self.poll.registry().deregister(&mut s.stream);
+                        let _ = self.io.registry().deregister(&mut s.stream);
                     }
                     Ok(n) => {
                         taken += n;
@@ -273,7 +274,7 @@ impl RuLoop {
                     Err(e) => {
                         self.stats.problem(format!("RU {ru}: FED {fed} stream: {e}"));
                         s.ended = true;
-                        let _ = self.poll.registry().deregister(&mut s.stream);
+                        let _ = self.io.registry().deregister(&mut s.stream);
                     }
                 }
             }

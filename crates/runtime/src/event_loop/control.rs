@@ -1,6 +1,11 @@
 //! Run control's handle on a running node, and the poller it wakes.
 
-use super::*;
+use super::{NodeError, WAKER, io_err};
+use crate::stats::UnitStats;
+use mio::{Poll, Waker};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Tells a running node what run control wants.
 #[derive(Clone)]
@@ -30,7 +35,7 @@ impl Control {
     }
 
     /// The stop line's events, once drawn.
-    pub(super) fn stop_line(&self) -> Option<u64> {
+    pub(crate) fn stop_line(&self) -> Option<u64> {
         Some(self.stop_line.load(Ordering::SeqCst)).filter(|&n| n != u64::MAX)
     }
 
@@ -91,7 +96,7 @@ impl Control {
     }
 
     /// Whether run control asked to stop the trigger since the last look (asked once, taken once).
-    pub(super) fn take_stop_trigger(&self) -> bool {
+    pub(crate) fn take_stop_trigger(&self) -> bool {
         self.stop_trigger.swap(false, Ordering::SeqCst)
     }
 

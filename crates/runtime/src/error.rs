@@ -1,0 +1,102 @@
+//! What ends a node with an error: one type for every unit, since they share their event loop
+//! (`crate::event_loop`) and the errors it meets (a socket, a peer out of reach, an abort).
+
+use std::io;
+use std::net::SocketAddr;
+use tessera_evb::types::{FedId, Peer};
+
+/// What ended a node (an RU, the EVM's node, a BU) with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A socket could not be set up.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// A peer could not be reached in time.
+    #[error("{peer:?} at {address} could not be reached within {seconds} s: {source}")]
+    Unreachable {
+        /// The peer.
+        peer: Peer,
+        /// Its address.
+        address: SocketAddr,
+        /// How long we tried.
+        seconds: u64,
+        /// The last error.
+        source: io::Error,
+    },
+    /// A FEROL stream could not be read on, and the configuration says to fail.
+    #[error(
+        "RU {ru}: FED {fed} stream, byte {stream_offset} (after {fragments} fragments, last LV1 {last_lv1:?}): {error}"
+    )]
+    Stream {
+        /// The RU.
+        ru: u16,
+        /// The FED.
+        fed: FedId,
+        /// Byte offset in the stream.
+        stream_offset: u64,
+        /// Fragments read before it.
+        fragments: u64,
+        /// The LV1 id of the last good fragment.
+        last_lv1: Option<u32>,
+        /// What is there.
+        error: Box<tessera_formats::FormatError>,
+    },
+    /// The EVM went away before the run was drained.
+    #[error("the connection to the EVM was lost before the run ended: {0}")]
+    EvmLost(String),
+    /// The EVM lost an RU before the run was drained: no event can be built without it.
+    #[error("the EVM lost {0} before the run ended; the run cannot go on without it")]
+    RuLost(String),
+    /// Run control aborted the unit; what it still held.
+    #[error("aborted{}", if .0.is_empty() { String::new() } else { format!(" while waiting for: {}", .0) })]
+    Aborted(String),
+    /// A BU's file operation failed.
+    #[error(transparent)]
+    Files(#[from] crate::bu_files::BuFilesError),
+    /// A BU's data store refused a frame larger than its room: the RU's frames and the BU's
+    /// store do not fit each other.
+    #[error("BU {bu}: {source}")]
+    StoreFull {
+        /// The BU.
+        bu: u16,
+        /// How far over it was.
+        source: crate::frame_store::StoreFull,
+    },
+    /// A BU lost the EVM before its end of run.
+    #[error("BU {bu}: lost the EVM before the end of run{} ({pending})", why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
+    EvmLostBeforeEnd {
+        /// The BU.
+        bu: u16,
+        /// How the connection ended, when it said.
+        why: Option<String>,
+        /// What the BU still waited for.
+        pending: String,
+    },
+    /// One of a BU's own threads (its writers, its bookkeeping) is gone: it can write nothing.
+    #[error("BU {bu}: {what} gone")]
+    ThreadGone {
+        /// The BU.
+        bu: u16,
+        /// Which threads.
+        what: &'static str,
+    },
+    /// A message could not be encoded (a bug: the core gave one the wire cannot carry).
+    #[error("encoding a message: {0}")]
+    Encode(#[from] tessera_evb::wire::WireError),
+    /// A BU could not record its incarnation in its run directory.
+    #[error("recording the BU's incarnation in {}: {source}", path.display())]
+    Incarnation {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: Box<tessera_rundir::RunDirError>,
+    },
+    /// The unit's thread panicked; what it said.
+    #[error("the unit panicked: {0}")]
+    Panicked(String),
+}
