@@ -199,6 +199,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = announce_and_check(&cfg, &dir.path().join("out"), Keep::Storage).unwrap_err().to_string();
         assert!(e.contains("the run may write up to") && e.contains("free"), "{e}");
+        // BUs that discard their events write nothing, however long the run.
+        (cfg.bu.discard_events, cfg.fu.enabled) = (true, false);
+        announce_and_check(&cfg, &dir.path().join("out"), Keep::Storage).unwrap();
     }
 
     #[test]
