@@ -3,7 +3,8 @@
 //! [`SystemConfig`], the ports they listen on ([`Listeners`], [`bind`]) and call ([`resolve`]),
 //! and whom each unit lets call it ([`ru_peers`], [`bu_peers`]). `tessera run` (the whole system
 //! in one process, [`plan`]) and the unit commands (`tessera evm|ru|bu`, one unit a process) use
-//! the same functions, so that a unit is configured the same way wherever it runs.
+//! the same functions, so that a unit is configured the same way wherever it runs; the
+//! whole-system tests and `tessera bench evb` plan their systems here too.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::{Path, PathBuf};
