@@ -5,7 +5,8 @@
 //! The cases of `tessera bench evb` that use it (the raw baselines (a) and (e) are
 //! [`crate::net`]'s):
 //!
-//! - **(b) RU ingest**: one RU in ingest-only mode ([`RuNodeConfig::ingest_only`]) reads every
+//! - **(b) RU ingest**: one RU in ingest-only mode
+//!   ([`RuNodeConfig::ingest_only`](tessera_runtime::ru_node::RuNodeConfig::ingest_only)) reads every
 //!   FEROL stream into its receive memory, checks each fragment (markers, length, CRC-16, FED
 //!   id, event number), and its core builds super-fragments of every event all streams have
 //!   delivered; each is released as soon as it is built, and nothing is sent. This is the RU's
@@ -15,6 +16,10 @@
 //! - **(c) full chain without disk**: the same with several discarding BUs.
 //! - **(d) full chain with RAM-disk writes**: the BUs write raw files under a fresh directory in
 //!   [`RAM_DISK`] with their writer threads; the directory is removed after the case.
+//!
+//! The system of a case is a system file ([`SystemConfig`]) planned by [`tessera_control::plan`]
+//! as `tessera run` plans one, with the few adjustments a benchmark needs after planning (a
+//! replayed capture, ingest only; see `plan`).
 //!
 //! Every case has `streams` FED streams in all, split over the RUs; the first stream of RU 0 is
 //! the trigger FED 1024, whose fragment is always the [`TCDS_FRAGMENT_BYTES`]-byte TCDS record,
@@ -36,19 +41,17 @@
 use crate::BenchError;
 use crate::net::{NetBudget, SLACK, replay_capture, wire_bytes_per_fragment};
 use cpu_time::ProcessTime;
-use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_config::CorruptStreamPolicy;
-use tessera_config::emulation::{ClockSpec, FedSpec, SizeModel};
+use tessera_config::emulation::SizeModel;
+use tessera_config::{
+    BuParams, BuSection, CorruptStreamPolicy, FragmentSize, RuParams, RuSection, RunSection, SystemConfig,
+    TriggerSection,
+};
+use tessera_control::plan::{Listeners, PlanError};
 use tessera_control::system::{RunningSystem, SystemPlan};
-use tessera_emu::generator::StreamConfig;
-use tessera_emu::sender::{Limits, SenderConfig, Sink};
-use tessera_evb::{BuConfig, EvmConfig, RuConfig};
-use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
-use tessera_runtime::bu_node::BuNodeConfig;
-use tessera_runtime::ru_node::RuNodeConfig;
+use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID, TCDS_FRAGMENT_BYTES};
 use tessera_runtime::stats::UnitStats;
 
 /// Where case (d) writes: a fresh directory here, removed after the case.
@@ -59,9 +62,12 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 pub const CHUNKS_PER_FED: usize = 8;
 /// Bound on received data a BU holds until it is written (or discarded).
 pub const FRAME_STORE_BYTES: usize = 256 << 20;
-/// Largest protocol frame. An RU's data message carries up to `max_parts_per_message` (256)
-/// super-fragments: 256 × 12 × 16 kB is about 50 MB, which this must hold ([`EvbCase::validate`]
-/// checks).
+/// Super-fragments per data message of an RU (`ru.max_parts_per_message`).
+pub const MAX_PARTS_PER_MESSAGE: u32 = 256;
+/// Largest protocol frame a case may need: the planned units take at least this
+/// ([`tessera_control::plan::max_frame_bytes`]). An RU's data message carries up to
+/// [`MAX_PARTS_PER_MESSAGE`] super-fragments: 256 × 12 × 16 kB is about 50 MB, which this must
+/// hold ([`EvbCase::validate`] checks).
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;
 /// Largest fragment on the wire.
 pub const MAX_WIRE_BYTES: usize = 64 << 10;
@@ -143,7 +149,7 @@ impl EvbCase {
             return bad(format!("{}-byte fragments; at most {MAX_WIRE_BYTES} on the wire", self.fragment_bytes));
         }
         SizeModel::Fixed(self.fragment_bytes).validate().map_err(tessera_emu::EmuError::from)?;
-        let parts = RuConfig::new(0, Vec::new()).max_parts_per_message;
+        let parts = MAX_PARTS_PER_MESSAGE as usize;
         let message = parts * self.streams.div_ceil(self.rus) * self.fragment_bytes.max(TCDS_FRAGMENT_BYTES);
         if message + (1 << 20) > MAX_FRAME_BYTES as usize {
             return bad(format!("data messages of up to {message} bytes; frames hold {MAX_FRAME_BYTES}"));
@@ -256,115 +262,101 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BenchErro
     move |source| BenchError::Io { what, source }
 }
 
-fn bind() -> Result<TcpListener, BenchError> {
-    TcpListener::bind("127.0.0.1:0").map_err(io_error("binding 127.0.0.1:0"))
-}
-
-fn address(l: &TcpListener) -> Result<std::net::SocketAddr, BenchError> {
-    l.local_addr().map_err(io_error("reading a listener's address"))
-}
-
-/// The system of a case; BUs that write do so under `dir`.
-fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
-    let feds = case.feds();
-    let ferol = (0..case.rus).map(|_| bind()).collect::<Result<Vec<_>, _>>()?;
-    let control = (0..case.rus).map(|_| bind()).collect::<Result<Vec<_>, _>>()?;
-    let data = (0..case.bus).map(|_| bind()).collect::<Result<Vec<_>, _>>()?;
-    let evm = address(&control[0])?;
-    let data_addresses = data.iter().map(address).collect::<Result<Vec<_>, _>>()?;
-    let ru_control = control[1..].iter().map(address).collect::<Result<Vec<_>, _>>()?;
-    let link_key = tessera_runtime::link::LinkKey::generate()
-        .map_err(|e| BenchError::Io { what: "the run's link key".into(), source: std::io::Error::other(e) })?;
-    let size = SizeModel::Fixed(case.fragment_bytes);
-    let safety = Some(case.budget.seconds + SLACK.as_secs_f64() + DRAIN_TIMEOUT.as_secs_f64());
-    // Every RU's capture holds the same events, about REPLAY_BYTES in all.
-    let events_needed = case.budget.bytes / case.wire_bytes_per_event() as u64 + 1;
-    let emulators = feds
-        .iter()
-        .zip(&ferol)
-        .map(|(feds, to)| {
-            let streams: Vec<StreamConfig> = feds
-                .iter()
-                .map(|&fed| StreamConfig {
-                    run: RUN,
-                    fed: FedSpec { fed, size },
-                    first_event: 1,
-                    clock: ClockSpec::default(),
-                    faults: Vec::new(),
-                    seed: 1,
-                })
-                .collect();
-            Ok(SenderConfig {
-                streams: Vec::new(),
-                replay: Some(replay_capture(&streams, case.wire_bytes_per_event(), events_needed)?),
-                sink: Sink::Connect(address(to)?.to_string()),
-                paced: false,
-                pace_percent: 100,
-                // The bench stops the trigger; the time limit only bounds a run that hangs.
-                limits: Limits { events: None, seconds: safety },
-                stop: None,
-            })
-        })
-        .collect::<Result<Vec<_>, BenchError>>()?;
-    let rus = ferol
+/// The system file of a case: its RUs and BUs on free loopback ports, a free-running trigger
+/// stamping on the level-1 clock, no filter farm; BUs that write do so under `dir`. The tuning
+/// is the event builder's own defaults, which the figures in BENCHMARKS.md were measured with.
+fn system(case: &EvbCase, dir: &Path) -> Result<SystemConfig, BenchError> {
+    let (discard_events, writer_threads) = match case.output {
+        BuOutput::Discard | BuOutput::IngestOnly => (true, 1),
+        BuOutput::RamDisk { writer_threads } => (false, writer_threads as u32),
+    };
+    let rus = case
+        .feds()
         .into_iter()
-        .zip(control)
-        .zip(feds)
         .enumerate()
-        .map(|(r, ((ferol_listener, control_listener), feds))| RuNodeConfig {
-            run: RUN,
-            link_key: link_key.clone(),
-            ru: RuConfig { fragment_timeout_ns: 1_000_000_000, ..RuConfig::new(r as u16, feds) },
-            evm: (r == 0 && case.output != BuOutput::IngestOnly)
-                .then(|| EvmConfig::new(case.rus as u16, case.bus as u16)),
-            ferol_listener,
-            control_listener,
-            bu_data: if r == 0 { Vec::new() } else { data_addresses.clone() },
-            ru_control: if r == 0 { ru_control.clone() } else { Vec::new() },
-            chunk_bytes: CHUNK_BYTES,
-            chunks_per_fed: CHUNKS_PER_FED,
-            max_wire_bytes: MAX_WIRE_BYTES,
-            on_corrupt_stream: CorruptStreamPolicy::Fail,
-            fragment_crc_check: tessera_formats::fed::CrcCheck::Always,
-            // The bench stops the trigger with the stop line.
-            event_limit: None,
-            connect_timeout: Duration::from_secs(10),
-            max_frame_bytes: MAX_FRAME_BYTES,
-            allowed_peers: None,
-            ingest_only: case.output == BuOutput::IngestOnly,
-            pin_core: None,
+        .map(|(r, feds)| RuSection {
+            fragment_size: FragmentSize::Fixed { bytes: case.fragment_bytes },
+            ..RuSection::new(&format!("ru{r}"), feds)
         })
         .collect();
-    let (discard, writer_threads) = match case.output {
-        BuOutput::Discard | BuOutput::IngestOnly => (true, 1),
-        BuOutput::RamDisk { writer_threads } => (false, writer_threads),
-    };
-    let bus = data
-        .into_iter()
-        .enumerate()
-        .map(|(b, data_listener)| BuNodeConfig {
-            run: RUN,
-            link_key: link_key.clone(),
-            bu: BuConfig::new(b as u16, case.rus as u16),
-            data_listener,
-            evm,
-            directory: dir.join(format!("bu{b}")),
-            name: format!("bench-bu{b}"),
-            restart: false,
-            generated: true,
+    // A system has a BU: ingest only plans one, which `plan` then takes away.
+    let bus = (0..case.bus.max(1)).map(|b| BuSection::new(&format!("bu{b}"))).collect();
+    let mut cfg = SystemConfig {
+        run: RunSection {
+            number: RUN,
+            // The bench stops the trigger; the time limit only bounds a run that hangs.
+            events: None,
+            seconds: Some(case.budget.seconds + SLACK.as_secs_f64() + DRAIN_TIMEOUT.as_secs_f64()),
+            orbits_per_lumi_section: ORBITS_PER_LUMI_SECTION,
+            output: Some(dir.to_owned()),
+            ..RunSection::default()
+        },
+        trigger: TriggerSection { rate_hz: None, ..TriggerSection::default() },
+        rus,
+        bus,
+        ru: RuParams {
+            max_events_buffered: 4096,
+            fragment_timeout_ms: 1000,
+            max_parts_per_message: MAX_PARTS_PER_MESSAGE,
+            chunk_bytes: CHUNK_BYTES,
+            chunks_per_fed: CHUNKS_PER_FED as u32,
+            on_corrupt_stream: CorruptStreamPolicy::Fail,
+            ..RuParams::default()
+        },
+        bu: BuParams {
+            max_events_in_flight: 1024,
+            request_batch_events: 128,
+            max_events_per_file: 64,
+            file_timeout_ms: 1000,
             writer_threads,
-            frame_store_bytes: FRAME_STORE_BYTES,
+            frame_store_bytes: FRAME_STORE_BYTES as u64,
             ramdisk_high_water_percent: 95,
             ramdisk_low_water_percent: 90,
-            connect_timeout: Duration::from_secs(10),
-            max_frame_bytes: MAX_FRAME_BYTES,
-            allowed_peers: None,
-            discard,
-            pin_core: None,
-            farm_limits: None,
-        })
-        .collect();
-    Ok(SystemPlan { rus, bus, emulators })
+            discard_events,
+        },
+        ..SystemConfig::default()
+    };
+    cfg.evm.assign_batch_events = 128;
+    cfg.evm.assign_delay_us = 1000;
+    cfg.fu.enabled = false;
+    cfg.validate().map_err(|e| BenchError::BadCase(format!("{}: {e}", case.label())))?;
+    Ok(cfg)
+}
+
+/// The system of a case, planned as `tessera run` plans its system file; BUs that write do so
+/// under `dir`.
+fn plan(case: &EvbCase, dir: &Path) -> Result<SystemPlan, BenchError> {
+    let cfg = system(case, dir)?;
+    let planning = |e: PlanError| BenchError::System(format!("{}: {e}", case.label()));
+    let link_key = tessera_runtime::link::LinkKey::generate()
+        .map_err(|e| BenchError::Io { what: "the run's link key".into(), source: std::io::Error::other(e) })?;
+    let listeners = Listeners::bind_all(&cfg).map_err(planning)?;
+    let mut plan = tessera_control::plan::plan(&cfg, listeners, dir, &link_key).map_err(planning)?;
+    // Every RU's capture holds the same events, about REPLAY_BYTES in all.
+    let events_needed = case.budget.bytes / case.wire_bytes_per_event() as u64 + 1;
+    for e in &mut plan.emulators {
+        // The front ends replay a capture of the planned streams from memory.
+        let streams = std::mem::take(&mut e.streams);
+        e.replay = Some(replay_capture(&streams, case.wire_bytes_per_event(), events_needed)?);
+        // `RunningSystem` leaves the run's time limit to `tessera run`: here the front ends
+        // keep it.
+        e.limits.seconds = cfg.run.seconds;
+    }
+    // Not a key of the file: a unit that cannot reach its peer fails well within the drain.
+    for ru in &mut plan.rus {
+        ru.connect_timeout = Duration::from_secs(10);
+    }
+    for bu in &mut plan.bus {
+        bu.connect_timeout = Duration::from_secs(10);
+    }
+    if case.output == BuOutput::IngestOnly {
+        // Case (b) measures the RU's receive path alone, which no system file describes: its
+        // RU keeps no EVM and sends nothing, and the BU the file needed goes.
+        plan.bus.clear();
+        plan.rus[0].evm = None;
+        plan.rus[0].ingest_only = true;
+    }
+    Ok(plan)
 }
 
 /// The live figures at one moment.

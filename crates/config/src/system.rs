@@ -674,6 +674,10 @@ pub struct BuParams {
     pub ramdisk_high_water_percent: u8,
     /// Ask again once it is below this, in percent; below the high-water mark.
     pub ramdisk_low_water_percent: u8,
+    /// Build, check and commit every event, then throw it away instead of writing it: no run
+    /// directory, no file, no RAM disk. For measuring the network and the event building
+    /// alone; nothing reads what is not written, so the filter farm must be off.
+    pub discard_events: bool,
 }
 
 impl Default for BuParams {
@@ -687,6 +691,7 @@ impl Default for BuParams {
             frame_store_bytes: 256 << 20,
             ramdisk_high_water_percent: 90,
             ramdisk_low_water_percent: 80,
+            discard_events: false,
         }
     }
 }

@@ -178,6 +178,10 @@ impl SystemConfig {
     /// What [`SystemConfig::validate_ramdisks`] and the advice say about the BUs' RAM disks:
     /// the key, the message, and whether it certainly cannot run.
     fn ramdisks_too_small(&self) -> Option<(&'static str, String, bool)> {
+        // BUs that discard their events put nothing on their disks.
+        if self.bu.discard_events {
+            return None;
+        }
         let size = self.run_size()?;
         let (bytes, exact) = ((size.events as f64 * size.event_bytes).ceil() as u64, size.exact);
         let disks = self.bu_file_systems()?;
@@ -562,6 +566,27 @@ impl SystemConfig {
                     bu.ramdisk_low_water_percent, bu.ramdisk_high_water_percent
                 ),
             );
+        }
+        if bu.discard_events {
+            // Nothing reads what is not written.
+            if self.fu.enabled {
+                p.add(
+                    "bu.discard_events",
+                    "true while fu.enabled is true: the filter farm reads the BUs' files, which BUs that discard \
+                     their events never write; set fu.enabled: false, or bu.discard_events: false",
+                );
+            }
+            for (i, b) in self.bus.iter().enumerate() {
+                if b.broker_port.is_some() {
+                    p.add(
+                        format!("bus[{i}].broker_port"),
+                        format!(
+                            "a file broker serves the BU's files, and with bu.discard_events true it writes none: \
+                             remove bus[{i}].broker_port, or set bu.discard_events: false"
+                        ),
+                    );
+                }
+            }
         }
         self.validate_fu(p);
     }

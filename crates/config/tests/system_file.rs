@@ -220,6 +220,25 @@ fn low_water_must_be_below_high_water() {
 }
 
 #[test]
+fn bus_that_discard_their_events_are_refused_with_a_filter_farm_or_a_file_broker() {
+    let discard = format!("{BASE}bu:\n  discard_events: true\n");
+    assert_eq!(
+        error(&discard),
+        "conf/bad.yaml:9:3: bu.discard_events: true while fu.enabled is true: the filter farm reads the BUs' files, \
+         which BUs that discard their events never write; set fu.enabled: false, or bu.discard_events: false"
+    );
+    let no_farm = format!("{discard}fu:\n  enabled: false\n");
+    assert!(parse(&no_farm).unwrap().bu.discard_events);
+    assert!(!parse(BASE).unwrap().bu.discard_events, "BUs write their events unless told");
+    let broker = no_farm.replace("  - name: bu0\n", "  - name: bu0\n    broker_port: 9400\n");
+    assert_eq!(
+        error(&broker),
+        "conf/bad.yaml:8:5: bus[0].broker_port: a file broker serves the BU's files, and with bu.discard_events true \
+         it writes none: remove bus[0].broker_port, or set bu.discard_events: false"
+    );
+}
+
+#[test]
 fn a_run_needs_a_stop_condition() {
     let text = format!("run:\n  number: 7\n  seconds: null\n{BASE}");
     assert_eq!(

@@ -3,7 +3,8 @@
 //! [`SystemConfig`], the ports they listen on ([`Listeners`], [`bind`]) and call ([`resolve`]),
 //! and whom each unit lets call it ([`ru_peers`], [`bu_peers`]). `tessera run` (the whole system
 //! in one process, [`plan`]) and the unit commands (`tessera evm|ru|bu`, one unit a process) use
-//! the same functions, so that a unit is configured the same way wherever it runs.
+//! the same functions, so that a unit is configured the same way wherever it runs; the
+//! whole-system tests and `tessera bench evb` plan their systems here too.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -338,7 +339,7 @@ pub fn bu_node(
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: max_frame_bytes(cfg),
         allowed_peers: admission.allowed_peers,
-        discard: false,
+        discard: p.discard_events,
         pin_core: cfg.bus[i].cpu,
         // Readers publish no resource summaries: a BU holds back on Tessera's FUs only.
         farm_limits: (cfg.fu.enabled && !cfg.fu.read_by_readers()).then(|| FarmLimits {
@@ -441,6 +442,12 @@ mod tests {
         }
         // Units on loopback take calls from loopback only.
         assert_eq!(plan.bus[0].allowed_peers.as_deref().map(|p| p.iter().all(IpAddr::is_loopback)), Some(true));
+        // BUs write their events unless the file says to discard them.
+        assert!(plan.bus.iter().all(|b| !b.discard));
+        (cfg.bu.discard_events, cfg.fu.enabled) = (true, false);
+        let l = Listeners::bind_all(&cfg).expect("loopback ports");
+        let plan = super::plan(&cfg, l, Path::new("/nowhere"), &key).expect("a plan");
+        assert!(plan.bus.iter().all(|b| b.discard && b.farm_limits.is_none()));
     }
 
     #[test]

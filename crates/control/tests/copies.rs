@@ -6,14 +6,11 @@
 
 mod common;
 
-use common::{Setup, each_built_event, plan, violations};
+use common::{CHUNK_BYTES, Setup, each_built_event, plan, violations};
 use std::time::Duration;
 use tessera_control::system::RunningSystem;
 use tessera_formats::ferol::ferol_wire_len;
 use tessera_runtime::copies::{Unit, copied_bytes};
-
-/// The chunks of each FEROL stream in [`common::plan`].
-const CHUNK_BYTES: u64 = 1 << 20;
 
 #[test]
 fn the_bu_copies_no_payload_byte_and_the_ru_only_a_fragment_at_a_chunks_end() {
@@ -42,7 +39,7 @@ fn the_bu_copies_no_payload_byte_and_the_ru_only_a_fragment_at_a_chunks_end() {
     // fragment is larger than 2 kB, one FEROL block.
     let ru = copied_bytes(Unit::Ru).unwrap() - ru_before;
     let streams = common::FEDS.iter().map(|feds| feds.len() as u64).sum::<u64>();
-    let moves = payload / CHUNK_BYTES + streams;
+    let moves = payload / CHUNK_BYTES as u64 + streams;
     let fragment = ferol_wire_len(2048) as u64;
     assert!(
         ru <= moves * fragment,

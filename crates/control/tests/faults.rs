@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_config::CorruptStreamPolicy;
-use tessera_config::emulation::{Fault, FaultSpec, FaultWhen};
+use tessera_config::emulation::Fault;
 use tessera_control::system::{Outcome, RunningSystem, UnitFailure};
 use tessera_emu::generator::StreamGenerator;
 use tessera_emu::sender::End;
@@ -46,7 +46,7 @@ const WAIT: Duration = Duration::from_secs(30);
 /// The setup of every run: `fault` at event [`AT`] of `fed`.
 fn setup(fault: Fault, fed: u16) -> Setup {
     Setup {
-        faults: vec![FaultSpec { fault, when: FaultWhen::At(AT), fed: Some(fed) }],
+        faults: vec![format!("{fault}@{AT}/{fed}")],
         fragment_timeout: Duration::from_millis(200),
         ..Setup::new(1, EVENTS)
     }

@@ -10,8 +10,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_config::emulation::SizeModel;
+use tessera_config::FragmentSize;
 use tessera_control::system::RunningSystem;
+use tessera_formats::ferol::ferol_wire_len;
 use tessera_runtime::stats::UnitStats;
 
 /// Every event in the BUs' files, checking that the run directories verify and that no event is
@@ -50,7 +51,7 @@ fn a_2x2_system_on_loopback_builds_every_event_across_the_lv1_wrap() {
 fn fragments_larger_than_a_ferol_block_travel_in_pieces() {
     let tmp = tempfile::tempdir().unwrap();
     let events = 300;
-    let size = SizeModel::LogNormal { mean_bytes: 9000.0, sigma_bytes: 4000.0 };
+    let size = FragmentSize::LogNormal { mean_bytes: 9000.0, sigma_bytes: 4000.0 };
     let system = RunningSystem::start(plan(tmp.path(), &Setup { size, ..Setup::new(1, events) })).unwrap();
     let outcome = system.wait(Duration::from_secs(30));
     assert!(outcome.clean(), "{outcome:#?}");
@@ -176,7 +177,7 @@ fn units_pin_their_loops_to_cores_and_say_so_when_a_core_cannot_be_had() {
 fn data_messages_larger_than_a_frame_travel_in_several() {
     let tmp = tempfile::tempdir().unwrap();
     let events = 2000;
-    let setup = Setup { size: SizeModel::Fixed(16 << 10), ..Setup::new(1, events) };
+    let setup = Setup { size: FragmentSize::Fixed { bytes: 16 << 10 }, ..Setup::new(1, events) };
     let mut plan = plan(tmp.path(), &setup);
     // A BU asks for a hundred events at a time: messages of megabytes of 16 kB fragments. The
     // frames here hold 1.1 MiB, of which 1 MiB is kept for descriptors.
@@ -199,12 +200,14 @@ fn an_ru_whose_super_fragments_cannot_fit_in_a_frame_refuses_to_start() {
     let tmp = tempfile::tempdir().unwrap();
     let mut plan = plan(tmp.path(), &Setup::new(1, 10));
     plan.rus[1].max_frame_bytes = 1 << 20;
+    // Its largest fragment on the wire: a 2 kB fragment in one FEROL block.
+    let wire = plan.rus[1].max_wire_bytes;
+    assert_eq!(wire, ferol_wire_len(2048));
     let outcome = RunningSystem::start(plan).unwrap().wait(Duration::from_secs(30));
     let error = outcome.rus[1].as_ref().unwrap_err().to_string();
-    assert!(
-        error.contains("RU 1: a super-fragment of 3 FEDs of up to 65536 bytes may not fit in a frame of 1048576 bytes"),
-        "{error}"
-    );
+    let said =
+        format!("RU 1: a super-fragment of 3 FEDs of up to {wire} bytes may not fit in a frame of 1048576 bytes");
+    assert!(error.contains(&said), "{error}");
 }
 
 #[test]

@@ -1,6 +1,6 @@
-//! What the whole-system tests share: a 2×2 plan on loopback (two RUs, the first with the EVM and
-//! the trigger FED 1024; two BUs), built by hand with the FEROL emulator, and readers of what the
-//! BUs wrote.
+//! What the whole-system tests share: a 2×2 system on loopback (two RUs, the first with the EVM
+//! and the trigger FED 1024; two BUs) written as a system file ([`system`]) and planned unit by
+//! unit as `tessera run` plans it ([`plan`]), and readers of what the BUs wrote.
 //!
 //! FEDs: RU 0 reads 1024 (trigger), 0, 1, 2; RU 1 reads 3, 4, 5. BU `b` writes under
 //! `<dir>/bu<b>/run000077`.
@@ -9,27 +9,29 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tessera_config::CorruptStreamPolicy;
-use tessera_config::emulation::{ClockSpec, FaultSpec, FedSpec, SizeModel};
+use tessera_config::emulation::FaultSpec;
+use tessera_config::{
+    BuParams, BuSection, CorruptStreamPolicy, FragmentSize, RuParams, RuSection, RunSection, SystemConfig,
+    TriggerSection,
+};
+use tessera_control::plan::{Listeners, emulator};
 use tessera_control::system::SystemPlan;
 use tessera_emu::generator::StreamConfig;
-use tessera_emu::sender::{Limits, SenderConfig, Sink};
-use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_formats::raw::RawFile;
 use tessera_inspect::event::EventChecks;
 use tessera_inspect::verify::{Violation, verify_run_dir};
-use tessera_runtime::bu_node::BuNodeConfig;
 use tessera_runtime::link::LinkKey;
-use tessera_runtime::ru_node::RuNodeConfig;
 
 /// The run number of every test run.
 pub const RUN: u32 = 77;
 
 /// The FEDs of each RU; RU 0 (the EVM's node) has the trigger FED 1024 first.
 pub const FEDS: [&[u16]; 2] = [&[1024, 0, 1, 2], &[3, 4, 5]];
+
+/// The chunks of each FEROL stream, unless a fragment size needs larger ones.
+pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// What varies between runs of the 2×2 system.
 #[derive(Debug, Clone)]
@@ -39,9 +41,10 @@ pub struct Setup {
     /// Events every FED stream sends (fewer where a fault ends a stream early).
     pub events: u64,
     /// Fragment sizes of every FED but the trigger.
-    pub size: SizeModel,
-    /// Faults, given to every stream: each should name its FED.
-    pub faults: Vec<FaultSpec>,
+    pub size: FragmentSize,
+    /// Faults as a system file writes them (`garbage@101/4`): each should name its FED, and goes
+    /// to the RU that reads it.
+    pub faults: Vec<String>,
     /// What the RUs do with a stream that cannot be read on.
     pub on_corrupt_stream: CorruptStreamPolicy,
     /// How long an RU waits for a FED's fragment of an assigned event.
@@ -55,7 +58,7 @@ impl Setup {
         Setup {
             first_event,
             events,
-            size: SizeModel::Fixed(2048),
+            size: FragmentSize::Fixed { bytes: 2048 },
             faults: Vec::new(),
             on_corrupt_stream: CorruptStreamPolicy::Continue,
             fragment_timeout: Duration::from_secs(1),
@@ -63,102 +66,92 @@ impl Setup {
     }
 }
 
-fn bind() -> TcpListener {
-    TcpListener::bind("127.0.0.1:0").unwrap()
-}
-
-/// The emulator's configuration of `fed`'s stream.
-pub fn stream(fed: u16, setup: &Setup) -> StreamConfig {
-    StreamConfig {
-        run: RUN,
-        fed: FedSpec { fed, size: setup.size },
-        first_event: setup.first_event,
-        clock: ClockSpec { rate_hz: 100_000.0, seed: 5, orbits_per_lumi_section: 16 },
-        faults: setup.faults.clone(),
-        seed: 5,
-    }
-}
-
-fn emulator(feds: &[u16], setup: &Setup, to: &TcpListener) -> SenderConfig {
-    SenderConfig {
-        replay: None,
-        streams: feds.iter().map(|&fed| stream(fed, setup)).collect(),
-        sink: Sink::Connect(to.local_addr().unwrap().to_string()),
-        paced: false,
-        pace_percent: 100,
-        limits: Limits { events: Some(setup.events), seconds: None },
-        stop: None,
-    }
-}
-
-/// The 2×2 system of `setup`, BUs writing under `dir`.
-pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
-    let ferol = [bind(), bind()];
-    let control = [bind(), bind()];
-    let data = [bind(), bind()];
-    let evm_address = control[0].local_addr().unwrap();
-    let emulators = (0..2).map(|r| emulator(FEDS[r], setup, &ferol[r])).collect();
-    let data_addresses: Vec<_> = data.iter().map(|l| l.local_addr().unwrap()).collect();
-    let ru_control = vec![control[1].local_addr().unwrap()];
-    // A key of the run, as run control would make it.
-    let link_key = LinkKey::generate().unwrap();
-    let [f0, f1] = ferol;
-    let [c0, c1] = control;
-    let rus = [(f0, c0), (f1, c1)]
-        .into_iter()
-        .enumerate()
-        .map(|(r, (ferol_listener, control_listener))| RuNodeConfig {
-            run: RUN,
-            link_key: link_key.clone(),
-            ru: RuConfig {
-                first_event: setup.first_event,
-                fragment_timeout_ns: setup.fragment_timeout.as_nanos() as u64,
-                ..RuConfig::new(r as u16, FEDS[r].to_vec())
-            },
-            evm: (r == 0).then(|| EvmConfig::new(2, 2)),
-            ferol_listener,
-            control_listener,
-            bu_data: if r == 0 { Vec::new() } else { data_addresses.clone() },
-            ru_control: if r == 0 { ru_control.clone() } else { Vec::new() },
-            chunk_bytes: 1 << 20,
+/// The system file of the 2×2 system of `setup`, BUs writing under `dir`: free running on a
+/// 100 kHz clock, lumi sections of 16 orbits, no filter farm (the tests read the BUs' files).
+pub fn system(dir: &Path, setup: &Setup) -> SystemConfig {
+    let ru = |r: usize| RuSection {
+        fragment_size: setup.size,
+        faults: setup
+            .faults
+            .iter()
+            .filter(|spec| {
+                let fed = spec.parse::<FaultSpec>().expect("a fault as a system file writes it").fed;
+                fed.is_none_or(|fed| FEDS[r].contains(&fed))
+            })
+            .cloned()
+            .collect(),
+        ..RuSection::new(&format!("ru{r}"), FEDS[r].to_vec())
+    };
+    let rus = vec![ru(0), ru(1)];
+    // A chunk holds the largest fragment the sizes can give (a log-normal size's is the
+    // emulator's 1 MiB clamp, with FEROL block headers on top).
+    let largest = rus.iter().map(RuSection::max_wire_fragment_bytes).max().unwrap_or(0);
+    let mut cfg = SystemConfig {
+        run: RunSection {
+            number: RUN,
+            first_event: setup.first_event,
+            events: Some(setup.events),
+            seconds: None,
+            orbits_per_lumi_section: 16,
+            output: Some(dir.to_owned()),
+        },
+        trigger: TriggerSection { rate_hz: None, seed: 5, ..TriggerSection::default() },
+        rus,
+        bus: vec![BuSection::new("bu0"), BuSection::new("bu1")],
+        // Tighter than a laptop's defaults: the figures these tests were written for.
+        ru: RuParams {
+            max_events_buffered: 4096,
+            fragment_timeout_ms: setup.fragment_timeout.as_millis() as u64,
+            max_parts_per_message: 256,
+            chunk_bytes: CHUNK_BYTES.max(largest),
             chunks_per_fed: 8,
-            max_wire_bytes: 64 << 10,
             on_corrupt_stream: setup.on_corrupt_stream,
-            fragment_crc_check: tessera_formats::fed::CrcCheck::Always,
-            event_limit: Some(setup.events),
-            connect_timeout: Duration::from_secs(10),
-            max_frame_bytes: 64 << 20,
-            allowed_peers: None,
-            ingest_only: false,
-            pin_core: None,
-        })
-        .collect();
-    let bus = data
-        .into_iter()
-        .enumerate()
-        .map(|(b, data_listener)| BuNodeConfig {
-            run: RUN,
-            link_key: link_key.clone(),
-            bu: BuConfig { max_events_per_file: 50, ..BuConfig::new(b as u16, 2) },
-            data_listener,
-            evm: evm_address,
-            directory: dir.join(format!("bu{b}")),
-            name: format!("bu-{b}"),
-            restart: false,
-            generated: true,
-            writer_threads: 2,
+            ..RuParams::default()
+        },
+        bu: BuParams {
+            max_events_in_flight: 1024,
+            request_batch_events: 128,
+            max_events_per_file: 50,
+            file_timeout_ms: 1000,
             frame_store_bytes: 128 << 20,
+            // The tests' disks are whatever the machine has: never hold back on them.
             ramdisk_high_water_percent: 100,
             ramdisk_low_water_percent: 99,
-            connect_timeout: Duration::from_secs(10),
-            max_frame_bytes: 64 << 20,
-            allowed_peers: None,
-            discard: false,
-            pin_core: None,
-            farm_limits: None,
-        })
-        .collect();
-    SystemPlan { rus, bus, emulators }
+            ..BuParams::default()
+        },
+        ..SystemConfig::default()
+    };
+    cfg.evm.assign_batch_events = 128;
+    cfg.evm.assign_delay_us = 1000;
+    cfg.fu.enabled = false;
+    cfg.validate().expect("the tests' system is a valid system file");
+    cfg
+}
+
+/// The 2×2 system of `setup`, BUs writing under `dir`, planned as `tessera run` plans a system
+/// file, on free loopback ports.
+pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
+    let cfg = system(dir, setup);
+    // A key of the run, as run control would make it.
+    let link_key = LinkKey::generate().unwrap();
+    let mut plan = tessera_control::plan::plan(&cfg, Listeners::bind_all(&cfg).unwrap(), dir, &link_key).unwrap();
+    // Not a key of the file: a unit that cannot reach its peer fails well within a test's wait.
+    for ru in &mut plan.rus {
+        ru.connect_timeout = Duration::from_secs(10);
+    }
+    for bu in &mut plan.bus {
+        bu.connect_timeout = Duration::from_secs(10);
+    }
+    plan
+}
+
+/// The emulator's configuration of `fed`'s stream in the system of `setup`.
+pub fn stream(fed: u16, setup: &Setup) -> StreamConfig {
+    let cfg = system(Path::new("/nowhere"), setup);
+    let ru = FEDS.iter().position(|feds| feds.contains(&fed)).expect("a FED of the system");
+    // The emulator is not started: where it would send does not matter.
+    let sender = emulator(&cfg, ru, ([127, 0, 0, 1], 9).into()).unwrap();
+    sender.streams.into_iter().find(|s| s.fed.fed == fed).unwrap()
 }
 
 /// The run directory of each BU.
