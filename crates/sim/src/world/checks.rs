@@ -98,7 +98,7 @@ impl World {
         let mut found = Vec::new();
         let laws = std::iter::once(self.evm.evm.check_invariants())
             .chain(std::iter::once(&self.evm.ru).chain(self.rus.iter()).map(Ru::check_invariants));
-        found.extend(laws.filter_map(Result::err));
+        found.extend(laws.filter_map(Result::err).map(|broken| broken.to_string()));
         let rus = std::iter::once(&self.evm.ru).chain(self.rus.iter());
         for (r, ru) in rus.enumerate() {
             let max = self.ru_cfgs[r].max_events_buffered;
