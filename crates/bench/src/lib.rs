@@ -53,6 +53,6 @@ pub enum BenchError {
         /// The SVG file.
         path: PathBuf,
         /// Why.
-        reason: String,
+        reason: scan::PlotError,
     },
 }

@@ -13,6 +13,7 @@ use crate::BenchError;
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
+use plotters::drawing::DrawingAreaErrorKind;
 use plotters::prelude::*;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -21,6 +22,37 @@ use std::path::Path;
 pub const PLOT_SIZE: (u32, u32) = (900, 560);
 /// Most points one plot draws; a scan is a handful of points per series, so more is a mistake.
 pub const MAX_POINTS: usize = 100_000;
+
+/// Why a plot could not be drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// No series has a point.
+    #[error("no points to plot")]
+    NoPoints,
+    /// More points than [`MAX_POINTS`].
+    #[error("{count} points; at most {MAX_POINTS}")]
+    TooManyPoints {
+        /// The points given.
+        count: usize,
+    },
+    /// A point with a coordinate that is infinite or not a number.
+    #[error("point ({x}, {y}) is not finite")]
+    NotFinite {
+        /// Its x.
+        x: f64,
+        /// Its y.
+        y: f64,
+    },
+    /// A point at x <= 0 on a logarithmic x axis.
+    #[error("x = {x} on a logarithmic axis")]
+    NotPositiveOnLogAxis {
+        /// Its x.
+        x: f64,
+    },
+    /// `plotters` could not draw the chart or write the file.
+    #[error("{0}")]
+    Drawing(DrawingAreaErrorKind<std::io::Error>),
+}
 
 /// How a series is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,20 +140,20 @@ pub fn plot_svg(
     series: &[Series],
     log_x: bool,
 ) -> Result<(), BenchError> {
-    let bad = |reason: String| BenchError::Plot { path: path.to_path_buf(), reason };
+    let bad = |reason: PlotError| BenchError::Plot { path: path.to_path_buf(), reason };
     let points = || series.iter().flat_map(|s| s.points.iter().copied());
     let count = points().count();
     if count == 0 {
-        return Err(bad("no points to plot".into()));
+        return Err(bad(PlotError::NoPoints));
     }
     if count > MAX_POINTS {
-        return Err(bad(format!("{count} points; at most {MAX_POINTS}")));
+        return Err(bad(PlotError::TooManyPoints { count }));
     }
     if let Some((x, y)) = points().find(|(x, y)| !x.is_finite() || !y.is_finite()) {
-        return Err(bad(format!("point ({x}, {y}) is not finite")));
+        return Err(bad(PlotError::NotFinite { x, y }));
     }
     if log_x && let Some((x, _)) = points().find(|&(x, _)| x <= 0.0) {
-        return Err(bad(format!("x = {x} on a logarithmic axis")));
+        return Err(bad(PlotError::NotPositiveOnLogAxis { x }));
     }
     let (x0, x1) = padded(points().map(|p| p.0), log_x);
     let (y0, y1) = padded(points().map(|p| p.1).chain([0.0]), false);
@@ -132,10 +164,10 @@ pub fn plot_svg(
     } else {
         draw::<RangedCoordf64>(&root, title, x_label, y_label, series, x0..x1, y0..y1)
     };
-    drawn.and_then(|()| root.present().map_err(|e| e.to_string())).map_err(bad)
+    drawn.and_then(|()| root.present()).map_err(|e| bad(PlotError::Drawing(e)))
 }
 
-/// Draws the chart on `root`; errors as text.
+/// Draws the chart on `root`.
 fn draw<X>(
     root: &DrawingArea<SVGBackend<'_>, Shift>,
     title: &str,
@@ -144,38 +176,33 @@ fn draw<X>(
     series: &[Series],
     x: impl Into<X>,
     y: std::ops::Range<f64>,
-) -> Result<(), String>
+) -> Result<(), DrawingAreaErrorKind<std::io::Error>>
 where
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
-    let text = |e: &dyn std::fmt::Display| e.to_string();
-    root.fill(&WHITE).map_err(|e| text(&e))?;
+    root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 20))
         .margin(20)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d(x.into(), RangedCoordf64::from(y))
-        .map_err(|e| text(&e))?;
+        .build_cartesian_2d(x.into(), RangedCoordf64::from(y))?;
     chart
         .configure_mesh()
         .x_labels(12)
         .x_label_formatter(&|v| format!("{v}"))
         .x_desc(x_label)
         .y_desc(y_label)
-        .draw()
-        .map_err(|e| text(&e))?;
+        .draw()?;
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let points = s.points.iter().copied();
         let drawn = match s.kind {
             SeriesKind::Measured => {
-                chart.draw_series(points.clone().map(|p| Circle::new(p, 3, color.filled()))).map_err(|e| text(&e))?;
-                chart.draw_series(LineSeries::new(points, color.stroke_width(2))).map_err(|e| text(&e))?
+                chart.draw_series(points.clone().map(|p| Circle::new(p, 3, color.filled())))?;
+                chart.draw_series(LineSeries::new(points, color.stroke_width(2)))?
             }
-            SeriesKind::Reference => {
-                chart.draw_series(points.map(|p| TriangleMarker::new(p, 7, color.filled()))).map_err(|e| text(&e))?
-            }
+            SeriesKind::Reference => chart.draw_series(points.map(|p| TriangleMarker::new(p, 7, color.filled())))?,
         };
         drawn.label(s.name.as_str()).legend(move |(x, y)| TriangleMarker::new((x + 10, y), 5, color.filled()));
     }
@@ -185,7 +212,6 @@ where
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| text(&e))
 }
 
 #[cfg(test)]

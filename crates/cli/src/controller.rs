@@ -28,7 +28,7 @@ use tessera_control::stop::OperatorStop;
 pub struct AgentArgs {
     /// Address to serve on, `HOST:PORT` with a host name or an IP address (the host as the
     /// system file names it and `controller.agent_port`).
-    #[arg(long, value_parser = crate::socket_address)]
+    #[arg(long, value_parser = crate::options::socket_address)]
     pub listen: SocketAddr,
     /// The token every request must bring (`Authorization: Bearer TOKEN`); the controller
     /// reads the same variable. Without it, the agent uses the token in `agent.token` of its

@@ -25,7 +25,7 @@ pub struct FuArgs {
     pub bu_dir: Option<PathBuf>,
     /// Or the BU's file broker, `HOST:PORT` (a host name or an IP address), for a host that
     /// does not see the BU's directory.
-    #[arg(long, value_parser = crate::socket_address)]
+    #[arg(long, value_parser = crate::options::socket_address)]
     pub broker: Option<std::net::SocketAddr>,
     /// This node's output directory, holding `runRRRRRR/`: every FU process on this host that
     /// reads the same BU directory must use the same one.
@@ -86,7 +86,7 @@ pub fn fu(args: &FuArgs) -> Result<FuReport> {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReaderArgs {
     /// The BU's file broker, `HOST:PORT` (a host name or an IP address).
-    #[arg(long, value_parser = crate::socket_address)]
+    #[arg(long, value_parser = crate::options::socket_address)]
     pub broker: std::net::SocketAddr,
     /// The BU's directory, holding `runRRRRRR/`, as this host sees it (a shared file system).
     #[arg(long)]

@@ -10,6 +10,24 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tessera_config::SystemConfig;
 use tessera_control::{ControlConfig, ControlServer, Served};
 
+/// Why a `HOST:PORT` argument names no address.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketAddressError {
+    /// The text is not `HOST:PORT`, or its host does not resolve.
+    #[error("expected HOST:PORT ({0})")]
+    NotHostPort(std::io::Error),
+    /// The host resolves, but to no address.
+    #[error("{0} resolves to no address")]
+    NoAddress(String),
+}
+
+/// A `HOST:PORT` argument, the host a name or an IP address: the first address it resolves to.
+pub fn socket_address(text: &str) -> Result<SocketAddr, SocketAddressError> {
+    use std::net::ToSocketAddrs;
+    let mut addresses = text.to_socket_addrs().map_err(SocketAddressError::NotHostPort)?;
+    addresses.next().ok_or_else(|| SocketAddressError::NoAddress(text.to_owned()))
+}
+
 /// The exit status of a run cut short by a second Ctrl-C (128 + SIGINT, as shells report it).
 pub const CUT_SHORT_EXIT: u8 = 130;
 /// Counts the operator's SIGINT and SIGTERM to this process. The first asks for a drain and

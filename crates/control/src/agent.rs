@@ -21,7 +21,7 @@
 //! agent's user either.
 
 use crate::client;
-use crate::{ControlError, check_token, serve};
+use crate::server::{ControlError, check_token, serve};
 use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};

@@ -1,16 +1,92 @@
-//! The control server's handlers with their OpenAPI operations ([`utoipa`]): the router and
+//! What the control server serves ([`Served`]: the units, the run, the actions and the
+//! configuration) and its handlers with their OpenAPI operations ([`utoipa`]): the router and
 //! the document served at `/api/v1/openapi.json` come from the same list of handlers.
 
-use super::{
-    Action, ConservationView, DASHBOARD, RunView, Shared, UnitView, conservation_from_views, exposition, metrics_page,
-};
+use crate::exposition;
+use crate::metrics::metrics_page;
+use crate::run::{RunStatus, RunView};
+use crate::units::{ConservationView, Unit, UnitView, conservation_from_views, unit_views};
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use std::sync::Arc;
 use utoipa::{OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+
+/// The live dashboard, served at `/`: it reads `/api/v1/units`, `/api/v1/conservation` and
+/// `/api/v1/run` every second, and its Stop button posts `/api/v1/stop`.
+pub const DASHBOARD: &str = include_str!("../dashboard.html");
+
+/// A run-control action (`POST /api/v1/stop`, `POST /api/v1/enable`): what it did, in a
+/// sentence (`Ok`), or why this process cannot do it (`Err`).
+pub type Action = Arc<dyn Fn() -> Result<String, ActionRefused> + Send + Sync>;
+
+/// Why a process cannot carry out a run-control action (answered with 409 and this sentence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ActionRefused {
+    /// An RU's process was asked to stop the run: only the EVM stops the trigger.
+    #[error("an RU does not stop the run: ask the EVM's process")]
+    RuCannotStop,
+    /// A BU's process was asked to stop the run: only the EVM stops the trigger.
+    #[error("a BU does not stop the run: ask the EVM's process")]
+    BuCannotStop,
+}
+
+/// Where the served units' views come from.
+#[derive(Clone)]
+pub enum UnitSource {
+    /// Units of this process, read live.
+    Live(Arc<Vec<Unit>>),
+    /// Views gathered elsewhere (a controller's, from its agents), read when asked.
+    Views(Arc<dyn Fn() -> Vec<UnitView> + Send + Sync>),
+}
+
+impl UnitSource {
+    fn views(&self) -> Vec<UnitView> {
+        match self {
+            UnitSource::Live(units) => unit_views(units),
+            UnitSource::Views(views) => views(),
+        }
+    }
+}
+
+/// What a control server serves.
+#[derive(Clone)]
+pub struct Served {
+    /// The units.
+    pub units: UnitSource,
+    /// What `POST /api/v1/stop` does: stop the trigger and drain (none: refused).
+    pub stop: Option<Action>,
+    /// What `POST /api/v1/enable` does: let units held in Ready take data (none: refused).
+    pub enable: Option<Action>,
+    /// The system configuration, as YAML, for `GET /api/v1/config` (none: 404).
+    pub system: Option<String>,
+    /// The run as a whole, for `GET /api/v1/run` and the `tessera_run_*` metrics (none: 404,
+    /// and no samples): what runs a whole run (`tessera run`, a controller) has one.
+    pub run: Option<Arc<RunStatus>>,
+}
+
+impl Served {
+    /// Units of this process, with no action and no configuration.
+    pub fn live(units: Vec<Unit>) -> Self {
+        Served { units: UnitSource::Live(Arc::new(units)), stop: None, enable: None, system: None, run: None }
+    }
+}
+
+/// What the handlers read: what a control server serves, with its token and OpenAPI document.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) units: UnitSource,
+    pub(crate) token: Option<Arc<str>>,
+    pub(crate) stop: Option<Action>,
+    pub(crate) enable: Option<Action>,
+    pub(crate) system: Option<Arc<str>>,
+    pub(crate) run: Option<Arc<RunStatus>>,
+    /// The OpenAPI document of the routes, generated from the handlers.
+    pub(crate) openapi: Arc<str>,
+}
 
 /// The units' figures, the run's, the process's and the build's in the OpenMetrics text format.
 #[utoipa::path(get, path = "/metrics", responses(

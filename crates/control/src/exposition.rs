@@ -48,7 +48,7 @@ impl Family {
     }
 
     /// Adds a sample with `labels` (values as they are; the encoder writes them between quotes,
-    /// so the caller escapes them, see [`crate::label`]).
+    /// so the caller escapes them, see [`label`]).
     pub(crate) fn sample(&mut self, labels: &[(&str, &str)], value: f64) {
         let labels = labels.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())).collect();
         self.samples.push((labels, value));
@@ -128,6 +128,11 @@ pub(crate) fn encode(families: Vec<Family>) -> String {
     // Writing to a `String` does not fail.
     let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
     text
+}
+
+/// Escapes a label value for the OpenMetrics text format (its encoder writes values as given).
+pub(crate) fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 #[cfg(test)]

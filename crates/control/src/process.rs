@@ -45,7 +45,10 @@ pub(crate) fn process_metrics(families: &mut Vec<Family>) {
     family("process_open_fds", Kind::Gauge, "File descriptors this process has open.", open_fds().map(|n| n as f64));
     let mut build =
         Family::new("tessera_build_info", Kind::Gauge, "1, with the version and the git commit of this build.");
-    build.sample(&[("version", &crate::label(VERSION)), ("git_hash", &crate::label(GIT_HASH))], 1.0);
+    build.sample(
+        &[("version", &crate::exposition::label(VERSION)), ("git_hash", &crate::exposition::label(GIT_HASH))],
+        1.0,
+    );
     families.push(build);
 }
 

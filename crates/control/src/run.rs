@@ -181,7 +181,7 @@ pub(crate) fn run_metrics(families: &mut Vec<Family>, run: Option<&RunView>) {
     );
     if let Some(v) = run {
         for (reason, share) in &v.dead_time_by_reason {
-            by_reason.sample(&[("run", &run_number), ("reason", &crate::label(reason))], *share);
+            by_reason.sample(&[("run", &run_number), ("reason", &crate::exposition::label(reason))], *share);
         }
     }
     families.push(by_reason);

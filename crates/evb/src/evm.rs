@@ -1,6 +1,7 @@
 //! The event manager: owns the event sequence, gives events to BUs that ask for them, commits the
 //! files BUs have built, and tells RUs when buffers can be reused.
 
+use crate::invariant::InvariantViolation;
 use crate::msg::{BuiltFile, Message};
 use crate::ring::EventRing;
 use crate::ru::message_name;
@@ -206,29 +207,31 @@ impl Evm {
     /// waits to be reassigned, or is assigned to exactly one BU; no BU holds more than its
     /// bound. Cheap (per BU), so debug builds check it after every input; says the first law
     /// broken.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let c = &self.counters;
         if c.triggered != c.committed + c.lost_lumi_closed + self.in_flight as u64 {
-            return Err(format!(
-                "EVM: {} triggered != {} committed + {} lost + {} in flight",
-                c.triggered, c.committed, c.lost_lumi_closed, self.in_flight
-            ));
+            return Err(InvariantViolation::EventsNotConserved {
+                triggered: c.triggered,
+                committed: c.committed,
+                lost: c.lost_lumi_closed,
+                in_flight: self.in_flight,
+            });
         }
         let assigned: usize = self.bus.iter().map(|b| b.assigned).sum();
         if self.in_flight != self.triggered.len() + self.reassign.len() + assigned {
-            return Err(format!(
-                "EVM: {} in flight != {} unassigned + {} to reassign + {} assigned",
-                self.in_flight,
-                self.triggered.len(),
-                self.reassign.len(),
-                assigned
-            ));
+            return Err(InvariantViolation::InFlightNotPlaced {
+                in_flight: self.in_flight,
+                unassigned: self.triggered.len(),
+                to_reassign: self.reassign.len(),
+                assigned,
+            });
         }
         match self.bus.iter().position(|b| b.assigned > self.cfg.max_assigned_per_bu) {
-            Some(b) => Err(format!(
-                "EVM: BU {b} holds {} events, bound {}",
-                self.bus[b].assigned, self.cfg.max_assigned_per_bu
-            )),
+            Some(b) => Err(InvariantViolation::BuOverBound {
+                bu: b as BuId,
+                assigned: self.bus[b].assigned,
+                bound: self.cfg.max_assigned_per_bu,
+            }),
             None => Ok(()),
         }
     }

@@ -29,6 +29,7 @@
 pub mod bu;
 pub mod evm;
 pub mod ingest;
+pub mod invariant;
 pub mod msg;
 pub mod node;
 mod ring;

@@ -1,6 +1,7 @@
 //! The readout unit: takes the fragments of its FEDs, holds them until their event is committed,
 //! and sends each assigned event's super-fragment to its BU.
 
+use crate::invariant::InvariantViolation;
 use crate::msg::{FragmentRef, Message, SuperFragment, data_batches};
 use crate::ring::EventRing;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FedId, Lv1Unwrapper, Nanos, Peer, RuId};
@@ -165,21 +166,22 @@ impl Ru {
     /// Checks the RU's conservation laws: every fragment taken is freed or held by exactly one
     /// event, and the events held stay within the buffer pool. It counts every fragment held, so
     /// the simulator calls it after every step; says the first law broken.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let held: u64 = self.events.iter().map(|(_, e)| e.fragments.len() as u64).sum();
         if self.taken != self.freed + held {
-            return Err(format!(
-                "RU {}: {} fragments taken != {} freed + {held} held",
-                self.cfg.ru, self.taken, self.freed
-            ));
+            return Err(InvariantViolation::FragmentsNotConserved {
+                ru: self.cfg.ru,
+                taken: self.taken,
+                freed: self.freed,
+                held,
+            });
         }
         if self.events.window() > self.cfg.max_events_buffered {
-            return Err(format!(
-                "RU {}: a window of {} events, bound {}",
-                self.cfg.ru,
-                self.events.window(),
-                self.cfg.max_events_buffered
-            ));
+            return Err(InvariantViolation::WindowOverBound {
+                ru: self.cfg.ru,
+                window: self.events.window(),
+                bound: self.cfg.max_events_buffered,
+            });
         }
         Ok(())
     }

@@ -297,17 +297,74 @@ impl Hlt for ExecHlt {
     }
 }
 
+/// What is wrong with an answer of the program to one record: said after "`<program>`
+/// answered".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadAnswer {
+    /// The line is not `<event> <streams>`.
+    #[error("{line:.80} where `{event} <streams>` was expected")]
+    NotAnAnswer {
+        /// The line as printed.
+        line: String,
+        /// The event of the record it answers.
+        event: u32,
+    },
+    /// The answer names another event than the record's.
+    #[error("event {number:.20} for the record of event {event}")]
+    WrongEvent {
+        /// The event number as printed.
+        number: String,
+        /// The event of the record it answers.
+        event: u32,
+    },
+    /// The answer names a stream the program did not announce.
+    #[error("unknown stream {name:.80}")]
+    UnknownStream {
+        /// The stream as printed.
+        name: String,
+    },
+}
+
+/// What is wrong with the program's `STREAMS` line: said after the program's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadStreams {
+    /// The first line is not a `STREAMS` line.
+    #[error("printed {line:.80} instead of STREAMS")]
+    NotStreams {
+        /// The line as printed.
+        line: String,
+    },
+    /// More streams than an FU writes for one program.
+    #[error("announced {count} streams, more than {MAX_EXEC_STREAMS}")]
+    TooMany {
+        /// The streams announced.
+        count: usize,
+    },
+    /// A stream whose name breaks the naming rules.
+    #[error("announced a bad stream: {0}")]
+    BadName(tessera_formats::FormatError),
+    /// The stream the FU keeps for events the HLT could not judge.
+    #[error("announced the stream {ERROR_STREAM}, which the FU keeps for itself")]
+    ErrorStream,
+    /// A stream announced twice.
+    #[error("announced stream {0} twice")]
+    Twice(String),
+}
+
 /// Parses `<event> <streams>` for a record holding event `event`.
-fn parse_answer(line: &str, event: u32, streams: &[String]) -> Result<StreamSet, String> {
-    let garbage = || format!("{line:.80} where `{event} <streams>` was expected");
+fn parse_answer(line: &str, event: u32, streams: &[String]) -> Result<StreamSet, BadAnswer> {
+    let garbage = || BadAnswer::NotAnAnswer { line: line.to_owned(), event };
     let (number, names) = line.split_once(' ').ok_or_else(garbage)?;
     if number.parse::<u32>().map_err(|_| garbage())? != event {
-        return Err(format!("event {number:.20} for the record of event {event}"));
+        return Err(BadAnswer::WrongEvent { number: number.to_owned(), event });
     }
     let mut set = StreamSet::NONE;
     if names != "-" {
         for name in names.split(',') {
-            let index = streams.iter().position(|s| s == name).ok_or_else(|| format!("unknown stream {name:.80}"))?;
+            let index = streams
+                .iter()
+                .position(|s| s == name)
+                .ok_or_else(|| BadAnswer::UnknownStream { name: name.to_owned() })?;
             set.insert(index);
         }
     }
@@ -315,19 +372,19 @@ fn parse_answer(line: &str, event: u32, streams: &[String]) -> Result<StreamSet,
 }
 
 /// Parses a `STREAMS` line.
-fn parse_streams(line: &str) -> Result<Vec<String>, String> {
-    let list = line.strip_prefix("STREAMS ").ok_or_else(|| format!("printed {line:.80} instead of STREAMS"))?;
+fn parse_streams(line: &str) -> Result<Vec<String>, BadStreams> {
+    let list = line.strip_prefix("STREAMS ").ok_or_else(|| BadStreams::NotStreams { line: line.to_owned() })?;
     let streams: Vec<String> = list.split(',').map(str::to_owned).collect();
     if streams.len() > MAX_EXEC_STREAMS {
-        return Err(format!("announced {} streams, more than {MAX_EXEC_STREAMS}", streams.len()));
+        return Err(BadStreams::TooMany { count: streams.len() });
     }
     for (i, s) in streams.iter().enumerate() {
-        validate_stream_name(s).map_err(|e| format!("announced a bad stream: {e}"))?;
+        validate_stream_name(s).map_err(BadStreams::BadName)?;
         if s == ERROR_STREAM {
-            return Err(format!("announced the stream {ERROR_STREAM}, which the FU keeps for itself"));
+            return Err(BadStreams::ErrorStream);
         }
         if streams[..i].contains(s) {
-            return Err(format!("announced stream {s} twice"));
+            return Err(BadStreams::Twice(s.clone()));
         }
     }
     Ok(streams)

@@ -101,16 +101,61 @@ impl Answer {
     }
 }
 
+/// An answer a CMSSW reader would not take: a deviation of the broker.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadAnswer {
+    /// Longer than a CMSSW reader reads.
+    #[error("an answer of {bytes} bytes: a CMSSW reader reads at most {MAX_ANSWER_BYTES}")]
+    TooLong {
+        /// Its length.
+        bytes: usize,
+    },
+    /// Not UTF-8.
+    #[error("an answer that is not text")]
+    NotText,
+    /// No empty line after the HTTP header.
+    #[error("an answer whose header does not end with CRLF CRLF")]
+    HeaderNotEnded,
+    /// A status other than 200.
+    #[error("status line {line:?}")]
+    Status {
+        /// The status line.
+        line: String,
+    },
+    /// A key every answer carries is missing.
+    #[error("no {key} in a {state:?} answer")]
+    MissingKey {
+        /// The key.
+        key: &'static str,
+        /// The answer's `state`, if it has one.
+        state: Option<String>,
+    },
+    /// The answer is of another run than the one asked for.
+    #[error("runnumber={runnumber:?} answers a request for run {run}")]
+    WrongRun {
+        /// The answer's `runnumber`.
+        runnumber: Option<String>,
+        /// The run asked for.
+        run: u32,
+    },
+    /// A version-1 answer, whose reader looks for a JSON file beside each raw file.
+    #[error("version {version:?}: a reader of version 1 looks for a JSON beside the file")]
+    Version1 {
+        /// The answer's `version`.
+        version: Option<String>,
+    },
+}
+
 /// Parses a whole answer; a deviation if a CMSSW reader would not take it.
-fn parse_answer(bytes: &[u8], run: u32) -> Result<Answer, String> {
+fn parse_answer(bytes: &[u8], run: u32) -> Result<Answer, BadAnswer> {
     if bytes.len() > MAX_ANSWER_BYTES {
-        return Err(format!("an answer of {} bytes: a CMSSW reader reads at most {MAX_ANSWER_BYTES}", bytes.len()));
+        return Err(BadAnswer::TooLong { bytes: bytes.len() });
     }
-    let text = std::str::from_utf8(bytes).map_err(|_| "an answer that is not text".to_owned())?;
-    let (head, body) = text.split_once("\r\n\r\n").ok_or("an answer whose header does not end with CRLF CRLF")?;
+    let text = std::str::from_utf8(bytes).map_err(|_| BadAnswer::NotText)?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or(BadAnswer::HeaderNotEnded)?;
     let status = head.lines().next().unwrap_or_default();
     if !status.starts_with("HTTP/") || status.split(' ').nth(1) != Some("200") {
-        return Err(format!("status line {status:?}"));
+        return Err(BadAnswer::Status { line: status.to_owned() });
     }
     let mut answer = Answer::default();
     for line in body.split('\n') {
@@ -121,20 +166,18 @@ fn parse_answer(bytes: &[u8], run: u32) -> Result<Answer, String> {
             answer.keys.insert(key.to_owned(), value.to_owned());
         }
     }
+    let owned = |key| answer.get(key).map(str::to_owned);
     for key in ["version", "runnumber", "state", "lasteols"] {
         if answer.get(key).is_none() {
-            return Err(format!("no {key} in a {:?} answer", answer.get("state")));
+            return Err(BadAnswer::MissingKey { key, state: owned("state") });
         }
     }
     if answer.get("runnumber") != Some(run.to_string().as_str()) {
-        return Err(format!("runnumber={:?} answers a request for run {run}", answer.get("runnumber")));
+        return Err(BadAnswer::WrongRun { runnumber: owned("runnumber"), run });
     }
     let major = answer.get("version").unwrap_or_default().trim_start_matches('"').split('.').next().unwrap_or_default();
     if major.parse::<u32>().is_ok_and(|v| v < 2) {
-        return Err(format!(
-            "version {:?}: a reader of version 1 looks for a JSON beside the file",
-            answer.get("version")
-        ));
+        return Err(BadAnswer::Version1 { version: owned("version") });
     }
     Ok(answer)
 }
@@ -193,23 +236,23 @@ pub fn run_reader(cfg: &ReaderConfig, stop: &AtomicBool) -> Result<ReaderReport,
             return Err(ReaderError::Timeout { run: cfg.run, timeout: cfg.timeout });
         }
         let answer = match link.ask(report.last_ls) {
-            Ok(bytes) => parse_answer(&bytes, cfg.run),
-            Err(e) => Err(format!("asking the broker: {e}")),
-        };
-        let answer = match answer {
-            Ok(answer) => answer,
-            Err(problem) => {
-                // What a CMSSW reader does on any failure: close, a second's pause, back off.
-                link.stream = None;
-                if !problem.starts_with("asking the broker") {
-                    report.deviations.push(problem);
-                } else if backoff.is_multiple_of(10) {
+            Ok(bytes) => parse_answer(&bytes, cfg.run).map_err(|bad| report.deviations.push(bad.to_string())),
+            Err(e) => {
+                if backoff.is_multiple_of(10) {
                     tracing::warn!(
-                        "reader pid {}: {problem} ({}); trying again, as a CMSSW reader does",
+                        "reader pid {}: asking the broker: {e} ({}); trying again, as a CMSSW reader does",
                         cfg.pid,
                         cfg.broker
                     );
                 }
+                Err(())
+            }
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(()) => {
+                // What a CMSSW reader does on any failure: close, a second's pause, back off.
+                link.stream = None;
                 std::thread::sleep(Duration::from_secs(1) + Duration::from_millis(100 << backoff.min(4)));
                 backoff += 1;
                 continue;
@@ -341,7 +384,7 @@ mod tests {
             (answer(&format!("version=2\nrunnumber=7\nstate=EOLS\nlasteols=0\npad={}\n\n", "x".repeat(500))), "512"),
         ];
         for (bytes, problem) in cases {
-            let e = parse_answer(&bytes, 7).unwrap_err();
+            let e = parse_answer(&bytes, 7).unwrap_err().to_string();
             assert!(e.contains(problem), "{e}");
         }
     }

@@ -123,10 +123,28 @@ pub fn scan_run_dir(dir: &Path) -> io::Result<RunDirScan> {
     Ok(scan)
 }
 
+/// Why a JSON bookkeeping file could not be read into its typed form. A report shows it as its
+/// sentence (in JSON too).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DocError {
+    /// The file could not be read: the reason as the operating system gives it.
+    #[error("cannot read: {0}")]
+    Unreadable(String),
+    /// The file was read, but its content breaks the document's format.
+    #[error(transparent)]
+    Format(#[from] tessera_formats::FormatError),
+}
+
+impl Serialize for DocError {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// Reads a JSON bookkeeping file into its typed form.
-pub fn read_doc<T>(path: &Path, parse: impl Fn(&str) -> tessera_formats::Result<T>) -> Result<T, String> {
-    let text = fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
-    parse(&text).map_err(|e| e.to_string())
+pub fn read_doc<T>(path: &Path, parse: impl Fn(&str) -> tessera_formats::Result<T>) -> Result<T, DocError> {
+    let text = fs::read_to_string(path).map_err(|e| DocError::Unreadable(e.to_string()))?;
+    Ok(parse(&text)?)
 }
 
 /// One lumi section of a run directory.
@@ -156,7 +174,7 @@ pub struct RunDirReport {
     /// Lumi sections in order.
     pub lumi_sections: Vec<LumiRow>,
     /// The end-of-run record as read, or why it could not be.
-    pub end_of_run: Option<Result<EorSummary, String>>,
+    pub end_of_run: Option<Result<EorSummary, DocError>>,
     /// Files left in `open/` (None: no `open/`).
     pub open_files: Option<usize>,
     /// What is wrong, as far as a listing shows (run `verify` for every rule).

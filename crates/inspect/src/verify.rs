@@ -202,7 +202,7 @@ fn check_run_dir(
         match scan.index_jsons.get(&(ls, index)) {
             None => found.add(&name, None, "published without its .jsn"),
             Some(jsn) => match read_doc(jsn, IndexDoc::parse) {
-                Err(e) => found.add(file_name(jsn), None, e),
+                Err(e) => found.add(file_name(jsn), None, e.to_string()),
                 Ok(doc) => {
                     if let Some(m) = check_index_doc(&doc, events, bytes.len() as u64) {
                         found.add(file_name(jsn), None, m);
@@ -236,7 +236,7 @@ fn check_run_dir(
         };
         let name = file_name(path);
         match read_doc(path, EolsDoc::parse) {
-            Err(e) => found.add(&name, None, e),
+            Err(e) => found.add(&name, None, e.to_string()),
             Ok(d) => {
                 if !d.is_complete() {
                     found.add(
@@ -269,7 +269,7 @@ fn check_run_dir(
         [path] => {
             let name = file_name(path);
             match read_doc(path, EorDoc::parse) {
-                Err(e) => found.add(&name, None, e),
+                Err(e) => found.add(&name, None, e.to_string()),
                 Ok(d) => {
                     let files: u64 = per_ls.values().map(|v| v.0).sum();
                     let events: Option<u64> = per_ls.values().map(|v| v.1).sum();

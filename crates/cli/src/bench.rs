@@ -1,0 +1,212 @@
+//! `tessera bench`: the benchmark suites of `tessera_bench`, printed as text or as JSON.
+
+use anyhow::{Result, bail};
+use std::path::Path;
+use std::process::ExitCode;
+
+/// The suites of `tessera bench`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum BenchSuite {
+    /// CRC-16, CRC-32C and fragment validation.
+    Formats,
+    /// CPU cost and control messages of the event-building protocol, cores alone.
+    Protocol,
+    /// Encoding and decoding of the event-building wire frames.
+    Wire,
+    /// Raw TCP baselines on loopback: emulator into a discarding receiver, and through a relay;
+    /// a scan over fragment size written as CSV and SVG to --out.
+    Net,
+    /// The event builder on loopback against raw TCP: RU ingest, the chain to discarding BUs and
+    /// to RAM-disk files, ratios and targets; scans over fragment size, sources, RUs x BUs and
+    /// writer threads written as CSV and SVG to --out.
+    Evb,
+    /// The filter farm on a RAM disk, one thread each: an FU process with the default menu over
+    /// a sample run against a plain read of its files, and the micro, mini and macro mergers
+    /// against a plain copy of the FU outputs.
+    Fu,
+    /// The BU's file broker on loopback: files granted per second to 1, 64 and 512 readers
+    /// that keep to CMS's HLT's rules, against one thread claiming the same files locally.
+    Broker,
+}
+
+/// `tessera bench SUITE`: runs the suite and prints its figures, each with its ratio to a
+/// baseline measured in the same run.
+pub fn run(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<ExitCode> {
+    if json && !matches!(suite, BenchSuite::Net | BenchSuite::Evb | BenchSuite::Fu) {
+        bail!("--json is supported by the net, evb and fu suites only");
+    }
+    let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
+    match suite {
+        BenchSuite::Formats => {
+            print!("{}", tessera_bench::formats::report(&tessera_bench::formats::run(budget)))
+        }
+        BenchSuite::Protocol => {
+            print!("{}", tessera_bench::protocol::report(&tessera_bench::protocol::run(budget)))
+        }
+        BenchSuite::Wire => print!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget))),
+        BenchSuite::Net => bench_net(quick, out, json)?,
+        BenchSuite::Evb => bench_evb(quick, out, json)?,
+        BenchSuite::Fu => bench_fu(quick, json)?,
+        BenchSuite::Broker => {
+            eprintln!("bench broker: files granted per second to many readers{}", if quick { " (quick)" } else { "" });
+            let rates = tessera_bench::broker::run(if quick { 1024 } else { 8192 }, &mut |what| eprintln!("  {what}"))?;
+            print!("{}", tessera_bench::broker::report(&rates));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The filter farm suite.
+fn bench_fu(quick: bool, json: bool) -> Result<()> {
+    use tessera_bench::fu;
+    eprintln!("bench fu: the filter farm against plain file operations{}", if quick { " (quick)" } else { "" });
+    let config = if quick { fu::FuBenchConfig::QUICK } else { fu::FuBenchConfig::FULL };
+    let bench = fu::run(&config, &mut |what| eprintln!("  {what}"))?;
+    if json {
+        println!("{}", fu::json(&bench));
+    } else {
+        print!("{}", fu::report(&bench));
+    }
+    Ok(())
+}
+
+/// The raw TCP suite.
+fn bench_net(quick: bool, out: &Path, json: bool) -> Result<()> {
+    use tessera_bench::net::Measured;
+    use tessera_bench::net_suite;
+    eprintln!(
+        "bench net: raw TCP over loopback{}; writing the scan to {}",
+        if quick { " (quick)" } else { "" },
+        out.display()
+    );
+    let suite = net_suite::run(quick, out)?;
+    if !json {
+        print!("{}", net_suite::report(&suite));
+        return Ok(());
+    }
+    let case = |m: &Measured| {
+        serde_json::json!({
+            "streams": m.streams,
+            "fragment_bytes": m.fragment_bytes,
+            "wire_bytes_per_fragment": m.wire_bytes_per_fragment,
+            "bytes": m.bytes,
+            "fragments": m.fragments,
+            "seconds": m.seconds,
+            "gb_per_s": m.gb_per_s(),
+            "fragments_per_s": m.fragments_per_s(),
+            "events_per_s": m.events_per_s(),
+            "worker_cpu_seconds": m.worker_cpu_seconds,
+            "receiver_cpu_seconds": m.receiver_cpu_seconds,
+            "process_cpu_seconds": m.process_cpu_seconds,
+            "cpu_ns_per_fragment": m.cpu_ns_per_fragment(),
+            "process_cpu_ns_per_fragment": m.process_cpu_ns_per_fragment(),
+        })
+    };
+    let cases = |ms: &[Measured]| ms.iter().map(case).collect::<Vec<_>>();
+    let report = serde_json::json!({
+        "suite": "net",
+        "quick": quick,
+        "relay_outputs": net_suite::RELAY_OUTPUTS,
+        "raw_ingest": case(&suite.ingest),
+        "raw_relay": case(&suite.relay),
+        "relay_over_ingest": suite.relay.gb_per_s() / suite.ingest.gb_per_s().max(1e-12),
+        "scan": { "raw_ingest": cases(&suite.scan_ingest), "raw_relay": cases(&suite.scan_relay) },
+        "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+/// A raw TCP measurement as JSON.
+fn net_json(m: &tessera_bench::net::Measured) -> serde_json::Value {
+    serde_json::json!({
+        "streams": m.streams,
+        "fragment_bytes": m.fragment_bytes,
+        "bytes": m.bytes,
+        "fragments": m.fragments,
+        "seconds": m.seconds,
+        "gb_per_s": m.gb_per_s(),
+        "events_per_s": m.events_per_s(),
+        "cpu_ns_per_fragment": m.cpu_ns_per_fragment(),
+        "process_cpu_ns_per_fragment": m.process_cpu_ns_per_fragment(),
+    })
+}
+
+/// An event-builder measurement as JSON.
+fn evb_json(m: &tessera_bench::evb::EvbMeasured) -> serde_json::Value {
+    use tessera_bench::evb::BuOutput;
+    serde_json::json!({
+        "rus": m.case.rus,
+        "bus": m.case.bus,
+        "streams": m.case.streams,
+        "fragment_bytes": m.case.fragment_bytes,
+        "writer_threads": match m.case.output { BuOutput::Discard | BuOutput::IngestOnly => None, BuOutput::RamDisk { writer_threads } => Some(writer_threads) },
+        "output": match m.case.output { BuOutput::IngestOnly => "ingest", BuOutput::Discard => "discard", BuOutput::RamDisk { .. } => "ramdisk" },
+        "fragments": m.fragments,
+        "wire_bytes": m.wire_bytes,
+        "events_built": m.events_built,
+        "seconds": m.seconds,
+        "gb_per_s": m.gb_per_s(),
+        "events_per_s": m.events_per_s(),
+        "ru_cpu_ns_per_fragment": m.ru_cpu_ns_per_fragment(),
+        "ru_busy": m.ru_busy(),
+        "bu_cpu_seconds": m.bu_cpu_seconds,
+        "process_cpu_ns_per_fragment": m.process_cpu_ns_per_fragment(),
+        "triggered": m.triggered,
+        "built": m.built,
+        "problems": m.problems,
+        "ru_memory_bytes": m.case.ru_memory_bytes(),
+    })
+}
+
+/// The event-builder suite.
+fn bench_evb(quick: bool, out: &Path, json: bool) -> Result<()> {
+    use tessera_bench::evb_suite;
+    eprintln!(
+        "bench evb: the event builder on loopback against raw TCP{}; writing the scans to {}",
+        if quick { " (quick)" } else { "" },
+        out.display()
+    );
+    let suite = evb_suite::run(quick, out, &mut |what| eprintln!("  {what}"))?;
+    if !json {
+        print!("{}", evb_suite::report(&suite));
+        return Ok(());
+    }
+    let ratio = |a: f64, b: f64| a / b.max(1e-12);
+    let report = serde_json::json!({
+        "suite": "evb",
+        "quick": quick,
+        "raw_ingest": net_json(&suite.ingest),
+        "ru_ingest": evb_json(&suite.ru),
+        "chain": evb_json(&suite.chain),
+        "chain_ramdisk": evb_json(&suite.disk),
+        "raw_relay": net_json(&suite.relay),
+        "ratios": {
+            "ru_ingest_over_raw_ingest": ratio(suite.ru.gb_per_s(), suite.ingest.gb_per_s()),
+            "chain_over_raw_relay": ratio(suite.chain.gb_per_s(), suite.relay.gb_per_s()),
+            "chain_ramdisk_over_raw_relay": ratio(suite.disk.gb_per_s(), suite.relay.gb_per_s()),
+        },
+        "ru_cpu_ns_beyond_kernel_copy": suite.ru.ru_cpu_ns_per_fragment() - suite.ingest.cpu_ns_per_fragment(),
+        "memory": {
+            "ru_chunks_per_fed": tessera_bench::evb::CHUNKS_PER_FED,
+            "ru_chunk_bytes": tessera_bench::evb::CHUNK_BYTES,
+            "bu_frame_store_bytes": tessera_bench::evb::FRAME_STORE_BYTES,
+        },
+        "targets": evb_suite::targets(&suite).iter().map(|t| serde_json::json!({
+            "target": t.name, "figure": t.figure, "met": t.met,
+        })).collect::<Vec<_>>(),
+        "scans": {
+            "size": suite.sizes.iter().map(|p| serde_json::json!({
+                "raw_ingest": net_json(&p.raw), "ru_ingest": evb_json(&p.ru), "chain": evb_json(&p.chain),
+            })).collect::<Vec<_>>(),
+            "sources": suite.sources.iter().map(|(a, b)| serde_json::json!({
+                "raw_ingest": net_json(a), "built": evb_json(b),
+            })).collect::<Vec<_>>(),
+            "units": suite.units.iter().map(evb_json).collect::<Vec<_>>(),
+            "writers": suite.writers.iter().map(evb_json).collect::<Vec<_>>(),
+        },
+        "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}

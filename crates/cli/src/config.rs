@@ -1,0 +1,97 @@
+//! `tessera config`: a system file or a selection menu checked without running anything, and
+//! the default system printed.
+
+use std::path::Path;
+use std::process::ExitCode;
+use tessera_fu::menu::FileKind;
+
+/// `tessera config check`: `file` checked as a selection menu (`menu`), as a system file
+/// (`system`), or as what its top-level keys say it is; exit status 1 on any mistake.
+pub fn check(file: &Path, menu: bool, system: bool) -> ExitCode {
+    let kind = match (menu, system) {
+        (true, _) => FileKind::Menu,
+        (_, true) => FileKind::System,
+        _ => FileKind::of_file(file),
+    };
+    match kind {
+        FileKind::System => system_check(file),
+        FileKind::Menu => menu_check(file),
+    }
+}
+
+/// `tessera config default`: the system `tessera run` runs without a file, as YAML.
+pub fn print_default() -> ExitCode {
+    print!("{}", tessera_config::SystemConfig::default().to_yaml());
+    ExitCode::SUCCESS
+}
+
+/// `tessera config check`: the file read and checked as `tessera run` reads it, and the menu
+/// file it names.
+fn system_check(file: &Path) -> ExitCode {
+    let cfg = match tessera_config::SystemConfig::load(file) {
+        Ok(cfg) => cfg,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::from(1);
+        }
+    };
+    if cfg.fu.enabled
+        && let Some(menu) = &cfg.fu.menu
+        && let Err(errors) = tessera_fu::menu::Menu::load(menu)
+    {
+        // The menu's mistakes are the system file's, through its `fu.menu`.
+        for line in errors.to_string().lines() {
+            eprintln!("{}: fu.menu: {line}", file.display());
+        }
+        return ExitCode::from(1);
+    }
+    let farm = if cfg.fu.enabled {
+        format!("filter farm of {} FU processes per BU", cfg.fu.processes_per_bu)
+    } else {
+        "no filter farm".to_owned()
+    };
+    let placement = match cfg.controller.agent_port {
+        Some(port) => {
+            let mut hosts: Vec<&str> = cfg.rus.iter().map(|r| r.host.as_str()).collect();
+            hosts.extend(cfg.bus.iter().flat_map(|b| [b.host.as_str(), b.fu_host()]));
+            hosts.sort_unstable();
+            hosts.dedup();
+            format!("; placed on {} hosts through agents on port {port}", hosts.len())
+        }
+        None => String::new(),
+    };
+    println!(
+        "{}: OK: run {}, {} RUs, {} BUs, {} FEDs, {}{placement}",
+        file.display(),
+        cfg.run.number,
+        cfg.rus.len(),
+        cfg.bus.len(),
+        cfg.all_feds().len(),
+        farm
+    );
+    for advice in cfg.advice() {
+        println!("{}: advice: {advice}", file.display());
+    }
+    ExitCode::SUCCESS
+}
+
+/// `tessera config check` of a selection menu: read and checked as an FU reads it.
+fn menu_check(file: &Path) -> ExitCode {
+    match tessera_fu::menu::Menu::load(file) {
+        Ok(menu) => {
+            println!(
+                "{}: OK: a selection menu of {} streams ({}) and {} paths ({})",
+                file.display(),
+                menu.streams.len(),
+                menu.streams.join(", "),
+                menu.paths.len(),
+                menu.paths.iter().map(|path| path.name.as_str()).collect::<Vec<_>>().join(", ")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            ExitCode::from(1)
+        }
+    }
+}

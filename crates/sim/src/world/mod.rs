@@ -1,0 +1,292 @@
+//! One simulated system, driven event by event on one thread: the event queue and its steps
+//! here; the system a scenario describes with its faults (`setup`), the FED streams (`fed`), the
+//! units' inputs and outputs and the network between them (`network`), and the invariants checked
+//! after every step (`checks`) in modules of their own.
+
+use crate::rng::Rng;
+use crate::scenario::Scenario;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use tessera_evb::msg::{BufferRef, Message};
+use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
+use tessera_evb::unit::{BuiltEvent, Input};
+use tessera_evb::{Bu, BuConfig, EvmNode, Ru, RuConfig};
+
+mod checks;
+mod fed;
+mod network;
+mod setup;
+
+/// Counts of what a run injected and saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Fragments accepted by RUs.
+    pub fragments: u64,
+    /// Times an RU refused a fragment for a full buffer.
+    pub back_pressure: u64,
+    /// BU crashes injected.
+    pub bu_crashes: u64,
+    /// BUs made slow.
+    pub slow_bus: u64,
+    /// FEDs stalled, dead or made to skip an event.
+    pub fed_faults: u64,
+    /// Corrupt fragments injected.
+    pub corrupt_fragments: u64,
+    /// Events published with FEDs missing.
+    pub incomplete_events: u64,
+    /// Sync losses seen by RUs.
+    pub sync_losses: u64,
+    /// Late fragments dropped by RUs.
+    pub late_fragments: u64,
+    /// Trigger streams that broke before run control stopped the trigger (said by the EVM's node).
+    pub trigger_breaks: u64,
+    /// Fragments the RUs hold at the end of events the trigger never issued.
+    pub orphan_fragments: u64,
+    /// Messages sent, and of them control messages.
+    pub messages: u64,
+    /// Control messages (everything but data).
+    pub control_messages: u64,
+    /// Steps simulated.
+    pub steps: u64,
+}
+
+#[derive(Debug)]
+enum Ev {
+    FedReady { ru: usize, fed: usize },
+    Deliver { from: Peer, to: Peer, msg: Message, incarnation: u32 },
+    Tick { node: Peer, generation: u64 },
+    WriteDone { bu: usize, file: FileId, incarnation: u32 },
+    PublishDone { bu: usize, file: FileId, incarnation: u32 },
+    BuCrash { bu: usize },
+    BuLost { bu: usize },
+    BuRestart { bu: usize },
+    StopTrigger,
+}
+
+struct FedSource {
+    id: FedId,
+    next_event: EventNumber,
+    stall: Option<(Nanos, Nanos)>,
+    skip: Option<EventNumber>,
+    /// Sends at most one fragment every two mean trigger intervals.
+    slow: bool,
+    /// When it last sent a fragment.
+    sent_at: Nanos,
+    /// Its fragments the RU holds (not yet freed).
+    held: u64,
+    /// The last event its stream carries: after it, the stream ends (closes).
+    last_event: EventNumber,
+    /// Its stream has ended.
+    ended: bool,
+}
+
+struct SimFile {
+    lumi_section: u32,
+    events: Vec<BuiltEvent>,
+    written: bool,
+}
+
+struct BuSlot {
+    unit: Option<Bu>,
+    incarnation: u32,
+    slow: bool,
+    files: BTreeMap<FileId, SimFile>,
+    next_index: BTreeMap<u32, u32>,
+    /// Events published per lumi section whose end-of-lumi record is not written.
+    published_events: BTreeMap<u32, u64>,
+    /// End-of-lumi records written: lumi section → events.
+    end_of_lumis: BTreeMap<u32, u64>,
+    ended: bool,
+}
+
+/// The simulated system.
+pub struct World {
+    sc: Scenario,
+    rng: Rng,
+    now: Nanos,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(Nanos, u64)>>,
+    pending: HashMap<u64, Ev>,
+    evm: EvmNode,
+    rus: Vec<Ru>,
+    ru_cfgs: Vec<RuConfig>,
+    bus: Vec<BuSlot>,
+    bu_cfgs: Vec<BuConfig>,
+    sources: Vec<Vec<FedSource>>,
+    trigger_times: Vec<Nanos>,
+    last_delivery: HashMap<(Peer, Peer), Nanos>,
+    tick_generation: HashMap<Peer, (u64, Nanos)>,
+    /// Buffers the RUs hold, with the (RU, FED) whose stream filled each and its event.
+    buffers: BTreeMap<BufferRef, (usize, usize, EventNumber)>,
+    next_buffer: u32,
+    corrupt: BTreeSet<(FedId, EventNumber)>,
+    published: BTreeMap<EventNumber, FileId>,
+    stop_sent: bool,
+    last_progress: Nanos,
+    /// Every broken invariant, in the order found.
+    pub violations: Vec<String>,
+    /// What the run injected and saw.
+    pub tally: Tally,
+}
+
+impl World {
+    fn schedule(&mut self, at: Nanos, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at.max(self.now), self.seq)));
+        self.pending.insert(self.seq, ev);
+    }
+
+    fn violation(&mut self, what: String) {
+        if self.violations.len() < 20 {
+            self.violations.push(format!("t={} µs: {what}", self.now / 1000));
+        }
+    }
+
+    /// Runs until the system drains, an invariant breaks, or time runs out. Returns the simulated
+    /// time at the end.
+    pub fn run(&mut self) -> Nanos {
+        let end = self.trigger_times.last().copied().unwrap_or(0);
+        // A run that publishes nothing for a second of simulated time after its last trigger is
+        // stuck (deadlock or livelock).
+        let patience = 1_000_000_000;
+        let max_steps = 200 * self.sc.events * u64::from(self.sc.topology.n_ru + self.sc.topology.n_bu) + 1_000_000;
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            let Some(ev) = self.pending.remove(&seq) else { continue };
+            self.now = at;
+            self.tally.steps += 1;
+            self.step(ev);
+            self.check_bounds();
+            if !self.violations.is_empty() {
+                return self.now;
+            }
+            if self.stop_sent && self.drained() {
+                self.check_end();
+                return self.now;
+            }
+            if (self.now > end && self.now > self.last_progress + patience) || self.tally.steps > max_steps {
+                break;
+            }
+        }
+        let stuck = self.describe_stuck();
+        self.violation(format!(
+            "no progress: {} of {} events published when the run stopped ({stuck})",
+            self.published.len(),
+            self.sc.events
+        ));
+        self.now
+    }
+
+    /// Events published so far.
+    pub fn published_count(&self) -> u64 {
+        self.published.len() as u64
+    }
+
+    /// Events the trigger issued: the scenario's, or fewer when its stream broke.
+    pub fn triggered_count(&self) -> u64 {
+        self.run_events()
+    }
+
+    /// The events of the run: all of the scenario's, or those triggered before the trigger
+    /// stream broke.
+    fn run_events(&self) -> u64 {
+        match self.evm.trigger_break() {
+            Some(_) => self.evm.evm.last_triggered().map_or(0, |last| last + 1 - self.sc.first_event),
+            None => self.sc.events,
+        }
+    }
+
+    /// Every event of the run published, every unit ended, and no buffer held but the orphans
+    /// (of events after the run's last).
+    fn drained(&self) -> bool {
+        let events = self.run_events();
+        let end = self.sc.first_event + events;
+        self.published.len() as u64 == events
+            && self.evm.evm.drained()
+            && self.rus.iter().all(Ru::drain_seen)
+            && self.bus.iter().all(|b| b.ended && b.unit.as_ref().is_some_and(|u| u.idle()))
+            && self.buffers.values().all(|&(_, _, event)| event >= end)
+    }
+
+    fn describe_stuck(&self) -> String {
+        let bus: Vec<String> = self
+            .bus
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match &b.unit {
+                Some(u) => format!(
+                    "BU {i}: {} in flight{}{}",
+                    u.events_in_flight(),
+                    if u.idle() { ", idle" } else { "" },
+                    if b.ended { ", ended" } else { "" }
+                ),
+                None => format!("BU {i}: down"),
+            })
+            .collect();
+        format!(
+            "EVM {} in flight, pending [{}]; buffers held {}; {}",
+            self.evm.evm.events_in_flight(),
+            self.evm.evm.pending(),
+            self.buffers.len(),
+            bus.join(", ")
+        )
+    }
+
+    fn step(&mut self, ev: Ev) {
+        match ev {
+            Ev::FedReady { ru, fed } => self.fed_ready(ru, fed),
+            Ev::Deliver { from, to, msg, incarnation } => {
+                let input = Input::Message { from, msg };
+                match to {
+                    Peer::Evm | Peer::Ru(0) => self.feed(Peer::Evm, input),
+                    Peer::Ru(r) => self.feed(Peer::Ru(r), input),
+                    Peer::Bu(b) => {
+                        let slot = &self.bus[usize::from(b)];
+                        if slot.unit.is_some() && slot.incarnation == incarnation {
+                            self.feed(to, input);
+                        }
+                    }
+                }
+            }
+            Ev::Tick { node, generation } => {
+                if self.tick_generation.get(&node).is_some_and(|&(g, _)| g == generation) {
+                    self.tick_generation.remove(&node);
+                    self.feed(node, Input::Tick);
+                }
+            }
+            Ev::WriteDone { bu, file, incarnation } => {
+                if self.bus[bu].incarnation == incarnation && self.bus[bu].unit.is_some() {
+                    if let Some(f) = self.bus[bu].files.get_mut(&file) {
+                        f.written = true;
+                    }
+                    self.feed(Peer::Bu(bu as u16), Input::FileWritten(file));
+                }
+            }
+            Ev::PublishDone { bu, file, incarnation } => {
+                if self.bus[bu].incarnation == incarnation && self.bus[bu].unit.is_some() {
+                    self.feed(Peer::Bu(bu as u16), Input::FilePublished(file));
+                }
+            }
+            Ev::BuCrash { bu } => {
+                if self.bus[bu].unit.take().is_some() {
+                    self.tally.bu_crashes += 1;
+                    self.bus[bu].incarnation += 1;
+                    self.tick_generation.remove(&Peer::Bu(bu as u16));
+                    self.schedule(self.now + 3_000_000, Ev::BuLost { bu });
+                    let back = self.now + self.rng.between(1_000_000, 30_000_000);
+                    self.schedule(back, Ev::BuRestart { bu });
+                }
+            }
+            Ev::BuLost { bu } => {
+                if self.bus[bu].unit.is_none() {
+                    self.feed(Peer::Evm, Input::PeerLost(Peer::Bu(bu as u16)));
+                }
+            }
+            Ev::BuRestart { bu } => self.start_bu(bu),
+            Ev::StopTrigger => {
+                self.stop_sent = true;
+                let last_event = (self.sc.events > 0).then(|| self.sc.first_event + self.sc.events - 1);
+                self.feed(Peer::Evm, Input::StopTrigger { last_event });
+            }
+        }
+    }
+}

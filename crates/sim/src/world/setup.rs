@@ -1,0 +1,176 @@
+//! The system a scenario describes: its units' configurations, its trigger times, and the faults
+//! it asks for, each drawn from the seed.
+
+use super::{BuSlot, Ev, FedSource, Tally, World};
+use crate::rng::Rng;
+use crate::scenario::{Bug, Scenario};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use tessera_evb::bu::BuBug;
+use tessera_evb::evm::EvmBug;
+use tessera_evb::ru::RuBug;
+use tessera_evb::types::{FedId, Nanos};
+use tessera_evb::{BuConfig, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_formats::tcds::TCDS_FED_ID;
+
+impl World {
+    /// A system for `sc`, with every random choice drawn from `seed`.
+    pub fn new(sc: &Scenario, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let t = sc.topology;
+        let ru_cfgs: Vec<RuConfig> = (0..t.n_ru)
+            .map(|r| {
+                let mut feds: Vec<FedId> = (0..t.feds_per_ru).map(|i| r * t.feds_per_ru + i).collect();
+                if r == 0 {
+                    feds.insert(0, TCDS_FED_ID);
+                }
+                RuConfig {
+                    first_event: sc.first_event,
+                    max_events_buffered: 1024,
+                    fragment_timeout_ns: 2_000_000,
+                    // Data messages split by bytes too, sometimes below one super-fragment.
+                    max_data_bytes: rng.between(1_000, 24_000) as usize,
+                    bug: (sc.bug == Some(Bug::ReleaseBeforeCommit)).then_some(RuBug::ReleaseBeforeCommit),
+                    ..RuConfig::new(r, feds)
+                }
+            })
+            .collect();
+        let evm_cfg = EvmConfig {
+            assign_batch_events: 32,
+            assign_delay_ns: 500_000,
+            bug: (sc.bug == Some(Bug::ForgetReassign)).then_some(EvmBug::ForgetReassign),
+            ..EvmConfig::new(t.n_ru, t.n_bu)
+        };
+        let bu_cfgs: Vec<BuConfig> = (0..t.n_bu)
+            .map(|b| BuConfig {
+                max_events_in_flight: 256,
+                request_batch_events: 32,
+                max_events_per_file: 16,
+                file_timeout_ns: 20_000_000,
+                bug: (sc.bug == Some(Bug::CommitBeforeWritten)).then_some(BuBug::CommitBeforeWritten),
+                ..BuConfig::new(b, t.n_ru)
+            })
+            .collect();
+        let mut trigger_times = Vec::with_capacity(sc.events as usize);
+        let mut at = 100_000;
+        for _ in 0..sc.events {
+            at += rng.between(sc.trigger_interval_ns / 2, sc.trigger_interval_ns * 3 / 2);
+            trigger_times.push(at);
+        }
+        let run_end = at;
+        let mut sources: Vec<Vec<FedSource>> = ru_cfgs
+            .iter()
+            .map(|c| {
+                c.feds
+                    .iter()
+                    .map(|&id| FedSource {
+                        id,
+                        next_event: sc.first_event,
+                        stall: None,
+                        skip: None,
+                        slow: false,
+                        sent_at: 0,
+                        held: 0,
+                        last_event: sc.first_event + sc.events - 1,
+                        ended: false,
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut tally = Tally::default();
+        // FED faults never touch the trigger FED: without a trigger there is no event.
+        let pick_fed = |rng: &mut Rng| loop {
+            let r = rng.below(u64::from(t.n_ru)) as usize;
+            let f = rng.below(sources[r].len() as u64) as usize;
+            if sources[r][f].id != TCDS_FED_ID {
+                break (r, f);
+            }
+        };
+        let mut fed_faults = Vec::new();
+        for _ in 0..sc.faults.stalled_feds {
+            let (r, f) = pick_fed(&mut rng);
+            let from = rng.between(run_end / 5, run_end / 2);
+            fed_faults.push((r, f, Some((from, from + rng.between(5_000_000, 20_000_000))), None));
+        }
+        for _ in 0..sc.faults.dead_feds {
+            let (r, f) = pick_fed(&mut rng);
+            fed_faults.push((r, f, Some((rng.between(run_end / 5, run_end / 2), Nanos::MAX)), None));
+        }
+        for _ in 0..sc.faults.sync_losses {
+            let (r, f) = pick_fed(&mut rng);
+            fed_faults.push((r, f, None, Some(sc.first_event + rng.between(sc.events / 5, sc.events / 2))));
+        }
+        let slow: Vec<(usize, usize)> = (0..sc.faults.slow_feds).map(|_| pick_fed(&mut rng)).collect();
+        for (r, f) in slow {
+            sources[r][f].slow = true;
+        }
+        if sc.faults.trigger_stream_lost {
+            sources[0][0].last_event = sc.first_event + rng.between(sc.events / 3, sc.events / 2);
+            tally.fed_faults += 1;
+        }
+        for (r, f, stall, skip) in fed_faults {
+            let s = &mut sources[r][f];
+            s.stall = s.stall.or(stall);
+            s.skip = s.skip.or(skip);
+            tally.fed_faults += 1;
+        }
+        let mut bus: Vec<BuSlot> = (0..t.n_bu)
+            .map(|_| BuSlot {
+                unit: None,
+                incarnation: 1,
+                slow: false,
+                files: BTreeMap::new(),
+                next_index: BTreeMap::new(),
+                published_events: BTreeMap::new(),
+                end_of_lumis: BTreeMap::new(),
+                ended: false,
+            })
+            .collect();
+        for _ in 0..sc.faults.slow_bus.min(t.n_bu) {
+            let b = rng.below(u64::from(t.n_bu)) as usize;
+            tally.slow_bus += u64::from(!bus[b].slow);
+            bus[b].slow = true;
+        }
+        let mut world = World {
+            evm: EvmNode::new(evm_cfg, ru_cfgs[0].clone()),
+            rus: ru_cfgs.iter().skip(1).map(|c| Ru::new(c.clone())).collect(),
+            ru_cfgs,
+            bus,
+            bu_cfgs,
+            sources,
+            trigger_times,
+            rng,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            pending: HashMap::new(),
+            last_delivery: HashMap::new(),
+            tick_generation: HashMap::new(),
+            buffers: BTreeMap::new(),
+            next_buffer: 0,
+            corrupt: BTreeSet::new(),
+            published: BTreeMap::new(),
+            stop_sent: false,
+            last_progress: 0,
+            violations: Vec::new(),
+            tally,
+            sc: sc.clone(),
+        };
+        // The trigger stream may end cleanly after the run's events, and no sooner.
+        world.evm.limit_trigger(sc.events);
+        for b in 0..world.bus.len() {
+            world.start_bu(b);
+        }
+        for r in 0..world.sources.len() {
+            for f in 0..world.sources[r].len() {
+                world.schedule(world.trigger_times[0], Ev::FedReady { ru: r, fed: f });
+            }
+        }
+        for _ in 0..sc.faults.bu_crashes {
+            let at = world.rng.between(run_end / 10, run_end);
+            let bu = world.rng.below(u64::from(t.n_bu)) as usize;
+            world.schedule(at, Ev::BuCrash { bu });
+        }
+        world.schedule(run_end + 1_000, Ev::StopTrigger);
+        world
+    }
+}
