@@ -15,13 +15,13 @@ use tessera_config::SystemConfig;
 use tessera_control::agent::{Agent, AgentConfig};
 use tessera_control::controller::{Controller, Fault, drive, report};
 use tessera_control::placement::Role;
-use tessera_control::{Action, RunState, Served, UnitSource, UnitView};
+use tessera_control::{RunState, Served, UnitSource, UnitView};
 
 use crate::options::{ControlArgs, count_interrupts, serve_control};
 use tessera_control::farm::fu_args;
 use tessera_control::incomplete::{IncompleteRule, incomplete_line};
 use tessera_control::report::{BuEnd, BuFigures, Ended, RuEnd};
-use tessera_control::stop::OperatorStop;
+use tessera_control::stop::{OperatorStop, stop_action};
 
 /// The options of `tessera agent`.
 #[derive(clap::Args, Debug, Clone)]
@@ -144,14 +144,8 @@ pub fn run_on_agents(
     let interrupts = count_interrupts()?;
     // The controller's own control server: the dashboard, metrics and API of every unit on every
     // host, as last gathered, and the run's stop.
-    let asked = interrupts.clone();
-    let stop: Action = Arc::new(move || {
-        // As a first Ctrl-C: stop the trigger at the EVM and drain.
-        Ok(match asked.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(_) => "stopping the trigger; draining".to_owned(),
-            Err(_) => "already stopping".to_owned(),
-        })
-    });
+    // As a first Ctrl-C: stop the trigger at the EVM and drain.
+    let stop = stop_action(interrupts.clone());
     let mirror = c.views();
     let views: Arc<dyn Fn() -> Vec<UnitView> + Send + Sync> =
         Arc::new(move || mirror.lock().unwrap_or_else(|e| e.into_inner()).clone());

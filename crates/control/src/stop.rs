@@ -3,6 +3,7 @@
 //! on a second ([`OperatorStop`]); a run that ended by its own limit drains as long as it builds,
 //! and is given up [`DRAIN_TIMEOUT`] after it last built.
 
+use crate::api::Action;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -51,6 +52,18 @@ impl OperatorStop {
     }
 }
 
+/// The control API's stop (`POST /api/v1/stop`) of a run whose operator stops are counted in
+/// `interrupts`: as a first Ctrl-C, it stops the trigger and drains; once a stop is counted, it
+/// says so and adds none (a second stop from the API would cut the run short).
+pub fn stop_action(interrupts: Arc<AtomicU32>) -> Action {
+    Arc::new(move || {
+        Ok(match interrupts.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => "stopping the trigger; draining".to_owned(),
+            Err(_) => "already stopping".to_owned(),
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +80,15 @@ mod tests {
         let again = OperatorStop::new(Arc::new(AtomicU32::new(2)), Duration::from_secs(3600));
         assert!(again.cut(), "a second stop cuts the run short at once");
         assert_eq!(again.stops(), 2);
+    }
+
+    #[test]
+    fn the_api_stop_counts_as_a_first_stop_once() {
+        let interrupts = Arc::new(AtomicU32::new(0));
+        let stop = stop_action(interrupts.clone());
+        assert_eq!(stop().expect("a stop"), "stopping the trigger; draining");
+        assert_eq!(interrupts.load(Ordering::SeqCst), 1);
+        assert_eq!(stop().expect("a stop"), "already stopping");
+        assert_eq!(interrupts.load(Ordering::SeqCst), 1, "the API never cuts a run short");
     }
 }
