@@ -1,35 +1,30 @@
 //! `tessera run`: a whole system in this process (the system file turned into units by
-//! `tessera_control::plan`), or across hosts through their agents (`crate::controller`), and the
-//! summary it prints.
+//! `tessera_control::plan`, supervised to its end by `tessera_control::local_run`), or across
+//! hosts through their agents (`crate::controller`); its progress line and the summary it prints.
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 use std::io::{IsTerminal, Write};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tessera_config::SystemConfig;
+use tessera_control::local_run::{FarmEnd, LocalRun, ProgressLine};
 use tessera_control::plan::{self, Listeners, output_dir, require_ports};
-use tessera_control::system::{Conservation, FedErrorCounts, Outcome, Progress, RunningSystem};
-use tessera_control::trigger::{Interval, TriggerAccount, TriggerSummary};
+use tessera_control::system::{Conservation, FedErrorCounts, Outcome, Progress};
+use tessera_control::trigger::{Interval, TriggerSummary};
 use tessera_runtime::link::LinkKey;
 
-use tessera_control::{Action, HeartbeatWatch, RunState, RunStatus, Served, Unit, UnitKind};
 use tessera_formats::names;
 use tessera_fu::broker::BrokerTally;
 use tessera_fu::output::ledger_events;
-use tessera_runtime::state::UnitState;
-use tessera_runtime::stats::{FedError, UnitStats};
+use tessera_runtime::stats::FedError;
 
 use crate::options::{CUT_SHORT_EXIT, ControlArgs, SystemArgs, count_interrupts, load, serve_control};
 use crate::space::{Keep, announce_and_check, tidy};
 use tessera_control::chain::{check_chain, storage_run_dir};
-use tessera_control::farm::{Farm, FarmDirs, FarmOutcome, start_broker, system_streams, wait_drained};
+use tessera_control::farm::{FarmDirs, FarmOutcome, system_streams};
 use tessera_control::incomplete::{IncompleteRule, incomplete_line};
-use tessera_control::stop::{DRAIN_TIMEOUT, OperatorStop};
 
 /// `tessera run`: the whole system in this process.
 pub fn run(
@@ -74,209 +69,19 @@ pub fn run(
     // The units are threads of this process: the run's key never leaves it.
     let link_key = LinkKey::generate()?;
     let plan = plan::plan(&cfg, l, &output, &link_key)?;
-    let limit = match (cfg.run.events, cfg.run.seconds) {
-        (Some(n), Some(s)) => format!("{n} events or {s} s"),
-        (Some(n), None) => format!("{n} events"),
-        (None, Some(s)) => format!("{s} s"),
-        (None, None) => "Ctrl-C".into(),
-    };
-    tracing::info!(
-        run = cfg.run.number,
-        "tessera run {}: {} RUs ({} FEDs), {} BUs, {}; until {limit} (Ctrl-C drains and stops); output in {}",
-        cfg.run.number,
-        cfg.rus.len(),
-        cfg.all_feds().len(),
-        cfg.bus.len(),
-        cfg.trigger.paced_rate_hz().map_or("free running".into(), |r| format!("{r} Hz Poisson trigger")),
-        output.display()
-    );
     let interrupts = count_interrupts()?;
-    // The farm first, so that it is there when the first files appear; readers read through
-    // the brokers.
-    let brokers = (0..cfg.bus.len()).map(|i| start_broker(&cfg, i, &output, readers)).collect::<Result<Vec<_>, _>>()?;
-    let mut farm = if readers {
-        let addresses: Vec<SocketAddr> = brokers.iter().flatten().map(|b| b.local_addr()).collect();
-        Some(Farm::start_readers(&cfg, &output, &addresses)?)
-    } else {
-        streams.map(|streams| Farm::start(&cfg, &output, &streams)).transpose()?
-    };
-    let system = RunningSystem::start(plan)?;
-    let units = cfg
-        .rus
-        .iter()
-        .zip(&system.ru_stats)
-        .enumerate()
-        .map(|(i, (r, s))| Unit {
-            name: r.name.clone(),
-            kind: if i == 0 { UnitKind::Evm } else { UnitKind::Ru },
-            stats: s.clone(),
-        })
-        .chain(cfg.bus.iter().zip(&system.bu_stats).map(|(b, s)| Unit {
-            name: b.name.clone(),
-            kind: UnitKind::Bu,
-            stats: s.clone(),
-        }))
-        .collect();
-    let asked = interrupts.clone();
-    let stop: Action = Arc::new(move || {
-        // As a first Ctrl-C: stop the trigger and drain.
-        Ok(match asked.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(_) => "stopping the trigger; draining".to_owned(),
-            Err(_) => "already stopping".to_owned(),
-        })
-    });
-    let status = Arc::new(RunStatus::new(cfg.run.number));
-    let served =
-        Served { stop: Some(stop), system: Some(cfg.to_yaml()), run: Some(status.clone()), ..Served::live(units) };
-    let _control = serve_control(control, served)?;
-    let started = Instant::now();
-    let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(cfg.controller.stop_timeout_s));
-    let mut stopped = false;
-    // Events built, and when that figure last grew.
-    let mut built_last = (0u64, Instant::now());
-    let mut last = Progress::default();
-    let requested_hz = cfg.trigger.paced_rate_hz();
-    let mut trigger = TriggerAccount::new(requested_hz);
+    let local = LocalRun::start(&cfg, &output, plan, streams, interrupts)?;
+    let _control = serve_control(control, local.served())?;
     let tty = std::io::stderr().is_terminal();
-    let named: Vec<(&str, &Arc<UnitStats>)> = cfg
-        .rus
-        .iter()
-        .map(|r| r.name.as_str())
-        .zip(&system.ru_stats)
-        .chain(cfg.bus.iter().map(|b| b.name.as_str()).zip(&system.bu_stats))
-        .collect();
-    let mut watch = HeartbeatWatch::new(Duration::from_secs_f64(cfg.controller.heartbeat_timeout_s));
-    let mut stalled = std::collections::BTreeSet::new();
-    // Bounded: the run ends by its limit or a stop; after a stop within controller.stop_timeout_s,
-    // after its limit as soon as it builds nothing for DRAIN_TIMEOUT.
-    while !system.finished() {
-        std::thread::sleep(Duration::from_millis(if tty { 250 } else { 1000 }));
-        watch_heartbeats(&named, &mut watch, &mut stalled);
-        if let Some(farm) = &mut farm {
-            farm.restart_failed();
-        }
-        let p = system.progress();
-        let interval = trigger.interval(&p);
-        show(&p, &last, &interval, requested_hz, tty);
-        status.update(|v| {
-            v.state = if stopped { RunState::Draining } else { RunState::Running };
-            v.elapsed_s = p.seconds;
-            v.requested_rate_hz = requested_hz;
-            v.achieved_rate_hz = interval.achieved_hz;
-            v.dead_time_fraction = interval.dead_fraction;
-            v.dead_time_by_reason = interval
-                .reasons
-                .iter()
-                .map(|r| (r.to_string(), interval.dead_fraction / interval.reasons.len() as f64))
-                .collect();
-            let run = trigger.summary();
-            v.mean_rate_hz = run.achieved_hz;
-            v.bottleneck = run.bottleneck;
-            v.lumi_sections_built = p.lumi_sections_closed;
-            v.stop_requested = interrupts.load(Ordering::SeqCst) > 0;
-        });
-        last = p;
-        let time_up = cfg.run.seconds.is_some_and(|s| started.elapsed().as_secs_f64() >= s);
-        let interrupted = interrupts.load(Ordering::SeqCst);
-        if !stopped && (time_up || interrupted > 0) {
-            stopped = true;
-            let n = system.stop();
-            trigger.stop();
-            if tty {
-                eprintln!();
-            }
-            tracing::info!(
-                run = cfg.run.number,
-                last_event = n,
-                "stopping: every FED ends after event {n} of the run; draining, at most {} s (Ctrl-C again cuts it short)",
-                cfg.controller.stop_timeout_s
-            );
-        }
-        if interrupted > 1 || operator.cut() {
-            tracing::warn!(run = cfg.run.number, "cutting the run short: units stop now, without draining");
-            break;
-        }
-        if system_failed(&system) {
-            break;
-        }
-        // A run that ends by its own limit drains as long as it builds: one that built nothing
-        // for DRAIN_TIMEOUT after its trigger's end will not drain. (An operator's stop has its
-        // own bound, `OperatorStop`, which cuts the run short.)
-        let ended_by_limit = interrupted == 0 && (stopped || cfg.run.events.is_some_and(|n| last.triggered >= n));
-        if !ended_by_limit || last.built > built_last.0 {
-            built_last = (last.built, Instant::now());
-        } else if built_last.1.elapsed() > DRAIN_TIMEOUT {
-            tracing::error!(
-                run = cfg.run.number,
-                "the builder built nothing for {DRAIN_TIMEOUT:?} after the trigger's end ({} events in flight): its units are aborted",
-                last.triggered.saturating_sub(last.built)
-            );
-            break;
-        }
-    }
-    if tty {
-        eprintln!();
-    }
-    let cut = || operator.cut();
-    // The loop ends when the units have, or when they must be stopped now.
-    let outcome = system.wait_or_cut(Duration::ZERO, &cut);
-    status.update(|v| {
-        v.state = RunState::Merging;
-        v.lumi_sections_built = outcome.progress.lumi_sections_closed;
-    });
-    let farm = farm.map(|farm| {
-        if !cut() && readers {
-            tracing::info!(run = cfg.run.number, "readers: reading the last files (Ctrl-C again cuts it short)");
-        } else if !cut() {
-            tracing::info!(
-                run = cfg.run.number,
-                "filter farm: processing the last files and merging into {} (Ctrl-C again cuts it short)",
-                farm.dirs.storage.display()
-            );
-        }
-        let streams = farm.streams.clone();
-        let dirs = farm.dirs.clone();
-        let storage = storage_run_dir(&dirs, cfg.run.number);
-        let mut looked = Instant::now();
-        let tick = || {
-            if looked.elapsed() >= Duration::from_secs(1) {
-                looked = Instant::now();
-                let merged = merged_lumi_sections(&storage, streams.len());
-                status.update(|v| v.lumi_sections_merged = merged);
-            }
-            cut()
-        };
-        let mut outcome = farm.finish(Duration::from_secs(cfg.fu.drain_timeout_s), tick);
-        if readers {
-            outcome.read_through_brokers = Some(brokers.iter().flatten().map(|b| b.tally()).collect());
-        }
-        (outcome, streams, dirs)
-    });
-    for (i, broker) in brokers.iter().enumerate() {
-        if broker.is_some() && !readers && !cut() {
-            // FUs on other hosts finish their last files through the broker.
-            let bu_dir = cfg.bu_directory(i, &output);
-            let stale_after = Duration::from_secs(cfg.fu.resource_summary_stale_s);
-            if !wait_drained(&bu_dir, cfg.run.number, stale_after, Duration::from_secs(cfg.fu.drain_timeout_s), &cut) {
-                tracing::warn!(unit = %cfg.bus[i].name, "{}: files are left unprocessed in {}", cfg.bus[i].name, bu_dir.display());
-            }
-        }
-    }
-    drop(brokers);
-    trigger.interval(&outcome.progress);
-    let ok = summarize(&cfg, &output, &outcome, &trigger.summary(), &incomplete_rule, farm.as_ref())?;
-    let cut_short = outcome.cut_short || farm.as_ref().is_some_and(|(f, _, _)| f.cut_short);
+    let mut line = Shown { requested_hz: cfg.trigger.paced_rate_hz(), tty };
+    let end = local.supervise(Duration::from_millis(if tty { 250 } else { 1000 }), &mut line);
+    let ok = summarize(&cfg, &output, &end.system, &end.trigger, &incomplete_rule, end.farm.as_ref())?;
     // Storage proves it holds every built event only through the mergers' chain check.
     let merged = cfg.fu.enabled && cfg.fu.merge && !readers;
-    let proven = ok && !cut_short && merged;
+    let proven = ok && !end.cut_short && merged;
     println!("{}", tidy(&cfg, &output, if merged { keep } else { Keep::All }, proven)?);
-    status.update(|v| {
-        v.state = if ok && !cut_short { RunState::Ended } else { RunState::Aborted };
-        if let Some((_, streams, dirs)) = &farm {
-            v.lumi_sections_merged = merged_lumi_sections(&storage_run_dir(dirs, cfg.run.number), streams.len());
-        }
-    });
-    Ok(if cut_short {
+    end.record(ok);
+    Ok(if end.cut_short {
         ExitCode::from(CUT_SHORT_EXIT)
     } else if ok {
         ExitCode::SUCCESS
@@ -285,48 +90,25 @@ pub fn run(
     })
 }
 
-/// Lumi sections whose final files the mergers have written for every one of `streams`
-/// streams in the storage run directory `storage`.
-fn merged_lumi_sections(storage: &Path, streams: usize) -> u64 {
-    let mut per_ls: std::collections::BTreeMap<u32, usize> = std::collections::BTreeMap::new();
-    for entry in std::fs::read_dir(storage).into_iter().flatten().flatten() {
-        let name = entry.file_name();
-        if let Ok(n) = tessera_formats::names::StreamFileName::parse(&name.to_string_lossy())
-            && n.ext == "jsn"
-        {
-            *per_ls.entry(n.ls).or_default() += 1;
-        }
-    }
-    per_ls.values().filter(|&&n| n >= streams).count() as u64
+/// The progress line of `tessera run` on standard error: redrawn in place on a terminal, else
+/// a log line each.
+struct Shown {
+    /// The trigger rate asked for (none: free running).
+    requested_hz: Option<f64>,
+    /// Whether standard error is a terminal.
+    tty: bool,
 }
 
-/// Reports, once each, the units whose loop has stopped beating while it should run: a stalled
-/// unit (a deadlock, a thread that hangs in a call) shows before the run's drain time-out.
-fn watch_heartbeats(
-    units: &[(&str, &Arc<UnitStats>)],
-    watch: &mut HeartbeatWatch,
-    stalled: &mut std::collections::BTreeSet<String>,
-) {
-    let now = Instant::now();
-    for (name, stats) in units {
-        let running = matches!(
-            stats.state(),
-            UnitState::Configuring | UnitState::Ready | UnitState::Enabled | UnitState::Draining
-        );
-        if !running || stalled.contains(*name) {
-            continue;
-        }
-        if let Some(still) = watch.check(name, stats.heartbeats.get(), now) {
-            let why = format!("UNIT_STALLED {name}: its loop heartbeat has not moved for {:.1} s", still.as_secs_f64());
-            tracing::error!(unit = %name, reason = "UNIT_STALLED", "{why}");
-            stats.problem(why);
-            stalled.insert((*name).to_owned());
+impl ProgressLine for Shown {
+    fn show(&mut self, now: &Progress, last: &Progress, interval: &Interval) {
+        show(now, last, interval, self.requested_hz, self.tty);
+    }
+
+    fn end(&mut self) {
+        if self.tty {
+            eprintln!();
         }
     }
-}
-
-fn system_failed(system: &RunningSystem) -> bool {
-    system.ru_stats.iter().chain(&system.bu_stats).any(|s| s.failed())
 }
 
 /// One progress line: the trigger's rate got (and asked for) and dead time with its reasons in
@@ -407,11 +189,11 @@ fn summarize(
     outcome: &Outcome,
     trigger: &TriggerSummary,
     incomplete_rule: &IncompleteRule,
-    farm: Option<&(FarmOutcome, Vec<String>, FarmDirs)>,
+    farm: Option<&FarmEnd>,
 ) -> Result<bool> {
     let c = outcome.conservation();
     let p = &outcome.progress;
-    let cut = outcome.cut_short || farm.is_some_and(|(f, _, _)| f.cut_short);
+    let cut = outcome.cut_short || farm.is_some_and(|f| f.outcome.cut_short);
     // A unit aborted because the operator cut the run short has not failed.
     let failed = if cut { "cut short" } else { "FAILED" };
     println!("run {} ended after {:.1} s", cfg.run.number, outcome.seconds);
@@ -492,7 +274,7 @@ fn summarize(
     println!("{}", events_line(&c, &outcome.fed_errors));
     let incomplete_ok = incomplete_rule.allows(c.built_incomplete);
     println!("{}", incomplete_line(c.built_incomplete, incomplete_rule));
-    let chain = farm.map(|(farm, streams, dirs)| summarize_farm(cfg, outcome, farm, streams, dirs));
+    let chain = farm.map(|f| summarize_farm(cfg, outcome, &f.outcome, &f.streams, &f.dirs));
     let cut_short = cut.then(|| {
         let not_built = c.lost.get("CUT_SHORT").copied().unwrap_or(0);
         let processed =

@@ -15,14 +15,15 @@
 //! reasons that have a count, so that an RU with hundreds of FEDs does not fill the page with
 //! zeros: a series that is absent is 0.
 //!
-//! The crate also runs systems: the whole system in one process ([`system`], [`trigger`]), the
-//! system file turned into units ([`plan`]), a run across hosts ([`controller`],
-//! [`placement`]), the filter farm behind the BUs ([`farm`]) and the chain's proof ([`chain`]),
-//! and the rules that end a run ([`stop`], [`incomplete`]). Its modules import one way down, each
+//! The crate also runs systems: the whole system in one process ([`system`], [`trigger`]) and
+//! its supervision to the run's end ([`local_run`]), the system file turned into units
+//! ([`plan`]), a run across hosts ([`controller`], [`placement`]), the filter farm behind the
+//! BUs ([`farm`]) and the chain's proof ([`chain`]), and the rules that end a run ([`stop`],
+//! [`incomplete`]). Its modules import one way down, each
 //! only modules before it in this list (crates/cli/tests/modules.rs checks it; the crate root,
 //! which declares them and re-exports what the server's users need, is left out):
 //!
-//! Modules, bottom up: exposition, process, report, run, client, figures, units, heartbeat, metrics, api, server, agent, stop, placement, controller, system, trigger, plan, incomplete, farm, chain
+//! Modules, bottom up: exposition, process, report, run, client, figures, units, heartbeat, metrics, api, server, agent, stop, placement, controller, system, trigger, plan, incomplete, farm, chain, local_run
 
 #![warn(missing_docs)]
 
@@ -36,6 +37,7 @@ pub mod farm;
 mod figures;
 mod heartbeat;
 pub mod incomplete;
+pub mod local_run;
 mod metrics;
 pub mod placement;
 pub mod plan;
