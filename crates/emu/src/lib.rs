@@ -8,6 +8,11 @@
 //! event computes the same trigger from the same seed, so streams need not talk to each other,
 //! and every byte can be recomputed downstream.
 //!
+//! [`orbit`] is the pure generator of the HL-LHC DTH's streams: orbit after orbit of one
+//! source, its orbit block of SlinkRocket fragments in Tessera's stream blocks, with a Poisson
+//! number of events per orbit that every source draws alike, seeded payloads and the faults that
+//! `OrbitFaultSpec`s ask for.
+//!
 //! [`sender`] drives one generator per FED on its own thread and writes the streams over TCP or
 //! into capture files, paced by the trigger clock or free running, and measures dead time.
 //!
@@ -19,6 +24,7 @@
 
 pub mod error;
 pub mod generator;
+pub mod orbit;
 pub mod replay;
 pub mod sender;
 
