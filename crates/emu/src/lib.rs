@@ -13,6 +13,9 @@
 //! number of events per orbit that every source draws alike, seeded payloads and the faults that
 //! `OrbitFaultSpec`s ask for.
 //!
+//! [`dth`] sends one [`orbit::OrbitGenerator`] per source, paced at the LHC orbit rate or free
+//! running, with the FEROL sender's connections and write loop.
+//!
 //! [`sender`] drives one generator per FED on its own thread and writes the streams over TCP or
 //! into capture files, paced by the trigger clock or free running, and measures dead time.
 //!
@@ -22,6 +25,7 @@
 
 #![warn(missing_docs)]
 
+pub mod dth;
 pub mod error;
 pub mod generator;
 pub mod orbit;
