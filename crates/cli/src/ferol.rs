@@ -79,7 +79,7 @@ pub struct FerolArgs {
 /// `tessera ferol`: FED streams generated or replayed into an RU or capture files; prints
 /// per FED and in total the events, bytes, GB/s and dead time.
 pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
-    use tessera_config::emulation::{ClockSpec, EmulationError, FedSpec, MAX_STREAMS, SizeModel};
+    use tessera_config::emulation::{ClockSpec, FedSpec, MAX_STREAMS};
     use tessera_emu::generator::StreamConfig;
     use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
     if let (Some(system), Some(ru)) = (&args.system, &args.ru) {
@@ -123,31 +123,14 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
     if feds.len() > MAX_STREAMS {
         bail!("--feds {}: more than {MAX_STREAMS} FEDs for one process", args.feds);
     }
-    let size = match (args.size, args.size_mean, args.size_sigma) {
-        (_, Some(mean_bytes), Some(sigma_bytes)) => SizeModel::LogNormal { mean_bytes, sigma_bytes },
-        (size, _, _) => SizeModel::Fixed(size.unwrap_or(2048)),
-    };
-    size.validate().with_context(|| match size {
-        SizeModel::Fixed(b) => format!("--size {b}"),
-        SizeModel::LogNormal { mean_bytes, sigma_bytes } => {
-            format!("--size-mean {mean_bytes} --size-sigma {sigma_bytes}")
-        }
-    })?;
+    let size = size_model(args.size, args.size_mean, args.size_sigma)?;
     let clock = ClockSpec {
         rate_hz: args.rate_hz.unwrap_or(tessera_config::LEVEL1_RATE_HZ),
         seed: args.seed,
         orbits_per_lumi_section: args.orbits_per_ls,
     };
     clock.validate().context("--rate-hz or --orbits-per-ls")?;
-    let faults = args
-        .fault
-        .iter()
-        .map(|spec| match spec.parse() {
-            Ok(f) => Ok(f),
-            Err(EmulationError::BadFault { reason, .. }) => bail!("--fault {spec}: {reason}"),
-            Err(e) => Err(e.into()),
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let faults = parse_faults(&args.fault)?;
     let streams = feds
         .iter()
         .map(|&fed| {
@@ -180,4 +163,41 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
     })?;
     print!("{summary}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The size model of `--size` (2048 bytes when absent) or `--size-mean` and `--size-sigma`,
+/// checked.
+pub(crate) fn size_model(
+    size: Option<usize>,
+    size_mean: Option<f64>,
+    size_sigma: Option<f64>,
+) -> Result<tessera_config::emulation::SizeModel> {
+    use tessera_config::emulation::SizeModel;
+    let size = match (size, size_mean, size_sigma) {
+        (_, Some(mean_bytes), Some(sigma_bytes)) => SizeModel::LogNormal { mean_bytes, sigma_bytes },
+        (size, _, _) => SizeModel::Fixed(size.unwrap_or(2048)),
+    };
+    size.validate().with_context(|| match size {
+        SizeModel::Fixed(b) => format!("--size {b}"),
+        SizeModel::LogNormal { mean_bytes, sigma_bytes } => {
+            format!("--size-mean {mean_bytes} --size-sigma {sigma_bytes}")
+        }
+    })?;
+    Ok(size)
+}
+
+/// The `--fault` specifications, FEROL's or the DTH's, each refused with the option it came in.
+pub(crate) fn parse_faults<T>(specs: &[String]) -> Result<Vec<T>>
+where
+    T: std::str::FromStr<Err = tessera_config::emulation::EmulationError>,
+{
+    use tessera_config::emulation::EmulationError;
+    specs
+        .iter()
+        .map(|spec| match spec.parse() {
+            Ok(f) => Ok(f),
+            Err(EmulationError::BadFault { reason, .. }) => bail!("--fault {spec}: {reason}"),
+            Err(e) => Err(e.into()),
+        })
+        .collect()
 }

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 mod bench;
 mod config;
 mod controller;
+mod dth;
 mod farm;
 mod ferol;
 mod files;
@@ -230,6 +231,12 @@ enum Command {
     /// streams from memory (`--replay`); print per FED and in total the events, bytes, GB/s and
     /// dead time.
     Ferol(ferol::FerolArgs),
+    /// Emulate HL-LHC DTH readout boards: send orbit streams, one per source, each orbit a block
+    /// of SlinkRocket fragments (a Poisson number of events per orbit for an L1 rate, the same in
+    /// every source) in Tessera's DTH stream blocks, over TCP or into capture files, paced at the
+    /// LHC orbit rate or free running; print per source and in total the orbits, events, bytes
+    /// and GB/s.
+    Dth(dth::DthArgs),
     /// Run a benchmark suite; every figure is printed with its ratio to a baseline measured in
     /// the same run.
     Bench {
@@ -309,6 +316,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo { output } => files::demo(output),
         Command::Sim { scenario, seeds, first_seed } => sim::sim(&scenario, seeds, first_seed),
         Command::Ferol(args) => ferol::ferol(args),
+        Command::Dth(args) => dth::dth(args),
         Command::Run { system, args, control, print_config, keep, max_incomplete } => {
             run::run(system.as_deref(), &args, &control, print_config, keep, max_incomplete)
         }

@@ -6,7 +6,9 @@
 //! A [`FaultSpec`] reads `NAME@EVENT` (at that 64-bit event number), or `NAME:P` (each event with
 //! probability `P`, drawn from the emulator's seed, the FED and the event number, so a run
 //! repeats exactly), either optionally followed by `/FED` to hit one FED only. What each fault
-//! does to the bytes is documented on [`Fault`] and in docs/formats.md.
+//! does to the bytes is documented on [`Fault`] and in docs/formats.md. The DTH emulator's
+//! [`OrbitFaultSpec`] reads the same forms with an orbit number for the event and a source id for
+//! the FED ([`OrbitFault`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -282,19 +284,38 @@ impl FromStr for FaultSpec {
     type Err = EmulationError;
 
     fn from_str(spec: &str) -> Result<Self, EmulationError> {
+        let form = FaultForm::parse(spec, "FED", "EVENT", MAX_FED_ID)?;
+        let fault = form.named(&Fault::ALL, Fault::name)?;
+        Ok(FaultSpec { fault, when: form.when, fed: form.source })
+    }
+}
+
+/// The shared form of the FEROL and DTH fault specifications: `NAME@N` or `NAME:P`, optionally
+/// followed by `/SOURCE`.
+struct FaultForm<'a> {
+    spec: &'a str,
+    name: &'a str,
+    when: FaultWhen,
+    source: Option<u16>,
+}
+
+impl<'a> FaultForm<'a> {
+    /// Splits `spec`; `source` names what follows `/` (FED, source) and `unit` what follows `@`
+    /// (EVENT, ORBIT) in messages; a source above `max_source` is refused.
+    fn parse(spec: &'a str, source_name: &str, unit: &str, max_source: u16) -> Result<Self, EmulationError> {
         let bad = |reason: String| EmulationError::BadFault { spec: spec.to_owned(), reason };
-        let (body, fed) = match spec.split_once('/') {
-            Some((body, fed)) => {
-                let id: u16 = fed.parse().map_err(|_| bad(format!("FED {fed:?} is not a number")))?;
-                if id > MAX_FED_ID {
-                    return Err(bad(format!("FED {id} is above {MAX_FED_ID}")));
+        let (body, source) = match spec.split_once('/') {
+            Some((body, id)) => {
+                let n: u16 = id.parse().map_err(|_| bad(format!("{source_name} {id:?} is not a number")))?;
+                if n > max_source {
+                    return Err(bad(format!("{source_name} {n} is above {max_source}")));
                 }
-                (body, Some(id))
+                (body, Some(n))
             }
             None => (spec, None),
         };
-        let (name, when) = if let Some((name, event)) = body.split_once('@') {
-            let n = event.parse().map_err(|_| bad(format!("event {event:?} is not a number")))?;
+        let (name, when) = if let Some((name, at)) = body.split_once('@') {
+            let n = at.parse().map_err(|_| bad(format!("{} {at:?} is not a number", unit.to_lowercase())))?;
             (name, FaultWhen::At(n))
         } else if let Some((name, p)) = body.split_once(':') {
             let p: f64 = p.parse().map_err(|_| bad(format!("probability {p:?} is not a number")))?;
@@ -303,13 +324,116 @@ impl FromStr for FaultSpec {
             }
             (name, FaultWhen::Probability(p))
         } else {
-            return Err(bad("expected NAME@EVENT or NAME:PROBABILITY, optionally followed by /FED".into()));
+            let source = source_name.to_uppercase();
+            return Err(bad(format!("expected NAME@{unit} or NAME:PROBABILITY, optionally followed by /{source}")));
         };
-        let fault = Fault::ALL.into_iter().find(|f| f.name() == name).ok_or_else(|| {
-            let known: Vec<&str> = Fault::ALL.iter().map(|f| f.name()).collect();
-            bad(format!("unknown fault {name:?}; known: {}", known.join(", ")))
-        })?;
-        Ok(FaultSpec { fault, when, fed })
+        Ok(FaultForm { spec, name, when, source })
+    }
+
+    /// The fault of `all` whose name is this form's.
+    fn named<F: Copy>(&self, all: &[F], name: fn(F) -> &'static str) -> Result<F, EmulationError> {
+        all.iter().copied().find(|&f| name(f) == self.name).ok_or_else(|| {
+            let known: Vec<&str> = all.iter().map(|&f| name(f)).collect();
+            EmulationError::BadFault {
+                spec: self.spec.to_owned(),
+                reason: format!("unknown fault {:?}; known: {}", self.name, known.join(", ")),
+            }
+        })
+    }
+}
+
+/// What goes wrong with one orbit of one DTH source stream (`tessera dth`); docs/formats.md §12
+/// gives the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OrbitFault {
+    /// The orbit block is written with its correct CRC-32C, then bit 0 of the orbit header's CRC
+    /// field (block byte 28) is flipped.
+    BadCrc,
+    /// The orbit header and every SlinkRocket header carry the source id XOR 0x800 (CRCs right
+    /// for what is sent), while the stream block headers carry the original id, as a
+    /// misconfigured board would send.
+    WrongSourceId,
+    /// The orbit's last event is left out of this source's block (every other source has it): an
+    /// event-count mismatch between sources. Nothing changes in an orbit without events.
+    DropEvent,
+    /// One fragment more than the other sources send: the event after the orbit's last (its
+    /// number, the last event's BX, a seeded payload), appended to this source's block.
+    ExtraEvent,
+    /// Only the first half of the orbit's stream bytes (in 16-byte units, at least one) is sent,
+    /// then the stream ends: it stops inside the orbit.
+    Truncate,
+    /// 64 bytes from SplitMix64 instead of the orbit's stream blocks; should they start with the
+    /// block signature `47 5A`, their first byte is XORed with 0xFF.
+    Garbage,
+    /// The stream ends before the orbit.
+    Disconnect,
+    /// Nothing is sent for the orbit (its events included): the stream's orbit numbers have a
+    /// gap.
+    SkipOrbit,
+}
+
+impl OrbitFault {
+    /// Every orbit fault, in the order of their names in messages.
+    pub const ALL: [OrbitFault; 8] = [
+        OrbitFault::BadCrc,
+        OrbitFault::WrongSourceId,
+        OrbitFault::DropEvent,
+        OrbitFault::ExtraEvent,
+        OrbitFault::Truncate,
+        OrbitFault::Garbage,
+        OrbitFault::Disconnect,
+        OrbitFault::SkipOrbit,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            OrbitFault::BadCrc => "bad-crc",
+            OrbitFault::WrongSourceId => "wrong-source-id",
+            OrbitFault::DropEvent => "drop-event",
+            OrbitFault::ExtraEvent => "extra-event",
+            OrbitFault::Truncate => "truncate",
+            OrbitFault::Garbage => "garbage",
+            OrbitFault::Disconnect => "disconnect",
+            OrbitFault::SkipOrbit => "skip-orbit",
+        }
+    }
+}
+
+impl fmt::Display for OrbitFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One `tessera dth --fault` specification: `NAME@ORBIT` (at that orbit number) or `NAME:P`
+/// (each orbit with probability `P`), optionally followed by `/SOURCE`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OrbitFaultSpec {
+    /// What goes wrong.
+    pub fault: OrbitFault,
+    /// When: [`FaultWhen::At`] holds an orbit number.
+    pub when: FaultWhen,
+    /// The only source it hits; every source when `None`.
+    pub source: Option<u16>,
+}
+
+impl OrbitFaultSpec {
+    /// Whether this fault hits `orbit` of `source`; a probability draw is that of
+    /// [`FaultSpec::strikes`] with the source for the FED and the orbit for the event.
+    pub fn strikes(&self, seed: u64, index: usize, run: u32, source: u16, orbit: u32) -> bool {
+        let as_fed = FaultSpec { fault: Fault::Garbage, when: self.when, fed: self.source };
+        as_fed.strikes(seed, index, run, source, orbit.into())
+    }
+}
+
+impl FromStr for OrbitFaultSpec {
+    type Err = EmulationError;
+
+    fn from_str(spec: &str) -> Result<Self, EmulationError> {
+        let form = FaultForm::parse(spec, "source", "ORBIT", u16::MAX)?;
+        let fault = form.named(&OrbitFault::ALL, OrbitFault::name)?;
+        Ok(OrbitFaultSpec { fault, when: form.when, source: form.source })
     }
 }
 
@@ -370,7 +494,7 @@ mod tests {
         assert_eq!(msg("skip:1.5"), "fault \"skip:1.5\": probability 1.5 is outside [0, 1]");
         assert_eq!(msg("skip@x"), "fault \"skip@x\": event \"x\" is not a number");
         assert_eq!(msg("skip@1/5000"), "fault \"skip@1/5000\": FED 5000 is above 4095");
-        assert!(msg("skip").contains("expected NAME@EVENT"));
+        assert_eq!(msg("skip"), "fault \"skip\": expected NAME@EVENT or NAME:PROBABILITY, optionally followed by /FED");
         assert_eq!("skip:1.5".parse::<FaultSpec>().unwrap_err().reason(), "probability 1.5 is outside [0, 1]");
     }
 
@@ -384,5 +508,37 @@ mod tests {
         assert!(only.strikes(0, 0, 1, 2, 5));
         assert!(!only.strikes(0, 0, 1, 3, 5));
         assert!(!only.strikes(0, 0, 1, 2, 6));
+    }
+
+    #[test]
+    fn orbit_faults_parse_every_form_and_name_orbits_and_sources() {
+        let s: OrbitFaultSpec = "skip-orbit@12/7".parse().unwrap();
+        assert_eq!(s, OrbitFaultSpec { fault: OrbitFault::SkipOrbit, when: FaultWhen::At(12), source: Some(7) });
+        for f in OrbitFault::ALL {
+            assert_eq!(format!("{f}:0.5").parse::<OrbitFaultSpec>().unwrap().fault, f);
+        }
+        let msg = |s: &str| s.parse::<OrbitFaultSpec>().unwrap_err().to_string();
+        assert_eq!(
+            msg("skip@1"),
+            "fault \"skip@1\": unknown fault \"skip\"; known: bad-crc, wrong-source-id, drop-event, extra-event, truncate, garbage, disconnect, skip-orbit"
+        );
+        assert_eq!(msg("truncate@x"), "fault \"truncate@x\": orbit \"x\" is not a number");
+        assert_eq!(msg("truncate@1/70000"), "fault \"truncate@1/70000\": source \"70000\" is not a number");
+        assert_eq!(
+            msg("garbage"),
+            "fault \"garbage\": expected NAME@ORBIT or NAME:PROBABILITY, optionally followed by /SOURCE"
+        );
+        // A FEROL name that is not an orbit fault, and the other way round.
+        assert!("wrong-fed-id@1".parse::<OrbitFaultSpec>().is_err());
+        assert!("skip-orbit@1".parse::<FaultSpec>().is_err());
+    }
+
+    #[test]
+    fn orbit_fault_draws_hit_one_source_only_when_asked() {
+        let only: OrbitFaultSpec = "garbage@5/2".parse().unwrap();
+        assert!(only.strikes(0, 0, 1, 2, 5) && !only.strikes(0, 0, 1, 3, 5) && !only.strikes(0, 0, 1, 2, 6));
+        let p: OrbitFaultSpec = "garbage:0.2".parse().unwrap();
+        let hits = (0..10_000u32).filter(|&o| p.strikes(9, 0, 1, 3, o)).count();
+        assert!((1_700..2_300).contains(&hits), "{hits}");
     }
 }

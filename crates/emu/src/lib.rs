@@ -8,6 +8,14 @@
 //! event computes the same trigger from the same seed, so streams need not talk to each other,
 //! and every byte can be recomputed downstream.
 //!
+//! [`orbit`] is the pure generator of the HL-LHC DTH's streams: orbit after orbit of one
+//! source, its orbit block of SlinkRocket fragments in Tessera's stream blocks, with a Poisson
+//! number of events per orbit that every source draws alike, seeded payloads and the faults that
+//! `OrbitFaultSpec`s ask for.
+//!
+//! [`dth`] sends one [`orbit::OrbitGenerator`] per source, paced at the LHC orbit rate or free
+//! running, with the FEROL sender's connections and write loop.
+//!
 //! [`sender`] drives one generator per FED on its own thread and writes the streams over TCP or
 //! into capture files, paced by the trigger clock or free running, and measures dead time.
 //!
@@ -17,8 +25,10 @@
 
 #![warn(missing_docs)]
 
+pub mod dth;
 pub mod error;
 pub mod generator;
+pub mod orbit;
 pub mod replay;
 pub mod sender;
 

@@ -94,11 +94,12 @@ pub struct SenderConfig {
 /// Why a stream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
-    /// It sent its number of events.
+    /// It sent its number of events (of orbits, for a DTH stream).
     Events,
     /// The time limit passed.
     Deadline,
-    /// A [`tessera_config::emulation::Fault::Disconnect`] closed it.
+    /// A [`tessera_config::emulation::Fault::Disconnect`] closed it (for a DTH stream, an
+    /// orbit's disconnect or truncation).
     Disconnect,
     /// Run control stopped every stream at the same event (see [`StopLine`]).
     Stopped,
@@ -360,6 +361,16 @@ pub fn capture_path(dir: &Path, fed: u16) -> PathBuf {
 /// Opens one FED's stream. With `polled`, a TCP write wakes up every [`WRITE_POLL`] to look at
 /// the run's deadline.
 pub(crate) fn open(sink: &Sink, fed: u16, polled: bool) -> Result<Box<dyn Write + Send>, EmuError> {
+    open_named(sink, fed, capture_path, polled)
+}
+
+/// [`open`] with the capture file of a source in a directory named by `capture`.
+pub(crate) fn open_named(
+    sink: &Sink,
+    fed: u16,
+    capture: fn(&Path, u16) -> PathBuf,
+    polled: bool,
+) -> Result<Box<dyn Write + Send>, EmuError> {
     match sink {
         Sink::Connect(address) => {
             let failed = |source| EmuError::Connect { fed, address: address.clone(), source };
@@ -378,7 +389,7 @@ pub(crate) fn open(sink: &Sink, fed: u16, polled: bool) -> Result<Box<dyn Write 
             Err(failed(last))
         }
         Sink::Directory(dir) => {
-            let path = capture_path(dir, fed);
+            let path = capture(dir, fed);
             match File::create(&path) {
                 Ok(file) => Ok(Box::new(file)),
                 Err(source) => Err(EmuError::Create { fed, path, source }),
@@ -545,7 +556,7 @@ pub(crate) fn write_all(out: &mut impl Write, mut slices: &mut [IoSlice<'_>], m:
 
 /// Flushes the stream's buffer; as [`write_all`], false when the deadline passed first, and the
 /// bytes left in the buffer are then not counted as sent.
-fn flush(out: &mut BufWriter<Box<dyn Write + Send>>, m: &mut Meter) -> io::Result<bool> {
+pub(crate) fn flush(out: &mut BufWriter<Box<dyn Write + Send>>, m: &mut Meter) -> io::Result<bool> {
     let t = Instant::now();
     let result = loop {
         match out.flush() {

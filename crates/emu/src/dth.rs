@@ -1,0 +1,197 @@
+//! The DTH emulator's I/O: one thread per source, each writing its [`OrbitGenerator`]'s orbits
+//! to a TCP connection of its own or to a capture file `dth<SOURCE>.dth`, at the LHC orbit rate
+//! (orbit *i* of the run at *i* × 88.924 µs) or free running. It shares the FEROL sender's
+//! connections, buffers and write loop ([`crate::sender`]); it measures no dead time.
+
+use crate::error::EmuError;
+use crate::orbit::{LHC_ORBIT_HZ, OrbitGenerator, OrbitStreamConfig};
+use crate::sender::{self, End, Meter, STREAM_BUFFER_BYTES, Sink, check_stream_count, open_named, write_all};
+use std::fmt;
+use std::io::{BufWriter, IoSlice, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A whole DTH emulator run.
+#[derive(Debug, Clone)]
+pub struct DthSenderConfig {
+    /// One generator configuration per source.
+    pub streams: Vec<OrbitStreamConfig>,
+    /// Where to send; a directory gets one capture file per source, [`dth_capture_path`].
+    pub sink: Sink,
+    /// Send orbit *i* at *i* orbit periods after the start; free running otherwise.
+    pub paced: bool,
+    /// Orbits per source.
+    pub orbits: Option<u64>,
+    /// Seconds of wall time.
+    pub seconds: Option<f64>,
+}
+
+/// What one source's stream did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DthStreamSummary {
+    /// Source id.
+    pub source: u16,
+    /// Orbits taken (skipped ones included; not the one a disconnect came before).
+    pub orbits: u64,
+    /// Events of those orbits, as every source draws them.
+    pub events: u64,
+    /// Orbits that got a fault, a disconnect included.
+    pub faults: u64,
+    /// Bytes written to the stream.
+    pub bytes: u64,
+    /// Wall time from the common start to the stream's end, in seconds.
+    pub seconds: f64,
+    /// Why it ended.
+    pub end: End,
+}
+
+/// What a DTH emulator run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DthRunSummary {
+    /// Per source, in the order of the configuration.
+    pub streams: Vec<DthStreamSummary>,
+    /// Wall time of the whole run, in seconds.
+    pub seconds: f64,
+    /// Whether the orbits were paced at the LHC orbit rate.
+    pub paced: bool,
+}
+
+impl fmt::Display for DthRunSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let gb = |bytes: u64, seconds: f64| bytes as f64 / seconds.max(1e-9) / 1e9;
+        writeln!(
+            f,
+            "{:>6} {:>9} {:>10} {:>7} {:>14} {:>8}  end",
+            "source", "orbits", "events", "faults", "bytes", "GB/s"
+        )?;
+        for s in &self.streams {
+            writeln!(
+                f,
+                "{:>6} {:>9} {:>10} {:>7} {:>14} {:>8.3}  {:?}",
+                s.source,
+                s.orbits,
+                s.events,
+                s.faults,
+                s.bytes,
+                gb(s.bytes, s.seconds),
+                s.end
+            )?;
+        }
+        let bytes = self.streams.iter().map(|s| s.bytes).sum();
+        writeln!(
+            f,
+            "{:>6} {:>9} {:>10} {:>7} {:>14} {:>8.3}  {:.3} s, {}",
+            "total",
+            self.streams.iter().map(|s| s.orbits).max().unwrap_or(0),
+            self.streams.iter().map(|s| s.events).max().unwrap_or(0),
+            self.streams.iter().map(|s| s.faults).sum::<u64>(),
+            bytes,
+            gb(bytes, self.seconds),
+            self.seconds,
+            if self.paced { "paced at the LHC orbit rate" } else { "free running" }
+        )
+    }
+}
+
+/// The capture file of `source` in `dir`: `dth<SOURCE>.dth`, the stream exactly as sent on TCP.
+pub fn dth_capture_path(dir: &Path, source: u16) -> PathBuf {
+    dir.join(format!("dth{source}.dth"))
+}
+
+/// Runs the DTH emulator: opens every stream (a bad address or directory fails before anything
+/// is sent), then sends each on its own thread until the limits; returns when all streams have
+/// ended. The first stream error is returned.
+pub fn run(config: DthSenderConfig) -> Result<DthRunSummary, EmuError> {
+    let DthSenderConfig { streams, sink, paced, orbits, seconds } = config;
+    if orbits.is_none() && seconds.is_none() {
+        return Err(EmuError::BadSender("no limit: give a number of orbits or seconds".into()));
+    }
+    if let Some(s) = seconds
+        && !(s.is_finite() && s >= 0.0)
+    {
+        return Err(EmuError::BadSender(format!("{s} seconds is not a finite number ≥ 0")));
+    }
+    check_stream_count(streams.len())?;
+    let generators = streams.into_iter().map(OrbitGenerator::new).collect::<Result<Vec<_>, _>>()?;
+    let polled = seconds.is_some();
+    let writers = generators
+        .iter()
+        .map(|g| open_named(&sink, g.source(), dth_capture_path, polled))
+        .collect::<Result<Vec<_>, _>>()?;
+    let start = Instant::now();
+    let limits = sender::Limits { events: orbits, seconds };
+    let results: Vec<Result<DthStreamSummary, EmuError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = generators
+            .into_iter()
+            .zip(writers)
+            .map(|(generator, writer)| scope.spawn(move || send_stream(generator, writer, start, paced, limits)))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("stream thread panicked")).collect()
+    });
+    let streams = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(DthRunSummary { streams, seconds: start.elapsed().as_secs_f64(), paced })
+}
+
+fn send_stream(
+    mut generator: OrbitGenerator,
+    writer: Box<dyn Write + Send>,
+    start: Instant,
+    paced: bool,
+    limits: sender::Limits,
+) -> Result<DthStreamSummary, EmuError> {
+    let source = generator.source();
+    let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, writer);
+    let mut m = Meter::new(start, limits);
+    let (mut orbits, mut events, mut faults, mut end) = (0u64, 0u64, 0u64, End::Events);
+    let failed = |bytes, source_error| EmuError::Write { fed: source, bytes, source: source_error };
+    for _ in 0..limits.events.unwrap_or(u64::MAX) {
+        if m.past_deadline() {
+            end = End::Deadline;
+            break;
+        }
+        if paced {
+            let due = start + Duration::from_secs_f64(orbits as f64 / LHC_ORBIT_HZ);
+            let now = Instant::now();
+            if now < due {
+                if !sender::flush(&mut out, &mut m).map_err(|e| failed(m.bytes, e))?
+                    || m.deadline.is_some_and(|d| d < due)
+                {
+                    end = End::Deadline;
+                    break;
+                }
+                std::thread::sleep(due - now);
+            }
+        }
+        let orbit = generator.next_orbit()?;
+        faults += u64::from(orbit.fault.is_some());
+        if orbit.bytes.is_empty() && orbit.ends_stream {
+            end = End::Disconnect;
+            break;
+        }
+        orbits += 1;
+        events += u64::from(orbit.events.count());
+        // A skipped orbit sends nothing (and an empty write would count as a failed one).
+        let complete = orbit.bytes.is_empty()
+            || write_all(&mut out, &mut [IoSlice::new(orbit.bytes)], &mut m).map_err(|e| failed(m.bytes, e))?;
+        if !complete {
+            end = End::Deadline;
+            break;
+        }
+        if orbit.ends_stream {
+            end = End::Disconnect;
+            break;
+        }
+    }
+    if !sender::flush(&mut out, &mut m).map_err(|e| failed(m.bytes, e))? {
+        end = End::Deadline;
+    }
+    Ok(DthStreamSummary {
+        source,
+        orbits,
+        events,
+        faults,
+        bytes: m.bytes,
+        seconds: m.start.elapsed().as_secs_f64(),
+        end,
+    })
+}
