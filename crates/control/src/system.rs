@@ -259,11 +259,6 @@ impl RunningSystem {
         self.rus.iter().all(JoinHandle::is_finished) && self.bus.iter().all(JoinHandle::is_finished)
     }
 
-    /// Whether some node has ended with an error or every emulator has ended.
-    pub fn emulators_finished(&self) -> bool {
-        self.emulators.iter().all(JoinHandle::is_finished)
-    }
-
     /// The figures now.
     pub fn progress(&self) -> Progress {
         let sum = |units: &[Arc<UnitStats>], f: fn(&UnitStats) -> u64| units.iter().map(|s| f(s)).sum::<u64>();

@@ -484,3 +484,22 @@ fn an_answer_is_byte_for_byte_what_a_cmssw_reader_reads_and_head_claims_nothing(
     assert_eq!(status, 405);
     assert!(fs::read_dir(summary.run_dir.join("fu")).map_or(true, |d| d.count() == 0));
 }
+
+#[test]
+fn a_file_longer_than_the_client_takes_is_refused_naming_the_limit() {
+    let bu = tempfile::tempdir().unwrap();
+    let run = 316;
+    let broker = start(bu.path(), run);
+    let summary = write_sample_run(bu.path(), &spec(run)).unwrap();
+    let expected = published(&summary.run_dir);
+    let client = BrokerClient::new(broker.local_addr(), run, 1).with_timeout(Duration::from_secs(10));
+    let PopAnswer::Ready { file, .. } = client.popfile().unwrap() else { panic!("a file is ready") };
+    let raw = &expected[&(file.ls, file.index)].0;
+    // One byte short of the file: refused, and the limit said.
+    let short = client.clone().with_max_body(raw.len() as u64 - 1);
+    let e = short.fetch(&file).unwrap_err().to_string();
+    assert!(e.contains(&format!("over the limit of {}", raw.len() - 1)), "{e}");
+    // Exactly the file's length: taken whole.
+    let exact = client.with_max_body(raw.len() as u64);
+    assert!(exact.fetch(&file).unwrap() == *raw);
+}
