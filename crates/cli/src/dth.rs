@@ -21,6 +21,10 @@ pub struct DthArgs {
     /// Number of the first orbit.
     #[arg(long, default_value_t = 1)]
     first_orbit: u32,
+    /// Orbits per lumi section, 1..=262144: shorter sections number their orbits from
+    /// (LS − 1) · 2^18, so that each orbit is in the lumi section orbit / 2^18 + 1.
+    #[arg(long, default_value_t = 1 << 18, value_parser = clap::value_parser!(u64).range(1..=1 << 18))]
+    orbits_per_lumi_section: u64,
     /// Number of the first event; events are numbered on over orbits.
     #[arg(long, default_value_t = 1)]
     first_event: u64,
@@ -91,6 +95,7 @@ pub fn dth(args: DthArgs) -> Result<ExitCode> {
             source,
             size,
             first_orbit: args.first_orbit,
+            orbits_per_lumi_section: args.orbits_per_lumi_section,
             first_event: args.first_event,
             l1_rate_hz: args.l1_rate_hz,
             seed: args.seed,
@@ -116,8 +121,14 @@ pub fn dth(args: DthArgs) -> Result<ExitCode> {
         streams.first().map_or(0.0, OrbitStreamConfig::mean_events),
         if args.paced { "paced at the LHC orbit rate" } else { "free running" }
     );
-    let summary =
-        dth::run(DthSenderConfig { streams, sink, paced: args.paced, orbits: args.orbits, seconds: args.seconds })?;
+    let summary = dth::run(DthSenderConfig {
+        streams,
+        sink,
+        paced: args.paced,
+        orbits: args.orbits,
+        seconds: args.seconds,
+        stop: None,
+    })?;
     print!("{summary}");
     Ok(ExitCode::SUCCESS)
 }

@@ -84,6 +84,34 @@ impl SystemConfig {
         bu.directory.clone().unwrap_or_else(|| output.join(&bu.name))
     }
 
+    /// Whether the system builds orbits (`run.mode: orbit`).
+    pub fn is_orbit_mode(&self) -> bool {
+        self.run.mode == RunMode::Orbit
+    }
+
+    /// How many of its units every front-end stream brings before it closes, if the run has a
+    /// limit: `run.events` (event mode) or `run.orbits` (orbit mode). The protocol counts
+    /// these units, events or orbits, alike.
+    pub fn stream_limit(&self) -> Option<u64> {
+        match self.run.mode {
+            RunMode::Event => self.run.events,
+            RunMode::Orbit => self.run.orbits,
+        }
+    }
+
+    /// The largest unit on the wire that RU `ru_index` receives: its largest FED fragment with
+    /// FEROL block headers, or in orbit mode a whole chunk (an orbit block, with its stream block
+    /// headers, must fit in one; a larger one breaks its stream, said as such).
+    ///
+    /// # Panics
+    /// If there is no RU `ru_index`.
+    pub fn max_wire_bytes(&self, ru_index: usize) -> usize {
+        match self.run.mode {
+            RunMode::Event => self.rus[ru_index].max_wire_fragment_bytes(),
+            RunMode::Orbit => self.ru_params(ru_index).chunk_bytes,
+        }
+    }
+
     /// The emulated trigger clock of this system.
     pub fn clock_spec(&self) -> ClockSpec {
         ClockSpec {
@@ -100,11 +128,16 @@ impl SystemConfig {
 pub struct RunSection {
     /// Run number, 1..=999999.
     pub number: u32,
+    /// What the system builds: events from FEROL streams (`event`, the default), or whole
+    /// orbits from DTH streams (`orbit`, HL-LHC).
+    pub mode: RunMode,
     /// Number of the first event, at least 1 (16777211 crosses the 24-bit LV1 wrap after 5
     /// events).
     pub first_event: u64,
-    /// Stop after this many events per FED stream.
+    /// Stop after this many events per FED stream (event mode).
     pub events: Option<u64>,
+    /// Stop after this many orbits per source (orbit mode).
+    pub orbits: Option<u64>,
     /// Stop after this many seconds. When the file gives neither `events` nor `seconds`, this
     /// is 10; when it gives `events` only, there is no time limit.
     pub seconds: Option<f64>,
@@ -115,6 +148,19 @@ pub struct RunSection {
     pub output: Option<PathBuf>,
 }
 
+/// What a system builds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunMode {
+    /// Events: one fragment per FED and event, on FEROL streams (docs/formats.md §1-§2).
+    #[default]
+    Event,
+    /// Orbits: one orbit block per source and LHC orbit, on DTH streams (docs/formats.md §6).
+    /// The protocol's units are orbits: every count of events in `evm`, `ru` and `bu` counts
+    /// orbits, and the source 1024 of `rus[0]` paces the run as the trigger FED does.
+    Orbit,
+}
+
 /// Seconds a run lasts when the file says nothing about when it stops.
 pub const DEFAULT_RUN_SECONDS: f64 = 10.0;
 
@@ -122,8 +168,10 @@ impl Default for RunSection {
     fn default() -> Self {
         RunSection {
             number: 1,
+            mode: RunMode::Event,
             first_event: 1,
             events: None,
+            orbits: None,
             seconds: Some(DEFAULT_RUN_SECONDS),
             orbits_per_lumi_section: 16_384,
             output: None,
@@ -138,10 +186,14 @@ impl Default for RunSection {
 struct RunFile {
     #[serde(default = "one_u32")]
     number: u32,
+    #[serde(default)]
+    mode: RunMode,
     #[serde(default = "one_u64")]
     first_event: u64,
     #[serde(default)]
     events: Option<u64>,
+    #[serde(default)]
+    orbits: Option<u64>,
     #[serde(default, deserialize_with = "present")]
     seconds: Option<Option<f64>>,
     #[serde(default = "default_orbits_per_lumi_section")]
@@ -152,15 +204,17 @@ struct RunFile {
 
 impl From<RunFile> for RunSection {
     fn from(f: RunFile) -> Self {
-        let seconds = match (f.seconds, f.events) {
+        let seconds = match (f.seconds, f.events.or(f.orbits)) {
             (Some(seconds), _) => seconds,
             (None, Some(_)) => None,
             (None, None) => Some(DEFAULT_RUN_SECONDS),
         };
         RunSection {
             number: f.number,
+            mode: f.mode,
             first_event: f.first_event,
             events: f.events,
+            orbits: f.orbits,
             seconds,
             orbits_per_lumi_section: f.orbits_per_lumi_section,
             output: f.output,

@@ -1,8 +1,8 @@
 //! The checks that a well-typed system file must still pass before anything starts.
 
-use crate::emulation::{FaultSpec, FedSpec, MAX_STREAMS, SizeModel};
+use crate::emulation::{FaultSpec, FedSpec, MAX_STREAMS, OrbitFaultSpec, SizeModel};
 use crate::error::ValidationError;
-use crate::system::{FragmentSize, RuParams, SystemConfig};
+use crate::system::{FragmentSize, RuParams, RunMode, SystemConfig};
 use std::collections::HashMap;
 use tessera_formats::fed::ORBIT_SECONDS;
 use tessera_formats::ferol::ferol_wire_len;
@@ -294,13 +294,27 @@ impl SystemConfig {
         if let Some(events) = run.events {
             p.at_least_one("run.events", events);
         }
+        if let Some(orbits) = run.orbits {
+            p.at_least_one("run.orbits", orbits);
+        }
+        match (run.mode, run.events, run.orbits) {
+            (RunMode::Orbit, Some(_), _) => p.add(
+                "run.events",
+                "an orbit mode run (run.mode: orbit) stops after run.orbits orbits per source, not after events",
+            ),
+            (RunMode::Event, _, Some(_)) => {
+                p.add("run.orbits", "only an orbit mode run (run.mode: orbit) stops after orbits; use run.events")
+            }
+            _ => {}
+        }
         match run.seconds {
             Some(s) if !(s.is_finite() && s > 0.0) => {
                 p.add("run.seconds", format!("{s} is not a number of seconds > 0"))
             }
             // Only an explicit `seconds: null` gets here: an absent one defaults to 10 s.
-            None if run.events.is_none() => {
-                p.add("run.seconds", "null, and so is run.events: the run needs at least one stop condition");
+            None if self.stream_limit().is_none() => {
+                let limit = if self.is_orbit_mode() { "run.orbits" } else { "run.events" };
+                p.add("run.seconds", format!("null, and so is {limit}: the run needs at least one stop condition"));
             }
             _ => {}
         }
@@ -389,10 +403,15 @@ impl SystemConfig {
                 p.add(key("send_rate_percent"), format!("{}% is outside 1..=100", ru.send_rate_percent));
             }
             for (j, spec) in ru.faults.iter().enumerate() {
-                match spec.parse::<FaultSpec>() {
+                // An orbit mode run's faults are the DTH emulator's, per orbit and source.
+                let parsed = match self.run.mode {
+                    RunMode::Event => spec.parse::<FaultSpec>().map(|f| f.fed),
+                    RunMode::Orbit => spec.parse::<OrbitFaultSpec>().map(|f| f.source),
+                };
+                match parsed {
                     Err(e) => p.add(key(&format!("faults[{j}]")), format!("{spec:?}: {}", e.reason())),
-                    Ok(fault) => {
-                        if let Some(fed) = fault.fed.filter(|fed| !ru.feds.contains(fed)) {
+                    Ok(fed) => {
+                        if let Some(fed) = fed.filter(|fed| !ru.feds.contains(fed)) {
                             p.add(
                                 key(&format!("faults[{j}]")),
                                 format!("{spec:?} hits FED {fed}, which this RU does not read"),

@@ -10,12 +10,16 @@ use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_config::SystemConfig;
-use tessera_config::emulation::{EmulationError, FedSpec};
+use tessera_config::emulation::{EmulationError, FedSpec, OrbitFaultSpec};
+use tessera_emu::dth::DthSenderConfig;
 use tessera_emu::generator::StreamConfig;
+use tessera_emu::orbit::OrbitStreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
+use tessera_formats::orbit::DEFAULT_MAX_BLOCK_BYTES;
 use tessera_rundir::resources::FarmLimits;
 use tessera_runtime::bu_node::BuNodeConfig;
+use tessera_runtime::ferol_input::Framing;
 use tessera_runtime::link::LinkKey;
 use tessera_runtime::ru_node::RuNodeConfig;
 
@@ -104,7 +108,8 @@ pub enum PlanError {
 /// The largest frame any unit of the system accepts: enough for the largest super-fragment an
 /// RU can build (all its FEDs at their largest), and a megabyte of descriptors.
 pub fn max_frame_bytes(cfg: &SystemConfig) -> u32 {
-    let largest = cfg.rus.iter().map(|r| r.feds.len() * r.max_wire_fragment_bytes()).max().unwrap_or(0) + (2 << 20);
+    let largest =
+        cfg.rus.iter().enumerate().map(|(i, r)| r.feds.len() * cfg.max_wire_bytes(i)).max().unwrap_or(0) + (2 << 20);
     u32::try_from(largest).unwrap_or(u32::MAX).max(MIN_MAX_FRAME_BYTES)
 }
 
@@ -253,6 +258,16 @@ pub struct Admission<'a> {
     pub allowed_peers: Option<Vec<IpAddr>>,
 }
 
+/// The number of the run's first unit in the protocol: `run.first_event`, or in orbit mode the
+/// index of the DTH emulator's first orbit, 1 ([`FIRST_ORBIT`]).
+fn first_unit(cfg: &SystemConfig) -> u64 {
+    if cfg.is_orbit_mode() { u64::from(FIRST_ORBIT) } else { cfg.run.first_event }
+}
+
+/// The number of an orbit mode run's first orbit: the first orbit of lumi section 1 after orbit
+/// 0, whose index in the run is 1 whatever the lumi sections' length.
+pub const FIRST_ORBIT: u32 = 1;
+
 /// The configuration of RU `i`'s node: its FEROL and control listeners, the BUs' data ports it
 /// sends to (an RU) or the RUs' control ports it assigns to (the EVM).
 pub fn ru_node(
@@ -279,7 +294,7 @@ pub fn ru_node(
         run: cfg.run.number,
         link_key: admission.link_key.clone(),
         ru: RuConfig {
-            first_event: cfg.run.first_event,
+            first_event: first_unit(cfg),
             max_events_buffered: p.max_events_buffered as usize,
             fragment_timeout_ns: p.fragment_timeout_ms * 1_000_000,
             max_parts_per_message: p.max_parts_per_message as usize,
@@ -292,10 +307,15 @@ pub fn ru_node(
         ru_control,
         chunk_bytes: p.chunk_bytes,
         chunks_per_fed: p.chunks_per_fed as usize,
-        max_wire_bytes: section.max_wire_fragment_bytes(),
+        max_wire_bytes: cfg.max_wire_bytes(i),
         on_corrupt_stream: p.on_corrupt_stream,
         fragment_crc_check: p.fragment_crc_check,
-        event_limit: cfg.run.events,
+        framing: if cfg.is_orbit_mode() {
+            Framing::Dth { orbits_per_lumi_section: cfg.run.orbits_per_lumi_section }
+        } else {
+            Framing::Ferol
+        },
+        event_limit: cfg.stream_limit(),
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: max_frame_bytes(cfg),
         allowed_peers: admission.allowed_peers,
@@ -340,6 +360,7 @@ pub fn bu_node(
         max_frame_bytes: max_frame_bytes(cfg),
         allowed_peers: admission.allowed_peers,
         discard: p.discard_events,
+        orbits: cfg.is_orbit_mode(),
         pin_core: cfg.bus[i].cpu,
         // Readers publish no resource summaries: a BU holds back on Tessera's FUs only.
         farm_limits: (cfg.fu.enabled && !cfg.fu.read_by_readers()).then(|| FarmLimits {
@@ -377,6 +398,43 @@ pub fn emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<SenderCo
     })
 }
 
+/// The DTH emulator of RU `i`'s sources (orbit mode), sending to `to`: one stream per source,
+/// orbits from [`FIRST_ORBIT`] numbered for the run's lumi sections, events per orbit drawn for
+/// `trigger.rate_hz` as the L1 rate, paced at the LHC orbit rate unless `trigger.free_running`,
+/// until `run.orbits`.
+pub fn dth_emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<DthSenderConfig, PlanError> {
+    let section = &cfg.rus[i];
+    let faults: Vec<OrbitFaultSpec> = section
+        .faults
+        .iter()
+        .map(|spec| spec.parse())
+        .collect::<Result<_, _>>()
+        .map_err(|source| PlanError::Faults { ru: i, source })?;
+    Ok(DthSenderConfig {
+        streams: section
+            .feds
+            .iter()
+            .map(|&source| OrbitStreamConfig {
+                run: cfg.run.number,
+                source,
+                size: section.fragment_size.model(),
+                first_orbit: FIRST_ORBIT,
+                orbits_per_lumi_section: cfg.run.orbits_per_lumi_section,
+                first_event: cfg.run.first_event,
+                l1_rate_hz: cfg.trigger.clock_rate_hz(),
+                seed: cfg.trigger.seed,
+                faults: faults.clone(),
+                max_block_bytes: DEFAULT_MAX_BLOCK_BYTES,
+            })
+            .collect(),
+        sink: Sink::Connect(to.to_string()),
+        paced: !cfg.trigger.free_running,
+        orbits: cfg.run.orbits,
+        seconds: None,
+        stop: None,
+    })
+}
+
 /// The whole system of `cfg` in one process, on the listeners `l`: every RU and BU node, and
 /// the emulators of the emulated RUs, the units proving themselves to each other with
 /// `link_key`; BUs write under `output`.
@@ -384,10 +442,12 @@ pub fn plan(cfg: &SystemConfig, l: Listeners, output: &Path, link_key: &LinkKey)
     let bu_data: Vec<SocketAddr> = l.data.iter().map(address).collect();
     let ru_control: Vec<SocketAddr> = l.control.iter().skip(1).map(address).collect();
     let evm = address(&l.control[0]);
-    let emulators = (0..cfg.rus.len())
-        .filter(|&i| cfg.rus[i].emulated)
-        .map(|i| emulator(cfg, i, address(&l.ferol[i])))
-        .collect::<Result<Vec<_>, _>>()?;
+    let emulated = (0..cfg.rus.len()).filter(|&i| cfg.rus[i].emulated);
+    let (emulators, dth_emulators) = if cfg.is_orbit_mode() {
+        (Vec::new(), emulated.map(|i| dth_emulator(cfg, i, address(&l.ferol[i]))).collect::<Result<Vec<_>, _>>()?)
+    } else {
+        (emulated.map(|i| emulator(cfg, i, address(&l.ferol[i]))).collect::<Result<Vec<_>, _>>()?, Vec::new())
+    };
     let rus = l
         .ferol
         .into_iter()
@@ -404,7 +464,7 @@ pub fn plan(cfg: &SystemConfig, l: Listeners, output: &Path, link_key: &LinkKey)
         .enumerate()
         .map(|(i, d)| Ok(bu_node(cfg, i, output, d, evm, false, Admission { link_key, allowed_peers: bu_peers(cfg)? })))
         .collect::<Result<Vec<_>, PlanError>>()?;
-    Ok(SystemPlan { rus, bus, emulators })
+    Ok(SystemPlan { rus, bus, emulators, dth_emulators })
 }
 
 #[cfg(test)]

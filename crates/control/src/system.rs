@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tessera_emu::dth::{DthRunSummary, DthSenderConfig};
 use tessera_emu::error::EmuError;
 use tessera_emu::sender::{self, Held, RunSummary, SenderConfig, StopLine};
 use tessera_evb::types::FedId;
@@ -28,6 +29,8 @@ pub struct SystemPlan {
     pub bus: Vec<BuNodeConfig>,
     /// The front-end emulators (their stop line is set here).
     pub emulators: Vec<SenderConfig>,
+    /// Orbit mode: the DTH emulators (their stop line, in orbits, is set here).
+    pub dth_emulators: Vec<DthSenderConfig>,
 }
 
 /// A system that runs.
@@ -41,6 +44,7 @@ pub struct RunningSystem {
     rus: Vec<JoinHandle<Result<RuReport, NodeError>>>,
     bus: Vec<JoinHandle<Result<BuReport, NodeError>>>,
     emulators: Vec<JoinHandle<Result<RunSummary, EmuError>>>,
+    dth_emulators: Vec<JoinHandle<Result<DthRunSummary, EmuError>>>,
     started: Instant,
 }
 
@@ -109,6 +113,8 @@ pub struct Outcome {
     pub bus: Vec<Result<BuReport, UnitFailure>>,
     /// Each emulator's end.
     pub emulators: Vec<Result<RunSummary, EmulatorFailure>>,
+    /// Orbit mode: each DTH emulator's end.
+    pub dth_emulators: Vec<Result<DthRunSummary, EmulatorFailure>>,
     /// Problems the units reported, the first ones of each unit.
     pub problems: Vec<String>,
     /// Problems reported in all.
@@ -182,6 +188,7 @@ impl Outcome {
         self.rus.iter().all(|r| r.as_ref().is_ok_and(|r| r.trigger_fault.is_none()))
             && self.bus.iter().all(Result::is_ok)
             && self.emulators.iter().all(Result::is_ok)
+            && self.dth_emulators.iter().all(Result::is_ok)
     }
 
     /// The conservation figures. A unit that failed leaves events neither built nor accounted
@@ -240,7 +247,26 @@ impl RunningSystem {
                 spawn(format!("ferol{i}"), move || sender::run(cfg))
             })
             .collect();
-        Ok(RunningSystem { ru_stats, bu_stats, controls, stop_line, rus, bus, emulators, started: Instant::now() })
+        let dth_emulators = plan
+            .dth_emulators
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut cfg)| {
+                cfg.stop = Some(stop_line.clone());
+                spawn(format!("dth{i}"), move || tessera_emu::dth::run(cfg))
+            })
+            .collect();
+        Ok(RunningSystem {
+            ru_stats,
+            bu_stats,
+            controls,
+            stop_line,
+            rus,
+            bus,
+            emulators,
+            dth_emulators,
+            started: Instant::now(),
+        })
     }
 
     /// Stops the trigger: every FED stream ends after the same event, the EVM sees the trigger
@@ -346,15 +372,8 @@ impl RunningSystem {
         Outcome {
             rus: self.rus.into_iter().map(|h| join_unit(h, &note)).collect(),
             bus: self.bus.into_iter().map(|h| join_unit(h, &note)).collect(),
-            emulators: self
-                .emulators
-                .into_iter()
-                .map(|h| match h.join() {
-                    Ok(Ok(r)) => Ok(r),
-                    Ok(Err(e)) => Err(EmulatorFailure::Failed(e)),
-                    Err(_) => Err(EmulatorFailure::Panicked),
-                })
-                .collect(),
+            emulators: self.emulators.into_iter().map(join_emulator).collect(),
+            dth_emulators: self.dth_emulators.into_iter().map(join_emulator).collect(),
             problems,
             problem_count,
             seconds,
@@ -395,6 +414,15 @@ fn flag_failure<T>(stats: &UnitStats, run: impl FnOnce() -> Result<T, NodeError>
 
 fn spawn<T: Send + 'static>(name: String, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
     std::thread::Builder::new().name(name).spawn(f).expect("spawning a unit thread")
+}
+
+/// How an emulator's thread ended.
+fn join_emulator<T>(h: JoinHandle<Result<T, EmuError>>) -> Result<T, EmulatorFailure> {
+    match h.join() {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(EmulatorFailure::Failed(e)),
+        Err(_) => Err(EmulatorFailure::Panicked),
+    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,19 @@
 //! The DTH emulator's I/O: one thread per source, each writing its [`OrbitGenerator`]'s orbits
 //! to a TCP connection of its own or to a capture file `dth<SOURCE>.dth`, at the LHC orbit rate
 //! (orbit *i* of the run at *i* × 88.924 µs) or free running. It shares the FEROL sender's
-//! connections, buffers and write loop ([`crate::sender`]); it measures no dead time.
+//! connections, buffers and write loop ([`crate::sender`]), and its stop line: run control
+//! stops every source after the same orbit. Paced, an orbit sent after its time holds the LHC's
+//! orbits back: that delay is counted as dead time, as the FEROL sender counts a late trigger.
 
 use crate::error::EmuError;
 use crate::orbit::{LHC_ORBIT_HZ, OrbitGenerator, OrbitStreamConfig};
-use crate::sender::{self, End, Meter, STREAM_BUFFER_BYTES, Sink, check_stream_count, open_named, write_all};
+use crate::sender::{
+    self, End, Meter, STREAM_BUFFER_BYTES, Sink, StopLine, StreamGauge, check_stream_count, open_named, write_all,
+};
 use std::fmt;
 use std::io::{BufWriter, IoSlice, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A whole DTH emulator run.
@@ -24,6 +29,8 @@ pub struct DthSenderConfig {
     pub orbits: Option<u64>,
     /// Seconds of wall time.
     pub seconds: Option<f64>,
+    /// Run control's stop, in orbits, shared by every source of the run (see [`StopLine`]).
+    pub stop: Option<Arc<StopLine>>,
 }
 
 /// What one source's stream did.
@@ -41,6 +48,8 @@ pub struct DthStreamSummary {
     pub bytes: u64,
     /// Wall time from the common start to the stream's end, in seconds.
     pub seconds: f64,
+    /// Paced: how long its orbits were sent after their time, in seconds.
+    pub dead_seconds: f64,
     /// Why it ended.
     pub end: End,
 }
@@ -102,8 +111,8 @@ pub fn dth_capture_path(dir: &Path, source: u16) -> PathBuf {
 /// is sent), then sends each on its own thread until the limits; returns when all streams have
 /// ended. The first stream error is returned.
 pub fn run(config: DthSenderConfig) -> Result<DthRunSummary, EmuError> {
-    let DthSenderConfig { streams, sink, paced, orbits, seconds } = config;
-    if orbits.is_none() && seconds.is_none() {
+    let DthSenderConfig { streams, sink, paced, orbits, seconds, stop } = config;
+    if orbits.is_none() && seconds.is_none() && stop.is_none() {
         return Err(EmuError::BadSender("no limit: give a number of orbits or seconds".into()));
     }
     if let Some(s) = seconds
@@ -124,7 +133,10 @@ pub fn run(config: DthSenderConfig) -> Result<DthRunSummary, EmuError> {
         let handles: Vec<_> = generators
             .into_iter()
             .zip(writers)
-            .map(|(generator, writer)| scope.spawn(move || send_stream(generator, writer, start, paced, limits)))
+            .map(|(generator, writer)| {
+                let stop = stop.as_ref().map(|line| (line.clone(), line.register()));
+                scope.spawn(move || send_stream(generator, writer, start, paced, limits, stop))
+            })
             .collect();
         handles.into_iter().map(|h| h.join().expect("stream thread panicked")).collect()
     });
@@ -138,6 +150,7 @@ fn send_stream(
     start: Instant,
     paced: bool,
     limits: sender::Limits,
+    stop: Option<(Arc<StopLine>, Arc<StreamGauge>)>,
 ) -> Result<DthStreamSummary, EmuError> {
     let source = generator.source();
     let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, writer);
@@ -148,6 +161,13 @@ fn send_stream(
         if m.past_deadline() {
             end = End::Deadline;
             break;
+        }
+        if let Some((line, gauge)) = &stop {
+            if orbits >= line.limit() {
+                end = End::Stopped;
+                break;
+            }
+            gauge.publish(orbits, &m);
         }
         if paced {
             let due = start + Duration::from_secs_f64(orbits as f64 / LHC_ORBIT_HZ);
@@ -161,6 +181,7 @@ fn send_stream(
                 }
                 std::thread::sleep(due - now);
             }
+            m.late(due, Instant::now());
         }
         let orbit = generator.next_orbit()?;
         faults += u64::from(orbit.fault.is_some());
@@ -192,6 +213,7 @@ fn send_stream(
         faults,
         bytes: m.bytes,
         seconds: m.start.elapsed().as_secs_f64(),
+        dead_seconds: m.dead.as_secs_f64(),
         end,
     })
 }

@@ -18,6 +18,7 @@ use tessera_formats::orbit::{
     orbit_fragment_len, write_dth_blocks,
 };
 use tessera_formats::seeded::{SplitMix64, fill_payload, mix};
+use tessera_formats::tcds::{orbit_index, orbit_number};
 
 /// The LHC orbit rate in Hz (one orbit every 88.924 µs): 11.245 kHz.
 pub const LHC_ORBIT_HZ: f64 = 1.0 / ORBIT_SECONDS;
@@ -107,6 +108,9 @@ pub struct OrbitStreamConfig {
     pub size: SizeModel,
     /// Number of the first orbit.
     pub first_orbit: u32,
+    /// Orbits per lumi section, 1..=2^18: orbits are numbered as `tcds::orbit_number` says, so
+    /// that each is in the lumi section CMSSW's rule gives it (2^18, real data, numbers them on).
+    pub orbits_per_lumi_section: u64,
     /// Event number of the first event (44 bits on the wire).
     pub first_event: u64,
     /// Mean L1 rate in Hz: events per orbit are Poisson of mean `l1_rate_hz / LHC_ORBIT_HZ`.
@@ -159,7 +163,8 @@ pub struct Orbit<'a> {
 #[derive(Debug, Clone)]
 pub struct OrbitGenerator {
     config: OrbitStreamConfig,
-    next_orbit: u32,
+    /// The next orbit's index in the run (`tcds::orbit_index` of its number).
+    next_index: u64,
     next_event: u64,
     events: OrbitEvents,
     block: Vec<u8>,
@@ -172,8 +177,14 @@ impl OrbitGenerator {
     pub fn new(config: OrbitStreamConfig) -> Result<Self, EmuError> {
         config.validate()?;
         let events = OrbitEvents { orbit: config.first_orbit, first_event: config.first_event, bxs: Vec::new() };
+        let next_index = orbit_index(config.first_orbit.into(), config.orbits_per_lumi_section).ok_or_else(|| {
+            EmulationError::BadClock(format!(
+                "first orbit {} is past the {} orbits of its lumi section",
+                config.first_orbit, config.orbits_per_lumi_section
+            ))
+        })?;
         Ok(OrbitGenerator {
-            next_orbit: config.first_orbit,
+            next_index,
             next_event: config.first_event,
             config,
             events,
@@ -191,9 +202,10 @@ impl OrbitGenerator {
     /// Generates the next orbit.
     pub fn next_orbit(&mut self) -> Result<Orbit<'_>, EmuError> {
         let OrbitStreamConfig { run, source, seed, .. } = self.config;
-        let orbit = self.next_orbit;
+        // Orbit numbers are 32 bits on the wire.
+        let orbit = orbit_number(self.next_index, self.config.orbits_per_lumi_section) as u32;
         self.events = OrbitEvents::draw(seed, run, orbit, self.next_event, self.config.mean_events());
-        self.next_orbit = orbit.wrapping_add(1);
+        self.next_index += 1;
         self.next_event = self.next_event.wrapping_add(self.events.count().into());
         let fault = self
             .config
@@ -286,6 +298,7 @@ mod tests {
             source: 1,
             size: SizeModel::Fixed(64),
             first_orbit: 1,
+            orbits_per_lumi_section: 1 << 18,
             first_event: 1,
             l1_rate_hz,
             seed: 1,

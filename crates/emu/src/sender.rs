@@ -422,7 +422,7 @@ impl Meter {
 
     /// The stream turns at `now` to a trigger that fired at `due`; it held the trigger from
     /// [`HOLD_TOLERANCE`] after `due`.
-    fn late(&mut self, due: Instant, now: Instant) {
+    pub(crate) fn late(&mut self, due: Instant, now: Instant) {
         let from = (due + HOLD_TOLERANCE).max(self.dead_until);
         if now > from {
             self.dead += now - from;

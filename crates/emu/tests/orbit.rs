@@ -16,6 +16,7 @@ fn config(source: u16, size: SizeModel) -> OrbitStreamConfig {
         source,
         size,
         first_orbit: 100,
+        orbits_per_lumi_section: 1 << 18,
         first_event: 1,
         l1_rate_hz: 750_000.0,
         seed: 5,

@@ -113,7 +113,8 @@ impl FormatError {
         FormatError::Truncated { what, offset, needed, available }
     }
 
-    pub(crate) fn bad(
+    /// A field of `what` at `offset` that holds `found` where the format wants `expected`.
+    pub fn bad(
         what: &'static str,
         field: &'static str,
         offset: usize,

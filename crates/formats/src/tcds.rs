@@ -36,6 +36,24 @@ pub fn orbit_in_lumi_section(ls: u32, orbit_in_section: u64) -> u64 {
     u64::from(ls.saturating_sub(1)) * ORBITS_PER_LUMI_SECTION + orbit_in_section.min(ORBITS_PER_LUMI_SECTION - 1)
 }
 
+/// The number of a run's `index`-th orbit (from 0, the first orbit of lumi section 1) when its
+/// lumi sections have `orbits_per_lumi_section` orbits: the identity for real data (2^18), and
+/// [`orbit_in_lumi_section`]'s numbering for shorter sections.
+pub fn orbit_number(index: u64, orbits_per_lumi_section: u64) -> u64 {
+    let per_ls = orbits_per_lumi_section.clamp(1, ORBITS_PER_LUMI_SECTION);
+    let ls = u32::try_from(index / per_ls + 1).unwrap_or(u32::MAX);
+    orbit_in_lumi_section(ls, index % per_ls)
+}
+
+/// The index of orbit `orbit` in a run of `orbits_per_lumi_section` orbits per lumi section,
+/// [`orbit_number`]'s inverse; `None` for a number that run never gives (its place in its
+/// section past the section's orbits).
+pub fn orbit_index(orbit: u64, orbits_per_lumi_section: u64) -> Option<u64> {
+    let per_ls = orbits_per_lumi_section.clamp(1, ORBITS_PER_LUMI_SECTION);
+    let in_section = orbit % ORBITS_PER_LUMI_SECTION;
+    (in_section < per_ls).then(|| orbit / ORBITS_PER_LUMI_SECTION * per_ls + in_section)
+}
+
 /// Field offsets from the start of the fragment.
 mod offset {
     pub const MAC: usize = 16;
@@ -205,6 +223,25 @@ mod tests {
     use super::*;
     use crate::fed::event_type;
     use proptest::prelude::*;
+
+    proptest! {
+        /// Orbit numbers and indices map one to one, each orbit in the lumi section CMSSW's rule
+        /// gives it, its index's section.
+        #[test]
+        fn orbit_numbers_and_indices_map_one_to_one(index in 0u64..1 << 40, per_ls in 1u64..=1 << 18) {
+            let orbit = orbit_number(index, per_ls);
+            prop_assert_eq!(orbit_index(orbit, per_ls), Some(index));
+            prop_assert_eq!(u64::from(lumi_section_of_orbit(orbit)), index / per_ls + 1);
+        }
+    }
+
+    #[test]
+    fn an_orbit_number_past_its_short_section_has_no_index() {
+        assert_eq!(orbit_index(5, 4), None);
+        assert_eq!(orbit_index((1 << 18) + 3, 4), Some(7));
+        assert_eq!(orbit_number(7, 4), (1 << 18) + 3);
+        assert_eq!(orbit_number(123_456_789, 1 << 18), 123_456_789);
+    }
 
     fn record() -> TcdsRecord {
         TcdsRecord {

@@ -10,10 +10,12 @@
 
 #![warn(missing_docs)]
 
+mod orbit_files;
 pub mod resources;
 pub mod sample;
 mod writer;
 
+pub use orbit_files::{FileSummary, OrbitCounts};
 pub use writer::{
     ClosedFile, EventPieces, PUBLISHED_LEDGER, PublishedFile, RawFileWriter, Recovery, RunDirError, RunDirectory,
     write_atomically,

@@ -195,7 +195,7 @@ mod tests {
         partial.append(&record).unwrap();
         drop(partial); // the crash: never closed
         let (dir, recovery) = RunDirectory::reopen(tmp.path(), 9, "bu").unwrap();
-        assert_eq!(recovery.unpublished, vec![(1, 0)]);
+        assert_eq!(recovery.unpublished, vec![(1, 0, 1)]);
         assert_eq!(recovery.removed_partial.len(), 1);
         assert_eq!(recovery.next_index, [(1, 2), (2, 1)].into_iter().collect());
         let p = dir.publish(closed.ls, closed.index).unwrap();
@@ -251,8 +251,9 @@ mod tests {
         std::fs::write(&ledger, text).unwrap();
         let (dir, recovery) = RunDirectory::reopen(tmp.path(), 9, "bu").unwrap();
         let published: Vec<_> = recovery.published.into_iter().collect();
-        assert_eq!(published, vec![((1, 0), (1, closed[0].bytes)), ((1, 1), (2, closed[1].bytes))]);
-        assert_eq!(recovery.unpublished, vec![(1, 2)]);
+        let summary = |events, bytes| crate::FileSummary { events, bytes, orbits: None };
+        assert_eq!(published, vec![((1, 0), summary(1, closed[0].bytes)), ((1, 1), summary(2, closed[1].bytes))]);
+        assert_eq!(recovery.unpublished, vec![(1, 2, 3)]);
         assert_eq!(recovery.next_index, [(1, 3)].into_iter().collect());
         // The end of the run takes the ledger with `open/`.
         dir.publish(1, 2).unwrap();

@@ -9,6 +9,8 @@ use tessera_formats::frd::{FRD_HEADER_BYTES, FRD_VERSION, FrdHeader};
 use tessera_formats::names::{self, BuFileName, FuLock};
 use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader};
 
+use crate::orbit_files::{FileSummary, OrbitCounts, read_orbit_summary, remove_empty, remove_summary};
+
 /// What can go wrong while writing a run directory.
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {
@@ -91,9 +93,9 @@ impl RunDirError {
     }
 }
 
-type Result<T> = std::result::Result<T, RunDirError>;
+pub(crate) type Result<T> = std::result::Result<T, RunDirError>;
 
-fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> RunDirError + 'p {
+pub(crate) fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> RunDirError + 'p {
     move |source| RunDirError::Io { action, path: path.to_owned(), source }
 }
 
@@ -124,15 +126,23 @@ impl RunDirectory {
     /// Creates the run directory with `open/`, the `.jsd` definitions and `fu.lock`; `source`
     /// names this BU in every JSON document it writes.
     pub fn create(bu_dir: &Path, run: u32, source: &str) -> Result<Self> {
+        Self::create_with(bu_dir, run, source, false)
+    }
+
+    /// Creates the run directory of a BU in orbit mode, as [`RunDirectory::create`] does, its
+    /// `.jsd` definitions with the orbit counts (docs/formats.md §7); its raw files are written
+    /// with [`RunDirectory::write_orbit_file`].
+    pub fn create_for_orbits(bu_dir: &Path, run: u32, source: &str) -> Result<Self> {
+        Self::create_with(bu_dir, run, source, true)
+    }
+
+    fn create_with(bu_dir: &Path, run: u32, source: &str, orbits: bool) -> Result<Self> {
         let path = bu_dir.join(names::run_dir_name(run));
         for dir in [path.join(names::OPEN_DIR), path.join(names::JSD_DIR)] {
             fs::create_dir_all(&dir).map_err(io_err("creating", &dir))?;
         }
-        for (file, legend) in [
-            (names::RAW_DATA_JSD, Legend::raw_data()),
-            (names::EOLS_JSD, Legend::eols()),
-            (names::EOR_JSD, Legend::eor()),
-        ] {
+        let files = [names::RAW_DATA_JSD, names::EOLS_JSD, names::EOR_JSD];
+        for (file, legend) in files.into_iter().zip(Legend::run_directory(orbits)) {
             write_atomically(&path.join(file), legend.to_json().as_bytes())?;
         }
         let lock = FuLock { next_ls: 1, next_index: 0 };
@@ -196,8 +206,8 @@ impl RunDirectory {
     pub fn publish_raw(&self, ls: u32, index: u32) -> Result<PublishedFile> {
         let name = BuFileName::Raw { run: self.run, ls, index }.to_string();
         let open_path = self.path.join(names::OPEN_DIR).join(&name);
-        let header =
-            read_complete_header(&open_path)?.ok_or_else(|| RunDirError::Incomplete { path: open_path.clone() })?;
+        let summary =
+            read_complete_summary(&open_path)?.ok_or_else(|| RunDirError::Incomplete { path: open_path.clone() })?;
         // Noted before the rename: readers delete published files, so a restarted BU counts
         // its published files from here (an entry whose file is still in `open/` was not).
         let ledger = self.path.join(names::OPEN_DIR).join(PUBLISHED_LEDGER);
@@ -205,16 +215,32 @@ impl RunDirectory {
             .create(true)
             .append(true)
             .open(&ledger)
-            .and_then(|mut f| writeln!(f, "{ls} {index} {} {}", header.event_count, header.file_bytes))
+            .and_then(|mut f| writeln!(f, "{ls} {index} {}", summary.ledger_fields()))
             .map_err(io_err("writing", &ledger))?;
         let final_path = self.path.join(&name);
-        fs::rename(&open_path, &final_path).map_err(io_err("publishing", &final_path))?;
-        Ok(PublishedFile { path: final_path, ls, index, events: header.event_count, bytes: header.file_bytes })
+        if summary.orbits.is_some_and(|o| o.written == 0) {
+            remove_empty(&open_path)?;
+        } else {
+            fs::rename(&open_path, &final_path).map_err(io_err("publishing", &final_path))?;
+        }
+        remove_summary(&open_path)?;
+        Ok(PublishedFile {
+            path: final_path,
+            ls,
+            index,
+            events: summary.events,
+            bytes: summary.bytes,
+            orbits: summary.orbits,
+        })
     }
 
     /// Writes the `.jsn` of a file renamed into place by [`RunDirectory::publish_raw`].
     pub fn write_index(&self, file: &PublishedFile) -> Result<()> {
-        let doc = IndexDoc { events: file.events.into(), bytes: file.bytes, orbits: None }
+        if !file.is_in_place() {
+            return Ok(());
+        }
+        let orbits = file.orbits.map(|o| o.written.into());
+        let doc = IndexDoc { events: file.events.into(), bytes: file.bytes, orbits }
             .to_doc(&self.definition(names::RAW_DATA_JSD), &self.source);
         let jsn = self.path.join(BuFileName::IndexJson { run: self.run, ls: file.ls, index: file.index }.to_string());
         write_atomically(&jsn, doc.to_json().as_bytes())
@@ -247,6 +273,14 @@ impl RunDirectory {
         for dir in [&path, &open] {
             for entry in fs::read_dir(dir).map_err(io_err("listing", dir))? {
                 let entry = entry.map_err(io_err("listing", dir))?;
+                // An orbit summary whose file was published (or never written) before the crash
+                // has nothing left to say.
+                let path = entry.path();
+                if dir == &open && path.extension().is_some_and(|e| e == "orbits") && !path.with_extension("").exists()
+                {
+                    fs::remove_file(&path).map_err(io_err("removing", &path))?;
+                    continue;
+                }
                 let Ok(BuFileName::Raw { run: r, ls, index }) = BuFileName::parse(&entry.file_name().to_string_lossy())
                 else {
                     continue;
@@ -257,8 +291,8 @@ impl RunDirectory {
                 let next = recovery.next_index.entry(ls).or_default();
                 *next = (*next).max(index + 1);
                 if dir == &open {
-                    if read_complete_header(&entry.path())?.is_some() {
-                        recovery.unpublished.push((ls, index));
+                    if let Some(summary) = read_complete_summary(&entry.path())? {
+                        recovery.unpublished.push((ls, index, summary.units()));
                     } else {
                         fs::remove_file(entry.path()).map_err(io_err("removing partial file", &entry.path()))?;
                         recovery.removed_partial.push(entry.path());
@@ -276,15 +310,16 @@ impl RunDirectory {
         for line in text.lines() {
             // A line cut short by the crash is of a file not yet renamed: it is still in `open/`.
             let fields: Vec<u64> = line.split(' ').filter_map(|f| f.parse().ok()).collect();
-            let &[ls, index, events, bytes] = fields.as_slice() else { continue };
-            let (Ok(ls), Ok(index), Ok(events)) = (u32::try_from(ls), u32::try_from(index), u32::try_from(events))
+            let Some(&[ls, index]) = fields.get(..2).map(|f| <&[u64; 2]>::try_from(f).expect("two")) else { continue };
+            let (Ok(ls), Ok(index), Some(summary)) =
+                (u32::try_from(ls), u32::try_from(index), FileSummary::from_fields(&fields[2..]))
             else {
                 continue;
             };
-            if recovery.unpublished.contains(&(ls, index)) {
+            if recovery.unpublished.iter().any(|&(l, i, _)| (l, i) == (ls, index)) {
                 continue;
             }
-            recovery.published.insert((ls, index), (events, bytes));
+            recovery.published.insert((ls, index), summary);
             let next = recovery.next_index.entry(ls).or_default();
             *next = (*next).max(index + 1);
         }
@@ -316,8 +351,13 @@ impl RunDirectory {
             if run != self.run || jsn.exists() {
                 continue;
             }
-            let header = read_complete_header(&path)?.ok_or_else(|| RunDirError::Incomplete { path: path.clone() })?;
-            let doc = IndexDoc { events: header.event_count.into(), bytes: header.file_bytes, orbits: None }
+            // An orbit file has no header: the ledger, written before the rename, has its counts.
+            let summary = match recovery.published.get(&(ls, index)) {
+                Some(s) => *s,
+                None => read_complete_summary(&path)?.ok_or_else(|| RunDirError::Incomplete { path: path.clone() })?,
+            };
+            let orbits = summary.orbits.map(|o| o.written.into());
+            let doc = IndexDoc { events: summary.events.into(), bytes: summary.bytes, orbits }
                 .to_doc(&self.definition(names::RAW_DATA_JSD), &self.source);
             write_atomically(&jsn, doc.to_json().as_bytes())?;
             recovery.completed_publications.push(path);
@@ -375,6 +415,24 @@ pub const PUBLISHED_LEDGER: &str = "published";
 
 /// Most slices handed to one vectored write (the kernel's limit, `IOV_MAX`, is 1024).
 const MAX_SLICES: usize = 1024;
+
+/// Writes all of `slices` to `out` (the file at `path`), at most [`MAX_SLICES`] a system call,
+/// again after a write the kernel took only part of; returns the bytes written.
+pub(crate) fn write_slices(out: &mut File, path: &Path, mut slices: &mut [IoSlice<'_>]) -> Result<u64> {
+    let mut bytes = 0;
+    while !slices.is_empty() {
+        let batch = slices.len().min(MAX_SLICES);
+        let written = match out.write_vectored(&slices[..batch]) {
+            Ok(0) => return Err(io_err("writing", path)(io::ErrorKind::WriteZero.into())),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_err("writing", path)(e)),
+        };
+        bytes += written as u64;
+        IoSlice::advance_slices(&mut slices, written);
+    }
+    Ok(bytes)
+}
 
 /// One event to append with [`RawFileWriter::append_events`]: its fragments, given as byte
 /// slices in payload order, become an FRD v6 record.
@@ -483,20 +541,8 @@ impl RawFileWriter {
         Ok(())
     }
 
-    /// Writes all of `slices`, at most [`MAX_SLICES`] a system call, again after a write the
-    /// kernel took only part of.
-    fn write_slices(&mut self, mut slices: &mut [IoSlice<'_>]) -> Result<()> {
-        while !slices.is_empty() {
-            let batch = slices.len().min(MAX_SLICES);
-            let written = match self.out.write_vectored(&slices[..batch]) {
-                Ok(0) => return Err(io_err("writing", &self.open_path)(io::ErrorKind::WriteZero.into())),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_err("writing", &self.open_path)(e)),
-            };
-            self.bytes += written as u64;
-            IoSlice::advance_slices(&mut slices, written);
-        }
+    fn write_slices(&mut self, slices: &mut [IoSlice<'_>]) -> Result<()> {
+        self.bytes += write_slices(&mut self.out, &self.open_path, slices)?;
         Ok(())
     }
 
@@ -527,8 +573,9 @@ pub struct ClosedFile {
 /// What a restarted BU finds in its run directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
-    /// Complete, unpublished files in `open/`, as (lumi section, index).
-    pub unpublished: Vec<(u32, u32)>,
+    /// Complete, unpublished files in `open/`, as (lumi section, index, the protocol's units in
+    /// it: events, or an orbit file's orbits).
+    pub unpublished: Vec<(u32, u32, u32)>,
     /// Partial files deleted: raw files cut short in `open/`, JSON documents never renamed into
     /// place.
     pub removed_partial: Vec<PathBuf>,
@@ -536,9 +583,9 @@ pub struct Recovery {
     pub completed_publications: Vec<PathBuf>,
     /// Next free file index per lumi section.
     pub next_index: std::collections::BTreeMap<u32, u32>,
-    /// Every file published before the restart, (lumi section, index) → (events, bytes), as
-    /// the ledger in `open/` says: the files themselves may be gone (readers delete them).
-    pub published: std::collections::BTreeMap<(u32, u32), (u32, u64)>,
+    /// Every file published before the restart, (lumi section, index) → what it holds, as the
+    /// ledger in `open/` says: the files themselves may be gone (readers delete them).
+    pub published: std::collections::BTreeMap<(u32, u32), FileSummary>,
 }
 
 /// The header of a raw file if the file is complete: a header that parses and announces the
@@ -554,6 +601,15 @@ fn read_complete_header(path: &Path) -> Result<Option<RawFileHeader>> {
     Ok(RawFileHeader::parse(&head).ok().filter(|h| h.file_bytes == size))
 }
 
+/// What a complete raw file in `open/` holds: an orbit file's summary beside it, or an event
+/// file's header; `None` for a file still being written.
+fn read_complete_summary(path: &Path) -> Result<Option<FileSummary>> {
+    if let Some(summary) = read_orbit_summary(path)? {
+        return Ok(Some(summary));
+    }
+    Ok(read_complete_header(path)?.map(|h| FileSummary { events: h.event_count, bytes: h.file_bytes, orbits: None }))
+}
+
 /// A raw file published in the run directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublishedFile {
@@ -567,4 +623,19 @@ pub struct PublishedFile {
     pub events: u32,
     /// Its size, header included.
     pub bytes: u64,
+    /// An orbit file's orbits (its records are then events, in [`PublishedFile::events`]).
+    pub orbits: Option<OrbitCounts>,
+}
+
+impl PublishedFile {
+    /// Whether the file is in the run directory: always, but for an orbit file of no orbit,
+    /// which is counted and removed rather than published.
+    pub fn is_in_place(&self) -> bool {
+        self.orbits.is_none_or(|o| o.written > 0)
+    }
+
+    /// The file's units in the protocol: its orbits in orbit mode, else its events.
+    pub fn units(&self) -> u32 {
+        self.orbits.map_or(self.events, |o| o.orbits)
+    }
 }

@@ -1,13 +1,33 @@
-//! The receive side of one FEROL stream in an RU: bytes read from the socket go into chunks of a
-//! bounded, pre-touched pool, and each complete fragment stays where it was received, named by a
-//! [`FragmentHandle`], until its event is committed and the RU releases it. When every chunk
+//! The receive side of one front-end stream in an RU: bytes read from the socket go into chunks
+//! of a bounded, pre-touched pool, and each complete fragment stays where it was received, named
+//! by a [`FragmentHandle`], until its event is committed and the RU releases it. When every chunk
 //! holds unreleased fragments the buffer has no room: the reader stops reading its socket, and
 //! TCP carries the back-pressure to the front end.
+//!
+//! A stream is a FEROL stream of FED fragments or, in orbit mode, a DTH stream of orbit blocks
+//! ([`Framing`]). Of an orbit block the RU reads the stream blocks' headers and the orbit header
+//! only, and its CRC-32C when asked: it never walks the fragments inside. To the protocol an
+//! orbit block is one fragment, its orbit's index in the run its event number.
 
 use std::collections::VecDeque;
 use tessera_formats::FormatError;
-use tessera_formats::fed::{CrcCheck, FedHeader, FedTrailer};
+use tessera_formats::fed::{CrcCheck, LV1_MASK};
 use tessera_formats::ferol::{FerolFragment, HEADER_BYTES};
+use tessera_formats::orbit::{DTH_HEADER_BYTES, DthOrbit, OrbitHeader};
+use tessera_formats::tcds::orbit_index;
+
+/// What a stream carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// FED fragments in FEROL blocks (docs/formats.md §2).
+    Ferol,
+    /// Orbit blocks in DTH stream blocks (docs/formats.md §6), of a run whose lumi sections have
+    /// this many orbits: an orbit's index in the run is its event number.
+    Dth {
+        /// Orbits per lumi section (`run.orbits_per_lumi_section`).
+        orbits_per_lumi_section: u64,
+    },
+}
 
 /// Where a received fragment is: its FEROL blocks, headers included, in one chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,11 +47,16 @@ pub struct Received {
     pub handle: FragmentHandle,
     /// Byte offset of its first block in the stream.
     pub stream_offset: u64,
-    /// Its FED header.
-    pub header: FedHeader,
-    /// Its FED trailer.
-    pub trailer: FedTrailer,
-    /// Fragment bytes, header to trailer, without block headers.
+    /// The source it names: its FED header's source id, or its orbit header's.
+    pub source_id: u32,
+    /// Its LV1 id (24 bits): of a FED fragment its header's, of an orbit block the low 24 bits
+    /// of its orbit's index in the run.
+    pub lv1: u32,
+    /// Its FED header's BX (0 for an orbit block).
+    pub bx: u16,
+    /// An orbit block's header.
+    pub orbit: Option<OrbitHeader>,
+    /// Fragment bytes, header to trailer (for an orbit block, the block), without block headers.
     pub fragment_len: usize,
     /// What is wrong with it, if anything (a CRC-16 mismatch, an unexpected FED id): the fragment
     /// is kept and passed on flagged.
@@ -71,9 +96,10 @@ struct Chunk {
     live: u32,
 }
 
-/// The receive memory of one FEROL stream.
+/// The receive memory of one front-end stream.
 pub struct StreamBuffer {
     fed: u16,
+    framing: Framing,
     chunks: Vec<Chunk>,
     free: VecDeque<u32>,
     current: u32,
@@ -105,6 +131,7 @@ impl StreamBuffer {
             (0..chunks).map(|_| Chunk { data: vec![0xA5u8; chunk_bytes].into_boxed_slice(), live: 0 }).collect();
         Ok(StreamBuffer {
             fed,
+            framing: Framing::Ferol,
             free: (1..chunks.len() as u32).collect(),
             chunks,
             current: 0,
@@ -147,10 +174,99 @@ impl StreamBuffer {
         self.end = (self.end + n).min(self.chunks[cur].data.len());
     }
 
-    /// Checks the CRC-16 of the fragments `check` says (every one by default).
+    /// Checks the CRC of the fragments `check` says (every one by default): a FED fragment's
+    /// CRC-16, an orbit block's CRC-32C.
     pub fn with_crc_check(mut self, check: CrcCheck) -> Self {
         self.crc_check = check;
         self
+    }
+
+    /// Reads the stream as `framing` says (FEROL by default).
+    pub fn with_framing(mut self, framing: Framing) -> Self {
+        self.framing = framing;
+        self
+    }
+
+    /// The stream cannot be read on: nothing more is taken from it.
+    fn fail(&mut self, error: FormatError) -> Option<Result<Received, StreamError>> {
+        self.failed = true;
+        let at = self.stream_offset + error.offset().unwrap_or(0) as u64;
+        let error = error.shifted(self.stream_offset as usize);
+        Some(Err(StreamError { fed: self.fed, stream_offset: at, error }))
+    }
+
+    /// Takes `received` off the stream: its bytes stay in the chunk until released.
+    fn take(&mut self, mut received: Received) -> Option<Result<Received, StreamError>> {
+        received.problem = received.problem.map(|p| p.shifted(self.stream_offset as usize));
+        self.fragments += 1;
+        self.start += received.handle.wire_len as usize;
+        self.stream_offset += u64::from(received.handle.wire_len);
+        self.chunks[self.current as usize].live += 1;
+        Some(Ok(received))
+    }
+
+    /// The next orbit block of a DTH stream: its stream block headers and orbit header read,
+    /// its CRC-32C checked when asked; its fragments are not looked at.
+    fn next_orbit(&mut self, orbits_per_lumi_section: u64) -> Option<Result<Received, StreamError>> {
+        let cur = self.current as usize;
+        let bytes = &self.chunks[cur].data[self.start..self.end];
+        let whole_chunk = self.start == 0 && self.end == self.chunks[cur].data.len();
+        let orbit = match DthOrbit::parse(bytes) {
+            Ok(o) => o,
+            Err(e) if e.is_truncated() && !whole_chunk => return None,
+            // A chunk that holds nothing but the start of this orbit never holds all of it.
+            Err(e) if e.is_truncated() => {
+                let chunk = self.chunks[cur].data.len();
+                return self.fail(FormatError::bad(
+                    "DTH orbit",
+                    "length on the wire",
+                    0,
+                    format!("at most a chunk of receive memory, {chunk} bytes (ru.chunk_bytes)"),
+                    format!("more than {chunk} bytes"),
+                ));
+            }
+            Err(e) => return self.fail(e),
+        };
+        let header = orbit.header;
+        let index = orbit_index(header.orbit.into(), orbits_per_lumi_section);
+        let problem = if header.source_id != u32::from(self.fed) {
+            Some(FormatError::bad(
+                "orbit header",
+                "source id",
+                DTH_HEADER_BYTES,
+                tessera_formats::Value::Dec(self.fed.into()),
+                tessera_formats::Value::Dec(header.source_id.into()),
+            ))
+        } else if index.is_none() {
+            Some(FormatError::bad(
+                "orbit header",
+                "orbit",
+                DTH_HEADER_BYTES,
+                format!("an orbit within the first {orbits_per_lumi_section} of its lumi section"),
+                tessera_formats::Value::Dec(header.orbit.into()),
+            ))
+        } else if self.crc_check.checks(self.fragments) {
+            orbit.check_crc().err()
+        } else {
+            None
+        };
+        let received = Received {
+            handle: FragmentHandle {
+                chunk: self.current,
+                offset: self.start as u32,
+                wire_len: orbit.wire_len() as u32,
+            },
+            stream_offset: self.stream_offset,
+            source_id: header.source_id,
+            // An orbit outside the run's numbering takes an LV1 id no event has: it is out of
+            // sequence.
+            lv1: index.map_or(LV1_MASK.wrapping_add(1), |i| i as u32 & LV1_MASK),
+            bx: 0,
+            orbit: Some(header),
+            fragment_len: orbit.orbit_len(),
+            problem,
+        };
+        self.take(received)
     }
 
     /// The next complete fragment, `None` when more bytes are needed, or the error that ends the
@@ -159,6 +275,9 @@ impl StreamBuffer {
         if self.failed || self.start == self.end {
             return None;
         }
+        if let Framing::Dth { orbits_per_lumi_section } = self.framing {
+            return self.next_orbit(orbits_per_lumi_section);
+        }
         let cur = self.current as usize;
         let bytes = &self.chunks[cur].data[self.start..self.end];
         // The blocks frame the fragment: a FED header naming another FED is a fault of the
@@ -166,12 +285,7 @@ impl StreamBuffer {
         let (fragment, wrong_id) = match FerolFragment::parse_framed(bytes) {
             Ok(f) => f,
             Err(e) if e.is_truncated() => return None,
-            Err(error) => {
-                self.failed = true;
-                let at = self.stream_offset + error.offset().unwrap_or(0) as u64;
-                let error = error.shifted(self.stream_offset as usize);
-                return Some(Err(StreamError { fed: self.fed, stream_offset: at, error }));
-            }
+            Err(error) => return self.fail(error),
         };
         let problem = if fragment.header.source_id != self.fed {
             Some(FormatError::BadField {
@@ -185,7 +299,6 @@ impl StreamBuffer {
             let checked = self.crc_check.checks(self.fragments);
             wrong_id.or_else(|| if checked { fragment.check_crc().err() } else { None })
         };
-        self.fragments += 1;
         let received = Received {
             handle: FragmentHandle {
                 chunk: self.current,
@@ -193,25 +306,28 @@ impl StreamBuffer {
                 wire_len: fragment.wire_len() as u32,
             },
             stream_offset: self.stream_offset,
-            header: fragment.header,
-            trailer: fragment.trailer,
+            source_id: fragment.header.source_id.into(),
+            lv1: fragment.header.lv1_id,
+            bx: fragment.header.bx_id,
+            orbit: None,
             fragment_len: fragment.fragment_len(),
-            problem: problem.map(|p| p.shifted(self.stream_offset as usize)),
+            problem,
         };
-        self.start += fragment.wire_len();
-        self.stream_offset += fragment.wire_len() as u64;
-        self.chunks[cur].live += 1;
-        Some(Ok(received))
+        self.take(received)
     }
 
     /// The fragment's bytes, header to trailer, as the data of its FEROL blocks (one piece per
-    /// block): what a BU writes, without a copy.
-    pub fn segments(&self, handle: FragmentHandle) -> impl Iterator<Item = &[u8]> {
+    /// block), or the orbit block as the data of its DTH stream blocks: what a BU writes,
+    /// without a copy.
+    pub fn segments(&self, handle: FragmentHandle) -> Box<dyn Iterator<Item = &[u8]> + '_> {
         let data = self.chunks.get(handle.chunk as usize).map(|c| &c.data[..]).unwrap_or_default();
         // A `wire_len` past the chunk's end means "as long as the fragment is".
         let end = (handle.offset as usize).saturating_add(handle.wire_len as usize).min(data.len());
         let blocks = data.get(handle.offset as usize..end).unwrap_or_default();
-        FerolFragment::parse_framed(blocks).into_iter().flat_map(|(f, _)| f.segments())
+        match self.framing {
+            Framing::Ferol => Box::new(FerolFragment::parse_framed(blocks).into_iter().flat_map(|(f, _)| f.segments())),
+            Framing::Dth { .. } => Box::new(DthOrbit::parse(blocks).into_iter().flat_map(|o| o.segments())),
+        }
     }
 
     /// Sets the F bit ("unexpected FED id", bit 14 of the trailer word) of a received fragment

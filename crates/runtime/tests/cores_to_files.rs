@@ -50,7 +50,9 @@ impl Effects for Disk {
                 self.bus[b].write(file, events, &stores[b]).unwrap();
                 stores[b].written(events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments));
             }
-            None => self.bus[b].write(file, events, &*self.buffers.borrow()).unwrap(),
+            None => {
+                self.bus[b].write(file, events, &*self.buffers.borrow()).unwrap();
+            }
         }
     }
     fn carry(&mut self, _from: Peer, to: Peer, msg: Message) -> Message {
@@ -102,7 +104,7 @@ fn run_2x2(wire: bool) {
     let events = 4 * EVENTS_PER_LS;
     let buffers = Rc::new(RefCell::new(Buffers::default()));
     let bus = (0..topology.n_bu)
-        .map(|b| BuFiles::create(&tmp.path().join(format!("bu{b}")), RUN, &format!("bu-{b}"), true).unwrap())
+        .map(|b| BuFiles::create(&tmp.path().join(format!("bu{b}")), RUN, &format!("bu-{b}"), true, false).unwrap())
         .collect();
     let stores = wire.then(|| (0..topology.n_bu).map(|_| FrameStore::new(64 << 20)).collect());
     let mut system = IdealSystem::new(topology, first_event, Disk { bus, buffers: buffers.clone(), stores });

@@ -94,6 +94,7 @@ pub fn system(dir: &Path, setup: &Setup) -> SystemConfig {
             seconds: None,
             orbits_per_lumi_section: 16,
             output: Some(dir.to_owned()),
+            ..RunSection::default()
         },
         trigger: TriggerSection { rate_hz: None, seed: 5, ..TriggerSection::default() },
         rus,

@@ -311,6 +311,35 @@ impl<'a> DthOrbit<'a> {
         ferol::copy_segments(self.segments(), self.orbit_len, out, "orbit block")
     }
 
+    /// The CRC-32C of the orbit block after its header, computed over the stream blocks' data
+    /// in place.
+    pub fn computed_crc(&self) -> u32 {
+        let mut crc = crate::crc::Crc32c::new();
+        let mut skip = ORBIT_HEADER_BYTES;
+        for segment in self.segments() {
+            let n = skip.min(segment.len());
+            skip -= n;
+            crc.update(&segment[n..]);
+        }
+        crc.finish()
+    }
+
+    /// Checks the orbit header's CRC-32C against the data the stream blocks carry. The error's
+    /// offset is the orbit header's in the stream, 16.
+    pub fn check_crc(&self) -> Result<()> {
+        let computed = self.computed_crc();
+        if computed != self.header.crc32c {
+            return Err(FormatError::Checksum {
+                what: "orbit block",
+                checksum: "CRC-32C",
+                offset: DTH_HEADER_BYTES,
+                stored: self.header.crc32c.into(),
+                computed: computed.into(),
+            });
+        }
+        Ok(())
+    }
+
     /// The orbit block in place, when it fits in one stream block.
     pub fn as_single(&self) -> Option<OrbitBlock<'a>> {
         if self.blocks != 1 {
@@ -411,7 +440,15 @@ mod tests {
             assert_eq!(copy, block);
             assert_eq!(d.as_single().is_some(), d.block_count() == 1);
             assert_eq!(OrbitBlock::parse(&copy).unwrap().validate().unwrap(), 100);
+            // The CRC-32C over the pieces in place is the block's own, wherever they split it.
+            assert_eq!(d.computed_crc(), OrbitBlock::parse(&copy).unwrap().computed_crc());
+            assert_eq!(d.check_crc(), Ok(()));
         }
+        let mut bad = block.clone();
+        bad[5000] ^= 1;
+        let s = dth_stream(&bad, 100);
+        let err = DthOrbit::parse(&s).unwrap().check_crc().unwrap_err();
+        assert!(matches!(err, FormatError::Checksum { checksum: "CRC-32C", offset: 16, .. }), "{err:?}");
     }
 
     #[test]

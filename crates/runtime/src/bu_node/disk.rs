@@ -119,7 +119,9 @@ impl BuLoop {
                     self.backlog.push_front(job);
                 }
                 Ok((job, result, at, space)) => {
-                    result?;
+                    for note in result? {
+                        self.stats.problem(format!("BU {}: {note}", self.cfg.bu.bu));
+                    }
                     let Job { file, events, frames, bytes } = job;
                     drop(frames);
                     self.disk_full_said = false;

@@ -103,6 +103,9 @@ pub struct BuNodeConfig {
     /// Discard mode (see the module docs): build events, write nothing. `directory`, `name`,
     /// `restart`, `generated`, `writer_threads` and the RAM-disk marks are then unused.
     pub discard: bool,
+    /// Orbit mode: each event is an orbit, files are orbit files (docs/formats.md §6) and the
+    /// bookkeeping counts orbits beside events.
+    pub orbits: bool,
     /// Pin the unit's loop thread to this CPU core; a core that cannot be had is reported, and
     /// the unit runs unpinned.
     pub pin_core: Option<usize>,
@@ -116,8 +119,11 @@ pub struct BuNodeConfig {
 pub struct BuReport {
     /// The core's counters.
     pub counters: tessera_evb::bu::BuCounters,
-    /// Events published in files by this incarnation.
+    /// Events published in files by this incarnation (in orbit mode, orbits: the protocol's
+    /// units).
     pub events_published: u64,
+    /// Orbit mode: the events in the orbits it published.
+    pub orbit_events: u64,
     /// Its run directory (empty in discard mode).
     pub run_dir: PathBuf,
     /// Its incarnation.
@@ -142,7 +148,8 @@ struct Job {
 
 /// A job back from a writer: its frames are still held, for a file that found the disk full
 /// is written again; with the writer's look at the disk after it, and when it was taken.
-type Done = (Job, Result<(), BuFilesError>, Instant, Option<Space>);
+/// A written file's result carries what its writer left out of it, to say (orbit mode).
+type Done = (Job, Result<Vec<String>, BuFilesError>, Instant, Option<Space>);
 
 /// A BU node, ready to run.
 pub struct BuNode {
@@ -196,9 +203,9 @@ impl BuNode {
             (None, BuDisk::default(), 1)
         } else {
             let (files, disk) = if cfg.restart {
-                BuFiles::reopen(&cfg.directory, cfg.run, &cfg.name, generated, cfg.bu.bu)?
+                BuFiles::reopen(&cfg.directory, cfg.run, &cfg.name, generated, cfg.orbits, cfg.bu.bu)?
             } else {
-                (BuFiles::create(&cfg.directory, cfg.run, &cfg.name, generated)?, BuDisk::default())
+                (BuFiles::create(&cfg.directory, cfg.run, &cfg.name, generated, cfg.orbits)?, BuDisk::default())
             };
             (Some(files), disk, next_epoch(&cfg.directory, cfg.run, cfg.restart)?)
         };
@@ -284,6 +291,7 @@ impl BuNode {
             writing: 0,
             ended: false,
             published: 0,
+            orbit_events: 0,
             held: Held::default(),
             stats,
             epoch,
@@ -342,6 +350,8 @@ struct BuLoop {
     deferred: Option<BuOutput>,
     ended: bool,
     published: u64,
+    /// Orbit mode: events in the orbits published.
+    orbit_events: u64,
     /// What holds the BU back, and how its run ends.
     held: Held,
     run_dir: PathBuf,

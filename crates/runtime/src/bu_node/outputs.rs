@@ -127,7 +127,13 @@ impl BuLoop {
             Err(e) => return Err(e.into()),
         };
         match (action, published) {
-            (BookAction::Publish(file), Some(p)) => self.published_file(file, u64::from(p.events), p.bytes),
+            (BookAction::Publish(file), Some(p)) => {
+                // Orbit mode: the protocol counts orbits, the report events too.
+                if p.orbits.is_some() {
+                    self.orbit_events += u64::from(p.events);
+                }
+                self.published_file(file, u64::from(p.units()), p.bytes)
+            }
             // The watcher's next look sees the room it freed.
             (BookAction::Discard(_), _) => self.update_room(),
             (BookAction::EndOfLumi { lumi_section, events }, _) => self.lumi_ended(lumi_section, events),
@@ -137,7 +143,8 @@ impl BuLoop {
         self.dispatch()
     }
 
-    /// `file`, of `events` events and `bytes` bytes, is published: counted, and the core told.
+    /// `file`, of `events` events (the protocol's units: orbits in orbit mode) and `bytes`
+    /// bytes, is published: counted, and the core told.
     pub(super) fn published_file(&mut self, file: FileId, events: u64, bytes: u64) {
         self.published += events;
         if let Some(room) = &mut self.room {

@@ -141,6 +141,7 @@ impl Unit for BuLoop {
                 return Ok(Some(BuReport {
                     counters: self.core.counters(),
                     events_published: self.published,
+                    orbit_events: self.orbit_events,
                     run_dir: self.run_dir.clone(),
                     epoch: self.epoch,
                 }));

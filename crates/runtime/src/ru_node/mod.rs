@@ -20,7 +20,7 @@
 
 use crate::conn::{Conn, LinkSide, PieceSource};
 use crate::event_loop::{CONN_TOKENS, EventLoop, Links, MAX_SLEEP, UNIT_TOKENS, Unit, io_err, pin_to, poller};
-use crate::ferol_input::{FragmentHandle, Received, StreamBuffer};
+use crate::ferol_input::{FragmentHandle, Framing, Received, StreamBuffer};
 use crate::link::LinkKey;
 use crate::state::Transition;
 use crate::stats::{BLOCKED_AFTER, FedError, SubState, Throttle, UnitStats};
@@ -42,7 +42,8 @@ use tessera_evb::wire::{encode, encode_data_header_pieces};
 use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::fed::CrcCheck;
 use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
-use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord};
+use tessera_formats::orbit::DthBlockHeader;
+use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord, lumi_section_of_orbit};
 
 mod conns;
 mod pass;
@@ -80,8 +81,11 @@ pub struct RuNodeConfig {
     pub max_wire_bytes: usize,
     /// What a stream that cannot be read on does to the run.
     pub on_corrupt_stream: CorruptStreamPolicy,
-    /// Which fragments' CRC-16 is checked (`ru.fragment_crc_check`).
+    /// Which fragments' CRC is checked (`ru.fragment_crc_check`): a FED fragment's CRC-16, an
+    /// orbit block's CRC-32C.
     pub fragment_crc_check: CrcCheck,
+    /// What the front-end streams carry: FED fragments, or orbit blocks (orbit mode).
+    pub framing: Framing,
     /// The run's event limit (`run.events`): every FED stream, the trigger's too, brings this
     /// many events and closes. A stream that closes there ends cleanly; one that closes before
     /// has disconnected (for the trigger stream, a fault that fails the run). `None`: the run
@@ -413,7 +417,7 @@ impl RuLoop {
             .iter()
             .map(|&fed| {
                 StreamBuffer::new(fed, cfg.chunk_bytes, cfg.chunks_per_fed, cfg.max_wire_bytes)
-                    .map(|b| b.with_crc_check(cfg.fragment_crc_check))
+                    .map(|b| b.with_crc_check(cfg.fragment_crc_check).with_framing(cfg.framing))
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;

@@ -71,9 +71,12 @@ impl RuLoop {
             let (stream, addr, since) = &self.unnamed[i];
             let mut head = [0u8; HEADER_BYTES];
             let fed = match stream.peek(&mut head) {
-                Ok(HEADER_BYTES) => {
-                    Some(FerolBlockHeader::parse(&head, 0).map(|h| h.fed_id).map_err(|e| e.to_string()))
-                }
+                Ok(HEADER_BYTES) => Some(match self.cfg.framing {
+                    Framing::Ferol => FerolBlockHeader::parse(&head, 0).map(|h| h.fed_id).map_err(|e| e.to_string()),
+                    Framing::Dth { .. } => DthBlockHeader::parse(&head, 0).map_err(|e| e.to_string()).and_then(|h| {
+                        u16::try_from(h.source_id).map_err(|_| format!("source id {} is not a FED id", h.source_id))
+                    }),
+                }),
                 Ok(0) => Some(Err("closed before its first block header".into())),
                 Err(e) if e.kind() != io::ErrorKind::WouldBlock => Some(Err(e.to_string())),
                 _ if since.elapsed() > NAME_TIMEOUT => {
@@ -168,7 +171,7 @@ impl RuLoop {
                             s.fragments += 1;
                             s.last_offset = r.stream_offset;
                             s.bytes = r.stream_offset + u64::from(r.handle.wire_len);
-                            s.last_lv1 = Some(r.header.lv1_id);
+                            s.last_lv1 = Some(r.lv1);
                             self.stats.fragment_bytes.add(r.fragment_len as u64);
                             let fragment = to_fragment_ref(i, fed, &r, buffer, &mut self.last_trigger);
                             if fragment.corrupt {
@@ -176,19 +179,21 @@ impl RuLoop {
                             }
                             // A fragment that claims another FED's id is marked as CMS's
                             // receiving board marks it: no reader can take it for that FED's.
-                            let wrong_id = r.header.source_id != fed;
-                            if wrong_id {
+                            // (An orbit block is passed on as it came, flagged in the protocol.)
+                            let wrong_id = r.source_id != u32::from(fed);
+                            if wrong_id && r.orbit.is_none() {
                                 buffer.flag_wrong_fed_id(r.handle);
                             }
                             if let Some(p) = &r.problem {
-                                let flagged = if wrong_id {
+                                let flagged = if wrong_id && r.orbit.is_none() {
                                     "passed on flagged, its trailer's F bit (unexpected FED id) set"
                                 } else {
                                     "passed on flagged"
                                 };
                                 self.stats.problem(format!(
-                                    "RU {ru}: FED {fed} fragment with LV1 {}, stream byte {}: {p}; {flagged}",
-                                    r.header.lv1_id, r.stream_offset
+                                    "RU {ru}: {} stream byte {}: {p}; {flagged}",
+                                    received_name(fed, &r),
+                                    r.stream_offset
                                 ));
                             }
                             let accepted = self.core.offer_fragment(now, i, fragment);
@@ -304,8 +309,17 @@ impl RuLoop {
     }
 }
 
+/// A received fragment in a problem's words: `FED 7 fragment with LV1 12,` or `source 7 orbit 4096`.
+fn received_name(fed: FedId, r: &Received) -> String {
+    match &r.orbit {
+        Some(h) => format!("source {fed} orbit {},", h.orbit),
+        None => format!("FED {fed} fragment with LV1 {},", r.lv1),
+    }
+}
+
 /// The protocol's view of a received fragment: the FED the stream is configured for, its LV1,
-/// where its bytes are, and for the trigger FED the lumi section, orbit and BX.
+/// where its bytes are, and for the trigger FED the lumi section, orbit and BX (in orbit mode
+/// from its orbit header: the lumi section CMSSW's rule gives the orbit, docs/formats.md §3).
 fn to_fragment_ref(
     stream: usize,
     fed: FedId,
@@ -315,6 +329,12 @@ fn to_fragment_ref(
 ) -> FragmentRef {
     let mut corrupt = r.problem.is_some();
     let trigger = (fed == TCDS_FED_ID).then(|| {
+        if let Some(h) = &r.orbit {
+            let orbit = u64::from(h.orbit);
+            let info = TriggerInfo { lumi_section: lumi_section_of_orbit(orbit), orbit, bx: 0 };
+            *last = Some(info);
+            return info;
+        }
         let mut bytes = Vec::with_capacity(r.fragment_len);
         for piece in buffer.segments(r.handle) {
             bytes.extend_from_slice(piece);
@@ -330,13 +350,13 @@ fn to_fragment_ref(
             Err(_) => {
                 corrupt = true;
                 let previous = last.unwrap_or(TriggerInfo { lumi_section: 1, orbit: 0, bx: 0 });
-                TriggerInfo { bx: r.header.bx_id, ..previous }
+                TriggerInfo { bx: r.bx, ..previous }
             }
         }
     });
     FragmentRef {
         fed,
-        lv1: r.header.lv1_id,
+        lv1: r.lv1,
         bytes: r.fragment_len as u32,
         corrupt,
         buffer: buffer_ref(stream, r.handle),

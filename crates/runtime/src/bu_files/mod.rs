@@ -11,11 +11,13 @@ use tessera_evb::BuDisk;
 use tessera_evb::msg::FragmentRef;
 use tessera_evb::types::FileId;
 use tessera_evb::unit::BuiltEvent;
-use tessera_formats::bookkeeping::{EolsDoc, EorDoc};
+use tessera_formats::bookkeeping::{EolsDoc, EorDoc, OrbitCounts as OrbitTally};
 use tessera_formats::frd::flags;
-use tessera_formats::names::{self, BuFileName};
+use tessera_formats::names::BuFileName;
 use tessera_formats::raw::{RAW_V2_HEADER_BYTES, RawFileHeader, data_type};
-use tessera_rundir::{EventPieces, PublishedFile, RunDirError, RunDirectory};
+use tessera_rundir::{EventPieces, FileSummary, PublishedFile, RunDirError, RunDirectory};
+
+mod orbit_file;
 
 /// Where the bytes of a fragment are: the receive buffers a BU's data arrived in.
 pub trait FragmentBytes {
@@ -59,11 +61,33 @@ impl BuFilesError {
     }
 }
 
+/// A lumi section's published files, as its end-of-lumi record counts them.
 #[derive(Debug, Default, Clone, Copy)]
 struct LumiCount {
+    /// Files in the run directory (an orbit file of no orbit is not).
     files: u64,
+    /// The protocol's units: events, or in orbit mode orbits, the empty ones included.
+    units: u64,
+    /// Events.
     events: u64,
     bytes: u64,
+    /// Orbit mode: orbits written (those with events).
+    written_orbits: u64,
+}
+
+impl LumiCount {
+    fn add(&mut self, p: &FileSummary) {
+        self.files += u64::from(p.orbits.is_none_or(|o| o.written > 0));
+        self.units += u64::from(p.units());
+        self.events += u64::from(p.events);
+        self.bytes += p.bytes;
+        self.written_orbits += p.orbits.map_or(0, |o| u64::from(o.written));
+    }
+
+    /// Orbit mode's counts of orbits for the end-of-lumi and end-of-run records.
+    fn orbit_counts(&self) -> OrbitTally {
+        OrbitTally { orbits: self.units, empty_orbits: self.units - self.written_orbits }
+    }
 }
 
 /// The files of one BU in one run.
@@ -81,6 +105,8 @@ pub struct RawWriter {
     dir: Arc<RunDirectory>,
     /// FRD flags added to every event (the "generated" bit for emulated data).
     extra_flags: u16,
+    /// Orbit mode: each "event" is an orbit, written as an orbit file (no header, no FRD).
+    orbits: bool,
 }
 
 impl RawWriter {
@@ -89,8 +115,20 @@ impl RawWriter {
     /// them. A write that fails
     /// leaves nothing behind: what it wrote of the file is removed, so that it can be written
     /// again (after a full disk, [`BuFilesError::is_disk_full`]).
-    pub fn write(&self, file: FileId, events: &[BuiltEvent], bytes: &impl FragmentBytes) -> Result<(), BuFilesError> {
-        let written = self.write_file(file, events, bytes);
+    ///
+    /// In orbit mode each event is an orbit, written as [`orbit_file`] says; what it left out
+    /// of an orbit comes back as sentences to say.
+    pub fn write(
+        &self,
+        file: FileId,
+        events: &[BuiltEvent],
+        bytes: &impl FragmentBytes,
+    ) -> Result<Vec<String>, BuFilesError> {
+        let written = if self.orbits {
+            orbit_file::write(&self.dir, file, events, bytes)
+        } else {
+            self.write_file(file, events, bytes).map(|()| Vec::new())
+        };
         if written.is_err() {
             // The write's own error is the one to report; a file that cannot be removed either
             // is deleted as partial by a restarted BU.
@@ -132,10 +170,17 @@ impl RawWriter {
 impl BuFiles {
     /// Creates the run directory `<bu_dir>/runRRRRRR` for BU `source`. With `generated`, every
     /// event carries FRD flag bit 0 (emulated data).
-    pub fn create(bu_dir: &Path, run: u32, source: &str, generated: bool) -> Result<Self, BuFilesError> {
+    ///
+    /// With `orbits` (orbit mode) the files are orbit files and the bookkeeping counts orbits.
+    pub fn create(bu_dir: &Path, run: u32, source: &str, generated: bool, orbits: bool) -> Result<Self, BuFilesError> {
         let extra_flags = if generated { flags::GENERATED } else { 0 };
-        let dir = Arc::new(RunDirectory::create(bu_dir, run, source)?);
-        Ok(BuFiles { writer: RawWriter { dir, extra_flags }, lumis: BTreeMap::new(), renamed: BTreeMap::new() })
+        let dir = if orbits {
+            RunDirectory::create_for_orbits(bu_dir, run, source)?
+        } else {
+            RunDirectory::create(bu_dir, run, source)?
+        };
+        let dir = Arc::new(dir);
+        Ok(BuFiles { writer: RawWriter { dir, extra_flags, orbits }, lumis: BTreeMap::new(), renamed: BTreeMap::new() })
     }
 
     /// Reopens the run directory of a BU that restarted (see `RunDirectory::reopen`): partial
@@ -148,6 +193,7 @@ impl BuFiles {
         run: u32,
         source: &str,
         generated: bool,
+        orbits: bool,
         bu: u16,
     ) -> Result<(Self, BuDisk), BuFilesError> {
         let extra_flags = if generated { flags::GENERATED } else { 0 };
@@ -160,10 +206,8 @@ impl BuFiles {
             std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).map_err(io)?;
             RawFileHeader::parse(&head).map_err(|e| BuFilesError::Recovery(format!("{}: {e}", path.display())))
         };
-        for &(ls, index) in &recovery.unpublished {
-            let name = BuFileName::Raw { run, ls, index }.to_string();
-            let header = read_header(&dir.path().join(names::OPEN_DIR).join(name))?;
-            disk.unpublished.push((FileId { bu, lumi_section: ls, index }, header.event_count));
+        for &(ls, index, units) in &recovery.unpublished {
+            disk.unpublished.push((FileId { bu, lumi_section: ls, index }, units));
         }
         let listing = std::fs::read_dir(dir.path()).map_err(|source| RunDirError::Io {
             action: "listing",
@@ -172,30 +216,27 @@ impl BuFiles {
         })?;
         // Published files are counted from the ledger, since readers delete them; one in the
         // run directory that the ledger lacks is counted from its header.
-        for (&(ls, _), &(events, bytes)) in &recovery.published {
-            let c = lumis.entry(ls).or_default();
-            c.files += 1;
-            c.events += u64::from(events);
-            c.bytes += bytes;
+        for (&(ls, _), summary) in &recovery.published {
+            lumis.entry(ls).or_default().add(summary);
         }
         for entry in listing.flatten() {
             match BuFileName::parse(&entry.file_name().to_string_lossy()) {
                 Ok(BuFileName::Raw { run: r, ls, index })
                     if r == run && !recovery.published.contains_key(&(ls, index)) =>
                 {
+                    // Orbit files are all in the ledger: a published file without a line there
+                    // is an event file, counted from its header.
                     let header = read_header(&entry.path())?;
-                    let c = lumis.entry(ls).or_default();
-                    c.files += 1;
-                    c.events += u64::from(header.event_count);
-                    c.bytes += header.file_bytes;
+                    let summary = FileSummary { events: header.event_count, bytes: header.file_bytes, orbits: None };
+                    lumis.entry(ls).or_default().add(&summary);
                 }
                 Ok(BuFileName::EndOfLumi { run: r, ls }) if r == run => disk.lumis_done.push(ls),
                 _ => {}
             }
         }
         disk.lumis_done.sort_unstable();
-        disk.published_events = lumis.iter().map(|(&ls, c)| (ls, c.events)).collect();
-        let writer = RawWriter { dir: Arc::new(dir), extra_flags };
+        disk.published_events = lumis.iter().map(|(&ls, c)| (ls, c.units)).collect();
+        let writer = RawWriter { dir: Arc::new(dir), extra_flags, orbits };
         Ok((BuFiles { writer, lumis, renamed: BTreeMap::new() }, disk))
     }
 
@@ -210,7 +251,12 @@ impl BuFiles {
     }
 
     /// Writes `events` as `file` under `open/` and closes it (see [`RawWriter::write`]).
-    pub fn write(&self, file: FileId, events: &[BuiltEvent], bytes: &impl FragmentBytes) -> Result<(), BuFilesError> {
+    pub fn write(
+        &self,
+        file: FileId,
+        events: &[BuiltEvent],
+        bytes: &impl FragmentBytes,
+    ) -> Result<Vec<String>, BuFilesError> {
         self.writer.write(file, events, bytes)
     }
 
@@ -225,10 +271,8 @@ impl BuFiles {
             self.renamed.insert(file, p);
             return Err(e.into());
         }
-        let c = self.lumis.entry(file.lumi_section).or_default();
-        c.files += 1;
-        c.events += u64::from(p.events);
-        c.bytes += p.bytes;
+        let summary = FileSummary { events: p.events, bytes: p.bytes, orbits: p.orbits };
+        self.lumis.entry(file.lumi_section).or_default().add(&summary);
         Ok(p)
     }
 
@@ -238,15 +282,23 @@ impl BuFiles {
     }
 
     /// Writes the end-of-lumi record of `lumi_section` (the BU core's `EndOfLumi` output): its
-    /// counts are this BU's published files of that section, which must hold `events` events. A
-    /// BU of the pull protocol loses no event it was given, so its lost count is zero.
-    pub fn end_lumi(&mut self, lumi_section: u32, events: u64) -> Result<(), BuFilesError> {
+    /// counts are this BU's published files of that section, which must hold `units` of the
+    /// protocol's units (events, or in orbit mode orbits). A BU of the pull protocol loses no
+    /// event it was given, so its lost count is zero.
+    pub fn end_lumi(&mut self, lumi_section: u32, units: u64) -> Result<(), BuFilesError> {
         let c = self.lumis.get(&lumi_section).copied().unwrap_or_default();
-        if c.events != events {
-            return Err(BuFilesError::LumiCount { lumi_section, published: c.events, expected: events });
+        if c.units != units {
+            return Err(BuFilesError::LumiCount { lumi_section, published: c.units, expected: units });
         }
-        let eols =
-            EolsDoc { events, files: c.files, total_events: events, lost_events: 0, bytes: c.bytes, orbits: None };
+        let orbits = self.writer.orbits.then(|| c.orbit_counts());
+        let eols = EolsDoc {
+            events: c.events,
+            files: c.files,
+            total_events: c.events,
+            lost_events: 0,
+            bytes: c.bytes,
+            orbits,
+        };
         self.writer.dir.end_lumi_section(lumi_section, &eols)?;
         Ok(())
     }
@@ -255,8 +307,14 @@ impl BuFiles {
     pub fn end_run(&mut self, last_lumi_section: u32, lumi_sections: u32) -> Result<(), BuFilesError> {
         let events = self.lumis.values().map(|c| c.events).sum();
         let files = self.lumis.values().map(|c| c.files).sum();
-        let eor =
-            EorDoc { events, files, lumis: lumi_sections.into(), last_lumi: last_lumi_section.into(), orbits: None };
+        let orbits = self.writer.orbits.then(|| {
+            let tallies = self.lumis.values().map(LumiCount::orbit_counts);
+            tallies.fold(OrbitTally::default(), |a, t| OrbitTally {
+                orbits: a.orbits + t.orbits,
+                empty_orbits: a.empty_orbits + t.empty_orbits,
+            })
+        });
+        let eor = EorDoc { events, files, lumis: lumi_sections.into(), last_lumi: last_lumi_section.into(), orbits };
         self.writer.dir.end_run(&eor)?;
         Ok(())
     }
@@ -371,7 +429,7 @@ mod tests {
     #[test]
     fn the_bookkeeper_carries_out_each_action_off_the_loop_and_hands_back_its_result() {
         let tmp = tempfile::tempdir().unwrap();
-        let files = BuFiles::create(tmp.path(), 7, "bu-0", false).unwrap();
+        let files = BuFiles::create(tmp.path(), 7, "bu-0", false, false).unwrap();
         let run_dir = files.path().to_owned();
         let (wake, woke) = std::sync::mpsc::channel();
         let books = Bookkeeper::start(files, "books-test".into(), move || {
@@ -389,6 +447,6 @@ mod tests {
         let end = BookAction::EndOfRun { last_lumi_section: 1, lumi_sections: 1 };
         assert!(carry_out(&books, &woke, end).unwrap().is_none());
         assert!(run_dir.join(BuFileName::EndOfRun { run: 7 }.to_string()).exists());
-        assert!(!run_dir.join(names::OPEN_DIR).exists(), "the end of run removes open/");
+        assert!(!run_dir.join(tessera_formats::names::OPEN_DIR).exists(), "the end of run removes open/");
     }
 }

@@ -1,0 +1,168 @@
+//! Orbit files (docs/formats.md §6 and §7): a BU in orbit mode writes each raw file as the orbit
+//! blocks of its orbits, one after another, with no file header, as CMSSW's DTH reader wants
+//! them. What a header would say (its orbits, events and size) is kept beside the file in
+//! `open/` while it is unpublished, in a one-line summary written once the file is complete
+//! ([`OrbitCounts`]); the ledger keeps it once the file is published. An orbit file that holds
+//! no orbit (all of its orbits were empty) is counted, never published: the filter farm never
+//! sees an empty file.
+
+use crate::writer::{ClosedFile, Result, RunDirError, RunDirectory, io_err, write_atomically, write_slices};
+use std::fs::File;
+use std::io::IoSlice;
+use std::path::{Path, PathBuf};
+use tessera_formats::names::{self, BuFileName};
+
+/// The orbits and events of an orbit file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OrbitCounts {
+    /// Orbits the file stands for: those given to the BU for it, the empty ones included.
+    pub orbits: u32,
+    /// Orbits written in it (those with events).
+    pub written: u32,
+}
+
+/// What a complete raw file in `open/` holds, whether its header or its orbit summary says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileSummary {
+    /// Events (of an event file, its records).
+    pub events: u32,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// An orbit file's orbits.
+    pub orbits: Option<OrbitCounts>,
+}
+
+impl FileSummary {
+    /// The file's units in the protocol: its orbits in orbit mode, else its events.
+    pub fn units(&self) -> u32 {
+        self.orbits.map_or(self.events, |o| o.orbits)
+    }
+
+    /// The ledger's fields after lumi section and index: `EVENTS BYTES`, and for an orbit file
+    /// `ORBITS WRITTEN` after them.
+    pub(crate) fn ledger_fields(&self) -> String {
+        match self.orbits {
+            None => format!("{} {}", self.events, self.bytes),
+            Some(o) => format!("{} {} {} {}", self.events, self.bytes, o.orbits, o.written),
+        }
+    }
+
+    /// Reads the fields [`FileSummary::ledger_fields`] wrote.
+    pub(crate) fn from_fields(fields: &[u64]) -> Option<Self> {
+        let events = u32::try_from(*fields.first()?).ok()?;
+        let bytes = *fields.get(1)?;
+        let orbits = match fields.get(2..)? {
+            [] => None,
+            [orbits, written] => {
+                Some(OrbitCounts { orbits: u32::try_from(*orbits).ok()?, written: u32::try_from(*written).ok()? })
+            }
+            _ => return None,
+        };
+        Some(FileSummary { events, bytes, orbits })
+    }
+}
+
+/// The summary beside raw file `raw` in `open/`: `<raw>.orbits`.
+pub(crate) fn summary_path(raw: &Path) -> PathBuf {
+    let mut name = raw.as_os_str().to_owned();
+    name.push(".orbits");
+    PathBuf::from(name)
+}
+
+/// The orbit summary of `raw` if it has one that agrees with the file's size: a file still
+/// being written has none yet.
+pub(crate) fn read_orbit_summary(raw: &Path) -> Result<Option<FileSummary>> {
+    let path = summary_path(raw);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err("reading", &path)(e)),
+    };
+    let fields: Vec<u64> = text.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+    let size = std::fs::metadata(raw).map_err(io_err("reading the size of", raw))?.len();
+    Ok(FileSummary::from_fields(&fields).filter(|s| s.orbits.is_some() && s.bytes == size))
+}
+
+impl RunDirectory {
+    /// Writes raw file `index` of lumi section `ls` under `open/` as an orbit file: `blocks`,
+    /// the orbit blocks of its orbits in order (each orbit's blocks of every source one after
+    /// another), written straight from where they are, then its summary, which makes it
+    /// complete. It holds `events` events in `counts.written` orbits of the `counts.orbits`
+    /// given.
+    pub fn write_orbit_file(
+        &self,
+        ls: u32,
+        index: u32,
+        blocks: &[&[u8]],
+        events: u32,
+        counts: OrbitCounts,
+    ) -> Result<ClosedFile> {
+        let path = self.path().join(names::OPEN_DIR).join(BuFileName::Raw { run: self.run(), ls, index }.to_string());
+        let mut out = File::create(&path).map_err(io_err("creating", &path))?;
+        let mut slices: Vec<IoSlice<'_>> = blocks.iter().map(|b| IoSlice::new(b)).collect();
+        let bytes = write_slices(&mut out, &path, &mut slices)?;
+        let summary = FileSummary { events, bytes, orbits: Some(counts) };
+        write_atomically(&summary_path(&path), summary.ledger_fields().as_bytes())?;
+        Ok(ClosedFile { ls, index, events, bytes })
+    }
+}
+
+/// Removes the summary beside `raw`, once the ledger holds it; a summary already gone is fine.
+pub(crate) fn remove_summary(raw: &Path) -> Result<()> {
+    let path = summary_path(raw);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err("removing", &path)(e)),
+        _ => Ok(()),
+    }
+}
+
+/// An orbit file of no orbit is never published: said as this error's absence, its removal.
+pub(crate) fn remove_empty(raw: &Path) -> Result<()> {
+    std::fs::remove_file(raw).map_err(|e| RunDirError::Io {
+        action: "removing empty orbit file",
+        path: raw.to_owned(),
+        source: e,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_formats::bookkeeping::IndexDoc;
+
+    #[test]
+    fn an_orbit_file_is_complete_with_its_summary_published_with_its_counts_and_recovered_from_the_ledger() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDirectory::create_for_orbits(tmp.path(), 7, "bu").unwrap();
+        let (a, b) = (vec![0x48u8; 64], vec![0x4Fu8; 32]);
+        let counts = OrbitCounts { orbits: 5, written: 2 };
+        let closed = dir.write_orbit_file(1, 0, &[&a, &b], 9, counts).unwrap();
+        assert_eq!((closed.events, closed.bytes), (9, 96));
+        // No summary, no complete file: one written without it is partial.
+        dir.write_orbit_file(1, 1, &[], 0, OrbitCounts { orbits: 3, written: 0 }).unwrap();
+        let cut = dir.path().join("open").join(BuFileName::Raw { run: 7, ls: 1, index: 2 }.to_string());
+        std::fs::write(&cut, [0x48, 0x4F]).unwrap();
+        let (dir, recovery) = RunDirectory::reopen(tmp.path(), 7, "bu").unwrap();
+        assert_eq!(recovery.unpublished, vec![(1, 0, 5), (1, 1, 3)]);
+        assert_eq!(recovery.removed_partial, vec![cut]);
+
+        let p = dir.publish(1, 0).unwrap();
+        assert_eq!((p.events, p.bytes, p.orbits, p.units(), p.is_in_place()), (9, 96, Some(counts), 5, true));
+        assert_eq!(std::fs::read(&p.path).unwrap(), [a, b].concat(), "no header: the blocks as given");
+        let jsn = p.path.with_extension("jsn");
+        let doc = IndexDoc::parse(&std::fs::read_to_string(jsn).unwrap()).unwrap();
+        assert_eq!(doc, IndexDoc { events: 9, bytes: 96, orbits: Some(2) });
+        // A file of empty orbits only is counted, never put where the farm looks.
+        let empty = dir.publish(1, 1).unwrap();
+        assert_eq!((empty.units(), empty.is_in_place(), empty.path.exists()), (3, false, false));
+        assert!(!empty.path.with_extension("jsn").exists());
+
+        let (dir, recovery) = RunDirectory::reopen(tmp.path(), 7, "bu").unwrap();
+        assert!(recovery.unpublished.is_empty());
+        let units: Vec<u32> = recovery.published.values().map(FileSummary::units).collect();
+        assert_eq!(units, vec![5, 3]);
+        assert_eq!(recovery.published[&(1, 0)].orbits, Some(counts));
+        // Nothing is left in open/ but the ledger: the run's end removes it.
+        dir.end_run(&Default::default()).unwrap();
+    }
+}
