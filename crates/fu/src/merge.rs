@@ -581,8 +581,13 @@ impl MacroMerger {
                 files += u64::from(!doc.file_list.is_empty());
             }
         }
-        let eor =
-            EorDoc { events, files, lumis: lumis.len() as u64, last_lumi: lumis.last().copied().map_or(0, u64::from) };
+        let eor = EorDoc {
+            events,
+            files,
+            lumis: lumis.len() as u64,
+            last_lumi: lumis.last().copied().map_or(0, u64::from),
+            orbits: None,
+        };
         let definition = storage.path().join(names::EOR_JSD).display().to_string();
         write_atomically(&eor_path, eor.to_doc(&definition, STORAGE_PRODUCER).to_json().as_bytes())?;
         for bu in &self.bus {

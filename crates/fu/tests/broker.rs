@@ -205,7 +205,8 @@ fn open_lumi_sections_answer_eols_and_stopls_holds_later_files_back() {
     publish_one(1);
     publish_one(2);
     // The BU checks an LS's files before they are claimed.
-    dir.end_lumi_section(1, &EolsDoc { events: 1, files: 1, total_events: 1, lost_events: 0, bytes: 0 }).unwrap();
+    dir.end_lumi_section(1, &EolsDoc { events: 1, files: 1, total_events: 1, lost_events: 0, bytes: 0, orbits: None })
+        .unwrap();
     let limited = BrokerClient::new(addr, run, 43).with_stop_ls(Some(1));
     // The broker decides on a listing of the run directory at most a few milliseconds old.
     thread::sleep(Duration::from_millis(20));
@@ -224,7 +225,7 @@ fn open_lumi_sections_answer_eols_and_stopls_holds_later_files_back() {
 
     // A third file in LS 3 is held back from a client that stops at LS 2, even after EoR.
     publish_one(3);
-    dir.end_run(&EorDoc { events: 3, files: 3, lumis: 3, last_lumi: 3 }).unwrap();
+    dir.end_run(&EorDoc { events: 3, files: 3, lumis: 3, last_lumi: 3, orbits: None }).unwrap();
     thread::sleep(Duration::from_millis(20));
     let stop2 = BrokerClient::new(addr, run, 44).with_stop_ls(Some(2));
     assert_eq!(stop2.popfile().unwrap(), PopAnswer::EndOfRun { ls: 1 });

@@ -101,7 +101,7 @@ pub fn write_sample_run(bu_dir: &Path, spec: &SampleSpec) -> Result<SampleSummar
         let events = u64::from(spec.events_per_lumi_section);
         dir.end_lumi_section(
             ls,
-            &EolsDoc { events, files: ls_files, total_events: events, lost_events: 0, bytes: ls_bytes },
+            &EolsDoc { events, files: ls_files, total_events: events, lost_events: 0, bytes: ls_bytes, orbits: None },
         )?;
     }
     let events = event - spec.first_event;
@@ -110,6 +110,7 @@ pub fn write_sample_run(bu_dir: &Path, spec: &SampleSpec) -> Result<SampleSummar
         files: files.len() as u64,
         lumis: spec.lumi_sections.into(),
         last_lumi: spec.lumi_sections.into(),
+        orbits: None,
     })?;
     let bytes = files.iter().map(|f| f.bytes).sum();
     Ok(SampleSummary { run_dir: dir.path().to_owned(), files, events, bytes })
@@ -255,7 +256,7 @@ mod tests {
         assert_eq!(recovery.next_index, [(1, 3)].into_iter().collect());
         // The end of the run takes the ledger with `open/`.
         dir.publish(1, 2).unwrap();
-        dir.end_run(&EorDoc { events: 6, files: 3, lumis: 1, last_lumi: 1 }).unwrap();
+        dir.end_run(&EorDoc { events: 6, files: 3, lumis: 1, last_lumi: 1, orbits: None }).unwrap();
         assert!(!dir.path().join(tessera_formats::names::OPEN_DIR).exists());
     }
 
@@ -264,7 +265,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = RunDirectory::create(tmp.path(), 5, "bu").unwrap();
         let err = dir
-            .end_lumi_section(1, &EolsDoc { events: 3, files: 0, total_events: 4, lost_events: 0, bytes: 0 })
+            .end_lumi_section(
+                1,
+                &EolsDoc { events: 3, files: 0, total_events: 4, lost_events: 0, bytes: 0, orbits: None },
+            )
             .unwrap_err();
         assert_eq!(err.to_string(), "lumi section 1: 3 built + 0 lost != 4 triggered; EoLS not written");
     }

@@ -214,7 +214,7 @@ impl RunDirectory {
 
     /// Writes the `.jsn` of a file renamed into place by [`RunDirectory::publish_raw`].
     pub fn write_index(&self, file: &PublishedFile) -> Result<()> {
-        let doc = IndexDoc { events: file.events.into(), bytes: file.bytes }
+        let doc = IndexDoc { events: file.events.into(), bytes: file.bytes, orbits: None }
             .to_doc(&self.definition(names::RAW_DATA_JSD), &self.source);
         let jsn = self.path.join(BuFileName::IndexJson { run: self.run, ls: file.ls, index: file.index }.to_string());
         write_atomically(&jsn, doc.to_json().as_bytes())
@@ -317,7 +317,7 @@ impl RunDirectory {
                 continue;
             }
             let header = read_complete_header(&path)?.ok_or_else(|| RunDirError::Incomplete { path: path.clone() })?;
-            let doc = IndexDoc { events: header.event_count.into(), bytes: header.file_bytes }
+            let doc = IndexDoc { events: header.event_count.into(), bytes: header.file_bytes, orbits: None }
                 .to_doc(&self.definition(names::RAW_DATA_JSD), &self.source);
             write_atomically(&jsn, doc.to_json().as_bytes())?;
             recovery.completed_publications.push(path);

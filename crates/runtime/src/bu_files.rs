@@ -245,7 +245,8 @@ impl BuFiles {
         if c.events != events {
             return Err(BuFilesError::LumiCount { lumi_section, published: c.events, expected: events });
         }
-        let eols = EolsDoc { events, files: c.files, total_events: events, lost_events: 0, bytes: c.bytes };
+        let eols =
+            EolsDoc { events, files: c.files, total_events: events, lost_events: 0, bytes: c.bytes, orbits: None };
         self.writer.dir.end_lumi_section(lumi_section, &eols)?;
         Ok(())
     }
@@ -254,7 +255,8 @@ impl BuFiles {
     pub fn end_run(&mut self, last_lumi_section: u32, lumi_sections: u32) -> Result<(), BuFilesError> {
         let events = self.lumis.values().map(|c| c.events).sum();
         let files = self.lumis.values().map(|c| c.files).sum();
-        let eor = EorDoc { events, files, lumis: lumi_sections.into(), last_lumi: last_lumi_section.into() };
+        let eor =
+            EorDoc { events, files, lumis: lumi_sections.into(), last_lumi: last_lumi_section.into(), orbits: None };
         self.writer.dir.end_run(&eor)?;
         Ok(())
     }

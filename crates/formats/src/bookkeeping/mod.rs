@@ -116,12 +116,27 @@ const fn text(name: &'static str, op: MergeOp) -> Spec {
 
 const RAW_DATA: &[Spec] = &[int("NEvents", MergeOp::Sum), int("NBytes", MergeOp::Sum)];
 
+/// An orbit file's: the orbits written in it follow (docs/formats.md §7).
+const RAW_DATA_ORBITS: &[Spec] =
+    &[int("NEvents", MergeOp::Sum), int("NBytes", MergeOp::Sum), int("NOrbits", MergeOp::Sum)];
+
 const EOLS: &[Spec] = &[
     int("NEvents", MergeOp::Sum),
     int("NFiles", MergeOp::Sum),
     int("TotalEvents", MergeOp::Sum),
     int("NLostEvents", MergeOp::Sum),
     int("NBytes", MergeOp::Sum),
+];
+
+/// Orbit mode: the orbits of the lumi section given to the BU, and those of them with no event.
+const EOLS_ORBITS: &[Spec] = &[
+    int("NEvents", MergeOp::Sum),
+    int("NFiles", MergeOp::Sum),
+    int("TotalEvents", MergeOp::Sum),
+    int("NLostEvents", MergeOp::Sum),
+    int("NBytes", MergeOp::Sum),
+    int("NOrbits", MergeOp::Sum),
+    int("NEmptyOrbits", MergeOp::Sum),
 ];
 
 /// NLumis and LastLumi describe the run, which every BU sees whole: merging the BUs' EoR
@@ -132,6 +147,15 @@ const EOR: &[Spec] = &[
     int("NFiles", MergeOp::Sum),
     int("NLumis", MergeOp::Same),
     int("LastLumi", MergeOp::Same),
+];
+
+const EOR_ORBITS: &[Spec] = &[
+    int("NEvents", MergeOp::Sum),
+    int("NFiles", MergeOp::Sum),
+    int("NLumis", MergeOp::Same),
+    int("LastLumi", MergeOp::Same),
+    int("NOrbits", MergeOp::Sum),
+    int("NEmptyOrbits", MergeOp::Sum),
 ];
 
 const FU_OUTPUT: &[Spec] = &[
@@ -169,6 +193,14 @@ impl Legend {
     /// are `same` because every BU of a run sees the same lumi sections.
     pub fn eor() -> Legend {
         Legend::from_specs(EOR)
+    }
+
+    /// The three legends of a run directory, `rawData.jsd`, `EoLS.jsd` and `EoR.jsd`: in orbit
+    /// mode each with its orbit counts after the event mode's fields (NOrbits; NEmptyOrbits in
+    /// EoLS and EoR), all summed.
+    pub fn run_directory(orbits: bool) -> [Legend; 3] {
+        let [raw, eols, eor] = if orbits { [RAW_DATA_ORBITS, EOLS_ORBITS, EOR_ORBITS] } else { [RAW_DATA, EOLS, EOR] };
+        [Legend::from_specs(raw), Legend::from_specs(eols), Legend::from_specs(eor)]
     }
 
     /// The legend of a filter-farm output's `.jsn`, the 11 fields of docs/formats.md §8 in order.
@@ -345,6 +377,23 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    /// The values of `doc` read with `specs`, or with `orbit_specs` (the orbit mode's legend, its
+    /// fields after those of `specs`) when it has as many values as that.
+    fn of_either(
+        what: &'static str,
+        specs: &'static [Spec],
+        orbit_specs: &'static [Spec],
+        doc: &'a JsonDoc,
+    ) -> Result<Self> {
+        let specs = if doc.data.len() == orbit_specs.len() { orbit_specs } else { specs };
+        Self::of(what, specs, doc)
+    }
+
+    /// Whether the values read are the orbit mode's (those of the longer legend).
+    fn has(&self, name: &str) -> bool {
+        self.specs.iter().any(|s| s.0 == name)
+    }
+
     fn of(what: &'static str, specs: &'static [Spec], doc: &'a JsonDoc) -> Result<Self> {
         if doc.data.len() != specs.len() {
             let names: Vec<&str> = specs.iter().map(|s| s.0).collect();
@@ -372,6 +421,8 @@ pub struct IndexDoc {
     pub events: u64,
     /// Size of the file in bytes.
     pub bytes: u64,
+    /// Orbit files only: orbits written in the file (NOrbits).
+    pub orbits: Option<u64>,
 }
 
 impl IndexDoc {
@@ -380,13 +431,15 @@ impl IndexDoc {
 
     /// The document, with `definition` (path of the `.jsd`) and `source` (the writer).
     pub fn to_doc(&self, definition: &str, source: &str) -> JsonDoc {
-        doc(definition, source, vec![self.events.to_string(), self.bytes.to_string()])
+        let values = [Some(self.events), Some(self.bytes), self.orbits];
+        doc(definition, source, values.iter().flatten().map(u64::to_string).collect())
     }
 
     /// Reads the values of a parsed document.
     pub fn from_doc(doc: &JsonDoc) -> Result<Self> {
-        let f = Fields::of(Self::WHAT, RAW_DATA, doc)?;
-        Ok(IndexDoc { events: f.get("NEvents")?, bytes: f.get("NBytes")? })
+        let f = Fields::of_either(Self::WHAT, RAW_DATA, RAW_DATA_ORBITS, doc)?;
+        let orbits = if f.has("NOrbits") { Some(f.get("NOrbits")?) } else { None };
+        Ok(IndexDoc { events: f.get("NEvents")?, bytes: f.get("NBytes")?, orbits })
     }
 
     /// Parses the text of a document.
@@ -408,6 +461,30 @@ pub struct EolsDoc {
     pub lost_events: u64,
     /// Bytes written into files of this lumi section.
     pub bytes: u64,
+    /// Orbit mode only: the orbits of this lumi section given to the BU.
+    pub orbits: Option<OrbitCounts>,
+}
+
+/// Orbit mode's counts of orbits, in the end-of-lumi and end-of-run documents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OrbitCounts {
+    /// Orbits given to the BU, those with no event included (NOrbits).
+    pub orbits: u64,
+    /// Of them, the orbits with no event: counted, never written (NEmptyOrbits).
+    pub empty_orbits: u64,
+}
+
+impl OrbitCounts {
+    fn values(this: Option<Self>) -> impl Iterator<Item = u64> {
+        this.into_iter().flat_map(|c| [c.orbits, c.empty_orbits])
+    }
+
+    fn read(f: &Fields<'_>) -> Result<Option<Self>> {
+        if !f.has("NOrbits") {
+            return Ok(None);
+        }
+        Ok(Some(OrbitCounts { orbits: f.get("NOrbits")?, empty_orbits: f.get("NEmptyOrbits")? }))
+    }
 }
 
 impl EolsDoc {
@@ -423,18 +500,20 @@ impl EolsDoc {
     /// The document, with `definition` (path of the `.jsd`) and `source` (the writer).
     pub fn to_doc(&self, definition: &str, source: &str) -> JsonDoc {
         let v = [self.events, self.files, self.total_events, self.lost_events, self.bytes];
-        doc(definition, source, v.iter().map(u64::to_string).collect())
+        let v = v.into_iter().chain(OrbitCounts::values(self.orbits));
+        doc(definition, source, v.map(|n| n.to_string()).collect())
     }
 
     /// Reads the values of a parsed document.
     pub fn from_doc(doc: &JsonDoc) -> Result<Self> {
-        let f = Fields::of(Self::WHAT, EOLS, doc)?;
+        let f = Fields::of_either(Self::WHAT, EOLS, EOLS_ORBITS, doc)?;
         Ok(EolsDoc {
             events: f.get("NEvents")?,
             files: f.get("NFiles")?,
             total_events: f.get("TotalEvents")?,
             lost_events: f.get("NLostEvents")?,
             bytes: f.get("NBytes")?,
+            orbits: OrbitCounts::read(&f)?,
         })
     }
 
@@ -455,6 +534,8 @@ pub struct EorDoc {
     pub lumis: u64,
     /// The last lumi section.
     pub last_lumi: u64,
+    /// Orbit mode only: the orbits given to the BU in the run.
+    pub orbits: Option<OrbitCounts>,
 }
 
 impl EorDoc {
@@ -464,17 +545,19 @@ impl EorDoc {
     /// The document, with `definition` (path of the `.jsd`) and `source` (the writer).
     pub fn to_doc(&self, definition: &str, source: &str) -> JsonDoc {
         let v = [self.events, self.files, self.lumis, self.last_lumi];
-        doc(definition, source, v.iter().map(u64::to_string).collect())
+        let v = v.into_iter().chain(OrbitCounts::values(self.orbits));
+        doc(definition, source, v.map(|n| n.to_string()).collect())
     }
 
     /// Reads the values of a parsed document.
     pub fn from_doc(doc: &JsonDoc) -> Result<Self> {
-        let f = Fields::of(Self::WHAT, EOR, doc)?;
+        let f = Fields::of_either(Self::WHAT, EOR, EOR_ORBITS, doc)?;
         Ok(EorDoc {
             events: f.get("NEvents")?,
             files: f.get("NFiles")?,
             lumis: f.get("NLumis")?,
             last_lumi: f.get("LastLumi")?,
+            orbits: OrbitCounts::read(&f)?,
         })
     }
 

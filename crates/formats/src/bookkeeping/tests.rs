@@ -92,19 +92,20 @@ fn legend_errors_name_the_entry() {
 
 #[test]
 fn index_doc_is_written_exactly() {
-    let doc = IndexDoc { events: 12, bytes: 4096 }.to_doc("/fff/ramdisk/run000001/jsd/rawData.jsd", "bu-c2e18-01");
+    let doc = IndexDoc { events: 12, bytes: 4096, orbits: None }
+        .to_doc("/fff/ramdisk/run000001/jsd/rawData.jsd", "bu-c2e18-01");
     let text = doc.to_json();
     assert_eq!(
         text,
         r#"{"data":["12","4096"],"definition":"/fff/ramdisk/run000001/jsd/rawData.jsd","source":"bu-c2e18-01"}"#
     );
     assert_eq!(JsonDoc::parse(IndexDoc::WHAT, &text).unwrap(), doc);
-    assert_eq!(IndexDoc::parse(&text).unwrap(), IndexDoc { events: 12, bytes: 4096 });
+    assert_eq!(IndexDoc::parse(&text).unwrap(), IndexDoc { events: 12, bytes: 4096, orbits: None });
 }
 
 #[test]
 fn bu_docs_are_written_exactly() {
-    let eols = EolsDoc { events: 90, files: 3, total_events: 100, lost_events: 10, bytes: 123456 };
+    let eols = EolsDoc { events: 90, files: 3, total_events: 100, lost_events: 10, bytes: 123456, orbits: None };
     assert!(eols.is_complete());
     assert!(!EolsDoc { lost_events: 9, ..eols }.is_complete());
     assert!(!EolsDoc { events: u64::MAX, ..eols }.is_complete());
@@ -112,10 +113,39 @@ fn bu_docs_are_written_exactly() {
     assert_eq!(text, r#"{"data":["90","3","100","10","123456"],"definition":"jsd/EoLS.jsd","source":"bu"}"#);
     assert_eq!(EolsDoc::parse(&text).unwrap(), eols);
 
-    let eor = EorDoc { events: 1000, files: 30, lumis: 7, last_lumi: 7 };
+    let eor = EorDoc { events: 1000, files: 30, lumis: 7, last_lumi: 7, orbits: None };
     let text = eor.to_doc("jsd/EoR.jsd", "bu").to_json();
     assert_eq!(text, r#"{"data":["1000","30","7","7"],"definition":"jsd/EoR.jsd","source":"bu"}"#);
     assert_eq!(EorDoc::parse(&text).unwrap(), eor);
+}
+
+#[test]
+fn orbit_mode_docs_carry_their_orbit_counts_after_the_event_fields_and_match_their_legends() {
+    let [raw, eols_legend, eor_legend] = Legend::run_directory(true);
+    let index = IndexDoc { events: 130, bytes: 250_000, orbits: Some(2) };
+    let text = index.to_doc("jsd/rawData.jsd", "bu").to_json();
+    assert_eq!(text, r#"{"data":["130","250000","2"],"definition":"jsd/rawData.jsd","source":"bu"}"#);
+    assert_eq!(IndexDoc::parse(&text).unwrap(), index);
+    assert_eq!(raw.position("NOrbits"), Some(2));
+
+    let orbits = Some(OrbitCounts { orbits: 16384, empty_orbits: 2600 });
+    let eols = EolsDoc { events: 29000, files: 17, total_events: 29000, lost_events: 0, bytes: 9, orbits };
+    let text = eols.to_doc("jsd/EoLS.jsd", "bu").to_json();
+    assert_eq!(
+        text,
+        r#"{"data":["29000","17","29000","0","9","16384","2600"],"definition":"jsd/EoLS.jsd","source":"bu"}"#
+    );
+    assert_eq!(EolsDoc::parse(&text).unwrap(), eols);
+    assert_eq!((eols_legend.position("NOrbits"), eols_legend.position("NEmptyOrbits")), (Some(5), Some(6)));
+
+    let eor = EorDoc { events: 29000, files: 17, lumis: 1, last_lumi: 1, orbits };
+    let text = eor.to_doc("jsd/EoR.jsd", "bu").to_json();
+    assert_eq!(text, r#"{"data":["29000","17","1","1","16384","2600"],"definition":"jsd/EoR.jsd","source":"bu"}"#);
+    assert_eq!(EorDoc::parse(&text).unwrap(), eor);
+    assert_eq!(eor_legend.fields.len(), 6);
+    // Six values are neither an event mode EoLS (five) nor an orbit mode one (seven).
+    assert!(EolsDoc::parse(r#"{"data":["1","1","1","0","9","3"],"definition":"d","source":"bu"}"#).is_err());
+    assert_eq!(Legend::run_directory(false), [Legend::raw_data(), Legend::eols(), Legend::eor()]);
 }
 
 #[test]
@@ -281,9 +311,13 @@ fn merges_fu_outputs() {
 
 #[test]
 fn merges_bu_docs() {
-    let eor = |events, lumis| EorDoc { events, files: 2, lumis, last_lumi: lumis }.to_doc("jsd/EoR.jsd", "bu");
+    let eor =
+        |events, lumis| EorDoc { events, files: 2, lumis, last_lumi: lumis, orbits: None }.to_doc("jsd/EoR.jsd", "bu");
     let merged = merge_docs(&Legend::eor(), &[eor(10, 5), eor(20, 5)], "").unwrap();
-    assert_eq!(EorDoc::from_doc(&merged).unwrap(), EorDoc { events: 30, files: 4, lumis: 5, last_lumi: 5 });
+    assert_eq!(
+        EorDoc::from_doc(&merged).unwrap(),
+        EorDoc { events: 30, files: 4, lumis: 5, last_lumi: 5, orbits: None }
+    );
     let merged = merge_docs(&Legend::eor(), &[eor(10, 5), eor(20, 6)], "").unwrap();
     assert_eq!(merged.data, ["30", "4", "N/A", "N/A"]);
 }
