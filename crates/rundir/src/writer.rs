@@ -93,7 +93,7 @@ impl RunDirError {
 
 type Result<T> = std::result::Result<T, RunDirError>;
 
-fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> RunDirError + 'p {
+pub(crate) fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> RunDirError + 'p {
     move |source| RunDirError::Io { action, path: path.to_owned(), source }
 }
 
