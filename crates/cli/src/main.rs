@@ -62,10 +62,10 @@ fn init_log(format: LogFormat) {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Show what a raw file, a FEROL or DTH stream capture, or a BU run directory holds, and flag
-    /// what is wrong with it (exit status 1 if anything is).
+    /// Show what a raw file, an orbit file, a FEROL or DTH stream capture, or a BU run directory
+    /// holds, and flag what is wrong with it (exit status 1 if anything is).
     Inspect {
-        /// A raw file, a stream capture, or a run directory.
+        /// A raw file, an orbit file, a stream capture, or a run directory.
         path: PathBuf,
         /// Print the report as JSON.
         #[arg(long)]

@@ -269,3 +269,62 @@ fn run_writes_a_summary_that_proves_conservation_and_refuses_to_overwrite_a_run(
     assert_eq!(again.status.code(), Some(2));
     assert!(text(&again).1.contains("run000001 exists: run 1 was already written there"), "{:?}", text(&again));
 }
+
+/// An orbit-mode run directory as a BU writes it (run 1, 2 lumi sections, files of 3 orbits).
+fn orbit_run(dir: &Path) -> std::path::PathBuf {
+    use tessera_rundir::orbit_sample::{OrbitSampleSpec, write_orbit_sample_run};
+    write_orbit_sample_run(dir, &OrbitSampleSpec::default()).unwrap().run_dir
+}
+
+#[test]
+fn inspect_and_verify_read_an_orbit_run_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = orbit_run(dir.path());
+    let out = tessera(&["verify", run_dir.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("OK, every rule holds"), "{stdout}");
+    let out = tessera(&["inspect", run_dir.to_str().unwrap()]);
+    let (stdout, _) = text(&out);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("orbits"), "{stdout}");
+    assert!(stdout.contains("16 orbits (4 empty)"), "{stdout}");
+    let raw = run_dir.join("run000001_ls0001_index000000.raw");
+    let out = tessera(&["inspect", raw.to_str().unwrap()]);
+    let (stdout, _) = text(&out);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("orbit file  run 1  3 orbits"), "{stdout}");
+    assert!(stdout.contains("3 orbits, 0 problems"), "{stdout}");
+    assert!(!stdout.contains("source 1024"), "{stdout}");
+    let out = tessera(&["inspect", "--feds", raw.to_str().unwrap()]);
+    assert!(text(&out).0.contains("source 1024"), "{:?}", text(&out));
+    let out = tessera(&["inspect", "--json", raw.to_str().unwrap()]);
+    let parsed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(parsed["kind"], "orbit_file");
+    assert_eq!(parsed["orbits"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn verify_of_an_orbit_run_fails_with_the_file_and_offset_of_a_corrupt_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = orbit_run(dir.path());
+    let raw = run_dir.join("run000001_ls0001_index000000.raw");
+    let mut bytes = std::fs::read(&raw).unwrap();
+    // The first orbit's first block (source 1024): header 32 bytes, then its first fragment's
+    // SR header (16 bytes) and payload.
+    bytes[32 + 16 + 2] ^= 0x40;
+    std::fs::write(&raw, bytes).unwrap();
+    let out = tessera(&["verify", run_dir.to_str().unwrap()]);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout
+            .contains("run000001_ls0001_index000000.raw at byte 0: orbit 0 source 1024: orbit block: CRC-32C mismatch"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("run000001_ls0001_index000000.raw at byte 32: orbit 0 event 1 source 1024: SlinkRocket fragment: CRC-16 mismatch"), "{stdout}");
+    assert!(stdout.contains("run000001_ls0001_index000000.raw at byte 50: orbit 0 event 1 source 1024: payload differs from its seeded content"), "{stdout}");
+    let json = tessera(&["verify", "--json", run_dir.to_str().unwrap()]);
+    let parsed: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(parsed.as_array().unwrap().iter().any(|v| v["offset"] == 50));
+}

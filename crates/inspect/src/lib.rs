@@ -9,6 +9,7 @@
 
 pub mod event;
 pub mod json;
+pub mod orbit_file;
 pub mod raw_file;
 pub mod render;
 pub mod run_dir;
@@ -18,7 +19,7 @@ pub mod verify;
 use event::EventChecks;
 use serde::Serialize;
 use std::path::Path;
-use tessera_formats::orbit::looks_like_dth_stream;
+use tessera_formats::orbit::{is_orbit_file, looks_like_dth_stream};
 
 /// What `inspect` found at a path.
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +27,8 @@ use tessera_formats::orbit::looks_like_dth_stream;
 pub enum Target {
     /// A raw file (`RAW_0001` or `RAW_0002`).
     RawFile(raw_file::RawFileReport),
+    /// An orbit file, as a BU writes it in orbit mode (no file header, starts "HO").
+    OrbitFile(orbit_file::OrbitFileReport),
     /// A capture of a FEROL TCP stream or a DTH orbit stream.
     Stream(stream::StreamReport),
     /// A BU run directory.
@@ -39,6 +42,7 @@ impl Target {
     pub fn problem_count(&self) -> usize {
         match self {
             Target::RawFile(r) => r.all_problems().count(),
+            Target::OrbitFile(o) => o.problems.len(),
             Target::Stream(s) => s.problems.len(),
             Target::RunDir(d) => d.problems.len(),
             Target::Json(j) => j.problems.len(),
@@ -62,7 +66,7 @@ pub enum InspectError {
     NotARunDir(#[from] run_dir::NotARunDir),
     /// The file is none of the kinds `inspect` knows.
     #[error(
-        "{path}: not a raw file (RAW_0001/RAW_0002), a FEROL or DTH stream capture (47 5A), a JSON bookkeeping file, nor a run directory; first bytes {first:02x?}"
+        "{path}: not a raw file (RAW_0001/RAW_0002), an orbit file (48 4F), a FEROL or DTH stream capture (47 5A), a JSON bookkeeping file, nor a run directory; first bytes {first:02x?}"
     )]
     Unknown {
         /// The path.
@@ -72,8 +76,8 @@ pub enum InspectError {
     },
 }
 
-/// Reads `path` and reports on it, telling raw files, stream captures and run directories apart
-/// by their content.
+/// Reads `path` and reports on it, telling raw files, orbit files, stream captures and run
+/// directories apart by their content.
 pub fn inspect_path(path: &Path, checks: EventChecks) -> Result<Target, InspectError> {
     let name = path.display().to_string();
     let unreadable = |source| InspectError::Unreadable { path: name.clone(), source };
@@ -88,6 +92,8 @@ pub fn inspect_path(path: &Path, checks: EventChecks) -> Result<Target, InspectE
     let bytes = std::fs::read(path).map_err(unreadable)?;
     if bytes.starts_with(b"RAW_000") {
         Ok(Target::RawFile(raw_file::inspect_raw_file(&name, &bytes, checks)))
+    } else if is_orbit_file(&bytes) {
+        Ok(Target::OrbitFile(orbit_file::inspect_orbit_file(&name, &bytes, checks)))
     } else if looks_like_dth_stream(&bytes) {
         Ok(Target::Stream(stream::inspect_dth_stream(&name, &bytes)))
     } else if bytes.starts_with(&[0x47, 0x5A]) {

@@ -129,47 +129,139 @@ fn event_line(out: &mut String, ev: &EventReport, feds: bool) {
     }
 }
 
+/// An orbit file as text: one line per orbit, and with `fragments` one line per event and per
+/// fragment.
+pub fn orbit_file(report: &crate::orbit_file::OrbitFileReport, fragments: bool) -> String {
+    let mut out = String::new();
+    let run = report.orbits.first().map_or("-".into(), |o| o.run.to_string());
+    let _ = writeln!(
+        out,
+        "{}\n  orbit file  run {run}  {} orbits  {} events  {} bytes",
+        report.path,
+        report.orbits.len(),
+        report.event_count(),
+        thousands(report.actual_bytes)
+    );
+    if !report.orbits.is_empty() {
+        let _ = writeln!(
+            out,
+            "  {:>10} {:>12} {:>5} {:>6} {:>12} {:<8} sources",
+            "orbit", "offset", "LS", "events", "bytes", "CRC-32C"
+        );
+    }
+    for o in &report.orbits {
+        let sources: Vec<String> = o.sources.iter().map(u32::to_string).collect();
+        let _ = writeln!(
+            out,
+            "  {:>10} {:>12} {:>5} {:>6} {:>12} {:<8} {} ({})",
+            o.orbit,
+            o.offset,
+            o.lumi_section,
+            o.event_count,
+            thousands(o.bytes),
+            if o.crc32c_ok { "ok" } else { "BAD" },
+            o.sources.len(),
+            sources.join(",")
+        );
+        if fragments {
+            for e in &o.events {
+                let bad_crc16 = e.fragments.iter().filter(|f| !f.crc16_ok).count();
+                let crc16 = if bad_crc16 == 0 { "CRC-16 ok".to_string() } else { format!("{bad_crc16} bad CRC-16") };
+                let _ = writeln!(out, "  {:>10} {:>12}   event {}  BX {:>4}  {crc16}", "", "", e.event_id, e.bx);
+                for f in &e.fragments {
+                    let _ = writeln!(
+                        out,
+                        "  {:>10} {:>12}     source {:>4} {:>8} B  BX {:>4}  CRC-16 {}",
+                        "",
+                        f.offset,
+                        f.source_id,
+                        thousands(f.bytes as u64),
+                        f.bx,
+                        if f.crc16_ok { "ok" } else { "BAD" }
+                    );
+                }
+            }
+        }
+    }
+    for p in &report.problems {
+        problem_line(&mut out, "  ", p);
+    }
+    let _ = writeln!(out, "  {} orbits, {} problems", report.orbits.len(), report.problems.len());
+    out
+}
+
 /// Any report as text.
 pub fn target(t: &crate::Target, feds: bool) -> String {
     match t {
         crate::Target::RawFile(r) => raw_file(r, feds),
+        crate::Target::OrbitFile(o) => orbit_file(o, feds),
         crate::Target::Stream(s) => stream(s, feds),
         crate::Target::RunDir(d) => run_dir(d),
         crate::Target::Json(j) => json(j),
     }
 }
 
-/// A run directory as a table per lumi section.
+/// A run directory as a table per lumi section (with an orbits column for an orbit-mode one).
 pub fn run_dir(d: &crate::run_dir::RunDirReport) -> String {
     let mut out = String::new();
     let run = d.run.map_or("? (name is not runRRRRRR)".into(), |r| r.to_string());
+    let orbit_mode = d.lumi_sections.iter().any(|r| r.orbits.is_some());
+    let orbits_column = |orbits: String| if orbit_mode { format!(" {orbits:>8}") } else { String::new() };
     let _ = writeln!(out, "{}  run {run}", d.path);
-    let _ = writeln!(out, "  {:>6} {:>6} {:>8} {:>14} {:>6}  EoLS", "LS", "files", "events", "bytes", "lost");
-    let mut totals = (0, 0, 0, 0);
+    let _ = writeln!(
+        out,
+        "  {:>6} {:>6} {:>8}{} {:>14} {:>6}  EoLS",
+        "LS",
+        "files",
+        "events",
+        orbits_column("orbits".into()),
+        "bytes",
+        "lost"
+    );
+    let mut totals = (0, 0, 0, 0, 0);
     for r in &d.lumi_sections {
         let lost = r.lost.map_or("-".into(), |l| l.to_string());
         let _ = writeln!(
             out,
-            "  {:>6} {:>6} {:>8} {:>14} {:>6}  {}",
+            "  {:>6} {:>6} {:>8}{} {:>14} {:>6}  {}",
             r.ls,
             r.files,
             r.events,
+            orbits_column(r.orbits.unwrap_or(0).to_string()),
             thousands(r.bytes),
             lost,
             r.eols
         );
-        totals = (totals.0 + r.files, totals.1 + r.events, totals.2 + r.bytes, totals.3 + r.lost.unwrap_or(0));
+        totals = (
+            totals.0 + r.files,
+            totals.1 + r.events,
+            totals.2 + r.bytes,
+            totals.3 + r.lost.unwrap_or(0),
+            totals.4 + r.orbits.unwrap_or(0),
+        );
     }
-    let _ =
-        writeln!(out, "  {:>6} {:>6} {:>8} {:>14} {:>6}", "total", totals.0, totals.1, thousands(totals.2), totals.3);
+    let _ = writeln!(
+        out,
+        "  {:>6} {:>6} {:>8}{} {:>14} {:>6}",
+        "total",
+        totals.0,
+        totals.1,
+        orbits_column(totals.4.to_string()),
+        thousands(totals.2),
+        totals.3
+    );
     match &d.end_of_run {
         None => {
             let _ = writeln!(out, "  EoR: none (run not ended)");
         }
         Some(Ok(e)) => {
+            let orbits = match (e.orbits, e.empty_orbits) {
+                (Some(o), Some(empty)) => format!(", {o} orbits ({empty} empty)"),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "  EoR: {} events, {} files, {} lumi sections, last {}",
+                "  EoR: {} events, {} files, {} lumi sections, last {}{orbits}",
                 e.events, e.files, e.lumis, e.last_lumi
             );
         }

@@ -9,6 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc};
 use tessera_formats::names::{self, BuFileName};
+use tessera_formats::orbit::{OrbitFile, is_orbit_file};
 use tessera_formats::raw::RawFileHeader;
 
 /// The files of a run directory, sorted by kind.
@@ -154,8 +155,10 @@ pub struct LumiRow {
     pub ls: u32,
     /// Raw files present.
     pub files: u64,
-    /// Events in them, from their headers.
+    /// Events in them, from their headers (from their orbit headers, for orbit files).
     pub events: u64,
+    /// Orbits written in them (orbit files only).
+    pub orbits: Option<u64>,
     /// Their bytes.
     pub bytes: u64,
     /// Events lost, from the EoLS record.
@@ -192,27 +195,55 @@ pub struct EorSummary {
     pub lumis: u64,
     /// The last lumi section.
     pub last_lumi: u64,
+    /// Orbit mode only: orbits given to the BU, empty ones included.
+    pub orbits: Option<u64>,
+    /// Orbit mode only: the orbits with no event (counted, not written).
+    pub empty_orbits: Option<u64>,
 }
 
 impl From<EorDoc> for EorSummary {
     fn from(d: EorDoc) -> Self {
-        EorSummary { events: d.events, files: d.files, lumis: d.lumis, last_lumi: d.last_lumi }
+        EorSummary {
+            events: d.events,
+            files: d.files,
+            lumis: d.lumis,
+            last_lumi: d.last_lumi,
+            orbits: d.orbits.map(|c| c.orbits),
+            empty_orbits: d.orbits.map(|c| c.empty_orbits),
+        }
     }
 }
 
 /// Reads the headers of a run directory's files and its bookkeeping into a table per lumi
-/// section. Only raw file headers are read, so this is quick on large runs.
+/// section. Only raw file headers are read, so this is quick on large runs; orbit files, which
+/// have none, are read whole and their orbit headers counted.
 pub fn inspect_run_dir(dir: &Path) -> io::Result<RunDirReport> {
     let scan = scan_run_dir(dir)?;
     let mut rows: BTreeMap<u32, LumiRow> = BTreeMap::new();
     let mut problems = Vec::new();
-    let row = |ls| LumiRow { ls, files: 0, events: 0, bytes: 0, lost: None, eols: "missing".into() };
+    let row = |ls| LumiRow { ls, files: 0, events: 0, orbits: None, bytes: 0, lost: None, eols: "missing".into() };
     for (&(ls, _), path) in &scan.raw_files {
         let r = rows.entry(ls).or_insert_with(|| row(ls));
         r.files += 1;
         r.bytes += fs::metadata(path)?.len();
         let mut head = [0u8; 32];
         let n = read_prefix(path, &mut head)?;
+        if is_orbit_file(&head[..n]) {
+            let bytes = fs::read(path)?;
+            for orbit in OrbitFile::new(&bytes) {
+                match orbit {
+                    Ok(o) => {
+                        r.events += u64::from(o.event_count());
+                        *r.orbits.get_or_insert(0) += 1;
+                    }
+                    Err(e) => {
+                        problems.push(Problem::whole(format!("{}: {e}", file_name(path))));
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
         match RawFileHeader::parse(&head[..n]) {
             Ok(h) => r.events += u64::from(h.event_count),
             Err(e) => problems.push(Problem::whole(format!("{}: {e}", file_name(path)))),
@@ -249,7 +280,7 @@ pub fn inspect_run_dir(dir: &Path) -> io::Result<RunDirReport> {
 }
 
 /// Reads up to `buf.len()` bytes from the start of `path`.
-fn read_prefix(path: &Path, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read_prefix(path: &Path, buf: &mut [u8]) -> io::Result<usize> {
     use std::io::Read;
     let mut f = fs::File::open(path)?;
     let mut n = 0;

@@ -10,21 +10,33 @@
 //! `open/` and no temporary files after the run. What a listing cannot show, the order in time in
 //! which files appeared, is not checked.
 //!
+//! An orbit-mode run directory (its raw files orbit files, "HO", with no file header) is checked
+//! the same way, with the orbit file's rules instead of the raw file header's and the FRD
+//! event's: every rule of the orbit file reader, every block's CRC-32C, every fragment's SR
+//! CRC-16, every payload byte against its seed, each orbit's lumi section (`orbit / 2^18 + 1`) and
+//! run against the file name's, event ids unique in the run; the orbit-mode `.jsd` legends; each
+//! `.jsn`'s NEvents, NBytes and NOrbits against its file; each EoLS's NOrbits − NEmptyOrbits
+//! against the orbits its lumi section's files hold; the EoR's NOrbits and NEmptyOrbits against
+//! the sums of the EoLS records' and the orbits of the run. Every raw file must be of the
+//! directory's mode (that of its first raw file).
+//!
 //! Given the FED list of the run ([`verify_run_dir_expecting`]), every event must also hold
 //! every FED of the list: an event that misses some is a violation that names them and says
 //! whether its BU flagged it incomplete (FRD flag bit 1), and the events without each FED and
 //! those flagged incomplete are counted ([`FedCoverage`]).
 
 use crate::event::{EventChecks, EventReport, Problem};
+use crate::orbit_file::inspect_orbit_file;
 use crate::raw_file::inspect_raw_file;
-use crate::run_dir::{check_index_doc, file_name, read_doc, scan_run_dir};
+use crate::run_dir::{RunDirScan, check_index_doc, file_name, read_doc, read_prefix, scan_run_dir};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
-use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend};
+use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend, OrbitCounts};
 use tessera_formats::frd::flags;
 use tessera_formats::names::{self, FuLock};
+use tessera_formats::orbit::is_orbit_file;
 use tessera_formats::raw::data_type;
 
 /// One broken rule.
@@ -154,16 +166,18 @@ fn check_run_dir(
     for path in &scan.temporaries {
         found.add(file_name(path), None, "temporary file left behind");
     }
-    check_definitions(dir, &mut found);
+    let orbit_mode = is_orbit_mode(dir, &scan);
+    check_definitions(dir, orbit_mode, &mut found);
     // Once FUs work on the directory (`fu/` exists) they remove processed files: the counts of
     // the EoLS and EoR bound what is left instead of equalling it, and the events that left are
     // checked in the FUs' outputs (`tessera verify` on the storage run directory).
     let consumed = dir.join(names::FU_DIR).is_dir();
 
-    // Raw files, their events and their .jsn. A file whose header cannot be read, or that holds
-    // no FRD events, has its events not counted (None): counts are not checked against it.
-    let mut per_ls: BTreeMap<u32, (u64, Option<u64>, u64)> = BTreeMap::new(); // files, events, bytes
-    let mut events_seen: BTreeMap<u32, String> = BTreeMap::new();
+    // Raw files, their events and their .jsn. A file whose header cannot be read, that holds no
+    // FRD events, or (an orbit file) that could not be read to its end, has its events and
+    // orbits not counted (None): counts are not checked against it.
+    let mut per_ls: BTreeMap<u32, LumiCount> = BTreeMap::new();
+    let mut events_seen: BTreeMap<u64, String> = BTreeMap::new();
     for (&(ls, index), path) in &scan.raw_files {
         let name = file_name(path);
         let bytes = match fs::read(path) {
@@ -173,32 +187,45 @@ fn check_run_dir(
                 continue;
             }
         };
-        let report = inspect_raw_file(&name, &bytes, checks);
-        for p in report.all_problems() {
-            found.problem(&name, p);
-        }
-        if let Some(h) = &report.header {
-            if h.lumi_section != ls {
-                found.add(&name, Some(20), format!("header says lumi section {}, the name {ls}", h.lumi_section));
+        let (events, orbits) = if is_orbit_file(&bytes) {
+            if !orbit_mode {
+                found.add(&name, Some(0), "an orbit file (\"HO\") in an event-mode run directory");
             }
-            if let (Some(run), Some(dir_run)) = (h.run, scan.run)
-                && run != dir_run
-            {
-                found.add(&name, Some(16), format!("header says run {run}, the directory {dir_run}"));
+            check_orbit_file(&name, &bytes, checks, &mut events_seen, &mut found)
+        } else {
+            if orbit_mode {
+                found.add(&name, Some(0), "not an orbit file (\"HO\") in an orbit-mode run directory");
             }
-        }
-        let counted = report.header.as_ref().is_some_and(|h| h.data_type == data_type::FRD_EVENTS);
-        for ev in &report.events {
-            if let Some(first) = events_seen.insert(ev.header.event, name.clone()) {
-                found.add(&name, Some(ev.offset), format!("event {} is also in {first}: duplicated", ev.header.event));
+            let report = inspect_raw_file(&name, &bytes, checks);
+            for p in report.all_problems() {
+                found.problem(&name, p);
             }
-            if let (Some(coverage), Some(expected), true) = (&mut coverage, expected, counted) {
-                coverage.check(expected, &name, ev, &mut found);
+            if let Some(h) = &report.header {
+                if h.lumi_section != ls {
+                    found.add(&name, Some(20), format!("header says lumi section {}, the name {ls}", h.lumi_section));
+                }
+                if let (Some(run), Some(dir_run)) = (h.run, scan.run)
+                    && run != dir_run
+                {
+                    found.add(&name, Some(16), format!("header says run {run}, the directory {dir_run}"));
+                }
             }
-        }
-        let events = counted.then_some(report.events.len() as u64);
-        let entry = per_ls.entry(ls).or_insert((0, Some(0), 0));
-        *entry = (entry.0 + 1, entry.1.zip(events).map(|(a, b)| a + b), entry.2 + bytes.len() as u64);
+            let counted = report.header.as_ref().is_some_and(|h| h.data_type == data_type::FRD_EVENTS);
+            for ev in &report.events {
+                if let Some(first) = events_seen.insert(ev.header.event.into(), name.clone()) {
+                    found.add(
+                        &name,
+                        Some(ev.offset),
+                        format!("event {} is also in {first}: duplicated", ev.header.event),
+                    );
+                }
+                if let (Some(coverage), Some(expected), true) = (&mut coverage, expected, counted) {
+                    coverage.check(expected, &name, ev, &mut found);
+                }
+            }
+            (counted.then_some(report.events.len() as u64), None)
+        };
+        per_ls.entry(ls).or_insert_with(|| LumiCount::new(orbit_mode)).add(events, orbits, bytes.len() as u64);
         match scan.index_jsons.get(&(ls, index)) {
             None => found.add(&name, None, "published without its .jsn"),
             Some(jsn) => match read_doc(jsn, IndexDoc::parse) {
@@ -206,6 +233,20 @@ fn check_run_dir(
                 Ok(doc) => {
                     if let Some(m) = check_index_doc(&doc, events, bytes.len() as u64) {
                         found.add(file_name(jsn), None, m);
+                    }
+                    match (orbit_mode, doc.orbits, orbits) {
+                        (true, None, _) => {
+                            found.add(file_name(jsn), None, "has no NOrbits in an orbit-mode run directory")
+                        }
+                        (true, Some(says), Some(actual)) if says != actual => found.add(
+                            file_name(jsn),
+                            None,
+                            format!("NOrbits says {says}; the raw file holds {actual} orbits"),
+                        ),
+                        (false, Some(_), _) => {
+                            found.add(file_name(jsn), None, "has NOrbits in an event-mode run directory")
+                        }
+                        _ => {}
                     }
                 }
             },
@@ -226,10 +267,12 @@ fn check_run_dir(
         }
     }
 
-    // End of lumi sections and of the run.
+    // End of lumi sections and of the run; the EoR's orbit counts are the sums of the EoLS'.
+    let mut eols_orbits = OrbitCounts::default();
     let last_ls = per_ls.keys().chain(scan.end_of_lumis.keys()).copied().max().unwrap_or(0);
     for ls in 1..=last_ls {
-        let (files, events, bytes) = per_ls.get(&ls).copied().unwrap_or((0, Some(0), 0));
+        let LumiCount { files, events, bytes, orbits } =
+            per_ls.get(&ls).copied().unwrap_or_else(|| LumiCount::new(orbit_mode));
         let Some(path) = scan.end_of_lumis.get(&ls) else {
             found.add(".", None, format!("lumi section {ls}: no EoLS record"));
             continue;
@@ -261,6 +304,11 @@ fn check_run_dir(
                         );
                     }
                 }
+                check_eols_orbits(&name, "the lumi section's", d.orbits, orbit_mode, orbits, consumed, &mut found);
+                if let Some(c) = d.orbits {
+                    eols_orbits.orbits += c.orbits;
+                    eols_orbits.empty_orbits += c.empty_orbits;
+                }
             }
         }
     }
@@ -271,8 +319,10 @@ fn check_run_dir(
             match read_doc(path, EorDoc::parse) {
                 Err(e) => found.add(&name, None, e.to_string()),
                 Ok(d) => {
-                    let files: u64 = per_ls.values().map(|v| v.0).sum();
-                    let events: Option<u64> = per_ls.values().map(|v| v.1).sum();
+                    let files: u64 = per_ls.values().map(|v| v.files).sum();
+                    let events: Option<u64> = per_ls.values().map(|v| v.events).sum();
+                    let orbits: Option<u64> = if orbit_mode { per_ls.values().map(|v| v.orbits).sum() } else { None };
+                    check_eor_orbits(&name, d.orbits, orbit_mode, orbits, eols_orbits, consumed, &mut found);
                     // Lumi sections with raw files or an EoLS; a missing EoLS is reported above.
                     let lumis = per_ls.keys().chain(scan.end_of_lumis.keys()).collect::<BTreeSet<_>>().len() as u64;
                     for (field, says, actual) in [
@@ -306,11 +356,138 @@ fn check_run_dir(
     Ok((violations, coverage))
 }
 
-/// The `.jsd` definitions must be the standard ones, and `fu.lock` must be readable.
-fn check_definitions(dir: &Path, found: &mut Found) {
-    for (file, expected) in
-        [(names::RAW_DATA_JSD, Legend::raw_data()), (names::EOLS_JSD, Legend::eols()), (names::EOR_JSD, Legend::eor())]
+/// What the raw files of one lumi section hold; `None` where a file could not be counted.
+#[derive(Debug, Clone, Copy)]
+struct LumiCount {
+    files: u64,
+    events: Option<u64>,
+    bytes: u64,
+    /// Orbits written (orbit mode only).
+    orbits: Option<u64>,
+}
+
+impl LumiCount {
+    fn new(orbit_mode: bool) -> Self {
+        LumiCount { files: 0, events: Some(0), bytes: 0, orbits: orbit_mode.then_some(0) }
+    }
+
+    fn add(&mut self, events: Option<u64>, orbits: Option<u64>, bytes: u64) {
+        self.files += 1;
+        self.events = self.events.zip(events).map(|(a, b)| a + b);
+        self.orbits = self.orbits.zip(orbits).map(|(a, b)| a + b);
+        self.bytes += bytes;
+    }
+}
+
+/// Whether `dir` is an orbit-mode run directory: its first raw file is an orbit file, or, with
+/// no raw file, its `rawData.jsd` declares NOrbits.
+fn is_orbit_mode(dir: &Path, scan: &RunDirScan) -> bool {
+    match scan.raw_files.values().next() {
+        Some(path) => {
+            let mut head = [0u8; 2];
+            read_prefix(path, &mut head).is_ok_and(|n| is_orbit_file(&head[..n]))
+        }
+        None => fs::read_to_string(dir.join(names::RAW_DATA_JSD))
+            .ok()
+            .and_then(|text| Legend::parse(&text).ok())
+            .is_some_and(|legend| legend.position("NOrbits").is_some()),
+    }
+}
+
+/// Checks an orbit file as `inspect` does (every rule of the reader, CRC-32Cs, CRC-16s, seeded
+/// payloads, each orbit's lumi section and run against the name) and that its event ids are new
+/// in the run; returns its events and orbits, if the whole file could be read.
+fn check_orbit_file(
+    name: &str,
+    bytes: &[u8],
+    checks: EventChecks,
+    events_seen: &mut BTreeMap<u64, String>,
+    found: &mut Found,
+) -> (Option<u64>, Option<u64>) {
+    let report = inspect_orbit_file(name, bytes, checks);
+    for p in &report.problems {
+        found.problem(name, p);
+    }
+    for (orbit, event) in report.orbits.iter().flat_map(|o| o.events.iter().map(move |e| (o, e))) {
+        if let Some(first) = events_seen.insert(event.event_id, name.to_owned()) {
+            let at = event.fragments.first().map_or(orbit.offset, |f| f.offset);
+            found.add(name, Some(at), format!("event {} is also in {first}: duplicated", event.event_id));
+        }
+    }
+    let whole = report.orbits.iter().map(|o| o.bytes).sum::<u64>() == report.actual_bytes;
+    (whole.then(|| report.event_count()), whole.then_some(report.orbits.len() as u64))
+}
+
+/// An EoLS's orbit counts: present exactly in orbit mode, the empty ones among the orbits, and
+/// the orbits written (those not empty) equal to those the raw files of its `scope` hold (at
+/// least them, once FUs consume files).
+fn check_eols_orbits(
+    name: &str,
+    scope: &str,
+    counts: Option<OrbitCounts>,
+    orbit_mode: bool,
+    written: Option<u64>,
+    consumed: bool,
+    found: &mut Found,
+) {
+    let Some(c) = orbit_counts(name, counts, orbit_mode, found) else { return };
+    let Some(written) = written else { return };
+    let says = c.orbits - c.empty_orbits;
+    if says != written && !consumed || written > says {
+        found.add(
+            name,
+            None,
+            format!(
+                "NOrbits {} − NEmptyOrbits {} = {says} orbits written, {scope} raw files hold {written}",
+                c.orbits, c.empty_orbits
+            ),
+        );
+    }
+}
+
+/// The EoR's orbit counts: as an EoLS's, and equal to the sums of the EoLS records'.
+fn check_eor_orbits(
+    name: &str,
+    counts: Option<OrbitCounts>,
+    orbit_mode: bool,
+    written: Option<u64>,
+    eols: OrbitCounts,
+    consumed: bool,
+    found: &mut Found,
+) {
+    let Some(c) = counts.filter(|_| orbit_mode) else {
+        orbit_counts(name, counts, orbit_mode, found);
+        return;
+    };
+    for (field, says, sum) in [("NOrbits", c.orbits, eols.orbits), ("NEmptyOrbits", c.empty_orbits, eols.empty_orbits)]
     {
+        if says != sum {
+            found.add(name, None, format!("{field} says {says}, the EoLS records sum to {sum}"));
+        }
+    }
+    check_eols_orbits(name, "the run's", counts, orbit_mode, written, consumed, found);
+}
+
+/// The orbit counts of an EoLS or EoR if they belong there and are consistent; a violation if
+/// they are missing in orbit mode, present in event mode, or count more empty orbits than orbits.
+fn orbit_counts(name: &str, counts: Option<OrbitCounts>, orbit_mode: bool, found: &mut Found) -> Option<OrbitCounts> {
+    match (orbit_mode, counts) {
+        (true, None) => found.add(name, None, "has no NOrbits and NEmptyOrbits in an orbit-mode run directory"),
+        (false, Some(_)) => found.add(name, None, "has NOrbits and NEmptyOrbits in an event-mode run directory"),
+        (true, Some(c)) if c.empty_orbits > c.orbits => {
+            found.add(name, None, format!("NEmptyOrbits {} exceeds NOrbits {}", c.empty_orbits, c.orbits))
+        }
+        (true, Some(c)) => return Some(c),
+        (false, None) => {}
+    }
+    None
+}
+
+/// The `.jsd` definitions must be the standard ones (orbit mode's in an orbit-mode run
+/// directory), and `fu.lock` must be readable.
+fn check_definitions(dir: &Path, orbit_mode: bool, found: &mut Found) {
+    let [raw_data, eols, eor] = Legend::run_directory(orbit_mode);
+    for (file, expected) in [(names::RAW_DATA_JSD, raw_data), (names::EOLS_JSD, eols), (names::EOR_JSD, eor)] {
         match fs::read_to_string(dir.join(file)) {
             Err(e) => found.add(file, None, format!("cannot read: {e}")),
             Ok(text) => match Legend::parse(&text) {

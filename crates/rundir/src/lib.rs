@@ -6,11 +6,13 @@
 //! [`resources`] is the contract between a BU and its filter farm: the FUs' resource summaries
 //! beside the run directories, and the farm's pressure a BU reads from them.
 //!
-//! [`sample`] writes a whole run of seeded events with this writer, for tools and tests.
+//! [`sample`] writes a whole run of seeded events with this writer, for tools and tests;
+//! [`orbit_sample`] a whole run of seeded orbits as a BU writes them in orbit mode.
 
 #![warn(missing_docs)]
 
 mod orbit_files;
+pub mod orbit_sample;
 pub mod resources;
 pub mod sample;
 mod writer;

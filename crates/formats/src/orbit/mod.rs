@@ -44,18 +44,26 @@
 //! ([`looks_like_dth_stream`]). [`DthBlocks`] and [`write_dth_blocks`] split an orbit block into
 //! stream blocks; [`DthOrbit`] and [`DthStream`] gather them back, zero-copy.
 //!
+//! ## Orbit files
+//!
+//! A BU in orbit mode writes raw files with no file header: orbit after orbit, each the blocks of
+//! every source. [`is_orbit_file`] tells such a file from a RAW_0002 one by its first bytes;
+//! [`OrbitFile`] reads it orbit by orbit and [`FileOrbit::events`] event by event.
+//!
 //! One job per file: `frames` the fixed-size frames of a block (orbit header, SlinkRocket header
 //! and trailer, fragment trailer), `block` orbit blocks written and read in place, `dth` the
-//! TCP stream blocks that carry them.
+//! TCP stream blocks that carry them, `file` the orbit files a BU writes.
 
 mod block;
 mod dth;
+mod file;
 mod frames;
 #[cfg(test)]
 mod test_support;
 
 pub use block::{FragmentInfo, OrbitBlock, OrbitBlockWriter, OrbitFragment, OrbitFragments};
 pub use dth::*;
+pub use file::*;
 pub use frames::*;
 
 /// Size of the orbit header.
