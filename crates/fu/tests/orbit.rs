@@ -16,9 +16,11 @@ use tessera_formats::orbit::{
 };
 use tessera_formats::raw::RawFile;
 use tessera_formats::seeded::fill_payload;
+use tessera_fu::broker::{Broker, BrokerConfig};
 use tessera_fu::menu::Menu;
 use tessera_fu::output::UNPACKED_DIR;
 use tessera_fu::process::{FuConfig, FuReport, run_fu};
+use tessera_fu::reader::{ReaderConfig, run_reader};
 use tessera_fu::remote::BuAccess;
 use tessera_fu::{FuError, Hlt, MenuHlt, StreamSet, Verdict};
 
@@ -395,4 +397,31 @@ fn an_hlt_that_reads_files_gets_the_unpacked_events_as_a_raw_file_removed_after(
     let unpacked = root.path().join("fu/run000007/spool").join(UNPACKED_DIR);
     assert!(hlt.files.iter().all(|f| f.starts_with(&unpacked)), "{:?}", hlt.files);
     assert!(!unpacked.read_dir().unwrap().any(|_| true), "files left in {}", unpacked.display());
+}
+
+#[test]
+fn a_cmssw_reader_counts_orbit_files_orbit_by_orbit_and_says_a_bad_crc() {
+    let root = tempfile::tempdir().unwrap();
+    let sections = two_lumi_sections();
+    let (mut bad, offsets) = orbit_file(&sections[1]);
+    bad[offsets[1][2] + 28] ^= 1;
+    let files = vec![(orbit_file(&sections[0]).0, 10), (bad, 9)];
+    let bu_dir = root.path().join("bu");
+    write_bu_run(&bu_dir, &files);
+    let broker = Broker::start(BrokerConfig::new(&bu_dir, RUN)).unwrap();
+    let cfg = ReaderConfig {
+        broker: broker.local_addr(),
+        broker_host: "127.0.0.1".into(),
+        bu_dir: bu_dir.clone(),
+        run: RUN,
+        pid: 7100,
+        stop_ls: None,
+        file_delay: Duration::ZERO,
+        timeout: Duration::from_secs(60),
+    };
+    let report = run_reader(&cfg, &AtomicBool::new(false)).unwrap();
+    assert_eq!((report.files, report.events, report.orbits, report.last_ls), (2, 19, 5, 2));
+    assert_eq!(report.deviations.len(), 1, "{:?}", report.deviations);
+    let at = format!("at byte {}", offsets[1][2]);
+    assert!(report.deviations[0].contains("CRC-32C") && report.deviations[0].contains(&at), "{:?}", report.deviations);
 }
