@@ -24,6 +24,9 @@ use tessera_fu::reader::{ReaderConfig, run_reader};
 use tessera_fu::remote::BuAccess;
 use tessera_fu::{FuError, Hlt, MenuHlt, StreamSet, Verdict};
 
+#[path = "../../cli/tests/common/require.rs"]
+mod require;
+
 const RUN: u32 = 7;
 /// The trigger source first, as a BU orders an orbit's blocks.
 const SOURCES: [u32; 3] = [1024, 3, 5];
@@ -424,4 +427,26 @@ fn a_cmssw_reader_counts_orbit_files_orbit_by_orbit_and_says_a_bad_crc() {
     assert_eq!(report.deviations.len(), 1, "{:?}", report.deviations);
     let at = format!("at byte {}", offsets[1][2]);
     assert!(report.deviations[0].contains("CRC-32C") && report.deviations[0].contains(&at), "{:?}", report.deviations);
+}
+
+#[test]
+fn the_example_external_hlt_judges_orbit_events_on_their_frd_header() {
+    use tessera_fu::exec::{ExecConfig, ExecHlt};
+    let python = std::process::Command::new("python3").arg("--version").output().is_ok();
+    if !require::require("no python3: the test runs the example HLT, examples/hlt/select.py", python) {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py");
+    let root = tempfile::tempdir().unwrap();
+    write_files(root.path(), &two_lumi_sections());
+    let mut hlt = ExecHlt::start(ExecConfig::new(vec!["python3".into(), script.display().to_string()])).unwrap();
+    let report = run(root.path(), &mut hlt);
+    assert_eq!((report.events, report.orbits, report.error_events), (19, 5, 0), "{:?}", report.reasons);
+    // select.py: Physics for even event numbers, Express for multiples of 10, of events 1 to 19.
+    let accepted: Vec<(&str, u64)> = report.accepted.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    assert_eq!(accepted, [("Error", 0), ("Express", 1), ("Physics", 9)]);
+    let outputs = outputs(root.path());
+    let physics: Vec<u64> =
+        [1, 2].iter().flat_map(|&ls| outputs[&(ls, "Physics".to_owned())].1.iter()).map(|r| event_of(r)).collect();
+    assert_eq!(physics, (2..=18).step_by(2).collect::<Vec<u64>>());
 }
