@@ -139,6 +139,7 @@ pub fn reader_json(report: &tessera_fu::reader::ReaderReport) -> serde_json::Val
     json!({
         "files": report.files,
         "events": report.events,
+        "orbits": report.orbits,
         "last_ls": report.last_ls,
         "answers": report.answers,
         "deviations": report.deviations,
@@ -161,6 +162,8 @@ pub fn report_json(report: &FuReport) -> serde_json::Value {
     json!({
         "files": report.files,
         "events": report.events,
+        "orbits": report.orbits,
+        "bad_orbits": report.bad_orbits,
         "error_events": report.error_events,
         "accepted": report.accepted,
         "lumi_sections": report.lumi_sections,
@@ -169,6 +172,7 @@ pub fn report_json(report: &FuReport) -> serde_json::Value {
         "early_parts": report.early_parts,
         "reasons": report.reasons,
         "ledger_events": report.ledger_events,
+        "ledger_orbits": report.ledger_orbits,
     })
 }
 

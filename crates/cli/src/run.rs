@@ -367,6 +367,16 @@ fn trigger_line(t: &TriggerSummary) -> String {
 
 /// Prints the filter farm's part of the summary, ending with the chain's conservation; returns
 /// it as JSON, and whether it holds and every FU and merger ended cleanly.
+/// " of N orbits" (and how many were bad) for the report of an FU or reader that read orbit
+/// files; nothing for one that read event files.
+fn orbits_of(report: &serde_json::Value) -> String {
+    match (report["orbits"].as_u64().unwrap_or(0), report["bad_orbits"].as_u64().unwrap_or(0)) {
+        (0, _) => String::new(),
+        (orbits, 0) => format!(" of {orbits} orbits"),
+        (orbits, bad) => format!(" of {orbits} orbits ({bad} bad)"),
+    }
+}
+
 fn summarize_farm(
     cfg: &SystemConfig,
     outcome: &Outcome,
@@ -382,8 +392,9 @@ fn summarize_farm(
         match r {
             Ok(report) => {
                 println!(
-                    "  {name:<10} {:>10} events from {:>6} files, {:>6} set aside, {:>4} claims of dead FUs taken back",
+                    "  {name:<10} {:>10} events{} from {:>6} files, {:>6} set aside, {:>4} claims of dead FUs taken back",
                     report["events"].as_u64().unwrap_or(0),
+                    orbits_of(report),
                     report["files"].as_u64().unwrap_or(0),
                     report["error_events"].as_u64().unwrap_or(0),
                     report["returned_claims"].as_u64().unwrap_or(0)
@@ -484,8 +495,9 @@ fn summarize_readers(outcome: &Outcome, farm: &FarmOutcome, tallies: &[BrokerTal
             Ok(report) => {
                 let deviations = report["deviations"].as_array().cloned().unwrap_or_default();
                 println!(
-                    "  {name:<14} {:>10} events from {:>6} files, ended in lumi section {}, {} deviations",
+                    "  {name:<14} {:>10} events{} from {:>6} files, ended in lumi section {}, {} deviations",
                     report["events"].as_u64().unwrap_or(0),
+                    orbits_of(report),
                     report["files"].as_u64().unwrap_or(0),
                     report["last_ls"].as_u64().unwrap_or(0),
                     deviations.len()

@@ -55,6 +55,7 @@ pub mod broker;
 pub mod claim;
 pub mod exec;
 pub mod merge;
+pub mod orbit;
 pub mod output;
 pub mod process;
 pub mod reader;
@@ -87,6 +88,14 @@ pub trait Hlt {
     /// event onto `verdicts`. An error means the HLT as a whole cannot go on.
     fn select_file(&mut self, file: &Path, events: &[FrdEvent<'_>], verdicts: &mut Vec<Verdict>)
     -> Result<(), FuError>;
+
+    /// Whether the HLT reads the file named in [`Hlt::select_file`] itself, as an external
+    /// program does (the default). An FU then writes the events it unpacked from an orbit file
+    /// as a RAW_0002 file of FRD records and names that file; an HLT that judges only the events
+    /// it is given says false, and is spared the writing.
+    fn reads_file(&self) -> bool {
+        true
+    }
 
     /// Most events per call of [`Hlt::select_file`]: an HLT in this process takes a file in
     /// batches small enough to stay in the cache; an external one (the default) a whole file at

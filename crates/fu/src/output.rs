@@ -31,6 +31,10 @@ pub const FU_OUTPUT_JSD: &str = "jsd/streamOutput.jsd";
 /// directory.
 pub const SPOOL_DIR: &str = "spool";
 
+/// Where the events an FU unpacked from an orbit file are written for an external HLT while it
+/// judges them (a RAW_0002 file named as the claim), under [`SPOOL_DIR`].
+pub const UNPACKED_DIR: &str = "unpacked";
+
 /// Extension of output data files: they are raw files.
 pub const DATA_EXT: &str = "raw";
 
@@ -63,6 +67,13 @@ struct CommitRecord {
     outputs: Vec<String>,
     /// Events the outputs processed, for the ledger.
     processed: u64,
+    /// Orbits of orbit files the outputs processed, for the ledger (0 for event files).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    orbits: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn commit_name(run: u32, ls: u32, producer: &Producer) -> String {
@@ -81,7 +92,8 @@ impl FuOutputDir {
     /// Creates (or opens) the output run directory of run `run` under `dir`.
     pub fn create(dir: &Path, run: u32) -> Result<Self, FuError> {
         let dir = dir.join(names::run_dir_name(run));
-        for sub in [names::OPEN_DIR, names::JSD_DIR, SPOOL_DIR, LEDGER_DIR] {
+        let unpacked = Path::new(SPOOL_DIR).join(UNPACKED_DIR);
+        for sub in [Path::new(names::OPEN_DIR), Path::new(names::JSD_DIR), unpacked.as_path(), Path::new(LEDGER_DIR)] {
             let path = dir.join(sub);
             fs::create_dir_all(&path).map_err(io_error("creating", &path))?;
         }
@@ -102,6 +114,11 @@ impl FuOutputDir {
         self.dir.join(SPOOL_DIR)
     }
 
+    /// Where the events unpacked from the orbit file of `claim` are written for an external HLT.
+    pub fn unpacked(&self, claim: &ClaimedRawName) -> PathBuf {
+        self.spool().join(UNPACKED_DIR).join(claim.to_string())
+    }
+
     /// Starts the outputs of lumi section `ls` for `producer` (an FU process's, see
     /// [`Producer::fu`]), one per stream of `streams` and one for [`ERROR_STREAM`] (last).
     pub fn lumi(&self, ls: u32, producer: Producer, streams: &[String]) -> LumiOutputs {
@@ -115,6 +132,8 @@ impl FuOutputDir {
             processed: 0,
             error_events: 0,
             hlt_error_events: 0,
+            orbits: 0,
+            bad_orbits: 0,
             inputs: Vec::new(),
         }
     }
@@ -138,10 +157,11 @@ impl FuOutputDir {
                 remove_if_present(&open.join(name))?;
             }
         }
-        let spool = self.spool();
-        for name in list(&spool)? {
-            if ClaimedRawName::parse(&name).is_ok_and(|c| c.pid == pid) {
-                remove_if_present(&spool.join(name))?;
+        for spool in [self.spool(), self.spool().join(UNPACKED_DIR)] {
+            for name in list(&spool)? {
+                if ClaimedRawName::parse(&name).is_ok_and(|c| c.pid == pid) {
+                    remove_if_present(&spool.join(name))?;
+                }
             }
         }
         Ok(())
@@ -165,7 +185,11 @@ impl FuOutputDir {
             .join(LEDGER_DIR)
             .join(format!("{}.{LEDGER_EXT}", record_name.strip_suffix(".commit").unwrap_or(record_name)));
         if !entry.exists() {
-            write_atomically(&entry, format!("{}\n", record.processed).as_bytes())?;
+            let counts = match record.orbits {
+                0 => format!("{}\n", record.processed),
+                orbits => format!("{} {orbits}\n", record.processed),
+            };
+            write_atomically(&entry, counts.as_bytes())?;
         }
         for input in &record.inputs {
             claimer.remove_processed(&ClaimedRawName::parse(input)?)?;
@@ -179,20 +203,35 @@ impl FuOutputDir {
 /// files are all processed (their inputs removed), every entry is there: a commit record writes
 /// its entry before it removes its inputs.
 pub fn ledger_events(run_dir: &Path) -> Result<u64, FuError> {
+    Ok(ledger_counts(run_dir)?.0)
+}
+
+/// Orbits of orbit files processed by every output published in the output run directory
+/// `run_dir`, by whichever process, as [`ledger_events`] counts events: an entry is `EVENTS`, or
+/// `EVENTS ORBITS` for outputs that processed orbit files.
+pub fn ledger_orbits(run_dir: &Path) -> Result<u64, FuError> {
+    Ok(ledger_counts(run_dir)?.1)
+}
+
+/// The sums of the ledger's events and orbits.
+fn ledger_counts(run_dir: &Path) -> Result<(u64, u64), FuError> {
     let ledger = run_dir.join(LEDGER_DIR);
-    let mut events = 0;
+    let (mut events, mut orbits) = (0, 0);
     for name in list(&ledger)? {
         if !name.ends_with(&format!(".{LEDGER_EXT}")) {
             continue; // a temporary file of a write in progress
         }
         let path = ledger.join(&name);
         let text = fs::read_to_string(&path).map_err(io_error("reading", &path))?;
-        events += text.trim().parse::<u64>().map_err(|e| FuError::Bookkeeping {
+        let bad = |e: std::num::ParseIntError| FuError::Bookkeeping {
             path: path.clone(),
-            problem: format!("a ledger entry holds {:?}, not a count of events: {e}", text.trim()),
-        })?;
+            problem: format!("a ledger entry holds {:?}, not a count of events and orbits: {e}", text.trim()),
+        };
+        let mut counts = text.split_whitespace();
+        events += counts.next().unwrap_or_default().parse::<u64>().map_err(bad)?;
+        orbits += counts.next().map_or(Ok(0), str::parse::<u64>).map_err(bad)?;
     }
-    Ok(events)
+    Ok((events, orbits))
 }
 
 /// The file names in `dir`, or none if it does not exist.
@@ -240,6 +279,8 @@ pub struct LumiOutputs {
     processed: u64,
     error_events: u64,
     hlt_error_events: u64,
+    orbits: u64,
+    bad_orbits: u64,
     inputs: Vec<ClaimedRawName>,
 }
 
@@ -270,6 +311,13 @@ impl LumiOutputs {
             }
         }
         Ok(())
+    }
+
+    /// Counts `orbits` orbits of an orbit file, `bad` of them bad (a CRC-32C that fails, a rule
+    /// broken, or an orbit that cannot be read).
+    pub fn add_orbits(&mut self, orbits: u64, bad: u64) {
+        self.orbits += orbits;
+        self.bad_orbits += bad;
     }
 
     /// Records that the events of `input` are in these outputs: it is removed when they are
@@ -393,6 +441,7 @@ impl LumiOutputs {
             inputs: self.inputs.iter().map(ToString::to_string).collect(),
             outputs,
             processed: self.processed,
+            orbits: self.orbits,
         };
         let record_path = self.dir.dir.join(commit_name(self.dir.run, self.ls, &self.producer));
         let text = serde_json::to_string(&record).expect("a commit record always serializes");
@@ -402,6 +451,8 @@ impl LumiOutputs {
             ls: self.ls,
             processed: self.processed,
             error_events: self.error_events,
+            orbits: self.orbits,
+            bad_orbits: self.bad_orbits,
             accepted,
             bytes,
             files: self.inputs.len() as u64,
@@ -418,6 +469,10 @@ pub struct LumiPublished {
     pub processed: u64,
     /// Events set aside in the error stream.
     pub error_events: u64,
+    /// Orbits of orbit files processed.
+    pub orbits: u64,
+    /// Bad orbits among them (see [`crate::orbit`]).
+    pub bad_orbits: u64,
     /// Events written per stream, the error stream last.
     pub accepted: Vec<(String, u64)>,
     /// Bytes in the published data files.

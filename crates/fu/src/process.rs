@@ -10,7 +10,8 @@
 //! which removes their inputs; the mergers take every part of a section.
 
 use crate::claim::{BuRunState, ClaimedFile, FileSource, remove_if_present, return_dead_claims};
-use crate::output::{Batch, EventOutcome, FuOutputDir, LumiOutputs, ledger_events};
+use crate::orbit::UnpackedOrbits;
+use crate::output::{Batch, EventOutcome, FuOutputDir, LumiOutputs, ledger_events, ledger_orbits, write_atomically};
 use crate::remote::BuAccess;
 use crate::{FuError, Hlt, Verdict};
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tessera_formats::frd::FrdEvent;
 use tessera_formats::names::Producer;
+use tessera_formats::orbit::is_orbit_file;
 use tessera_formats::raw::RawFile;
 use tessera_rundir::resources::{ResourceSummary, now_unix_ms, used_percent};
 
@@ -54,6 +56,12 @@ pub struct FuReport {
     pub files: u64,
     /// Events processed.
     pub events: u64,
+    /// Orbits of orbit files processed (0 when the BU writes event files).
+    pub orbits: u64,
+    /// Bad orbits among them: a CRC-32C that fails, a rule of the format broken, or an orbit that
+    /// cannot be read (see [`crate::orbit`]); their events that could be unpacked are among
+    /// `error_events`.
+    pub bad_orbits: u64,
     /// Events set aside in the error stream.
     pub error_events: u64,
     /// Events written per stream (the error stream last), over all lumi sections.
@@ -79,6 +87,9 @@ pub struct FuReport {
     /// the killed ones included, as its ledger says when this process ended with every file
     /// of the BU processed ([`crate::output::ledger_events`]); `None` when it was stopped early.
     pub ledger_events: Option<u64>,
+    /// Orbits processed by every FU process that wrote to this output directory, as
+    /// [`FuReport::ledger_events`] counts events ([`crate::output::ledger_orbits`]).
+    pub ledger_orbits: Option<u64>,
 }
 
 impl FuReport {
@@ -203,6 +214,7 @@ fn run_loop(
         report: FuReport::default(),
         verdicts: Vec::new(),
         buf: Vec::new(),
+        unpacked: UnpackedOrbits::default(),
         started: Instant::now(),
         last_recovery: None,
         waiting_said: false,
@@ -218,6 +230,7 @@ fn run_loop(
             }
             Ok(Step::Done) => {
                 fu.report.ledger_events = Some(ledger_events(fu.outputs.path())?);
+                fu.report.ledger_orbits = Some(ledger_orbits(fu.outputs.path())?);
                 break;
             }
             Err(e) if e.is_disk_full() => {
@@ -279,6 +292,8 @@ struct Fu<'a> {
     verdicts: Vec<Verdict>,
     /// The claimed file's bytes, reused from file to file.
     buf: Vec<u8>,
+    /// The events of a claimed orbit file, reused from file to file.
+    unpacked: UnpackedOrbits,
     started: Instant,
     last_recovery: Option<Instant>,
     /// Whether it has said that it waits for the run to start.
@@ -336,6 +351,7 @@ impl Fu<'_> {
                 &mut self.open,
                 &self.commits,
                 &mut self.verdicts,
+                &mut self.unpacked,
                 &mut self.report,
             );
             if file.path.starts_with(self.outputs.spool()) {
@@ -397,12 +413,14 @@ impl Fu<'_> {
                 lumi_section = ls,
                 processed = published.processed,
                 error_events = published.error_events,
+                orbits = published.orbits,
                 files = published.files,
                 part = *commits,
-                "FU {}: lumi section {ls}{} published: {} events from {} files",
+                "FU {}: lumi section {ls}{} published: {} events{} from {} files",
                 self.name,
                 if early { " (a part, before its end)" } else { "" },
                 published.processed,
+                if published.orbits > 0 { format!(" of {} orbits", published.orbits) } else { String::new() },
                 published.files
             );
             if *commits == 1 {
@@ -414,6 +432,8 @@ impl Fu<'_> {
             report.output_bytes += published.bytes;
             report.files += published.files;
             report.events += published.processed;
+            report.orbits += published.orbits;
+            report.bad_orbits += published.bad_orbits;
             report.error_events += published.error_events;
             for (stream, n) in published.accepted {
                 *report.accepted.entry(stream).or_default() += n;
@@ -456,17 +476,38 @@ fn process_file(
     open: &mut BTreeMap<u32, LumiOutputs>,
     commits: &BTreeMap<u32, u32>,
     verdicts: &mut Vec<Verdict>,
+    unpacked: &mut UnpackedOrbits,
     report: &mut FuReport,
 ) -> Result<(), FuError> {
     let ls = claim.name.ls;
     let part = commits.get(&ls).map_or(1, |n| n + 1);
     let lumi = open.entry(ls).or_insert_with(|| outputs.lumi(ls, Producer::fu(pid, part), hlt.streams()));
     let error_stream = hlt.streams().len();
+    // An orbit file's events are unpacked into FRD records first (crate::orbit); from there on
+    // they are events as an event file's. An external HLT reads them from a file written for it.
+    let orbit_file = is_orbit_file(bytes);
+    let mut spooled = None;
+    let (bytes, hlt_path) = if orbit_file {
+        unpacked.unpack(bytes, claim.name.run, ls);
+        lumi.add_orbits(unpacked.orbits(), unpacked.bad_orbits());
+        for problem in unpacked.problems() {
+            report.note(format!("{}: {problem}", claim.name.raw()));
+        }
+        if hlt.reads_file() {
+            let path = outputs.unpacked(&claim.name);
+            write_atomically(&path, unpacked.image())?;
+            spooled = Some(SpooledFile(path));
+        }
+        (unpacked.image(), spooled.as_ref().map_or(claim.path.as_path(), |f| f.0.as_path()))
+    } else {
+        (bytes, claim.path.as_path())
+    };
+    let unpacked = &*unpacked;
     // Read every record the file holds; a file that breaks off is reported, its readable
     // events processed and the rest counted as errors (their bytes are not there to keep).
     let mut events: Vec<FrdEvent<'_>> = Vec::new();
     let mut offsets: Vec<usize> = Vec::new();
-    let mut broken: Option<String> = None;
+    let mut broken: Option<String> = if orbit_file { unpacked.broken().map(str::to_owned) } else { None };
     match RawFile::parse(bytes) {
         Ok(file) => {
             for event in file.events() {
@@ -492,15 +533,20 @@ fn process_file(
     let mut batch = Batch::default();
     let mut good = Vec::with_capacity(events.len().min(batch_events));
     let mut good_offsets = Vec::with_capacity(events.len().min(batch_events));
+    let mut index = 0;
     for (events, offsets) in events.chunks(batch_events).zip(offsets.chunks(batch_events)) {
         good.clear();
         good_offsets.clear();
         for (event, &offset) in events.iter().zip(offsets) {
+            // An event of a bad orbit is an error event; its orbit's problem is noted above.
+            let bad_orbit = orbit_file && unpacked.bad_record(index).is_some();
+            index += 1;
             match event.check_crc() {
-                Ok(()) => {
+                Ok(()) if !bad_orbit => {
                     good.push(*event);
                     good_offsets.push(offset);
                 }
+                Ok(()) => lumi.add_event(&mut batch, EventOutcome::Corrupt, record(offset, event), [error_stream]),
                 Err(e) => {
                     report.note(format!("{} event {}: {e}", claim.name.raw(), event.header.event));
                     lumi.add_event(&mut batch, EventOutcome::Corrupt, record(offset, event), [error_stream]);
@@ -508,7 +554,7 @@ fn process_file(
             }
         }
         verdicts.clear();
-        hlt.select_file(&claim.path, &good, verdicts)?;
+        hlt.select_file(hlt_path, &good, verdicts)?;
         if verdicts.len() != good.len() {
             return Err(FuError::Hlt(format!(
                 "{} verdicts for {} events of {}",
@@ -530,8 +576,13 @@ fn process_file(
         }
         lumi.write(&mut batch)?;
     }
+    // Events of bad orbits that could not be unpacked: counted, their bytes are not there.
+    let lost = if orbit_file { unpacked.lost_events() } else { 0 };
+    for _ in 0..lost {
+        lumi.add_event(&mut batch, EventOutcome::Corrupt, &[], []);
+    }
     if let Some(problem) = broken {
-        let readable = events.len() as u64;
+        let readable = events.len() as u64 + lost;
         let missing = claim.indexed_events.unwrap_or(readable).saturating_sub(readable);
         report.note(format!("{}: {problem}; {missing} events unreadable", claim.name.raw()));
         for _ in 0..missing {
@@ -540,4 +591,17 @@ fn process_file(
     }
     lumi.add_input(claim.name.clone());
     Ok(())
+}
+
+/// A file written under the spool for an external HLT, removed when dropped (also when the
+/// processing of its events fails; what a killed process leaves is removed by
+/// [`FuOutputDir::finish_dead`]).
+struct SpooledFile(PathBuf);
+
+impl Drop for SpooledFile {
+    fn drop(&mut self) {
+        if let Err(e) = remove_if_present(&self.0) {
+            tracing::warn!("{e}");
+        }
+    }
 }

@@ -9,8 +9,9 @@
 //! `key=value` lines with a bare LF; `version`, `runnumber` (the run asked for), `state` and
 //! `lasteols` must be in every answer, and `version`'s major number must be at least 2. The
 //! file to open is `<BU dir>/runRRRRRR/<fileprefix><file>.raw`; its events are counted from its
-//! RAW_0002 header and each one's CRC-32C checked; then it is deleted, and the broker is never
-//! called back. The reader's lumi section only moves forward: a `READY` file's `lumisection`, a
+//! RAW_0002 header and each one's CRC-32C checked (an orbit file's, which has no header, orbit by
+//! orbit as CMSSW's DTH mode reads it: every block's CRC-32C, every event unpacked); then it is
+//! deleted, and the broker is never called back. The reader's lumi section only moves forward: a `READY` file's `lumisection`, a
 //! `READY` without a file's `lumisection` (at least `lasteols + 1`), an `EOLS`'s `lasteols +
 //! 1`; a file of an older section than the open one is a deviation. `EOR` and `NORUN` end the
 //! run once they leave the reader where it stands; an error answer costs a second and an
@@ -23,6 +24,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tessera_formats::names;
+use tessera_formats::orbit::{OrbitFile, is_orbit_file};
 use tessera_formats::raw::RawFile;
 
 /// The most an answer may take: what a CMSSW reader's first read brings.
@@ -56,6 +58,8 @@ pub struct ReaderReport {
     pub files: u64,
     /// Their events.
     pub events: u64,
+    /// Orbits of the orbit files among them (docs/formats.md §6).
+    pub orbits: u64,
     /// The lumi section it ended in.
     pub last_ls: u32,
     /// Answers received.
@@ -322,6 +326,11 @@ fn process_file(path: &std::path::Path, ls: u32, report: &mut ReaderReport) -> R
         }
         Err(source) => return Err(ReaderError::File { path: path.to_owned(), source }),
     };
+    if is_orbit_file(&bytes) {
+        read_orbit_file(path, &bytes, report);
+        report.files += 1;
+        return fs::remove_file(path).map_err(|source| ReaderError::File { path: path.to_owned(), source });
+    }
     match RawFile::parse(&bytes) {
         Ok(file) => {
             if file.header.version != 2 || file.header.header_bytes != 32 {
@@ -362,6 +371,33 @@ fn process_file(path: &std::path::Path, ls: u32, report: &mut ReaderReport) -> R
     }
     report.files += 1;
     fs::remove_file(path).map_err(|source| ReaderError::File { path: path.to_owned(), source })
+}
+
+/// Counts an orbit file's orbits and events as CMSSW's DTH mode reads them: anything it would
+/// abort on (a CRC-32C that fails, a rule broken, an orbit that cannot be read) is a deviation.
+fn read_orbit_file(path: &std::path::Path, bytes: &[u8], report: &mut ReaderReport) {
+    for orbit in OrbitFile::new(bytes) {
+        let orbit = match orbit {
+            Ok(orbit) => orbit,
+            Err(e) => {
+                report.deviations.push(format!("{}: {e}", path.display()));
+                return;
+            }
+        };
+        report.orbits += 1;
+        if let Err(e) = orbit.check_crcs() {
+            report.deviations.push(format!("{}: {e}", path.display()));
+        }
+        for event in orbit.events() {
+            match event {
+                Ok(_) => report.events += 1,
+                Err(e) => {
+                    report.deviations.push(format!("{}: {e}", path.display()));
+                    break;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

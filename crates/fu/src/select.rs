@@ -17,6 +17,7 @@ use crate::StreamSet;
 use crate::menu::{ByteRange, Conditions, Menu};
 use tessera_formats::FormatError;
 use tessera_formats::frd::FrdEvent;
+use tessera_formats::orbit::{FRAME_BYTES, SR_TRAILER_MARKER, SlinkRocketHeader, SlinkRocketTrailer, UNIT_BYTES};
 use tessera_formats::seeded::{GOLDEN, mix};
 use tessera_formats::tcds::{TcdsRecord, is_tcds_fed};
 
@@ -34,10 +35,12 @@ pub struct EventSummary {
     pub event: u32,
     /// FRD payload size in bytes (the record's header excluded).
     pub payload_bytes: u32,
-    /// Trigger type: the event type in the FED header of the trigger fragment; `None` without
-    /// a trigger fragment.
+    /// Trigger type: the event type in the FED header of the trigger fragment (of an event
+    /// unpacked from an orbit file, the physics type in the trigger source's SR header); `None`
+    /// without a trigger fragment.
     pub trigger_type: Option<u8>,
-    /// Bunch crossing, from the trigger record; `None` without a trigger fragment.
+    /// Bunch crossing, from the trigger record (of an event unpacked from an orbit file, the
+    /// trigger source's SR trailer); `None` without a trigger fragment.
     pub bx: Option<u16>,
     /// (FED source id, fragment size in bytes with header and trailer), sorted by FED id.
     feds: Vec<(u16, u32)>,
@@ -71,14 +74,18 @@ pub enum SummaryError {
 impl EventSummary {
     /// Summarizes `event`: walks its fragments from the end and reads its trigger fragment (FED
     /// id 1024, or another of 1024..=1099; the last one in the payload if there are several).
+    /// An event unpacked from an orbit file, whose payload is SlinkRocket fragments, is read the
+    /// same way, each source's fragment standing for a FED's (see [`EventSummary::read`]).
     pub fn from_frd(event: &FrdEvent<'_>) -> Result<EventSummary, SummaryError> {
         let mut summary = EventSummary::default();
         summary.read(event)?;
         Ok(summary)
     }
 
-    /// Replaces this summary by that of `event`, reusing its FED list. On error the summary is
-    /// left partly filled and must not be selected.
+    /// Replaces this summary by that of `event`, reusing its FED list. A payload of SlinkRocket
+    /// fragments (an event an FU unpacked from an orbit file, docs/formats.md §6) is read as
+    /// one fragment per source; any other as FED fragments (docs/formats.md §4). On error the
+    /// summary is left partly filled and must not be selected.
     pub fn read(&mut self, event: &FrdEvent<'_>) -> Result<(), SummaryError> {
         let header = &event.header;
         let (run, number) = (header.run, header.event);
@@ -90,24 +97,66 @@ impl EventSummary {
         self.bx = None;
         self.feds.clear();
         let format = |source: FormatError| SummaryError::Format { run, event: number, source };
-        for item in event.fragments() {
-            let (offset, fragment) = item.map_err(format)?;
-            let fed = fragment.header.source_id;
-            // A fragment is at most 2^24 words, so its size fits in 32 bits.
-            self.feds.push((fed, fragment.len() as u32));
-            if is_tcds_fed(fed) && self.trigger_type.is_none() {
-                let (record, _) = TcdsRecord::parse(fragment.as_bytes()).map_err(|e| format(e.shifted(offset)))?;
-                self.trigger_type = Some(fragment.header.event_type);
-                self.bx = Some(record.bx);
-            }
+        if !self.read_orbit_fragments(event.payload()) {
+            self.read_fed_fragments(event).map_err(format)?;
         }
-        // Fragments are usually in FED order, so walking backwards gives a reversed sorted list.
+        // Fragments are usually in source order, so walking backwards gives a reversed sorted list.
         self.feds.reverse();
         self.feds.sort_unstable_by_key(|&(fed, _)| fed);
         if let Some(pair) = self.feds.windows(2).find(|pair| pair[0].0 == pair[1].0) {
             return Err(SummaryError::DuplicateFed { run, event: number, fed: pair[0].0 });
         }
         Ok(())
+    }
+
+    /// Reads the FED fragments of `event`'s payload (docs/formats.md §4), last first.
+    fn read_fed_fragments(&mut self, event: &FrdEvent<'_>) -> Result<(), FormatError> {
+        for item in event.fragments() {
+            let (offset, fragment) = item?;
+            let fed = fragment.header.source_id;
+            // A fragment is at most 2^24 words, so its size fits in 32 bits.
+            self.feds.push((fed, fragment.len() as u32));
+            if is_tcds_fed(fed) && self.trigger_type.is_none() {
+                let (record, _) = TcdsRecord::parse(fragment.as_bytes()).map_err(|e| e.shifted(offset))?;
+                self.trigger_type = Some(fragment.header.event_type);
+                self.bx = Some(record.bx);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `payload` as the SlinkRocket fragments of an event an FU unpacked from an orbit
+    /// file (docs/formats.md §6), SR header to SR trailer back to back, last first: each one a
+    /// source (a source id above 65535, which no menu can name, is left out), and the trigger
+    /// source's (1024..=1099) SR header's physics type and SR trailer's BX give the trigger type
+    /// and the BX. False, with nothing kept, when the payload is not exactly such fragments: a
+    /// FED fragment's trailer never ends with the SR trailer's marker 0xAA (its bits 59:56 are
+    /// zero), and a payload that does is walked as FED fragments if it is not SR fragments.
+    fn read_orbit_fragments(&mut self, payload: &[u8]) -> bool {
+        if payload.last() != Some(&SR_TRAILER_MARKER) || !payload.len().is_multiple_of(FRAME_BYTES) {
+            return false;
+        }
+        let mut end = payload.len();
+        while end > 0 {
+            let Ok(trailer) = SlinkRocketTrailer::parse(payload, end - FRAME_BYTES) else { break };
+            let len = trailer.length_units as usize * UNIT_BYTES;
+            let Some(start) = end.checked_sub(len).filter(|_| len >= 2 * FRAME_BYTES) else { break };
+            let Ok(header) = SlinkRocketHeader::parse(payload, start) else { break };
+            if let Ok(source) = u16::try_from(header.source_id) {
+                // An SR length is at most 2^20 units, so the size fits in 32 bits.
+                self.feds.push((source, len as u32));
+                if is_tcds_fed(source) && self.trigger_type.is_none() {
+                    self.trigger_type = Some(header.physics_type);
+                    self.bx = Some(trailer.bx);
+                }
+            }
+            end = start;
+        }
+        if end != 0 {
+            (self.trigger_type, self.bx) = (None, None);
+            self.feds.clear();
+        }
+        end == 0
     }
 
     /// The event's FEDs, (source id, fragment size in bytes), sorted by FED id.
@@ -319,6 +368,11 @@ impl MenuHlt {
 impl crate::Hlt for MenuHlt {
     fn streams(&self) -> &[String] {
         self.selector.streams()
+    }
+
+    /// It judges the events it is given, never the file.
+    fn reads_file(&self) -> bool {
+        false
     }
 
     /// About a megabyte of events at a few kB to tens of kB each.
