@@ -100,18 +100,24 @@ fn write_bu_run(bu_dir: &Path, files: &[(Vec<u8>, u64)]) {
     for (i, (bytes, events)) in files.iter().enumerate() {
         let ls = i as u32 + 1;
         fs::write(run_dir.join(BuFileName::Raw { run: RUN, ls, index: 0 }.to_string()), bytes).unwrap();
-        let index = IndexDoc { events: *events, bytes: bytes.len() as u64 };
+        let index = IndexDoc { events: *events, bytes: bytes.len() as u64, orbits: None };
         json(
             BuFileName::IndexJson { run: RUN, ls, index: 0 }.to_string(),
             index.to_doc("jsd/rawData.jsd", "bu0").to_json(),
         );
-        let eols =
-            EolsDoc { events: *events, files: 1, total_events: *events, lost_events: 0, bytes: bytes.len() as u64 };
+        let eols = EolsDoc {
+            events: *events,
+            files: 1,
+            total_events: *events,
+            lost_events: 0,
+            bytes: bytes.len() as u64,
+            orbits: None,
+        };
         json(BuFileName::EndOfLumi { run: RUN, ls }.to_string(), eols.to_doc("jsd/EoLS.jsd", "bu0").to_json());
         total += events;
     }
     let lumis = files.len() as u64;
-    let eor = EorDoc { events: total, files: lumis, lumis, last_lumi: lumis };
+    let eor = EorDoc { events: total, files: lumis, lumis, last_lumi: lumis, orbits: None };
     json(BuFileName::EndOfRun { run: RUN }.to_string(), eor.to_doc("jsd/EoR.jsd", "bu0").to_json());
 }
 
