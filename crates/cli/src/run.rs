@@ -17,7 +17,7 @@ use tessera_runtime::link::LinkKey;
 
 use tessera_formats::names;
 use tessera_fu::broker::BrokerTally;
-use tessera_fu::output::ledger_events;
+use tessera_fu::output::{ledger_events, ledger_orbits};
 use tessera_runtime::stats::FedError;
 
 use crate::options::{CUT_SHORT_EXIT, ControlArgs, SystemArgs, count_interrupts, load, serve_control};
@@ -73,7 +73,7 @@ pub fn run(
     let local = LocalRun::start(&cfg, &output, plan, streams, interrupts)?;
     let _control = serve_control(control, local.served())?;
     let tty = std::io::stderr().is_terminal();
-    let mut line = Shown { requested_hz: cfg.trigger.paced_rate_hz(), tty };
+    let mut line = Shown { requested_hz: cfg.unit_rate_hz(), tty };
     let end = local.supervise(Duration::from_millis(if tty { 250 } else { 1000 }), &mut line);
     let ok = summarize(&cfg, &output, &end.system, &end.trigger, &incomplete_rule, end.farm.as_ref())?;
     // Storage proves it holds every built event only through the mergers' chain check.
@@ -159,7 +159,7 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
 /// The summary's line of built events: complete, incomplete, and per FED the events that went
 /// out without it with the FED's error counts that say why (`MISSING` alone: the fragment
 /// time-out expired).
-fn events_line(c: &Conservation, fed_errors: &[FedErrorCounts]) -> String {
+fn events_line(unit: &str, c: &Conservation, fed_errors: &[FedErrorCounts]) -> String {
     let feds: Vec<String> = fed_errors
         .iter()
         .filter(|f| f.missing > 0)
@@ -172,7 +172,7 @@ fn events_line(c: &Conservation, fed_errors: &[FedErrorCounts]) -> String {
         })
         .collect();
     format!(
-        "events: {} built, {} complete, {} incomplete{}",
+        "{unit}: {} built, {} complete, {} incomplete{}",
         c.built,
         c.built_complete,
         c.built_incomplete,
@@ -227,6 +227,16 @@ fn summarize(
     }
     for (i, b) in outcome.bus.iter().enumerate() {
         match b {
+            Ok(b) if cfg.is_orbit_mode() => println!(
+                "  {:<10} {:>10} orbits ({} with events, {} events) in {:>6} files, {:>6} incomplete  {}",
+                cfg.bus[i].name,
+                b.events_published,
+                b.orbits_written,
+                b.orbit_events,
+                b.counters.files_published,
+                b.counters.incomplete_events,
+                b.run_dir.display()
+            ),
             Ok(b) => println!(
                 "  {:<10} {:>10} events in {:>6} files, {:>6} incomplete, {:>6} with a fragment error  {}",
                 cfg.bus[i].name,
@@ -242,6 +252,11 @@ fn summarize(
     for (i, e) in outcome.emulators.iter().enumerate() {
         if let Err(e) = e {
             println!("  emulator {i} {failed}: {e}");
+        }
+    }
+    for (i, e) in outcome.dth_emulators.iter().enumerate() {
+        if let Err(e) = e {
+            println!("  DTH emulator {i} {failed}: {e}");
         }
     }
     if outcome.problem_count > 0 {
@@ -263,15 +278,18 @@ fn summarize(
     }
     let lost: u64 = c.lost.values().sum();
     let reasons: Vec<String> = c.lost.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    // Orbit mode: the protocol's units, triggered and built, are orbits.
+    let unit = if cfg.is_orbit_mode() { "orbits" } else { "events" };
     println!(
-        "conservation: triggered {} = built {} + lost {}{}  {}",
+        "conservation: {}triggered {} = built {} + lost {}{}  {}",
+        if cfg.is_orbit_mode() { "orbits " } else { "" },
         c.triggered,
         c.built,
         lost,
         if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
         if c.holds { "holds" } else { "DOES NOT HOLD" }
     );
-    println!("{}", events_line(&c, &outcome.fed_errors));
+    println!("{}", events_line(unit, &c, &outcome.fed_errors));
     let incomplete_ok = incomplete_rule.allows(c.built_incomplete);
     println!("{}", incomplete_line(c.built_incomplete, incomplete_rule));
     let chain = farm.map(|f| summarize_farm(cfg, outcome, &f.outcome, &f.streams, &f.dirs));
@@ -413,28 +431,41 @@ fn summarize_farm(
         println!("  {name} ended with {why}; started again, its published work counted from the ledger");
     }
     // Every incarnation's published work, the killed ones' included, is in the ledgers.
-    let mut fu_events = 0;
+    let (mut fu_events, mut fu_orbits) = (0, 0);
     for dir in &dirs.fu {
-        match ledger_events(&dir.join(names::run_dir_name(cfg.run.number))) {
-            Ok(n) => fu_events += n,
+        let run_dir = dir.join(names::run_dir_name(cfg.run.number));
+        match ledger_events(&run_dir).and_then(|events| Ok((events, ledger_orbits(&run_dir)?))) {
+            Ok((events, orbits)) => (fu_events, fu_orbits) = (fu_events + events, fu_orbits + orbits),
             Err(e) => {
                 clean = false;
                 println!("  ledger of {}: {e}", dir.display());
             }
         }
     }
+    // Orbit mode: the protocol counts orbits; the farm's conservation is in events, and the
+    // orbits the BUs wrote must all have been processed.
+    let orbit_mode = cfg.is_orbit_mode();
+    let built_events = outcome.built_events(orbit_mode);
+    let orbits_hold = !orbit_mode || outcome.orbits_written() == fu_orbits;
+    if orbit_mode {
+        println!(
+            "orbits: written {} by the BUs = processed {fu_orbits} by the FUs  {}",
+            outcome.orbits_written(),
+            if orbits_hold { "holds" } else { "DOES NOT HOLD" }
+        );
+        clean &= orbits_hold;
+    }
     if let Some(e) = &farm.merger_error {
         println!("  mergers {}: {e}", if farm.cut_short { "cut short" } else { "FAILED" });
     }
     if !cfg.fu.merge {
         // `tessera merge` merges the run later: only what the FUs processed can be checked now.
-        let holds = outcome.conservation().built == fu_events;
+        let holds = built_events == fu_events;
         println!(
-            "chain: built {} = processed {fu_events} by the FUs  {}; storage is left to `tessera merge`",
-            outcome.conservation().built,
+            "chain: built {built_events} events = processed {fu_events} by the FUs  {}; storage is left to `tessera merge`",
             if holds { "holds" } else { "DOES NOT HOLD" }
         );
-        let json = json!({"holds": holds, "built": outcome.conservation().built, "processed_by_fus": fu_events, "merged": false});
+        let json = json!({"holds": holds, "built": built_events, "processed_by_fus": fu_events, "merged": false});
         return (json, holds && clean);
     }
     let bu_run_dirs: Vec<PathBuf> =
@@ -448,10 +479,10 @@ fn summarize_farm(
     for p in check.problems.iter().take(10) {
         println!("  chain problem: {p}");
     }
-    let holds = check.holds() && built == outcome.conservation().built && built == fu_events;
+    let holds = check.holds() && built == built_events && built == fu_events;
     println!(
-        "chain: built {} = processed {} by the FUs = processed {} in storage, over {} lumi sections  {}",
-        outcome.conservation().built,
+        "chain: built {} events = processed {} by the FUs = processed {} in storage, over {} lumi sections  {}",
+        built_events,
         fu_events,
         processed,
         check.per_ls.len(),
@@ -462,6 +493,8 @@ fn summarize_farm(
         "built": built,
         "processed_by_fus": fu_events,
         "processed_in_storage": processed,
+        "orbits_written": orbit_mode.then(|| outcome.orbits_written()),
+        "orbits_processed_by_fus": orbit_mode.then_some(fu_orbits),
         "per_lumi_section": check.per_ls.iter().map(|(ls, (b, p))| json!({"ls": ls, "built": b, "processed": p})).collect::<Vec<_>>(),
         "accepted": check.accepted,
         "storage": storage.display().to_string(),

@@ -309,6 +309,13 @@ pub fn unit(
 /// describes them.
 pub fn ferol_for(system: &Path, ru_name: &str, args: &SystemArgs) -> Result<SenderConfig> {
     let cfg = load(Some(system), args)?;
+    if cfg.is_orbit_mode() {
+        bail!(
+            "{}: run.mode is orbit: its front ends are DTHs, which `tessera ferol --system` does not emulate; \
+             run the whole system with `tessera run`, or DTH streams with `tessera dth --connect`",
+            system.display()
+        );
+    }
     let i = cfg
         .rus
         .iter()

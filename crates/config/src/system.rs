@@ -112,6 +112,16 @@ impl SystemConfig {
         }
     }
 
+    /// The rate at which the protocol's units are asked for: the paced trigger rate, or in orbit
+    /// mode the LHC orbit rate (11.245 kHz) at which the DTH emulators send orbits; `None` when
+    /// free running.
+    pub fn unit_rate_hz(&self) -> Option<f64> {
+        match self.run.mode {
+            RunMode::Event => self.trigger.paced_rate_hz(),
+            RunMode::Orbit => (!self.trigger.free_running).then(|| 1.0 / tessera_formats::fed::ORBIT_SECONDS),
+        }
+    }
+
     /// The emulated trigger clock of this system.
     pub fn clock_spec(&self) -> ClockSpec {
         ClockSpec {

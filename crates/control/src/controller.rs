@@ -694,7 +694,7 @@ pub fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>, 
             let (triggered, built) = c.progress();
             let dt = last.0.elapsed().as_secs_f64().max(1e-3);
             let rate_hz = (triggered.saturating_sub(last.1)) as f64 / dt;
-            let requested_hz = c.cfg.trigger.paced_rate_hz();
+            let requested_hz = c.cfg.unit_rate_hz();
             tracing::info!(
                 triggered,
                 built,

@@ -112,9 +112,10 @@ impl<'a> LocalRun<'a> {
         streams: Option<Vec<String>>,
         interrupts: Arc<AtomicU32>,
     ) -> Result<Self, LocalRunError> {
-        let limit = match (cfg.run.events, cfg.run.seconds) {
-            (Some(n), Some(s)) => format!("{n} events or {s} s"),
-            (Some(n), None) => format!("{n} events"),
+        let units = if cfg.is_orbit_mode() { "orbits" } else { "events" };
+        let limit = match (cfg.stream_limit(), cfg.run.seconds) {
+            (Some(n), Some(s)) => format!("{n} {units} or {s} s"),
+            (Some(n), None) => format!("{n} {units}"),
             (None, Some(s)) => format!("{s} s"),
             (None, None) => "Ctrl-C".into(),
         };
@@ -125,7 +126,7 @@ impl<'a> LocalRun<'a> {
             cfg.rus.len(),
             cfg.all_feds().len(),
             cfg.bus.len(),
-            cfg.trigger.paced_rate_hz().map_or("free running".into(), |r| format!("{r} Hz Poisson trigger")),
+            trigger_words(cfg),
             output.display()
         );
         let readers = cfg.fu.read_by_readers();
@@ -185,7 +186,7 @@ impl<'a> LocalRun<'a> {
         // Events built, and when that figure last grew.
         let mut built_last = (0u64, Instant::now());
         let mut last = Progress::default();
-        let requested_hz = cfg.trigger.paced_rate_hz();
+        let requested_hz = cfg.unit_rate_hz();
         let mut trigger = TriggerAccount::new(requested_hz);
         let named: Vec<(&str, &Arc<UnitStats>)> = cfg
             .rus
@@ -363,4 +364,17 @@ fn watch_heartbeats(
 /// Whether a unit of the system has failed.
 fn system_failed(system: &RunningSystem) -> bool {
     system.ru_stats.iter().chain(&system.bu_stats).any(|s| s.failed())
+}
+
+/// The trigger in a few words: its rate, or in orbit mode the DTH streams' pace and L1 rate.
+fn trigger_words(cfg: &SystemConfig) -> String {
+    let free = cfg.trigger.free_running || (!cfg.is_orbit_mode() && cfg.trigger.rate_hz.is_none());
+    match (cfg.is_orbit_mode(), free) {
+        (false, true) => "free running".into(),
+        (false, false) => format!("{} Hz Poisson trigger", cfg.trigger.clock_rate_hz()),
+        (true, true) => format!("DTH orbit streams free running, {} Hz L1 rate", cfg.trigger.clock_rate_hz()),
+        (true, false) => {
+            format!("DTH orbit streams at the LHC orbit rate, {} Hz L1 rate", cfg.trigger.clock_rate_hz())
+        }
+    }
 }

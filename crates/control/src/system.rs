@@ -183,6 +183,20 @@ pub struct Conservation {
 }
 
 impl Outcome {
+    /// The events the BUs published: the protocol's count, or in orbit mode (`orbits`) the
+    /// events in the orbits they published.
+    pub fn built_events(&self, orbits: bool) -> u64 {
+        if !orbits {
+            return self.conservation().built;
+        }
+        self.bus.iter().flatten().map(|b| b.orbit_events).sum()
+    }
+
+    /// Orbit mode: the orbits the BUs wrote in their published files (those with events).
+    pub fn orbits_written(&self) -> u64 {
+        self.bus.iter().flatten().map(|b| b.orbits_written).sum()
+    }
+
     /// Whether every unit ended without an error, and the trigger stream did not break.
     pub fn clean(&self) -> bool {
         self.rus.iter().all(|r| r.as_ref().is_ok_and(|r| r.trigger_fault.is_none()))

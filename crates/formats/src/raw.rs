@@ -1,9 +1,7 @@
 //! Raw files, docs/formats.md §5: a BU's output file, a header followed by FRD event records.
 //!
 //! Tessera writes `RAW_0002` (32-byte header) and reads `RAW_0001` (24 bytes) and `RAW_0002`.
-//! For DTH orbit data Tessera uses its own data type, [`data_type::DTH_ORBITS`]: each record is an
-//! FRD version-6 record whose event field holds the orbit number and whose payload holds the
-//! orbit blocks of every source back to back.
+//! A BU in orbit mode writes orbit files instead, with no header ([`crate::orbit::OrbitFile`]).
 
 use crate::error::{FormatError, Result, dec, le_u16, le_u32, le_u64, need_space, take};
 use crate::frd::FrdEvent;
@@ -23,9 +21,6 @@ pub mod data_type {
     pub const FRD_EVENTS: u16 = 0;
     /// Used by a Phase-2 scouting tool; Tessera reads its header but not its records.
     pub const PHASE2_SCOUTING: u16 = 20;
-    /// Tessera's own: FRD v6 records whose payload holds whole DTH orbits (docs/formats.md §6), one
-    /// record per orbit, the event field holding the orbit number.
-    pub const DTH_ORBITS: u16 = 0x0100;
 }
 
 /// The header of a raw file.

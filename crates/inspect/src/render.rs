@@ -56,7 +56,6 @@ pub fn raw_file(report: &RawFileReport, feds: bool) -> String {
     if let Some(h) = &report.header {
         let kind = match h.data_type {
             data_type::FRD_EVENTS => "FRD events",
-            data_type::DTH_ORBITS => "DTH orbits",
             data_type::PHASE2_SCOUTING => "Phase-2 scouting",
             _ => "unknown",
         };

@@ -9,12 +9,11 @@
 //! event counts and BXs here are simple functions of the orbit and event, not the emulator's
 //! draws: readers check payload bytes against their seeds, which do not depend on them.
 
-use crate::writer::{RunDirError, io_err, write_atomically};
-use std::fs;
+use crate::orbit_files::OrbitCounts as FileOrbits;
+use crate::writer::{RunDirError, RunDirectory};
 use std::path::{Path, PathBuf};
-use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend, OrbitCounts};
+use tessera_formats::bookkeeping::{EolsDoc, EorDoc, OrbitCounts};
 use tessera_formats::fed::{BX_PER_ORBIT, event_type};
-use tessera_formats::names::{self, BuFileName, FuLock};
 use tessera_formats::orbit::{FragmentInfo, ORBIT_HEADER_BYTES, OrbitBlockWriter, orbit_fragment_len};
 use tessera_formats::seeded::fill_payload;
 use tessera_formats::tcds::orbit_in_lumi_section;
@@ -128,45 +127,40 @@ fn append_orbit(spec: &OrbitSampleSpec, orbit: u32, first_event: u64, count: u16
 }
 
 /// Writes the orbit run described by `spec` into `<bu_dir>/runRRRRRR` and closes it with EoLS
-/// and EoR records, as a BU in orbit mode does: each raw file is written under `open/`, renamed
-/// into the run directory, then its `.jsn` appears.
+/// and EoR records, with the run directory's own writer, as a BU in orbit mode does: each raw
+/// file is written under `open/` with its summary, renamed into the run directory, then its
+/// `.jsn` appears.
 pub fn write_orbit_sample_run(bu_dir: &Path, spec: &OrbitSampleSpec) -> Result<OrbitSampleSummary, RunDirError> {
-    let run_dir = bu_dir.join(names::run_dir_name(spec.run));
-    let open = run_dir.join(names::OPEN_DIR);
-    for dir in [&open, &run_dir.join(names::JSD_DIR)] {
-        fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
-    }
-    let [raw_jsd, eols_jsd, eor_jsd] = Legend::run_directory(true);
-    for (file, legend) in [(names::RAW_DATA_JSD, raw_jsd), (names::EOLS_JSD, eols_jsd), (names::EOR_JSD, eor_jsd)] {
-        write_atomically(&run_dir.join(file), legend.to_json().as_bytes())?;
-    }
-    write_atomically(&run_dir.join(names::FU_LOCK), FuLock { next_ls: 1, next_index: 0 }.to_string().as_bytes())?;
-    let definition = |jsd: &str| run_dir.join(jsd).display().to_string();
+    let dir = RunDirectory::create_for_orbits(bu_dir, spec.run, &spec.source)?;
     let mut summary =
-        OrbitSampleSummary { run_dir: run_dir.clone(), files: Vec::new(), events: 0, orbits: 0, empty_orbits: 0 };
+        OrbitSampleSummary { run_dir: dir.path().to_owned(), files: Vec::new(), events: 0, orbits: 0, empty_orbits: 0 };
     let mut event = spec.first_event;
     for ls in 1..=spec.lumi_sections {
         let mut ls_files: Vec<OrbitSampleFile> = Vec::new();
         let mut bytes = Vec::new();
-        let (mut file_events, mut file_orbits, mut empty) = (0u64, 0u64, 0u64);
+        // The orbits since the last file, empty ones included, and those with events.
+        let (mut file_events, mut given, mut written, mut empty) = (0u32, 0u32, 0u32, 0u64);
         for k in 0..spec.orbits_per_lumi_section {
             let count = events_in_orbit(spec, ls, k);
+            given += 1;
             if count == 0 {
                 empty += 1;
             } else {
                 let orbit = orbit_in_lumi_section(ls, k.into()) as u32;
                 append_orbit(spec, orbit, event, count, &mut bytes);
                 event += u64::from(count);
-                file_events += u64::from(count);
-                file_orbits += 1;
+                file_events += u32::from(count);
+                written += 1;
             }
             let last = k + 1 == spec.orbits_per_lumi_section;
-            if file_orbits > 0 && (file_orbits == u64::from(spec.orbits_per_file.max(1)) || last) {
+            if written > 0 && (written == spec.orbits_per_file.max(1) || last) {
                 let index = ls_files.len() as u32;
-                let file = publish(&run_dir, spec, ls, index, &bytes, file_events, file_orbits)?;
-                ls_files.push(file);
+                dir.write_orbit_file(ls, index, &[&bytes], file_events, FileOrbits { orbits: given, written })?;
+                let p = dir.publish(ls, index)?;
+                let (events, orbits) = (u64::from(file_events), u64::from(written));
+                ls_files.push(OrbitSampleFile { path: p.path, ls, index, events, orbits, bytes: p.bytes });
                 bytes.clear();
-                (file_events, file_orbits) = (0, 0);
+                (file_events, given, written) = (0, 0, 0);
             }
         }
         let events: u64 = ls_files.iter().map(|f| f.events).sum();
@@ -179,52 +173,27 @@ pub fn write_orbit_sample_run(bu_dir: &Path, spec: &OrbitSampleSpec) -> Result<O
             bytes: ls_files.iter().map(|f| f.bytes).sum(),
             orbits: Some(orbits),
         };
-        let path = run_dir.join(BuFileName::EndOfLumi { run: spec.run, ls }.to_string());
-        write_atomically(&path, eols.to_doc(&definition(names::EOLS_JSD), &spec.source).to_json().as_bytes())?;
+        dir.end_lumi_section(ls, &eols)?;
         summary.events += events;
         summary.orbits += orbits.orbits;
         summary.empty_orbits += empty;
         summary.files.extend(ls_files);
     }
-    let eor = EorDoc {
+    dir.end_run(&EorDoc {
         events: summary.events,
         files: summary.files.len() as u64,
         lumis: spec.lumi_sections.into(),
         last_lumi: spec.lumi_sections.into(),
         orbits: Some(OrbitCounts { orbits: summary.orbits, empty_orbits: summary.empty_orbits }),
-    };
-    let path = run_dir.join(BuFileName::EndOfRun { run: spec.run }.to_string());
-    write_atomically(&path, eor.to_doc(&definition(names::EOR_JSD), &spec.source).to_json().as_bytes())?;
-    fs::remove_dir(&open).map_err(io_err("removing", &open))?;
+    })?;
     Ok(summary)
-}
-
-/// Writes raw file `ls`/`index` holding `bytes` under `open/`, renames it into the run
-/// directory, then writes its `.jsn`.
-fn publish(
-    run_dir: &Path,
-    spec: &OrbitSampleSpec,
-    ls: u32,
-    index: u32,
-    bytes: &[u8],
-    events: u64,
-    orbits: u64,
-) -> Result<OrbitSampleFile, RunDirError> {
-    let definition = run_dir.join(names::RAW_DATA_JSD).display().to_string();
-    let name = BuFileName::Raw { run: spec.run, ls, index }.to_string();
-    let open_path = run_dir.join(names::OPEN_DIR).join(&name);
-    fs::write(&open_path, bytes).map_err(io_err("writing", &open_path))?;
-    let path = run_dir.join(&name);
-    fs::rename(&open_path, &path).map_err(io_err("publishing", &path))?;
-    let doc = IndexDoc { events, bytes: bytes.len() as u64, orbits: Some(orbits) };
-    let jsn = run_dir.join(BuFileName::IndexJson { run: spec.run, ls, index }.to_string());
-    write_atomically(&jsn, doc.to_doc(&definition, &spec.source).to_json().as_bytes())?;
-    Ok(OrbitSampleFile { path, ls, index, events, orbits, bytes: bytes.len() as u64 })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
+    use tessera_formats::bookkeeping::IndexDoc;
     use tessera_formats::orbit::{OrbitFile, is_orbit_file};
     use tessera_formats::seeded::first_payload_mismatch;
     use tessera_formats::tcds::lumi_section_of_orbit;

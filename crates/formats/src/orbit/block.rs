@@ -186,17 +186,7 @@ impl<'a> OrbitBlock<'a> {
 
     /// Checks the header's CRC-32C against the computed one.
     pub fn check_crc(&self) -> Result<()> {
-        let computed = self.computed_crc();
-        if computed != self.header.crc32c {
-            return Err(FormatError::Checksum {
-                what: "orbit block",
-                checksum: "CRC-32C",
-                offset: 0,
-                stored: self.header.crc32c.into(),
-                computed: computed.into(),
-            });
-        }
-        Ok(())
+        self.header.check_crc(self.computed_crc(), 0)
     }
 
     /// The fragments, last first, as readers walk a block. Yields an error and stops at the

@@ -327,17 +327,7 @@ impl<'a> DthOrbit<'a> {
     /// Checks the orbit header's CRC-32C against the data the stream blocks carry. The error's
     /// offset is the orbit header's in the stream, 16.
     pub fn check_crc(&self) -> Result<()> {
-        let computed = self.computed_crc();
-        if computed != self.header.crc32c {
-            return Err(FormatError::Checksum {
-                what: "orbit block",
-                checksum: "CRC-32C",
-                offset: DTH_HEADER_BYTES,
-                stored: self.header.crc32c.into(),
-                computed: computed.into(),
-            });
-        }
-        Ok(())
+        self.header.check_crc(self.computed_crc(), DTH_HEADER_BYTES)
     }
 
     /// The orbit block in place, when it fits in one stream block.

@@ -73,6 +73,21 @@ impl OrbitHeader {
         (self.block_units as usize).saturating_mul(UNIT_BYTES)
     }
 
+    /// Checks the header's CRC-32C against `computed`, that of the block after the header; the
+    /// error names `offset`, where the header is.
+    pub fn check_crc(&self, computed: u32, offset: usize) -> Result<()> {
+        if computed != self.crc32c {
+            return Err(FormatError::Checksum {
+                what: "orbit block",
+                checksum: "CRC-32C",
+                offset,
+                stored: self.crc32c.into(),
+                computed: computed.into(),
+            });
+        }
+        Ok(())
+    }
+
     /// True when the error flag is set.
     pub fn has_error(&self) -> bool {
         self.flags & orbit_flags::ERROR != 0

@@ -124,6 +124,8 @@ pub struct BuReport {
     pub events_published: u64,
     /// Orbit mode: the events in the orbits it published.
     pub orbit_events: u64,
+    /// Orbit mode: the orbits it wrote in the files it published (those with events).
+    pub orbits_written: u64,
     /// Its run directory (empty in discard mode).
     pub run_dir: PathBuf,
     /// Its incarnation.
@@ -292,6 +294,7 @@ impl BuNode {
             ended: false,
             published: 0,
             orbit_events: 0,
+            orbits_written: 0,
             held: Held::default(),
             stats,
             epoch,
@@ -350,8 +353,9 @@ struct BuLoop {
     deferred: Option<BuOutput>,
     ended: bool,
     published: u64,
-    /// Orbit mode: events in the orbits published.
+    /// Orbit mode: events in the orbits published, and those orbits.
     orbit_events: u64,
+    orbits_written: u64,
     /// What holds the BU back, and how its run ends.
     held: Held,
     run_dir: PathBuf,

@@ -129,8 +129,9 @@ impl BuLoop {
         match (action, published) {
             (BookAction::Publish(file), Some(p)) => {
                 // Orbit mode: the protocol counts orbits, the report events too.
-                if p.orbits.is_some() {
+                if let Some(o) = p.orbits {
                     self.orbit_events += u64::from(p.events);
+                    self.orbits_written += u64::from(o.written);
                 }
                 self.published_file(file, u64::from(p.units()), p.bytes)
             }

@@ -142,6 +142,7 @@ impl Unit for BuLoop {
                     counters: self.core.counters(),
                     events_published: self.published,
                     orbit_events: self.orbit_events,
+                    orbits_written: self.orbits_written,
                     run_dir: self.run_dir.clone(),
                     epoch: self.epoch,
                 }));
