@@ -462,7 +462,7 @@ fn summarize_farm(
         // `tessera merge` merges the run later: only what the FUs processed can be checked now.
         let holds = built_events == fu_events;
         println!(
-            "chain: built {built_events} events = processed {fu_events} by the FUs  {}; storage is left to `tessera merge`",
+            "chain: built {built_events} = processed {fu_events} by the FUs  {}; storage is left to `tessera merge`",
             if holds { "holds" } else { "DOES NOT HOLD" }
         );
         let json = json!({"holds": holds, "built": built_events, "processed_by_fus": fu_events, "merged": false});
@@ -481,7 +481,7 @@ fn summarize_farm(
     }
     let holds = check.holds() && built == built_events && built == fu_events;
     println!(
-        "chain: built {} events = processed {} by the FUs = processed {} in storage, over {} lumi sections  {}",
+        "chain: built {} = processed {} by the FUs = processed {} in storage, over {} lumi sections  {}",
         built_events,
         fu_events,
         processed,

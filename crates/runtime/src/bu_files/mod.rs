@@ -116,7 +116,7 @@ impl RawWriter {
     /// leaves nothing behind: what it wrote of the file is removed, so that it can be written
     /// again (after a full disk, [`BuFilesError::is_disk_full`]).
     ///
-    /// In orbit mode each event is an orbit, written as [`orbit_file`] says; what it left out
+    /// In orbit mode each event is an orbit, written as an orbit file (docs/formats.md §6); what it left out
     /// of an orbit comes back as sentences to say.
     pub fn write(
         &self,
