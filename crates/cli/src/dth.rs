@@ -24,7 +24,7 @@ pub struct DthArgs {
     /// Orbits per lumi section, 1..=262144: shorter sections number their orbits from
     /// (LS − 1) · 2^18, so that each orbit is in the lumi section orbit / 2^18 + 1.
     #[arg(long, default_value_t = 1 << 18, value_parser = clap::value_parser!(u64).range(1..=1 << 18))]
-    orbits_per_lumi_section: u64,
+    orbits_per_ls: u64,
     /// Number of the first event; events are numbered on over orbits.
     #[arg(long, default_value_t = 1)]
     first_event: u64,
@@ -95,7 +95,7 @@ pub fn dth(args: DthArgs) -> Result<ExitCode> {
             source,
             size,
             first_orbit: args.first_orbit,
-            orbits_per_lumi_section: args.orbits_per_lumi_section,
+            orbits_per_lumi_section: args.orbits_per_ls,
             first_event: args.first_event,
             l1_rate_hz: args.l1_rate_hz,
             seed: args.seed,

@@ -6,7 +6,7 @@
 //! no orbit (all of its orbits were empty) is counted, never published: the filter farm never
 //! sees an empty file.
 
-use crate::writer::{ClosedFile, Result, RunDirError, RunDirectory, io_err, write_atomically, write_slices};
+use crate::writer::{ClosedFile, Result, RunDirectory, io_err, write_atomically, write_slices};
 use std::fs::File;
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
@@ -116,13 +116,9 @@ pub(crate) fn remove_summary(raw: &Path) -> Result<()> {
     }
 }
 
-/// An orbit file of no orbit is never published: said as this error's absence, its removal.
+/// Removes an orbit file of no orbit, which is counted but never published.
 pub(crate) fn remove_empty(raw: &Path) -> Result<()> {
-    std::fs::remove_file(raw).map_err(|e| RunDirError::Io {
-        action: "removing empty orbit file",
-        path: raw.to_owned(),
-        source: e,
-    })
+    std::fs::remove_file(raw).map_err(io_err("removing empty orbit file", raw))
 }
 
 #[cfg(test)]

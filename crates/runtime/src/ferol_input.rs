@@ -96,6 +96,24 @@ struct Chunk {
     live: u32,
 }
 
+/// The pieces of a fragment or of an orbit block: one iterator type for both framings, so that
+/// sending a fragment allocates nothing.
+enum Segments<F, D> {
+    Ferol(F),
+    Dth(D),
+}
+
+impl<'a, F: Iterator<Item = &'a [u8]>, D: Iterator<Item = &'a [u8]>> Iterator for Segments<F, D> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match self {
+            Segments::Ferol(f) => f.next(),
+            Segments::Dth(d) => d.next(),
+        }
+    }
+}
+
 /// The receive memory of one front-end stream.
 pub struct StreamBuffer {
     fed: u16,
@@ -228,7 +246,17 @@ impl StreamBuffer {
             Err(e) => return self.fail(e),
         };
         let header = orbit.header;
-        let index = orbit_index(header.orbit.into(), orbits_per_lumi_section);
+        // An orbit number this run's numbering never gives has no place in the run: the stream
+        // cannot be read on (24 bits of LV1 id could not say "none" to the core).
+        let Some(index) = orbit_index(header.orbit.into(), orbits_per_lumi_section) else {
+            return self.fail(FormatError::bad(
+                "orbit header",
+                "orbit",
+                DTH_HEADER_BYTES,
+                format!("an orbit within the first {orbits_per_lumi_section} of its lumi section"),
+                tessera_formats::Value::Dec(header.orbit.into()),
+            ));
+        };
         let problem = if header.source_id != u32::from(self.fed) {
             Some(FormatError::bad(
                 "orbit header",
@@ -236,14 +264,6 @@ impl StreamBuffer {
                 DTH_HEADER_BYTES,
                 tessera_formats::Value::Dec(self.fed.into()),
                 tessera_formats::Value::Dec(header.source_id.into()),
-            ))
-        } else if index.is_none() {
-            Some(FormatError::bad(
-                "orbit header",
-                "orbit",
-                DTH_HEADER_BYTES,
-                format!("an orbit within the first {orbits_per_lumi_section} of its lumi section"),
-                tessera_formats::Value::Dec(header.orbit.into()),
             ))
         } else if self.crc_check.checks(self.fragments) {
             orbit.check_crc().err()
@@ -258,9 +278,7 @@ impl StreamBuffer {
             },
             stream_offset: self.stream_offset,
             source_id: header.source_id,
-            // An orbit outside the run's numbering takes an LV1 id no event has: it is out of
-            // sequence.
-            lv1: index.map_or(LV1_MASK.wrapping_add(1), |i| i as u32 & LV1_MASK),
+            lv1: index as u32 & LV1_MASK,
             bx: 0,
             orbit: Some(header),
             fragment_len: orbit.orbit_len(),
@@ -319,14 +337,16 @@ impl StreamBuffer {
     /// The fragment's bytes, header to trailer, as the data of its FEROL blocks (one piece per
     /// block), or the orbit block as the data of its DTH stream blocks: what a BU writes,
     /// without a copy.
-    pub fn segments(&self, handle: FragmentHandle) -> Box<dyn Iterator<Item = &[u8]> + '_> {
+    pub fn segments(&self, handle: FragmentHandle) -> impl Iterator<Item = &[u8]> {
         let data = self.chunks.get(handle.chunk as usize).map(|c| &c.data[..]).unwrap_or_default();
         // A `wire_len` past the chunk's end means "as long as the fragment is".
         let end = (handle.offset as usize).saturating_add(handle.wire_len as usize).min(data.len());
         let blocks = data.get(handle.offset as usize..end).unwrap_or_default();
         match self.framing {
-            Framing::Ferol => Box::new(FerolFragment::parse_framed(blocks).into_iter().flat_map(|(f, _)| f.segments())),
-            Framing::Dth { .. } => Box::new(DthOrbit::parse(blocks).into_iter().flat_map(|o| o.segments())),
+            Framing::Ferol => {
+                Segments::Ferol(FerolFragment::parse_framed(blocks).into_iter().flat_map(|(f, _)| f.segments()))
+            }
+            Framing::Dth { .. } => Segments::Dth(DthOrbit::parse(blocks).into_iter().flat_map(|o| o.segments())),
         }
     }
 

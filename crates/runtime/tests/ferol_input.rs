@@ -163,3 +163,75 @@ fn a_fragment_flagged_for_a_wrong_fed_id_has_only_its_f_bit_set_and_its_crc_stil
     let untouched: Vec<u8> = buf.segments(received[1].handle).flatten().copied().collect();
     assert_eq!(untouched, sent[1]);
 }
+
+/// The DTH stream of source 7: one orbit block per orbit number in `orbits`, `events` fragments
+/// of 200 bytes each, cut into stream blocks of at most 1 kB.
+fn dth_stream(orbits: &[u32], events: usize) -> Vec<u8> {
+    use tessera_formats::orbit::{FragmentInfo, OrbitBlockWriter, dth_wire_len, orbit_fragment_len, write_dth_blocks};
+    let mut wire = Vec::new();
+    for &orbit in orbits {
+        let mut block = vec![0u8; 32 + events * orbit_fragment_len(200)];
+        let mut w = OrbitBlockWriter::new(&mut block, 7, 1, orbit).unwrap();
+        for e in 0..events {
+            let info = FragmentInfo {
+                event_id: e as u64,
+                bx: 1,
+                l1a_types: 1,
+                physics_type: 1,
+                emulation_status: 0,
+                status: 0,
+                flags: 0,
+            };
+            w.push_fragment(&info, &[e as u8; 200]).unwrap();
+        }
+        let n = w.finish().unwrap();
+        let mut blocks = vec![0u8; dth_wire_len(n, 1024)];
+        write_dth_blocks(&block[..n], 1024, &mut blocks).unwrap();
+        wire.extend_from_slice(&blocks);
+    }
+    wire
+}
+
+#[test]
+fn a_dth_stream_gives_orbit_blocks_numbered_by_their_index_in_the_run_and_flags_a_bad_crc() {
+    use tessera_runtime::ferol_input::Framing;
+    // Four orbits per lumi section: orbit 2^18 + 1 is the run's sixth (index 5).
+    let mut wire = dth_stream(&[3, 1 << 18, (1 << 18) + 1], 5);
+    let framing = Framing::Dth { orbits_per_lumi_section: 4 };
+    // The second orbit's CRC-32C, its orbit header's last word, flipped.
+    let second = wire.len() / 3;
+    wire[second + 16 + 28] ^= 1;
+    let mut buf = StreamBuffer::new(7, 1 << 20, 2, 64 << 10).unwrap().with_framing(framing);
+    buf.spare().unwrap()[..wire.len()].copy_from_slice(&wire);
+    buf.filled(wire.len());
+    let received: Vec<_> = std::iter::from_fn(|| buf.next_fragment()).map(Result::unwrap).collect();
+    let lv1s: Vec<u32> = received.iter().map(|r| r.lv1).collect();
+    assert_eq!(lv1s, [3, 4, 5]);
+    let problems: Vec<bool> = received.iter().map(|r| r.problem.is_some()).collect();
+    assert_eq!(problems, [false, true, false], "only the flipped CRC-32C is a problem");
+    // The pieces a BU is sent are the orbit block itself, without the stream block headers.
+    let block: Vec<u8> = buf.segments(received[0].handle).flatten().copied().collect();
+    assert_eq!((block.len(), &block[..2]), (received[0].fragment_len, &b"HO"[..]));
+}
+
+#[test]
+fn an_orbit_outside_the_runs_numbering_or_larger_than_a_chunk_ends_its_stream_and_says_why() {
+    use tessera_runtime::ferol_input::Framing;
+    let framing = Framing::Dth { orbits_per_lumi_section: 4 };
+    let wire = dth_stream(&[1, 9], 2); // orbit 9 is past its section's 4 orbits
+    let mut buf = StreamBuffer::new(7, 1 << 20, 2, 64 << 10).unwrap().with_framing(framing);
+    buf.spare().unwrap()[..wire.len()].copy_from_slice(&wire);
+    buf.filled(wire.len());
+    assert_eq!(buf.next_fragment().unwrap().unwrap().lv1, 1);
+    let e = buf.next_fragment().unwrap().unwrap_err().to_string();
+    assert!(e.contains("orbit header") && e.contains("orbit") && e.contains("first 4"), "{e}");
+    assert!(buf.next_fragment().is_none(), "nothing more is read from a broken stream");
+
+    let wire = dth_stream(&[1], 40); // 40 fragments of 248 bytes: more than a 4 kB chunk
+    let mut buf = StreamBuffer::new(7, 4096, 2, 4096).unwrap().with_framing(framing);
+    let room = buf.spare().unwrap().len();
+    buf.spare().unwrap()[..room].copy_from_slice(&wire[..room]);
+    buf.filled(room);
+    let e = buf.next_fragment().unwrap().unwrap_err().to_string();
+    assert!(e.contains("at most a chunk of receive memory, 4096 bytes"), "{e}");
+}

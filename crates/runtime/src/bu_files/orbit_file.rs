@@ -73,14 +73,15 @@ fn check_orbit<'a>(pieces: &[(u16, &'a [u8])]) -> CheckedOrbit<'a> {
             Err(why) => left_out.push((source, why)),
         }
     }
-    let Some((_, reference, reference_ids)) = walked.first().map(|(s, b, i)| (*s, b.header, i.clone())) else {
+    let Some((_, first, first_ids)) = walked.first() else {
         return CheckedOrbit { orbit: None, events: 0, blocks: Vec::new(), left_out };
     };
+    let reference = first.header;
     let mut blocks = Vec::with_capacity(walked.len());
-    for (source, block, ids) in walked {
-        match disagreement(&reference, &reference_ids, &block.header, &ids) {
+    for (source, block, ids) in &walked {
+        match disagreement(&reference, first_ids, &block.header, ids) {
             None => blocks.push(block.as_bytes()),
-            Some(why) => left_out.push((source, why)),
+            Some(why) => left_out.push((*source, why)),
         }
     }
     CheckedOrbit { orbit: Some(reference.orbit), events: reference.event_count, blocks, left_out }
