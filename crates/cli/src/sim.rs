@@ -24,8 +24,8 @@ pub fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let mut failed = false;
     println!(
-        "{:<24} {:>6} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>8}  result",
-        "scenario", "seeds", "events", "crashes", "slow", "FED", "corrupt", "orphans", "steps"
+        "{:<32} {:>6} {:>10} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>8}  result",
+        "scenario", "seeds", "built", "in orbits", "crashes", "slow", "FED", "corrupt", "orphans", "steps"
     );
     for sc in &chosen {
         // Seeds are independent: run them on every core, report in seed order.
@@ -47,10 +47,11 @@ pub fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
         let sum = |f: fn(&tessera_sim::SimReport) -> u64| reports.iter().map(f).sum::<u64>();
         let bad: Vec<&tessera_sim::SimReport> = reports.iter().filter(|r| !r.violations.is_empty()).collect();
         println!(
-            "{:<24} {:>6} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>8}  {}",
+            "{:<32} {:>6} {:>10} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>8}  {}",
             sc.name,
             reports.len(),
             sum(|r| r.events_checked),
+            if sc.orbit.is_some() { sum(|r| r.tally.orbit_events).to_string() } else { "-".to_string() },
             sum(|r| r.tally.bu_crashes),
             sum(|r| r.tally.slow_bus),
             sum(|r| r.tally.fed_faults),

@@ -226,9 +226,14 @@ mod tests {
 
     proptest! {
         /// Orbit numbers and indices map one to one, each orbit in the lumi section CMSSW's rule
-        /// gives it, its index's section.
+        /// gives it, its index's section (of the sections a u32 numbers).
         #[test]
-        fn orbit_numbers_and_indices_map_one_to_one(index in 0u64..1 << 40, per_ls in 1u64..=1 << 18) {
+        fn orbit_numbers_and_indices_map_one_to_one(
+            section in 0u64..u64::from(u32::MAX),
+            per_ls in 1u64..=1 << 18,
+            place in any::<u64>(),
+        ) {
+            let index = section * per_ls + place % per_ls;
             let orbit = orbit_number(index, per_ls);
             prop_assert_eq!(orbit_index(orbit, per_ls), Some(index));
             prop_assert_eq!(u64::from(lumi_section_of_orbit(orbit)), index / per_ls + 1);

@@ -35,6 +35,10 @@ pub struct Faults {
     pub corrupt_fragment_probability: f64,
     /// Largest extra network delay, in nanoseconds (reordering between connections).
     pub network_jitter_ns: u64,
+    /// Orbit mode: sources whose blocks of a few orbits lack one of the orbit's events (the DTH
+    /// emulator's `drop-event`): the BU must leave each such block out of its orbit, and only
+    /// those.
+    pub short_blocks: u16,
 }
 
 impl Faults {
@@ -49,8 +53,24 @@ impl Faults {
         trigger_stream_lost: false,
         corrupt_fragment_probability: 0.0,
         network_jitter_ns: 20_000,
+        short_blocks: 0,
     };
 }
+
+/// Orbit mode (HL-LHC): the protocol's unit is an orbit, every source sends one orbit block per
+/// LHC orbit holding its fragment of each of the orbit's events, and the BUs write orbit files.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OrbitMode {
+    /// Mean events per orbit (Poisson): the L1 rate over the LHC orbit rate, 66.7 at 750 kHz.
+    pub mean_events: f64,
+    /// Bytes of a source's fragment of one event, before SlinkRocket framing.
+    pub fragment_bytes: u32,
+    /// Orbits per lumi section.
+    pub orbits_per_lumi_section: u64,
+}
+
+/// The LHC orbit, in nanoseconds: the interval between the orbits of orbit mode.
+pub const ORBIT_NS: u64 = 88_924;
 
 /// A deliberate protocol bug, switched on to show that the simulator catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +103,10 @@ pub struct Scenario {
     /// commit. The trigger FED's fragments are small, and its memory is bound by the RU's window
     /// alone, as with real fragment sizes (a 952-byte trigger fragment, kilobytes of data).
     pub fed_buffer_fragments: u64,
+    /// Orbit mode, or `None` for event mode. In orbit mode `events` counts orbits, the trigger
+    /// comes every [`ORBIT_NS`], `events_per_lumi_section` is unused, and
+    /// `fed_buffer_fragments` counts orbit blocks.
+    pub orbit: Option<OrbitMode>,
     /// Faults.
     pub faults: Faults,
     /// A deliberate bug, for the mutation check.
@@ -105,8 +129,28 @@ const fn base(name: &'static str, n_ru: u16, feds_per_ru: u16, n_bu: u16, events
         trigger_interval_ns: 10_000,
         events_per_lumi_section: 400,
         fed_buffer_fragments: 1024,
+        orbit: None,
         faults: Faults::NONE,
         bug: None,
+    }
+}
+
+/// An orbit-mode scenario of `orbits` orbits at `mean_events` events per orbit, 2 kB fragments,
+/// 64 orbit blocks of receive memory per source (8 MiB at 125 kB blocks, the runtime's default)
+/// and lumi sections of 200 orbits.
+const fn orbit_base(
+    name: &'static str,
+    n_ru: u16,
+    sources_per_ru: u16,
+    n_bu: u16,
+    orbits: u64,
+    mean_events: f64,
+) -> Scenario {
+    Scenario {
+        trigger_interval_ns: ORBIT_NS,
+        fed_buffer_fragments: 64,
+        orbit: Some(OrbitMode { mean_events, fragment_bytes: 2048, orbits_per_lumi_section: 200 }),
+        ..base(name, n_ru, sources_per_ru, n_bu, orbits)
     }
 }
 
@@ -140,8 +184,41 @@ pub fn scenarios() -> Vec<Scenario> {
                 trigger_stream_lost: false,
                 corrupt_fragment_probability: 0.001,
                 network_jitter_ns: 200_000,
+                short_blocks: 0,
             },
             ..base("8x8_random", 8, 4, 8, 2000)
+        },
+        // Orbit mode at a low L1 rate: one orbit in seven is empty (counted, never written).
+        Scenario {
+            faults: Faults { bu_crashes: 2, ..Faults::NONE },
+            ..orbit_base("2x2_orbit_bu_crash", 2, 4, 2, 1000, 2.0)
+        },
+        // HL-LHC's 750 kHz: 67 events and ~140 kB blocks per source and orbit.
+        Scenario {
+            faults: Faults { stalled_feds: 1, dead_feds: 1, ..Faults::NONE },
+            ..orbit_base("4x4_orbit_missing_source", 4, 4, 4, 600, 66.7)
+        },
+        Scenario {
+            faults: Faults { short_blocks: 2, ..Faults::NONE },
+            ..orbit_base("2x2_orbit_event_count_mismatch", 2, 4, 2, 800, 5.0)
+        },
+        // Receive memory for 6 orbit blocks a source: the RUs are full and their streams unread
+        // most of the run, and no orbit may go out without a source for it.
+        Scenario { fed_buffer_fragments: 6, ..orbit_base("2x2_orbit_ru_full", 2, 4, 2, 300, 66.7) },
+        Scenario {
+            faults: Faults {
+                bu_crashes: 3,
+                slow_bus: 2,
+                stalled_feds: 1,
+                dead_feds: 0,
+                sync_losses: 1,
+                slow_feds: 1,
+                trigger_stream_lost: false,
+                corrupt_fragment_probability: 0.001,
+                network_jitter_ns: 200_000,
+                short_blocks: 1,
+            },
+            ..orbit_base("8x8_orbit_random", 8, 4, 8, 500, 0.7)
         },
     ]
 }

@@ -79,3 +79,46 @@ fn scenario_2x2_trigger_stream_lost() {
 fn scenario_8x8_random() {
     check("8x8_random", 3);
 }
+
+/// Orbit mode with BU crashes at a low L1 rate: every orbit published once, every event of every
+/// orbit in a file, and the empty orbits (one in seven at 2 events per orbit) counted.
+#[test]
+fn scenario_2x2_orbit_bu_crash() {
+    for r in check("2x2_orbit_bu_crash", 4) {
+        assert!(r.tally.bu_crashes > 0 && r.tally.empty_orbits > 0, "seed {}: {:?}", r.seed, r.tally);
+        assert!(r.tally.orbit_events > r.events_checked, "seed {}: {:?}", r.seed, r.tally);
+    }
+}
+
+/// A source stalls and another dies: their orbits go out flagged incomplete, none is lost.
+#[test]
+fn scenario_4x4_orbit_missing_source() {
+    for r in check("4x4_orbit_missing_source", 2) {
+        assert!(r.tally.incomplete_events > 0, "seed {}", r.seed);
+    }
+}
+
+/// Blocks one event short are left out of their orbits, and only they (the simulator's check of
+/// the BU's verdicts); the orbit keeps all its events through the other sources.
+#[test]
+fn scenario_2x2_orbit_event_count_mismatch() {
+    for r in check("2x2_orbit_event_count_mismatch", 4) {
+        assert!(r.tally.blocks_left_out > 0, "seed {}: {:?}", r.seed, r.tally);
+        assert_eq!(r.tally.incomplete_events, 0, "seed {}", r.seed);
+    }
+}
+
+/// Receive memory for a few orbit blocks a source: the streams are held back, no orbit goes out
+/// incomplete for it.
+#[test]
+fn scenario_2x2_orbit_ru_full() {
+    for r in check("2x2_orbit_ru_full", 3) {
+        assert_eq!(r.tally.incomplete_events, 0, "seed {}", r.seed);
+        assert!(r.tally.back_pressure > 0, "seed {}: the streams were never held back", r.seed);
+    }
+}
+
+#[test]
+fn scenario_8x8_orbit_random() {
+    check("8x8_orbit_random", 2);
+}

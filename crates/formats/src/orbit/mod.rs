@@ -52,8 +52,10 @@
 //!
 //! One job per file: `frames` the fixed-size frames of a block (orbit header, SlinkRocket header
 //! and trailer, fragment trailer), `block` orbit blocks written and read in place, `dth` the
-//! TCP stream blocks that carry them, `file` the orbit files a BU writes.
+//! TCP stream blocks that carry them, `file` the orbit files a BU writes, `agree` the rule by
+//! which the blocks of one orbit must agree before a BU writes them.
 
+mod agree;
 mod block;
 mod dth;
 mod file;
@@ -61,6 +63,7 @@ mod frames;
 #[cfg(test)]
 mod test_support;
 
+pub use agree::{BlockKey, Disagreement, OrbitAgreement, agree};
 pub use block::{FragmentInfo, OrbitBlock, OrbitBlockWriter, OrbitFragment, OrbitFragments};
 pub use dth::*;
 pub use file::*;

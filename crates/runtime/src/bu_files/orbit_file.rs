@@ -11,7 +11,7 @@
 use super::{BuFilesError, FragmentBytes};
 use tessera_evb::types::FileId;
 use tessera_evb::unit::BuiltEvent;
-use tessera_formats::orbit::{OrbitBlock, OrbitHeader};
+use tessera_formats::orbit::{BlockKey, OrbitBlock, agree};
 use tessera_rundir::{OrbitCounts, RunDirectory};
 
 /// Writes `events`, each an orbit, as orbit file `file`; returns what was left out, to say.
@@ -40,7 +40,7 @@ pub(super) fn write(
                 orbit.event
             )
         }));
-        if checked.events > 0 {
+        if checked.written {
             event_count += u32::from(checked.events);
             written += 1;
             blocks.extend(checked.blocks);
@@ -57,34 +57,34 @@ struct CheckedOrbit<'a> {
     orbit: Option<u32>,
     /// Its events, as its reference block says.
     events: u16,
+    /// Whether it goes into the file (it has events).
+    written: bool,
     /// The blocks to write, in order.
     blocks: Vec<&'a [u8]>,
     /// The sources left out, and why.
     left_out: Vec<(u16, String)>,
 }
 
-/// Checks the blocks of one orbit against its reference, the first that can be walked.
+/// Checks the blocks of one orbit against its reference, the first that can be walked
+/// ([`agree`]).
 fn check_orbit<'a>(pieces: &[(u16, &'a [u8])]) -> CheckedOrbit<'a> {
-    let mut left_out = Vec::new();
-    let mut walked: Vec<(u16, OrbitBlock<'a>, Vec<u64>)> = Vec::new();
-    for &(source, b) in pieces {
-        match walk(b) {
-            Ok((block, ids)) => walked.push((source, block, ids)),
-            Err(why) => left_out.push((source, why)),
-        }
+    let walked: Vec<Result<(OrbitBlock<'a>, Vec<u64>), String>> = pieces.iter().map(|&(_, b)| walk(b)).collect();
+    let verdict = agree(walked.iter().map(|w| {
+        let (block, ids) = w.as_ref().ok()?;
+        let h = &block.header;
+        Some(BlockKey { run: h.run, orbit: h.orbit, event_count: h.event_count, event_ids: ids })
+    }));
+    let unreadable =
+        walked.iter().zip(pieces).filter_map(|(w, &(source, _))| Some((source, w.as_ref().err()?.clone())));
+    let disagreeing = verdict.left_out.iter().map(|&(i, d)| (pieces[i].0, d.to_string()));
+    let blocks = verdict.kept.iter().filter_map(|&i| Some(walked[i].as_ref().ok()?.0.as_bytes())).collect();
+    CheckedOrbit {
+        orbit: verdict.orbit,
+        events: verdict.events,
+        written: verdict.is_written(),
+        blocks,
+        left_out: unreadable.chain(disagreeing).collect(),
     }
-    let Some((_, first, first_ids)) = walked.first() else {
-        return CheckedOrbit { orbit: None, events: 0, blocks: Vec::new(), left_out };
-    };
-    let reference = first.header;
-    let mut blocks = Vec::with_capacity(walked.len());
-    for (source, block, ids) in &walked {
-        match disagreement(&reference, first_ids, &block.header, ids) {
-            None => blocks.push(block.as_bytes()),
-            Some(why) => left_out.push((*source, why)),
-        }
-    }
-    CheckedOrbit { orbit: Some(reference.orbit), events: reference.event_count, blocks, left_out }
 }
 
 /// The block at the start of `bytes` and its event ids in walking order (last first), or why
@@ -104,23 +104,6 @@ fn walk(bytes: &[u8]) -> Result<(OrbitBlock<'_>, Vec<u64>), String> {
         ids.push(fragment.event_id());
     }
     Ok((block, ids))
-}
-
-/// What a block's header or events differ in from the orbit's reference, if anything.
-fn disagreement(reference: &OrbitHeader, reference_ids: &[u64], header: &OrbitHeader, ids: &[u64]) -> Option<String> {
-    let differs =
-        |what: &str, theirs: u64, ours: u64| format!("{what} {theirs}, where the orbit's first block has {ours}");
-    if header.run != reference.run {
-        return Some(differs("run", header.run.into(), reference.run.into()));
-    }
-    if header.orbit != reference.orbit {
-        return Some(differs("orbit", header.orbit.into(), reference.orbit.into()));
-    }
-    if header.event_count != reference.event_count {
-        return Some(differs("event count", header.event_count.into(), reference.event_count.into()));
-    }
-    let at = ids.iter().zip(reference_ids).position(|(a, b)| a != b)?;
-    Some(differs("event id", ids[at], reference_ids[at]))
 }
 
 #[cfg(test)]

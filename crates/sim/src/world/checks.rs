@@ -1,13 +1,19 @@
 //! The invariants: every event published once, whole and correctly flagged, and only once
-//! written; every unit within its bounds; at the end, every event of the run accounted for.
+//! written; every unit within its bounds; at the end, every event of the run accounted for. In
+//! orbit mode also each orbit's blocks as the BU's writer judges them, and every event of every
+//! orbit in a file (or its orbit counted empty).
 
-use super::{Ev, World};
+/// The run number the simulated sources write in their orbit headers.
+const SIM_RUN: u32 = 1;
+
+use super::{Ev, OrbitTally, World};
 use std::collections::BTreeMap;
 use tessera_evb::Ru;
 use tessera_evb::types::{EventNumber, FedId, FileId};
 use tessera_evb::unit::BuiltEvent;
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::frd::flags;
+use tessera_formats::orbit::{BlockKey, agree};
 use tessera_formats::tcds::TCDS_FED_ID;
 
 impl World {
@@ -25,6 +31,13 @@ impl World {
         }
         self.last_progress = self.now;
         *self.bus[bu].published_events.entry(f.lumi_section).or_default() += f.events.len() as u64;
+        if self.sc.orbit.is_some() {
+            let ls = self.published_orbits.entry(f.lumi_section).or_default();
+            ls.events += f.orbits.events;
+            ls.empty_orbits += f.orbits.empty_orbits;
+            self.tally.orbit_events += f.orbits.events;
+            self.tally.empty_orbits += f.orbits.empty_orbits;
+        }
         for event in &f.events {
             if let Some(other) = self.published.insert(event.event, file) {
                 self.violation(format!(
@@ -42,6 +55,59 @@ impl World {
         }
         let incarnation = self.bus[bu].incarnation;
         self.schedule(self.now + 10_000, Ev::PublishDone { bu, file, incarnation });
+    }
+
+    /// Orbit mode: what BU `b`'s writer makes of the orbits of a file, judged by the rule the
+    /// runtime's writer applies ([`agree`]) to the blocks as the sources sent them: the orbit's
+    /// events must be the trigger source's, exactly the short blocks are left out, and an orbit
+    /// is written only with events.
+    pub(super) fn judge_orbits(&mut self, b: u16, orbits: &[BuiltEvent]) -> OrbitTally {
+        let mut tally = OrbitTally::default();
+        if self.sc.orbit.is_none() {
+            return tally;
+        }
+        for orbit in orbits {
+            let number = self.trigger_info(orbit.event).orbit as u32;
+            let sources: Vec<FedId> = orbit.parts.iter().flat_map(|p| &p.fragments).map(|f| f.fed).collect();
+            // Event ids in walking order, last first; a short block lacks the orbit's last event.
+            let ids: Vec<Vec<u64>> = sources
+                .iter()
+                .map(|&s| {
+                    (0..u64::from(self.block_events(s, orbit.event))).rev().map(|k| (orbit.event << 12) + k).collect()
+                })
+                .collect();
+            let verdict = agree(ids.iter().map(|ids| {
+                Some(BlockKey { run: SIM_RUN, orbit: number, event_count: ids.len() as u16, event_ids: ids })
+            }));
+            let events = self.orbit_events[(orbit.event - self.sc.first_event) as usize];
+            let mut problems = Vec::new();
+            if verdict.events != events {
+                problems.push(format!("written with {} events, it has {events}", verdict.events));
+            }
+            for &(i, d) in &verdict.left_out {
+                if !self.short_blocks.contains(&(sources[i], orbit.event)) {
+                    problems.push(format!("source {}'s whole block left out ({d})", sources[i]));
+                }
+            }
+            for &i in &verdict.kept {
+                if self.short_blocks.contains(&(sources[i], orbit.event)) {
+                    problems.push(format!("source {}'s block, one event short, written", sources[i]));
+                }
+            }
+            if verdict.is_written() == (events == 0) {
+                problems.push(format!("written {} with {events} events", verdict.is_written()));
+            }
+            for p in problems {
+                self.violation(format!("BU {b}, orbit {} (index {}): {p}", number, orbit.event));
+            }
+            self.tally.blocks_left_out += verdict.left_out.len() as u64;
+            if verdict.is_written() {
+                tally.events += u64::from(verdict.events);
+            } else {
+                tally.empty_orbits += 1;
+            }
+        }
+        tally
     }
 
     pub(super) fn check_event(&mut self, e: &BuiltEvent) {
@@ -167,6 +233,28 @@ impl World {
                 self.violation(format!(
                     "lumi section {ls}: EoLS records count {recorded} events, {triggered} were triggered"
                 ));
+            }
+        }
+        // Orbit mode: each lumi section's files hold every event of its orbits, and its empty
+        // orbits are counted.
+        if self.sc.orbit.is_some() {
+            let mut drawn: BTreeMap<u32, OrbitTally> = BTreeMap::new();
+            for e in first..first + events {
+                let ls = drawn.entry(self.trigger_info(e).lumi_section).or_default();
+                match self.orbit_events[(e - first) as usize] {
+                    0 => ls.empty_orbits += 1,
+                    n => ls.events += u64::from(n),
+                }
+            }
+            for (ls, drawn) in drawn {
+                let published = self.published_orbits.get(&ls).copied().unwrap_or_default();
+                if published != drawn {
+                    self.violation(format!(
+                        "lumi section {ls}: files hold {} events and {} empty orbits were counted; its orbits had {} \
+                         events and {} empty orbits",
+                        published.events, published.empty_orbits, drawn.events, drawn.empty_orbits
+                    ));
+                }
             }
         }
     }

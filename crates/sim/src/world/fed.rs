@@ -1,11 +1,13 @@
 //! The FED streams: each FED's next fragment offered to its RU when its trigger time comes,
-//! unless the RU's memory for it is full or a fault holds it back; the trigger's information.
+//! unless the RU's memory for it is full or a fault holds it back; the trigger's information. In
+//! orbit mode a FED is a DTH source and its fragment an orbit block.
 
 use super::{Ev, World};
 use tessera_evb::msg::{BufferRef, FragmentRef, TriggerInfo};
-use tessera_evb::types::{EventNumber, Nanos, Peer};
+use tessera_evb::types::{EventNumber, FedId, Nanos, Peer};
 use tessera_formats::fed::LV1_MASK;
-use tessera_formats::tcds::{TCDS_FED_ID, orbit_in_lumi_section};
+use tessera_formats::orbit::{ORBIT_HEADER_BYTES, orbit_fragment_len};
+use tessera_formats::tcds::{TCDS_FED_ID, lumi_section_of_orbit, orbit_in_lumi_section, orbit_number};
 
 impl World {
     pub(super) fn fed_ready(&mut self, ru: usize, fed: usize) {
@@ -55,12 +57,13 @@ impl World {
         let id = s.id;
         let corrupt = self.rng.chance(self.sc.faults.corrupt_fragment_probability);
         let trigger = (id == TCDS_FED_ID).then(|| self.trigger_info(event));
+        let bytes = self.fragment_bytes(id, event);
         let fragment = FragmentRef {
             fed: id,
             lv1: (event as u32) & LV1_MASK,
-            bytes: 1024,
+            bytes,
             corrupt,
-            buffer: BufferRef { area: ru as u32, chunk: fed as u32, offset: self.next_buffer, len: 1024 },
+            buffer: BufferRef { area: ru as u32, chunk: fed as u32, offset: self.next_buffer, len: bytes },
             trigger,
         };
         let offered = if ru == 0 {
@@ -91,7 +94,29 @@ impl World {
         self.drain_outputs(if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) });
     }
 
+    /// A FED's fragment of `event`: 1 kB; in orbit mode a source's orbit block, its fragment of
+    /// each event of the orbit framed, sizes differing by source.
+    fn fragment_bytes(&self, source: FedId, orbit: EventNumber) -> u32 {
+        let Some(mode) = self.sc.orbit else { return 1024 };
+        let fragment = mode.fragment_bytes as usize * (2 + usize::from(source % 3)) / 3;
+        let events = self.block_events(source, orbit);
+        (ORBIT_HEADER_BYTES + usize::from(events) * orbit_fragment_len(fragment)) as u32
+    }
+
+    /// Orbit mode: the events of `source`'s block of `orbit`, one fewer for a short block.
+    pub(super) fn block_events(&self, source: FedId, orbit: EventNumber) -> u16 {
+        let events = self.orbit_events[(orbit - self.sc.first_event) as usize];
+        events - u16::from(self.short_blocks.contains(&(source, orbit)))
+    }
+
+    /// The trigger's information of `event`; in orbit mode the orbit header's, whose lumi
+    /// section follows from the orbit number (the orbit's index in the run numbered for its
+    /// lumi sections, as the runtime numbers it).
     pub(super) fn trigger_info(&self, event: EventNumber) -> TriggerInfo {
+        if let Some(mode) = self.sc.orbit {
+            let orbit = orbit_number(event, mode.orbits_per_lumi_section);
+            return TriggerInfo { lumi_section: lumi_section_of_orbit(orbit), orbit, bx: 0 };
+        }
         let index = event - self.sc.first_event;
         let ls = (index / self.sc.events_per_lumi_section) as u32 + 1;
         TriggerInfo {

@@ -48,6 +48,12 @@ pub struct Tally {
     pub control_messages: u64,
     /// Steps simulated.
     pub steps: u64,
+    /// Orbit mode: events in the orbits published.
+    pub orbit_events: u64,
+    /// Orbit mode: orbits published with no event (counted, never written).
+    pub empty_orbits: u64,
+    /// Orbit mode: orbit blocks the BUs left out of their orbits for disagreeing with the others.
+    pub blocks_left_out: u64,
 }
 
 #[derive(Debug)]
@@ -84,6 +90,15 @@ struct SimFile {
     lumi_section: u32,
     events: Vec<BuiltEvent>,
     written: bool,
+    /// Orbit mode: what the file holds as its writer judged its orbits.
+    orbits: OrbitTally,
+}
+
+/// Orbit mode: events and empty orbits, of a file or of a lumi section.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct OrbitTally {
+    events: u64,
+    empty_orbits: u64,
 }
 
 struct BuSlot {
@@ -120,6 +135,12 @@ pub struct World {
     buffers: BTreeMap<BufferRef, (usize, usize, EventNumber)>,
     next_buffer: u32,
     corrupt: BTreeSet<(FedId, EventNumber)>,
+    /// Orbit mode: each orbit's events, by orbit index from the first.
+    orbit_events: Vec<u16>,
+    /// Orbit mode: the (source, orbit) whose block lacks one of the orbit's events.
+    short_blocks: BTreeSet<(FedId, EventNumber)>,
+    /// Orbit mode: what the published files hold, per lumi section.
+    published_orbits: BTreeMap<u32, OrbitTally>,
     published: BTreeMap<EventNumber, FileId>,
     stop_sent: bool,
     last_progress: Nanos,

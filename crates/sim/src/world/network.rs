@@ -117,13 +117,18 @@ impl World {
         match out {
             BuOutput::Send { to, msg } => self.send(Peer::Bu(b), to, msg),
             BuOutput::WriteFile { file, lumi_section, events } => {
+                let orbits = self.judge_orbits(b, &events);
+                // Orbit files cost their bytes too, at 8 GB/s.
+                let bytes = self.sc.orbit.map_or(0, |_| {
+                    events.iter().flat_map(|e| &e.parts).flat_map(|p| &p.fragments).map(|f| u64::from(f.bytes)).sum()
+                });
                 let slot = &mut self.bus[usize::from(b)];
                 // What a restarted BU learns from the names of the files on its disk.
                 let next = slot.next_index.entry(file.lumi_section).or_default();
                 *next = (*next).max(file.index + 1);
-                let cost = if slot.slow { 20 } else { 1 } * (200_000 + 5_000 * events.len() as u64);
+                let cost = if slot.slow { 20 } else { 1 } * (200_000 + 5_000 * events.len() as u64 + bytes / 8);
                 let incarnation = slot.incarnation;
-                if slot.files.insert(file, SimFile { lumi_section, events, written: false }).is_some() {
+                if slot.files.insert(file, SimFile { lumi_section, events, written: false, orbits }).is_some() {
                     self.violation(format!("BU {b} wrote file {file} twice"));
                 }
                 self.schedule(self.now + cost, Ev::WriteDone { bu: usize::from(b), file, incarnation });

@@ -10,6 +10,7 @@ use tessera_evb::evm::EvmBug;
 use tessera_evb::ru::RuBug;
 use tessera_evb::types::{FedId, Nanos};
 use tessera_evb::{BuConfig, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_formats::orbit::MAX_EVENTS;
 use tessera_formats::tcds::TCDS_FED_ID;
 
 impl World {
@@ -28,7 +29,11 @@ impl World {
                     max_events_buffered: 1024,
                     fragment_timeout_ns: 2_000_000,
                     // Data messages split by bytes too, sometimes below one super-fragment.
-                    max_data_bytes: rng.between(1_000, 24_000) as usize,
+                    max_data_bytes: match sc.orbit {
+                        None => rng.between(1_000, 24_000),
+                        // Orbit super-fragments of 0.1 to 4 MB, often alone above the bound.
+                        Some(_) => rng.between(100_000, 4_000_000),
+                    } as usize,
                     bug: (sc.bug == Some(Bug::ReleaseBeforeCommit)).then_some(RuBug::ReleaseBeforeCommit),
                     ..RuConfig::new(r, feds)
                 }
@@ -40,11 +45,13 @@ impl World {
             bug: (sc.bug == Some(Bug::ForgetReassign)).then_some(EvmBug::ForgetReassign),
             ..EvmConfig::new(t.n_ru, t.n_bu)
         };
+        // An orbit is ~70 times an event's bytes: BUs hold fewer and write fewer per file.
+        let (in_flight, batch, per_file) = if sc.orbit.is_some() { (32, 8, 8) } else { (256, 32, 16) };
         let bu_cfgs: Vec<BuConfig> = (0..t.n_bu)
             .map(|b| BuConfig {
-                max_events_in_flight: 256,
-                request_batch_events: 32,
-                max_events_per_file: 16,
+                max_events_in_flight: in_flight,
+                request_batch_events: batch,
+                max_events_per_file: per_file,
                 file_timeout_ns: 20_000_000,
                 bug: (sc.bug == Some(Bug::CommitBeforeWritten)).then_some(BuBug::CommitBeforeWritten),
                 ..BuConfig::new(b, t.n_ru)
@@ -53,9 +60,17 @@ impl World {
         let mut trigger_times = Vec::with_capacity(sc.events as usize);
         let mut at = 100_000;
         for _ in 0..sc.events {
-            at += rng.between(sc.trigger_interval_ns / 2, sc.trigger_interval_ns * 3 / 2);
+            // Orbits come like clockwork; triggers at random.
+            at += match sc.orbit {
+                Some(_) => sc.trigger_interval_ns,
+                None => rng.between(sc.trigger_interval_ns / 2, sc.trigger_interval_ns * 3 / 2),
+            };
             trigger_times.push(at);
         }
+        let orbit_events: Vec<u16> = match sc.orbit {
+            Some(o) => (0..sc.events).map(|_| rng.poisson(o.mean_events).min(MAX_EVENTS.into()) as u16).collect(),
+            None => Vec::new(),
+        };
         let run_end = at;
         let mut sources: Vec<Vec<FedSource>> = ru_cfgs
             .iter()
@@ -100,6 +115,18 @@ impl World {
             fed_faults.push((r, f, None, Some(sc.first_event + rng.between(sc.events / 5, sc.events / 2))));
         }
         let slow: Vec<(usize, usize)> = (0..sc.faults.slow_feds).map(|_| pick_fed(&mut rng)).collect();
+        // A short block drops one event, so only orbits with events can have one.
+        let mut short_blocks = BTreeSet::new();
+        for _ in 0..sc.faults.short_blocks {
+            let (r, f) = pick_fed(&mut rng);
+            tally.fed_faults += 1;
+            for _ in 0..rng.between(3, 10) {
+                let index = rng.below(sc.events);
+                if orbit_events.get(index as usize).is_some_and(|&n| n > 0) {
+                    short_blocks.insert((sources[r][f].id, sc.first_event + index));
+                }
+            }
+        }
         for (r, f) in slow {
             sources[r][f].slow = true;
         }
@@ -148,6 +175,9 @@ impl World {
             buffers: BTreeMap::new(),
             next_buffer: 0,
             corrupt: BTreeSet::new(),
+            orbit_events,
+            short_blocks,
+            published_orbits: BTreeMap::new(),
             published: BTreeMap::new(),
             stop_sent: false,
             last_progress: 0,
