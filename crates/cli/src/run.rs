@@ -403,7 +403,7 @@ fn summarize_farm(
     dirs: &FarmDirs,
 ) -> (serde_json::Value, bool) {
     if let Some(tallies) = &farm.read_through_brokers {
-        return summarize_readers(outcome, farm, tallies);
+        return summarize_readers(cfg.is_orbit_mode(), outcome, farm, tallies);
     }
     let mut clean = farm.merger_error.is_none();
     for (name, r) in &farm.fus {
@@ -442,19 +442,9 @@ fn summarize_farm(
             }
         }
     }
-    // Orbit mode: the protocol counts orbits; the farm's conservation is in events, and the
-    // orbits the BUs wrote must all have been processed.
     let orbit_mode = cfg.is_orbit_mode();
     let built_events = outcome.built_events(orbit_mode);
-    let orbits_hold = !orbit_mode || outcome.orbits_written() == fu_orbits;
-    if orbit_mode {
-        println!(
-            "orbits: written {} by the BUs = processed {fu_orbits} by the FUs  {}",
-            outcome.orbits_written(),
-            if orbits_hold { "holds" } else { "DOES NOT HOLD" }
-        );
-        clean &= orbits_hold;
-    }
+    clean &= orbits_processed(orbit_mode, outcome, fu_orbits, "FUs");
     if let Some(e) = &farm.merger_error {
         println!("  mergers {}: {e}", if farm.cut_short { "cut short" } else { "FAILED" });
     }
@@ -508,6 +498,22 @@ fn summarize_farm(
     (json, holds && clean)
 }
 
+/// Orbit mode: the protocol counts orbits and the farm's conservation is in events, so the
+/// orbits the BUs wrote (those with events) must all have been processed by the farm's `who`:
+/// says so on a line of its own and returns whether it holds (always outside orbit mode).
+fn orbits_processed(orbit_mode: bool, outcome: &Outcome, processed: u64, who: &str) -> bool {
+    if !orbit_mode {
+        return true;
+    }
+    let holds = outcome.orbits_written() == processed;
+    println!(
+        "orbits: written {} by the BUs = processed {processed} by the {who}  {}",
+        outcome.orbits_written(),
+        if holds { "holds" } else { "DOES NOT HOLD" }
+    );
+    holds
+}
+
 /// How a chain check ends its line: it holds, it could not be proven because the run was cut
 /// short, or it does not hold.
 fn chain_verdict(holds: bool, cut_short: bool) -> &'static str {
@@ -519,10 +525,16 @@ fn chain_verdict(holds: bool, cut_short: bool) -> &'static str {
 }
 
 /// The chain of a run read by readers (`fu.process: reader`): every built event is in a file a
-/// reader deleted, as the BUs' brokers counted them.
-fn summarize_readers(outcome: &Outcome, farm: &FarmOutcome, tallies: &[BrokerTally]) -> (serde_json::Value, bool) {
+/// reader deleted, as the BUs' brokers counted them; in orbit mode also every orbit written read.
+fn summarize_readers(
+    orbit_mode: bool,
+    outcome: &Outcome,
+    farm: &FarmOutcome,
+    tallies: &[BrokerTally],
+) -> (serde_json::Value, bool) {
     let cut = outcome.cut_short || farm.cut_short;
     let mut clean = true;
+    let mut read_orbits = 0;
     for (name, r) in &farm.fus {
         match r {
             Ok(report) => {
@@ -539,6 +551,7 @@ fn summarize_readers(outcome: &Outcome, farm: &FarmOutcome, tallies: &[BrokerTal
                     println!("    DEVIATION: {}", deviation.as_str().unwrap_or_default());
                 }
                 clean &= deviations.is_empty();
+                read_orbits += report["orbits"].as_u64().unwrap_or(0);
             }
             Err(e) => {
                 clean = false;
@@ -560,7 +573,8 @@ fn summarize_readers(outcome: &Outcome, farm: &FarmOutcome, tallies: &[BrokerTal
     println!(
         "  brokers: {granted} files granted, {deleted} deleted by their readers, {returned} taken back after a lease, {out} still out"
     );
-    let built = outcome.conservation().built;
+    clean &= orbits_processed(orbit_mode, outcome, read_orbits, "readers");
+    let built = outcome.built_events(orbit_mode);
     let holds = built == events && out == 0;
     println!(
         "chain: built {built} = processed {events} by the readers (the files they deleted, as the BUs' brokers counted them)  {}",
@@ -570,6 +584,8 @@ fn summarize_readers(outcome: &Outcome, farm: &FarmOutcome, tallies: &[BrokerTal
         "holds": holds,
         "built": built,
         "processed_by_readers": events,
+        "orbits_written": orbit_mode.then(|| outcome.orbits_written()),
+        "orbits_processed_by_readers": orbit_mode.then_some(read_orbits),
         "files_granted": granted,
         "files_deleted": deleted,
         "claims_returned": returned,

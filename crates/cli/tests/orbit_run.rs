@@ -73,3 +73,29 @@ fn faulty_sources_are_left_out_of_their_orbits_or_flagged_and_the_bu_directories
     }
     assert_eq!(violations, 1, "the one BU that wrote orbit 4000 has its bad CRC, the other verifies clean");
 }
+
+/// Orbit files read through the BUs' file brokers as CMSSW's DTH-mode reader reads them
+/// (`fu.process: reader`): no deviation, every orbit written read, every event built deleted.
+#[test]
+fn readers_read_every_orbit_written_through_the_brokers_with_no_deviation() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = dir.path().join("orbit.yaml");
+    let yaml = std::fs::read_to_string(example()).unwrap();
+    std::fs::write(&system, yaml.replace("  processes_per_bu: 2", "  processes_per_bu: 2\n  process: reader")).unwrap();
+    let output = dir.path().join("out");
+    let out = tessera(&["run", system.to_str().unwrap(), "--seconds", "2", "--output", output.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let line = |start: &str| stdout.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line("orbits: written ").ends_with("by the readers  holds"), "{stdout}");
+    assert!(line("chain: built ").ends_with("holds"), "{stdout}");
+    assert!(stdout.contains(" 0 deviations") && !stdout.contains("DEVIATION"), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(output.join("summary.json")).unwrap()).unwrap();
+    let chain = &summary["chain"];
+    let written = chain["orbits_written"].as_u64().unwrap();
+    assert!(written > 1000, "{chain}");
+    assert_eq!(chain["orbits_processed_by_readers"].as_u64(), Some(written));
+    // More events than orbits with events: the chain counts events, not orbits.
+    assert!(chain["processed_by_readers"].as_u64().unwrap() > written, "{chain}");
+}
