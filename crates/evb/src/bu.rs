@@ -3,10 +3,11 @@
 //! the EVM has committed it.
 
 use crate::msg::{BuiltFile, Message, SuperFragment};
+use crate::push::PushBu;
 use crate::ru::message_name;
-use crate::types::{BuId, Epoch, EventNumber, EventRange, FileId, Nanos, Peer, push_event};
+use crate::types::{BuId, Epoch, EventNumber, EventRange, FileId, Nanos, Peer, RuId, push_event};
 use crate::unit::{BuOutput, BuiltEvent, Input, Notice};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::frd::flags;
 
@@ -40,6 +41,9 @@ pub struct BuConfig {
     pub report_delay_ns: Nanos,
     /// Files open for writing at once (one per lumi section in flight). Default 4.
     pub max_open_files: usize,
+    /// Push instead of pull: build what the RUs send, unasked; age events; publish files
+    /// without a commit. Default none (pull).
+    pub push: Option<PushBu>,
     /// Test-only: a deliberate protocol bug, for the simulator's self-check.
     pub bug: Option<BuBug>,
 }
@@ -56,6 +60,7 @@ impl BuConfig {
             file_timeout_ns: 1_000_000_000,
             report_delay_ns: 1_000_000,
             max_open_files: 4,
+            push: None,
             bug: None,
         }
     }
@@ -85,6 +90,8 @@ pub enum BuBug {
 struct Building {
     parts: Vec<Option<SuperFragment>>,
     have: u16,
+    /// When its first part came (push ages it from then).
+    first_at: Nanos,
 }
 
 #[derive(Debug)]
@@ -128,6 +135,10 @@ pub struct BuCounters {
     pub requests: u64,
     /// Parts dropped as duplicates or from an earlier incarnation.
     pub parts_dropped: u64,
+    /// Push: events shipped incomplete for their age.
+    pub aged_events: u64,
+    /// Push: parts that came after their event was shipped, dropped.
+    pub late_parts: u64,
 }
 
 /// The builder unit's state machine.
@@ -143,7 +154,7 @@ pub struct Bu {
     /// Lumi sections the EVM ended, with the events this BU must have published.
     lumis_due: BTreeMap<u32, u64>,
     /// Lumi sections whose end-of-lumi record is written.
-    lumis_written: std::collections::BTreeSet<u32>,
+    lumis_written: BTreeSet<u32>,
     /// End-of-lumi records written since the last request.
     lumis_done: Vec<u32>,
     /// The end of the run, once the EVM announced it: (last lumi section, lumi sections).
@@ -164,6 +175,12 @@ pub struct Bu {
     room_events: u32,
     out: VecDeque<BuOutput>,
     counters: BuCounters,
+    /// Push: the newest event a part came of.
+    newest: EventNumber,
+    /// Push: events shipped lately, to tell a late part from a new event's first; events
+    /// below `forgotten_below` were shipped long ago, and a part of one is late.
+    shipped: BTreeSet<EventNumber>,
+    forgotten_below: EventNumber,
 }
 
 impl Bu {
@@ -199,11 +216,33 @@ impl Bu {
             room_events: u32::MAX,
             out: VecDeque::new(),
             counters: BuCounters::default(),
+            newest: 0,
+            shipped: BTreeSet::new(),
+            forgotten_below: 0,
             cfg,
         };
-        let msg = Message::Hello { bu: bu.cfg.bu, epoch, unpublished };
-        bu.out.push_back(BuOutput::Send { to: Peer::Evm, msg });
+        if bu.cfg.push.is_some() {
+            // Nobody to greet: the RUs send what the destination function gives this BU.
+            bu.welcomed = true;
+        } else {
+            let msg = Message::Hello { bu: bu.cfg.bu, epoch, unpublished };
+            bu.out.push_back(BuOutput::Send { to: Peer::Evm, msg });
+        }
         bu
+    }
+
+    /// Whether the BU takes a data message now: under push, while one more message of the most
+    /// events it may carry fits its bound (its driver reads no data until then, and the RUs'
+    /// sends wait, as TCP makes them); under pull, always (it asked for what comes).
+    pub fn accepts_parts(&self) -> bool {
+        self.cfg.push.is_none_or(|p| {
+            self.events_in_flight().saturating_add(p.message_events_max) <= self.cfg.max_events_in_flight
+        })
+    }
+
+    /// Under push, whether the BU holds events past its high-water mark: the trigger must hold.
+    pub fn throttled(&self) -> bool {
+        self.cfg.push.is_some_and(|p| self.events_in_flight() >= p.high_water_events)
     }
 
     /// The counters.
@@ -365,6 +404,9 @@ impl Bu {
                 self.end_lumis(now);
             }
             Input::Tick => {
+                if let Some(push) = self.cfg.push {
+                    self.age(now, push, true);
+                }
                 let starved = self.starved_close_ns();
                 let stale: Vec<usize> = (0..self.open.len())
                     .filter(|&i| {
@@ -440,6 +482,10 @@ impl Bu {
     }
 
     fn part(&mut self, now: Nanos, ru: usize, part: SuperFragment) {
+        if let Some(push) = self.cfg.push {
+            self.push_part(now, ru, part, push);
+            return;
+        }
         let n_ru = usize::from(self.cfg.n_ru);
         let event = part.event;
         let Some(b) = self.building.get_mut(&event) else {
@@ -457,7 +503,7 @@ impl Bu {
             } else if ru < n_ru {
                 let mut parts = vec![None; n_ru];
                 parts[ru] = Some(part);
-                self.building.insert(event, Building { parts, have: 1 });
+                self.building.insert(event, Building { parts, have: 1, first_at: now });
             } else {
                 self.counters.parts_dropped += 1;
             }
@@ -481,13 +527,88 @@ impl Bu {
         }
     }
 
+    /// Push: takes RU `ru`'s part of an event, unasked; a part of an event already shipped is
+    /// late and dropped. Then ages the events in progress by event number.
+    fn push_part(&mut self, now: Nanos, ru: usize, part: SuperFragment, push: PushBu) {
+        let n_ru = usize::from(self.cfg.n_ru);
+        let event = part.event;
+        if ru >= n_ru {
+            self.counters.parts_dropped += 1;
+            return;
+        }
+        if !self.building.contains_key(&event) && (event < self.forgotten_below || self.shipped.contains(&event)) {
+            self.counters.late_parts += 1;
+            self.out.push_back(BuOutput::Notice(Notice::LatePart { ru: ru as RuId, event }));
+            return;
+        }
+        let b =
+            self.building.entry(event).or_insert_with(|| Building { parts: vec![None; n_ru], have: 0, first_at: now });
+        match &mut b.parts[ru] {
+            slot @ None => {
+                *slot = Some(part);
+                b.have += 1;
+            }
+            Some(_) => self.counters.parts_dropped += 1,
+        }
+        if usize::from(b.have) == n_ru {
+            let b = self.building.remove(&event).expect("present");
+            let parts = b.parts.into_iter().map(|p| p.expect("every RU's part is present")).collect();
+            self.complete(now, event, parts);
+        }
+        self.newest = self.newest.max(event);
+        self.age(now, push, false);
+    }
+
+    /// Push: ships incomplete the events in progress that are too old: by event number, or with
+    /// `by_time` also by their wall-clock age. Only events with RU 0's part, the trigger's, age:
+    /// it gives the event its lumi section, and RU 0 sends a part of every event triggered.
+    fn age(&mut self, now: Nanos, push: PushBu, by_time: bool) {
+        let horizon = self.newest.saturating_sub(push.age_events);
+        let old = |e: EventNumber, b: &Building| {
+            let by_number = e.saturating_add(push.age_events) <= self.newest;
+            b.parts[0].is_some() && (by_number || (by_time && now >= b.first_at.saturating_add(push.age_ns)))
+        };
+        let due: Vec<(EventNumber, bool)> = if by_time {
+            self.building.iter().filter(|&(&e, b)| old(e, b)).map(|(&e, _)| (e, e >= horizon)).collect()
+        } else {
+            self.building
+                .range(..horizon.saturating_add(1))
+                .filter(|&(&e, b)| old(e, b))
+                .map(|(&e, _)| (e, false))
+                .collect()
+        };
+        for (event, aged_by_time) in due {
+            let Some(b) = self.building.remove(&event) else { continue };
+            let missing_rus: Vec<RuId> =
+                b.parts.iter().enumerate().filter(|(_, p)| p.is_none()).map(|(r, _)| r as RuId).collect();
+            let parts = b
+                .parts
+                .into_iter()
+                .map(|p| p.unwrap_or(SuperFragment { event, fragments: Vec::new(), missing: Vec::new() }))
+                .collect();
+            self.counters.aged_events += 1;
+            self.out.push_back(BuOutput::Notice(Notice::EventAged { event, missing_rus, by_time: aged_by_time }));
+            self.complete(now, event, parts);
+        }
+    }
+
     fn complete(&mut self, now: Nanos, event: EventNumber, parts: Vec<SuperFragment>) {
+        if let Some(push) = self.cfg.push {
+            // A part of an event shipped is late while it is remembered, and long after.
+            self.shipped.insert(event);
+            let keep_from = self.newest.saturating_sub(push.age_events.saturating_mul(4));
+            while let Some(&oldest) = self.shipped.first().filter(|&&e| e < keep_from) {
+                self.shipped.remove(&oldest);
+                self.forgotten_below = self.forgotten_below.max(oldest + 1);
+            }
+        }
         let mut frd_flags = 0;
         let trigger = parts.iter().flat_map(|p| &p.fragments).find_map(|f| f.trigger);
         if trigger.is_none() {
             frd_flags |= flags::NO_TRIGGER;
         }
-        if parts.iter().any(|p| !p.missing.is_empty()) {
+        // A part with FEDs missing, or an RU's part that never came (empty, push).
+        if parts.iter().any(|p| !p.missing.is_empty() || p.fragments.is_empty()) {
             frd_flags |= flags::INCOMPLETE;
             self.counters.incomplete_events += 1;
         }
@@ -539,7 +660,9 @@ impl Bu {
             self.built.push(BuiltFile { file: f.file, events: ranges.clone() });
             self.report_since.get_or_insert(now);
         }
-        self.files.insert(f.file, FileEntry { state: FileState::Writing { committed: false }, events: ranges, count });
+        // Push has no commit: a file is published as soon as it is written.
+        let committed = self.cfg.push.is_some();
+        self.files.insert(f.file, FileEntry { state: FileState::Writing { committed }, events: ranges, count });
         self.out.push_back(BuOutput::WriteFile { file: f.file, lumi_section: f.lumi_section, events: f.events });
     }
 
@@ -569,6 +692,14 @@ impl Bu {
     /// Asks for more events when a batch of slots is free, and reports built and published
     /// files on the request (or alone, once they have waited `report_delay_ns`).
     fn maybe_request(&mut self, now: Nanos) {
+        if self.cfg.push.is_some() {
+            // Nobody to ask or to report to.
+            self.report_since = None;
+            self.built.clear();
+            self.published.clear();
+            self.lumis_done.clear();
+            return;
+        }
         if !self.welcomed {
             return;
         }
@@ -607,7 +738,11 @@ impl Bu {
             })
             .min();
         let report = self.report_since.map(|t| t.saturating_add(self.cfg.report_delay_ns));
-        [files, report].into_iter().flatten().min()
+        let aged = self.cfg.push.and_then(|p| {
+            let first = self.building.values().filter(|b| b.parts[0].is_some()).map(|b| b.first_at).min()?;
+            Some(first.saturating_add(p.age_ns))
+        });
+        [files, report, aged].into_iter().flatten().min()
     }
 
     /// The next output, if any.

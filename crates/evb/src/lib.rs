@@ -32,6 +32,7 @@ pub mod ingest;
 pub mod invariant;
 pub mod msg;
 pub mod node;
+pub mod push;
 mod ring;
 pub mod ru;
 pub mod types;

@@ -197,6 +197,14 @@ pub enum Message {
         /// Lumi sections in the run.
         lumi_sections: u32,
     },
+    /// Push: RU 0's node → every RU and BU: `bu` is lost, and no event from `from_event` on goes
+    /// to it. Every RU applies it at that event, so all agree on each event's destination.
+    Exclude {
+        /// The BU excluded.
+        bu: BuId,
+        /// The first event it no longer receives.
+        from_event: EventNumber,
+    },
 }
 
 impl Message {

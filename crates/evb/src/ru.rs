@@ -203,6 +203,17 @@ impl Ru {
         self.feds.iter().map(|f| f.lv1.expected()).min().unwrap_or(self.cfg.first_event)
     }
 
+    /// One past the newest event some FED of this RU has delivered: push assigns an event as
+    /// soon as one FED has delivered it.
+    pub fn seen_through(&self) -> EventNumber {
+        self.feds.iter().map(|f| f.lv1.expected()).max().unwrap_or(self.cfg.first_event)
+    }
+
+    /// The events held, each with the BU it is assigned to, if any.
+    pub fn held_assignments(&self) -> impl Iterator<Item = (EventNumber, Option<BuId>)> + '_ {
+        self.events.iter().map(|(event, e)| (event, e.assigned.map(|(bu, _, _)| bu)))
+    }
+
     /// Its configuration.
     pub fn config(&self) -> &RuConfig {
         &self.cfg
@@ -512,6 +523,7 @@ pub(crate) fn message_name(msg: &Message) -> &'static str {
         Message::Drain { .. } => "Drain",
         Message::EndOfLumi { .. } => "EndOfLumi",
         Message::EndOfRun { .. } => "EndOfRun",
+        Message::Exclude { .. } => "Exclude",
     }
 }
 

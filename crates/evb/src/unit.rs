@@ -1,7 +1,7 @@
 //! What goes into and comes out of every unit.
 
 use crate::msg::{FragmentRef, Message, SuperFragment};
-use crate::types::{EventNumber, FedId, FileId, Peer};
+use crate::types::{BuId, EventNumber, FedId, FileId, Peer, RuId};
 
 /// An input to a unit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +83,33 @@ pub enum Notice {
         /// The last event triggered.
         last_event: Option<EventNumber>,
     },
+    /// Push: a BU shipped an event flagged incomplete without the parts of some RUs, for its
+    /// age: a part of an event `age_events` newer came (`by_time` false), or `age_ns` passed.
+    EventAged {
+        /// The event.
+        event: EventNumber,
+        /// The RUs whose parts had not come.
+        missing_rus: Vec<RuId>,
+        /// Whether the wall-clock bound aged it, rather than newer events.
+        by_time: bool,
+    },
+    /// Push: a part came to a BU after its event was shipped; it was dropped.
+    LatePart {
+        /// The RU that sent it.
+        ru: RuId,
+        /// The event.
+        event: EventNumber,
+    },
+    /// Push: a lost BU is excluded from `from_event` on; it was given `assigned` events before,
+    /// and those it did not publish are lost (`BU_LOST`).
+    BuExcluded {
+        /// The BU.
+        bu: BuId,
+        /// The first event it no longer receives.
+        from_event: EventNumber,
+        /// Events the destination function gave it before.
+        assigned: u64,
+    },
     /// A message that breaks the protocol (a bug, or a peer that sends garbage); it was dropped.
     ProtocolError {
         /// What was wrong.
@@ -99,7 +126,8 @@ pub struct BuiltEvent {
     pub lumi_section: u32,
     /// FRD flags (see `tessera_formats::frd::flags`).
     pub flags: u16,
-    /// The parts, one per RU, in RU order.
+    /// The parts, one per RU, in RU order. Under push, the part of an RU that never sent one
+    /// (the event was aged) is empty: no fragments and no missing FEDs.
     pub parts: Vec<SuperFragment>,
 }
 
@@ -208,6 +236,19 @@ impl std::fmt::Display for Notice {
                 f,
                 "the trigger stream {what} after {fragments} fragments (last event {last_event:?}), before run \
                  control stopped the trigger: the run failed"
+            ),
+            Notice::EventAged { event, missing_rus, by_time } => write!(
+                f,
+                "event {event} shipped incomplete without the parts of RUs {missing_rus:?}: {}",
+                if *by_time { "its time-out passed" } else { "newer events came" }
+            ),
+            Notice::LatePart { ru, event } => {
+                write!(f, "RU {ru}'s part of event {event} came after the event was shipped; dropped")
+            }
+            Notice::BuExcluded { bu, from_event, assigned } => write!(
+                f,
+                "BU {bu} lost: excluded from event {from_event} on; of the {assigned} events it was given before, those \
+                 it did not publish are lost (BU_LOST)"
             ),
             Notice::ProtocolError { what } => write!(f, "protocol error: {what}"),
         }

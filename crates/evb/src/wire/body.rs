@@ -304,6 +304,10 @@ pub(super) fn put_control_body(msg: &Message, out: &mut Vec<u8>) -> Result<(), W
             last_lumi_section.put(out, at("EndOfRun", "last_lumi_section"))?;
             lumi_sections.put(out, at("EndOfRun", "lumi_sections"))
         }
+        Message::Exclude { bu, from_event } => {
+            bu.put(out, at("Exclude", "bu"))?;
+            from_event.put(out, at("Exclude", "from_event"))
+        }
     }
 }
 
@@ -347,6 +351,10 @@ pub(super) fn get_body(kind: MessageType, r: &mut Reader<'_>) -> Result<Message,
         MessageType::EndOfRun => Message::EndOfRun {
             last_lumi_section: u32::get(r, at("EndOfRun", "last_lumi_section"))?,
             lumi_sections: u32::get(r, at("EndOfRun", "lumi_sections"))?,
+        },
+        MessageType::Exclude => Message::Exclude {
+            bu: u16::get(r, at("Exclude", "bu"))?,
+            from_event: u64::get(r, at("Exclude", "from_event"))?,
         },
     })
 }

@@ -70,10 +70,12 @@ pub enum MessageType {
     EndOfLumi = 9,
     /// [`Message::EndOfRun`], code 10.
     EndOfRun = 10,
+    /// [`Message::Exclude`], code 11.
+    Exclude = 11,
 }
 
 impl MessageType {
-    const ALL: [MessageType; 10] = [
+    const ALL: [MessageType; 11] = [
         MessageType::Hello,
         MessageType::Welcome,
         MessageType::Request,
@@ -84,6 +86,7 @@ impl MessageType {
         MessageType::Drain,
         MessageType::EndOfLumi,
         MessageType::EndOfRun,
+        MessageType::Exclude,
     ];
 
     /// The code written in the frame header.
@@ -109,6 +112,7 @@ impl MessageType {
             Message::Drain { .. } => MessageType::Drain,
             Message::EndOfLumi { .. } => MessageType::EndOfLumi,
             Message::EndOfRun { .. } => MessageType::EndOfRun,
+            Message::Exclude { .. } => MessageType::Exclude,
         }
     }
 
@@ -125,6 +129,7 @@ impl MessageType {
             MessageType::Drain => "Drain",
             MessageType::EndOfLumi => "EndOfLumi",
             MessageType::EndOfRun => "EndOfRun",
+            MessageType::Exclude => "Exclude",
         }
     }
 }

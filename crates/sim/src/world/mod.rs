@@ -54,6 +54,10 @@ pub struct Tally {
     pub empty_orbits: u64,
     /// Orbit mode: orbit blocks the BUs left out of their orbits for disagreeing with the others.
     pub blocks_left_out: u64,
+    /// Push: events the BUs shipped incomplete for their age.
+    pub aged_events: u64,
+    /// Push: parts that came to a BU after their event was shipped.
+    pub late_parts: u64,
 }
 
 #[derive(Debug)]

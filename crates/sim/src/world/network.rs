@@ -110,6 +110,9 @@ impl World {
             Notice::LateFragment { .. } => self.tally.late_fragments += 1,
             Notice::TriggerStreamBroken { .. } => self.tally.trigger_breaks += 1,
             Notice::MissingFragments { .. } | Notice::FedStalled { .. } | Notice::LateTrigger { .. } => {}
+            Notice::EventAged { .. } => self.tally.aged_events += 1,
+            Notice::LatePart { .. } => self.tally.late_parts += 1,
+            Notice::BuExcluded { .. } => {}
         }
     }
 

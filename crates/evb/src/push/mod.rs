@@ -1,0 +1,258 @@
+//! The push protocol (after LHCb's event builder), the alternative to pull: no event manager
+//! talks to anyone per event. Every RU sends each super-fragment, as soon as it has it, to the
+//! BU that [`Destinations`] gives its event, the same function in every RU; the BU ages the
+//! events it builds and ships those that stay incomplete too long, flagged; a full buffer
+//! anywhere raises a throttle that holds the trigger.
+//!
+//! - [`Destinations`]: consecutive blocks of `block_events` events to one BU, round robin over
+//!   the enabled BUs; excluding a BU from an event on is a new list from that event, which every
+//!   RU applies at the same event.
+//! - [`PushRu`]: an RU ([`Ru`](crate::Ru)) that assigns itself every event it sees to its
+//!   destination, sends each super-fragment when complete (or after the fragment time-out), and
+//!   frees its buffers once sent: there is no commit to wait for.
+//! - [`PushNode`]: RU 0, which reads the trigger, with what the event manager does in pull and
+//!   push still needs: each lumi section's end with every BU's count of its events, the drain and
+//!   the end of run, and the exclusion of a lost BU.
+//! - The BU is the pull protocol's [`Bu`](crate::Bu) in push mode ([`BuConfig::push`]): it
+//!   takes the parts of the events its destination function gives it, builds them without asking,
+//!   ages them by event number and by time, drops late parts, and publishes a file as soon as it
+//!   is written.
+
+mod destinations;
+mod node;
+mod ru;
+
+pub use destinations::{Destinations, ExcludeError};
+pub use node::{PushNode, PushNodeConfig};
+pub use ru::{PUSH_EPOCH, PushRu, PushRuCounters};
+
+use crate::types::Nanos;
+
+/// The BU's side of push ([`BuConfig::push`](crate::BuConfig::push)). A BU takes every part it
+/// is sent (the RUs chose it) and never asks; its bound on events held is kept by its driver,
+/// which reads no data message while [`Bu::accepts_parts`](crate::Bu::accepts_parts) says no,
+/// and by the throttle it raises before that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PushBu {
+    /// An event in progress is shipped incomplete once a part of an event this many events newer
+    /// has come. Default 4096.
+    pub age_events: u64,
+    /// An event in progress is shipped incomplete this long after its first part came, in
+    /// nanoseconds. Default 200 ms.
+    pub age_ns: Nanos,
+    /// Events one data message may carry at most (the RUs' `max_parts_per_message`): the BU
+    /// takes a message only while that many more fit its bound. Default 256.
+    pub message_events_max: u32,
+    /// Events held at which the BU raises the throttle. Default 80 % of its bound.
+    pub high_water_events: u32,
+}
+
+impl PushBu {
+    /// Defaults for a BU that holds `max_events_in_flight` events at most.
+    pub fn new(max_events_in_flight: u32) -> Self {
+        PushBu {
+            age_events: 4096,
+            age_ns: 200_000_000,
+            message_events_max: 256,
+            high_water_events: max_events_in_flight / 5 * 4,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::{BufferRef, FragmentRef, Message, SuperFragment, TriggerInfo};
+    use crate::types::{EventNumber, FedId, Peer};
+    use crate::unit::{BuOutput, Input, Notice, RuOutput};
+    use crate::{Bu, BuConfig, BuDisk, RuConfig};
+    use tessera_formats::frd::flags;
+    use tessera_formats::tcds::TCDS_FED_ID;
+
+    fn fragment(fed: FedId, event: EventNumber, lumi_section: u32) -> FragmentRef {
+        FragmentRef {
+            fed,
+            lv1: event as u32,
+            bytes: 64,
+            corrupt: false,
+            buffer: BufferRef { chunk: u32::from(fed), offset: event as u32, ..BufferRef::default() },
+            trigger: (fed == TCDS_FED_ID).then_some(TriggerInfo { lumi_section, orbit: 1, bx: 1 }),
+        }
+    }
+
+    /// (destination, events) of every data message, and the events whose buffers were freed.
+    fn sent_and_freed(out: Vec<RuOutput>) -> (Vec<(u16, Vec<EventNumber>)>, Vec<EventNumber>) {
+        let mut sent = Vec::new();
+        let mut freed = Vec::new();
+        for o in out {
+            match o {
+                RuOutput::Send { to: Peer::Bu(b), msg: Message::Data { parts, .. } } => {
+                    sent.push((b, parts.iter().map(|p| p.event).collect()))
+                }
+                RuOutput::FreeBuffers(f) => freed.extend(f.iter().map(|f| u64::from(f.lv1))),
+                _ => {}
+            }
+        }
+        (sent, freed)
+    }
+
+    #[test]
+    fn a_push_ru_sends_blocks_to_their_bus_and_frees_them_once_sent() {
+        let mut ru = PushRu::new(RuConfig::new(1, vec![3, 4]), Destinations::new(1, 2, vec![0, 1]), 100);
+        for e in 1..=5 {
+            ru.offer_fragment(0, 0, fragment(3, e, 1)).unwrap();
+            ru.offer_fragment(0, 1, fragment(4, e, 1)).unwrap();
+        }
+        let (sent, freed) = sent_and_freed(std::iter::from_fn(|| ru.poll_output()).collect());
+        assert_eq!(sent, vec![(0, vec![1]), (0, vec![2]), (1, vec![3]), (1, vec![4]), (0, vec![5])]);
+        assert_eq!(freed, vec![1, 1, 2, 2, 3, 3, 4, 4, 5, 5]);
+        assert_eq!(ru.ru().events_buffered(), 0);
+        assert!(ru.ru().check_invariants().is_ok());
+    }
+
+    #[test]
+    fn an_exclusion_drops_what_was_held_for_the_lost_bu_before_it_and_redirects_the_rest() {
+        let mut ru = PushRu::new(RuConfig::new(1, vec![3, 4]), Destinations::new(1, 2, vec![0, 1]), 100);
+        // FED 3 delivers events 1-8, FED 4 nothing: every event is held, assigned.
+        for e in 1..=8 {
+            ru.offer_fragment(0, 0, fragment(3, e, 1)).unwrap();
+        }
+        ru.handle(0, Input::Message { from: Peer::Evm, msg: Message::Exclude { bu: 1, from_event: 7 } });
+        assert_eq!(ru.push_counters(), PushRuCounters { redirected: 2, dropped_for_excluded: 2 });
+        let (_, freed) = sent_and_freed(std::iter::from_fn(|| ru.poll_output()).collect());
+        assert_eq!(freed, vec![3, 4], "held for BU 1 before event 7: freed, never sent");
+        for e in 1..=8 {
+            ru.offer_fragment(0, 1, fragment(4, e, 1)).unwrap();
+        }
+        let (sent, _) = sent_and_freed(std::iter::from_fn(|| ru.poll_output()).collect());
+        let to: Vec<(u16, EventNumber)> =
+            sent.into_iter().flat_map(|(b, es)| es.into_iter().map(move |e| (b, e))).collect();
+        assert_eq!(to, vec![(0, 1), (0, 2), (0, 5), (0, 6), (0, 7), (0, 8)]);
+    }
+
+    fn push_bu(n_ru: u16) -> Bu {
+        let cfg = BuConfig {
+            max_events_per_file: 2,
+            push: Some(PushBu { age_events: 3, age_ns: 1_000, message_events_max: 2, high_water_events: 4 }),
+            max_events_in_flight: 6,
+            ..BuConfig::new(0, n_ru)
+        };
+        Bu::new(cfg, 1, BuDisk::default())
+    }
+
+    fn data(ru: u16, event: EventNumber) -> Input {
+        let fed = if ru == 0 { TCDS_FED_ID } else { ru };
+        let part = SuperFragment { event, fragments: vec![fragment(fed, event, 1)], missing: Vec::new() };
+        Input::Message { from: Peer::Ru(ru), msg: Message::Data { ru, epoch: 1, parts: vec![part], commits: vec![] } }
+    }
+
+    #[test]
+    fn a_push_bu_builds_unasked_ages_old_events_drops_late_parts_and_publishes_without_a_commit() {
+        let mut bu = push_bu(2);
+        let mut out = Vec::new();
+        bu.handle(0, data(0, 1)); // event 1 waits for RU 1
+        for e in 2..=4 {
+            bu.handle(0, data(0, e));
+            bu.handle(0, data(1, e));
+        }
+        out.extend(std::iter::from_fn(|| bu.poll_output()));
+        assert!(out.contains(&BuOutput::Notice(Notice::EventAged { event: 1, missing_rus: vec![1], by_time: false })));
+        bu.handle(0, data(1, 1));
+        assert_eq!(bu.counters().late_parts, 1, "RU 1's part of event 1 came after it was shipped");
+        let files: Vec<(Vec<u16>, Vec<usize>)> = std::iter::from_fn(|| bu.poll_output())
+            .chain(out)
+            .filter_map(|o| match o {
+                BuOutput::WriteFile { events, .. } => Some((
+                    events.iter().map(|e| e.flags & flags::INCOMPLETE).collect(),
+                    events.iter().map(|e| e.parts.len()).collect(),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(files[0], (vec![0, 0], vec![2, 2]), "events 2 and 3");
+        assert_eq!(files[1], (vec![flags::INCOMPLETE, 0], vec![2, 2]), "aged event 1 with an empty part, then 4");
+        // Written means published: push has no commit.
+        let file = tessera_file(&mut bu);
+        bu.handle(1, Input::FileWritten(file));
+        assert!(std::iter::from_fn(|| bu.poll_output()).any(|o| o == BuOutput::PublishFile(file)));
+    }
+
+    fn tessera_file(bu: &mut Bu) -> crate::types::FileId {
+        bu.handle(0, data(0, 9));
+        bu.handle(0, data(1, 9));
+        bu.handle(0, data(0, 10));
+        bu.handle(0, data(1, 10));
+        std::iter::from_fn(|| bu.poll_output())
+            .find_map(|o| match o {
+                BuOutput::WriteFile { file, .. } => Some(file),
+                _ => None,
+            })
+            .expect("a file of events 9 and 10")
+    }
+
+    #[test]
+    fn a_push_bu_ages_by_time_only_events_with_the_trigger_part_and_bounds_what_it_reads() {
+        let mut bu = push_bu(2);
+        bu.handle(0, data(1, 1)); // no trigger part: it never ages
+        bu.handle(0, data(0, 2));
+        assert_eq!(bu.next_timeout(), Some(1_000));
+        bu.handle(1_000, Input::Tick);
+        let aged: Vec<Notice> = std::iter::from_fn(|| bu.poll_output())
+            .filter_map(|o| match o {
+                BuOutput::Notice(n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(aged, vec![Notice::EventAged { event: 2, missing_rus: vec![1], by_time: true }]);
+        // Bound 6, 2 events a message: it reads while 4 or fewer are held; throttles at 4.
+        assert!(bu.accepts_parts() && !bu.throttled());
+        for e in 3..=5 {
+            bu.handle(0, data(0, e));
+        }
+        assert_eq!(bu.events_in_flight(), 5);
+        assert!(!bu.accepts_parts() && bu.throttled());
+    }
+
+    #[test]
+    fn the_push_node_ends_lumi_sections_with_each_bus_count_drains_and_excludes_a_lost_bu() {
+        let cfg = PushNodeConfig {
+            ru: RuConfig::new(0, vec![TCDS_FED_ID]),
+            n_ru: 2,
+            destinations: Destinations::new(1, 2, vec![0, 1]),
+            high_water_events: 100,
+            exclude_margin_events: 3,
+        };
+        let mut node = PushNode::new(cfg);
+        for e in 1..=5 {
+            node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 1)).unwrap();
+        }
+        node.offer_fragment(0, 0, fragment(TCDS_FED_ID, 6, 2)).unwrap();
+        let ends = |out: &[RuOutput]| -> Vec<(u16, u32, u64)> {
+            out.iter()
+                .filter_map(|o| match o {
+                    RuOutput::Send { to: Peer::Bu(b), msg: Message::EndOfLumi { lumi_section, events } } => {
+                        Some((*b, *lumi_section, *events))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        let out: Vec<RuOutput> = std::iter::from_fn(|| node.poll_output()).collect();
+        assert_eq!(ends(&out), vec![(0, 1, 3), (1, 1, 2)], "events 1, 2, 5 to BU 0; 3, 4 to BU 1");
+        node.handle(0, Input::PeerLost(Peer::Bu(1)));
+        let out: Vec<RuOutput> = std::iter::from_fn(|| node.poll_output()).collect();
+        // Seen through event 6: events from 7 + 3 = 10 on, a block start (9, 11, ...): 11.
+        assert!(out.contains(&RuOutput::Send { to: Peer::Ru(1), msg: Message::Exclude { bu: 1, from_event: 11 } }));
+        assert!(out.contains(&RuOutput::Notice(Notice::BuExcluded { bu: 1, from_event: 11, assigned: 4 })));
+        for e in 7..=12 {
+            node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 2)).unwrap();
+        }
+        node.handle(0, Input::StopTrigger { last_event: Some(12) });
+        let out: Vec<RuOutput> = std::iter::from_fn(|| node.poll_output()).collect();
+        assert_eq!(ends(&out), vec![(0, 2, 5)], "events 6, 9, 10, 11, 12 to BU 0; BU 1 is told nothing more");
+        assert!(node.drained());
+        assert!(out.contains(&RuOutput::Send { to: Peer::Ru(1), msg: Message::Drain { last_event: Some(12) } }));
+        let end = Message::EndOfRun { last_lumi_section: 2, lumi_sections: 2 };
+        assert!(out.contains(&RuOutput::Send { to: Peer::Bu(0), msg: end }));
+    }
+}

@@ -1,0 +1,174 @@
+//! The readout unit of push: the pull protocol's [`Ru`] with itself as event manager. It assigns
+//! every event it sees to the BU the destination function gives it, sends each super-fragment
+//! when its event is complete here (or its FEDs' time-out has passed, as in pull), and frees the
+//! buffers once the super-fragment is sent: push has no commit to wait for, so what a BU lost
+//! before writing is lost (counted by whoever excludes it).
+
+use super::Destinations;
+use crate::msg::{FragmentRef, Message};
+use crate::ru::{BackPressure, Ru, RuConfig, message_name};
+use crate::types::{BuId, EventNumber, EventRange, Nanos, Peer, push_event};
+use crate::unit::{Input, Notice, RuOutput};
+use std::collections::VecDeque;
+
+/// The incarnation every push destination is sent to: push has no Hello to number BUs by, and a
+/// lost BU is excluded rather than brought back.
+pub const PUSH_EPOCH: u32 = 1;
+
+/// Counters of a push RU beyond its [`Ru`]'s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PushRuCounters {
+    /// Events sent to another BU than first chosen, their BU having been excluded before they
+    /// left.
+    pub redirected: u64,
+    /// Events held for an excluded BU before its exclusion's first event: never sent, freed.
+    pub dropped_for_excluded: u64,
+}
+
+/// A readout unit of the push protocol.
+#[derive(Debug)]
+pub struct PushRu {
+    ru: Ru,
+    destinations: Destinations,
+    /// The first event not yet assigned.
+    next: EventNumber,
+    /// Events at or above this fill the RU past its high-water mark: the throttle goes up.
+    high_water_events: usize,
+    out: VecDeque<RuOutput>,
+    counters: PushRuCounters,
+}
+
+impl PushRu {
+    /// A push RU at the start of a run; its throttle rises at `high_water_events` events held.
+    pub fn new(cfg: RuConfig, destinations: Destinations, high_water_events: usize) -> Self {
+        PushRu {
+            next: cfg.first_event,
+            ru: Ru::new(cfg),
+            destinations,
+            high_water_events,
+            out: VecDeque::new(),
+            counters: PushRuCounters::default(),
+        }
+    }
+
+    /// The RU inside.
+    pub fn ru(&self) -> &Ru {
+        &self.ru
+    }
+
+    /// The RU inside, for what the driver tells it of its streams.
+    pub fn ru_mut(&mut self) -> &mut Ru {
+        &mut self.ru
+    }
+
+    /// The destination function as this RU applies it.
+    pub fn destinations(&self) -> &Destinations {
+        &self.destinations
+    }
+
+    /// The counters beyond the RU's.
+    pub fn push_counters(&self) -> PushRuCounters {
+        self.counters
+    }
+
+    /// Whether this RU holds events past its high-water mark: the trigger must hold.
+    pub fn throttled(&self) -> bool {
+        self.ru.events_buffered() >= self.high_water_events
+    }
+
+    /// Offers the next fragment of the FED at `fed_index` (see [`Ru::offer_fragment`]).
+    pub fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
+        let result = self.ru.offer_fragment(now, fed_index, fragment);
+        self.step(now);
+        result
+    }
+
+    /// Handles one input: the exclusion of a BU from an event on, the drain, ticks.
+    pub fn handle(&mut self, now: Nanos, input: Input) {
+        match input {
+            Input::Message { msg: Message::Exclude { bu, from_event }, .. } => self.exclude(now, bu, from_event),
+            Input::Message { msg: msg @ Message::Drain { .. }, from } => {
+                self.ru.handle(now, Input::Message { from, msg });
+            }
+            Input::Tick => self.ru.handle(now, Input::Tick),
+            Input::Message { from, msg } => self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
+                what: format!(
+                    "push RU {}: unexpected message from {from:?}: {}",
+                    self.ru.config().ru,
+                    message_name(&msg)
+                ),
+            })),
+            _ => {}
+        }
+        self.step(now);
+    }
+
+    /// Excludes `bu` from event `from` on: events from then on that are still held go to their
+    /// new destination; events before it held for `bu` are dropped, never sent to a lost BU.
+    fn exclude(&mut self, now: Nanos, bu: BuId, from: EventNumber) {
+        let held_for_bu: Vec<EventNumber> =
+            self.ru.held_assignments().filter(|&(_, to)| to == Some(bu)).map(|(e, _)| e).collect();
+        if let Err(e) = self.destinations.exclude(bu, from) {
+            let what = format!("push RU {}: {e}", self.ru.config().ru);
+            self.out.push_back(RuOutput::Notice(Notice::ProtocolError { what }));
+            return;
+        }
+        let mut dropped = Vec::new();
+        for event in held_for_bu {
+            if event < from {
+                push_event(&mut dropped, event);
+                self.counters.dropped_for_excluded += 1;
+            } else if let Some(to) = self.destinations.of(event) {
+                self.counters.redirected += 1;
+                self.assign(now, to, vec![EventRange { first: event, count: 1 }]);
+            }
+        }
+        if !dropped.is_empty() {
+            self.ru.handle(now, Input::Message { from: Peer::Evm, msg: Message::Release { events: dropped } });
+        }
+    }
+
+    fn assign(&mut self, now: Nanos, bu: BuId, events: Vec<EventRange>) {
+        let msg = Message::Assign { bu, epoch: PUSH_EPOCH, events, release: Vec::new() };
+        self.ru.handle(now, Input::Message { from: Peer::Evm, msg });
+    }
+
+    /// Assigns every event some FED has delivered to its destination, one assignment per block,
+    /// passes on what the RU outputs, and frees the events whose super-fragments left.
+    fn step(&mut self, now: Nanos) {
+        let seen = self.ru.seen_through();
+        while self.next < seen {
+            let block_end = self.destinations.block_start_at_or_after(self.next + 1).clamp(self.next + 1, seen);
+            let count = u32::try_from(block_end - self.next).unwrap_or(u32::MAX);
+            let range = EventRange { first: self.next, count };
+            self.next += u64::from(count);
+            // With no BU left nothing can be built: the events stay held, and the run fails.
+            if let Some(bu) = self.destinations.of(range.first) {
+                self.assign(now, bu, vec![range]);
+            }
+        }
+        let mut sent = Vec::new();
+        while let Some(o) = self.ru.poll_output() {
+            if let RuOutput::Send { msg: Message::Data { parts, .. }, .. } = &o {
+                for p in parts {
+                    push_event(&mut sent, p.event);
+                }
+            }
+            self.out.push_back(o);
+        }
+        if !sent.is_empty() {
+            self.ru.handle(now, Input::Message { from: Peer::Evm, msg: Message::Release { events: sent } });
+            self.out.extend(std::iter::from_fn(|| self.ru.poll_output()));
+        }
+    }
+
+    /// When a tick has work (see [`Ru::next_timeout`]).
+    pub fn next_timeout(&self) -> Option<Nanos> {
+        self.ru.next_timeout()
+    }
+
+    /// The next output.
+    pub fn poll_output(&mut self) -> Option<RuOutput> {
+        self.out.pop_front()
+    }
+}
