@@ -60,6 +60,17 @@ pub fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
             sum(|r| r.tally.steps),
             if bad.is_empty() { "ok".to_string() } else { format!("{} FAILED", bad.len()) }
         );
+        if sc.push.is_some() {
+            println!(
+                "  push: {} events aged, {} late parts dropped, {} events lost with lost BUs, {:.1} ms dead time, {} data \
+                 messages left unread for a while",
+                sum(|r| r.tally.aged_events),
+                sum(|r| r.tally.late_parts),
+                sum(|r| r.tally.lost_events),
+                sum(|r| r.tally.dead_time_ns) as f64 / 1e6,
+                sum(|r| r.tally.held_messages)
+            );
+        }
         for r in bad.iter().take(3) {
             failed = true;
             println!("  seed {} broke an invariant:", r.seed);

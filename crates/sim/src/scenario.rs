@@ -69,6 +69,28 @@ pub struct OrbitMode {
     pub orbits_per_lumi_section: u64,
 }
 
+/// The push protocol: the RUs send each event to the BU a shared function of its number gives,
+/// the BUs age what stays incomplete, and a throttle holds the trigger.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PushMode {
+    /// Consecutive events that go to one BU.
+    pub block_events: u64,
+    /// A BU ships an event incomplete once a part of an event this many newer came.
+    pub age_events: u64,
+    /// A BU ships an event incomplete this long after its first part came, in nanoseconds.
+    pub age_ns: u64,
+    /// A BU raises the throttle at this share of its bound on events held, in percent: at 100
+    /// it never does, and only its RUs' throttle (their sends wait on it) holds the trigger.
+    pub bu_high_water_percent: u32,
+}
+
+impl PushMode {
+    /// The destination function over `n_bu` BUs, the runs' first event `first_event`.
+    pub fn destinations(&self, first_event: u64, n_bu: u16) -> tessera_evb::push::Destinations {
+        tessera_evb::push::Destinations::new(first_event, self.block_events, (0..n_bu).collect())
+    }
+}
+
 /// The LHC orbit, in nanoseconds: the interval between the orbits of orbit mode.
 pub const ORBIT_NS: u64 = 88_924;
 
@@ -81,6 +103,8 @@ pub enum Bug {
     ForgetReassign,
     /// The RU frees an event's buffers when it sends it, before the commit.
     ReleaseBeforeCommit,
+    /// Push: RU 0's node excludes a lost BU without telling the other RUs.
+    ExcludeUntold,
 }
 
 /// A named simulation.
@@ -107,6 +131,8 @@ pub struct Scenario {
     /// comes every [`ORBIT_NS`], `events_per_lumi_section` is unused, and
     /// `fed_buffer_fragments` counts orbit blocks.
     pub orbit: Option<OrbitMode>,
+    /// The push protocol, or `None` for pull.
+    pub push: Option<PushMode>,
     /// Faults.
     pub faults: Faults,
     /// A deliberate bug, for the mutation check.
@@ -114,7 +140,9 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// Whether every event must come out complete (no FED fault injected).
+    /// Whether every event must come out complete (no FED fault injected). Under push a lost BU
+    /// leaves no event incomplete either: it is excluded from an event no RU has reached, so
+    /// every part of every later event goes to a BU that builds it.
     pub fn expects_complete_events(&self) -> bool {
         self.faults.stalled_feds == 0 && self.faults.dead_feds == 0 && self.faults.sync_losses == 0
     }
@@ -130,8 +158,17 @@ const fn base(name: &'static str, n_ru: u16, feds_per_ru: u16, n_bu: u16, events
         events_per_lumi_section: 400,
         fed_buffer_fragments: 1024,
         orbit: None,
+        push: None,
         faults: Faults::NONE,
         bug: None,
+    }
+}
+
+/// A push scenario: blocks of 8 events, BUs ageing events 2048 newer or 5 ms old.
+const fn push_base(name: &'static str, n_ru: u16, feds_per_ru: u16, n_bu: u16, events: u64) -> Scenario {
+    Scenario {
+        push: Some(PushMode { block_events: 8, age_events: 2048, age_ns: 5_000_000, bu_high_water_percent: 50 }),
+        ..base(name, n_ru, feds_per_ru, n_bu, events)
     }
 }
 
@@ -219,6 +256,39 @@ pub fn scenarios() -> Vec<Scenario> {
                 short_blocks: 1,
             },
             ..orbit_base("8x8_orbit_random", 8, 4, 8, 500, 0.7)
+        },
+        // Push (after LHCb): no event manager; a throttle holds the trigger.
+        push_base("2x2_push", 2, 4, 2, 1500),
+        Scenario { faults: Faults { slow_bus: 1, ..Faults::NONE }, ..push_base("4x4_push_slow_bu", 4, 4, 4, 1200) },
+        Scenario { faults: Faults { bu_crashes: 1, ..Faults::NONE }, ..push_base("2x2_push_bu_crash", 2, 4, 2, 1500) },
+        // A FED stalls longer than the BUs wait: they ship its events without its RU's part, and
+        // the part, sent after the RU's own time-out, comes late and is dropped.
+        Scenario {
+            faults: Faults { stalled_feds: 1, ..Faults::NONE },
+            push: Some(PushMode { block_events: 8, age_events: 2048, age_ns: 1_000_000, bu_high_water_percent: 50 }),
+            ..base("4x4_push_late_fragment", 4, 4, 4, 1200)
+        },
+        Scenario {
+            faults: Faults {
+                bu_crashes: 2,
+                slow_bus: 2,
+                stalled_feds: 1,
+                dead_feds: 0,
+                sync_losses: 1,
+                slow_feds: 1,
+                trigger_stream_lost: false,
+                corrupt_fragment_probability: 0.001,
+                network_jitter_ns: 200_000,
+                short_blocks: 0,
+            },
+            ..push_base("8x8_push_random", 8, 4, 8, 2000)
+        },
+        // A slow BU that never throttles: it stops reading when full, its RUs' sends wait on
+        // it (TCP), their memory fills, and their throttle holds the trigger.
+        Scenario {
+            faults: Faults { slow_bus: 1, ..Faults::NONE },
+            push: Some(PushMode { block_events: 8, age_events: 2048, age_ns: 5_000_000, bu_high_water_percent: 100 }),
+            ..base("2x2_push_bu_full", 2, 4, 2, 1200)
         },
     ]
 }

@@ -31,3 +31,9 @@ fn releasing_ru_buffers_before_commit_is_caught() {
     let (seed, v) = first_catch("2x2_bu_crash", Bug::ReleaseBeforeCommit, 20).expect("bug not caught in 20 seeds");
     assert!(v.contains("after its release") || v.contains("no progress"), "seed {seed}: {v}");
 }
+
+#[test]
+fn excluding_a_lost_bu_without_telling_the_rus_is_caught() {
+    let (seed, v) = first_catch("2x2_push_bu_crash", Bug::ExcludeUntold, 20).expect("bug not caught in 20 seeds");
+    assert!(v.contains("missing though no FED fault"), "seed {seed}: {v}");
+}

@@ -23,7 +23,7 @@ mod node;
 mod ru;
 
 pub use destinations::{Destinations, ExcludeError};
-pub use node::{PushNode, PushNodeConfig};
+pub use node::{PushNode, PushNodeBug, PushNodeConfig};
 pub use ru::{PUSH_EPOCH, PushRu, PushRuCounters};
 
 use crate::types::Nanos;
@@ -221,6 +221,7 @@ mod tests {
             destinations: Destinations::new(1, 2, vec![0, 1]),
             high_water_events: 100,
             exclude_margin_events: 3,
+            bug: None,
         };
         let mut node = PushNode::new(cfg);
         for e in 1..=5 {

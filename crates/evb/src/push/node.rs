@@ -27,6 +27,15 @@ pub struct PushNodeConfig {
     /// event RU 0 has seen, so that no RU has sent it a part of an event from then on. Default
     /// 4096.
     pub exclude_margin_events: u64,
+    /// Test-only: a deliberate protocol bug, for the simulator's self-check.
+    pub bug: Option<PushNodeBug>,
+}
+
+/// Deliberate bugs of RU 0's push node that the simulator must catch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushNodeBug {
+    /// Exclude a lost BU without telling the other RUs: they go on sending it their parts.
+    ExcludeUntold,
 }
 
 /// The lumi section being triggered: its number and first event.
@@ -42,6 +51,7 @@ pub struct PushNode {
     ru: PushRu,
     n_ru: u16,
     exclude_margin_events: u64,
+    bug: Option<PushNodeBug>,
     /// Every BU ever enabled and not excluded: those told of lumi sections and the run's end.
     bus: Vec<BuId>,
     open_lumi: Option<OpenLumi>,
@@ -63,6 +73,7 @@ impl PushNode {
             ru: PushRu::new(cfg.ru, cfg.destinations, cfg.high_water_events),
             n_ru: cfg.n_ru,
             exclude_margin_events: cfg.exclude_margin_events,
+            bug: cfg.bug,
             open_lumi: None,
             lumi_sections: 0,
             last_lumi_section: 0,
@@ -120,20 +131,26 @@ impl PushNode {
     }
 
     /// Excludes lost BU `bu` from the first block past the newest event RU 0 has seen plus the
-    /// margin, and tells every RU.
+    /// margin (after the drain, from the event after the run's last), and tells every RU: what
+    /// they still hold for it is dropped, not sent to a lost BU.
     fn exclude(&mut self, now: Nanos, bu: BuId) {
-        if !self.bus.contains(&bu) || self.drained {
+        if !self.bus.contains(&bu) {
             return;
         }
-        let seen = self.ru.ru().seen_through();
         let d = self.ru.destinations();
-        let from_event = d.block_start_at_or_after(seen + self.exclude_margin_events).max(d.last_change());
+        let from_event = if self.drained {
+            self.last_triggered.map_or(self.ru.ru().config().first_event, |e| e + 1)
+        } else {
+            d.block_start_at_or_after(self.ru.ru().seen_through() + self.exclude_margin_events)
+        }
+        .max(d.last_change());
         let first_event = self.ru.ru().config().first_event;
         let assigned = if from_event > first_event { d.count_for(bu, first_event, from_event - 1) } else { 0 };
         self.bus.retain(|&b| b != bu);
         let msg = Message::Exclude { bu, from_event };
         self.ru.handle(now, Input::Message { from: Peer::Evm, msg: msg.clone() });
-        for ru in 1..self.n_ru {
+        let told = if self.bug == Some(PushNodeBug::ExcludeUntold) { 1 } else { self.n_ru };
+        for ru in 1..told {
             self.out.push_back(RuOutput::Send { to: Peer::Ru(ru), msg: msg.clone() });
         }
         self.out.push_back(RuOutput::Notice(Notice::BuExcluded { bu, from_event, assigned }));

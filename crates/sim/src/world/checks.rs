@@ -8,7 +8,6 @@ const SIM_RUN: u32 = 1;
 
 use super::{Ev, OrbitTally, World};
 use std::collections::BTreeMap;
-use tessera_evb::Ru;
 use tessera_evb::types::{EventNumber, FedId, FileId};
 use tessera_evb::unit::BuiltEvent;
 use tessera_formats::fed::LV1_MASK;
@@ -120,6 +119,11 @@ impl World {
         }
         let mut problems = Vec::new();
         for (r, part) in e.parts.iter().enumerate() {
+            if self.sc.push.is_some() && part.fragments.is_empty() && part.missing.is_empty() {
+                // Push: the BU aged the event before this RU's part came.
+                missing_any = true;
+                continue;
+            }
             let mut seen: Vec<FedId> =
                 part.fragments.iter().map(|f| f.fed).chain(part.missing.iter().copied()).collect();
             seen.sort_unstable();
@@ -161,12 +165,9 @@ impl World {
     }
 
     pub(super) fn check_bounds(&mut self) {
-        let mut found = Vec::new();
-        let laws = std::iter::once(self.evm.evm.check_invariants())
-            .chain(std::iter::once(&self.evm.ru).chain(self.rus.iter()).map(Ru::check_invariants));
-        found.extend(laws.filter_map(Result::err).map(|broken| broken.to_string()));
-        let rus = std::iter::once(&self.evm.ru).chain(self.rus.iter());
-        for (r, ru) in rus.enumerate() {
+        let mut found: Vec<String> = self.readout.check_invariants().iter().map(ToString::to_string).collect();
+        for r in 0..self.readout.len() {
+            let ru = self.readout.ru(r);
             let max = self.ru_cfgs[r].max_events_buffered;
             if ru.events_buffered() > max {
                 found.push(format!("RU {r} holds {} events, bound {max}", ru.events_buffered()));
@@ -184,8 +185,9 @@ impl World {
             }
         }
         let evm_bound = self.ru_cfgs[0].max_events_buffered;
-        if self.evm.evm.events_in_flight() > evm_bound {
-            found.push(format!("EVM tracks {} events, bound {evm_bound}", self.evm.evm.events_in_flight()));
+        let (evm_events, _) = self.readout.evm_state();
+        if evm_events > evm_bound {
+            found.push(format!("EVM tracks {evm_events} events, bound {evm_bound}"));
         }
         for f in found {
             self.violation(f);
@@ -195,43 +197,70 @@ impl World {
     pub(super) fn check_end(&mut self) {
         let first = self.sc.first_event;
         let events = self.run_events();
-        let missing: Vec<EventNumber> =
-            (first..first + events).filter(|e| !self.published.contains_key(e)).take(5).collect();
+        // Under push, the events given to a lost BU and never published are lost with it.
+        let lost = self.lost_with_bus();
+        self.tally.lost_events = lost.len() as u64;
+        let missing: Vec<EventNumber> = (first..first + events)
+            .filter(|e| !self.published.contains_key(e) && !lost.contains_key(e))
+            .take(5)
+            .collect();
         if !missing.is_empty() {
-            self.violation(format!("events never published, e.g. {missing:?}"));
+            self.violation(format!("events never published nor counted lost, e.g. {missing:?}"));
+        }
+        for &(bu, from, assigned) in &self.push.excluded.clone() {
+            let published = self.published.range(first..from).filter(|(_, f)| f.bu == bu).count() as u64;
+            let lost_here = lost.values().filter(|&&b| b == bu).count() as u64;
+            if published + lost_here > assigned {
+                self.violation(format!(
+                    "BU {bu} was given {assigned} events before its exclusion at {from}; {published} published and \
+                     {lost_here} lost are more"
+                ));
+            }
         }
         if let Some((&event, file)) = self.published.range(first + events..).next() {
             self.violation(format!("event {event}, after the run's last, published in file {file}"));
         }
-        let last = self.evm.evm.last_triggered();
-        let seen: Vec<Option<EventNumber>> = self.rus.iter().map(Ru::run_last_event).collect();
+        let last = self.readout.last_triggered();
+        let seen: Vec<Option<EventNumber>> =
+            (1..self.readout.len()).map(|r| self.readout.ru(r).run_last_event()).collect();
         for (r, seen) in seen.into_iter().enumerate().filter(|&(_, seen)| seen != last) {
             self.violation(format!("RU {}: drained with last event {seen:?}, the EVM's is {last:?}", r + 1));
         }
-        let lost = self.sc.faults.trigger_stream_lost;
-        let broke = self.evm.trigger_break().map(ToString::to_string);
-        match (lost, &broke, self.tally.trigger_breaks) {
+        let stream_lost = self.sc.faults.trigger_stream_lost;
+        let broke = self.readout.trigger_break().map(ToString::to_string);
+        match (stream_lost, &broke, self.tally.trigger_breaks) {
             (true, Some(_), 1) | (false, None, 0) => {}
             _ => self.violation(format!(
-                "trigger stream lost {lost}: the EVM's node said {} break(s), {broke:?}",
+                "trigger stream lost {stream_lost}: the EVM's node said {} break(s), {broke:?}",
                 self.tally.trigger_breaks
             )),
         }
         // What the RUs still hold is of events the trigger never issued, counted as orphans.
         self.tally.orphan_fragments = self.buffers.len() as u64;
-        if lost && self.tally.orphan_fragments == 0 {
+        if stream_lost && self.tally.orphan_fragments == 0 {
             self.violation("the data FEDs sent past the trigger's break, yet no orphan fragment is held".into());
         }
-        // Each lumi section's EoLS records, summed over BUs, account for every event of it.
-        let mut per_ls: BTreeMap<u32, u64> = BTreeMap::new();
+        // Each lumi section's EoLS records, summed over BUs, account for every event of it;
+        // under push, with what a lost BU published before it wrote no more, and what it lost.
+        let mut per_ls: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         for e in first..first + events {
-            *per_ls.entry(self.trigger_info(e).lumi_section).or_default() += 1;
+            let ls = per_ls.entry(self.trigger_info(e).lumi_section).or_default();
+            ls.0 += 1;
+            ls.1 += u64::from(lost.contains_key(&e));
         }
-        for (ls, triggered) in per_ls {
+        for (ls, (triggered, lost_in_ls)) in per_ls {
             let recorded: u64 = self.bus.iter().filter_map(|b| b.end_of_lumis.get(&ls)).sum();
-            if recorded != triggered {
+            let unrecorded: u64 = self
+                .push
+                .excluded
+                .iter()
+                .filter(|x| !self.bus[usize::from(x.0)].end_of_lumis.contains_key(&ls))
+                .map(|x| self.published.values().filter(|f| f.bu == x.0 && f.lumi_section == ls).count() as u64)
+                .sum();
+            if recorded + unrecorded + lost_in_ls != triggered {
                 self.violation(format!(
-                    "lumi section {ls}: EoLS records count {recorded} events, {triggered} were triggered"
+                    "lumi section {ls}: EoLS records count {recorded} events (and {unrecorded} published and \
+                     {lost_in_ls} lost by lost BUs), {triggered} were triggered"
                 ));
             }
         }

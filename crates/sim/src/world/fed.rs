@@ -3,6 +3,12 @@
 //! orbit mode a FED is a DTH source and its fragment an orbit block.
 
 use super::{Ev, World};
+
+/// Push: how often a held trigger looks at the throttle again, in nanoseconds.
+const THROTTLE_POLL_NS: u64 = 10_000;
+/// Push: data messages a connection holds unread by its BU before its RU's sends wait (TCP's
+/// buffers, in messages).
+pub(super) const UNREAD_MESSAGES_MAX: usize = 4;
 use tessera_evb::msg::{BufferRef, FragmentRef, TriggerInfo};
 use tessera_evb::types::{EventNumber, FedId, Nanos, Peer};
 use tessera_formats::fed::LV1_MASK;
@@ -13,6 +19,7 @@ impl World {
     pub(super) fn fed_ready(&mut self, ru: usize, fed: usize) {
         let first = self.sc.first_event;
         let last = first + self.sc.events;
+        let sends_stalled = self.sends_stalled(ru);
         let s = &mut self.sources[ru][fed];
         if s.skip == Some(s.next_event) {
             s.next_event += 1;
@@ -21,22 +28,31 @@ impl World {
         if event >= last || event > s.last_event {
             if s.id == TCDS_FED_ID && !s.ended {
                 s.ended = true;
-                self.evm.trigger_stream_ended(self.now, None);
+                self.readout.trigger_stream_ended(self.now);
                 self.drain_outputs(Peer::Evm);
             }
             return;
         }
-        let mut due = self.trigger_times[(event - first) as usize] + 2_000 * fed as u64;
+        let index = (event - first) as usize;
+        let triggered = match self.sc.push {
+            None => self.trigger_times[index],
+            // Push: the trigger holds while throttled; the FED waits for it to issue the event.
+            Some(_) => match self.push.triggered_at.get(index) {
+                Some(&at) => at,
+                None => {
+                    s.awaiting_trigger = true;
+                    return;
+                }
+            },
+        };
+        let mut due = triggered + 2_000 * fed as u64;
         if s.slow {
             due = due.max(s.sent_at + 2 * self.sc.trigger_interval_ns);
         }
-        if s.id != TCDS_FED_ID && s.held >= self.sc.fed_buffer_fragments {
-            // The RU's memory for this stream is full: it does not read it, and says so.
-            if ru == 0 {
-                self.evm.ru.stream_alive(fed, self.now);
-            } else {
-                self.rus[ru - 1].stream_alive(fed, self.now);
-            }
+        if (s.id != TCDS_FED_ID && s.held >= self.sc.fed_buffer_fragments) || sends_stalled {
+            // The RU's memory for this stream is full, or its sends wait: it does not read the
+            // stream, and says so.
+            self.readout.ru_mut(ru).stream_alive(fed, self.now);
             self.tally.back_pressure += 1;
             self.schedule(self.now + 50_000, Ev::FedReady { ru, fed });
             return;
@@ -66,11 +82,7 @@ impl World {
             buffer: BufferRef { area: ru as u32, chunk: fed as u32, offset: self.next_buffer, len: bytes },
             trigger,
         };
-        let offered = if ru == 0 {
-            self.evm.offer_fragment(self.now, fed, fragment)
-        } else {
-            self.rus[ru - 1].offer_fragment(self.now, fed, fragment)
-        };
+        let offered = self.readout.offer(self.now, ru, fed, fragment);
         match offered {
             Ok(()) => {
                 self.next_buffer += 1;
@@ -92,6 +104,46 @@ impl World {
             }
         }
         self.drain_outputs(if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) });
+    }
+
+    /// Push: the trigger issues its next event unless the throttle is up, and wakes the FEDs
+    /// waiting for it; while the throttle is up it holds, and the time is dead time.
+    pub(super) fn trigger(&mut self) {
+        let i = self.push.issued as usize;
+        let Some(&at) = self.trigger_times.get(i) else { return };
+        if self.throttled() {
+            self.tally.dead_time_ns += THROTTLE_POLL_NS;
+            self.push.delay += THROTTLE_POLL_NS;
+            self.schedule(self.now + THROTTLE_POLL_NS, Ev::Trigger);
+            return;
+        }
+        debug_assert!(self.now >= at + self.push.delay, "never before its time");
+        self.push.triggered_at.push(self.now);
+        self.push.issued += 1;
+        for ru in 0..self.sources.len() {
+            for fed in 0..self.sources[ru].len() {
+                if std::mem::take(&mut self.sources[ru][fed].awaiting_trigger) {
+                    self.schedule(self.now, Ev::FedReady { ru, fed });
+                }
+            }
+        }
+        if let Some(&next) = self.trigger_times.get(i + 1) {
+            self.schedule(next + self.push.delay, Ev::Trigger);
+        }
+    }
+
+    /// Push: whether any RU or BU is past its high-water mark, or an RU's sends wait.
+    fn throttled(&self) -> bool {
+        self.readout.throttled()
+            || self.bus.iter().any(|b| b.unit.as_ref().is_some_and(tessera_evb::Bu::throttled))
+            || (0..self.sources.len()).any(|ru| self.sends_stalled(ru))
+    }
+
+    /// Push: whether RU `ru` has as many data messages unread by some BU as a connection holds:
+    /// it sends no more there, so it reads its streams no further.
+    pub(super) fn sends_stalled(&self, ru: usize) -> bool {
+        let me = if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) };
+        self.push.unread.iter().any(|(&(from, _), q)| from == me && q.len() >= UNREAD_MESSAGES_MAX)
     }
 
     /// A FED's fragment of `event`: 1 kB; in orbit mode a source's orbit block, its fragment of

@@ -10,12 +10,15 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use tessera_evb::msg::{BufferRef, Message};
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuiltEvent, Input};
-use tessera_evb::{Bu, BuConfig, EvmNode, Ru, RuConfig};
+use tessera_evb::{Bu, BuConfig, RuConfig};
 
 mod checks;
 mod fed;
 mod network;
+mod readout;
 mod setup;
+
+use readout::Readout;
 
 /// Counts of what a run injected and saw.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,19 +61,56 @@ pub struct Tally {
     pub aged_events: u64,
     /// Push: parts that came to a BU after their event was shipped.
     pub late_parts: u64,
+    /// Push: time the throttle held the trigger, in nanoseconds (dead time).
+    pub dead_time_ns: u64,
+    /// Push: events lost with a lost BU (given to it and never published).
+    pub lost_events: u64,
+    /// Push: data messages a BU held back for want of room (its connection stalled).
+    pub held_messages: u64,
 }
 
 #[derive(Debug)]
 enum Ev {
-    FedReady { ru: usize, fed: usize },
-    Deliver { from: Peer, to: Peer, msg: Message, incarnation: u32 },
-    Tick { node: Peer, generation: u64 },
-    WriteDone { bu: usize, file: FileId, incarnation: u32 },
-    PublishDone { bu: usize, file: FileId, incarnation: u32 },
-    BuCrash { bu: usize },
-    BuLost { bu: usize },
-    BuRestart { bu: usize },
+    FedReady {
+        ru: usize,
+        fed: usize,
+    },
+    Deliver {
+        from: Peer,
+        to: Peer,
+        msg: Message,
+        incarnation: u32,
+    },
+    Tick {
+        node: Peer,
+        generation: u64,
+    },
+    WriteDone {
+        bu: usize,
+        file: FileId,
+        incarnation: u32,
+    },
+    PublishDone {
+        bu: usize,
+        file: FileId,
+        incarnation: u32,
+    },
+    BuCrash {
+        bu: usize,
+    },
+    BuLost {
+        bu: usize,
+    },
+    BuRestart {
+        bu: usize,
+    },
     StopTrigger,
+    /// Push: the trigger's next event is due (it holds while the throttle is up).
+    Trigger,
+    /// Push: a BU may read the data messages it held back.
+    BuRead {
+        bu: usize,
+    },
 }
 
 struct FedSource {
@@ -88,6 +128,8 @@ struct FedSource {
     last_event: EventNumber,
     /// Its stream has ended.
     ended: bool,
+    /// Push: it waits for the trigger to issue its next event.
+    awaiting_trigger: bool,
 }
 
 struct SimFile {
@@ -118,6 +160,24 @@ struct BuSlot {
     ended: bool,
 }
 
+/// Push: the trigger, which holds while the throttle is up; the data messages each BU has not
+/// read for want of room, per connection (in order, as TCP keeps them); the BUs excluded.
+#[derive(Default)]
+struct PushState {
+    /// Events the trigger issued.
+    issued: u64,
+    /// When each issued event was triggered.
+    triggered_at: Vec<Nanos>,
+    /// How far the throttle pushed the remaining triggers back.
+    delay: Nanos,
+    /// Per (RU, BU) connection, the messages the BU has not read.
+    unread: BTreeMap<(Peer, Peer), std::collections::VecDeque<Message>>,
+    /// BUs with a read scheduled.
+    read_scheduled: BTreeSet<usize>,
+    /// Excluded BUs: (BU, first event excluded, events given to it before).
+    excluded: Vec<(u16, EventNumber, u64)>,
+}
+
 /// The simulated system.
 pub struct World {
     sc: Scenario,
@@ -126,8 +186,7 @@ pub struct World {
     seq: u64,
     queue: BinaryHeap<Reverse<(Nanos, u64)>>,
     pending: HashMap<u64, Ev>,
-    evm: EvmNode,
-    rus: Vec<Ru>,
+    readout: Readout,
     ru_cfgs: Vec<RuConfig>,
     bus: Vec<BuSlot>,
     bu_cfgs: Vec<BuConfig>,
@@ -148,6 +207,8 @@ pub struct World {
     published: BTreeMap<EventNumber, FileId>,
     stop_sent: bool,
     last_progress: Nanos,
+    /// Push: the trigger's state and what push's faults and bounds left.
+    push: PushState,
     /// Every broken invariant, in the order found.
     pub violations: Vec<String>,
     /// What the run injected and saw.
@@ -214,10 +275,29 @@ impl World {
     /// The events of the run: all of the scenario's, or those triggered before the trigger
     /// stream broke.
     fn run_events(&self) -> u64 {
-        match self.evm.trigger_break() {
-            Some(_) => self.evm.evm.last_triggered().map_or(0, |last| last + 1 - self.sc.first_event),
+        match self.readout.trigger_break() {
+            Some(_) => self.readout.last_triggered().map_or(0, |last| last + 1 - self.sc.first_event),
             None => self.sc.events,
         }
+    }
+
+    /// Push: the events of the run given to an excluded BU and never published, each with the
+    /// BU it was lost with.
+    fn lost_with_bus(&self) -> BTreeMap<EventNumber, u16> {
+        let first = self.sc.first_event;
+        let Some(mode) = self.sc.push else { return BTreeMap::new() };
+        // The function as every RU applied it: each exclusion from its event on.
+        let mut destinations = mode.destinations(first, self.bus.len() as u16);
+        for &(bu, from, _) in &self.push.excluded {
+            destinations.exclude(bu, from).expect("exclusions come in order, each of an enabled BU");
+        }
+        let excluded: BTreeSet<u16> = self.push.excluded.iter().map(|x| x.0).collect();
+        (first..first + self.run_events())
+            .filter_map(|e| {
+                let bu = destinations.of(e).filter(|bu| excluded.contains(bu))?;
+                self.published.get(&e).is_none_or(|f| f.bu != bu).then_some((e, bu))
+            })
+            .collect()
     }
 
     /// Every event of the run published, every unit ended, and no buffer held but the orphans
@@ -225,10 +305,12 @@ impl World {
     fn drained(&self) -> bool {
         let events = self.run_events();
         let end = self.sc.first_event + events;
-        self.published.len() as u64 == events
-            && self.evm.evm.drained()
-            && self.rus.iter().all(Ru::drain_seen)
-            && self.bus.iter().all(|b| b.ended && b.unit.as_ref().is_some_and(|u| u.idle()))
+        let excluded = |b: usize| self.push.excluded.iter().any(|x| usize::from(x.0) == b);
+        self.published.len() as u64 + self.lost_with_bus().len() as u64 == events
+            && self.readout.drained()
+            && (0..self.readout.len()).all(|r| self.readout.ru(r).drain_seen())
+            && (0..self.bus.len())
+                .all(|b| excluded(b) || (self.bus[b].ended && self.bus[b].unit.as_ref().is_some_and(Bu::idle)))
             && self.buffers.values().all(|&(_, _, event)| event >= end)
     }
 
@@ -247,10 +329,9 @@ impl World {
                 None => format!("BU {i}: down"),
             })
             .collect();
+        let (in_flight, pending) = self.readout.evm_state();
         format!(
-            "EVM {} in flight, pending [{}]; buffers held {}; {}",
-            self.evm.evm.events_in_flight(),
-            self.evm.evm.pending(),
+            "EVM {in_flight} in flight, pending [{pending}]; buffers held {}; {}",
             self.buffers.len(),
             bus.join(", ")
         )
@@ -259,19 +340,16 @@ impl World {
     fn step(&mut self, ev: Ev) {
         match ev {
             Ev::FedReady { ru, fed } => self.fed_ready(ru, fed),
-            Ev::Deliver { from, to, msg, incarnation } => {
-                let input = Input::Message { from, msg };
-                match to {
-                    Peer::Evm | Peer::Ru(0) => self.feed(Peer::Evm, input),
-                    Peer::Ru(r) => self.feed(Peer::Ru(r), input),
-                    Peer::Bu(b) => {
-                        let slot = &self.bus[usize::from(b)];
-                        if slot.unit.is_some() && slot.incarnation == incarnation {
-                            self.feed(to, input);
-                        }
+            Ev::Deliver { from, to, msg, incarnation } => match to {
+                Peer::Evm | Peer::Ru(0) => self.feed(Peer::Evm, Input::Message { from, msg }),
+                Peer::Ru(r) => self.feed(Peer::Ru(r), Input::Message { from, msg }),
+                Peer::Bu(b) => {
+                    let slot = &self.bus[usize::from(b)];
+                    if slot.unit.is_some() && slot.incarnation == incarnation {
+                        self.deliver_to_bu(from, b, msg);
                     }
                 }
-            }
+            },
             Ev::Tick { node, generation } => {
                 if self.tick_generation.get(&node).is_some_and(|&(g, _)| g == generation) {
                     self.tick_generation.remove(&node);
@@ -296,9 +374,13 @@ impl World {
                     self.tally.bu_crashes += 1;
                     self.bus[bu].incarnation += 1;
                     self.tick_generation.remove(&Peer::Bu(bu as u16));
+                    self.push.unread.retain(|&(_, to), _| to != Peer::Bu(bu as u16));
                     self.schedule(self.now + 3_000_000, Ev::BuLost { bu });
-                    let back = self.now + self.rng.between(1_000_000, 30_000_000);
-                    self.schedule(back, Ev::BuRestart { bu });
+                    // Under push a lost BU is excluded for the rest of the run.
+                    if self.sc.push.is_none() {
+                        let back = self.now + self.rng.between(1_000_000, 30_000_000);
+                        self.schedule(back, Ev::BuRestart { bu });
+                    }
                 }
             }
             Ev::BuLost { bu } => {
@@ -311,6 +393,11 @@ impl World {
                 self.stop_sent = true;
                 let last_event = (self.sc.events > 0).then(|| self.sc.first_event + self.sc.events - 1);
                 self.feed(Peer::Evm, Input::StopTrigger { last_event });
+            }
+            Ev::Trigger => self.trigger(),
+            Ev::BuRead { bu } => {
+                self.push.read_scheduled.remove(&bu);
+                self.read_unread(bu);
             }
         }
     }

@@ -31,29 +31,69 @@ impl World {
     /// Gives `input` to `node` and carries out what it outputs.
     pub(super) fn feed(&mut self, node: Peer, input: Input) {
         match node {
-            Peer::Evm | Peer::Ru(0) => self.evm.handle(self.now, input),
-            Peer::Ru(r) => self.rus[usize::from(r) - 1].handle(self.now, input),
             Peer::Bu(b) => match self.bus[usize::from(b)].unit.as_mut() {
                 Some(unit) => unit.handle(self.now, input),
                 None => return,
             },
+            _ => self.readout.handle(self.now, node, input),
         }
         self.drain_outputs(node);
     }
 
-    pub(super) fn poll_ru(&mut self, node: Peer) -> Option<RuOutput> {
-        match node {
-            Peer::Evm | Peer::Ru(0) => self.evm.poll_output(),
-            Peer::Ru(r) => self.rus[usize::from(r) - 1].poll_output(),
-            Peer::Bu(_) => None,
+    /// Delivers `msg` from `from` to BU `b`. Under push a BU reads no data message while it
+    /// has no room for one: it stays unread on its connection, in order with what follows it,
+    /// until the BU has room ([`Bu::accepts_parts`]).
+    pub(super) fn deliver_to_bu(&mut self, from: Peer, b: u16, msg: Message) {
+        let to = Peer::Bu(b);
+        let bu = usize::from(b);
+        if self.sc.push.is_some() {
+            let accepts = self.bus[bu].unit.as_ref().is_some_and(Bu::accepts_parts);
+            let queue = self.push.unread.entry((from, to)).or_default();
+            if !queue.is_empty() || (matches!(msg, Message::Data { .. }) && !accepts) {
+                queue.push_back(msg);
+                self.tally.held_messages += 1;
+                self.schedule_read(bu);
+                return;
+            }
         }
+        self.feed(to, Input::Message { from, msg });
+    }
+
+    fn schedule_read(&mut self, bu: usize) {
+        if self.push.read_scheduled.insert(bu) {
+            self.schedule(self.now + 50_000, Ev::BuRead { bu });
+        }
+    }
+
+    /// Push: BU `bu` reads what it left unread, connection by connection, while it has room.
+    pub(super) fn read_unread(&mut self, bu: usize) {
+        let to = Peer::Bu(bu as u16);
+        let connections: Vec<(Peer, Peer)> = self.push.unread.keys().filter(|k| k.1 == to).copied().collect();
+        for key in connections {
+            loop {
+                let accepts = self.bus[bu].unit.as_ref().is_some_and(Bu::accepts_parts);
+                let Some(queue) = self.push.unread.get_mut(&key) else { break };
+                if queue.front().is_none_or(|m| matches!(m, Message::Data { .. }) && !accepts) {
+                    break;
+                }
+                let msg = queue.pop_front().expect("front checked");
+                self.feed(to, Input::Message { from: key.0, msg });
+            }
+        }
+        self.push.unread.retain(|_, q| !q.is_empty());
+        if self.push.unread.keys().any(|k| k.1 == to) {
+            self.schedule_read(bu);
+        }
+    }
+
+    pub(super) fn poll_ru(&mut self, node: Peer) -> Option<RuOutput> {
+        self.readout.poll(node)
     }
 
     pub(super) fn next_timeout(&self, node: Peer) -> Option<Nanos> {
         match node {
-            Peer::Evm | Peer::Ru(0) => self.evm.next_timeout(),
-            Peer::Ru(r) => self.rus[usize::from(r) - 1].next_timeout(),
             Peer::Bu(b) => self.bus[usize::from(b)].unit.as_ref()?.next_timeout(),
+            _ => self.readout.next_timeout(node),
         }
     }
 
@@ -112,7 +152,7 @@ impl World {
             Notice::MissingFragments { .. } | Notice::FedStalled { .. } | Notice::LateTrigger { .. } => {}
             Notice::EventAged { .. } => self.tally.aged_events += 1,
             Notice::LatePart { .. } => self.tally.late_parts += 1,
-            Notice::BuExcluded { .. } => {}
+            Notice::BuExcluded { bu, from_event, assigned } => self.push.excluded.push((bu, from_event, assigned)),
         }
     }
 

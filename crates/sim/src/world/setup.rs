@@ -1,12 +1,16 @@
 //! The system a scenario describes: its units' configurations, its trigger times, and the faults
 //! it asks for, each drawn from the seed.
 
-use super::{BuSlot, Ev, FedSource, Tally, World};
+use super::{BuSlot, Ev, FedSource, Readout, Tally, World};
+
+/// Push: events a data message carries at most, and what a BU must have room for to read one.
+const PUSH_MESSAGE_EVENTS: u32 = 32;
 use crate::rng::Rng;
 use crate::scenario::{Bug, Scenario};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use tessera_evb::bu::BuBug;
 use tessera_evb::evm::EvmBug;
+use tessera_evb::push::{PushBu, PushNode, PushNodeBug, PushNodeConfig, PushRu};
 use tessera_evb::ru::RuBug;
 use tessera_evb::types::{FedId, Nanos};
 use tessera_evb::{BuConfig, EvmConfig, EvmNode, Ru, RuConfig};
@@ -29,6 +33,8 @@ impl World {
                     max_events_buffered: 1024,
                     fragment_timeout_ns: 2_000_000,
                     // Data messages split by bytes too, sometimes below one super-fragment.
+                    // Push BUs read a message only while its most events fit their bound.
+                    max_parts_per_message: if sc.push.is_some() { PUSH_MESSAGE_EVENTS as usize } else { 256 },
                     max_data_bytes: match sc.orbit {
                         None => rng.between(1_000, 24_000),
                         // Orbit super-fragments of 0.1 to 4 MB, often alone above the bound.
@@ -53,6 +59,12 @@ impl World {
                 request_batch_events: batch,
                 max_events_per_file: per_file,
                 file_timeout_ns: 20_000_000,
+                push: sc.push.map(|p| PushBu {
+                    age_events: p.age_events,
+                    age_ns: p.age_ns,
+                    message_events_max: PUSH_MESSAGE_EVENTS,
+                    high_water_events: in_flight * p.bu_high_water_percent / 100,
+                }),
                 bug: (sc.bug == Some(Bug::CommitBeforeWritten)).then_some(BuBug::CommitBeforeWritten),
                 ..BuConfig::new(b, t.n_ru)
             })
@@ -87,6 +99,7 @@ impl World {
                         held: 0,
                         last_event: sc.first_event + sc.events - 1,
                         ended: false,
+                        awaiting_trigger: false,
                     })
                     .collect()
             })
@@ -157,9 +170,34 @@ impl World {
             tally.slow_bus += u64::from(!bus[b].slow);
             bus[b].slow = true;
         }
+        let readout = match sc.push {
+            None => {
+                let mut evm = EvmNode::new(evm_cfg, ru_cfgs[0].clone());
+                // The trigger stream may end cleanly after the run's events, and no sooner.
+                evm.limit_trigger(sc.events);
+                Readout::Pull { evm: Box::new(evm), rus: ru_cfgs.iter().skip(1).map(|c| Ru::new(c.clone())).collect() }
+            }
+            Some(p) => {
+                let destinations = p.destinations(sc.first_event, t.n_bu);
+                // An RU throttles at an eighth of its window (128 events, 1.3 ms of triggers
+                // here), well before a BU ages an event (5 ms): a slow FED holds the trigger,
+                // and its events stay whole, as they would under pull.
+                let high_water = ru_cfgs[0].max_events_buffered / 8;
+                let node = PushNode::new(PushNodeConfig {
+                    ru: ru_cfgs[0].clone(),
+                    n_ru: t.n_ru,
+                    destinations: destinations.clone(),
+                    high_water_events: high_water,
+                    exclude_margin_events: 64,
+                    bug: (sc.bug == Some(Bug::ExcludeUntold)).then_some(PushNodeBug::ExcludeUntold),
+                });
+                let rus =
+                    ru_cfgs.iter().skip(1).map(|c| PushRu::new(c.clone(), destinations.clone(), high_water)).collect();
+                Readout::Push { node: Box::new(node), rus }
+            }
+        };
         let mut world = World {
-            evm: EvmNode::new(evm_cfg, ru_cfgs[0].clone()),
-            rus: ru_cfgs.iter().skip(1).map(|c| Ru::new(c.clone())).collect(),
+            readout,
             ru_cfgs,
             bus,
             bu_cfgs,
@@ -181,12 +219,14 @@ impl World {
             published: BTreeMap::new(),
             stop_sent: false,
             last_progress: 0,
+            push: Default::default(),
             violations: Vec::new(),
             tally,
             sc: sc.clone(),
         };
-        // The trigger stream may end cleanly after the run's events, and no sooner.
-        world.evm.limit_trigger(sc.events);
+        if sc.push.is_some() {
+            world.schedule(world.trigger_times[0], Ev::Trigger);
+        }
         for b in 0..world.bus.len() {
             world.start_bu(b);
         }

@@ -1,0 +1,180 @@
+//! The readout side of a simulated system, under either protocol: under pull the EVM's node (RU 0
+//! with the event manager) and the other RUs; under push RU 0's push node and the other push RUs.
+//! The rest of the simulator reaches the units through these methods, whichever protocol runs.
+
+use tessera_evb::invariant::InvariantViolation;
+use tessera_evb::msg::FragmentRef;
+use tessera_evb::push::{PushNode, PushRu};
+use tessera_evb::ru::BackPressure;
+use tessera_evb::types::{EventNumber, Nanos, Peer};
+use tessera_evb::unit::{Input, RuOutput, TriggerBreak};
+use tessera_evb::{EvmNode, Ru};
+
+/// RU 0's node and the other RUs.
+pub(super) enum Readout {
+    /// The pull protocol.
+    Pull {
+        /// RU 0 with the EVM.
+        evm: Box<EvmNode>,
+        /// RUs 1...
+        rus: Vec<Ru>,
+    },
+    /// The push protocol.
+    Push {
+        /// RU 0 with the trigger.
+        node: Box<PushNode>,
+        /// RUs 1...
+        rus: Vec<PushRu>,
+    },
+}
+
+impl Readout {
+    /// RU `r`'s readout unit.
+    pub(super) fn ru(&self, r: usize) -> &Ru {
+        match self {
+            Readout::Pull { evm, rus } => {
+                if r == 0 {
+                    &evm.ru
+                } else {
+                    &rus[r - 1]
+                }
+            }
+            Readout::Push { node, rus } => {
+                if r == 0 {
+                    node.ru().ru()
+                } else {
+                    rus[r - 1].ru()
+                }
+            }
+        }
+    }
+
+    /// RU `r`'s readout unit, for what the driver tells it of its streams.
+    pub(super) fn ru_mut(&mut self, r: usize) -> &mut Ru {
+        match self {
+            Readout::Pull { evm, rus } => {
+                if r == 0 {
+                    &mut evm.ru
+                } else {
+                    &mut rus[r - 1]
+                }
+            }
+            Readout::Push { node, rus } => {
+                if r == 0 {
+                    node.ru_mut().ru_mut()
+                } else {
+                    rus[r - 1].ru_mut()
+                }
+            }
+        }
+    }
+
+    /// RUs in the system.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Readout::Pull { rus, .. } => rus.len() + 1,
+            Readout::Push { rus, .. } => rus.len() + 1,
+        }
+    }
+
+    /// Offers RU `r` the next fragment of its FED at `fed`.
+    pub(super) fn offer(&mut self, now: Nanos, r: usize, fed: usize, f: FragmentRef) -> Result<(), BackPressure> {
+        match self {
+            Readout::Pull { evm, rus } if r == 0 => evm.offer_fragment(now, fed, f),
+            Readout::Pull { rus, .. } => rus[r - 1].offer_fragment(now, fed, f),
+            Readout::Push { node, .. } if r == 0 => node.offer_fragment(now, fed, f),
+            Readout::Push { rus, .. } => rus[r - 1].offer_fragment(now, fed, f),
+        }
+    }
+
+    /// Gives `input` to RU node `node` (`Peer::Evm` is RU 0's node).
+    pub(super) fn handle(&mut self, now: Nanos, node: Peer, input: Input) {
+        match (self, node) {
+            (Readout::Pull { evm, .. }, Peer::Evm | Peer::Ru(0)) => evm.handle(now, input),
+            (Readout::Pull { rus, .. }, Peer::Ru(r)) => rus[usize::from(r) - 1].handle(now, input),
+            (Readout::Push { node, .. }, Peer::Evm | Peer::Ru(0)) => node.handle(now, input),
+            (Readout::Push { rus, .. }, Peer::Ru(r)) => rus[usize::from(r) - 1].handle(now, input),
+            (_, Peer::Bu(_)) => {}
+        }
+    }
+
+    /// The next output of RU node `node`.
+    pub(super) fn poll(&mut self, node: Peer) -> Option<RuOutput> {
+        match (self, node) {
+            (Readout::Pull { evm, .. }, Peer::Evm | Peer::Ru(0)) => evm.poll_output(),
+            (Readout::Pull { rus, .. }, Peer::Ru(r)) => rus[usize::from(r) - 1].poll_output(),
+            (Readout::Push { node, .. }, Peer::Evm | Peer::Ru(0)) => node.poll_output(),
+            (Readout::Push { rus, .. }, Peer::Ru(r)) => rus[usize::from(r) - 1].poll_output(),
+            (_, Peer::Bu(_)) => None,
+        }
+    }
+
+    /// When RU node `node` has work on a tick.
+    pub(super) fn next_timeout(&self, node: Peer) -> Option<Nanos> {
+        match (self, node) {
+            (Readout::Pull { evm, .. }, Peer::Evm | Peer::Ru(0)) => evm.next_timeout(),
+            (Readout::Pull { rus, .. }, Peer::Ru(r)) => rus[usize::from(r) - 1].next_timeout(),
+            (Readout::Push { node, .. }, Peer::Evm | Peer::Ru(0)) => node.next_timeout(),
+            (Readout::Push { rus, .. }, Peer::Ru(r)) => rus[usize::from(r) - 1].next_timeout(),
+            (_, Peer::Bu(_)) => None,
+        }
+    }
+
+    /// The trigger stream ended at a fragment boundary.
+    pub(super) fn trigger_stream_ended(&mut self, now: Nanos) {
+        match self {
+            Readout::Pull { evm, .. } => evm.trigger_stream_ended(now, None),
+            // Push scenarios end their trigger by run control's stop only.
+            Readout::Push { .. } => {}
+        }
+    }
+
+    /// How the trigger stream broke, if it did.
+    pub(super) fn trigger_break(&self) -> Option<&TriggerBreak> {
+        match self {
+            Readout::Pull { evm, .. } => evm.trigger_break(),
+            Readout::Push { .. } => None,
+        }
+    }
+
+    /// The last event triggered.
+    pub(super) fn last_triggered(&self) -> Option<EventNumber> {
+        match self {
+            Readout::Pull { evm, .. } => evm.evm.last_triggered(),
+            Readout::Push { node, .. } => node.last_triggered(),
+        }
+    }
+
+    /// Whether RU 0's node has drained the run.
+    pub(super) fn drained(&self) -> bool {
+        match self {
+            Readout::Pull { evm, .. } => evm.evm.drained(),
+            Readout::Push { node, .. } => node.drained(),
+        }
+    }
+
+    /// Whether some RU is past its high-water mark (push's throttle).
+    pub(super) fn throttled(&self) -> bool {
+        match self {
+            Readout::Pull { .. } => false,
+            Readout::Push { node, rus } => node.throttled() || rus.iter().any(PushRu::throttled),
+        }
+    }
+
+    /// The conservation laws of every unit, the EVM's included: the first broken of each.
+    pub(super) fn check_invariants(&self) -> Vec<InvariantViolation> {
+        let evm = match self {
+            Readout::Pull { evm, .. } => evm.evm.check_invariants().err(),
+            Readout::Push { .. } => None,
+        };
+        evm.into_iter().chain((0..self.len()).filter_map(|r| self.ru(r).check_invariants().err())).collect()
+    }
+
+    /// Events the EVM tracks (none under push), and what it is waiting for.
+    pub(super) fn evm_state(&self) -> (usize, String) {
+        match self {
+            Readout::Pull { evm, .. } => (evm.evm.events_in_flight(), evm.evm.pending()),
+            Readout::Push { node, .. } => (0, format!("push; drained {}", node.drained())),
+        }
+    }
+}
