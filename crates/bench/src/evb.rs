@@ -376,7 +376,6 @@ fn system(case: &EvbCase, dir: &Path) -> Result<SystemConfig, BenchError> {
             chunks_per_fed: CHUNKS_PER_FED as u32,
             on_corrupt_stream: CorruptStreamPolicy::Fail,
             fragment_crc_check: case.crc_check,
-            ..RuParams::default()
         },
         bu: BuParams {
             max_events_in_flight: 8 * batch,
