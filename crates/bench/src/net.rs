@@ -16,6 +16,12 @@
 //!   connection through `mio` readiness polling and reads into one shared 256 KiB buffer, then
 //!   forgets the bytes. The readout unit also serves all its streams from one thread, so this is
 //!   what its ingest costs before it looks at a byte.
+//! - **(a2) raw ingest into receive memory**, [`raw_ingest_into`] with a [`ReadInto`] as large
+//!   as an RU's receive memory: the same receiver, but each read goes to the next place of that
+//!   memory, pre-touched and reused in turn, at most the RU's read size
+//!   ([`tessera_runtime::ru_node::READ_BYTES`]) a call. The kernel then copies into memory that
+//!   has left the caches, as it does for the RU, where (a)'s one buffer stays in them: a
+//!   reference that tells the RU's own cost from its I/O's.
 //! - **(e) raw relay**, [`raw_relay`]: a [`Relay`] thread reads every inbound connection and
 //!   writes what it read to M outbound connections, one read chunk to each in turn (skipping an
 //!   output whose buffer is full), without ever blocking: bytes a socket does not take wait in
@@ -432,6 +438,27 @@ struct Inbound {
     open: bool,
 }
 
+/// Where a [`DiscardReceiver`] reads: `memory_bytes` used in turn, at most `read_bytes` a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadInto {
+    /// Bytes of memory the reads go to, one after another, from the start again at its end.
+    pub memory_bytes: usize,
+    /// Most bytes of one read.
+    pub read_bytes: usize,
+}
+
+impl ReadInto {
+    /// One [`READ_BUFFER_BYTES`] buffer, each read at its start: baseline (a).
+    pub const BUFFER: ReadInto = ReadInto { memory_bytes: READ_BUFFER_BYTES, read_bytes: READ_BUFFER_BYTES };
+
+    /// Receive memory as an RU's: `memory_bytes` read [`tessera_runtime::ru_node::READ_BYTES`]
+    /// at a time.
+    pub fn ru_memory(memory_bytes: usize) -> ReadInto {
+        let read_bytes = tessera_runtime::ru_node::READ_BYTES;
+        ReadInto { memory_bytes: memory_bytes.max(read_bytes), read_bytes }
+    }
+}
+
 /// What a [`DiscardReceiver`] saw.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReceiverReport {
@@ -452,13 +479,19 @@ pub struct ReceiverReport {
 pub struct DiscardReceiver {
     listener: std::net::TcpListener,
     addr: SocketAddr,
+    into: ReadInto,
 }
 
 impl DiscardReceiver {
     /// Listens on 127.0.0.1, on a port the system chooses.
     pub fn bind() -> Result<DiscardReceiver, BenchError> {
         let (listener, addr) = listen()?;
-        Ok(DiscardReceiver { listener, addr })
+        Ok(DiscardReceiver { listener, addr, into: ReadInto::BUFFER })
+    }
+
+    /// Reads where `into` says instead of into one buffer.
+    pub fn reading_into(self, into: ReadInto) -> DiscardReceiver {
+        DiscardReceiver { into, ..self }
     }
 
     /// The address to connect to.
@@ -475,7 +508,10 @@ impl DiscardReceiver {
         let mut listener = TcpListener::from_std(self.listener);
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(io_error("registering"))?;
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
-        let mut buffer = vec![0u8; READ_BUFFER_BYTES];
+        // Written, so that every page is there before the first read (as the RU's memory is).
+        let mut buffer = vec![1u8; self.into.memory_bytes];
+        let read_bytes = self.into.read_bytes.clamp(1, buffer.len());
+        let mut at = 0;
         let mut conns: Vec<Inbound> = Vec::with_capacity(connections);
         let (mut open, mut bytes, mut first, mut ended) = (0usize, 0u64, None::<Instant>, None);
         while conns.len() < connections || open > 0 {
@@ -496,7 +532,10 @@ impl DiscardReceiver {
             }
             for c in conns.iter_mut().filter(|c| c.ready && c.open) {
                 for _ in 0..READS_PER_TURN {
-                    match c.stream.read(&mut buffer) {
+                    if buffer.len() - at < read_bytes {
+                        at = 0;
+                    }
+                    match c.stream.read(&mut buffer[at..at + read_bytes]) {
                         Ok(0) => {
                             poll.registry().deregister(&mut c.stream).map_err(io_error("deregistering"))?;
                             (c.open, c.ready) = (false, false);
@@ -505,6 +544,11 @@ impl DiscardReceiver {
                         }
                         Ok(n) => {
                             bytes += n as u64;
+                            // One buffer: every read at its start. Memory: the next read after
+                            // this one, on a cache line of its own.
+                            if buffer.len() > read_bytes {
+                                at += n.div_ceil(64) * 64;
+                            }
                             first.get_or_insert_with(Instant::now);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -742,8 +786,14 @@ fn process_cpu_since(start: ProcessTime) -> Result<f64, BenchError> {
 /// (a) Raw TCP ingest: the emulator's `streams` connections into one [`DiscardReceiver`]
 /// thread. The measured thread is the receiver.
 pub fn raw_ingest(case: &NetCase) -> Result<Measured, BenchError> {
+    raw_ingest_into(case, ReadInto::BUFFER)
+}
+
+/// [`raw_ingest`] with the receiver reading where `into` says: (a2) with
+/// [`ReadInto::ru_memory`].
+pub fn raw_ingest_into(case: &NetCase, into: ReadInto) -> Result<Measured, BenchError> {
     case.validate()?;
-    let receiver = DiscardReceiver::bind()?;
+    let receiver = DiscardReceiver::bind()?.reading_into(into);
     let config = case.sender_config(receiver.local_addr())?;
     let wire = replayed_wire_bytes_per_unit(&config, case.wire_bytes_per_fragment());
     let sender_done = AtomicBool::new(false);
@@ -872,6 +922,17 @@ mod tests {
         assert_eq!(m.bytes, 3 * per_stream * 2064);
         assert_eq!(m.fragments, 3 * per_stream);
         assert!(m.worker_cpu_seconds > 0.0 && m.process_cpu_seconds >= m.worker_cpu_seconds);
+    }
+
+    #[test]
+    fn ingest_into_receive_memory_and_of_orbits_receives_every_byte() {
+        let mode = StreamMode::Orbit { l1_rate_hz: 750_000.0 };
+        let case = NetCase { mode, fragment_bytes: 1024, ..tiny(3, 0, 1) };
+        let m = raw_ingest_into(&case, ReadInto { memory_bytes: 1 << 20, read_bytes: 50_000 }).unwrap();
+        // One pass of a capture that the byte budget sized: whole orbit blocks.
+        assert!((m.bytes as f64 - m.fragments as f64 * m.wire_bytes_per_fragment).abs() < 1.0, "{m:?}");
+        assert!(m.bytes > (3 << 20) && m.bytes <= 4 << 20, "{m:?}");
+        assert_eq!(m.mode, mode);
     }
 
     #[test]

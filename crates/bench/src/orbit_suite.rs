@@ -7,6 +7,10 @@
 //!
 //! - (a) **raw TCP ingest** ([`crate::net::raw_ingest`] in [`StreamMode::Orbit`]): the same DTH
 //!   stream bytes, the same number of streams, received and discarded by one thread;
+//! - (a2) **raw TCP ingest into receive memory**, a reference ([`crate::net::raw_ingest_into`]):
+//!   the same, each read going to the next place of memory as large as (b)'s RU's receive memory,
+//!   at the RU's read size, so that the kernel's copy lands in memory out of the caches as the
+//!   RU's does: what is left between (a2) and (b) is the RU's own work;
 //! - (b) **RU ingest**: one RU in ingest-only mode ([`crate::evb`]'s case (b)) reading the same
 //!   streams as orbit blocks, with the orbit blocks' CRC-32C unchecked (`ru.fragment_crc_check:
 //!   never`) and checked (`always`, the default), so that the difference is the CRC's cost;
@@ -21,7 +25,7 @@
 use crate::BenchError;
 use crate::evb::{BuOutput, EvbCase, EvbMeasured, run_case};
 use crate::evb_suite::{ScanPlot, Target};
-use crate::net::{Measured, NetBudget, NetCase, StreamMode, raw_ingest};
+use crate::net::{Measured, NetBudget, NetCase, ReadInto, StreamMode, raw_ingest, raw_ingest_into};
 use crate::scan::{Series, plot_svg, write_csv};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -65,6 +69,8 @@ pub struct OrbitPoint {
     pub block_bytes: usize,
     /// (a) raw TCP ingest of the DTH streams.
     pub raw: Measured,
+    /// (a2) the same into memory as large as (b)'s RU's receive memory, at its read size.
+    pub raw_memory: Measured,
     /// (b) RU ingest, CRC-32C never checked.
     pub ingest: EvbMeasured,
     /// (b) RU ingest, CRC-32C of every orbit block checked.
@@ -114,6 +120,9 @@ pub fn run_point(
     let kb = block_bytes as f64 / 1e3;
     progress(&format!("(a) raw ingest: {STREAMS} DTH streams, {kb:.0} kB orbit blocks"));
     let raw = raw_ingest(&raw_case)?;
+    let memory = ReadInto::ru_memory(ingest.ru_memory_bytes());
+    progress(&format!("(a2) raw ingest into {} MiB of receive memory", memory.memory_bytes >> 20));
+    let raw_memory = raw_ingest_into(&raw_case, memory)?;
     let mut sys = |what: &str, case: EvbCase| {
         progress(&format!("{what}: {}, {} streams, {kb:.0} kB orbit blocks", case.label(), case.streams));
         run_case(&case)
@@ -121,6 +130,7 @@ pub fn run_point(
     Ok(OrbitPoint {
         block_bytes,
         raw,
+        raw_memory,
         ingest: sys("(b) RU ingest", ingest)?,
         ingest_crc: sys("(b) RU ingest", ingest_crc)?,
         chain: sys("(c) chain", chain)?,
@@ -159,6 +169,16 @@ impl OrbitPoint {
         ratio(self.chain.gb_per_s(), self.raw.gb_per_s())
     }
 
+    /// (b) without the CRC-32C over (a2).
+    pub fn ingest_over_memory(&self) -> f64 {
+        ratio(self.ingest.gb_per_s(), self.raw_memory.gb_per_s())
+    }
+
+    /// (b) with the CRC-32C over (a2).
+    pub fn ingest_crc_over_memory(&self) -> f64 {
+        ratio(self.ingest_crc.gb_per_s(), self.raw_memory.gb_per_s())
+    }
+
     /// What checking the CRC-32C costs the RU thread per orbit block, in ns: (b) with it minus
     /// (b) without.
     pub fn crc_ns_per_block(&self) -> f64 {
@@ -178,6 +198,7 @@ pub fn plots(suite: &OrbitSuite) -> Vec<ScanPlot> {
             format!("(a) raw TCP ingest, {STREAMS} DTH streams (blocks/s per stream)"),
             pts(&|p| p.raw.events_per_s()),
         ),
+        Series::measured("(a2) raw TCP ingest into RU-sized receive memory", pts(&|p| p.raw_memory.events_per_s())),
         Series::measured(format!("(b) RU ingest, {STREAMS} sources, CRC-32C never"), pts(&|p| p.ingest.events_per_s())),
         Series::measured(
             format!("(b) RU ingest, {STREAMS} sources, CRC-32C always"),
@@ -194,6 +215,7 @@ pub fn plots(suite: &OrbitSuite) -> Vec<ScanPlot> {
     ];
     let throughput = vec![
         Series::measured(format!("(a) raw TCP ingest, {STREAMS} DTH streams"), pts(&|p| p.raw.gb_per_s())),
+        Series::measured("(a2) raw TCP ingest into RU-sized receive memory", pts(&|p| p.raw_memory.gb_per_s())),
         Series::measured("(b) RU ingest, CRC-32C never", pts(&|p| p.ingest.gb_per_s())),
         Series::measured("(b) RU ingest, CRC-32C always", pts(&|p| p.ingest_crc.gb_per_s())),
         Series::measured(format!("(c) chain {CHAIN_RUS} RUs x {CHAIN_BUS} BUs, all RUs"), pts(&|p| p.chain.gb_per_s())),
@@ -304,11 +326,11 @@ fn header(s: &mut String) {
     );
 }
 
-fn raw_row(s: &mut String, m: &Measured) {
+fn raw_row(s: &mut String, case: &str, m: &Measured, ratio: f64) {
     let _ = writeln!(
         s,
         "{:<32} {:>5} {:>7} {:>8.1} {:>6.2} {:>11.0} {:>11} {:>12.0} {:>5.2} {:>8.2} {:>9}",
-        "(a) raw TCP ingest",
+        case,
         "-",
         m.streams,
         m.wire_bytes_per_fragment / 1e3,
@@ -318,7 +340,7 @@ fn raw_row(s: &mut String, m: &Measured) {
         m.cpu_ns_per_fragment(),
         m.worker_busy(),
         m.events_per_s() / LHC_ORBIT_HZ,
-        "1.00 ÷(a)"
+        format!("{ratio:.2} ÷(a)")
     );
 }
 
@@ -354,10 +376,24 @@ pub fn report(suite: &OrbitSuite) -> String {
     header(&mut s);
     for p in &suite.points {
         let block = p.raw.wire_bytes_per_fragment;
-        raw_row(&mut s, &p.raw);
+        raw_row(&mut s, "(a) raw TCP ingest", &p.raw, 1.0);
+        let memory = ratio(p.raw_memory.gb_per_s(), p.raw.gb_per_s());
+        raw_row(&mut s, "(a2) raw, into RU-sized memory", &p.raw_memory, memory);
         evb_row(&mut s, "(b) RU ingest, CRC-32C never", &p.ingest, block, p.ingest_ratio());
         evb_row(&mut s, "(b) RU ingest, CRC-32C always", &p.ingest_crc, block, p.ingest_crc_ratio());
         evb_row(&mut s, &format!("(c) chain {CHAIN_RUS}x{CHAIN_BUS}, discarding"), &p.chain, block, p.chain_ratio());
+    }
+    let _ = writeln!(s, "\n(b) against (a2), the raw receiver reading into memory as large as the RU's (a reference):");
+    for p in &suite.points {
+        let _ = writeln!(
+            s,
+            "  {:>3} kB: CRC-32C never {:.2} ÷(a2), always {:.2} ÷(a2); receiver {:.0} ns per block into memory, {:.0} into one buffer",
+            p.block_bytes / 1000,
+            p.ingest_over_memory(),
+            p.ingest_crc_over_memory(),
+            p.raw_memory.cpu_ns_per_fragment(),
+            p.raw.cpu_ns_per_fragment(),
+        );
     }
     let _ = writeln!(s, "\nCRC-32C of every orbit block, on the RU thread (b): always minus never");
     for p in &suite.points {
@@ -421,16 +457,18 @@ mod tests {
     fn the_quick_suites_smallest_point_builds_every_orbit() {
         let p = run_point(BLOCK_BYTES[0], NetBudget::QUICK, &mut |_| {}).unwrap();
         assert!(p.raw.fragments > 0 && p.raw.bytes > 0, "{:?}", p.raw);
+        assert!(p.raw_memory.fragments > 0, "{:?}", p.raw_memory);
         for m in [&p.ingest, &p.ingest_crc] {
             assert!(m.fragments > 0 && m.seconds > 0.0 && m.ru_cpu_seconds[0] > 0.0, "{m:?}");
         }
         assert!(p.chain.events_built > 0 && p.chain.built > 0, "{:?}", p.chain);
         assert_eq!(p.chain.triggered, p.chain.built, "every triggered orbit built");
         assert_eq!(p.chain.problems, 0);
-        for r in [p.ingest_ratio(), p.ingest_crc_ratio(), p.chain_ratio(), p.crc_ns_per_block()] {
+        let ratios = [p.ingest_ratio(), p.ingest_crc_ratio(), p.chain_ratio(), p.ingest_over_memory()];
+        for r in ratios.into_iter().chain([p.ingest_crc_over_memory(), p.crc_ns_per_block()]) {
             assert!(r.is_finite(), "{r}");
         }
-        for r in [p.ingest_ratio(), p.ingest_crc_ratio(), p.chain_ratio()] {
+        for r in ratios {
             assert!(r > 0.0, "{r}");
         }
         let suite = OrbitSuite { quick: true, points: vec![p], files: Vec::new() };

@@ -237,6 +237,7 @@ fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<()> {
             "block_bytes": p.block_bytes,
             "mean_block_wire_bytes": p.raw.wire_bytes_per_fragment,
             "raw_ingest": net_json(&p.raw),
+            "raw_ingest_into_ru_memory": net_json(&p.raw_memory),
             "ru_ingest_crc_never": evb_json(&p.ingest),
             "ru_ingest_crc_always": evb_json(&p.ingest_crc),
             "chain": evb_json(&p.chain),
@@ -244,6 +245,8 @@ fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<()> {
                 "ru_ingest_crc_never_over_raw_ingest": p.ingest_ratio(),
                 "ru_ingest_crc_always_over_raw_ingest": p.ingest_crc_ratio(),
                 "chain_over_raw_ingest": p.chain_ratio(),
+                "ru_ingest_crc_never_over_raw_into_memory": p.ingest_over_memory(),
+                "ru_ingest_crc_always_over_raw_into_memory": p.ingest_crc_over_memory(),
             },
             "crc32c_ns_per_block": p.crc_ns_per_block(),
         })
