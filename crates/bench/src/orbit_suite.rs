@@ -416,11 +416,12 @@ pub fn report(suite: &OrbitSuite) -> String {
         s,
         "\nblock kB: mean wire bytes of one source's orbit block (DTH stream block headers included) in the replayed\n\
          capture; GB/s: wire bytes over the window (all RUs in (c)); orbits/s/RU: orbit blocks per second per stream\n\
-         in (a), orbits whose blocks every RU took in (b) and (c) (each RU has {} sources in (c)); orbits/s/BU: orbits\n\
-         built per BU; CPU ns/block: the receiver thread (a) or the RU loop threads together, per orbit block of one\n\
-         source; busy: that thread's (the busiest RU's) CPU over wall time; ÷ HL-LHC: orbits/s/RU over the LHC orbit\n\
-         rate, {:.4} kHz. Every case's DTH streams are replayed from a capture in memory (orbit numbers renumbered\n\
-         only); in (b) and (c) one of them is the trigger source 1024. All units share this 2-core process{}.",
+         in (a), orbits whose blocks every RU took in (b) and (c) (each RU has {} sources in (c); an RU's orbit\n\
+         blocks/s are its orbits/s times its sources); orbits/s/BU: orbits built per BU; CPU ns/block: the receiver\n\
+         thread (a) or the RU loop threads together, per orbit block of one source; busy: that thread's (the busiest\n\
+         RU's) CPU over wall time; ÷ HL-LHC: orbits/s/RU over the LHC orbit rate, {:.4} kHz. Every case's DTH\n\
+         streams are replayed from a capture in memory (orbit numbers renumbered only); in (b) and (c) one of them\n\
+         is the trigger source 1024. All units share this 2-core process{}.",
         STREAMS / CHAIN_RUS,
         LHC_ORBIT_HZ / 1e3,
         if suite.quick { " (--quick: short runs)" } else { "" }
