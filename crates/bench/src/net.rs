@@ -19,9 +19,9 @@
 //! - **(a2) raw ingest into receive memory**, [`raw_ingest_into`] with a [`ReadInto`] as large
 //!   as an RU's receive memory: the same receiver, but each read goes to the next place of that
 //!   memory, pre-touched and reused in turn, at most the RU's read size
-//!   ([`tessera_runtime::ru_node::READ_BYTES`]) a call. The kernel then copies into memory that
-//!   has left the caches, as it does for the RU, where (a)'s one buffer stays in them: a
-//!   reference that tells the RU's own cost from its I/O's.
+//!   ([`tessera_runtime::ru_node::READ_BYTES`]) a call: the RU's I/O without the RU, where (a)
+//!   reads more a call into one buffer that stays in the caches. A reference that tells the RU's
+//!   own cost from its I/O's.
 //! - **(e) raw relay**, [`raw_relay`]: a [`Relay`] thread reads every inbound connection and
 //!   writes what it read to M outbound connections, one read chunk to each in turn (skipping an
 //!   output whose buffer is full), without ever blocking: bytes a socket does not take wait in

@@ -9,8 +9,8 @@
 //!   stream bytes, the same number of streams, received and discarded by one thread;
 //! - (a2) **raw TCP ingest into receive memory**, a reference ([`crate::net::raw_ingest_into`]):
 //!   the same, each read going to the next place of memory as large as (b)'s RU's receive memory,
-//!   at the RU's read size, so that the kernel's copy lands in memory out of the caches as the
-//!   RU's does: what is left between (a2) and (b) is the RU's own work;
+//!   at the RU's read size: the RU's I/O without the RU, so that what is left between (a2) and (b)
+//!   is the RU's own work;
 //! - (b) **RU ingest**: one RU in ingest-only mode ([`crate::evb`]'s case (b)) reading the same
 //!   streams as orbit blocks, with the orbit blocks' CRC-32C unchecked (`ru.fragment_crc_check:
 //!   never`) and checked (`always`, the default), so that the difference is the CRC's cost;
