@@ -18,10 +18,11 @@
 
 use crate::BenchError;
 use crate::evb::{BuOutput, CHUNK_BYTES, CHUNKS_PER_FED, EvbCase, EvbMeasured, FRAME_STORE_BYTES, run_case};
-use crate::net::{Measured, NetBudget, NetCase, raw_ingest, raw_relay};
+use crate::net::{Measured, NetBudget, NetCase, StreamMode, raw_ingest, raw_relay};
 use crate::scan::{Series, plot_svg, write_csv};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use tessera_formats::fed::CrcCheck;
 
 /// Streams of the main cases and of the size scan (a CMS RU reads about 12 FEDs).
 pub const MAIN_STREAMS: usize = 12;
@@ -140,12 +141,20 @@ pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<Ev
     } else {
         (&SIZES[..], &SOURCES[..], &UNITS[..], &WRITER_THREADS[..])
     };
-    let net = |streams, fragment_bytes, budget| NetCase { streams, fragment_bytes, relay_outputs: MAIN_BUS, budget };
+    let net = |streams, fragment_bytes, budget| NetCase {
+        streams,
+        fragment_bytes,
+        mode: StreamMode::Event,
+        relay_outputs: MAIN_BUS,
+        budget,
+    };
     let evb = |rus, bus, streams, fragment_bytes, output, budget| EvbCase {
         rus,
         bus,
         streams,
         fragment_bytes,
+        mode: StreamMode::Event,
+        crc_check: CrcCheck::Always,
         output,
         budget,
     };

@@ -13,6 +13,7 @@ pub mod formats;
 pub mod fu;
 pub mod net;
 pub mod net_suite;
+pub mod orbit_suite;
 pub mod protocol;
 pub mod scan;
 pub mod timing;

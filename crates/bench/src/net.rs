@@ -4,7 +4,9 @@
 //! The sender is always the one the event builder gets: the front-end emulator
 //! ([`tessera_emu::sender::run`]) replaying a capture from memory ([`tessera_emu::replay`]),
 //! one FEROL stream of fixed-size fragments per FED, each on its own TCP connection and thread,
-//! free running. The capture ([`replay_capture`]) is generated before the case starts and holds
+//! free running. In orbit mode ([`StreamMode::Orbit`]) the streams are DTH orbit streams
+//! instead, one per source, each orbit block a Poisson number of fixed-size fragments
+//! ([`tessera_emu::orbit`]): a case's "fragment" is then an orbit block of one source. The capture ([`replay_capture`]) is generated before the case starts and holds
 //! at most [`REPLAY_BYTES`], more than a last-level cache, so that the sender reads its bytes
 //! from memory as a network card would; each pass only renumbers the events (a few stores per
 //! fragment), so neither a baseline nor the builder is bound by generating events. What differs
@@ -14,6 +16,12 @@
 //!   connection through `mio` readiness polling and reads into one shared 256 KiB buffer, then
 //!   forgets the bytes. The readout unit also serves all its streams from one thread, so this is
 //!   what its ingest costs before it looks at a byte.
+//! - **(a2) raw ingest into receive memory**, [`raw_ingest_into`] with a [`ReadInto`] as large
+//!   as an RU's receive memory: the same receiver, but each read goes to the next place of that
+//!   memory, pre-touched and reused in turn, at most the RU's read size
+//!   ([`tessera_runtime::ru_node::READ_BYTES`]) a call: the RU's I/O without the RU, where (a)
+//!   reads more a call into one buffer that stays in the caches. A reference that tells the RU's
+//!   own cost from its I/O's.
 //! - **(e) raw relay**, [`raw_relay`]: a [`Relay`] thread reads every inbound connection and
 //!   writes what it read to M outbound connections, one read chunk to each in turn (skipping an
 //!   output whose buffer is full), without ever blocking: bytes a socket does not take wait in
@@ -41,9 +49,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tessera_config::emulation::{ClockSpec, FedSpec, SizeModel};
 use tessera_emu::generator::StreamConfig;
+use tessera_emu::orbit::{LHC_ORBIT_HZ, OrbitStreamConfig};
 use tessera_emu::replay::Capture;
 use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
 use tessera_formats::ferol::{HEADER_BYTES, MAX_DATA_BYTES};
+use tessera_formats::orbit::{DEFAULT_MAX_BLOCK_BYTES, ORBIT_HEADER_BYTES, dth_wire_len, orbit_fragment_len};
+use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID};
 
 /// Bytes of each read (the receiver's one buffer; the relay's largest read).
 pub const READ_BUFFER_BYTES: usize = 256 << 10;
@@ -77,6 +88,12 @@ const OUTPUT_BASE: usize = 1 << 20;
 /// Most wire bytes of a replayed capture, all streams together.
 pub const REPLAY_BYTES: usize = 64 << 20;
 
+/// Events (or orbits) a replayed capture holds: as many as [`REPLAY_BYTES`] holds at
+/// `wire_bytes_per_event` (all streams' wire bytes of one), at least one, no more than `needed`.
+fn capture_length(wire_bytes_per_event: usize, needed: u64) -> u64 {
+    ((REPLAY_BYTES / wire_bytes_per_event.max(1)).max(1) as u64).min(needed.max(1))
+}
+
 /// The capture the sender of a case replays: `streams` generated for as many events as
 /// [`REPLAY_BYTES`] holds at `wire_bytes_per_event` (all streams' wire bytes of one event), and
 /// no more than `events_needed`.
@@ -85,8 +102,89 @@ pub fn replay_capture(
     wire_bytes_per_event: usize,
     events_needed: u64,
 ) -> Result<Arc<Capture>, BenchError> {
-    let events = (REPLAY_BYTES / wire_bytes_per_event.max(1)).max(1) as u64;
-    Ok(Arc::new(Capture::generate(streams, events.min(events_needed.max(1)))?))
+    Ok(Arc::new(Capture::generate(streams, capture_length(wire_bytes_per_event, events_needed))?))
+}
+
+/// [`replay_capture`] of DTH orbit streams: `streams` generated for as many orbits as
+/// [`REPLAY_BYTES`] holds at `wire_bytes_per_orbit` (all streams' wire bytes of one orbit, a
+/// mean), and no more than `orbits_needed`.
+pub fn replay_orbit_capture(
+    streams: &[OrbitStreamConfig],
+    wire_bytes_per_orbit: usize,
+    orbits_needed: u64,
+) -> Result<Arc<Capture>, BenchError> {
+    Ok(Arc::new(Capture::generate_orbits(streams, capture_length(wire_bytes_per_orbit, orbits_needed))?))
+}
+
+/// Mean wire bytes of one stream's unit (fragment, or orbit block) in `capture`: all its bytes
+/// over its units, so exact for whole passes of the replay.
+pub fn capture_wire_bytes_per_unit(capture: &Capture) -> f64 {
+    capture.bytes() as f64 / (capture.events() * capture.feds().len() as u64).max(1) as f64
+}
+
+/// What a case's streams carry.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StreamMode {
+    /// FEROL streams: a fragment of `fragment_bytes` per event and FED.
+    Event,
+    /// DTH streams (orbit mode): one orbit block per LHC orbit and source, holding a fragment of
+    /// `fragment_bytes` bytes of payload for each of the orbit's events, a Poisson number of mean
+    /// `l1_rate_hz` / [`LHC_ORBIT_HZ`], the same in every source.
+    Orbit {
+        /// The L1 trigger rate the events per orbit are drawn for.
+        l1_rate_hz: f64,
+    },
+}
+
+impl StreamMode {
+    /// Checks an orbit mode's L1 rate: finite, positive, at most one event per BX.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if let StreamMode::Orbit { l1_rate_hz } = *self {
+            orbit_stream(0, SizeModel::Fixed(16), l1_rate_hz)
+                .validate()
+                .map_err(|e| BenchError::BadCase(format!("orbit mode: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Mean bytes of one stream's unit on the wire: a fragment of `fragment_bytes`
+    /// ([`wire_bytes_per_fragment`]), or in orbit mode an orbit block of the mean number of
+    /// events with its DTH stream block headers (the replayed capture's own mean is
+    /// [`capture_wire_bytes_per_unit`]).
+    pub fn wire_bytes_per_unit(&self, fragment_bytes: usize) -> f64 {
+        match *self {
+            StreamMode::Event => wire_bytes_per_fragment(fragment_bytes) as f64,
+            StreamMode::Orbit { l1_rate_hz } => {
+                let block =
+                    ORBIT_HEADER_BYTES as f64 + l1_rate_hz / LHC_ORBIT_HZ * orbit_fragment_len(fragment_bytes) as f64;
+                dth_wire_len(block.round() as usize, DEFAULT_MAX_BLOCK_BYTES) as f64
+            }
+        }
+    }
+
+    /// Whether the streams are orbit streams.
+    pub fn is_orbit(&self) -> bool {
+        matches!(self, StreamMode::Orbit { .. })
+    }
+}
+
+/// The DTH stream of one source as the event builder's cases and the raw baselines generate it:
+/// run 1 from orbit 1 in lumi sections of 2^18 orbits, the first event 1, seed 1, fragments of
+/// `size`, events drawn for `l1_rate_hz`, the emulator's default stream blocks, no fault (what
+/// `tessera_control::plan` plans for such a system file).
+pub fn orbit_stream(source: u16, size: SizeModel, l1_rate_hz: f64) -> OrbitStreamConfig {
+    OrbitStreamConfig {
+        run: 1,
+        source,
+        size,
+        first_orbit: 1,
+        orbits_per_lumi_section: ORBITS_PER_LUMI_SECTION,
+        first_event: 1,
+        l1_rate_hz,
+        seed: 1,
+        faults: Vec::new(),
+        max_block_bytes: DEFAULT_MAX_BLOCK_BYTES,
+    }
 }
 
 /// Bytes a fragment of `fragment_bytes` takes on a FEROL stream: its size rounded up to whole
@@ -119,10 +217,14 @@ impl NetBudget {
 /// One network case.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NetCase {
-    /// FED streams, one TCP connection each, FED ids 0..N.
+    /// FED streams, one TCP connection each, FED ids 0..N; in orbit mode source ids 1024, 0,
+    /// 1, ... as the event builder's cases have them.
     pub streams: usize,
-    /// Bytes per fragment, header and trailer included (16..=1048576).
+    /// Bytes per fragment, header and trailer included (16..=1048576); in orbit mode the bytes
+    /// of each event's payload in an orbit block.
     pub fragment_bytes: usize,
+    /// FEROL streams of events, or DTH streams of orbits.
+    pub mode: StreamMode,
     /// Outbound connections of the relay ([`raw_relay`] only).
     pub relay_outputs: usize,
     /// How long to run.
@@ -144,30 +246,41 @@ impl NetCase {
             return bad(format!("budget of {seconds} s and {bytes} bytes; give 0 < seconds ≤ 3600 and bytes > 0"));
         }
         SizeModel::Fixed(self.fragment_bytes).validate().map_err(tessera_emu::EmuError::from)?;
-        Ok(())
+        self.mode.validate()
     }
 
-    /// Bytes of one fragment on the wire.
-    pub fn wire_bytes_per_fragment(&self) -> usize {
-        wire_bytes_per_fragment(self.fragment_bytes)
+    /// Bytes of one fragment (in orbit mode, of one orbit block, a mean) on the wire.
+    pub fn wire_bytes_per_fragment(&self) -> f64 {
+        self.mode.wire_bytes_per_unit(self.fragment_bytes)
     }
 
     /// The emulator's configuration for this case, replaying a capture to `address`.
     pub fn sender_config(&self, address: SocketAddr) -> Result<SenderConfig, BenchError> {
         let size = SizeModel::Fixed(self.fragment_bytes);
         let clock = ClockSpec::default();
-        let per_stream = (self.budget.bytes / self.streams as u64 / self.wire_bytes_per_fragment() as u64).max(1);
-        let streams: Vec<StreamConfig> = (0..self.streams)
-            .map(|fed| StreamConfig {
-                run: 1,
-                fed: FedSpec { fed: fed as u16, size },
-                first_event: 1,
-                clock,
-                faults: Vec::new(),
-                seed: 1,
-            })
-            .collect();
-        let replay = replay_capture(&streams, self.streams * self.wire_bytes_per_fragment(), per_stream)?;
+        let per_stream =
+            (self.budget.bytes as f64 / self.streams as f64 / self.wire_bytes_per_fragment()).max(1.0) as u64;
+        let all_streams = (self.streams as f64 * self.wire_bytes_per_fragment()).ceil() as usize;
+        let replay = match self.mode {
+            StreamMode::Event => {
+                let streams: Vec<StreamConfig> = (0..self.streams)
+                    .map(|fed| StreamConfig {
+                        run: 1,
+                        fed: FedSpec { fed: fed as u16, size },
+                        first_event: 1,
+                        clock,
+                        faults: Vec::new(),
+                        seed: 1,
+                    })
+                    .collect();
+                replay_capture(&streams, all_streams, per_stream)?
+            }
+            StreamMode::Orbit { l1_rate_hz } => {
+                let sources = std::iter::once(TCDS_FED_ID).chain(0..(self.streams - 1) as u16);
+                let streams: Vec<_> = sources.map(|source| orbit_stream(source, size, l1_rate_hz)).collect();
+                replay_orbit_capture(&streams, all_streams, per_stream)?
+            }
+        };
         Ok(SenderConfig {
             streams: Vec::new(),
             replay: Some(replay),
@@ -180,6 +293,12 @@ impl NetCase {
     }
 }
 
+/// Mean wire bytes of one stream's unit in what `config` replays (see
+/// [`capture_wire_bytes_per_unit`]), or `fallback`.
+fn replayed_wire_bytes_per_unit(config: &SenderConfig, fallback: f64) -> f64 {
+    config.replay.as_deref().map_or(fallback, capture_wire_bytes_per_unit)
+}
+
 /// What one case measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Measured {
@@ -187,11 +306,14 @@ pub struct Measured {
     pub streams: usize,
     /// Bytes per fragment.
     pub fragment_bytes: usize,
-    /// Bytes per fragment on the wire, FEROL block headers included.
-    pub wire_bytes_per_fragment: usize,
+    /// Bytes per fragment on the wire, FEROL block headers included (orbit mode: per orbit
+    /// block with its DTH stream block headers, the mean of the replayed capture).
+    pub wire_bytes_per_fragment: f64,
+    /// FEROL streams of events, or DTH streams of orbits.
+    pub mode: StreamMode,
     /// Bytes the final receiver read (equal to what the emulator sent; checked).
     pub bytes: u64,
-    /// Whole fragments in those bytes (`bytes / wire_bytes_per_fragment`).
+    /// Whole fragments (orbit blocks) in those bytes (`bytes / wire_bytes_per_fragment`).
     pub fragments: u64,
     /// Wall time from the final receiver's first byte to its last connection's end.
     pub seconds: f64,
@@ -316,6 +438,27 @@ struct Inbound {
     open: bool,
 }
 
+/// Where a [`DiscardReceiver`] reads: `memory_bytes` used in turn, at most `read_bytes` a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadInto {
+    /// Bytes of memory the reads go to, one after another, from the start again at its end.
+    pub memory_bytes: usize,
+    /// Most bytes of one read.
+    pub read_bytes: usize,
+}
+
+impl ReadInto {
+    /// One [`READ_BUFFER_BYTES`] buffer, each read at its start: baseline (a).
+    pub const BUFFER: ReadInto = ReadInto { memory_bytes: READ_BUFFER_BYTES, read_bytes: READ_BUFFER_BYTES };
+
+    /// Receive memory as an RU's: `memory_bytes` read [`tessera_runtime::ru_node::READ_BYTES`]
+    /// at a time.
+    pub fn ru_memory(memory_bytes: usize) -> ReadInto {
+        let read_bytes = tessera_runtime::ru_node::READ_BYTES;
+        ReadInto { memory_bytes: memory_bytes.max(read_bytes), read_bytes }
+    }
+}
+
 /// What a [`DiscardReceiver`] saw.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReceiverReport {
@@ -336,13 +479,19 @@ pub struct ReceiverReport {
 pub struct DiscardReceiver {
     listener: std::net::TcpListener,
     addr: SocketAddr,
+    into: ReadInto,
 }
 
 impl DiscardReceiver {
     /// Listens on 127.0.0.1, on a port the system chooses.
     pub fn bind() -> Result<DiscardReceiver, BenchError> {
         let (listener, addr) = listen()?;
-        Ok(DiscardReceiver { listener, addr })
+        Ok(DiscardReceiver { listener, addr, into: ReadInto::BUFFER })
+    }
+
+    /// Reads where `into` says instead of into one buffer.
+    pub fn reading_into(self, into: ReadInto) -> DiscardReceiver {
+        DiscardReceiver { into, ..self }
     }
 
     /// The address to connect to.
@@ -359,7 +508,10 @@ impl DiscardReceiver {
         let mut listener = TcpListener::from_std(self.listener);
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(io_error("registering"))?;
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
-        let mut buffer = vec![0u8; READ_BUFFER_BYTES];
+        // Written, so that every page is there before the first read (as the RU's memory is).
+        let mut buffer = vec![1u8; self.into.memory_bytes];
+        let read_bytes = self.into.read_bytes.clamp(1, buffer.len());
+        let mut at = 0;
         let mut conns: Vec<Inbound> = Vec::with_capacity(connections);
         let (mut open, mut bytes, mut first, mut ended) = (0usize, 0u64, None::<Instant>, None);
         while conns.len() < connections || open > 0 {
@@ -380,7 +532,10 @@ impl DiscardReceiver {
             }
             for c in conns.iter_mut().filter(|c| c.ready && c.open) {
                 for _ in 0..READS_PER_TURN {
-                    match c.stream.read(&mut buffer) {
+                    if buffer.len() - at < read_bytes {
+                        at = 0;
+                    }
+                    match c.stream.read(&mut buffer[at..at + read_bytes]) {
                         Ok(0) => {
                             poll.registry().deregister(&mut c.stream).map_err(io_error("deregistering"))?;
                             (c.open, c.ready) = (false, false);
@@ -389,6 +544,11 @@ impl DiscardReceiver {
                         }
                         Ok(n) => {
                             bytes += n as u64;
+                            // One buffer: every read at its start. Memory: the next read after
+                            // this one, on a cache line of its own.
+                            if buffer.len() > read_bytes {
+                                at += n.div_ceil(64) * 64;
+                            }
                             first.get_or_insert_with(Instant::now);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -626,9 +786,16 @@ fn process_cpu_since(start: ProcessTime) -> Result<f64, BenchError> {
 /// (a) Raw TCP ingest: the emulator's `streams` connections into one [`DiscardReceiver`]
 /// thread. The measured thread is the receiver.
 pub fn raw_ingest(case: &NetCase) -> Result<Measured, BenchError> {
+    raw_ingest_into(case, ReadInto::BUFFER)
+}
+
+/// [`raw_ingest`] with the receiver reading where `into` says: (a2) with
+/// [`ReadInto::ru_memory`].
+pub fn raw_ingest_into(case: &NetCase, into: ReadInto) -> Result<Measured, BenchError> {
     case.validate()?;
-    let receiver = DiscardReceiver::bind()?;
+    let receiver = DiscardReceiver::bind()?.reading_into(into);
     let config = case.sender_config(receiver.local_addr())?;
+    let wire = replayed_wire_bytes_per_unit(&config, case.wire_bytes_per_fragment());
     let sender_done = AtomicBool::new(false);
     let deadline = Instant::now() + Duration::from_secs_f64(case.budget.seconds) + SLACK;
     let process = process_cpu()?;
@@ -651,13 +818,13 @@ pub fn raw_ingest(case: &NetCase) -> Result<Measured, BenchError> {
         }
     };
     check_bytes(sent.bytes(), received.bytes)?;
-    let wire = case.wire_bytes_per_fragment();
     Ok(Measured {
         streams: case.streams,
         fragment_bytes: case.fragment_bytes,
         wire_bytes_per_fragment: wire,
+        mode: case.mode,
         bytes: received.bytes,
-        fragments: received.bytes / wire as u64,
+        fragments: (received.bytes as f64 / wire).round() as u64,
         seconds: received.seconds,
         worker_cpu_seconds: received.cpu_seconds,
         receiver_cpu_seconds: received.cpu_seconds,
@@ -674,6 +841,7 @@ pub fn raw_relay(case: &NetCase) -> Result<Measured, BenchError> {
     let relay = Relay::bind()?;
     let to = receiver.local_addr();
     let config = case.sender_config(relay.local_addr())?;
+    let wire = replayed_wire_bytes_per_unit(&config, case.wire_bytes_per_fragment());
     let (sender_done, relay_done) = (AtomicBool::new(false), AtomicBool::new(false));
     let deadline = Instant::now() + Duration::from_secs_f64(case.budget.seconds) + SLACK;
     let process = process_cpu()?;
@@ -708,13 +876,13 @@ pub fn raw_relay(case: &NetCase) -> Result<Measured, BenchError> {
     };
     check_bytes(sent.bytes(), relayed.bytes_in)?;
     check_bytes(relayed.bytes_out, received.bytes)?;
-    let wire = case.wire_bytes_per_fragment();
     Ok(Measured {
         streams: case.streams,
         fragment_bytes: case.fragment_bytes,
         wire_bytes_per_fragment: wire,
+        mode: case.mode,
         bytes: received.bytes,
-        fragments: received.bytes / wire as u64,
+        fragments: (received.bytes as f64 / wire).round() as u64,
         seconds: received.seconds,
         worker_cpu_seconds: relayed.cpu_seconds,
         receiver_cpu_seconds: received.cpu_seconds,
@@ -727,7 +895,13 @@ mod tests {
     use super::*;
 
     fn tiny(streams: usize, fragment_bytes: usize, relay_outputs: usize) -> NetCase {
-        NetCase { streams, fragment_bytes, relay_outputs, budget: NetBudget { seconds: 5.0, bytes: 4 << 20 } }
+        NetCase {
+            streams,
+            fragment_bytes,
+            mode: StreamMode::Event,
+            relay_outputs,
+            budget: NetBudget { seconds: 5.0, bytes: 4 << 20 },
+        }
     }
 
     #[test]
@@ -748,6 +922,17 @@ mod tests {
         assert_eq!(m.bytes, 3 * per_stream * 2064);
         assert_eq!(m.fragments, 3 * per_stream);
         assert!(m.worker_cpu_seconds > 0.0 && m.process_cpu_seconds >= m.worker_cpu_seconds);
+    }
+
+    #[test]
+    fn ingest_into_receive_memory_and_of_orbits_receives_every_byte() {
+        let mode = StreamMode::Orbit { l1_rate_hz: 750_000.0 };
+        let case = NetCase { mode, fragment_bytes: 1024, ..tiny(3, 0, 1) };
+        let m = raw_ingest_into(&case, ReadInto { memory_bytes: 1 << 20, read_bytes: 50_000 }).unwrap();
+        // One pass of a capture that the byte budget sized: whole orbit blocks.
+        assert!((m.bytes as f64 - m.fragments as f64 * m.wire_bytes_per_fragment).abs() < 1.0, "{m:?}");
+        assert!(m.bytes > (3 << 20) && m.bytes <= 4 << 20, "{m:?}");
+        assert_eq!(m.mode, mode);
     }
 
     #[test]

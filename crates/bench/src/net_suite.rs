@@ -8,7 +8,7 @@
 //! [`REFERENCE_MAX_BYTES`] (beyond, it would squash the measured curves: 20 GB/s at 16 kB).
 
 use crate::BenchError;
-use crate::net::{Measured, NetBudget, NetCase, raw_ingest, raw_relay, wire_bytes_per_fragment};
+use crate::net::{Measured, NetBudget, NetCase, StreamMode, raw_ingest, raw_relay, wire_bytes_per_fragment};
 use crate::scan::{Series, plot_svg, write_csv};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -59,13 +59,24 @@ pub fn run(quick: bool, out: &Path) -> Result<NetSuite, BenchError> {
     } else {
         (NetBudget::FULL, NetBudget::SCAN, &SCAN_SIZES[..])
     };
-    let main =
-        NetCase { streams: MAIN_STREAMS, fragment_bytes: MAIN_FRAGMENT_BYTES, relay_outputs: RELAY_OUTPUTS, budget };
+    let main = NetCase {
+        streams: MAIN_STREAMS,
+        fragment_bytes: MAIN_FRAGMENT_BYTES,
+        mode: StreamMode::Event,
+        relay_outputs: RELAY_OUTPUTS,
+        budget,
+    };
     let ingest = raw_ingest(&main)?;
     let relay = raw_relay(&main)?;
     let (mut scan_ingest, mut scan_relay) = (Vec::new(), Vec::new());
     for &fragment_bytes in sizes {
-        let case = NetCase { streams: SCAN_STREAMS, fragment_bytes, relay_outputs: RELAY_OUTPUTS, budget: scan_budget };
+        let case = NetCase {
+            streams: SCAN_STREAMS,
+            fragment_bytes,
+            mode: StreamMode::Event,
+            relay_outputs: RELAY_OUTPUTS,
+            budget: scan_budget,
+        };
         scan_ingest.push(raw_ingest(&case)?);
         scan_relay.push(raw_relay(&case)?);
     }

@@ -61,6 +61,8 @@ pub enum SeriesKind {
     Measured,
     /// Figures from elsewhere (a paper's plot): markers only.
     Reference,
+    /// A requirement (a rate a system must reach): a line without markers.
+    Requirement,
 }
 
 /// One named curve of a scan.
@@ -84,6 +86,12 @@ impl Series {
     pub fn reference(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
         Series { name: name.into(), points, kind: SeriesKind::Reference }
     }
+
+    /// A requirement, drawn as a plain line through its points (two points at the same y for a
+    /// horizontal line).
+    pub fn requirement(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series { name: name.into(), points, kind: SeriesKind::Requirement }
+    }
 }
 
 /// A CSV field: quoted (with doubled quotes) when it holds a comma, a quote or a line break.
@@ -99,6 +107,7 @@ pub fn csv_text(x_label: &str, y_label: &str, series: &[Series]) -> String {
         let kind = match s.kind {
             SeriesKind::Measured => "measured",
             SeriesKind::Reference => "reference",
+            SeriesKind::Requirement => "requirement",
         };
         for (x, y) in &s.points {
             // Writing into a String cannot fail.
@@ -203,6 +212,7 @@ where
                 chart.draw_series(LineSeries::new(points, color.stroke_width(2)))?
             }
             SeriesKind::Reference => chart.draw_series(points.map(|p| TriangleMarker::new(p, 7, color.filled())))?,
+            SeriesKind::Requirement => chart.draw_series(LineSeries::new(points, color.stroke_width(3)))?,
         };
         drawn.label(s.name.as_str()).legend(move |(x, y)| TriangleMarker::new((x + 10, y), 5, color.filled()));
     }
@@ -222,6 +232,7 @@ mod tests {
         vec![
             Series::measured("raw TCP ingest", vec![(256.0, 1.5), (2048.0, 3.25)]),
             Series::reference("CMS, \"Run 2\", Fig. 2", vec![(4096.0, 4.0)]),
+            Series::requirement("needed", vec![(256.0, 2.0), (4096.0, 2.0)]),
         ]
     }
 
@@ -232,7 +243,9 @@ mod tests {
             "series,fragment bytes,GB/s,kind\n\
              raw TCP ingest,256,1.5,measured\n\
              raw TCP ingest,2048,3.25,measured\n\
-             \"CMS, \"\"Run 2\"\", Fig. 2\",4096,4,reference\n"
+             \"CMS, \"\"Run 2\"\", Fig. 2\",4096,4,reference\n\
+             needed,256,2,requirement\n\
+             needed,4096,2,requirement\n"
         );
     }
 

@@ -20,6 +20,11 @@ pub enum BenchSuite {
     /// to RAM-disk files, ratios and targets; scans over fragment size, sources, RUs x BUs and
     /// writer threads written as CSV and SVG to --out.
     Evb,
+    /// Orbit mode (HL-LHC DTH orbit blocks) on loopback against raw TCP of the same DTH streams,
+    /// at 50, 125 and 250 kB orbit blocks per source: RU ingest with the CRC-32C never and
+    /// always checked, the 2x2 chain to discarding BUs, ratios, orbits/s per RU against the LHC
+    /// orbit rate; plots written as CSV and SVG to --out.
+    Orbit,
     /// The filter farm on a RAM disk, one thread each: an FU process with the default menu over
     /// a sample run against a plain read of its files, and the micro, mini and macro mergers
     /// against a plain copy of the FU outputs.
@@ -32,8 +37,8 @@ pub enum BenchSuite {
 /// `tessera bench SUITE`: runs the suite and prints its figures, each with its ratio to a
 /// baseline measured in the same run.
 pub fn run(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<ExitCode> {
-    if json && !matches!(suite, BenchSuite::Net | BenchSuite::Evb | BenchSuite::Fu) {
-        bail!("--json is supported by the net, evb and fu suites only");
+    if json && !matches!(suite, BenchSuite::Net | BenchSuite::Evb | BenchSuite::Orbit | BenchSuite::Fu) {
+        bail!("--json is supported by the net, evb, orbit and fu suites only");
     }
     let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
     match suite {
@@ -46,6 +51,7 @@ pub fn run(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<Exi
         BenchSuite::Wire => print!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget))),
         BenchSuite::Net => bench_net(quick, out, json)?,
         BenchSuite::Evb => bench_evb(quick, out, json)?,
+        BenchSuite::Orbit => bench_orbit(quick, out, json)?,
         BenchSuite::Fu => bench_fu(quick, json)?,
         BenchSuite::Broker => {
             eprintln!("bench broker: files granted per second to many readers{}", if quick { " (quick)" } else { "" });
@@ -140,6 +146,8 @@ fn evb_json(m: &tessera_bench::evb::EvbMeasured) -> serde_json::Value {
         "bus": m.case.bus,
         "streams": m.case.streams,
         "fragment_bytes": m.case.fragment_bytes,
+        "mode": if m.case.mode.is_orbit() { "orbit" } else { "event" },
+        "crc_check": format!("{:?}", m.case.crc_check).to_lowercase(),
         "writer_threads": match m.case.output { BuOutput::Discard | BuOutput::IngestOnly => None, BuOutput::RamDisk { writer_threads } => Some(writer_threads) },
         "output": match m.case.output { BuOutput::IngestOnly => "ingest", BuOutput::Discard => "discard", BuOutput::RamDisk { .. } => "ramdisk" },
         "fragments": m.fragments,
@@ -205,6 +213,54 @@ fn bench_evb(quick: bool, out: &Path, json: bool) -> Result<()> {
             "units": suite.units.iter().map(evb_json).collect::<Vec<_>>(),
             "writers": suite.writers.iter().map(evb_json).collect::<Vec<_>>(),
         },
+        "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
+/// The orbit-mode suite.
+fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<()> {
+    use tessera_bench::orbit_suite::{self, OrbitPoint};
+    eprintln!(
+        "bench orbit: orbit mode on loopback against raw TCP of the same DTH streams{}; writing the plots to {}",
+        if quick { " (quick)" } else { "" },
+        out.display()
+    );
+    let suite = orbit_suite::run(quick, out, &mut |what| eprintln!("  {what}"))?;
+    if !json {
+        print!("{}", orbit_suite::report(&suite));
+        return Ok(());
+    }
+    let point = |p: &OrbitPoint| {
+        serde_json::json!({
+            "block_bytes": p.block_bytes,
+            "mean_block_wire_bytes": p.raw.wire_bytes_per_fragment,
+            "raw_ingest": net_json(&p.raw),
+            "raw_ingest_into_ru_memory": net_json(&p.raw_memory),
+            "ru_ingest_crc_never": evb_json(&p.ingest),
+            "ru_ingest_crc_always": evb_json(&p.ingest_crc),
+            "chain": evb_json(&p.chain),
+            "ratios": {
+                "ru_ingest_crc_never_over_raw_ingest": p.ingest_ratio(),
+                "ru_ingest_crc_always_over_raw_ingest": p.ingest_crc_ratio(),
+                "chain_over_raw_ingest": p.chain_ratio(),
+                "ru_ingest_crc_never_over_raw_into_memory": p.ingest_over_memory(),
+                "ru_ingest_crc_always_over_raw_into_memory": p.ingest_crc_over_memory(),
+            },
+            "crc32c_ns_per_block": p.crc_ns_per_block(),
+        })
+    };
+    let report = serde_json::json!({
+        "suite": "orbit",
+        "quick": quick,
+        "streams": orbit_suite::STREAMS,
+        "l1_rate_hz": orbit_suite::L1_RATE_HZ,
+        "lhc_orbit_hz": tessera_emu::orbit::LHC_ORBIT_HZ,
+        "points": suite.points.iter().map(point).collect::<Vec<_>>(),
+        "targets": orbit_suite::targets(&suite).iter().map(|t| serde_json::json!({
+            "target": t.name, "figure": t.figure, "met": t.met,
+        })).collect::<Vec<_>>(),
         "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
     });
     println!("{}", serde_json::to_string_pretty(&report)?);

@@ -249,7 +249,7 @@ enum Command {
         /// Where suites that write files (scans as CSV and SVG) put them.
         #[arg(long, default_value = "bench-out")]
         out: PathBuf,
-        /// Print the results as one JSON object (suites `net`, `evb` and `fu` only).
+        /// Print the results as one JSON object (suites `net`, `evb`, `orbit` and `fu` only).
         #[arg(long)]
         json: bool,
     },

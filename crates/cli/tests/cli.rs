@@ -126,7 +126,7 @@ fn bench_net_json_is_one_object() {
     assert_eq!(parsed["files"].as_array().unwrap().len(), 4);
     let refused = tessera(&["bench", "wire", "--quick", "--json"]);
     assert_eq!(refused.status.code(), Some(2));
-    assert!(text(&refused).1.contains("--json is supported by the net, evb and fu suites only"));
+    assert!(text(&refused).1.contains("--json is supported by the net, evb, orbit and fu suites only"));
 }
 
 #[test]
@@ -184,6 +184,40 @@ fn bench_evb_quick_prints_every_case_and_writes_the_scans() {
     }
     let sources = std::fs::read_to_string(out_dir.join("evb-rate-vs-sources.csv")).unwrap();
     assert!(sources.contains("LHCb") && sources.contains(",32,2600,reference"), "{sources}");
+}
+
+#[test]
+fn bench_orbit_quick_prints_every_case_and_writes_the_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("orbit");
+    let out = tessera(&["bench", "orbit", "--quick", "--json", "--out", out_dir.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let parsed: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let points = parsed["points"].as_array().unwrap();
+    assert_eq!(
+        points.iter().map(|p| p["block_bytes"].as_u64().unwrap()).collect::<Vec<_>>(),
+        [50_000, 125_000, 250_000]
+    );
+    for p in points {
+        let chain = &p["chain"];
+        assert!(chain["built"].as_u64().unwrap() > 0, "{p}");
+        assert_eq!(chain["built"], chain["triggered"], "every triggered orbit built: {p}");
+        assert_eq!((chain["mode"].as_str(), chain["crc_check"].as_str()), (Some("orbit"), Some("always")));
+        assert_eq!(p["ru_ingest_crc_never"]["crc_check"], "never");
+        for (_, r) in p["ratios"].as_object().unwrap() {
+            let r = r.as_f64().unwrap();
+            assert!(r.is_finite() && r > 0.0, "{p}");
+        }
+    }
+    let targets = parsed["targets"].as_array().unwrap();
+    assert!(targets.iter().any(|t| t["target"].as_str().unwrap().contains(">= 0.95 of raw ingest")), "{targets:?}");
+    for file in ["orbit-rate-vs-block", "orbit-throughput-vs-block"] {
+        let csv = std::fs::read_to_string(out_dir.join(format!("{file}.csv"))).unwrap();
+        assert!(csv.starts_with("series,") && csv.contains(",requirement"), "{file}.csv: {csv}");
+        let svg = std::fs::read_to_string(out_dir.join(format!("{file}.svg"))).unwrap();
+        assert!(svg.starts_with("<svg"), "{file}.svg");
+    }
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! Replay: FEROL streams captured once, held in memory and sent in a loop, so that the sender
-//! does no per-event generation and a baseline it feeds is not bound by the emulator.
+//! Replay: FEROL streams (or DTH orbit streams) captured once, held in memory and sent in a
+//! loop, so that the sender does no per-event generation and a baseline it feeds is not bound by
+//! the emulator.
 //!
 //! A [`Capture`] holds one FEROL stream per FED, read from the capture files `DIR/fed<ID>.ferol`
 //! that `tessera ferol --output DIR` writes ([`Capture::load`]), or generated straight into memory
@@ -21,6 +22,13 @@
 //!   sealed with a CRC-16 over its 952 bytes: about a hundred nanoseconds an event, on one
 //!   stream.
 //!
+//! - an orbit block of a DTH stream ([`Capture::generate_orbits`]) gets its new orbit number, that
+//!   of its index in the run moved on by `k·N` (`tcds::orbit_number`, so that lumi sections run
+//!   on as the generator numbers them), in its orbit header and in every stream block header.
+//!   Neither is under the block's CRC-32C, which covers the fragments only: nothing else changes,
+//!   the fragments' event ids included (every source holds the same events, so the sources of an
+//!   orbit still agree with each other).
+//!
 //! The payloads stay as captured: beyond the first pass they are no longer the seeded payloads
 //! of their event numbers (`tessera verify` of such events reports payload mismatches). Pass 0
 //! sends the capture byte for byte.
@@ -33,9 +41,10 @@
 
 use crate::error::EmuError;
 use crate::generator::{StreamConfig, StreamGenerator, Wire};
+use crate::orbit::{OrbitGenerator, OrbitStreamConfig};
 use crate::sender::{
-    End, Limits, Meter, RunSummary, STREAM_BUFFER_BYTES, Sink, StopLine, StreamGauge, StreamSummary,
-    check_stream_count, open, write_all,
+    End, Limits, Meter, RunSummary, STREAM_BUFFER_BYTES, Sink, StopLine, StreamGauge, StreamSummary, capture_path,
+    check_stream_count, open_named, write_all,
 };
 use std::fmt;
 use std::io::{IoSlice, Write};
@@ -44,7 +53,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use tessera_formats::fed::{self, lv1_id};
 use tessera_formats::ferol::{FerolBlockHeader, FerolStream, HEADER_BYTES};
-use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID, TcdsRecord, is_tcds_fed};
+use tessera_formats::orbit::{DTH_HEADER_BYTES, DthBlockHeader, DthOrbit, ORBIT_HEADER_BYTES};
+use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID, TcdsRecord, is_tcds_fed, orbit_index, orbit_number};
 
 /// Most wire bytes one write of a replayed stream carries (more when one event is larger).
 pub const BATCH_BYTES: usize = STREAM_BUFFER_BYTES;
@@ -54,7 +64,8 @@ pub const BATCH_EVENTS: u64 = 256;
 /// LV1 bits: the part of the event number a data fragment carries.
 const LV1_BITS: usize = 24;
 
-/// FEROL streams held in memory for replay, one per FED, every one with the same events.
+/// FEROL streams held in memory for replay, one per FED, every one with the same events; or DTH
+/// orbit streams, one per source, every one with the same orbits ([`Capture::generate_orbits`]).
 #[derive(Clone)]
 pub struct Capture {
     streams: Vec<CapturedStream>,
@@ -94,6 +105,9 @@ enum Renumber {
     Data { basis: Vec<usize>, bases: Vec<[u16; LV1_BITS]> },
     /// Trigger fragments: each event's record and event type as captured.
     Trigger { records: Vec<(TcdsRecord, u8)> },
+    /// Orbit blocks of a DTH stream: orbit `i` of the capture is the run's orbit
+    /// `first_index + i`, numbered for lumi sections of `orbits_per_lumi_section` orbits.
+    Orbit { first_index: u64, orbits_per_lumi_section: u64 },
 }
 
 impl fmt::Debug for Capture {
@@ -172,6 +186,35 @@ impl Capture {
         Capture::from_streams(captured, "generated capture")
     }
 
+    /// Generates `orbits` orbits of each of `streams` (DTH sources) into memory, as the DTH
+    /// emulator would send them; a stream with faults is refused. Every stream must start at the
+    /// same orbit; replayed, pass `k` sends orbit `i` as the run's orbit of index
+    /// `first + k·orbits + i`, so the streams go on through the run's lumi sections.
+    pub fn generate_orbits(streams: &[OrbitStreamConfig], orbits: u64) -> Result<Capture, EmuError> {
+        let captured = streams
+            .iter()
+            .map(|config| {
+                let origin = format!("generated DTH stream of source {}", config.source);
+                let mut generator = OrbitGenerator::new(config.clone())?;
+                let mut bytes = Vec::new();
+                for _ in 0..orbits {
+                    let orbit = generator.next_orbit()?;
+                    if orbit.fault.is_some() {
+                        return Err(EmuError::BadCapture { origin, reason: "a replayed stream has no faults".into() });
+                    }
+                    bytes.extend_from_slice(orbit.bytes);
+                }
+                CapturedStream::parse_dth(&origin, bytes, config.orbits_per_lumi_section)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Capture::from_streams(captured, "generated DTH capture")
+    }
+
+    /// Whether the streams are DTH orbit streams (each "event" an orbit block).
+    pub fn is_orbits(&self) -> bool {
+        self.streams.first().is_some_and(|s| matches!(s.renumber, Renumber::Orbit { .. }))
+    }
+
     /// Checks that the streams agree: at least one, distinct FEDs, the same number of events
     /// from the same LV1 id.
     fn from_streams(streams: Vec<CapturedStream>, origin: &str) -> Result<Capture, EmuError> {
@@ -198,7 +241,7 @@ impl Capture {
             .iter()
             .find_map(|s| match &s.renumber {
                 Renumber::Trigger { records } => Some(records.last()?.0.lumi_section - records.first()?.0.lumi_section),
-                Renumber::Data { .. } => None,
+                Renumber::Data { .. } | Renumber::Orbit { .. } => None,
             })
             .unwrap_or(0);
         Ok(Capture { streams, events: events as u64, lumi_span })
@@ -221,6 +264,46 @@ impl Capture {
 }
 
 impl CapturedStream {
+    /// Reads and checks one source's DTH stream of consecutive orbits, each orbit header in its
+    /// first stream block; `origin` names it in errors.
+    fn parse_dth(origin: &str, bytes: Vec<u8>, orbits_per_lumi_section: u64) -> Result<CapturedStream, EmuError> {
+        let bad = |reason: String| EmuError::BadCapture { origin: origin.to_owned(), reason };
+        let (mut slots, mut block_headers) = (Vec::new(), Vec::new());
+        let (mut source, mut first_index, mut at) = (None, None, 0);
+        while at < bytes.len() {
+            let orbit = DthOrbit::parse(&bytes[at..]).map_err(|e| bad(format!("orbit at byte {at}: {e}")))?;
+            orbit.check_crc().map_err(|e| bad(format!("orbit at byte {at}: {e}")))?;
+            let h = orbit.header;
+            let id = u16::try_from(h.source_id).map_err(|_| bad(format!("source id {} at byte {at}", h.source_id)))?;
+            if *source.get_or_insert(id) != id {
+                return Err(bad(format!("orbit at byte {at} is of source {id}, the stream's first of another")));
+            }
+            let index = orbit_index(h.orbit.into(), orbits_per_lumi_section)
+                .ok_or_else(|| bad(format!("orbit {} at byte {at} is outside the run's numbering", h.orbit)))?;
+            let first = *first_index.get_or_insert(index);
+            if index != first + slots.len() as u64 {
+                return Err(bad(format!("orbit at byte {at} is not the next one: a capture holds consecutive orbits")));
+            }
+            let first_block = block_headers.len();
+            let mut header_at = at;
+            for b in 0..orbit.block_count() {
+                let block = DthBlockHeader::parse(&bytes, header_at).map_err(|e| bad(e.to_string()))?;
+                if b == 0 && (block.data_len as usize) < ORBIT_HEADER_BYTES {
+                    return Err(bad(format!("orbit at byte {at}: its header straddles stream blocks")));
+                }
+                block_headers.push(header_at);
+                header_at += DTH_HEADER_BYTES + block.data_len as usize;
+            }
+            let end = at + orbit.wire_len();
+            let lv1 = lv1_id(index);
+            slots.push(Slot { start: at, end, first_block, last_block: block_headers.len(), lv1, crc: 0 });
+            at = end;
+        }
+        let (Some(fed), Some(first_index)) = (source, first_index) else { return Err(bad("no orbit in it".into())) };
+        let renumber = Renumber::Orbit { first_index, orbits_per_lumi_section };
+        Ok(CapturedStream { fed, bytes, slots, block_headers, renumber })
+    }
+
     /// Reads and checks one FED's stream; `origin` names it in errors.
     fn parse(origin: &str, bytes: Vec<u8>) -> Result<CapturedStream, EmuError> {
         let bad = |reason: String| EmuError::BadCapture { origin: origin.to_owned(), reason };
@@ -303,6 +386,16 @@ impl CapturedStream {
     fn renumber(&mut self, i: usize, pass: u64, events: u64, lumi_span: u32) -> Result<(), EmuError> {
         let slot = &self.slots[i];
         let shift = pass.wrapping_mul(events);
+        if let Renumber::Orbit { first_index, orbits_per_lumi_section } = self.renumber {
+            // 32 bits on the wire, as the generator writes them.
+            let orbit = orbit_number(first_index + i as u64 + shift, orbits_per_lumi_section) as u32;
+            let header = slot.start + DTH_HEADER_BYTES;
+            self.bytes[header + 12..header + 16].copy_from_slice(&orbit.to_le_bytes());
+            for &block in &self.block_headers[slot.first_block..slot.last_block] {
+                self.bytes[block + 12..block + 16].copy_from_slice(&orbit.to_be_bytes());
+            }
+            return Ok(());
+        }
         let lv1 = lv1_id(u64::from(slot.lv1).wrapping_add(shift));
         let fragment = slot.start + HEADER_BYTES;
         match &self.renumber {
@@ -326,6 +419,7 @@ impl CapturedStream {
                     .write(&mut self.bytes[fragment..slot.end], event_type)
                     .map_err(|source| EmuError::Format { fed: self.fed, source })?;
             }
+            Renumber::Orbit { .. } => {}
         }
         for &header in &self.block_headers[slot.first_block..slot.last_block] {
             self.bytes[header + 13..header + 16].copy_from_slice(&lv1.to_be_bytes()[1..]);
@@ -370,7 +464,9 @@ pub(crate) fn run(
 ) -> Result<RunSummary, EmuError> {
     check_stream_count(capture.streams.len())?;
     let polled = limits.seconds.is_some();
-    let writers = capture.streams.iter().map(|s| open(sink, s.fed, polled)).collect::<Result<Vec<_>, EmuError>>()?;
+    let name = if capture.is_orbits() { crate::dth::dth_capture_path } else { capture_path };
+    let writers =
+        capture.streams.iter().map(|s| open_named(sink, s.fed, name, polled)).collect::<Result<Vec<_>, EmuError>>()?;
     let (events, lumi_span) = (capture.events, capture.lumi_span);
     let start = Instant::now();
     let results: Vec<Result<StreamSummary, EmuError>> = std::thread::scope(|scope| {

@@ -194,3 +194,51 @@ fn a_replay_refuses_what_it_cannot_do() {
     assert!(run(Vec::new(), true).contains("a replay is free running"));
     assert!(run(streams(1), false).contains("give no streams to generate"));
 }
+
+#[test]
+fn a_dth_replay_goes_on_through_the_orbits_and_lumi_sections() {
+    use tessera_emu::dth::dth_capture_path;
+    use tessera_emu::orbit::OrbitStreamConfig;
+    use tessera_formats::orbit::DthOrbit;
+    use tessera_formats::tcds::{orbit_index, orbit_number};
+    // 3 orbits per lumi section: the capture of 5 spans two, a replay of 12 four.
+    let per_ls = 3;
+    let source = |source| OrbitStreamConfig {
+        run: 9,
+        source,
+        size: SizeModel::Fixed(900),
+        first_orbit: 1,
+        orbits_per_lumi_section: per_ls,
+        first_event: 1,
+        l1_rate_hz: 300_000.0,
+        seed: 5,
+        faults: Vec::new(),
+        // Small stream blocks: an orbit spans several.
+        max_block_bytes: 2048,
+    };
+    let capture = Capture::generate_orbits(&[source(TCDS_FED_ID), source(4)], 5).unwrap();
+    assert!(capture.is_orbits());
+    assert_eq!((capture.feds(), capture.events()), (vec![TCDS_FED_ID, 4], 5));
+    let dir = tempfile::tempdir().unwrap();
+    let summary = replay(capture, Sink::Directory(dir.path().into()), Limits { events: Some(12), seconds: None }, None);
+    assert!(summary.streams.iter().all(|s| (s.events, s.end) == (12, End::Events)), "{summary}");
+    let mut events = Vec::new();
+    for id in [TCDS_FED_ID, 4] {
+        let bytes = std::fs::read(dth_capture_path(dir.path(), id)).unwrap();
+        let (mut at, mut index, mut counts) = (0, orbit_index(1, per_ls).unwrap(), Vec::new());
+        while at < bytes.len() {
+            let orbit = DthOrbit::parse(&bytes[at..]).unwrap();
+            assert!(orbit.block_count() > 1, "orbit {index} in one block");
+            orbit.check_crc().unwrap();
+            assert_eq!(orbit.header.source_id, u32::from(id));
+            assert_eq!(u64::from(orbit.header.orbit), orbit_number(index, per_ls), "orbit {index} of source {id}");
+            counts.push(orbit.header.event_count);
+            (at, index) = (at + orbit.wire_len(), index + 1);
+        }
+        assert_eq!(counts.len(), 12);
+        // Passes repeat the captured orbits' events.
+        assert_eq!(counts[..5], counts[5..10]);
+        events.push(counts);
+    }
+    assert_eq!(events[0], events[1], "every source holds the same events");
+}
