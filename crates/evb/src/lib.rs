@@ -18,6 +18,10 @@
 //!    many it was given ([`msg::Message::EndOfLumi`]); the BU writes its end-of-lumi record once
 //!    it has published them, and acknowledges it. [`msg::Message::EndOfRun`] follows the last.
 //!
+//! The push protocol ([`push`], after LHCb's) is the alternative: no event manager, each RU sends
+//! every super-fragment to the BU a shared function of the event number gives, BUs age what stays
+//! incomplete, and a throttle holds the trigger.
+//!
 //! [`wire`] gives every message its frame on TCP.
 //!
 //! Every queue and table is bounded: an RU refuses fragments past its buffer

@@ -13,7 +13,7 @@
 //! - [`PushNode`]: RU 0, which reads the trigger, with what the event manager does in pull and
 //!   push still needs: each lumi section's end with every BU's count of its events, the drain and
 //!   the end of run, and the exclusion of a lost BU.
-//! - The BU is the pull protocol's [`Bu`](crate::Bu) in push mode ([`BuConfig::push`]): it
+//! - The BU is the pull protocol's [`Bu`](crate::Bu) in push mode ([`BuConfig::push`](crate::BuConfig::push)): it
 //!   takes the parts of the events its destination function gives it, builds them without asking,
 //!   ages them by event number and by time, drops late parts, and publishes a file as soon as it
 //!   is written.
@@ -128,6 +128,19 @@ mod tests {
         let to: Vec<(u16, EventNumber)> =
             sent.into_iter().flat_map(|(b, es)| es.into_iter().map(move |e| (b, e))).collect();
         assert_eq!(to, vec![(0, 1), (0, 2), (0, 5), (0, 6), (0, 7), (0, 8)]);
+    }
+
+    #[test]
+    fn events_the_function_gives_an_excluded_bu_before_its_exclusion_are_never_sent_to_it() {
+        let mut ru = PushRu::new(RuConfig::new(1, vec![3]), Destinations::new(1, 2, vec![0, 1]), 100);
+        ru.handle(0, Input::Message { from: Peer::Evm, msg: Message::Exclude { bu: 1, from_event: 7 } });
+        for e in 1..=8 {
+            ru.offer_fragment(0, 0, fragment(3, e, 1)).unwrap();
+        }
+        let (sent, freed) = sent_and_freed(std::iter::from_fn(|| ru.poll_output()).collect());
+        assert_eq!(sent, vec![(0, vec![1]), (0, vec![2]), (0, vec![5]), (0, vec![6]), (0, vec![7]), (0, vec![8])]);
+        assert_eq!(freed, (1..=8).collect::<Vec<_>>(), "events 3 and 4, BU 1's, freed unsent");
+        assert_eq!(ru.push_counters().dropped_for_excluded, 2);
     }
 
     fn push_bu(n_ru: u16) -> Bu {

@@ -21,7 +21,8 @@ pub struct PushRuCounters {
     /// Events sent to another BU than first chosen, their BU having been excluded before they
     /// left.
     pub redirected: u64,
-    /// Events held for an excluded BU before its exclusion's first event: never sent, freed.
+    /// Events the function gives an excluded BU (those before its exclusion's first event):
+    /// never sent to it, freed.
     pub dropped_for_excluded: u64,
 }
 
@@ -149,9 +150,15 @@ impl PushRu {
         }
         let mut sent = Vec::new();
         while let Some(o) = self.ru.poll_output() {
-            if let RuOutput::Send { msg: Message::Data { parts, .. }, .. } = &o {
+            if let RuOutput::Send { to: Peer::Bu(bu), msg: Message::Data { parts, .. } } = &o {
                 for p in parts {
                     push_event(&mut sent, p.event);
+                }
+                // An event before an exclusion's first event that the function gives the lost
+                // BU: never sent to it, freed with the rest.
+                if !self.destinations.current().contains(bu) {
+                    self.counters.dropped_for_excluded += parts.len() as u64;
+                    continue;
                 }
             }
             self.out.push_back(o);
