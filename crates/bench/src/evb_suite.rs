@@ -211,7 +211,7 @@ pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<Ev
         writers: writer_points,
         files: Vec::new(),
     };
-    suite.files = write_scans(out, &suite)?;
+    suite.files = write_plots(out, &scan_series(&suite))?;
     Ok(suite)
 }
 
@@ -358,9 +358,10 @@ pub fn scan_series(suite: &EvbSuite) -> Vec<ScanPlot> {
     ]
 }
 
-fn write_scans(out: &Path, suite: &EvbSuite) -> Result<Vec<PathBuf>, BenchError> {
+/// Writes each of `plots` into `out` as an SVG plot and a CSV of its curves; returns the files.
+pub fn write_plots(out: &Path, plots: &[ScanPlot]) -> Result<Vec<PathBuf>, BenchError> {
     let mut files = Vec::new();
-    for p in scan_series(suite) {
+    for p in plots {
         let csv = out.join(format!("{}.csv", p.file));
         let svg = out.join(format!("{}.svg", p.file));
         write_csv(&csv, p.x, p.y, &p.series)?;

@@ -24,9 +24,9 @@
 
 use crate::BenchError;
 use crate::evb::{BuOutput, EvbCase, EvbMeasured, run_case};
-use crate::evb_suite::{ScanPlot, Target};
+use crate::evb_suite::{ScanPlot, Target, write_plots};
 use crate::net::{Measured, NetBudget, NetCase, ReadInto, StreamMode, raw_ingest, raw_ingest_into};
-use crate::scan::{Series, plot_svg, write_csv};
+use crate::scan::Series;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tessera_emu::orbit::{DEFAULT_L1_RATE_HZ, LHC_ORBIT_HZ};
@@ -145,7 +145,7 @@ pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<Or
     let budget = if quick { NetBudget::QUICK } else { NetBudget::FULL };
     let points = BLOCK_BYTES.iter().map(|&b| run_point(b, budget, progress)).collect::<Result<Vec<_>, _>>()?;
     let mut suite = OrbitSuite { quick, points, files: Vec::new() };
-    suite.files = write_plots(out, &suite)?;
+    suite.files = write_plots(out, &plots(&suite))?;
     Ok(suite)
 }
 
@@ -242,18 +242,6 @@ pub fn plots(suite: &OrbitSuite) -> Vec<ScanPlot> {
             series: throughput,
         },
     ]
-}
-
-fn write_plots(out: &Path, suite: &OrbitSuite) -> Result<Vec<PathBuf>, BenchError> {
-    let mut files = Vec::new();
-    for p in plots(suite) {
-        let csv = out.join(format!("{}.csv", p.file));
-        let svg = out.join(format!("{}.svg", p.file));
-        write_csv(&csv, p.x, p.y, &p.series)?;
-        plot_svg(&svg, p.title, p.x, p.y, &p.series, p.log_x)?;
-        files.extend([csv, svg]);
-    }
-    Ok(files)
 }
 
 /// The targets: (b) ≥ [`INGEST_TARGET`] of (a) at every block size, with the CRC-32C checked
@@ -476,7 +464,7 @@ mod tests {
         let text = report(&suite);
         assert!(text.contains("RU ingest in orbit mode >= 0.95"), "{text}");
         let dir = tempfile::tempdir().unwrap();
-        let files = write_plots(dir.path(), &suite).unwrap();
+        let files = write_plots(dir.path(), &plots(&suite)).unwrap();
         let csv = std::fs::read_to_string(dir.path().join(format!("{RATE_FILE}.csv"))).unwrap();
         assert!(csv.contains(",50,11245") && csv.contains("requirement"), "{csv}");
         assert_eq!(files.len(), 4);

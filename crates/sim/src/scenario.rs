@@ -55,6 +55,21 @@ impl Faults {
         network_jitter_ns: 20_000,
         short_blocks: 0,
     };
+
+    /// A little of everything, for the `8x8_*random` scenarios: BU crashes, slow BUs, a stall, a
+    /// sync loss, a slow FED, corrupt fragments, network jitter.
+    pub const RANDOM: Faults = Faults {
+        bu_crashes: 3,
+        slow_bus: 2,
+        stalled_feds: 1,
+        dead_feds: 0,
+        sync_losses: 1,
+        slow_feds: 1,
+        trigger_stream_lost: false,
+        corrupt_fragment_probability: 0.001,
+        network_jitter_ns: 200_000,
+        short_blocks: 0,
+    };
 }
 
 /// Orbit mode (HL-LHC): the protocol's unit is an orbit, every source sends one orbit block per
@@ -210,21 +225,7 @@ pub fn scenarios() -> Vec<Scenario> {
             faults: Faults { trigger_stream_lost: true, ..Faults::NONE },
             ..base("2x2_trigger_stream_lost", 2, 4, 2, 1200)
         },
-        Scenario {
-            faults: Faults {
-                bu_crashes: 3,
-                slow_bus: 2,
-                stalled_feds: 1,
-                dead_feds: 0,
-                sync_losses: 1,
-                slow_feds: 1,
-                trigger_stream_lost: false,
-                corrupt_fragment_probability: 0.001,
-                network_jitter_ns: 200_000,
-                short_blocks: 0,
-            },
-            ..base("8x8_random", 8, 4, 8, 2000)
-        },
+        Scenario { faults: Faults::RANDOM, ..base("8x8_random", 8, 4, 8, 2000) },
         // Orbit mode at a low L1 rate: one orbit in seven is empty (counted, never written).
         Scenario {
             faults: Faults { bu_crashes: 2, ..Faults::NONE },
@@ -243,18 +244,7 @@ pub fn scenarios() -> Vec<Scenario> {
         // most of the run, and no orbit may go out without a source for it.
         Scenario { fed_buffer_fragments: 6, ..orbit_base("2x2_orbit_ru_full", 2, 4, 2, 300, 66.7) },
         Scenario {
-            faults: Faults {
-                bu_crashes: 3,
-                slow_bus: 2,
-                stalled_feds: 1,
-                dead_feds: 0,
-                sync_losses: 1,
-                slow_feds: 1,
-                trigger_stream_lost: false,
-                corrupt_fragment_probability: 0.001,
-                network_jitter_ns: 200_000,
-                short_blocks: 1,
-            },
+            faults: Faults { short_blocks: 1, ..Faults::RANDOM },
             ..orbit_base("8x8_orbit_random", 8, 4, 8, 500, 0.7)
         },
         // Push (after LHCb): no event manager; a throttle holds the trigger.
@@ -268,21 +258,7 @@ pub fn scenarios() -> Vec<Scenario> {
             push: Some(PushMode { block_events: 8, age_events: 2048, age_ns: 1_000_000, bu_high_water_percent: 50 }),
             ..base("4x4_push_late_fragment", 4, 4, 4, 1200)
         },
-        Scenario {
-            faults: Faults {
-                bu_crashes: 2,
-                slow_bus: 2,
-                stalled_feds: 1,
-                dead_feds: 0,
-                sync_losses: 1,
-                slow_feds: 1,
-                trigger_stream_lost: false,
-                corrupt_fragment_probability: 0.001,
-                network_jitter_ns: 200_000,
-                short_blocks: 0,
-            },
-            ..push_base("8x8_push_random", 8, 4, 8, 2000)
-        },
+        Scenario { faults: Faults { bu_crashes: 2, ..Faults::RANDOM }, ..push_base("8x8_push_random", 8, 4, 8, 2000) },
         // A slow BU that never throttles: it stops reading when full, its RUs' sends wait on
         // it (TCP), their memory fills, and their throttle holds the trigger.
         Scenario {
