@@ -19,7 +19,7 @@
 //! - **(a2) raw ingest into receive memory**, [`raw_ingest_into`] with a [`ReadInto`] as large
 //!   as an RU's receive memory: the same receiver, but each read goes to the next place of that
 //!   memory, pre-touched and reused in turn, at most the RU's read size
-//!   ([`tessera_runtime::ru_node::READ_BYTES`]) a call: the RU's I/O without the RU, where (a)
+//!   ([`Framing::read_bytes`](tessera_runtime::ferol_input::Framing::read_bytes)) a call: the RU's I/O without the RU, where (a)
 //!   reads more a call into one buffer that stays in the caches. A reference that tells the RU's
 //!   own cost from its I/O's.
 //! - **(e) raw relay**, [`raw_relay`]: a [`Relay`] thread reads every inbound connection and
@@ -451,10 +451,9 @@ impl ReadInto {
     /// One [`READ_BUFFER_BYTES`] buffer, each read at its start: baseline (a).
     pub const BUFFER: ReadInto = ReadInto { memory_bytes: READ_BUFFER_BYTES, read_bytes: READ_BUFFER_BYTES };
 
-    /// Receive memory as an RU's: `memory_bytes` read [`tessera_runtime::ru_node::READ_BYTES`]
-    /// at a time.
-    pub fn ru_memory(memory_bytes: usize) -> ReadInto {
-        let read_bytes = tessera_runtime::ru_node::READ_BYTES;
+    /// Receive memory as an RU's: `memory_bytes` read `read_bytes` at a time, as the RU reads
+    /// its streams ([`Framing::read_bytes`](tessera_runtime::ferol_input::Framing::read_bytes)).
+    pub fn ru_memory(memory_bytes: usize, read_bytes: usize) -> ReadInto {
         ReadInto { memory_bytes: memory_bytes.max(read_bytes), read_bytes }
     }
 }

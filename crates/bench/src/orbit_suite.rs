@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use tessera_emu::orbit::{DEFAULT_L1_RATE_HZ, LHC_ORBIT_HZ};
 use tessera_formats::fed::CrcCheck;
 use tessera_formats::orbit::{ORBIT_HEADER_BYTES, UNIT_BYTES, orbit_fragment_len};
+use tessera_runtime::ferol_input::DTH_READ_BYTES;
 
 /// DTH streams (sources) of every case, the trigger source 1024 among them in (b) and (c).
 pub const STREAMS: usize = 8;
@@ -120,7 +121,7 @@ pub fn run_point(
     let kb = block_bytes as f64 / 1e3;
     progress(&format!("(a) raw ingest: {STREAMS} DTH streams, {kb:.0} kB orbit blocks"));
     let raw = raw_ingest(&raw_case)?;
-    let memory = ReadInto::ru_memory(ingest.ru_memory_bytes());
+    let memory = ReadInto::ru_memory(ingest.ru_memory_bytes(), DTH_READ_BYTES);
     progress(&format!("(a2) raw ingest into {} MiB of receive memory", memory.memory_bytes >> 20));
     let raw_memory = raw_ingest_into(&raw_case, memory)?;
     let mut sys = |what: &str, case: EvbCase| {

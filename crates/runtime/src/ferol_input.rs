@@ -29,6 +29,24 @@ pub enum Framing {
     },
 }
 
+/// Most bytes one read of a FEROL stream takes: its fragments are parsed and their CRC-16
+/// checked right after the read, while the bytes the kernel copied are still in the caches.
+pub const FEROL_READ_BYTES: usize = 128 << 10;
+
+/// Most bytes one read of a DTH stream takes: the RU reads only headers of it, and an orbit
+/// block's CRC-32C runs at tens of GB/s, so larger reads (fewer system calls) pay.
+pub const DTH_READ_BYTES: usize = 512 << 10;
+
+impl Framing {
+    /// Most bytes one read of a stream takes.
+    pub fn read_bytes(&self) -> usize {
+        match self {
+            Framing::Ferol => FEROL_READ_BYTES,
+            Framing::Dth { .. } => DTH_READ_BYTES,
+        }
+    }
+}
+
 /// Where a received fragment is: its FEROL blocks, headers included, in one chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FragmentHandle {

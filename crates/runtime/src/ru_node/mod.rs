@@ -153,8 +153,6 @@ pub struct TriggerFault {
 const FEROL_LISTENER: Token = Token(UNIT_TOKENS);
 /// FEROL streams from here, one per configured FED.
 const STREAM_BASE: usize = 1 << 16;
-/// Most bytes one read of a FEROL (or DTH) stream takes.
-pub const READ_BYTES: usize = 128 << 10;
 /// Bytes read from one FEROL stream before the loop turns to the others.
 const STREAM_TURN_BYTES: usize = 1 << 20;
 /// Room kept in a data frame for its header and descriptors.

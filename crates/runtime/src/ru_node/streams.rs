@@ -261,9 +261,7 @@ impl RuLoop {
                     blocked = true;
                     break;
                 };
-                // Small reads: the fragments are parsed and their CRC-16 checked while the
-                // bytes the kernel just copied are still in the cache.
-                let room = spare.len().min(READ_BYTES);
+                let room = spare.len().min(self.cfg.framing.read_bytes());
                 match s.stream.read(&mut spare[..room]) {
                     Ok(0) => {
                         s.ended = true;
