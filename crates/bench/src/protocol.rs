@@ -1,5 +1,6 @@
-//! `tessera bench protocol`: the cost of the pull protocol inside the cores alone (no I/O), for
-//! 1×1, 4×4 and 8×8 systems.
+//! `tessera bench protocol`: the cost of the event-building protocols inside the cores alone (no
+//! I/O), for 1×1, 4×4 and 8×8 systems: pull, and push for comparison ([`PUSH`]: blocks of 64
+//! events per destination).
 //!
 //! The ideal driver of `tessera_sim::ideal` hands every unit its inputs in order: each event's
 //! fragments to the RUs, messages through one queue with no delay, files written and published
@@ -15,7 +16,12 @@ use tessera_evb::msg::{BufferRef, FragmentRef, TriggerInfo};
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::tcds::TCDS_FED_ID;
 use tessera_sim::ideal::{IdealSystem, NoEffects};
-use tessera_sim::scenario::Topology;
+use tessera_sim::scenario::{PushMode, Topology};
+
+/// The push protocol as measured: blocks of 64 events to one BU, the BUs' ageing as the
+/// simulator's (it never acts here: every part comes).
+pub const PUSH: PushMode =
+    PushMode { block_events: 64, age_events: 2048, age_ns: 5_000_000, bu_high_water_percent: 80 };
 
 /// Data FEDs per RU in every topology.
 const FEDS_PER_RU: u16 = 8;
@@ -27,6 +33,8 @@ const EVENTS: u64 = 20_000;
 pub struct Cost {
     /// RUs × BUs.
     pub topology: (u16, u16),
+    /// `pull` or `push`.
+    pub protocol: &'static str,
     /// Fragments per event (data FEDs and the trigger).
     pub fragments_per_event: u64,
     /// CPU nanoseconds per event.
@@ -41,13 +49,13 @@ pub struct Cost {
     pub baseline_ns_per_fragment: f64,
 }
 
-/// Measures one topology.
-pub fn measure(n_ru: u16, n_bu: u16, budget: Budget) -> Cost {
+/// Measures one topology, under push when `push` is given.
+pub fn measure(n_ru: u16, n_bu: u16, push: Option<PushMode>, budget: Budget) -> Cost {
     let mut best = f64::MAX;
     let mut counts = (0, 0, 0);
     let topology = Topology { n_ru, feds_per_ru: FEDS_PER_RU, n_bu };
     for _ in 0..budget.samples.max(1) {
-        let mut system = IdealSystem::new(topology, 1, NoEffects);
+        let mut system = IdealSystem::with_protocol(topology, 1, NoEffects, push);
         let start = Instant::now();
         let c = system.run(EVENTS, |_, fed, event| FragmentRef {
             fed,
@@ -79,6 +87,7 @@ pub fn measure(n_ru: u16, n_bu: u16, budget: Budget) -> Cost {
     });
     Cost {
         topology: (n_ru, n_bu),
+        protocol: if push.is_some() { "push" } else { "pull" },
         fragments_per_event: fragments / EVENTS,
         ns_per_event: best * 1e9 / EVENTS as f64,
         ns_per_fragment: best * 1e9 / fragments as f64,
@@ -88,9 +97,12 @@ pub fn measure(n_ru: u16, n_bu: u16, budget: Budget) -> Cost {
     }
 }
 
-/// Runs 1×1, 4×4 and 8×8.
+/// Runs 1×1, 4×4 and 8×8, each under pull then push.
 pub fn run(budget: Budget) -> Vec<Cost> {
-    [(1, 1), (4, 4), (8, 8)].into_iter().map(|(r, b)| measure(r, b, budget)).collect()
+    [(1, 1), (4, 4), (8, 8)]
+        .into_iter()
+        .flat_map(|(r, b)| [measure(r, b, None, budget), measure(r, b, Some(PUSH), budget)])
+        .collect()
 }
 
 /// The figures as a table, with the targets met or missed.
@@ -99,14 +111,15 @@ pub fn report(costs: &[Cost]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<8} {:>10} {:>10} {:>12} {:>12} {:>10} {:>12}",
-        "RUxBU", "frag/event", "ns/event", "ns/fragment", "÷ baseline", "ctrl/event", "data/event"
+        "{:<8} {:<8} {:>10} {:>10} {:>12} {:>12} {:>10} {:>12}",
+        "RUxBU", "protocol", "frag/event", "ns/event", "ns/fragment", "÷ baseline", "ctrl/event", "data/event"
     );
     for c in costs {
         let _ = writeln!(
             out,
-            "{:<8} {:>10} {:>10.0} {:>12.1} {:>12.1} {:>10.3} {:>12.3}",
+            "{:<8} {:<8} {:>10} {:>10.0} {:>12.1} {:>12.1} {:>10.3} {:>12.3}",
             format!("{}x{}", c.topology.0, c.topology.1),
+            c.protocol,
             c.fragments_per_event,
             c.ns_per_event,
             c.ns_per_fragment,
@@ -117,10 +130,24 @@ pub fn report(costs: &[Cost]) -> String {
     }
     let baseline = costs.first().map_or(f64::NAN, |c| c.baseline_ns_per_fragment);
     let _ = writeln!(out, "baseline: {baseline:.2} ns per fragment descriptor handed to a vector");
-    let worst_ns = costs.iter().map(|c| c.ns_per_fragment).fold(0.0, f64::max);
-    let worst_ctrl = costs.iter().map(|c| c.control_per_event).fold(0.0, f64::max);
+    let pull = || costs.iter().filter(|c| c.protocol == "pull");
+    let worst_ns = pull().map(|c| c.ns_per_fragment).fold(0.0, f64::max);
+    let worst_ctrl = pull().map(|c| c.control_per_event).fold(0.0, f64::max);
     let verdict = |met: bool| if met { "met" } else { "MISSED" };
-    let _ = writeln!(out, "\ntargets (issue #3, default batch sizes):");
+    for p in costs.iter().filter(|c| c.protocol == "push") {
+        if let Some(q) = pull().find(|q| q.topology == p.topology) {
+            let _ = writeln!(
+                out,
+                "push/pull, {}x{}: {:.2} of pull's CPU per fragment, {:.3} control messages per event against {:.3}",
+                p.topology.0,
+                p.topology.1,
+                p.ns_per_fragment / q.ns_per_fragment,
+                p.control_per_event,
+                q.control_per_event
+            );
+        }
+    }
+    let _ = writeln!(out, "\ntargets (issue #3, pull, default batch sizes):");
     let _ = writeln!(out, "  <= 50 ns per fragment: worst {worst_ns:.1} ns, {}", verdict(worst_ns <= 50.0));
     let _ = writeln!(out, "  <= 0.1 control messages per event: worst {worst_ctrl:.3}, {}", verdict(worst_ctrl <= 0.1));
     out

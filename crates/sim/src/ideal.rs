@@ -1,13 +1,15 @@
 //! An ideal driver: every unit of a system handed its inputs in order, messages through one
-//! queue with no delay and no fault. The protocol benchmark measures the cores with it, and the
-//! end-to-end tests run the cores into real files with it.
+//! queue with no delay and no fault, under either protocol. The protocol benchmark measures the
+//! cores with it, and the end-to-end tests run the cores into real files with it.
 
-use crate::scenario::Topology;
+use crate::readout::Readout;
+use crate::scenario::{PushMode, Topology};
 use std::collections::VecDeque;
 use tessera_evb::msg::{FragmentRef, Message};
+use tessera_evb::push::{PushBu, PushNodeConfig};
 use tessera_evb::types::{BuId, EventNumber, FedId, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuOutput, BuiltEvent, Input, RuOutput};
-use tessera_evb::{Bu, BuConfig, BuDisk, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_evb::{Bu, BuConfig, BuDisk, EvmConfig, RuConfig};
 use tessera_formats::tcds::TCDS_FED_ID;
 
 /// What the driver does with the units' effects on the world: a BU's file actions (each
@@ -61,9 +63,7 @@ pub struct Counts {
 pub struct IdealSystem<F> {
     topology: Topology,
     first_event: EventNumber,
-    /// The EVM and RU 0.
-    pub evm: EvmNode,
-    rus: Vec<Ru>,
+    readout: Readout,
     bus: Vec<Bu>,
     files: F,
     queue: VecDeque<(Peer, Peer, Message)>,
@@ -73,13 +73,43 @@ pub struct IdealSystem<F> {
 }
 
 impl<F: Effects> IdealSystem<F> {
-    /// A system of `topology` with default configurations, numbering events from `first_event`.
+    /// A system of `topology` under pull with default configurations, numbering events from
+    /// `first_event`.
     pub fn new(topology: Topology, first_event: EventNumber, files: F) -> Self {
-        let ru_cfg = |r| RuConfig { first_event, ..RuConfig::new(r, fed_ids(topology, r)) };
+        Self::with_protocol(topology, first_event, files, None)
+    }
+
+    /// The same under push when `push` is given, with default configurations besides.
+    pub fn with_protocol(topology: Topology, first_event: EventNumber, files: F, push: Option<PushMode>) -> Self {
+        let (n_ru, n_bu) = (topology.n_ru, topology.n_bu);
+        let ru_cfgs: Vec<RuConfig> =
+            (0..n_ru).map(|r| RuConfig { first_event, ..RuConfig::new(r, fed_ids(topology, r)) }).collect();
+        let readout = match push {
+            None => Readout::pull(EvmConfig::new(n_ru, n_bu), &ru_cfgs),
+            Some(p) => Readout::push(
+                PushNodeConfig {
+                    ru: ru_cfgs[0].clone(),
+                    n_ru,
+                    destinations: p.destinations(first_event, n_bu),
+                    high_water_events: ru_cfgs[0].max_events_buffered / 8,
+                    exclude_margin_events: 4096,
+                    bug: None,
+                },
+                &ru_cfgs,
+            ),
+        };
+        let bu_cfg = |b| {
+            let cfg = BuConfig::new(b, n_ru);
+            let push = push.map(|p| PushBu {
+                age_events: p.age_events,
+                age_ns: p.age_ns,
+                ..PushBu::new(cfg.max_events_in_flight)
+            });
+            BuConfig { push, ..cfg }
+        };
         IdealSystem {
-            evm: EvmNode::new(EvmConfig::new(topology.n_ru, topology.n_bu), ru_cfg(0)),
-            rus: (1..topology.n_ru).map(|r| Ru::new(ru_cfg(r))).collect(),
-            bus: (0..topology.n_bu).map(|b| Bu::new(BuConfig::new(b, topology.n_ru), 1, BuDisk::default())).collect(),
+            readout,
+            bus: (0..n_bu).map(|b| Bu::new(bu_cfg(b), 1, BuDisk::default())).collect(),
             topology,
             first_event,
             files,
@@ -103,11 +133,7 @@ impl<F: Effects> IdealSystem<F> {
                 }
             }
             _ => loop {
-                let out = match node {
-                    Peer::Ru(r) if r > 0 => self.rus[usize::from(r) - 1].poll_output(),
-                    _ => self.evm.poll_output(),
-                };
-                match out {
+                match self.readout.poll(node) {
                     Some(RuOutput::Send { to, msg }) => self.send(node, to, msg),
                     // Nothing is lost here: buffers need no freeing, and there is nobody to tell.
                     Some(RuOutput::FreeBuffers(_) | RuOutput::Notice(_) | RuOutput::Triggered { .. }) => {}
@@ -150,9 +176,8 @@ impl<F: Effects> IdealSystem<F> {
 
     fn feed(&mut self, now: Nanos, node: Peer, input: Input) {
         match node {
-            Peer::Evm | Peer::Ru(0) => self.evm.handle(now, input),
-            Peer::Ru(r) => self.rus[usize::from(r) - 1].handle(now, input),
             Peer::Bu(b) => self.bus[usize::from(b)].handle(now, input),
+            _ => self.readout.handle(now, node, input),
         }
         self.outputs(node);
     }
@@ -196,11 +221,7 @@ impl<F: Effects> IdealSystem<F> {
                 for (index, fed) in fed_ids(self.topology, r).into_iter().enumerate() {
                     let f = fragment(r, fed, event);
                     loop {
-                        let accepted = if r == 0 {
-                            self.evm.offer_fragment(now, index, f).is_ok()
-                        } else {
-                            self.rus[usize::from(r) - 1].offer_fragment(now, index, f).is_ok()
-                        };
+                        let accepted = self.readout.offer(now, usize::from(r), index, f).is_ok();
                         self.outputs(if r == 0 { Peer::Evm } else { Peer::Ru(r) });
                         if accepted {
                             break;
@@ -219,10 +240,45 @@ impl<F: Effects> IdealSystem<F> {
         for _ in 0..100 {
             now += 2_000_000;
             self.tick_all(now);
-            if self.evm.evm.drained() && self.ended.iter().all(|&e| e) {
+            if self.readout.drained() && self.ended.iter().all(|&e| e) {
                 return self.counts;
             }
         }
         panic!("the ideal system did not drain");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_evb::msg::{BufferRef, TriggerInfo};
+
+    /// Events written, per BU.
+    #[derive(Default)]
+    struct Written(Vec<u64>);
+
+    impl Effects for Written {
+        fn write(&mut self, bu: BuId, _: FileId, events: &[BuiltEvent]) {
+            assert!(events.iter().all(|e| e.flags == 0), "every event whole");
+            self.0[usize::from(bu)] += events.len() as u64;
+        }
+        fn publish(&mut self, _: BuId, _: FileId) {}
+    }
+
+    #[test]
+    fn an_ideal_push_system_builds_every_event_whole_at_its_destination() {
+        let topology = Topology { n_ru: 3, feds_per_ru: 2, n_bu: 2 };
+        let push = PushMode { block_events: 10, age_events: 2048, age_ns: 5_000_000, bu_high_water_percent: 50 };
+        let mut system = IdealSystem::with_protocol(topology, 1, Written(vec![0; 2]), Some(push));
+        let counts = system.run(1_000, |_, fed, event| FragmentRef {
+            fed,
+            lv1: event as u32,
+            bytes: 100,
+            corrupt: false,
+            buffer: BufferRef { offset: event as u32, ..BufferRef::default() },
+            trigger: (fed == TCDS_FED_ID).then_some(TriggerInfo { lumi_section: 1, orbit: event, bx: 1 }),
+        });
+        assert_eq!(system.into_files().0, vec![500, 500], "blocks of 10 events alternate between the BUs");
+        assert_eq!(counts.fragments, 1_000 * 7);
     }
 }

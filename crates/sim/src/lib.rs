@@ -22,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod ideal;
+mod readout;
 pub mod rng;
 pub mod scenario;
 pub mod world;

@@ -24,7 +24,7 @@ mod ru;
 
 pub use destinations::{Destinations, ExcludeError};
 pub use node::{PushNode, PushNodeBug, PushNodeConfig};
-pub use ru::{PUSH_EPOCH, PushRu, PushRuCounters};
+pub use ru::{PARTIAL_BLOCK_WAIT_NS, PUSH_EPOCH, PushRu, PushRuCounters};
 
 use crate::types::Nanos;
 
@@ -104,8 +104,13 @@ mod tests {
             ru.offer_fragment(0, 1, fragment(4, e, 1)).unwrap();
         }
         let (sent, freed) = sent_and_freed(std::iter::from_fn(|| ru.poll_output()).collect());
-        assert_eq!(sent, vec![(0, vec![1]), (0, vec![2]), (1, vec![3]), (1, vec![4]), (0, vec![5])]);
-        assert_eq!(freed, vec![1, 1, 2, 2, 3, 3, 4, 4, 5, 5]);
+        assert_eq!(sent, vec![(0, vec![1, 2]), (1, vec![3, 4])], "each block whole, one message");
+        assert_eq!(freed, vec![1, 1, 2, 2, 3, 3, 4, 4]);
+        // Event 5's block is begun: it waits for the rest of it, then goes alone.
+        assert_eq!(ru.next_timeout(), Some(PARTIAL_BLOCK_WAIT_NS));
+        ru.handle(PARTIAL_BLOCK_WAIT_NS, Input::Tick);
+        let (sent, freed) = sent_and_freed(std::iter::from_fn(|| ru.poll_output()).collect());
+        assert_eq!((sent, freed), (vec![(0, vec![5])], vec![5, 5]));
         assert_eq!(ru.ru().events_buffered(), 0);
         assert!(ru.ru().check_invariants().is_ok());
     }
@@ -138,7 +143,7 @@ mod tests {
             ru.offer_fragment(0, 0, fragment(3, e, 1)).unwrap();
         }
         let (sent, freed) = sent_and_freed(std::iter::from_fn(|| ru.poll_output()).collect());
-        assert_eq!(sent, vec![(0, vec![1]), (0, vec![2]), (0, vec![5]), (0, vec![6]), (0, vec![7]), (0, vec![8])]);
+        assert_eq!(sent, vec![(0, vec![1, 2]), (0, vec![5, 6]), (0, vec![7, 8])]);
         assert_eq!(freed, (1..=8).collect::<Vec<_>>(), "events 3 and 4, BU 1's, freed unsent");
         assert_eq!(ru.push_counters().dropped_for_excluded, 2);
     }

@@ -11,6 +11,11 @@ use crate::types::{BuId, EventNumber, EventRange, Nanos, Peer, push_event};
 use crate::unit::{Input, Notice, RuOutput};
 use std::collections::VecDeque;
 
+/// Longest the events of a block some FED has begun wait for the rest of their block to be seen
+/// before they are assigned (and so sent) without it, in nanoseconds: a block goes to its BU as one
+/// data message when it can, and the last block of a run, or one the throttle cut, still goes.
+pub const PARTIAL_BLOCK_WAIT_NS: Nanos = 1_000_000;
+
 /// The incarnation every push destination is sent to: push has no Hello to number BUs by, and a
 /// lost BU is excluded rather than brought back.
 pub const PUSH_EPOCH: u32 = 1;
@@ -33,6 +38,8 @@ pub struct PushRu {
     destinations: Destinations,
     /// The first event not yet assigned.
     next: EventNumber,
+    /// Since when events from `next` on are seen and wait for their block.
+    waiting_since: Option<Nanos>,
     /// Events at or above this fill the RU past its high-water mark: the throttle goes up.
     high_water_events: usize,
     out: VecDeque<RuOutput>,
@@ -44,6 +51,7 @@ impl PushRu {
     pub fn new(cfg: RuConfig, destinations: Destinations, high_water_events: usize) -> Self {
         PushRu {
             next: cfg.first_event,
+            waiting_since: None,
             ru: Ru::new(cfg),
             destinations,
             high_water_events,
@@ -91,7 +99,10 @@ impl PushRu {
             Input::Message { msg: msg @ Message::Drain { .. }, from } => {
                 self.ru.handle(now, Input::Message { from, msg });
             }
-            Input::Tick => self.ru.handle(now, Input::Tick),
+            Input::Tick => {
+                self.ru.handle(now, Input::Tick);
+                self.assign_seen(now, true);
+            }
             Input::Message { from, msg } => self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
                 what: format!(
                     "push RU {}: unexpected message from {from:?}: {}",
@@ -134,13 +145,19 @@ impl PushRu {
         self.ru.handle(now, Input::Message { from: Peer::Evm, msg });
     }
 
-    /// Assigns every event some FED has delivered to its destination, one assignment per block,
-    /// passes on what the RU outputs, and frees the events whose super-fragments left.
-    fn step(&mut self, now: Nanos) {
+    /// Assigns to its destination each block whose events some FED has delivered, the whole
+    /// block at once, so that it leaves as one data message; with `partial`, also the events of
+    /// a block begun, once they waited [`PARTIAL_BLOCK_WAIT_NS`].
+    fn assign_seen(&mut self, now: Nanos, partial: bool) {
         let seen = self.ru.seen_through();
+        let partial = partial && self.waiting_since.is_some_and(|t| now >= t.saturating_add(PARTIAL_BLOCK_WAIT_NS));
         while self.next < seen {
-            let block_end = self.destinations.block_start_at_or_after(self.next + 1).clamp(self.next + 1, seen);
-            let count = u32::try_from(block_end - self.next).unwrap_or(u32::MAX);
+            let block_end = self.destinations.block_start_at_or_after(self.next + 1);
+            if block_end > seen && !partial {
+                break;
+            }
+            let end = block_end.min(seen);
+            let count = u32::try_from(end - self.next).unwrap_or(u32::MAX);
             let range = EventRange { first: self.next, count };
             self.next += u64::from(count);
             // With no BU left nothing can be built: the events stay held, and the run fails.
@@ -148,6 +165,13 @@ impl PushRu {
                 self.assign(now, bu, vec![range]);
             }
         }
+        self.waiting_since = if self.next < seen { Some(self.waiting_since.unwrap_or(now)) } else { None };
+    }
+
+    /// Assigns what is seen, passes on what the RU outputs, and frees the events whose
+    /// super-fragments left.
+    fn step(&mut self, now: Nanos) {
+        self.assign_seen(now, false);
         let mut sent = Vec::new();
         while let Some(o) = self.ru.poll_output() {
             if let RuOutput::Send { to: Peer::Bu(bu), msg: Message::Data { parts, .. } } = &o {
@@ -169,9 +193,11 @@ impl PushRu {
         }
     }
 
-    /// When a tick has work (see [`Ru::next_timeout`]).
+    /// When a tick has work: the RU's time-outs (see [`Ru::next_timeout`]), and the wait of a
+    /// block begun.
     pub fn next_timeout(&self) -> Option<Nanos> {
-        self.ru.next_timeout()
+        let partial = self.waiting_since.map(|t| t.saturating_add(PARTIAL_BLOCK_WAIT_NS));
+        [self.ru.next_timeout(), partial].into_iter().flatten().min()
     }
 
     /// The next output.

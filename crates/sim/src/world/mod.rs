@@ -15,10 +15,9 @@ use tessera_evb::{Bu, BuConfig, RuConfig};
 mod checks;
 mod fed;
 mod network;
-mod readout;
 mod setup;
 
-use readout::Readout;
+use crate::readout::Readout;
 
 /// Counts of what a run injected and saw.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -10,10 +10,10 @@ use crate::scenario::{Bug, Scenario};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use tessera_evb::bu::BuBug;
 use tessera_evb::evm::EvmBug;
-use tessera_evb::push::{PushBu, PushNode, PushNodeBug, PushNodeConfig, PushRu};
+use tessera_evb::push::{PushBu, PushNodeBug, PushNodeConfig};
 use tessera_evb::ru::RuBug;
 use tessera_evb::types::{FedId, Nanos};
-use tessera_evb::{BuConfig, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_formats::orbit::MAX_EVENTS;
 use tessera_formats::tcds::TCDS_FED_ID;
 
@@ -172,29 +172,27 @@ impl World {
         }
         let readout = match sc.push {
             None => {
-                let mut evm = EvmNode::new(evm_cfg, ru_cfgs[0].clone());
-                // The trigger stream may end cleanly after the run's events, and no sooner.
-                evm.limit_trigger(sc.events);
-                Readout::Pull { evm: Box::new(evm), rus: ru_cfgs.iter().skip(1).map(|c| Ru::new(c.clone())).collect() }
+                let mut readout = Readout::pull(evm_cfg, &ru_cfgs);
+                if let Readout::Pull { evm, .. } = &mut readout {
+                    // The trigger stream may end cleanly after the run's events, and no sooner.
+                    evm.limit_trigger(sc.events);
+                }
+                readout
             }
-            Some(p) => {
-                let destinations = p.destinations(sc.first_event, t.n_bu);
-                // An RU throttles at an eighth of its window (128 events, 1.3 ms of triggers
-                // here), well before a BU ages an event (5 ms): a slow FED holds the trigger,
-                // and its events stay whole, as they would under pull.
-                let high_water = ru_cfgs[0].max_events_buffered / 8;
-                let node = PushNode::new(PushNodeConfig {
+            Some(p) => Readout::push(
+                PushNodeConfig {
                     ru: ru_cfgs[0].clone(),
                     n_ru: t.n_ru,
-                    destinations: destinations.clone(),
-                    high_water_events: high_water,
+                    destinations: p.destinations(sc.first_event, t.n_bu),
+                    // An RU throttles at an eighth of its window (128 events, 1.3 ms of triggers
+                    // here), well before a BU ages an event (5 ms): a slow FED holds the
+                    // trigger, and its events stay whole, as they would under pull.
+                    high_water_events: ru_cfgs[0].max_events_buffered / 8,
                     exclude_margin_events: 64,
                     bug: (sc.bug == Some(Bug::ExcludeUntold)).then_some(PushNodeBug::ExcludeUntold),
-                });
-                let rus =
-                    ru_cfgs.iter().skip(1).map(|c| PushRu::new(c.clone(), destinations.clone(), high_water)).collect();
-                Readout::Push { node: Box::new(node), rus }
-            }
+                },
+                &ru_cfgs,
+            ),
         };
         let mut world = World {
             readout,

@@ -1,17 +1,19 @@
-//! The readout side of a simulated system, under either protocol: under pull the EVM's node (RU 0
-//! with the event manager) and the other RUs; under push RU 0's push node and the other push RUs.
-//! The rest of the simulator reaches the units through these methods, whichever protocol runs.
+//! The readout side of a system, under either protocol: under pull the EVM's node (RU 0 with the
+//! event manager) and the other RUs; under push RU 0's push node and the other push RUs. The
+//! simulator and the ideal driver reach the units through these methods, whichever protocol
+//! runs.
 
 use tessera_evb::invariant::InvariantViolation;
 use tessera_evb::msg::FragmentRef;
+use tessera_evb::push::{Destinations, PushNodeConfig};
 use tessera_evb::push::{PushNode, PushRu};
 use tessera_evb::ru::BackPressure;
 use tessera_evb::types::{EventNumber, Nanos, Peer};
 use tessera_evb::unit::{Input, RuOutput, TriggerBreak};
-use tessera_evb::{EvmNode, Ru};
+use tessera_evb::{EvmConfig, EvmNode, Ru, RuConfig};
 
 /// RU 0's node and the other RUs.
-pub(super) enum Readout {
+pub(crate) enum Readout {
     /// The pull protocol.
     Pull {
         /// RU 0 with the EVM.
@@ -29,8 +31,23 @@ pub(super) enum Readout {
 }
 
 impl Readout {
+    /// Pull: the EVM's node over `rus[0]`, and the other RUs.
+    pub(crate) fn pull(evm: EvmConfig, rus: &[RuConfig]) -> Self {
+        let node = EvmNode::new(evm, rus[0].clone());
+        Readout::Pull { evm: Box::new(node), rus: rus[1..].iter().map(|c| Ru::new(c.clone())).collect() }
+    }
+
+    /// Push: RU 0's node as `node` says, and the other RUs over the same destinations, each
+    /// throttling at `node`'s high-water mark.
+    pub(crate) fn push(node: PushNodeConfig, rus: &[RuConfig]) -> Self {
+        let destinations: Destinations = node.destinations.clone();
+        let high_water = node.high_water_events;
+        let rus = rus[1..].iter().map(|c| PushRu::new(c.clone(), destinations.clone(), high_water)).collect();
+        Readout::Push { node: Box::new(PushNode::new(node)), rus }
+    }
+
     /// RU `r`'s readout unit.
-    pub(super) fn ru(&self, r: usize) -> &Ru {
+    pub(crate) fn ru(&self, r: usize) -> &Ru {
         match self {
             Readout::Pull { evm, rus } => {
                 if r == 0 {
@@ -50,7 +67,7 @@ impl Readout {
     }
 
     /// RU `r`'s readout unit, for what the driver tells it of its streams.
-    pub(super) fn ru_mut(&mut self, r: usize) -> &mut Ru {
+    pub(crate) fn ru_mut(&mut self, r: usize) -> &mut Ru {
         match self {
             Readout::Pull { evm, rus } => {
                 if r == 0 {
@@ -70,7 +87,7 @@ impl Readout {
     }
 
     /// RUs in the system.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Readout::Pull { rus, .. } => rus.len() + 1,
             Readout::Push { rus, .. } => rus.len() + 1,
@@ -78,7 +95,7 @@ impl Readout {
     }
 
     /// Offers RU `r` the next fragment of its FED at `fed`.
-    pub(super) fn offer(&mut self, now: Nanos, r: usize, fed: usize, f: FragmentRef) -> Result<(), BackPressure> {
+    pub(crate) fn offer(&mut self, now: Nanos, r: usize, fed: usize, f: FragmentRef) -> Result<(), BackPressure> {
         match self {
             Readout::Pull { evm, rus } if r == 0 => evm.offer_fragment(now, fed, f),
             Readout::Pull { rus, .. } => rus[r - 1].offer_fragment(now, fed, f),
@@ -88,7 +105,7 @@ impl Readout {
     }
 
     /// Gives `input` to RU node `node` (`Peer::Evm` is RU 0's node).
-    pub(super) fn handle(&mut self, now: Nanos, node: Peer, input: Input) {
+    pub(crate) fn handle(&mut self, now: Nanos, node: Peer, input: Input) {
         match (self, node) {
             (Readout::Pull { evm, .. }, Peer::Evm | Peer::Ru(0)) => evm.handle(now, input),
             (Readout::Pull { rus, .. }, Peer::Ru(r)) => rus[usize::from(r) - 1].handle(now, input),
@@ -99,7 +116,7 @@ impl Readout {
     }
 
     /// The next output of RU node `node`.
-    pub(super) fn poll(&mut self, node: Peer) -> Option<RuOutput> {
+    pub(crate) fn poll(&mut self, node: Peer) -> Option<RuOutput> {
         match (self, node) {
             (Readout::Pull { evm, .. }, Peer::Evm | Peer::Ru(0)) => evm.poll_output(),
             (Readout::Pull { rus, .. }, Peer::Ru(r)) => rus[usize::from(r) - 1].poll_output(),
@@ -110,7 +127,7 @@ impl Readout {
     }
 
     /// When RU node `node` has work on a tick.
-    pub(super) fn next_timeout(&self, node: Peer) -> Option<Nanos> {
+    pub(crate) fn next_timeout(&self, node: Peer) -> Option<Nanos> {
         match (self, node) {
             (Readout::Pull { evm, .. }, Peer::Evm | Peer::Ru(0)) => evm.next_timeout(),
             (Readout::Pull { rus, .. }, Peer::Ru(r)) => rus[usize::from(r) - 1].next_timeout(),
@@ -121,7 +138,7 @@ impl Readout {
     }
 
     /// The trigger stream ended at a fragment boundary.
-    pub(super) fn trigger_stream_ended(&mut self, now: Nanos) {
+    pub(crate) fn trigger_stream_ended(&mut self, now: Nanos) {
         match self {
             Readout::Pull { evm, .. } => evm.trigger_stream_ended(now, None),
             // Push scenarios end their trigger by run control's stop only.
@@ -130,7 +147,7 @@ impl Readout {
     }
 
     /// How the trigger stream broke, if it did.
-    pub(super) fn trigger_break(&self) -> Option<&TriggerBreak> {
+    pub(crate) fn trigger_break(&self) -> Option<&TriggerBreak> {
         match self {
             Readout::Pull { evm, .. } => evm.trigger_break(),
             Readout::Push { .. } => None,
@@ -138,7 +155,7 @@ impl Readout {
     }
 
     /// The last event triggered.
-    pub(super) fn last_triggered(&self) -> Option<EventNumber> {
+    pub(crate) fn last_triggered(&self) -> Option<EventNumber> {
         match self {
             Readout::Pull { evm, .. } => evm.evm.last_triggered(),
             Readout::Push { node, .. } => node.last_triggered(),
@@ -146,7 +163,7 @@ impl Readout {
     }
 
     /// Whether RU 0's node has drained the run.
-    pub(super) fn drained(&self) -> bool {
+    pub(crate) fn drained(&self) -> bool {
         match self {
             Readout::Pull { evm, .. } => evm.evm.drained(),
             Readout::Push { node, .. } => node.drained(),
@@ -154,7 +171,7 @@ impl Readout {
     }
 
     /// Whether some RU is past its high-water mark (push's throttle).
-    pub(super) fn throttled(&self) -> bool {
+    pub(crate) fn throttled(&self) -> bool {
         match self {
             Readout::Pull { .. } => false,
             Readout::Push { node, rus } => node.throttled() || rus.iter().any(PushRu::throttled),
@@ -162,7 +179,7 @@ impl Readout {
     }
 
     /// The conservation laws of every unit, the EVM's included: the first broken of each.
-    pub(super) fn check_invariants(&self) -> Vec<InvariantViolation> {
+    pub(crate) fn check_invariants(&self) -> Vec<InvariantViolation> {
         let evm = match self {
             Readout::Pull { evm, .. } => evm.evm.check_invariants().err(),
             Readout::Push { .. } => None,
@@ -171,7 +188,7 @@ impl Readout {
     }
 
     /// Events the EVM tracks (none under push), and what it is waiting for.
-    pub(super) fn evm_state(&self) -> (usize, String) {
+    pub(crate) fn evm_state(&self) -> (usize, String) {
         match self {
             Readout::Pull { evm, .. } => (evm.evm.events_in_flight(), evm.evm.pending()),
             Readout::Push { node, .. } => (0, format!("push; drained {}", node.drained())),
