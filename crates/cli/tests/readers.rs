@@ -76,7 +76,7 @@ fn run_2x2_four_readers_per_bu_read_every_file_once_and_the_run_ends_without_a_d
 fn run_2x2_a_reader_killed_after_a_grant_loses_its_file_to_another_after_the_lease() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let run = start(d, &system(d, ", claim_lease_s: 2"), &[("TESSERA_READER_FILE_DELAY_MS", "50")]);
+    let run = start(d, &system(d, ", claim_lease_s: 2"), &[("TESSERA_READER_FILE_DELAY_MS", "200")]);
     let out_dir = d.join("out");
     let victim = common::kill_when_found("a reader of bu0 holding a file", Duration::from_secs(60), || {
         common::children_running(run.id(), "reader", "/bu0")
