@@ -203,10 +203,9 @@ impl Ru {
         self.feds.iter().map(|f| f.lv1.expected()).min().unwrap_or(self.cfg.first_event)
     }
 
-    /// One past the newest event some FED of this RU has delivered: push assigns an event as
-    /// soon as one FED has delivered it.
-    pub fn seen_through(&self) -> EventNumber {
-        self.feds.iter().map(|f| f.lv1.expected()).max().unwrap_or(self.cfg.first_event)
+    /// The event the FED at `fed_index` is to deliver next: one past the newest it delivered.
+    pub fn expected_event(&self, fed_index: usize) -> EventNumber {
+        self.feds.get(fed_index).map_or(self.cfg.first_event, |f| f.lv1.expected())
     }
 
     /// The events held, each with the BU it is assigned to, if any.

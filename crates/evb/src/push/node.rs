@@ -141,7 +141,7 @@ impl PushNode {
         let from_event = if self.drained {
             self.last_triggered.map_or(self.ru.ru().config().first_event, |e| e + 1)
         } else {
-            d.block_start_at_or_after(self.ru.ru().seen_through() + self.exclude_margin_events)
+            d.block_start_at_or_after(self.ru.seen_through() + self.exclude_margin_events)
         }
         .max(d.last_change());
         let first_event = self.ru.ru().config().first_event;

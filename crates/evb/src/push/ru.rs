@@ -38,6 +38,9 @@ pub struct PushRu {
     destinations: Destinations,
     /// The first event not yet assigned.
     next: EventNumber,
+    /// One past the newest event some FED has delivered, kept as fragments come rather than
+    /// asked of every FED per fragment.
+    seen: EventNumber,
     /// Since when events from `next` on are seen and wait for their block.
     waiting_since: Option<Nanos>,
     /// Events at or above this fill the RU past its high-water mark: the throttle goes up.
@@ -51,6 +54,7 @@ impl PushRu {
     pub fn new(cfg: RuConfig, destinations: Destinations, high_water_events: usize) -> Self {
         PushRu {
             next: cfg.first_event,
+            seen: cfg.first_event,
             waiting_since: None,
             ru: Ru::new(cfg),
             destinations,
@@ -88,8 +92,15 @@ impl PushRu {
     /// Offers the next fragment of the FED at `fed_index` (see [`Ru::offer_fragment`]).
     pub fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
         let result = self.ru.offer_fragment(now, fed_index, fragment);
+        self.seen = self.seen.max(self.ru.expected_event(fed_index));
         self.step(now);
         result
+    }
+
+    /// One past the newest event some FED of this RU has delivered: push assigns events as
+    /// FEDs deliver them.
+    pub fn seen_through(&self) -> EventNumber {
+        self.seen
     }
 
     /// Handles one input: the exclusion of a BU from an event on, the drain, ticks.
@@ -149,7 +160,7 @@ impl PushRu {
     /// block at once, so that it leaves as one data message; with `partial`, also the events of
     /// a block begun, once they waited [`PARTIAL_BLOCK_WAIT_NS`].
     fn assign_seen(&mut self, now: Nanos, partial: bool) {
-        let seen = self.ru.seen_through();
+        let seen = self.seen;
         let partial = partial && self.waiting_since.is_some_and(|t| now >= t.saturating_add(PARTIAL_BLOCK_WAIT_NS));
         while self.next < seen {
             let block_end = self.destinations.block_start_at_or_after(self.next + 1);
