@@ -19,9 +19,12 @@ pub struct SystemConfig {
     /// The emulated trigger.
     #[serde(default)]
     pub trigger: TriggerSection,
-    /// The event manager, which runs beside RU 0.
+    /// The event manager, which runs beside RU 0 (pull).
     #[serde(default)]
     pub evm: EvmParams,
+    /// The push protocol's tuning (`run.protocol: push`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub push: PushParams,
     /// The readout units, at least one; `rus[0]` reads the trigger FED and hosts the EVM.
     pub rus: Vec<RuSection>,
     /// The builder units, at least one.
@@ -48,6 +51,7 @@ impl Default for SystemConfig {
             run: RunSection::default(),
             trigger: TriggerSection::default(),
             evm: EvmParams::default(),
+            push: PushParams::default(),
             rus: vec![RuSection::new("ru0", vec![TCDS_FED_ID, 0, 1, 2, 3]), RuSection::new("ru1", vec![4, 5, 6, 7])],
             bus: vec![BuSection::new("bu0"), BuSection::new("bu1")],
             ru: RuParams::default(),
@@ -87,6 +91,11 @@ impl SystemConfig {
     /// Whether the system builds orbits (`run.mode: orbit`).
     pub fn is_orbit_mode(&self) -> bool {
         self.run.mode == RunMode::Orbit
+    }
+
+    /// Whether events are pushed (`run.protocol: push`).
+    pub fn is_push(&self) -> bool {
+        self.run.protocol == Protocol::Push
     }
 
     /// How many of its units every front-end stream brings before it closes, if the run has a
@@ -141,6 +150,9 @@ pub struct RunSection {
     /// What the system builds: events from FEROL streams (`event`, the default), or whole
     /// orbits from DTH streams (`orbit`, HL-LHC).
     pub mode: RunMode,
+    /// How events reach the BUs: `pull` (the default: BUs ask the EVM for events) or `push`
+    /// (every RU sends each event to the BU a function of its number gives; tuned in `push`).
+    pub protocol: Protocol,
     /// Number of the first event, at least 1 (16777211 crosses the 24-bit LV1 wrap after 5
     /// events).
     pub first_event: u64,
@@ -171,6 +183,17 @@ pub enum RunMode {
     Orbit,
 }
 
+/// How events reach the BUs (docs/design.md §8).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// BUs ask the EVM for events; RUs send them what it assigned.
+    #[default]
+    Pull,
+    /// Every RU sends each event to the BU a function of its number gives; no event manager.
+    Push,
+}
+
 /// Seconds a run lasts when the file says nothing about when it stops.
 pub const DEFAULT_RUN_SECONDS: f64 = 10.0;
 
@@ -179,6 +202,7 @@ impl Default for RunSection {
         RunSection {
             number: 1,
             mode: RunMode::Event,
+            protocol: Protocol::Pull,
             first_event: 1,
             events: None,
             orbits: None,
@@ -198,6 +222,8 @@ struct RunFile {
     number: u32,
     #[serde(default)]
     mode: RunMode,
+    #[serde(default)]
+    protocol: Protocol,
     #[serde(default = "one_u64")]
     first_event: u64,
     #[serde(default)]
@@ -222,6 +248,7 @@ impl From<RunFile> for RunSection {
         RunSection {
             number: f.number,
             mode: f.mode,
+            protocol: f.protocol,
             first_event: f.first_event,
             events: f.events,
             orbits: f.orbits,
@@ -313,6 +340,50 @@ impl Default for EvmParams {
             max_assigned_per_bu: 4096,
             assign_delay_us: 100,
             lumi_section_timeout_s: 30.0,
+        }
+    }
+}
+
+/// The push protocol's tuning, used when `run.protocol` is `push`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PushParams {
+    /// Consecutive events that go to one BU, at least 1: each RU sends a block as one message.
+    pub block_events: u64,
+    /// The BUs that get events, by name, round robin in this order; absent: every BU. A BU left
+    /// out runs and gets none (masking a BU is configuration).
+    pub bus: Option<Vec<String>>,
+    /// A BU ships an event incomplete once a part of an event this many events newer has come,
+    /// at least 1.
+    pub age_events: u64,
+    /// ... or this long after its first part came, in ms, at least 1.
+    pub age_ms: u64,
+    /// A BU raises the throttle when it holds this share of `bu.max_events_in_flight`, in
+    /// percent (1..=100).
+    pub bu_high_water_percent: u8,
+    /// An RU raises the throttle when it holds this share of `ru.max_events_buffered`, in
+    /// percent (1..=100).
+    pub ru_high_water_percent: u8,
+    /// A lost BU gets no event from the first block this many events past the newest RU 0 has
+    /// seen: every RU must not have sent it a part of them yet.
+    pub exclude_margin_events: u64,
+    /// The RUs keep within this many event numbers of each other: a FED stream further ahead of
+    /// the slowest RU waits (and the trigger with it). At least 1, below `age_events`, so that
+    /// the RUs' normal spread never ages an event.
+    pub window_events: u64,
+}
+
+impl Default for PushParams {
+    fn default() -> Self {
+        PushParams {
+            block_events: 64,
+            bus: None,
+            age_events: 4096,
+            age_ms: 200,
+            bu_high_water_percent: 80,
+            ru_high_water_percent: 80,
+            exclude_margin_events: 4096,
+            window_events: 2048,
         }
     }
 }

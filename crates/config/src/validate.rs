@@ -517,7 +517,48 @@ impl SystemConfig {
         advice
     }
 
+    /// The push section: checked whatever the protocol, so that a file switched to push later
+    /// holds no surprise.
+    fn validate_push(&self, p: &mut Problems) {
+        let push = &self.push;
+        p.at_least_one("push.block_events", push.block_events);
+        p.at_least_one("push.age_events", push.age_events);
+        p.at_least_one("push.age_ms", push.age_ms);
+        p.at_least_one("push.window_events", push.window_events);
+        if push.window_events >= push.age_events {
+            p.add(
+                "push.window_events",
+                format!(
+                    "{} is not below push.age_events ({}): RUs that far apart would age events that are only late",
+                    push.window_events, push.age_events
+                ),
+            );
+        }
+        for (key, percent) in [
+            ("push.bu_high_water_percent", push.bu_high_water_percent),
+            ("push.ru_high_water_percent", push.ru_high_water_percent),
+        ] {
+            if !(1..=100).contains(&percent) {
+                p.add(key, format!("{percent} is outside 1..=100"));
+            }
+        }
+        if let Some(names) = &push.bus {
+            if names.is_empty() {
+                p.add("push.bus", "names no BU: at least one must get events");
+            }
+            for (i, name) in names.iter().enumerate() {
+                if !self.bus.iter().any(|b| &b.name == name) {
+                    let known: Vec<&str> = self.bus.iter().map(|b| b.name.as_str()).collect();
+                    p.add(format!("push.bus[{i}]"), format!("no BU is named {name:?} (the BUs: {})", known.join(", ")));
+                } else if names[..i].contains(name) {
+                    p.add(format!("push.bus[{i}]"), format!("{name:?} is named twice"));
+                }
+            }
+        }
+    }
+
     fn validate_params(&self, p: &mut Problems) {
+        self.validate_push(p);
         let evm = &self.evm;
         p.at_least_one("evm.assign_batch_events", evm.assign_batch_events.into());
         p.at_least_one("evm.max_assigned_per_bu", evm.max_assigned_per_bu.into());

@@ -15,13 +15,14 @@ use tessera_emu::dth::DthSenderConfig;
 use tessera_emu::generator::StreamConfig;
 use tessera_emu::orbit::OrbitStreamConfig;
 use tessera_emu::sender::{Limits, SenderConfig, Sink};
+use tessera_evb::push::{Destinations, PushBu};
 use tessera_evb::{BuConfig, EvmConfig, RuConfig};
 use tessera_formats::orbit::DEFAULT_MAX_BLOCK_BYTES;
 use tessera_rundir::resources::FarmLimits;
 use tessera_runtime::bu_node::BuNodeConfig;
 use tessera_runtime::ferol_input::Framing;
 use tessera_runtime::link::LinkKey;
-use tessera_runtime::ru_node::RuNodeConfig;
+use tessera_runtime::ru_node::{PushLeader, PushPlan, RuNodeConfig};
 
 use crate::system::SystemPlan;
 
@@ -283,7 +284,13 @@ pub fn ru_node(
     let p = cfg.ru_params(i);
     let n_ru = cfg.rus.len() as u16;
     let n_bu = cfg.bus.len() as u16;
-    let evm = (i == 0).then(|| EvmConfig {
+    let push = cfg.is_push().then(|| PushPlan {
+        destinations: destinations(cfg),
+        high_water_events: (p.max_events_buffered as usize * usize::from(cfg.push.ru_high_water_percent) / 100).max(1),
+        window_events: cfg.push.window_events,
+        leader: (i == 0).then_some(PushLeader { n_ru, n_bu, exclude_margin_events: cfg.push.exclude_margin_events }),
+    });
+    let evm = (i == 0 && !cfg.is_push()).then(|| EvmConfig {
         assign_batch_events: cfg.evm.assign_batch_events,
         assign_delay_ns: cfg.evm.assign_delay_us * 1000,
         max_assigned_per_bu: cfg.evm.max_assigned_per_bu as usize,
@@ -301,6 +308,7 @@ pub fn ru_node(
             ..RuConfig::new(i as u16, section.feds.clone())
         },
         evm,
+        push,
         ferol_listener,
         control_listener,
         bu_data,
@@ -324,6 +332,18 @@ pub fn ru_node(
     }
 }
 
+/// The push protocol's destination function: blocks of `push.block_events` events round robin
+/// over the BUs `push.bus` names (all, if it names none), from the run's first event.
+pub fn destinations(cfg: &SystemConfig) -> Destinations {
+    let bus: Vec<u16> = match &cfg.push.bus {
+        Some(names) => {
+            names.iter().filter_map(|n| cfg.bus.iter().position(|b| &b.name == n)).map(|b| b as u16).collect()
+        }
+        None => (0..cfg.bus.len() as u16).collect(),
+    };
+    Destinations::new(first_unit(cfg), cfg.push.block_events, bus)
+}
+
 /// The configuration of BU `i`'s node, writing under `output` (or its own directory), asking
 /// the EVM at `evm`; `restart` for an incarnation started again after a crash.
 pub fn bu_node(
@@ -344,6 +364,13 @@ pub fn bu_node(
             request_batch_events: p.request_batch_events,
             max_events_per_file: p.max_events_per_file,
             file_timeout_ns: p.file_timeout_ms * 1_000_000,
+            push: cfg.is_push().then(|| PushBu {
+                age_events: cfg.push.age_events,
+                age_ns: cfg.push.age_ms * 1_000_000,
+                message_events_max: cfg.ru.max_parts_per_message,
+                high_water_events: (u64::from(p.max_events_in_flight) * u64::from(cfg.push.bu_high_water_percent) / 100)
+                    .max(1) as u32,
+            }),
             ..BuConfig::new(i as u16, cfg.rus.len() as u16)
         },
         data_listener,

@@ -39,6 +39,7 @@ pub mod node;
 pub mod push;
 mod ring;
 pub mod ru;
+pub mod trigger_stream;
 pub mod types;
 pub mod unit;
 pub mod wire;

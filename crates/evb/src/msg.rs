@@ -205,6 +205,14 @@ pub enum Message {
         /// The first event it no longer receives.
         from_event: EventNumber,
     },
+    /// Push, between RU 0's node and each other RU, both ways: every FED still sending of the
+    /// sender has delivered every event before `through`. A FED stream more than the push
+    /// window ahead of the slowest RU waits, so that the RUs stay within a window of event
+    /// numbers of each other and the trigger holds for the slowest.
+    Progress {
+        /// The first event some FED of the sender has not delivered yet.
+        through: EventNumber,
+    },
 }
 
 impl Message {

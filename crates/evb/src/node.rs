@@ -11,6 +11,7 @@
 use crate::evm::{Evm, EvmConfig};
 use crate::msg::{FragmentRef, Message};
 use crate::ru::{BackPressure, Ru, RuConfig};
+use crate::trigger_stream::TriggerStream;
 use crate::types::{Nanos, Peer};
 use crate::unit::{EvmOutput, Input, Notice, RuOutput, TriggerBreak};
 use std::collections::VecDeque;
@@ -24,13 +25,8 @@ pub struct EvmNode {
     /// RU 0.
     pub ru: Ru,
     out: VecDeque<RuOutput>,
-    /// Events the trigger stream is expected to bring before it may close: the run's event
-    /// limit or run control's stop line, whichever is lower.
-    trigger_limit: Option<u64>,
-    /// The trigger is off: run control stopped it, its stream ended cleanly, or it broke.
-    trigger_stopped: bool,
-    /// How the trigger stream broke, if it did.
-    trigger_break: Option<TriggerBreak>,
+    /// The trigger stream's end.
+    trigger: TriggerStream,
     /// The other RUs were told the run is drained.
     drain_sent: bool,
 }
@@ -43,58 +39,51 @@ impl EvmNode {
             evm: Evm::new(evm),
             ru: Ru::new(ru),
             out: VecDeque::new(),
-            trigger_limit: None,
-            trigger_stopped: false,
-            trigger_break: None,
+            trigger: TriggerStream::default(),
         }
     }
 
     /// The trigger stream may close cleanly after `events` events (the run's event limit, or
     /// run control's stop line); a lower limit given later wins.
     pub fn limit_trigger(&mut self, events: u64) {
-        self.trigger_limit = Some(self.trigger_limit.map_or(events, |n| n.min(events)));
+        self.trigger.limit(events);
     }
 
     /// Whether the trigger is off: stopped by run control, ended cleanly, or broken.
     pub fn trigger_stopped(&self) -> bool {
-        self.trigger_stopped
+        self.trigger.stopped()
     }
 
     /// How the trigger stream broke before run control stopped the trigger, if it did.
     pub fn trigger_break(&self) -> Option<&TriggerBreak> {
-        self.trigger_break.as_ref()
+        self.trigger.broke()
     }
 
     /// The trigger stream ended: closed at a fragment boundary (`broken` none) or could not be
     /// read on (`broken` says why). Its close after the trigger limit stops the trigger
     /// cleanly; any other end before run control stopped the trigger breaks the run.
     pub fn trigger_stream_ended(&mut self, now: Nanos, broken: Option<String>) {
-        if self.trigger_stopped {
+        if self.trigger.stopped() {
             return;
         }
-        match broken {
-            Some(why) => self.break_trigger(now, TriggerBreak::Broken(why)),
-            None if self.trigger_limit.is_some_and(|n| self.evm.counters().triggered >= n) => self.stop_trigger(now),
-            None => self.break_trigger(now, TriggerBreak::Closed { expected: self.trigger_limit }),
-        }
+        let what = self.trigger.ended(self.evm.counters().triggered, broken);
+        self.trigger_off(now, what);
         self.pump(now);
     }
 
-    fn stop_trigger(&mut self, now: Nanos) {
-        self.trigger_stopped = true;
+    /// The trigger went off (`what`: the break, if it was one): a break is said, and the EVM
+    /// drains the events triggered before it.
+    fn trigger_off(&mut self, now: Nanos, what: Option<TriggerBreak>) {
+        if let Some(what) = what {
+            let notice = Notice::TriggerStreamBroken {
+                what,
+                fragments: self.evm.counters().triggered,
+                last_event: self.evm.last_triggered(),
+            };
+            self.out.push_back(RuOutput::Notice(notice));
+        }
         let last_event = self.evm.last_triggered();
         self.evm.handle(now, Input::StopTrigger { last_event });
-    }
-
-    fn break_trigger(&mut self, now: Nanos, what: TriggerBreak) {
-        let notice = Notice::TriggerStreamBroken {
-            what: what.clone(),
-            fragments: self.evm.counters().triggered,
-            last_event: self.evm.last_triggered(),
-        };
-        self.trigger_break = Some(what);
-        self.out.push_back(RuOutput::Notice(notice));
-        self.stop_trigger(now);
     }
 
     /// Offers the next fragment of the FED at `fed_index` of RU 0 (see [`Ru::offer_fragment`]).
@@ -117,11 +106,13 @@ impl EvmNode {
                 self.pump(now);
                 self.ru.handle(now, Input::Tick);
             }
-            Input::StopTrigger { .. } if self.trigger_stopped => {}
-            other => {
-                self.trigger_stopped |= matches!(other, Input::StopTrigger { .. });
-                self.evm.handle(now, other)
+            Input::StopTrigger { last_event } => {
+                // Once: a later stop (the stream's end after run control's) changes nothing.
+                if self.trigger.stop() {
+                    self.evm.handle(now, Input::StopTrigger { last_event });
+                }
             }
+            other => self.evm.handle(now, other),
         }
         self.pump(now);
     }
@@ -134,14 +125,14 @@ impl EvmNode {
                 moved = true;
                 match o {
                     // After a break, a trigger fragment is of no event.
-                    RuOutput::Triggered { .. } if self.trigger_break.is_some() => {}
+                    RuOutput::Triggered { .. } if self.trigger.broke().is_some() => {}
                     RuOutput::Triggered { event, lumi_section } => self.evm.triggered(now, event, lumi_section),
                     // The trigger FED's sync loss is said as such (counted against it) and
                     // breaks the trigger stream.
                     RuOutput::Notice(notice @ Notice::SyncLoss { fed: TCDS_FED_ID, expected, found_lv1 }) => {
                         self.out.push_back(RuOutput::Notice(notice));
-                        if !self.trigger_stopped {
-                            self.break_trigger(now, TriggerBreak::SyncLost { expected, found_lv1 });
+                        if let Some(what) = self.trigger.sync_lost(expected, found_lv1) {
+                            self.trigger_off(now, Some(what));
                         }
                     }
                     RuOutput::Send { to: Peer::Bu(bu), msg: Message::Data { ru, epoch, parts, mut commits } } => {

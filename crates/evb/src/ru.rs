@@ -208,6 +208,12 @@ impl Ru {
         self.feds.get(fed_index).map_or(self.cfg.first_event, |f| f.lv1.expected())
     }
 
+    /// The first event some FED still sending has not delivered: FEDs stalled past the fragment
+    /// time-out, out of sync or ended are not waited for. `None` when no FED is left sending.
+    pub fn sending_through(&self) -> Option<EventNumber> {
+        self.feds.iter().filter(|f| f.state == FedState::Normal).map(|f| f.lv1.expected()).min()
+    }
+
     /// The events held, each with the BU it is assigned to, if any.
     pub fn held_assignments(&self) -> impl Iterator<Item = (EventNumber, Option<BuId>)> + '_ {
         self.events.iter().map(|(event, e)| (event, e.assigned.map(|(bu, _, _)| bu)))
@@ -523,6 +529,7 @@ pub(crate) fn message_name(msg: &Message) -> &'static str {
         Message::EndOfLumi { .. } => "EndOfLumi",
         Message::EndOfRun { .. } => "EndOfRun",
         Message::Exclude { .. } => "Exclude",
+        Message::Progress { .. } => "Progress",
     }
 }
 

@@ -109,6 +109,9 @@ pub struct Conn {
     out_offset: usize,
     queued_bytes: usize,
     want_write: bool,
+    /// The fragments of the data frames written, kept for the unit when it asks
+    /// ([`Conn::track_written`]): a push RU releases a fragment's memory only then.
+    written: Option<Vec<BufferRef>>,
     /// The poller said readable and the last read did not say it would block.
     pub readable: bool,
 }
@@ -157,6 +160,7 @@ impl Conn {
             max_body_bytes,
             position: 0,
             out: VecDeque::new(),
+            written: None,
             out_offset: 0,
             queued_bytes: 0,
             want_write: false,
@@ -216,6 +220,30 @@ impl Conn {
         self.out.push_back((OutFrame::Data { header, fragments }, len));
     }
 
+    /// From now on, keeps the fragments of each data frame once it is written, for
+    /// [`Conn::take_written`].
+    pub fn track_written(&mut self) {
+        self.written.get_or_insert_with(Vec::new);
+    }
+
+    /// The fragments of the data frames written since the last call (with
+    /// [`Conn::track_written`]).
+    pub fn take_written(&mut self) -> Vec<BufferRef> {
+        self.written.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The connection is done with: the fragments of every data frame it still held, written
+    /// or not (with [`Conn::track_written`]), for their memory to be released.
+    pub fn into_unwritten(mut self) -> Vec<BufferRef> {
+        let mut all = self.take_written();
+        for (frame, _) in self.out.drain(..) {
+            if let OutFrame::Data { fragments, .. } = frame {
+                all.extend(fragments);
+            }
+        }
+        all
+    }
+
     /// Writes what is queued until done or the socket would block; then asks the poller for
     /// writability (or stops asking once done). On a connection this unit opened, nothing is
     /// written before the peer's challenge is answered.
@@ -262,7 +290,10 @@ impl Conn {
                     break;
                 }
                 done -= len;
-                self.out.pop_front();
+                let (frame, _) = self.out.pop_front().expect("counted");
+                if let (Some(written), OutFrame::Data { fragments, .. }) = (&mut self.written, frame) {
+                    written.extend(fragments);
+                }
             }
             self.out_offset = done;
         }

@@ -44,11 +44,17 @@ pub enum Throttle {
     /// would pass the high-water mark (it asks for no events), or a file does not fit, or a
     /// write found the disk full (the file waits, whole, until there is room).
     RamdiskFull = 8,
+    /// Push: the unit holds events past its high-water mark (a BU those it builds and writes,
+    /// an RU those it has not yet sent): the trigger holds.
+    PushHighWater = 9,
+    /// Push: an RU's FED streams wait for the slowest RU to come within the window of event
+    /// numbers the RUs keep (`push.window_events`): the trigger holds for it.
+    PushWindow = 10,
 }
 
 impl Throttle {
     /// Every reason a unit may hold back for (all but [`Throttle::None`]).
-    pub const REASONS: [Throttle; 8] = [
+    pub const REASONS: [Throttle; 10] = [
         Throttle::RamdiskHighWater,
         Throttle::RamdiskFull,
         Throttle::BuffersFull,
@@ -57,6 +63,8 @@ impl Throttle {
         Throttle::TooManyLsQueued,
         Throttle::FuOutputHigh,
         Throttle::ResourceSummaryStale,
+        Throttle::PushHighWater,
+        Throttle::PushWindow,
     ];
 
     /// The stable key.
@@ -71,6 +79,8 @@ impl Throttle {
             Throttle::TooManyLsQueued => keys::TOO_MANY_LS_QUEUED,
             Throttle::FuOutputHigh => keys::FU_OUTPUT_HIGH,
             Throttle::ResourceSummaryStale => keys::RESOURCE_SUMMARY_STALE,
+            Throttle::PushHighWater => "PUSH_HIGH_WATER",
+            Throttle::PushWindow => "PUSH_WINDOW",
         }
     }
 
@@ -102,6 +112,12 @@ impl Throttle {
             Throttle::FuOutputHigh => "An FU's output disk is above its high-water mark: the BU asks for no events.",
             Throttle::ResourceSummaryStale => {
                 "No FU has published its resource summary recently: the BU asks for no events."
+            }
+            Throttle::PushHighWater => {
+                "Push: a unit holds events past its high-water mark; the trigger holds until it has room."
+            }
+            Throttle::PushWindow => {
+                "Push: an RU is a window of events ahead of the slowest RU and waits for it; the trigger holds."
             }
         }
     }
@@ -303,6 +319,18 @@ pub struct UnitStats {
     pub events_built: Gauge,
     /// Events built with a part missing (BU).
     pub incomplete_events: Gauge,
+    /// Push: events shipped incomplete because they aged (BU), a part of one never came.
+    pub aged_events: Gauge,
+    /// Push: super-fragments that came after their event was shipped, dropped (BU).
+    pub late_parts: Gauge,
+    /// Push: super-fragments not sent because their BU was excluded or could not be reached
+    /// (RU).
+    pub parts_unsent: Gauge,
+    /// Push: BUs excluded from the run after their loss (RU 0).
+    pub bus_excluded: Gauge,
+    /// Push: events the destination function gave the BUs excluded before their exclusion
+    /// (RU 0): those each did not publish are lost with it.
+    pub events_to_excluded: Gauge,
     /// Events published in files (BU).
     pub events_published: Gauge,
     /// Files published (BU).

@@ -90,9 +90,11 @@ impl<F: Effects> IdealSystem<F> {
                 PushNodeConfig {
                     ru: ru_cfgs[0].clone(),
                     n_ru,
+                    n_bu,
                     destinations: p.destinations(first_event, n_bu),
                     high_water_events: ru_cfgs[0].max_events_buffered / 8,
                     exclude_margin_events: 4096,
+                    window_events: None,
                     bug: None,
                 },
                 &ru_cfgs,

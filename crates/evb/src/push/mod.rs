@@ -236,9 +236,11 @@ mod tests {
         let cfg = PushNodeConfig {
             ru: RuConfig::new(0, vec![TCDS_FED_ID]),
             n_ru: 2,
+            n_bu: 2,
             destinations: Destinations::new(1, 2, vec![0, 1]),
             high_water_events: 100,
             exclude_margin_events: 3,
+            window_events: None,
             bug: None,
         };
         let mut node = PushNode::new(cfg);

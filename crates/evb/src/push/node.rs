@@ -8,9 +8,11 @@
 use super::{Destinations, PushRu};
 use crate::msg::{FragmentRef, Message};
 use crate::ru::{BackPressure, RuConfig};
+use crate::trigger_stream::TriggerStream;
 use crate::types::{BuId, EventNumber, Nanos, Peer, RuId};
-use crate::unit::{Input, Notice, RuOutput};
+use crate::unit::{Input, Notice, RuOutput, TriggerBreak};
 use std::collections::VecDeque;
+use tessera_formats::tcds::TCDS_FED_ID;
 
 /// Configuration of RU 0's node under push.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +21,9 @@ pub struct PushNodeConfig {
     pub ru: RuConfig,
     /// RUs in the system, RU 0 included.
     pub n_ru: u16,
+    /// BUs in the system, those the destination function leaves out included (they may still
+    /// connect).
+    pub n_bu: u16,
     /// The destination function, the same as every RU's.
     pub destinations: Destinations,
     /// Events RU 0 holds at which the throttle rises.
@@ -27,6 +32,9 @@ pub struct PushNodeConfig {
     /// event RU 0 has seen, so that no RU has sent it a part of an event from then on. Default
     /// 4096.
     pub exclude_margin_events: u64,
+    /// Keep the RUs within this many event numbers of each other ([`PushRu::with_window`]);
+    /// `None` where the driver keeps them in step itself (the simulator's one trigger).
+    pub window_events: Option<u64>,
     /// Test-only: a deliberate protocol bug, for the simulator's self-check.
     pub bug: Option<PushNodeBug>,
 }
@@ -50,16 +58,23 @@ struct OpenLumi {
 pub struct PushNode {
     ru: PushRu,
     n_ru: u16,
+    n_bu: u16,
     exclude_margin_events: u64,
     bug: Option<PushNodeBug>,
-    /// Every BU ever enabled and not excluded: those told of lumi sections and the run's end.
+    /// Every BU not excluded, those the destination function leaves out included: those told of
+    /// lumi sections (with no events, if left out) and the run's end.
     bus: Vec<BuId>,
     open_lumi: Option<OpenLumi>,
     /// Lumi sections ended, and the last.
     lumi_sections: u32,
     last_lumi_section: u32,
     last_triggered: Option<EventNumber>,
-    /// Run control's stop: the run's last event (none if nothing was triggered).
+    /// Events triggered.
+    triggered: u64,
+    /// The trigger stream's end.
+    trigger: TriggerStream,
+    /// The trigger is off (run control's stop, the stream's end or break): the run's last event
+    /// (none if nothing was triggered).
     stop: Option<Option<EventNumber>>,
     drained: bool,
     out: VecDeque<RuOutput>,
@@ -69,8 +84,15 @@ impl PushNode {
     /// RU 0's node at the start of a run.
     pub fn new(cfg: PushNodeConfig) -> Self {
         PushNode {
-            bus: cfg.destinations.current().to_vec(),
-            ru: PushRu::new(cfg.ru, cfg.destinations, cfg.high_water_events),
+            bus: (0..cfg.n_bu).collect(),
+            n_bu: cfg.n_bu,
+            ru: {
+                let ru = PushRu::new(cfg.ru, cfg.destinations, cfg.high_water_events);
+                match cfg.window_events {
+                    Some(w) => ru.with_window(w, (1..cfg.n_ru).map(Peer::Ru).collect()),
+                    None => ru,
+                }
+            },
             n_ru: cfg.n_ru,
             exclude_margin_events: cfg.exclude_margin_events,
             bug: cfg.bug,
@@ -78,6 +100,8 @@ impl PushNode {
             lumi_sections: 0,
             last_lumi_section: 0,
             last_triggered: None,
+            triggered: 0,
+            trigger: TriggerStream::default(),
             stop: None,
             drained: false,
             out: VecDeque::new(),
@@ -99,10 +123,68 @@ impl PushNode {
         self.last_triggered
     }
 
+    /// BUs in the run, excluded ones included.
+    pub fn n_bu(&self) -> u16 {
+        self.n_bu
+    }
+
+    /// Events triggered.
+    pub fn triggered(&self) -> u64 {
+        self.triggered
+    }
+
     /// Whether the run is drained: the trigger stopped, every lumi section ended, and the BUs
     /// and RUs told.
     pub fn drained(&self) -> bool {
         self.drained
+    }
+
+    /// Whether the trigger is off: stopped by run control, ended cleanly, or broken.
+    pub fn trigger_stopped(&self) -> bool {
+        self.trigger.stopped()
+    }
+
+    /// How the trigger stream broke before run control stopped the trigger, if it did.
+    pub fn trigger_break(&self) -> Option<&TriggerBreak> {
+        self.trigger.broke()
+    }
+
+    /// The trigger stream may close cleanly after `events` events (the run's event limit, or
+    /// run control's stop line); a lower limit given later wins.
+    pub fn limit_trigger(&mut self, events: u64) {
+        self.trigger.limit(events);
+    }
+
+    /// The trigger stream ended: closed at a fragment boundary (`broken` none) or could not be
+    /// read on (`broken` says why). Its close at the trigger limit stops the trigger cleanly;
+    /// any other end before run control's stop breaks the run, and the events triggered before
+    /// it are drained.
+    pub fn trigger_stream_ended(&mut self, now: Nanos, broken: Option<String>) {
+        if self.trigger.stopped() {
+            return;
+        }
+        let what = self.trigger.ended(self.triggered, broken);
+        self.trigger_off(what);
+        self.pump(now);
+    }
+
+    /// The trigger went off (`what`: the break, if it was one) at the last event triggered.
+    fn trigger_off(&mut self, what: Option<TriggerBreak>) {
+        if let Some(what) = what {
+            let notice =
+                Notice::TriggerStreamBroken { what, fragments: self.triggered, last_event: self.last_triggered };
+            self.out.push_back(RuOutput::Notice(notice));
+        }
+        self.stop.get_or_insert(self.last_triggered);
+    }
+
+    /// What keeps the node from having drained, for a report on a stuck run.
+    pub fn pending(&self) -> String {
+        match self.stop {
+            None => "the trigger is on".to_string(),
+            Some(last) if !self.drained => format!("waiting for the trigger of event {last:?}"),
+            Some(_) => format!("{} events held by RU 0", self.ru.ru().events_buffered()),
+        }
     }
 
     /// Whether RU 0 is past its high-water mark.
@@ -121,7 +203,9 @@ impl PushNode {
     pub fn handle(&mut self, now: Nanos, input: Input) {
         match input {
             Input::StopTrigger { last_event } => {
-                self.stop.get_or_insert(last_event);
+                if self.trigger.stop() {
+                    self.stop = Some(last_event);
+                }
             }
             Input::PeerLost(Peer::Bu(bu)) => self.exclude(now, bu),
             Input::PeerLost(_) => {}
@@ -173,12 +257,22 @@ impl PushNode {
     fn pump(&mut self, now: Nanos) {
         while let Some(o) = self.ru.poll_output() {
             match o {
+                // After a break, a trigger fragment is of no event.
+                RuOutput::Triggered { .. } if self.trigger.broke().is_some() => {}
                 RuOutput::Triggered { event, lumi_section } => {
                     if self.open_lumi.is_some_and(|l| l.lumi_section != lumi_section) {
                         self.end_lumi(event - 1);
                     }
                     self.open_lumi.get_or_insert(OpenLumi { lumi_section, first_event: event });
                     self.last_triggered = Some(event);
+                    self.triggered += 1;
+                }
+                // The trigger FED's sync loss is said as such and breaks the trigger stream.
+                RuOutput::Notice(notice @ Notice::SyncLoss { fed: TCDS_FED_ID, expected, found_lv1 }) => {
+                    self.out.push_back(RuOutput::Notice(notice));
+                    if let Some(what) = self.trigger.sync_lost(expected, found_lv1) {
+                        self.trigger_off(Some(what));
+                    }
                 }
                 other => self.out.push_back(other),
             }

@@ -47,6 +47,27 @@ pub struct PushRu {
     high_water_events: usize,
     out: VecDeque<RuOutput>,
     counters: PushRuCounters,
+    /// The window that keeps the RUs in step, if set ([`PushRu::with_window`]).
+    window: Option<Window>,
+}
+
+/// The window of event numbers within which the RUs stay of each other (see
+/// [`Message::Progress`]): each RU tells its peers how far its FEDs still sending have delivered, and a FED
+/// stream more than `events` past the slowest peer's point waits.
+#[derive(Debug, Clone)]
+struct Window {
+    events: u64,
+    /// Each peer and its last point ([`Ru::sending_through`]).
+    peers: Vec<(Peer, EventNumber)>,
+    /// The point last told the peers.
+    told: EventNumber,
+}
+
+impl Window {
+    /// The last event a FED stream may deliver: `events` past the slowest peer.
+    fn line(&self) -> EventNumber {
+        self.peers.iter().map(|&(_, e)| e).min().map_or(EventNumber::MAX, |e| e.saturating_add(self.events))
+    }
 }
 
 impl PushRu {
@@ -61,7 +82,31 @@ impl PushRu {
             high_water_events,
             out: VecDeque::new(),
             counters: PushRuCounters::default(),
+            window: None,
         }
+    }
+
+    /// Keeps this RU within `events` event numbers of `peers` (RU 0's node: every other RU;
+    /// another RU: RU 0's node): it tells them how far its FEDs have delivered, each time that
+    /// moves by an eighth of the window, and a FED stream more than `events` ahead of the
+    /// slowest of them waits ([`PushRu::accepts`]). The slowest FED of the system never waits
+    /// for the window: the trigger holds for it, as a throttle would.
+    pub fn with_window(mut self, events: u64, peers: Vec<Peer>) -> Self {
+        let first = self.ru.config().first_event;
+        self.window =
+            Some(Window { events: events.max(1), peers: peers.into_iter().map(|p| (p, first)).collect(), told: first });
+        self
+    }
+
+    /// Whether the RU takes the next fragment of the FED at `fed_index`: the RU has room
+    /// ([`Ru::accepts`]) and the fragment's event is within the window.
+    pub fn accepts(&self, fed_index: usize) -> bool {
+        self.ru.accepts(fed_index) && self.window.as_ref().is_none_or(|w| self.ru.expected_event(fed_index) <= w.line())
+    }
+
+    /// Whether a FED stream waits for the window: some peer is more than the window behind.
+    pub fn held_by_window(&self) -> bool {
+        self.window.as_ref().is_some_and(|w| self.ru.sending_through().is_some_and(|d| d > w.line()))
     }
 
     /// The RU inside.
@@ -107,6 +152,11 @@ impl PushRu {
     pub fn handle(&mut self, now: Nanos, input: Input) {
         match input {
             Input::Message { msg: Message::Exclude { bu, from_event }, .. } => self.exclude(now, bu, from_event),
+            Input::Message { msg: Message::Progress { through }, from } => {
+                if let Some(p) = self.window.as_mut().and_then(|w| w.peers.iter_mut().find(|(p, _)| *p == from)) {
+                    p.1 = p.1.max(through);
+                }
+            }
             Input::Message { msg: msg @ Message::Drain { .. }, from } => {
                 self.ru.handle(now, Input::Message { from, msg });
             }
@@ -179,9 +229,24 @@ impl PushRu {
         self.waiting_since = if self.next < seen { Some(self.waiting_since.unwrap_or(now)) } else { None };
     }
 
+    /// Tells the peers how far this RU's FEDs have delivered, once that moved by an eighth of
+    /// the window (or every FED stopped sending: then as far as it goes).
+    fn tell_progress(&mut self) {
+        let Some(w) = self.window.as_mut() else { return };
+        let through = self.ru.sending_through().unwrap_or(EventNumber::MAX);
+        if through >= w.told.saturating_add(w.events.div_ceil(8)) || (through == EventNumber::MAX && w.told != through)
+        {
+            w.told = through;
+            for &(peer, _) in &w.peers {
+                self.out.push_back(RuOutput::Send { to: peer, msg: Message::Progress { through } });
+            }
+        }
+    }
+
     /// Assigns what is seen, passes on what the RU outputs, and frees the events whose
     /// super-fragments left.
     fn step(&mut self, now: Nanos) {
+        self.tell_progress();
         self.assign_seen(now, false);
         let mut sent = Vec::new();
         while let Some(o) = self.ru.poll_output() {

@@ -308,6 +308,7 @@ pub(super) fn put_control_body(msg: &Message, out: &mut Vec<u8>) -> Result<(), W
             bu.put(out, at("Exclude", "bu"))?;
             from_event.put(out, at("Exclude", "from_event"))
         }
+        Message::Progress { through } => through.put(out, at("Progress", "through")),
     }
 }
 
@@ -352,6 +353,7 @@ pub(super) fn get_body(kind: MessageType, r: &mut Reader<'_>) -> Result<Message,
             last_lumi_section: u32::get(r, at("EndOfRun", "last_lumi_section"))?,
             lumi_sections: u32::get(r, at("EndOfRun", "lumi_sections"))?,
         },
+        MessageType::Progress => Message::Progress { through: u64::get(r, at("Progress", "through"))? },
         MessageType::Exclude => Message::Exclude {
             bu: u16::get(r, at("Exclude", "bu"))?,
             from_event: u64::get(r, at("Exclude", "from_event"))?,

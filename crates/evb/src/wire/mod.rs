@@ -72,10 +72,12 @@ pub enum MessageType {
     EndOfRun = 10,
     /// [`Message::Exclude`], code 11.
     Exclude = 11,
+    /// [`Message::Progress`], code 12.
+    Progress = 12,
 }
 
 impl MessageType {
-    const ALL: [MessageType; 11] = [
+    const ALL: [MessageType; 12] = [
         MessageType::Hello,
         MessageType::Welcome,
         MessageType::Request,
@@ -87,6 +89,7 @@ impl MessageType {
         MessageType::EndOfLumi,
         MessageType::EndOfRun,
         MessageType::Exclude,
+        MessageType::Progress,
     ];
 
     /// The code written in the frame header.
@@ -113,6 +116,7 @@ impl MessageType {
             Message::EndOfLumi { .. } => MessageType::EndOfLumi,
             Message::EndOfRun { .. } => MessageType::EndOfRun,
             Message::Exclude { .. } => MessageType::Exclude,
+            Message::Progress { .. } => MessageType::Progress,
         }
     }
 
@@ -130,6 +134,7 @@ impl MessageType {
             MessageType::EndOfLumi => "EndOfLumi",
             MessageType::EndOfRun => "EndOfRun",
             MessageType::Exclude => "Exclude",
+            MessageType::Progress => "Progress",
         }
     }
 }

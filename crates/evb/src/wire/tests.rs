@@ -136,6 +136,7 @@ fn examples() -> Vec<Received> {
         (Message::EndOfLumi { lumi_section: 7, events: 123_456 }, vec![]),
         (Message::EndOfRun { last_lumi_section: 9, lumi_sections: 8 }, vec![]),
         (Message::Exclude { bu: 3, from_event: 1 << 40 }, vec![]),
+        (Message::Progress { through: (1 << 40) + 7 }, vec![]),
     ]
 }
 
@@ -156,7 +157,7 @@ fn every_type_code_round_trips() {
         assert_eq!(MessageType::from_code(code), Some(kind));
     }
     assert_eq!(MessageType::from_code(0), None);
-    assert_eq!(MessageType::from_code(12), None);
+    assert_eq!(MessageType::from_code(13), None);
     let kinds: Vec<_> = examples().iter().map(|(m, _)| MessageType::of(m)).collect();
     assert!(MessageType::ALL.iter().all(|k| kinds.contains(k)), "examples cover every type");
 }
@@ -302,10 +303,10 @@ fn header_garbage_is_refused_with_its_field() {
     let mut version = good.clone();
     version[4] = 1;
     assert_eq!(error_of(&version), bad("frame header", "version", 4, Value::Dec(2), Value::Dec(1)));
-    for code in [0, 12, 0xFFFF] {
+    for code in [0, 13, 0xFFFF] {
         assert_eq!(
             error_of(&frame(code, &[0])),
-            bad("frame header", "message type", 6, text("1..=11"), Value::Dec(code.into()))
+            bad("frame header", "message type", 6, text("1..=12"), Value::Dec(code.into()))
         );
     }
     let mut crc = good.clone();
@@ -503,6 +504,7 @@ fn control_message() -> impl Strategy<Value = Message> {
         (any::<u32>(), any::<u32>())
             .prop_map(|(last_lumi_section, lumi_sections)| Message::EndOfRun { last_lumi_section, lumi_sections }),
         (any::<u16>(), any::<u64>()).prop_map(|(bu, from_event)| Message::Exclude { bu, from_event }),
+        any::<u64>().prop_map(|through| Message::Progress { through }),
     ]
 }
 

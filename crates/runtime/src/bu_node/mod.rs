@@ -423,6 +423,8 @@ impl BuLoop {
         }
         self.stats.events_built.set(c.events_built);
         self.stats.incomplete_events.set(c.incomplete_events);
+        self.stats.aged_events.set(c.aged_events);
+        self.stats.late_parts.set(c.late_parts);
         self.stats.events_published.set(self.published);
         self.stats.store_bytes.set(self.store.held() as u64);
         self.stats.events_in_flight.set(u64::from(self.core.events_in_flight()));
@@ -431,6 +433,8 @@ impl BuLoop {
             throttle
         } else if full {
             Throttle::StoreFull
+        } else if self.core.throttled() {
+            Throttle::PushHighWater
         } else {
             Throttle::None
         });

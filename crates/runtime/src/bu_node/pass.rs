@@ -104,9 +104,12 @@ impl Unit for BuLoop {
         Ok(false)
     }
 
-    /// Room comes back as the writers finish; their completion wakes the loop.
+    /// Room comes back as the writers finish; their completion wakes the loop. Under push,
+    /// what comes is not asked for: the BU also reads nothing while its core has no room for
+    /// another message's events or its disk or farm holds it back, and TCP holds the RUs.
     fn may_read(&self) -> bool {
         self.store_has_room()
+            && (self.cfg.bu.push.is_none() || (self.core.accepts_parts() && self.held.throttle == Throttle::None))
     }
 
     fn read_conn(&mut self, token: Token, _now: Nanos) -> Result<bool, NodeError> {
@@ -133,11 +136,12 @@ impl Unit for BuLoop {
     /// After its end-of-run record the BU still acknowledges its last end-of-lumi records; the
     /// EVM closes the connection once it has them all. The EVM may close as soon as it has
     /// every acknowledgement, while this BU's end-of-run record is still on its way to the
-    /// disk: that is no loss, for a while.
+    /// disk: that is no loss, for a while. Under push there is nothing to acknowledge: the BU
+    /// ends with its record, and its close tells RU 0 it is done.
     fn done(&mut self) -> Result<Option<BuReport>, NodeError> {
         if self.ended {
             let since = *self.held.ended_at.get_or_insert_with(Instant::now);
-            if !self.evm_connected() || since.elapsed() > FINAL_ACK_WAIT {
+            if self.cfg.bu.push.is_some() || !self.evm_connected() || since.elapsed() > FINAL_ACK_WAIT {
                 return Ok(Some(BuReport {
                     counters: self.core.counters(),
                     events_published: self.published,

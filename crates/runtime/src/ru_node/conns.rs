@@ -9,7 +9,7 @@ impl RuLoop {
     pub(super) fn linked(&mut self, token: Token, peer: Peer) {
         let allowed = match peer {
             Peer::Evm => !self.is_evm(),
-            Peer::Bu(b) => self.cfg.evm.as_ref().is_some_and(|e| b < e.n_bu),
+            Peer::Bu(b) => self.core.leader().is_some_and(|l| b < l.n_bu()),
             Peer::Ru(_) => false,
         };
         if !allowed || !self.io.admits(token) {
@@ -22,10 +22,11 @@ impl RuLoop {
             self.io.conns.iter().filter(|(t, c)| **t != token && c.peer == Some(peer)).map(|(t, _)| *t).collect();
         for t in old {
             if let Some(c) = self.io.close(t) {
+                let old_address = c.address.clone();
+                self.sent(c.into_unwritten());
                 self.stats.problem(format!(
-                    "{:?}: {peer:?} called again from {address}: its connection from {} is replaced",
+                    "{:?}: {peer:?} called again from {address}: its connection from {old_address} is replaced",
                     self.me(),
-                    c.address
                 ));
                 let now = self.now();
                 self.core.handle(now, Input::PeerLost(peer));
@@ -37,7 +38,9 @@ impl RuLoop {
     /// itself is refused; losing the EVM, an RU or a BU is judged by how far the run is.
     pub(super) fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
         let Some(conn) = self.io.close(token) else { return Ok(()) };
-        let Some(peer) = conn.peer else {
+        let peer = conn.peer;
+        self.sent(conn.into_unwritten());
+        let Some(peer) = peer else {
             // A caller that never proved itself a unit of this run: nothing of it reached the
             // core. One that closed without a byte is no caller (a port probe).
             if let Some(why) = why {
@@ -61,19 +64,22 @@ impl RuLoop {
                     if self.is_evm() { "EVM".to_string() } else { format!("RU {}", self.cfg.ru.ru) },
                     why.map(|w| format!(": {w}")).unwrap_or_default()
                 );
-                if self.is_evm() && !self.core.evm().is_some_and(Evm::drained) {
+                if self.is_evm() && !self.core.leader().is_some_and(|l| l.drained()) {
                     self.stats.saw(SubState::Blocked);
                     self.stats.problem(line);
                 } else if !self.is_evm() && !self.drain_seen() {
                     self.bus_lost.push((Instant::now(), line));
                 }
-                if self.is_evm() {
+                // Under push a BU closes once it has ended its run, after the drain: no loss (one
+                // that fails after the drain fails its unit, which the run counts).
+                let push_ended = self.core.frees_on_send() && self.core.leader().is_some_and(|l| l.drained());
+                if self.is_evm() && !push_ended {
                     let now = self.now();
                     self.core.handle(now, Input::PeerLost(peer));
                 }
             }
             // Every event needs every RU's part: without one, the run cannot go on.
-            Peer::Ru(r) if !self.core.evm().is_some_and(Evm::drained) => {
+            Peer::Ru(r) if !self.core.leader().is_some_and(|l| l.drained()) => {
                 return Err(NodeError::RuLost(format!(
                     "RU {r}{}",
                     why.map(|w| format!(": {w}")).unwrap_or_else(|| ": it closed the connection".into())
@@ -105,9 +111,10 @@ impl RuLoop {
                 }
                 RuOutput::FreeBuffers(fragments) => {
                     for f in fragments {
-                        let (stream, handle) = stream_handle(f.buffer);
-                        if let Some(b) = self.buffers.0.get_mut(stream) {
-                            b.release(handle);
+                        match self.sending.get_mut(&f.buffer) {
+                            // Still on its way out: released once written.
+                            Some(s) => s.freed = true,
+                            None => self.release(f.buffer),
                         }
                     }
                 }
@@ -130,6 +137,30 @@ impl RuLoop {
                 // The EVM's node hands its RU's triggers to its EVM; no other RU reads the
                 // trigger FED.
                 RuOutput::Triggered { .. } => {}
+            }
+        }
+    }
+
+    /// Gives a fragment's memory back to its stream.
+    fn release(&mut self, buffer: BufferRef) {
+        let (stream, handle) = stream_handle(buffer);
+        if let Some(b) = self.buffers.0.get_mut(stream) {
+            b.release(handle);
+        }
+    }
+
+    /// Push: the frames that carried these fragments are written (or their connection is
+    /// gone): each fragment no other frame holds, and that the core has freed, is released.
+    pub(super) fn sent(&mut self, fragments: Vec<BufferRef>) {
+        for f in fragments {
+            let Some(s) = self.sending.get_mut(&f) else { continue };
+            s.queued -= 1;
+            if s.queued == 0 {
+                let freed = s.freed;
+                self.sending.remove(&f);
+                if freed {
+                    self.release(f);
+                }
             }
         }
     }
@@ -192,27 +223,48 @@ impl RuLoop {
         }
         drop(pieces);
         self.stats.data_messages.add(1);
-        match self.route(to) {
-            Some(c) => c.queue_data(header, handles, bytes),
-            None => {
-                self.stats.saw(SubState::Blocked);
-                let Peer::Bu(b) = to else { return };
-                if self.is_evm() {
-                    // A BU reaches the EVM's node on its own connection; without it, the BU is
-                    // lost and the EVM reassigns its events.
-                    self.stats.problem(format!("EVM: BU {b} is not connected; its events are reassigned"));
-                    return;
+        let frees_on_send = self.core.frees_on_send();
+        if self.route(to).is_some() {
+            if frees_on_send {
+                for &h in &handles {
+                    self.sending.entry(h).or_default().queued += 1;
                 }
-                if !self.bus_down.contains_key(&b) {
+            }
+            let c = self.io.conn_to(to).expect("routed just now");
+            if frees_on_send {
+                c.track_written();
+            }
+            c.queue_data(header, handles, bytes);
+        } else {
+            self.stats.saw(SubState::Blocked);
+            let Peer::Bu(b) = to else { return };
+            if frees_on_send {
+                // Push sends once: what a BU cannot take is lost with it, and RU 0 excludes
+                // it from an event on.
+                self.stats.parts_unsent.add(parts.len() as u64);
+                if self.unreachable_said.insert(b) {
                     self.stats.problem(format!(
-                        "RU {}: cannot reach BU {b}: its super-fragments are sent again once it is back, or go \
-                         where the EVM reassigns their events",
-                        self.cfg.ru.ru
+                        "{:?}: cannot reach BU {b}: its super-fragments are dropped until RU 0 excludes it",
+                        self.me()
                     ));
                 }
-                let (_, parts_kept) = self.bus_down.entry(b).or_insert_with(|| (Instant::now(), Vec::new()));
-                parts_kept.extend(parts.iter().map(|p| (epoch, p.clone())));
+                return;
             }
+            if self.is_evm() {
+                // A BU reaches the EVM's node on its own connection; without it, the BU is
+                // lost and the EVM reassigns its events.
+                self.stats.problem(format!("EVM: BU {b} is not connected; its events are reassigned"));
+                return;
+            }
+            if !self.bus_down.contains_key(&b) {
+                self.stats.problem(format!(
+                    "RU {}: cannot reach BU {b}: its super-fragments are sent again once it is back, or go \
+                     where the EVM reassigns their events",
+                    self.cfg.ru.ru
+                ));
+            }
+            let (_, parts_kept) = self.bus_down.entry(b).or_insert_with(|| (Instant::now(), Vec::new()));
+            parts_kept.extend(parts.iter().map(|p| (epoch, p.clone())));
         }
     }
 
@@ -263,6 +315,10 @@ impl RuLoop {
     pub(super) fn flush_conns(&mut self) -> Result<(), NodeError> {
         let stalls = &mut self.stalls;
         let broken = self.io.flush(&self.buffers, |token, before, after| stalls.flushed(token, before, after));
+        if self.core.frees_on_send() {
+            let written: Vec<BufferRef> = self.io.conns.values_mut().flat_map(Conn::take_written).collect();
+            self.sent(written);
+        }
         // Connections closed elsewhere (a peer lost or replaced) no longer count.
         let conns = &self.io.conns;
         self.stalls.keep(|token| conns.contains_key(token));

@@ -26,7 +26,7 @@ use crate::state::Transition;
 use crate::stats::{BLOCKED_AFTER, FedError, SubState, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Poll, Token};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,12 +34,13 @@ use std::time::{Duration, Instant};
 use tessera_config::CorruptStreamPolicy;
 use tessera_evb::ingest::IngestRu;
 use tessera_evb::msg::{BufferRef, FragmentRef, Message, SuperFragment, TriggerInfo, data_batches};
+use tessera_evb::push::{Destinations, PushNode, PushNodeConfig, PushRu};
 use tessera_evb::ru::BackPressure;
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 pub use tessera_evb::unit::TriggerBreak;
 use tessera_evb::unit::{Input, Notice, RuOutput};
 use tessera_evb::wire::{encode, encode_data_header_pieces};
-use tessera_evb::{Evm, EvmConfig, EvmNode, Ru, RuConfig};
+use tessera_evb::{EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::fed::CrcCheck;
 use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
 use tessera_formats::orbit::DthBlockHeader;
@@ -63,8 +64,10 @@ pub struct RuNodeConfig {
     pub link_key: LinkKey,
     /// The RU core.
     pub ru: RuConfig,
-    /// The EVM core, for RU 0 (the EVM's node).
+    /// The EVM core, for RU 0 (the EVM's node) under pull.
     pub evm: Option<EvmConfig>,
+    /// Push protocol: how this RU pushes (and, on RU 0, leads the run); `None` under pull.
+    pub push: Option<PushPlan>,
     /// Where front ends connect, one connection per FED.
     pub ferol_listener: std::net::TcpListener,
     /// RU: where the EVM connects. EVM's node: where BUs connect.
@@ -108,6 +111,33 @@ pub struct RuNodeConfig {
     pub pin_core: Option<usize>,
 }
 
+/// How an RU pushes its super-fragments (the push protocol, `tessera_evb::push`).
+#[derive(Debug, Clone)]
+pub struct PushPlan {
+    /// The destination function, the same in every RU.
+    pub destinations: Destinations,
+    /// Events held at which the RU's throttle rises.
+    pub high_water_events: usize,
+    /// The window of event numbers the RUs keep within of each other
+    /// (`tessera_evb::push::PushRu::with_window`).
+    pub window_events: u64,
+    /// RU 0 only: RUs and BUs in the run, and how far past the newest event seen a lost BU is
+    /// excluded (`None` on other RUs).
+    pub leader: Option<PushLeader>,
+}
+
+/// What RU 0 needs to lead a push run.
+#[derive(Debug, Clone, Copy)]
+pub struct PushLeader {
+    /// RUs in the run, RU 0 included.
+    pub n_ru: u16,
+    /// BUs in the run.
+    pub n_bu: u16,
+    /// A lost BU is excluded from the first block at least this many events past the newest
+    /// event RU 0 has seen.
+    pub exclude_margin_events: u64,
+}
+
 /// How an RU node ended.
 #[derive(Debug, Clone, Default)]
 pub struct RuReport {
@@ -115,8 +145,10 @@ pub struct RuReport {
     pub ru: tessera_evb::ru::RuCounters,
     /// The EVM's counters, on the EVM's node.
     pub evm: Option<tessera_evb::evm::EvmCounters>,
-    /// The last event triggered (EVM).
+    /// The last event triggered (RU 0).
     pub last_event: Option<EventNumber>,
+    /// Push: the RU's own counters beyond its core's (redirected and dropped events).
+    pub push: Option<tessera_evb::push::PushRuCounters>,
     /// EVM: how the trigger stream broke before run control stopped the trigger. The node
     /// drained the events triggered before it and ended, but the run has failed.
     pub trigger_fault: Option<TriggerFault>,
@@ -242,10 +274,25 @@ impl RuNode {
         let mut ru = cfg.ru.clone();
         ru.max_data_bytes =
             ru.max_data_bytes.min((cfg.max_frame_bytes as usize).saturating_sub(FRAME_SLACK_BYTES).max(1));
-        let core: Box<dyn RuCore> = match cfg.evm.clone() {
-            Some(evm) => Box::new(EvmNode::new(evm, ru)),
-            None if cfg.ingest_only => Box::new(IngestRu::new(ru)),
-            None => Box::new(Ru::new(ru)),
+        let core: Box<dyn RuCore> = match (cfg.evm.clone(), cfg.push.clone()) {
+            (Some(evm), _) => Box::new(EvmNode::new(evm, ru)),
+            (None, Some(PushPlan { destinations, high_water_events, window_events, leader: Some(l) })) => {
+                Box::new(PushNode::new(PushNodeConfig {
+                    ru,
+                    n_ru: l.n_ru,
+                    n_bu: l.n_bu,
+                    destinations,
+                    high_water_events,
+                    exclude_margin_events: l.exclude_margin_events,
+                    window_events: Some(window_events),
+                    bug: None,
+                }))
+            }
+            (None, Some(p)) => Box::new(
+                PushRu::new(ru, p.destinations, p.high_water_events).with_window(p.window_events, vec![Peer::Evm]),
+            ),
+            (None, None) if cfg.ingest_only => Box::new(IngestRu::new(ru)),
+            (None, None) => Box::new(Ru::new(ru)),
         };
         let (poll, control) = poller()?;
         let stats = Arc::new(UnitStats::for_ru(&cfg.ru.feds));
@@ -284,7 +331,7 @@ impl RuNode {
             });
         }
         stats.chunks_total.set((cfg.chunks_per_fed * cfg.ru.feds.len()) as u64);
-        let me = if cfg.evm.is_some() { Peer::Evm } else { Peer::Ru(cfg.ru.ru) };
+        let me = if core.leader().is_some() { Peer::Evm } else { Peer::Ru(cfg.ru.ru) };
         let links = Links {
             side: LinkSide { me, run: cfg.run, key: cfg.link_key.clone() },
             max_frame_bytes: cfg.max_frame_bytes,
@@ -306,6 +353,9 @@ impl RuNode {
             trigger_fault: None,
             stalls: Stalls::default(),
             ending: Ending::default(),
+            sending: HashMap::new(),
+            unreachable_said: BTreeSet::new(),
+            bus_called: false,
             stats,
             core,
             cfg,
@@ -350,6 +400,22 @@ struct RuLoop {
     trigger_fault: Option<TriggerFault>,
     stalls: Stalls,
     ending: Ending,
+    /// Push: fragments queued on a connection and not yet written, with how many frames hold
+    /// each and whether the core has freed it; its memory is released once both are done.
+    sending: HashMap<BufferRef, Sending>,
+    /// Push: the BUs this RU could not reach, said once each.
+    unreachable_said: BTreeSet<u16>,
+    /// Push, RU 0: every BU has called it.
+    bus_called: bool,
+}
+
+/// A fragment of a push RU on its way out (see `RuLoop::sending`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Sending {
+    /// Frames queued that carry it.
+    queued: u32,
+    /// The core has freed it.
+    freed: bool,
 }
 
 /// What the EVM's node keeps of the run's end, once the trigger is off.
@@ -370,8 +436,9 @@ impl RuLoop {
         self.io.now()
     }
 
+    /// RU 0's node, which reads the trigger and leads the run (the EVM's node under pull).
     fn is_evm(&self) -> bool {
-        self.cfg.evm.is_some()
+        self.core.leader().is_some()
     }
 
     /// An RU (not the EVM's node) has had the EVM's drain: the run is over.
@@ -443,8 +510,9 @@ impl RuLoop {
         }
         RuReport {
             ru: self.core.ru().counters(),
-            evm: self.core.evm().map(Evm::counters),
-            last_event: self.core.evm().and_then(Evm::last_triggered),
+            evm: self.core.leader().and_then(|l| l.evm_counters()),
+            last_event: self.core.leader().and_then(|l| l.last_triggered()),
+            push: self.core.push_counters(),
             trigger_fault: self.trigger_fault.clone(),
             orphan_fragments,
         }
@@ -452,8 +520,8 @@ impl RuLoop {
 
     /// The run's last event: the last triggered (EVM), or as the EVM's drain said (RU).
     fn last_event_of_run(&self) -> Option<EventNumber> {
-        match self.core.evm() {
-            Some(evm) => evm.last_triggered(),
+        match self.core.leader() {
+            Some(l) => l.last_triggered(),
             None => self.core.ru().run_last_event(),
         }
     }
@@ -510,9 +578,10 @@ impl RuLoop {
         self.stats.corrupt_fragments.set(c.corrupt_fragments);
         let used: usize = self.buffers.0.iter().map(|b| b.occupancy().0).sum();
         self.stats.chunks_used.set(used as u64);
-        if let Some(evm) = self.core.evm() {
-            let e = evm.counters();
-            self.stats.triggered.set(e.triggered);
+        if let Some(l) = self.core.leader() {
+            self.stats.triggered.set(l.triggered());
+        }
+        if let Some(e) = self.core.leader().and_then(|l| l.evm_counters()) {
             self.stats.committed.set(e.committed);
             self.stats.reassigned.set(e.reassigned);
             self.stats.lost_lumi_closed.set(e.lost_lumi_closed);
@@ -524,7 +593,7 @@ impl RuLoop {
         if !self.is_evm() {
             return;
         }
-        let last_event = self.core.evm().and_then(Evm::last_triggered);
+        let last_event = self.core.leader().and_then(|l| l.last_triggered());
         let now = self.now();
         self.core.handle(now, Input::StopTrigger { last_event });
         self.dispatch(now);
@@ -537,6 +606,19 @@ impl RuLoop {
             self.stop_noted = true;
             self.stats.transition(Transition::Stop);
         }
+    }
+
+    /// Push: RU 0 sends its parts on the connections the BUs open to it, so it reads no FED
+    /// stream before every BU has called (a BU that never calls fails the run at its start, as
+    /// under pull). Once true, true for the run: a BU lost later is excluded.
+    fn bus_ready(&mut self) -> bool {
+        if self.bus_called || !self.core.frees_on_send() {
+            return true;
+        }
+        let Some(n_bu) = self.core.leader().map(|l| l.n_bu()) else { return true };
+        let called = (0..n_bu).all(|b| self.io.conn_to(Peer::Bu(b)).is_some());
+        self.bus_called = called;
+        called
     }
 
     /// Ingest only: every stream has ended and every event is built and freed.

@@ -12,7 +12,7 @@ impl Unit for RuLoop {
     }
 
     fn aborted(&self) -> NodeError {
-        NodeError::Aborted(self.core.evm().map(Evm::pending).unwrap_or_default())
+        NodeError::Aborted(self.core.leader().map(|l| l.pending()).unwrap_or_default())
     }
 
     fn prepare(&mut self) -> Result<(), NodeError> {
@@ -35,6 +35,9 @@ impl Unit for RuLoop {
         self.dispatch(now);
         if !self.unnamed.is_empty() {
             self.name_streams();
+        }
+        if !self.bus_ready() {
+            return Ok(false);
         }
         self.read_streams(now)
     }
@@ -91,7 +94,7 @@ impl Unit for RuLoop {
     /// streams have ended and every event is freed.
     fn done(&mut self) -> Result<Option<RuReport>, NodeError> {
         if trigger_off(&*self.core)
-            && let Some(evm) = self.core.evm()
+            && let Some(evm) = self.core.leader()
             && !evm.drained()
         {
             // A drain that takes long says what it waits for, every DRAIN_REPORT.
@@ -99,11 +102,14 @@ impl Unit for RuLoop {
             if since.elapsed() >= DRAIN_REPORT * (self.ending.drain_reports + 1) {
                 self.ending.drain_reports += 1;
                 let pending = evm.pending();
-                self.stats
-                    .problem(format!("EVM: still draining after {:.0} s: {pending}", since.elapsed().as_secs_f64()));
+                self.stats.problem(format!(
+                    "{:?}: still draining after {:.0} s: {pending}",
+                    self.me(),
+                    since.elapsed().as_secs_f64()
+                ));
             }
         }
-        if let Some(evm) = self.core.evm()
+        if let Some(evm) = self.core.leader()
             && evm.drained()
         {
             let lost = evm.bus_lost();
@@ -116,11 +122,27 @@ impl Unit for RuLoop {
                 ));
             }
             let flushed = self.io.conns.values().all(|c| c.queued_bytes() == 0) || at.elapsed() > FINAL_FLUSH;
-            if flushed && (lost.is_empty() || at.elapsed() > LOST_BU_GRACE) {
+            // Push: RU 0 sends its last parts, then waits for the BUs to end (each closes its
+            // connection after its end-of-run record): it closing first would fail them.
+            let push_done = !self.core.frees_on_send()
+                || (self.core.ru().events_buffered() == 0
+                    && !self.io.conns.values().any(|c| matches!(c.peer, Some(Peer::Bu(_)))))
+                || at.elapsed() > LOST_BU_GRACE;
+            if flushed && push_done && (lost.is_empty() || at.elapsed() > LOST_BU_GRACE) {
                 return Ok(Some(self.report()));
             }
         }
         if !self.is_evm() && self.drain_seen() && !self.io.conns.values().any(|c| c.peer == Some(Peer::Evm)) {
+            return Ok(Some(self.report()));
+        }
+        // Push: another RU ends once it has sent every event of the run and its frames are
+        // written; nobody commits, so it does not wait for RU 0.
+        if !self.is_evm()
+            && self.core.frees_on_send()
+            && self.drain_seen()
+            && self.core.ru().events_buffered() == 0
+            && self.io.conns.values().all(|c| c.queued_bytes() == 0)
+        {
             return Ok(Some(self.report()));
         }
         if self.cfg.ingest_only && self.ingested_all() {

@@ -1,9 +1,14 @@
-//! The protocol core an RU node drives: a plain RU, the EVM's node, or an ingest-only RU, behind
-//! one trait so that one loop serves all three.
+//! The protocol core an RU node drives: a plain RU, the EVM's node, an ingest-only RU, or the
+//! push protocol's RU and RU 0 node, behind one trait so that one loop serves them all. RU 0's
+//! node under either protocol also reads the trigger and leads the run: that part is
+//! [`Leader`].
 
 use super::*;
+use tessera_evb::evm::EvmCounters;
+use tessera_evb::push::{PushNode, PushRu, PushRuCounters};
+use tessera_evb::types::BuId;
 
-/// The protocol core an RU node drives: a plain RU, or the EVM's node.
+/// The protocol core an RU node drives.
 pub(super) trait RuCore: Send {
     /// See [`Ru::offer_fragment`].
     fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure>;
@@ -21,17 +26,123 @@ pub(super) trait RuCore: Send {
     fn ru(&self) -> &Ru;
     /// The RU, to tell it of its streams ([`Ru::stream_alive`]).
     fn ru_mut(&mut self) -> &mut Ru;
-    /// The EVM's node, which judges the trigger stream (none but on the EVM's node).
-    fn node(&self) -> Option<&EvmNode> {
+    /// RU 0's node, which judges the trigger stream and leads the run (none but on RU 0).
+    fn leader(&self) -> Option<&dyn Leader> {
         None
     }
-    /// The EVM's node, to tell it of the trigger stream's end.
-    fn node_mut(&mut self) -> Option<&mut EvmNode> {
+    /// RU 0's node, to tell it of the trigger stream's end.
+    fn leader_mut(&mut self) -> Option<&mut dyn Leader> {
         None
     }
-    /// The EVM, on the EVM's node.
-    fn evm(&self) -> Option<&Evm> {
-        self.node().map(|n| &n.evm)
+    /// The core frees a fragment as soon as its super-fragment is sent (push): the loop
+    /// releases its memory only once the frame that carries it is written.
+    fn frees_on_send(&self) -> bool {
+        false
+    }
+    /// Push: the counters beyond the RU's.
+    fn push_counters(&self) -> Option<PushRuCounters> {
+        None
+    }
+    /// Push: a FED stream waits for the slowest RU ([`PushRu::held_by_window`]).
+    fn held_by_window(&self) -> bool {
+        false
+    }
+    /// Push: the RU holds events past its high-water mark ([`PushRu::throttled`]).
+    fn push_throttled(&self) -> bool {
+        false
+    }
+}
+
+/// What RU 0's node does beyond its RU: it reads the trigger and leads the run to its end (the
+/// EVM under pull, the little push keeps of it under push).
+pub(super) trait Leader {
+    /// Whether the trigger is off: stopped by run control, ended cleanly, or broken.
+    fn trigger_stopped(&self) -> bool;
+    /// The trigger stream may close cleanly after `events` events.
+    fn limit_trigger(&mut self, events: u64);
+    /// The trigger stream ended (`broken`: why it could not be read on).
+    fn trigger_stream_ended(&mut self, now: Nanos, broken: Option<String>);
+    /// The last event triggered.
+    fn last_triggered(&self) -> Option<EventNumber>;
+    /// Events triggered.
+    fn triggered(&self) -> u64;
+    /// Whether the run is drained: nothing of it is left for the node to do but its last
+    /// messages (pull: every event committed; push: the trigger's end told, RU 0 empty).
+    fn drained(&self) -> bool;
+    /// What keeps it from having drained, for a report on a stuck run.
+    fn pending(&self) -> String;
+    /// BUs lost during the run that it waits for to come back for their end of run.
+    fn bus_lost(&self) -> Vec<BuId>;
+    /// BUs in the run.
+    fn n_bu(&self) -> u16;
+    /// The event manager's counters (pull only).
+    fn evm_counters(&self) -> Option<EvmCounters>;
+}
+
+impl Leader for EvmNode {
+    fn trigger_stopped(&self) -> bool {
+        EvmNode::trigger_stopped(self)
+    }
+    fn limit_trigger(&mut self, events: u64) {
+        EvmNode::limit_trigger(self, events)
+    }
+    fn trigger_stream_ended(&mut self, now: Nanos, broken: Option<String>) {
+        EvmNode::trigger_stream_ended(self, now, broken)
+    }
+    fn last_triggered(&self) -> Option<EventNumber> {
+        self.evm.last_triggered()
+    }
+    fn triggered(&self) -> u64 {
+        self.evm.counters().triggered
+    }
+    fn drained(&self) -> bool {
+        self.evm.drained()
+    }
+    fn pending(&self) -> String {
+        self.evm.pending()
+    }
+    fn bus_lost(&self) -> Vec<BuId> {
+        self.evm.bus_lost()
+    }
+    fn n_bu(&self) -> u16 {
+        self.evm.config().n_bu
+    }
+    fn evm_counters(&self) -> Option<EvmCounters> {
+        Some(self.evm.counters())
+    }
+}
+
+impl Leader for PushNode {
+    fn trigger_stopped(&self) -> bool {
+        PushNode::trigger_stopped(self)
+    }
+    fn limit_trigger(&mut self, events: u64) {
+        PushNode::limit_trigger(self, events)
+    }
+    fn trigger_stream_ended(&mut self, now: Nanos, broken: Option<String>) {
+        PushNode::trigger_stream_ended(self, now, broken)
+    }
+    fn last_triggered(&self) -> Option<EventNumber> {
+        PushNode::last_triggered(self)
+    }
+    fn triggered(&self) -> u64 {
+        PushNode::triggered(self)
+    }
+    fn drained(&self) -> bool {
+        PushNode::drained(self) && self.ru().ru().events_buffered() == 0
+    }
+    fn pending(&self) -> String {
+        PushNode::pending(self)
+    }
+    /// A BU lost under push is excluded, not waited for.
+    fn bus_lost(&self) -> Vec<BuId> {
+        Vec::new()
+    }
+    fn n_bu(&self) -> u16 {
+        PushNode::n_bu(self)
+    }
+    fn evm_counters(&self) -> Option<EvmCounters> {
+        None
     }
 }
 
@@ -75,11 +186,89 @@ impl RuCore for EvmNode {
     fn ru_mut(&mut self) -> &mut Ru {
         &mut self.ru
     }
-    fn node(&self) -> Option<&EvmNode> {
+    fn leader(&self) -> Option<&dyn Leader> {
         Some(self)
     }
-    fn node_mut(&mut self) -> Option<&mut EvmNode> {
+    fn leader_mut(&mut self) -> Option<&mut dyn Leader> {
         Some(self)
+    }
+}
+
+impl RuCore for PushRu {
+    fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
+        PushRu::offer_fragment(self, now, fed_index, fragment)
+    }
+    fn handle(&mut self, now: Nanos, input: Input) {
+        PushRu::handle(self, now, input)
+    }
+    fn next_timeout(&self) -> Option<Nanos> {
+        PushRu::next_timeout(self)
+    }
+    fn poll_output(&mut self) -> Option<RuOutput> {
+        PushRu::poll_output(self)
+    }
+    fn ru(&self) -> &Ru {
+        PushRu::ru(self)
+    }
+    fn ru_mut(&mut self) -> &mut Ru {
+        PushRu::ru_mut(self)
+    }
+    fn frees_on_send(&self) -> bool {
+        true
+    }
+    fn push_counters(&self) -> Option<PushRuCounters> {
+        Some(PushRu::push_counters(self))
+    }
+    fn accepts(&self, fed_index: usize) -> bool {
+        PushRu::accepts(self, fed_index)
+    }
+    fn held_by_window(&self) -> bool {
+        PushRu::held_by_window(self)
+    }
+    fn push_throttled(&self) -> bool {
+        PushRu::throttled(self)
+    }
+}
+
+impl RuCore for PushNode {
+    fn offer_fragment(&mut self, now: Nanos, fed_index: usize, fragment: FragmentRef) -> Result<(), BackPressure> {
+        PushNode::offer_fragment(self, now, fed_index, fragment)
+    }
+    fn handle(&mut self, now: Nanos, input: Input) {
+        PushNode::handle(self, now, input)
+    }
+    fn next_timeout(&self) -> Option<Nanos> {
+        PushNode::next_timeout(self)
+    }
+    fn poll_output(&mut self) -> Option<RuOutput> {
+        PushNode::poll_output(self)
+    }
+    fn ru(&self) -> &Ru {
+        PushNode::ru(self).ru()
+    }
+    fn ru_mut(&mut self) -> &mut Ru {
+        PushNode::ru_mut(self).ru_mut()
+    }
+    fn leader(&self) -> Option<&dyn Leader> {
+        Some(self)
+    }
+    fn leader_mut(&mut self) -> Option<&mut dyn Leader> {
+        Some(self)
+    }
+    fn frees_on_send(&self) -> bool {
+        true
+    }
+    fn push_counters(&self) -> Option<PushRuCounters> {
+        Some(PushNode::ru(self).push_counters())
+    }
+    fn accepts(&self, fed_index: usize) -> bool {
+        PushNode::ru(self).accepts(fed_index)
+    }
+    fn held_by_window(&self) -> bool {
+        PushNode::ru(self).held_by_window()
+    }
+    fn push_throttled(&self) -> bool {
+        PushNode::ru(self).throttled()
     }
 }
 
@@ -104,8 +293,8 @@ impl RuCore for IngestRu {
     }
 }
 
-/// Whether the trigger is off: the EVM's node stopped it (run control, the trigger stream's clean
-/// end, or its break). Never on a plain RU.
+/// Whether the trigger is off: RU 0's node stopped it (run control, the trigger stream's clean
+/// end, or its break). Never on another RU.
 pub(super) fn trigger_off(core: &dyn RuCore) -> bool {
-    core.node().is_some_and(EvmNode::trigger_stopped)
+    core.leader().is_some_and(|l| l.trigger_stopped())
 }

@@ -16,7 +16,7 @@ impl RuLoop {
             // triggered so far; the EVM's node judges the end against it.
             let limit = [self.cfg.event_limit, self.io.control.stop_line()].into_iter().flatten().min();
             let now = self.now();
-            let node = self.core.node_mut().expect("the EVM's node");
+            let node = self.core.leader_mut().expect("RU 0's node");
             if let Some(n) = limit {
                 node.limit_trigger(n);
             }
@@ -290,7 +290,15 @@ impl RuLoop {
                 self.stream_settled(i);
             }
         }
-        self.stats.set_throttle(if blocked { Throttle::BuffersFull } else { Throttle::None });
+        self.stats.set_throttle(if self.core.held_by_window() {
+            Throttle::PushWindow
+        } else if blocked {
+            Throttle::BuffersFull
+        } else if self.core.push_throttled() {
+            Throttle::PushHighWater
+        } else {
+            Throttle::None
+        });
         Ok(more)
     }
 

@@ -183,12 +183,14 @@ impl World {
                 PushNodeConfig {
                     ru: ru_cfgs[0].clone(),
                     n_ru: t.n_ru,
+                    n_bu: t.n_bu,
                     destinations: p.destinations(sc.first_event, t.n_bu),
                     // An RU throttles at an eighth of its window (128 events, 1.3 ms of triggers
                     // here), well before a BU ages an event (5 ms): a slow FED holds the
                     // trigger, and its events stay whole, as they would under pull.
                     high_water_events: ru_cfgs[0].max_events_buffered / 8,
                     exclude_margin_events: 64,
+                    window_events: None,
                     bug: (sc.bug == Some(Bug::ExcludeUntold)).then_some(PushNodeBug::ExcludeUntold),
                 },
                 &ru_cfgs,
