@@ -15,6 +15,7 @@ use tessera_config::SystemConfig;
 use tessera_control::agent::{Agent, AgentConfig};
 use tessera_control::controller::{Controller, Fault, drive, report};
 use tessera_control::placement::Role;
+use tessera_control::push_loss;
 use tessera_control::{RunState, Served, UnitSource, UnitView};
 
 use crate::options::{ControlArgs, count_interrupts, serve_control};
@@ -217,6 +218,12 @@ fn summarize(
             (None, Some(_)) if matches!(p.role, Role::Trigger(_)) && c.stopping() => {
                 "stopped with the run (the RU closed its streams)".to_owned()
             }
+            // Push: a lost BU is part of the run's account (BU_LOST), not its failure.
+            (None, Some(exit)) if c.bus_lost().contains(&p.name) => {
+                format!(
+                    "LOST under push (ended with {exit}): excluded by RU 0; its events not published are lost (BU_LOST)"
+                )
+            }
             (None, Some(exit)) => {
                 clean = false;
                 format!("FAILED with {exit}: {}", view.and_then(|v| v.log_tail.last()).map_or("", String::as_str))
@@ -240,8 +247,9 @@ fn summarize(
         }
     }
     let evm = &cfg.rus[0].name;
-    let evm_report = reports.get(evm).and_then(RuEnd::read).and_then(|e| e.evm());
-    let triggered = evm_report.map_or(0, |e| e.triggered);
+    let leader = reports.get(evm).and_then(RuEnd::read).and_then(|e| e.figures().cloned());
+    let evm_report = leader.as_ref().and_then(|f| f.evm);
+    let triggered = leader.as_ref().and_then(|f| f.triggered.or(f.evm.map(|e| e.triggered))).unwrap_or(0);
     let lost_closed = evm_report.map_or(0, |e| e.lost_lumi_closed);
     let restarted: Vec<&str> =
         cfg.bus.iter().map(|b| b.name.as_str()).filter(|b| c.restarts().contains_key(*b)).collect();
@@ -250,18 +258,46 @@ fn summarize(
     // A BU's report counts what its last incarnation published. When one was started again,
     // the events built are those the EVM committed (each is published exactly once: before its
     // crash, by its restart, or by another BU); the chain's check below proves them in storage.
-    let built: u64 = if restarted.is_empty() {
+    // Push: a lost BU published what it built before it died, in its run directory (read here,
+    // where the hosts share the run's output; on a host not visible here its count is unknown).
+    let run_output = cfg.run.output.clone().unwrap_or_default();
+    let lost_published: BTreeMap<u16, Option<u64>> = cfg
+        .bus
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| c.bus_lost().contains(&b.name))
+        .map(|(i, _)| (i as u16, push_loss::published_in(&cfg.bu_directory(i, &run_output), cfg.run.number)))
+        .collect();
+    let mut built: u64 = if restarted.is_empty() {
         bu_ends.iter().map(|b| b.events_published).sum()
     } else {
         println!("  {} started again: events built are those the EVM committed to the BUs", restarted.join(", "));
         evm_report.map_or(0, |e| e.committed)
     };
-    let holds = evm_report.is_some() && triggered == built + lost_closed;
-    if evm_report.is_some() {
+    built += lost_published.values().flatten().sum::<u64>();
+    let excluded = leader.as_ref().map(|f| f.excluded.clone()).unwrap_or_default();
+    let bu_lost = push_loss::events_lost(&excluded, |bu| lost_published.get(&bu).copied().flatten().unwrap_or(0));
+    let lost_known = lost_published.values().all(Option::is_some);
+    let lost = lost_closed + bu_lost;
+    let holds = leader.is_some() && lost_known && triggered == built + lost;
+    if leader.is_some() {
+        let mut reasons = Vec::new();
+        if lost_closed > 0 {
+            reasons.push(format!("{lost_closed} LUMI_SECTION_CLOSED"));
+        }
+        if bu_lost > 0 {
+            reasons.push(format!("{bu_lost} {}", push_loss::BU_LOST));
+        }
         println!(
-            "conservation: triggered {triggered} = built {built} + lost {lost_closed}{}  {}",
-            if lost_closed > 0 { " (LUMI_SECTION_CLOSED)" } else { "" },
-            if holds { "holds" } else { "DOES NOT HOLD" }
+            "conservation: triggered {triggered} = built {built} + lost {lost}{}  {}",
+            if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
+            if holds {
+                "holds"
+            } else if !lost_known {
+                "NOT PROVEN: a lost BU's run directory cannot be read here"
+            } else {
+                "DOES NOT HOLD"
+            }
         );
     } else {
         // The EVM never reported its end: the run was cut short, and what was in flight is
@@ -281,7 +317,7 @@ fn summarize(
     println!("{}", incomplete_line(incomplete, incomplete_rule));
     let mut chain = Value::Null;
     let mut chain_holds = true;
-    if cfg.fu.enabled && evm_report.is_none() {
+    if cfg.fu.enabled && leader.is_none() {
         chain_holds = false;
         println!("chain: NOT PROVEN: the run was ended before the builder's end");
     } else if cfg.fu.enabled {
@@ -337,7 +373,9 @@ fn summarize(
         "hosts": c.hosts().map(|(h, agent, last_error)| json!({"host": h, "agent": agent.to_string(), "last_error": last_error})).collect::<Vec<_>>(),
         "triggered": triggered,
         "built": built,
-        "lost": { "LUMI_SECTION_CLOSED": lost_closed },
+        "lost": { "LUMI_SECTION_CLOSED": lost_closed, push_loss::BU_LOST: bu_lost },
+        "bus_lost": c.bus_lost(),
+        "excluded": excluded.iter().map(|x| json!({"bu": x.bu, "from_event": x.from_event, "events_given": x.events_given})).collect::<Vec<_>>(),
         "conservation_holds": holds,
         "built_complete": built.saturating_sub(incomplete),
         "built_incomplete": incomplete,

@@ -248,6 +248,27 @@ fn summarize(
             ),
             Err(e) => println!("  {:<10} {failed}: {e}", cfg.bus[i].name),
         }
+        // Push: what ageing shipped incomplete and what came too late, per BU.
+        if let Ok(b) = b
+            && cfg.is_push()
+        {
+            println!(
+                "  {:<10} push: {} events aged (shipped incomplete), {} late super-fragments dropped",
+                cfg.bus[i].name, b.counters.aged_events, b.counters.late_parts
+            );
+        }
+    }
+    if let Some(Ok(r)) = outcome.rus.first()
+        && cfg.is_push()
+    {
+        for x in &r.excluded {
+            println!(
+                "  {:<10} push: excluded after its loss from event {}; it was given {} events before",
+                cfg.bus.get(usize::from(x.bu)).map_or("?", |b| b.name.as_str()),
+                x.from_event,
+                x.events_given
+            );
+        }
     }
     for (i, e) in outcome.emulators.iter().enumerate() {
         if let Err(e) = e {
@@ -326,9 +347,12 @@ fn summarize(
         "incomplete_check": incomplete_rule.to_json(c.built_incomplete),
         "lost": c.lost,
         "conservation_holds": c.holds,
+        "protocol": if cfg.is_push() { "push" } else { "pull" },
         "per_bu": cfg.bus.iter().zip(&outcome.bus).map(|(s, b)| json!({
             "name": s.name,
             "events": b.as_ref().map_or(0, |b| b.events_published),
+            "push_aged_events": b.as_ref().ok().filter(|_| cfg.is_push()).map(|b| b.counters.aged_events),
+            "push_late_parts": b.as_ref().ok().filter(|_| cfg.is_push()).map(|b| b.counters.late_parts),
             "run_dir": b.as_ref().ok().map(|b| b.run_dir.display().to_string()),
             "error": b.as_ref().err().map(ToString::to_string),
         })).collect::<Vec<_>>(),

@@ -454,3 +454,62 @@ fn a_host_without_an_agent_is_refused_before_anything_starts() {
     assert!(err.contains(&format!("start `tessera agent --listen 127.0.0.1:{nobody}` on 127.0.0.1")), "{err}");
     assert!(!d.join("out").exists(), "nothing was started or written");
 }
+
+/// The 2×2 under push through the agent, its farm off (a lost push BU never writes its end of
+/// run, which its FUs would wait for): returns the run's directory and its processes.
+fn push_run_through_agent(limit: &str) -> (tempfile::TempDir, Processes, u16) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, tmp.path());
+    let system = system_file(tmp.path(), agent, limit, 3.0);
+    edit(&system, |y| {
+        y.replace("  number: 61\n", "  number: 61\n  protocol: push\n").replace(
+            "fu:\n  processes_per_bu: 1\n",
+            "fu:\n  enabled: false\npush:\n  exclude_margin_events: 512\n  window_events: 1024\n",
+        )
+    });
+    start_run(&mut units, tmp.path(), &system, &[]);
+    (tmp, units, agent)
+}
+
+#[test]
+fn a_2x2_push_system_runs_through_an_agent_and_conserves_every_event() {
+    let _one_system = one_system_at_a_time();
+    let (tmp, mut units, _) = push_run_through_agent("events: 20000");
+    let d = tmp.path();
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
+    assert!(out.contains("conservation: triggered 20000 = built 20000 + lost 0  holds"), "{out}");
+    assert!(out.contains("events: 20000 built, 20000 complete, 0 incomplete\n"), "{out}");
+}
+
+/// Under push a killed BU is not started again: RU 0 excludes it from an event no RU has
+/// reached, the run goes on with the other BU, and the events the lost one was given and did
+/// not publish are counted lost (BU_LOST), so that conservation holds with them.
+#[test]
+fn a_2x2_push_bu_killed_is_excluded_the_run_goes_on_and_its_unpublished_events_are_counted_lost() {
+    let _one_system = one_system_at_a_time();
+    let (tmp, mut units, agent) = push_run_through_agent("events: 60000");
+    let d = tmp.path();
+    wait_for_line(d, "run.log", "every unit is enabled");
+    std::thread::sleep(Duration::from_millis(700));
+    signal(agent, "bu1", "KILL");
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
+    let bu1 = out.lines().find(|l| l.trim_start().starts_with("bu1 ")).unwrap();
+    assert!(bu1.contains("LOST under push"), "{out}");
+    let line = out.lines().find(|l| l.starts_with("conservation:")).unwrap();
+    assert!(line.starts_with("conservation: triggered 60000 = built ") && line.ends_with("holds"), "{out}");
+    assert!(line.contains(" BU_LOST)"), "the lost BU's unpublished events are counted: {out}");
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    assert!(log.contains("under push it is not started again"), "{log}");
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.join("out").join("summary-run000061.json"))
+            .or_else(|_| std::fs::read_to_string(d.join("summary-run000061.json")))
+            .unwrap(),
+    )
+    .unwrap();
+    let excluded = &summary["excluded"][0];
+    assert_eq!(excluded["bu"], 1, "{summary}");
+    assert!(excluded["from_event"].as_u64().unwrap() > 1, "{summary}");
+}

@@ -184,6 +184,8 @@ pub struct Controller {
     mirror: Arc<Mutex<Vec<UnitView>>>,
     /// How many times each process was started again after a crash.
     restarts: BTreeMap<String, u32>,
+    /// Push: the BUs whose process ended before the run's end (never started again).
+    bus_lost: std::collections::BTreeSet<String>,
     /// The run as a whole, for the controller's dashboard and `/api/v1/run`. The front ends run
     /// as processes of their own here, so it has no dead time.
     status: Arc<RunStatus>,
@@ -330,7 +332,19 @@ impl Controller {
                         why: format!("ended with {exit}: {last}"),
                     };
                     let restarts = self.restarts.get(&p.name).copied().unwrap_or(0);
-                    if p.role.restartable() && restarts < self.cfg.controller.max_restarts {
+                    if matches!(p.role, Role::Bu(_)) && self.cfg.is_push() {
+                        // Push has no event manager to give a lost BU's events to another:
+                        // RU 0 excludes it, the run goes on, and its events are counted lost.
+                        if self.bus_lost.insert(p.name.clone()) {
+                            tracing::warn!(
+                                unit = %p.name,
+                                host = %p.host,
+                                "{fault}; under push it is not started again: RU 0 excludes it and the run goes on \
+                                 without it; the events it was given and did not publish are lost ({})",
+                                crate::push_loss::BU_LOST
+                            );
+                        }
+                    } else if p.role.restartable() && restarts < self.cfg.controller.max_restarts {
                         crashed.push((p.clone(), fault));
                     } else {
                         faults.push(fault);
@@ -571,6 +585,7 @@ impl Controller {
             last_units: BTreeMap::new(),
             mirror: Arc::default(),
             restarts: BTreeMap::new(),
+            bus_lost: std::collections::BTreeSet::new(),
             status: Arc::new(RunStatus::new(run)),
             link_key: LinkKey::generate()?,
         })
@@ -619,6 +634,11 @@ impl Controller {
     /// How many times each process was started again after a crash.
     pub fn restarts(&self) -> &BTreeMap<String, u32> {
         &self.restarts
+    }
+
+    /// Push: the BUs lost during the run, by name (their events are counted `BU_LOST`).
+    pub fn bus_lost(&self) -> &std::collections::BTreeSet<String> {
+        &self.bus_lost
     }
 
     /// The units' views with their hosts, as the controller's own control server serves them.

@@ -92,6 +92,36 @@ pub(crate) const FAMILIES: &[Family] = &[
         read: |s| s.incomplete_events.get() as f64,
     },
     Family {
+        name: "tessera_push_aged_events_total",
+        kind: "counter",
+        help: "Push: events a BU shipped incomplete because they aged (a part never came in time).",
+        read: |s| s.aged_events.get() as f64,
+    },
+    Family {
+        name: "tessera_push_late_parts_total",
+        kind: "counter",
+        help: "Push: super-fragments that reached a BU after their event was shipped, dropped.",
+        read: |s| s.late_parts.get() as f64,
+    },
+    Family {
+        name: "tessera_push_parts_unsent_total",
+        kind: "counter",
+        help: "Push: super-fragments an RU did not send, their BU excluded or unreachable.",
+        read: |s| s.parts_unsent.get() as f64,
+    },
+    Family {
+        name: "tessera_push_bus_excluded_total",
+        kind: "counter",
+        help: "Push: BUs RU 0 excluded after their loss.",
+        read: |s| s.bus_excluded.get() as f64,
+    },
+    Family {
+        name: "tessera_push_events_to_excluded_total",
+        kind: "counter",
+        help: "Push: events given to BUs before their exclusion (those unpublished are lost, BU_LOST).",
+        read: |s| s.events_to_excluded.get() as f64,
+    },
+    Family {
         name: "tessera_events_published_total",
         kind: "counter",
         help: "Events published in raw files (BU).",

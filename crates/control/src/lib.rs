@@ -42,6 +42,7 @@ mod metrics;
 pub mod placement;
 pub mod plan;
 mod process;
+pub mod push_loss;
 pub mod report;
 mod run;
 mod server;

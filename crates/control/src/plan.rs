@@ -367,7 +367,11 @@ pub fn bu_node(
             push: cfg.is_push().then(|| PushBu {
                 age_events: cfg.push.age_events,
                 age_ns: cfg.push.age_ms * 1_000_000,
-                message_events_max: cfg.ru.max_parts_per_message,
+                // The most events any RU puts in one message.
+                message_events_max: (0..cfg.rus.len())
+                    .map(|r| cfg.ru_params(r).max_parts_per_message)
+                    .max()
+                    .unwrap_or(cfg.ru.max_parts_per_message),
                 high_water_events: (u64::from(p.max_events_in_flight) * u64::from(cfg.push.bu_high_water_percent) / 100)
                     .max(1) as u32,
             }),

@@ -48,6 +48,12 @@ pub struct RuFigures {
     pub incomplete_parts: u64,
     /// The EVM's figures, on the EVM's node.
     pub evm: Option<EvmFigures>,
+    /// Events triggered, on RU 0's node (either protocol).
+    #[serde(default)]
+    pub triggered: Option<u64>,
+    /// Push, RU 0: the BUs excluded after their loss.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<ExcludedBu>,
     /// How the trigger stream broke before run control stopped the trigger (EVM): the run failed.
     pub trigger_fault: Option<TriggerFaultEnd>,
     /// Per FED, fragments received of events after the run's last.
@@ -65,6 +71,18 @@ pub struct EvmFigures {
     pub reassigned: u64,
     /// Events lost because their lumi section closed before they were built.
     pub lost_lumi_closed: u64,
+}
+
+/// A BU excluded from a push run after its loss, as RU 0's end says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExcludedBu {
+    /// The BU's index.
+    pub bu: u16,
+    /// The first event it no longer got.
+    pub from_event: u64,
+    /// The events the destination function gave it before: those it did not publish are lost
+    /// with it (`BU_LOST`).
+    pub events_given: u64,
 }
 
 /// A trigger fault as the EVM's end says it.
@@ -101,6 +119,12 @@ impl RuEnd {
                     reassigned: e.reassigned,
                     lost_lumi_closed: e.lost_lumi_closed,
                 }),
+                triggered: r.triggered,
+                excluded: r
+                    .excluded
+                    .iter()
+                    .map(|x| ExcludedBu { bu: x.bu, from_event: x.from_event, events_given: x.events_given })
+                    .collect(),
                 trigger_fault: r
                     .trigger_fault
                     .as_ref()
@@ -123,8 +147,13 @@ impl RuEnd {
 
     /// The EVM's figures, if this is the EVM's node and it ended with figures.
     pub fn evm(&self) -> Option<EvmFigures> {
+        self.figures().and_then(|f| f.evm)
+    }
+
+    /// Its figures, if it ended with them.
+    pub fn figures(&self) -> Option<&RuFigures> {
         match &self.outcome {
-            Ended::Figures(f) => f.evm,
+            Ended::Figures(f) => Some(f),
             Ended::Failed { .. } => None,
         }
     }
@@ -226,6 +255,8 @@ mod tests {
                 parts_sent: 10,
                 incomplete_parts: 1,
                 evm: Some(EvmFigures { triggered: 10, committed: 9, reassigned: 1, lost_lumi_closed: 1 }),
+                triggered: Some(10),
+                excluded: vec![ExcludedBu { bu: 1, from_event: 7, events_given: 3 }],
                 trigger_fault: None,
                 orphan_fragments: vec![OrphanFragments { fed: 3, fragments: 2 }],
             }),

@@ -3,6 +3,8 @@
 //! between hosts. This is what `tessera run` starts; the per-unit commands start the same nodes
 //! one per process.
 
+use crate::push_loss;
+use crate::report::ExcludedBu;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -57,6 +59,8 @@ pub struct Progress {
     pub triggered: u64,
     /// Events published by the BUs.
     pub built: u64,
+    /// Of those, each BU's.
+    pub published_per_bu: Vec<u64>,
     /// Fragment bytes received by the RUs.
     pub fragment_bytes: u64,
     /// Receive chunks in use, of the total, over all RUs.
@@ -219,9 +223,26 @@ impl Outcome {
         if closed > 0 {
             lost.insert("LUMI_SECTION_CLOSED".to_string(), closed);
         }
-        if !self.clean() && triggered > built + closed {
+        // Push: a BU lost takes with it what it was given and did not publish.
+        let excluded: Vec<ExcludedBu> = self
+            .rus
+            .first()
+            .and_then(|r| r.as_ref().ok())
+            .map(|r| {
+                r.excluded
+                    .iter()
+                    .map(|x| ExcludedBu { bu: x.bu, from_event: x.from_event, events_given: x.events_given })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let per_bu_published = |bu: u16| self.progress.published_per_bu.get(usize::from(bu)).copied().unwrap_or(0);
+        let bu_lost = push_loss::events_lost(&excluded, per_bu_published);
+        if bu_lost > 0 {
+            lost.insert(push_loss::BU_LOST.to_string(), bu_lost);
+        }
+        if !self.clean() && triggered > built + closed + bu_lost {
             let why = if self.cut_short { "CUT_SHORT" } else { "UNIT_FAILED" };
-            lost.insert(why.to_string(), triggered - built - closed);
+            lost.insert(why.to_string(), triggered - built - closed - bu_lost);
         }
         let accounted = built + lost.values().sum::<u64>();
         Conservation { triggered, built, built_complete, built_incomplete, lost, per_bu, holds: accounted == triggered }
@@ -316,6 +337,7 @@ impl RunningSystem {
             seconds: self.started.elapsed().as_secs_f64(),
             triggered: self.ru_stats.first().map_or(0, |s| s.triggered.get()),
             built: sum(&self.bu_stats, |s| s.events_published.get()),
+            published_per_bu: self.bu_stats.iter().map(|s| s.events_published.get()).collect(),
             fragment_bytes: sum(&self.ru_stats, |s| s.fragment_bytes.get()),
             chunks: (sum(&self.ru_stats, |s| s.chunks_used.get()), sum(&self.ru_stats, |s| s.chunks_total.get())),
             store_bytes: sum(&self.bu_stats, |s| s.store_bytes.get()),

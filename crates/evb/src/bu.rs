@@ -177,6 +177,8 @@ pub struct Bu {
     counters: BuCounters,
     /// Push: the newest event a part came of.
     newest: EventNumber,
+    /// Push: per RU, the newest event it sent a part of.
+    newest_from: Vec<EventNumber>,
     /// Push: events shipped lately, to tell a late part from a new event's first; events
     /// below `forgotten_below` were shipped long ago, and a part of one is late.
     shipped: BTreeSet<EventNumber>,
@@ -217,6 +219,7 @@ impl Bu {
             out: VecDeque::new(),
             counters: BuCounters::default(),
             newest: 0,
+            newest_from: Vec::new(),
             shipped: BTreeSet::new(),
             forgotten_below: 0,
             cfg,
@@ -238,6 +241,20 @@ impl Bu {
         self.cfg.push.is_none_or(|p| {
             self.events_in_flight().saturating_add(p.message_events_max) <= self.cfg.max_events_in_flight
         })
+    }
+
+    /// Whether the BU takes `msg` now: any message but a data message under push that would
+    /// begin an event when there is no room for it ([`Bu::accepts_parts`]). A message whose
+    /// parts are all of events held (or shipped: late parts, dropped) adds no event, and is
+    /// taken whenever it comes, so that the events held can always complete.
+    pub fn takes(&self, msg: &Message) -> bool {
+        let Message::Data { parts, .. } = msg else { return true };
+        self.accepts_parts()
+            || parts.iter().all(|p| {
+                self.building.contains_key(&p.event)
+                    || p.event < self.forgotten_below
+                    || self.shipped.contains(&p.event)
+            })
     }
 
     /// Under push, whether the BU holds events past its high-water mark: the trigger must hold.
@@ -556,17 +573,25 @@ impl Bu {
             self.complete(now, event, parts);
         }
         self.newest = self.newest.max(event);
+        if self.newest_from.len() < n_ru {
+            self.newest_from.resize(n_ru, 0);
+        }
+        self.newest_from[ru] = self.newest_from[ru].max(event);
         self.age(now, push, false);
     }
 
     /// Push: ships incomplete the events in progress that are too old: by event number, or with
-    /// `by_time` also by their wall-clock age. Only events with RU 0's part, the trigger's, age:
-    /// it gives the event its lumi section, and RU 0 sends a part of every event triggered.
+    /// `by_time` also by their wall-clock age, once every RU whose part is missing has sent a
+    /// part of a later event (an RU sends its events in order, but for those it waits for a
+    /// late FED: one that has not reached the event yet is behind, not missing, however long
+    /// that takes on a loaded machine). Only events with RU 0's part, the trigger's, age: it
+    /// gives the event its lumi section, and RU 0 sends a part of every event triggered.
     fn age(&mut self, now: Nanos, push: PushBu, by_time: bool) {
         let horizon = self.newest.saturating_sub(push.age_events);
         let old = |e: EventNumber, b: &Building| {
             let by_number = e.saturating_add(push.age_events) <= self.newest;
-            b.parts[0].is_some() && (by_number || (by_time && now >= b.first_at.saturating_add(push.age_ns)))
+            let by_time = by_time && now >= b.first_at.saturating_add(push.age_ns) && self.passed(e, b);
+            b.parts[0].is_some() && (by_number || by_time)
         };
         let due: Vec<(EventNumber, bool)> = if by_time {
             self.building.iter().filter(|&(&e, b)| old(e, b)).map(|(&e, _)| (e, e >= horizon)).collect()
@@ -590,6 +615,11 @@ impl Bu {
             self.out.push_back(BuOutput::Notice(Notice::EventAged { event, missing_rus, by_time: aged_by_time }));
             self.complete(now, event, parts);
         }
+    }
+
+    /// Push: whether every RU whose part of `event` is missing has sent a part of a later one.
+    fn passed(&self, event: EventNumber, b: &Building) -> bool {
+        b.parts.iter().enumerate().all(|(r, p)| p.is_some() || self.newest_from.get(r).is_some_and(|&n| n > event))
     }
 
     fn complete(&mut self, now: Nanos, event: EventNumber, parts: Vec<SuperFragment>) {
@@ -739,7 +769,12 @@ impl Bu {
             .min();
         let report = self.report_since.map(|t| t.saturating_add(self.cfg.report_delay_ns));
         let aged = self.cfg.push.and_then(|p| {
-            let first = self.building.values().filter(|b| b.parts[0].is_some()).map(|b| b.first_at).min()?;
+            let first = self
+                .building
+                .iter()
+                .filter(|&(&e, b)| b.parts[0].is_some() && self.passed(e, b))
+                .map(|(_, b)| b.first_at)
+                .min()?;
             Some(first.saturating_add(p.age_ns))
         });
         [files, report, aged].into_iter().flatten().min()

@@ -213,6 +213,12 @@ mod tests {
         let mut bu = push_bu(2);
         bu.handle(0, data(1, 1)); // no trigger part: it never ages
         bu.handle(0, data(0, 2));
+        // RU 1 has not reached event 2: it is behind, not missing, however long it takes.
+        assert_eq!(bu.next_timeout(), None);
+        bu.handle(5_000, Input::Tick);
+        assert!(std::iter::from_fn(|| bu.poll_output()).all(|o| !matches!(o, BuOutput::Notice(_))));
+        // RU 1 passed event 2 without its part: the part is late, and the event ages.
+        bu.handle(500, data(1, 3));
         assert_eq!(bu.next_timeout(), Some(1_000));
         bu.handle(1_000, Input::Tick);
         let aged: Vec<Notice> = std::iter::from_fn(|| bu.poll_output())
@@ -229,6 +235,11 @@ mod tests {
         }
         assert_eq!(bu.events_in_flight(), 5);
         assert!(!bu.accepts_parts() && bu.throttled());
+        // Full, it still takes what completes the events it holds, never what begins one.
+        let Input::Message { msg: completes, .. } = data(1, 3) else { unreachable!() };
+        let Input::Message { msg: begins, .. } = data(0, 6) else { unreachable!() };
+        assert!(bu.takes(&completes) && !bu.takes(&begins));
+        assert!(bu.takes(&Message::Drain { last_event: None }));
     }
 
     #[test]

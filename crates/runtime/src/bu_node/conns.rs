@@ -38,20 +38,40 @@ impl BuLoop {
                 }
             }
         }
-        let now = self.now();
-        for (from, msg) in inputs {
-            self.core.handle(now, Input::Message { from, msg });
-        }
+        self.unread.entry(token).or_default().extend(inputs);
+        self.feed_unread();
         if let Some(why) = pass.closed {
             self.close_conn(token, why.map(|w| w.to_string()))?;
         }
         Ok(pass.more)
     }
 
+    /// Hands the core the messages read, each connection's in order, as long as it takes them:
+    /// under push a data message that would begin new events waits while the core has no room
+    /// for them (one read's worth at most per connection: the loop reads no more of it until
+    /// they are all taken).
+    pub(super) fn feed_unread(&mut self) {
+        let now = self.now();
+        for queue in self.unread.values_mut() {
+            while let Some((from, msg)) = queue.pop_front() {
+                if !self.core.takes(&msg) {
+                    queue.push_front((from, msg));
+                    break;
+                }
+                self.core.handle(now, Input::Message { from, msg });
+            }
+        }
+        self.unread.retain(|_, q| !q.is_empty());
+    }
+
     /// A connection ended: losing the EVM before the end of run fails the BU; a caller that
     /// never proved itself a unit of this run is counted as refused.
     pub(super) fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
         let Some(c) = self.io.close(token) else { return Ok(()) };
+        // Its messages not yet taken go with it, but for the EVM's, taken as room comes.
+        if Some(token) != self.evm_conn {
+            self.unread.remove(&token);
+        }
         // The EVM's last messages (its end of run) may have come with its close.
         self.dispatch()?;
         if Some(token) == self.evm_conn {

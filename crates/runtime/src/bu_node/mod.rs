@@ -287,6 +287,7 @@ impl BuNode {
             discarded: BTreeMap::new(),
             core,
             store,
+            unread: BTreeMap::new(),
             jobs: Some(job_tx),
             backlog: VecDeque::new(),
             done: done_rx,
@@ -329,6 +330,9 @@ struct BuLoop {
     /// events).
     discarded: BTreeMap<FileId, (u64, u64)>,
     store: FrameStore,
+    /// Per connection, messages read that the core has not taken yet (see
+    /// `BuLoop::feed_unread`).
+    unread: BTreeMap<Token, VecDeque<(Peer, tessera_evb::msg::Message)>>,
     stats: Arc<UnitStats>,
     jobs: Option<SyncSender<Job>>,
     /// Files to write that wait for room in the writers' queue.

@@ -98,6 +98,7 @@ impl Unit for BuLoop {
 
     /// The core's outputs, then what the writers and the bookkeeping thread finished.
     fn step(&mut self, _now: Nanos) -> Result<bool, NodeError> {
+        self.feed_unread();
         self.dispatch()?;
         self.collect_written()?;
         self.collect_books()?;
@@ -105,11 +106,14 @@ impl Unit for BuLoop {
     }
 
     /// Room comes back as the writers finish; their completion wakes the loop. Under push,
-    /// what comes is not asked for: the BU also reads nothing while its core has no room for
-    /// another message's events or its disk or farm holds it back, and TCP holds the RUs.
-    fn may_read(&self) -> bool {
+    /// what comes is not asked for: a connection whose last message read waits for room (it
+    /// brings new events, see `BuLoop::feed_unread`) is not read on, nor is any while the disk
+    /// or the farm holds the BU back, and TCP holds the RUs. Another RU's messages that only
+    /// complete the events held are still read: the events held can always complete.
+    fn may_read(&self, token: Token) -> bool {
         self.store_has_room()
-            && (self.cfg.bu.push.is_none() || (self.core.accepts_parts() && self.held.throttle == Throttle::None))
+            && self.unread.get(&token).is_none_or(VecDeque::is_empty)
+            && (self.cfg.bu.push.is_none() || self.held.throttle == Throttle::None)
     }
 
     fn read_conn(&mut self, token: Token, _now: Nanos) -> Result<bool, NodeError> {

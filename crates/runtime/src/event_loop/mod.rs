@@ -128,9 +128,10 @@ pub(crate) trait Unit {
     /// Carries out the core's outputs, takes what the unit's own threads sent back and reads
     /// the unit's own inputs; true if an input has more to give now.
     fn step(&mut self, now: Nanos) -> Result<bool, NodeError>;
-    /// Whether the unit has room for what another read may bring; while not, the loop reads
-    /// no connection (and the pass counts as having nothing more to read).
-    fn may_read(&self) -> bool {
+    /// Whether the unit has room for what another read of connection `token` may bring; while
+    /// not, the loop leaves that connection unread (and the pass counts as having nothing more
+    /// to read from it).
+    fn may_read(&self, _token: Token) -> bool {
         true
     }
     /// Reads the readable connection `token` into the core ([`EventLoop::read`]); true if it
@@ -436,9 +437,9 @@ fn read_conns<U: Unit + ?Sized>(unit: &mut U, now: Nanos) -> Result<bool, NodeEr
     let tokens: Vec<Token> = lp.conns.iter().filter(|(_, c)| c.readable).map(|(t, _)| *t).collect();
     let mut more = false;
     for token in tokens {
-        if !unit.may_read() {
-            // Room comes back with the unit's own threads, which wake the loop.
-            return Ok(false);
+        // Room comes back with the unit's own threads, which wake the loop.
+        if !unit.may_read(token) {
+            continue;
         }
         // A connection read before may have closed this one (a peer that called again).
         if unit.event_loop().conns.contains_key(&token) {

@@ -203,6 +203,11 @@ impl RuLoop {
                 self.stats.saw(SubState::MissingData);
             }
             Notice::LateFragment { fed, .. } => count(*fed, FedError::Late),
+            &Notice::BuExcluded { bu, from_event, assigned } => {
+                self.stats.bus_excluded.add(1);
+                self.stats.events_to_excluded.add(assigned);
+                self.excluded.push(Excluded { bu, from_event, events_given: assigned });
+            }
             _ => {}
         }
     }
@@ -241,7 +246,7 @@ impl RuLoop {
             if frees_on_send {
                 // Push sends once: what a BU cannot take is lost with it, and RU 0 excludes
                 // it from an event on.
-                self.stats.parts_unsent.add(parts.len() as u64);
+                self.parts_unreachable += parts.len() as u64;
                 if self.unreachable_said.insert(b) {
                     self.stats.problem(format!(
                         "{:?}: cannot reach BU {b}: its super-fragments are dropped until RU 0 excludes it",
@@ -295,7 +300,9 @@ impl RuLoop {
     /// The connection that carries messages to `to`, reconnecting to a BU whose data connection
     /// was lost (a restarted BU listens again on the same port).
     pub(super) fn route(&mut self, to: Peer) -> Option<&mut Conn> {
+        // Under push a lost BU never comes back: no call to it (a dead host's would block).
         if self.io.conn_to(to).is_none()
+            && !self.core.frees_on_send()
             && let Peer::Bu(b) = to
             && let Some(&address) = self.cfg.bu_data.get(usize::from(b))
         {

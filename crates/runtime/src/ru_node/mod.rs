@@ -147,8 +147,14 @@ pub struct RuReport {
     pub evm: Option<tessera_evb::evm::EvmCounters>,
     /// The last event triggered (RU 0).
     pub last_event: Option<EventNumber>,
+    /// Events triggered (RU 0, either protocol).
+    pub triggered: Option<u64>,
     /// Push: the RU's own counters beyond its core's (redirected and dropped events).
     pub push: Option<tessera_evb::push::PushRuCounters>,
+    /// Push, RU 0: the BUs excluded after their loss, each with the first event excluded and
+    /// the events the destination function gave it before (those it did not publish are lost
+    /// with it, `BU_LOST`).
+    pub excluded: Vec<Excluded>,
     /// EVM: how the trigger stream broke before run control stopped the trigger. The node
     /// drained the events triggered before it and ended, but the run has failed.
     pub trigger_fault: Option<TriggerFault>,
@@ -156,6 +162,17 @@ pub struct RuReport {
     /// order (FEDs with none left out; the trigger FED's own never counted): what the front ends
     /// sent that no trigger made an event of, discarded at the end of the run.
     pub orphan_fragments: Vec<(FedId, u64)>,
+}
+
+/// A BU excluded from a push run after its loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Excluded {
+    /// The BU.
+    pub bu: u16,
+    /// The first event it no longer gets.
+    pub from_event: EventNumber,
+    /// The events it was given before.
+    pub events_given: u64,
 }
 
 /// How the trigger stream (FED 1024) broke before run control stopped the trigger: the EVM's
@@ -356,6 +373,8 @@ impl RuNode {
             sending: HashMap::new(),
             unreachable_said: BTreeSet::new(),
             bus_called: false,
+            excluded: Vec::new(),
+            parts_unreachable: 0,
             stats,
             core,
             cfg,
@@ -407,6 +426,10 @@ struct RuLoop {
     unreachable_said: BTreeSet<u16>,
     /// Push, RU 0: every BU has called it.
     bus_called: bool,
+    /// Push, RU 0: the BUs excluded so far.
+    excluded: Vec<Excluded>,
+    /// Push: super-fragments dropped because their BU could not be reached.
+    parts_unreachable: u64,
 }
 
 /// A fragment of a push RU on its way out (see `RuLoop::sending`).
@@ -512,6 +535,8 @@ impl RuLoop {
             ru: self.core.ru().counters(),
             evm: self.core.leader().and_then(|l| l.evm_counters()),
             last_event: self.core.leader().and_then(|l| l.last_triggered()),
+            triggered: self.core.leader().map(|l| l.triggered()),
+            excluded: self.excluded.clone(),
             push: self.core.push_counters(),
             trigger_fault: self.trigger_fault.clone(),
             orphan_fragments,
@@ -576,6 +601,9 @@ impl RuLoop {
         self.stats.events_buffered.set(self.core.ru().events_buffered() as u64);
         self.stats.fragments.set(c.fragments);
         self.stats.corrupt_fragments.set(c.corrupt_fragments);
+        if let Some(p) = self.core.push_counters() {
+            self.stats.parts_unsent.set(self.parts_unreachable + p.dropped_for_excluded);
+        }
         let used: usize = self.buffers.0.iter().map(|b| b.occupancy().0).sum();
         self.stats.chunks_used.set(used as u64);
         if let Some(l) = self.core.leader() {

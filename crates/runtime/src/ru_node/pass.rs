@@ -135,12 +135,16 @@ impl Unit for RuLoop {
         if !self.is_evm() && self.drain_seen() && !self.io.conns.values().any(|c| c.peer == Some(Peer::Evm)) {
             return Ok(Some(self.report()));
         }
-        // Push: another RU ends once it has sent every event of the run and its frames are
-        // written; nobody commits, so it does not wait for RU 0.
+        // Push: another RU ends once its FEDs have delivered every event of the run, it has
+        // sent them all and its frames are written; nobody commits, so it does not wait for
+        // RU 0.
+        let ru = self.core.ru();
+        let delivered = ru.sending_through().is_none_or(|t| ru.run_last_event().is_none_or(|last| t > last));
         if !self.is_evm()
             && self.core.frees_on_send()
             && self.drain_seen()
-            && self.core.ru().events_buffered() == 0
+            && delivered
+            && ru.events_buffered() == 0
             && self.io.conns.values().all(|c| c.queued_bytes() == 0)
         {
             return Ok(Some(self.report()));
