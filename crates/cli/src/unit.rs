@@ -213,9 +213,12 @@ pub fn unit(
                         r.ru.corrupt_fragments,
                         r.ru.parts_sent,
                         count,
-                        r.evm
-                            .map(|e| format!("; triggered {}, committed {}", e.triggered, e.committed))
-                            .unwrap_or_default()
+                        match (r.evm, r.triggered) {
+                            (Some(e), _) => format!("; triggered {}, committed {}", e.triggered, e.committed),
+                            // Push: nothing is committed; RU 0 says what it triggered and excluded.
+                            (None, Some(t)) => format!("; triggered {t} (push), {} BUs excluded", r.excluded.len()),
+                            (None, None) => String::new(),
+                        }
                     );
                     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
                 }

@@ -103,8 +103,13 @@ impl Drop for Lan {
 }
 
 fn system_file(dir: &Path) -> std::path::PathBuf {
+    system_file_with(dir, "")
+}
+
+/// The two-host system, with `run_extra` (whole lines) added to its `run` section.
+fn system_file_with(dir: &Path, run_extra: &str) -> std::path::PathBuf {
     let yaml = format!(
-        "run:\n  number: {RUN}\n  first_event: {first}\n  events: {EVENTS}\n  orbits_per_lumi_section: 64\n  output: {out}\n\
+        "run:\n{run_extra}  number: {RUN}\n  first_event: {first}\n  events: {EVENTS}\n  orbits_per_lumi_section: 64\n  output: {out}\n\
          trigger:\n  free_running: true\n\
          evm:\n  port: 9100\n\
          rus:\n  - name: ru0\n    host: 10.231.7.1\n    ferol_port: 9000\n    feds: \"1024,0-2\"\n    fragment_size: {{bytes: 2048}}\n\
@@ -146,6 +151,32 @@ fn two_hosts_in_network_namespaces_build_every_event() {
     units.wait_all(d, Duration::from_secs(120));
     let evm = std::fs::read_to_string(d.join("evm.log")).unwrap();
     assert!(evm.contains(&format!("triggered {EVENTS}, committed {EVENTS}")), "{evm}");
+    let seen = verified_events(d, RUN, &["bu0", "bu1"]);
+    assert_eq!(seen.len() as u64, EVENTS, "every event in exactly one file");
+}
+
+/// The same two hosts under push: RU 0 leads, each RU pushes its blocks across the link, and
+/// every event is built once, across the LV1 wrap.
+#[test]
+fn two_hosts_in_network_namespaces_push_every_event() {
+    let Some(lan) = Lan::create('p', &["10.231.7.1", "10.231.7.2"]) else { return };
+    let (a, b) = (&lan.hosts[0], &lan.hosts[1]);
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let system = system_file_with(d, "  protocol: push\n");
+    let sys = system.to_str().unwrap();
+    let mut units = Processes(Vec::new());
+    start(&mut units, d, a, "bu0", &["bu", "--system", sys, "--name", "bu0"]);
+    start(&mut units, d, b, "bu1", &["bu", "--system", sys, "--name", "bu1"]);
+    start(&mut units, d, b, "ru1", &["ru", "--system", sys, "--name", "ru1"]);
+    start(&mut units, d, a, "evm", &["evm", "--system", sys]);
+    wait_for_line(d, "evm.log", "run 52");
+    wait_for_line(d, "ru1.log", "run 52");
+    start(&mut units, d, a, "ferol-ru0", &["ferol", "--system", sys, "--ru", "ru0"]);
+    start(&mut units, d, b, "ferol-ru1", &["ferol", "--system", sys, "--ru", "ru1"]);
+    units.wait_all(d, Duration::from_secs(120));
+    let evm = std::fs::read_to_string(d.join("evm.log")).unwrap();
+    assert!(evm.contains(&format!("triggered {EVENTS} (push), 0 BUs excluded")), "{evm}");
     let seen = verified_events(d, RUN, &["bu0", "bu1"]);
     assert_eq!(seen.len() as u64, EVENTS, "every event in exactly one file");
 }
