@@ -23,7 +23,7 @@
 //! only modules before it in this list (crates/cli/tests/modules.rs checks it; the crate root,
 //! which declares them and re-exports what the server's users need, is left out):
 //!
-//! Modules, bottom up: exposition, process, report, run, client, figures, units, heartbeat, metrics, api, server, agent, stop, placement, controller, system, trigger, plan, incomplete, farm, chain, local_run
+//! Modules, bottom up: exposition, process, report, push_loss, run, client, figures, units, heartbeat, metrics, api, server, agent, stop, placement, controller, system, trigger, plan, incomplete, farm, chain, local_run
 
 #![warn(missing_docs)]
 
