@@ -106,6 +106,18 @@ fn signal(agent: u16, process: &str, signal: &str) {
     assert_eq!(answer.status, 202, "{}", answer.body);
 }
 
+/// Kills `bu1` (SIGKILL, through the agent) once the run is under way, waits for the run to end
+/// with success, and returns its summary and `bu1`'s line in it.
+fn kill_bu1_mid_run(units: &mut Processes, d: &Path, agent: u16) -> (String, String) {
+    wait_for_line(d, "run.log", "every unit is enabled");
+    std::thread::sleep(Duration::from_millis(700));
+    signal(agent, "bu1", "KILL");
+    let (code, out) = wait_run(units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
+    let bu1 = out.lines().find(|l| l.trim_start().starts_with("bu1 ")).unwrap().to_owned();
+    (out, bu1)
+}
+
 /// Waits for the controller (the last process) to exit; returns its exit code and summary.
 fn wait_run(units: &mut Processes, dir: &Path, timeout: Duration) -> (Option<i32>, String) {
     let deadline = Instant::now() + timeout;
@@ -232,12 +244,7 @@ fn a_2x2_bu_killed_is_started_again_by_the_controller_and_nothing_is_lost() {
     // 40000 events at 20 kHz: two seconds of triggers, most of them after the kill.
     let (tmp, mut units, agent) = run_through_agent("events: 40000", 3.0);
     let d = tmp.path();
-    wait_for_line(d, "run.log", "every unit is enabled");
-    std::thread::sleep(Duration::from_millis(700));
-    signal(agent, "bu1", "KILL");
-    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
-    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
-    let bu1 = out.lines().find(|l| l.trim_start().starts_with("bu1 ")).unwrap();
+    let (out, bu1) = kill_bu1_mid_run(&mut units, d, agent);
     assert!(bu1.ends_with("(started again once after a crash)"), "{out}");
     assert!(out.contains("conservation: triggered 40000 = built 40000 + lost 0  holds"), "{out}");
     assert!(out.contains("chain: built 40000 = processed 40000 by the FUs = processed 40000 in storage"), "{out}");
@@ -491,12 +498,7 @@ fn a_2x2_push_bu_killed_is_excluded_the_run_goes_on_and_its_unpublished_events_a
     let _one_system = one_system_at_a_time();
     let (tmp, mut units, agent) = push_run_through_agent("events: 60000");
     let d = tmp.path();
-    wait_for_line(d, "run.log", "every unit is enabled");
-    std::thread::sleep(Duration::from_millis(700));
-    signal(agent, "bu1", "KILL");
-    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
-    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
-    let bu1 = out.lines().find(|l| l.trim_start().starts_with("bu1 ")).unwrap();
+    let (out, bu1) = kill_bu1_mid_run(&mut units, d, agent);
     assert!(bu1.contains("LOST under push"), "{out}");
     let line = out.lines().find(|l| l.starts_with("conservation:")).unwrap();
     assert!(line.starts_with("conservation: triggered 60000 = built ") && line.ends_with("holds"), "{out}");

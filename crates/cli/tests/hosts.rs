@@ -102,10 +102,6 @@ impl Drop for Lan {
     }
 }
 
-fn system_file(dir: &Path) -> std::path::PathBuf {
-    system_file_with(dir, "")
-}
-
 /// The two-host system, with `run_extra` (whole lines) added to its `run` section.
 fn system_file_with(dir: &Path, run_extra: &str) -> std::path::PathBuf {
     let yaml = format!(
@@ -131,13 +127,15 @@ fn start(units: &mut Processes, dir: &Path, host: &str, label: &str, args: &[&st
     units.0.push((label.to_string(), spawn_logged(command, &dir.join(format!("{label}.log")))));
 }
 
-#[test]
-fn two_hosts_in_network_namespaces_build_every_event() {
-    let Some(lan) = Lan::create('e', &["10.231.7.1", "10.231.7.2"]) else { return };
+/// Runs the two-host system (its `run` section with `run_extra`) on hosts `tag`: each unit its
+/// own process in its host's namespace. Returns what the EVM's process said and the events found
+/// in the BUs' verified files; `None` when namespaces cannot be had here.
+fn run_on_two_hosts(tag: char, run_extra: &str) -> Option<(String, usize)> {
+    let lan = Lan::create(tag, &["10.231.7.1", "10.231.7.2"])?;
     let (a, b) = (&lan.hosts[0], &lan.hosts[1]);
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    let system = system_file(d);
+    let system = system_file_with(d, run_extra);
     let sys = system.to_str().unwrap();
     let mut units = Processes(Vec::new());
     start(&mut units, d, a, "bu0", &["bu", "--system", sys, "--name", "bu0"]);
@@ -150,35 +148,23 @@ fn two_hosts_in_network_namespaces_build_every_event() {
     start(&mut units, d, b, "ferol-ru1", &["ferol", "--system", sys, "--ru", "ru1"]);
     units.wait_all(d, Duration::from_secs(120));
     let evm = std::fs::read_to_string(d.join("evm.log")).unwrap();
+    Some((evm, verified_events(d, RUN, &["bu0", "bu1"]).len()))
+}
+
+#[test]
+fn two_hosts_in_network_namespaces_build_every_event() {
+    let Some((evm, seen)) = run_on_two_hosts('e', "") else { return };
     assert!(evm.contains(&format!("triggered {EVENTS}, committed {EVENTS}")), "{evm}");
-    let seen = verified_events(d, RUN, &["bu0", "bu1"]);
-    assert_eq!(seen.len() as u64, EVENTS, "every event in exactly one file");
+    assert_eq!(seen as u64, EVENTS, "every event in exactly one file");
 }
 
 /// The same two hosts under push: RU 0 leads, each RU pushes its blocks across the link, and
 /// every event is built once, across the LV1 wrap.
 #[test]
 fn two_hosts_in_network_namespaces_push_every_event() {
-    let Some(lan) = Lan::create('p', &["10.231.7.1", "10.231.7.2"]) else { return };
-    let (a, b) = (&lan.hosts[0], &lan.hosts[1]);
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
-    let system = system_file_with(d, "  protocol: push\n");
-    let sys = system.to_str().unwrap();
-    let mut units = Processes(Vec::new());
-    start(&mut units, d, a, "bu0", &["bu", "--system", sys, "--name", "bu0"]);
-    start(&mut units, d, b, "bu1", &["bu", "--system", sys, "--name", "bu1"]);
-    start(&mut units, d, b, "ru1", &["ru", "--system", sys, "--name", "ru1"]);
-    start(&mut units, d, a, "evm", &["evm", "--system", sys]);
-    wait_for_line(d, "evm.log", "run 52");
-    wait_for_line(d, "ru1.log", "run 52");
-    start(&mut units, d, a, "ferol-ru0", &["ferol", "--system", sys, "--ru", "ru0"]);
-    start(&mut units, d, b, "ferol-ru1", &["ferol", "--system", sys, "--ru", "ru1"]);
-    units.wait_all(d, Duration::from_secs(120));
-    let evm = std::fs::read_to_string(d.join("evm.log")).unwrap();
+    let Some((evm, seen)) = run_on_two_hosts('p', "  protocol: push\n") else { return };
     assert!(evm.contains(&format!("triggered {EVENTS} (push), 0 BUs excluded")), "{evm}");
-    let seen = verified_events(d, RUN, &["bu0", "bu1"]);
-    assert_eq!(seen.len() as u64, EVENTS, "every event in exactly one file");
+    assert_eq!(seen as u64, EVENTS, "every event in exactly one file");
 }
 
 #[test]
