@@ -18,6 +18,7 @@ impl Unit for BuLoop {
     /// The Stop once the core drains; then what the watcher saw of the RAM disk and the filter
     /// farm, the throttle that makes, and the files that may go to the writers.
     fn prepare(&mut self) -> Result<(), NodeError> {
+        self.update_intake();
         if self.core.draining() && self.stats.state() == UnitState::Enabled {
             self.stats.transition(Transition::Stop);
         }
@@ -107,13 +108,25 @@ impl Unit for BuLoop {
     /// Room comes back as the writers finish; their completion wakes the loop. Under push,
     /// what comes is not asked for: the BU also reads nothing while its core has no room for
     /// another message's events or its disk or farm holds it back, and TCP holds the RUs.
+    /// A capped BU (benchmarks) also reads nothing while it is ahead of its rate.
     fn may_read(&self) -> bool {
         self.store_has_room()
             && (self.cfg.bu.push.is_none() || (self.core.accepts_parts() && self.held.throttle == Throttle::None))
+            && self.intake.as_ref().is_none_or(Intake::open)
     }
 
     fn read_conn(&mut self, token: Token, _now: Nanos) -> Result<bool, NodeError> {
-        BuLoop::read_conn(self, token)
+        let more = BuLoop::read_conn(self, token);
+        self.update_intake();
+        more
+    }
+
+    /// A capped BU that waits for its rate wakes when it may read again.
+    fn max_wait(&self) -> Duration {
+        match &self.intake {
+            Some(i) if !i.open() => i.wait(),
+            _ => crate::event_loop::MAX_SLEEP,
+        }
     }
 
     fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {
