@@ -132,17 +132,11 @@ impl Unit for RuLoop {
                 return Ok(Some(self.report()));
             }
         }
+        // Another RU ends once RU 0 has closed its connection after the drain, under push too:
+        // RU 0 takes an RU's close before its own drain for a loss that fails the run, and
+        // under push it drains only once the BUs have ended, that is once they have every RU's
+        // part (an RU that ended as soon as it had sent its own parts raced RU 0 to it).
         if !self.is_evm() && self.drain_seen() && !self.io.conns.values().any(|c| c.peer == Some(Peer::Evm)) {
-            return Ok(Some(self.report()));
-        }
-        // Push: another RU ends once it has sent every event of the run and its frames are
-        // written; nobody commits, so it does not wait for RU 0.
-        if !self.is_evm()
-            && self.core.frees_on_send()
-            && self.drain_seen()
-            && self.core.ru().events_buffered() == 0
-            && self.io.conns.values().all(|c| c.queued_bytes() == 0)
-        {
             return Ok(Some(self.report()));
         }
         if self.cfg.ingest_only && self.ingested_all() {
