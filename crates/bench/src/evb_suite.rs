@@ -157,6 +157,9 @@ pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<Ev
         crc_check: CrcCheck::Always,
         output,
         budget,
+        protocol: tessera_config::Protocol::Pull,
+        slow_bu_events_per_s: None,
+        tuning: crate::evb::Tuning::Bench,
     };
     let mut raw = |what: &str, case: NetCase, relay: bool| {
         progress(&format!("{what}: {} streams, {} B", case.streams, case.fragment_bytes));

@@ -15,8 +15,10 @@ pub mod net;
 pub mod net_suite;
 pub mod orbit_suite;
 pub mod protocol;
+pub mod protocols;
 pub mod scan;
 pub mod timing;
+pub mod watched;
 pub mod wire;
 
 use std::path::PathBuf;

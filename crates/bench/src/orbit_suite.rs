@@ -105,6 +105,9 @@ pub fn cases(block_bytes: usize, budget: NetBudget) -> (NetCase, [EvbCase; 3]) {
         crc_check: CrcCheck::Never,
         output: BuOutput::IngestOnly,
         budget,
+        protocol: tessera_config::Protocol::Pull,
+        slow_bu_events_per_s: None,
+        tuning: crate::evb::Tuning::Bench,
     };
     let ingest_crc = EvbCase { crc_check: CrcCheck::Always, ..ingest };
     let chain = EvbCase { rus: CHAIN_RUS, bus: CHAIN_BUS, output: BuOutput::Discard, ..ingest_crc };

@@ -1,6 +1,7 @@
-//! `tessera bench protocol`: the cost of the event-building protocols inside the cores alone (no
-//! I/O), for 1×1, 4×4 and 8×8 systems: pull, and push for comparison ([`PUSH`]: blocks of 64
-//! events per destination).
+//! The cost of the event-building protocols inside the cores alone (no I/O), for 1×1, 4×4 and
+//! 8×8 systems: pull, and push for comparison ([`PUSH`]: blocks of 64 events per destination).
+//! The first part of `tessera bench protocols` ([`crate::protocols`]), which compares the two
+//! protocols on sockets after it (it was `tessera bench protocol` on its own).
 //!
 //! The ideal driver of `tessera_sim::ideal` hands every unit its inputs in order: each event's
 //! fragments to the RUs, messages through one queue with no delay, files written and published

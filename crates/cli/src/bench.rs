@@ -9,8 +9,13 @@ use std::process::ExitCode;
 pub enum BenchSuite {
     /// CRC-16, CRC-32C and fragment validation.
     Formats,
-    /// CPU cost and control messages of the event-building protocol, cores alone.
-    Protocol,
+    /// Pull and push compared, the same system and sender for both: the cores alone (CPU per
+    /// fragment, messages per event); on loopback sockets, 2 RUs x 2 BUs, throughput (discarding
+    /// BUs) and latency from trigger to published file (p50, p99, max, at a paced rate both
+    /// sustain), events lost and incomplete and dead time, without and with one slow BU (half
+    /// speed); events/s at one BU and its CPU per fragment vs 2 to 32 sources of 1500-byte
+    /// fragments, beside LHCb's; plots written as CSV and SVG to --out.
+    Protocols,
     /// Encoding and decoding of the event-building wire frames.
     Wire,
     /// Raw TCP baselines on loopback: emulator into a discarding receiver, and through a relay;
@@ -37,17 +42,20 @@ pub enum BenchSuite {
 /// `tessera bench SUITE`: runs the suite and prints its figures, each with its ratio to a
 /// baseline measured in the same run.
 pub fn run(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<ExitCode> {
-    if json && !matches!(suite, BenchSuite::Net | BenchSuite::Evb | BenchSuite::Orbit | BenchSuite::Fu) {
-        bail!("--json is supported by the net, evb, orbit and fu suites only");
+    if json
+        && !matches!(
+            suite,
+            BenchSuite::Net | BenchSuite::Evb | BenchSuite::Orbit | BenchSuite::Protocols | BenchSuite::Fu
+        )
+    {
+        bail!("--json is supported by the net, evb, orbit, protocols and fu suites only");
     }
     let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
     match suite {
         BenchSuite::Formats => {
             print!("{}", tessera_bench::formats::report(&tessera_bench::formats::run(budget)))
         }
-        BenchSuite::Protocol => {
-            print!("{}", tessera_bench::protocol::report(&tessera_bench::protocol::run(budget)))
-        }
+        BenchSuite::Protocols => bench_protocols(quick, out, json)?,
         BenchSuite::Wire => print!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget))),
         BenchSuite::Net => bench_net(quick, out, json)?,
         BenchSuite::Evb => bench_evb(quick, out, json)?,
@@ -60,6 +68,23 @@ pub fn run(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<Exi
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The pull-and-push suite.
+fn bench_protocols(quick: bool, out: &Path, json: bool) -> Result<()> {
+    use tessera_bench::protocols;
+    eprintln!(
+        "bench protocols: pull and push, the same system and sender for both{}; writing the plots to {}",
+        if quick { " (quick)" } else { "" },
+        out.display()
+    );
+    let suite = protocols::run(quick, out, &mut |what| eprintln!("  {what}"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&protocols::json(&suite))?);
+    } else {
+        print!("{}", protocols::report(&suite));
+    }
+    Ok(())
 }
 
 /// The filter farm suite.

@@ -315,6 +315,14 @@ impl RunningSystem {
         events
     }
 
+    /// When each generating front-end emulator started its trigger clock
+    /// ([`StopLine::clock_starts`]): event `k` of the run (from 0) was due at such a start plus
+    /// the `k`-th trigger time of the run's clock (`tessera bench protocols` measures latency
+    /// from it). Empty until they start, and for replayed or DTH emulators.
+    pub fn trigger_clock_starts(&self) -> Vec<Instant> {
+        self.stop_line.clock_starts()
+    }
+
     /// Whether every node has ended.
     pub fn finished(&self) -> bool {
         self.rus.iter().all(JoinHandle::is_finished) && self.bus.iter().all(JoinHandle::is_finished)

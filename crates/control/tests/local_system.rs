@@ -136,6 +136,34 @@ fn discarding_bus_build_every_event_and_touch_no_disk() {
 }
 
 #[test]
+fn a_push_system_drains_cleanly_whichever_ru_sends_its_last_part_first() {
+    // RU 1 reads fewer streams than RU 0 (the trigger and 3 data FEDs), so it usually sends its
+    // last part before RU 0 has sent its own: it must not end then, for RU 0 would take its close
+    // for a loss and fail the run with events still at the BUs. Three runs, for a race.
+    for attempt in 0..3 {
+        let tmp = tempfile::tempdir().unwrap();
+        let events = 20_000;
+        let mut cfg = common::system(tmp.path(), &Setup::new(1, events));
+        cfg.run.protocol = tessera_config::Protocol::Push;
+        // The BUs' default bound: the tests' 1024 events in flight is below what the RUs'
+        // window of 2048 events can put into a BU of two.
+        cfg.bu = tessera_config::BuParams {
+            discard_events: true,
+            ramdisk_high_water_percent: 100,
+            ramdisk_low_water_percent: 99,
+            ..tessera_config::BuParams::default()
+        };
+        let system = RunningSystem::start(common::plan_system(tmp.path(), &cfg)).unwrap();
+        let outcome = system.wait(Duration::from_secs(30));
+        assert!(outcome.clean(), "run {attempt}: {outcome:#?}");
+        let c = outcome.conservation();
+        assert_eq!((c.triggered, c.built, c.holds), (events, events, true), "run {attempt}: {c:?}");
+        assert_eq!(c.built_incomplete, 0, "run {attempt}: {:#?}", outcome.problems);
+        assert!(c.per_bu.iter().all(|&n| n > 0), "both BUs built events: {c:?}");
+    }
+}
+
+#[test]
 fn an_ingest_only_ru_takes_every_fragment_builds_and_releases_every_super_fragment() {
     let tmp = tempfile::tempdir().unwrap();
     let events = 3000;

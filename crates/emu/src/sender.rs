@@ -110,11 +110,13 @@ pub enum End {
 /// margin beyond the furthest, and the streams behind catch up to it before they close.
 ///
 /// Each stream also publishes its figures here while it runs ([`StreamGauge`]), so that run
-/// control sees the trigger's dead time live ([`StopLine::held`]).
+/// control sees the trigger's dead time live ([`StopLine::held`]), and each generating sender the
+/// moment its trigger clock started ([`StopLine::clock_starts`]).
 #[derive(Debug, Default)]
 pub struct StopLine {
     limit: AtomicU64,
     progress: Mutex<Vec<Arc<StreamGauge>>>,
+    clock_starts: Mutex<Vec<Instant>>,
 }
 
 /// One stream's figures while it runs, written by its thread after every event.
@@ -140,7 +142,23 @@ pub struct Held {
 impl StopLine {
     /// A line not yet drawn.
     pub fn new() -> Arc<Self> {
-        Arc::new(StopLine { limit: AtomicU64::new(u64::MAX), progress: Mutex::new(Vec::new()) })
+        Arc::new(StopLine {
+            limit: AtomicU64::new(u64::MAX),
+            progress: Mutex::new(Vec::new()),
+            clock_starts: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// When each generating sender of the run ([`run`], not a replay) started its trigger
+    /// clock, in the order they started: its trigger at `time_seconds` of the clock is due at
+    /// that moment plus `time_seconds` (paced, it is sent then). A benchmark puts the trigger's
+    /// times on the wall clock with it (`tessera bench protocols`' latency).
+    pub fn clock_starts(&self) -> Vec<Instant> {
+        self.clock_starts.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn clock_started(&self, at: Instant) {
+        self.clock_starts.lock().unwrap_or_else(|e| e.into_inner()).push(at);
     }
 
     pub(crate) fn register(&self) -> Arc<StreamGauge> {
@@ -326,6 +344,9 @@ pub fn run(config: SenderConfig) -> Result<RunSummary, EmuError> {
     let writers =
         generators.iter().map(|g| open(&sink, g.fed(), polled)).collect::<Result<Vec<Box<dyn Write + Send>>, _>>()?;
     let start = Instant::now();
+    if let Some(line) = &stop {
+        line.clock_started(start);
+    }
     let results: Vec<Result<StreamSummary, EmuError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = generators
             .into_iter()

@@ -3,10 +3,10 @@
 
 use std::io::Read;
 use std::net::TcpListener;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tessera_config::emulation::{ClockSpec, FedSpec, SizeModel};
 use tessera_emu::generator::StreamConfig;
-use tessera_emu::sender::{self, End, Limits, SenderConfig, Sink, capture_path};
+use tessera_emu::sender::{self, End, Limits, SenderConfig, Sink, StopLine, capture_path};
 use tessera_formats::ferol::FerolStream;
 use tessera_formats::seeded::first_payload_mismatch;
 use tessera_inspect::stream::inspect_ferol_stream;
@@ -93,6 +93,8 @@ fn a_paced_run_with_a_time_limit_ends_by_itself() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = stream(4, SizeModel::Fixed(512));
     config.clock.rate_hz = 1000.0;
+    let line = StopLine::new();
+    let before = Instant::now();
     let summary = sender::run(SenderConfig {
         replay: None,
         streams: vec![config],
@@ -100,9 +102,12 @@ fn a_paced_run_with_a_time_limit_ends_by_itself() {
         paced: true,
         pace_percent: 100,
         limits: Limits { events: None, seconds: Some(0.3) },
-        stop: None,
+        stop: Some(line.clone()),
     })
     .unwrap();
+    // The trigger clock started once, after the call and before the run ended.
+    let starts = line.clock_starts();
+    assert!(starts.len() == 1 && starts[0] >= before && starts[0] <= Instant::now(), "{starts:?}");
     let s = &summary.streams[0];
     assert_eq!(s.end, End::Deadline);
     // About 300 triggers in 0.3 s at 1 kHz; the bounds only catch a sender that ignores pacing.

@@ -132,7 +132,13 @@ pub fn system(dir: &Path, setup: &Setup) -> SystemConfig {
 /// The 2×2 system of `setup`, BUs writing under `dir`, planned as `tessera run` plans a system
 /// file, on free loopback ports.
 pub fn plan(dir: &Path, setup: &Setup) -> SystemPlan {
-    let cfg = system(dir, setup);
+    plan_system(dir, &system(dir, setup))
+}
+
+/// The system `cfg`, BUs writing under `dir`, planned as `tessera run` plans a system file, on
+/// free loopback ports.
+pub fn plan_system(dir: &Path, cfg: &SystemConfig) -> SystemPlan {
+    let cfg = cfg.clone();
     // A key of the run, as run control would make it.
     let link_key = LinkKey::generate().unwrap();
     let mut plan = tessera_control::plan::plan(&cfg, Listeners::bind_all(&cfg).unwrap(), dir, &link_key).unwrap();

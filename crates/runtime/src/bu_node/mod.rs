@@ -34,6 +34,10 @@
 //! written, its frames freed; `PublishFile` counts the file's events and fragment bytes as
 //! published; `DiscardFile`, `EndOfLumi` and `EndOfRun` do nothing on disk. The protocol is
 //! unchanged: the BU still asks for events, builds and checks them, and the EVM still commits.
+//!
+//! **A slow BU, for benchmarks** ([`BuNodeConfig::intake_events_per_s`]): the loop reads no
+//! connection while the BU is ahead of a rate of events, so that `tessera bench protocols` can
+//! compare how pull and push treat one BU slower than the others. No system file sets it.
 
 use crate::bu_files::{BookAction, Bookkeeper, BookkeeperGone, BuFiles, BuFilesError, RawWriter};
 use crate::conn::{LinkSide, NoPieces};
@@ -112,6 +116,13 @@ pub struct BuNodeConfig {
     /// Hold back on the filter farm's resource summaries in `directory` (see
     /// [`tessera_rundir::resources`]); `None` when no farm reads this BU's files.
     pub farm_limits: Option<tessera_rundir::resources::FarmLimits>,
+    /// **Benchmarks only**: a slow BU (`tessera bench protocols`). The loop reads no connection
+    /// while the events its core has built run ahead of this many per second since it was
+    /// enabled (a token bucket that holds [`INTAKE_BURST`] of them), so the BU takes events at
+    /// most at this rate whatever the protocol offers it, as a BU whose disk or farm is slow
+    /// would. `None`: as fast as it can. No system file sets it; `tessera_control::plan` leaves
+    /// it `None`.
+    pub intake_events_per_s: Option<f64>,
 }
 
 /// How a BU node ended.
@@ -139,6 +150,50 @@ const FINAL_ACK_WAIT: Duration = Duration::from_secs(10);
 const DISK_FULL_RETRY: Duration = Duration::from_millis(200);
 /// How long a BU may hold back for its RAM disk before it says so, with what would free it.
 const DISK_HELD_SAID_AFTER: Duration = Duration::from_secs(5);
+/// The most a capped BU ([`BuNodeConfig::intake_events_per_s`]) takes ahead of its rate: this
+/// long at that rate (and at least one event), so that it never idles between reads.
+pub const INTAKE_BURST: Duration = Duration::from_millis(5);
+
+/// The token bucket of a capped BU ([`BuNodeConfig::intake_events_per_s`]): events it may still
+/// build before it reads again. A read brings whole messages, so the tokens go below zero by up
+/// to a message's events, and the loop waits until they are back above it: the rate holds on
+/// average, a read's worth at a time.
+#[derive(Debug, Clone)]
+struct Intake {
+    events_per_s: f64,
+    burst_events: f64,
+    tokens: f64,
+    at: Instant,
+    built: u64,
+}
+
+impl Intake {
+    fn new(events_per_s: f64, now: Instant, built: u64) -> Intake {
+        let burst_events = (events_per_s * INTAKE_BURST.as_secs_f64()).max(1.0);
+        Intake { events_per_s, burst_events, tokens: burst_events, at: now, built }
+    }
+
+    /// Refills for the time since the last look and takes the events built since.
+    fn update(&mut self, now: Instant, built: u64) {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * self.events_per_s;
+        self.tokens = (self.tokens + refill).min(self.burst_events) - built.saturating_sub(self.built) as f64;
+        (self.at, self.built) = (now, built.max(self.built));
+    }
+
+    /// Whether the BU may read now.
+    fn open(&self) -> bool {
+        self.tokens > 0.0
+    }
+
+    /// How long until it may read again (zero when it may now).
+    fn wait(&self) -> Duration {
+        if self.open() {
+            return Duration::ZERO;
+        }
+        // Just past zero: one more token's time, so the loop does not wake a hair too early.
+        Duration::from_secs_f64((1.0 - self.tokens) / self.events_per_s)
+    }
+}
 
 struct Job {
     file: FileId,
@@ -297,6 +352,7 @@ impl BuNode {
             orbit_events: 0,
             orbits_written: 0,
             held: Held::default(),
+            intake: None,
             stats,
             epoch,
             cfg,
@@ -362,6 +418,8 @@ struct BuLoop {
     orbits_written: u64,
     /// What holds the BU back, and how its run ends.
     held: Held,
+    /// A capped BU's intake (benchmarks only, [`BuNodeConfig::intake_events_per_s`]).
+    intake: Option<Intake>,
     run_dir: PathBuf,
     epoch: Epoch,
 }
@@ -415,9 +473,19 @@ impl BuLoop {
         self.evm_conn = Some(self.io.open(TcpStream::from_std(evm), Peer::Evm)?);
         self.io.listen(&self.cfg.data_listener, "data listener")?;
         self.io.enable(&format!("BU {}", self.cfg.bu.bu))?;
-        // The farm's grace counts from the moment the BU takes data.
+        // The farm's grace counts from the moment the BU takes data, and so does the intake's
+        // rate.
         self.held.started = Instant::now();
+        let built = self.core.counters().events_built;
+        self.intake = self.cfg.intake_events_per_s.map(|rate| Intake::new(rate, self.held.started, built));
         crate::event_loop::run(self)
+    }
+
+    /// Takes what the core built since the intake's last look (a capped BU only).
+    fn update_intake(&mut self) {
+        if let Some(intake) = &mut self.intake {
+            intake.update(Instant::now(), self.core.counters().events_built);
+        }
     }
 
     fn publish_stats(&self, throttle: Throttle) {
@@ -442,5 +510,31 @@ impl BuLoop {
         } else {
             Throttle::None
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_intake_reads_at_its_rate_on_average_a_read_at_a_time() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        // 1000 events/s: a burst of 5 events (5 ms of them).
+        let mut intake = Intake::new(1000.0, t0, 100);
+        assert!(intake.open() && intake.wait() == Duration::ZERO);
+        // A read brought 20 events: 15 beyond the burst, so 16 ms until the next read.
+        intake.update(t0, 120);
+        assert!(!intake.open());
+        assert_eq!(intake.wait().as_millis(), 16);
+        intake.update(ms(10), 120);
+        assert!(!intake.open(), "{intake:?}");
+        intake.update(ms(16), 120);
+        assert!(intake.open(), "{intake:?}");
+        // Idle time does not pile up beyond the burst.
+        intake.update(ms(1000), 120);
+        intake.update(ms(1000), 126);
+        assert!(!intake.open(), "{intake:?}");
     }
 }

@@ -18,6 +18,7 @@ impl Unit for BuLoop {
     /// The Stop once the core drains; then what the watcher saw of the RAM disk and the filter
     /// farm, the throttle that makes, and the files that may go to the writers.
     fn prepare(&mut self) -> Result<(), NodeError> {
+        self.update_intake();
         if self.core.draining() && self.stats.state() == UnitState::Enabled {
             self.stats.transition(Transition::Stop);
         }
@@ -109,15 +110,27 @@ impl Unit for BuLoop {
     /// what comes is not asked for: a connection whose last message read waits for room (it
     /// brings new events, see `BuLoop::feed_unread`) is not read on, nor is any while the disk
     /// or the farm holds the BU back, and TCP holds the RUs. Another RU's messages that only
-    /// complete the events held are still read: the events held can always complete.
+    /// complete the events held are still read: the events held can always complete. A capped
+    /// BU (benchmarks) also reads nothing while it is ahead of its rate.
     fn may_read(&self, token: Token) -> bool {
         self.store_has_room()
             && self.unread.get(&token).is_none_or(VecDeque::is_empty)
             && (self.cfg.bu.push.is_none() || self.held.throttle == Throttle::None)
+            && self.intake.as_ref().is_none_or(Intake::open)
     }
 
     fn read_conn(&mut self, token: Token, _now: Nanos) -> Result<bool, NodeError> {
-        BuLoop::read_conn(self, token)
+        let more = BuLoop::read_conn(self, token);
+        self.update_intake();
+        more
+    }
+
+    /// A capped BU that waits for its rate wakes when it may read again.
+    fn max_wait(&self) -> Duration {
+        match &self.intake {
+            Some(i) if !i.open() => i.wait(),
+            _ => crate::event_loop::MAX_SLEEP,
+        }
     }
 
     fn close_conn(&mut self, token: Token, why: Option<String>) -> Result<(), NodeError> {

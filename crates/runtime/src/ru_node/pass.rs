@@ -132,21 +132,11 @@ impl Unit for RuLoop {
                 return Ok(Some(self.report()));
             }
         }
+        // Another RU ends once RU 0 has closed its connection after the drain, under push too:
+        // under push RU 0 closes only once the BUs have ended, that is once they have every
+        // RU's part (an RU that ended as soon as it had sent its own parts could end before its
+        // FEDs had delivered the run's last events).
         if !self.is_evm() && self.drain_seen() && !self.io.conns.values().any(|c| c.peer == Some(Peer::Evm)) {
-            return Ok(Some(self.report()));
-        }
-        // Push: another RU ends once its FEDs have delivered every event of the run, it has
-        // sent them all and its frames are written; nobody commits, so it does not wait for
-        // RU 0.
-        let ru = self.core.ru();
-        let delivered = ru.sending_through().is_none_or(|t| ru.run_last_event().is_none_or(|last| t > last));
-        if !self.is_evm()
-            && self.core.frees_on_send()
-            && self.drain_seen()
-            && delivered
-            && ru.events_buffered() == 0
-            && self.io.conns.values().all(|c| c.queued_bytes() == 0)
-        {
             return Ok(Some(self.report()));
         }
         if self.cfg.ingest_only && self.ingested_all() {
