@@ -148,6 +148,95 @@ mod tests {
         assert_eq!(ru.push_counters().dropped_for_excluded, 2);
     }
 
+    fn progress_sent(ru: &mut PushRu) -> Vec<(Peer, EventNumber)> {
+        std::iter::from_fn(|| ru.poll_output())
+            .filter_map(|o| match o {
+                RuOutput::Send { to, msg: Message::Progress { through } } => Some((to, through)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_push_ru_reads_a_fed_no_further_than_the_window_past_its_slowest_peer_and_tells_how_far_it_is() {
+        // Window of 8 events; told each eighth (1 event); RU 0 its peer.
+        let mut ru = PushRu::new(RuConfig::new(1, vec![3]), Destinations::new(1, 64, vec![0]), 100).with_window(
+            8,
+            vec![Peer::Evm],
+            false,
+        );
+        for e in 1..=9 {
+            assert!(ru.accepts(0), "event {e} is within the window of RU 0 at event 1");
+            ru.offer_fragment(0, 0, fragment(3, e, 1)).unwrap();
+        }
+        assert!(!ru.accepts(0) && ru.held_by_window(), "event 10 is 9 past RU 0's event 1");
+        assert_eq!(progress_sent(&mut ru).last(), Some(&(Peer::Evm, 10)), "its own point: event 10 next");
+        ru.handle(0, Input::Message { from: Peer::Evm, msg: Message::Progress { through: 5 } });
+        assert!(ru.accepts(0) && !ru.held_by_window());
+    }
+
+    #[test]
+    fn ru_0_tells_every_ru_the_slowest_point_so_that_no_two_rus_are_two_windows_apart() {
+        let mut ru0 = PushRu::new(RuConfig::new(0, vec![3]), Destinations::new(1, 64, vec![0]), 100).with_window(
+            8,
+            vec![Peer::Ru(1), Peer::Ru(2)],
+            true,
+        );
+        for e in 1..=8 {
+            ru0.offer_fragment(0, 0, fragment(3, e, 1)).unwrap();
+        }
+        ru0.handle(0, Input::Message { from: Peer::Ru(1), msg: Message::Progress { through: 9 } });
+        assert!(progress_sent(&mut ru0).iter().all(|&(_, t)| t == 1), "RU 2 is still at event 1");
+        ru0.handle(0, Input::Message { from: Peer::Ru(2), msg: Message::Progress { through: 4 } });
+        assert_eq!(progress_sent(&mut ru0), vec![(Peer::Ru(1), 4), (Peer::Ru(2), 4)], "the slowest: RU 2");
+    }
+
+    #[test]
+    fn ru_0_and_another_ru_telling_each_other_their_progress_run_on_for_many_windows() {
+        let cfg = PushNodeConfig {
+            ru: RuConfig::new(0, vec![TCDS_FED_ID]),
+            n_ru: 2,
+            n_bu: 1,
+            destinations: Destinations::new(1, 8, vec![0]),
+            high_water_events: 1000,
+            exclude_margin_events: 10,
+            window_events: Some(16),
+            bug: None,
+        };
+        let mut node = PushNode::new(cfg);
+        let mut ru1 = PushRu::new(RuConfig::new(1, vec![3]), Destinations::new(1, 8, vec![0]), 1000).with_window(
+            16,
+            vec![Peer::Evm],
+            false,
+        );
+        let (mut e0, mut e1) = (1, 1);
+        for _ in 0..200 {
+            // RU 1 runs twice as fast as RU 0: the window holds it back, never for good.
+            for _ in 0..2 {
+                if ru1.accepts(0) {
+                    ru1.offer_fragment(0, 0, fragment(3, e1, 1)).unwrap();
+                    e1 += 1;
+                }
+            }
+            if node.ru().accepts(0) {
+                node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e0, 1)).unwrap();
+                e0 += 1;
+            }
+            while let Some(o) = node.poll_output() {
+                if let RuOutput::Send { to: Peer::Ru(1), msg } = o {
+                    ru1.handle(0, Input::Message { from: Peer::Evm, msg });
+                }
+            }
+            while let Some(o) = ru1.poll_output() {
+                if let RuOutput::Send { to: Peer::Evm, msg } = o {
+                    node.handle(0, Input::Message { from: Peer::Ru(1), msg });
+                }
+            }
+            assert!(e1 <= e0 + 16 + 2 + 1, "RU 1 at {e1} keeps within the window of RU 0 at {e0}");
+        }
+        assert!(e0 == 201 && e1 > 190, "both ran on: RU 0 at {e0}, RU 1 at {e1}");
+    }
+
     fn push_bu(n_ru: u16) -> Bu {
         let cfg = BuConfig {
             max_events_per_file: 2,

@@ -89,7 +89,7 @@ impl PushNode {
             ru: {
                 let ru = PushRu::new(cfg.ru, cfg.destinations, cfg.high_water_events);
                 match cfg.window_events {
-                    Some(w) => ru.with_window(w, (1..cfg.n_ru).map(Peer::Ru).collect()),
+                    Some(w) => ru.with_window(w, (1..cfg.n_ru).map(Peer::Ru).collect(), true),
                     None => ru,
                 }
             },

@@ -61,6 +61,9 @@ struct Window {
     peers: Vec<(Peer, EventNumber)>,
     /// The point last told the peers.
     told: EventNumber,
+    /// RU 0: what it tells is the slowest point of all (its own and its peers'), so that every
+    /// RU keeps within the window of the slowest, not only of RU 0.
+    relay: bool,
 }
 
 impl Window {
@@ -91,10 +94,13 @@ impl PushRu {
     /// moves by an eighth of the window, and a FED stream more than `events` ahead of the
     /// slowest of them waits ([`PushRu::accepts`]). The slowest FED of the system never waits
     /// for the window: the trigger holds for it, as a throttle would.
-    pub fn with_window(mut self, events: u64, peers: Vec<Peer>) -> Self {
+    /// On RU 0, `relay` makes what it tells the slowest point of all: another RU, which hears
+    /// only RU 0, then keeps within the window of the slowest RU too (without it, two RUs
+    /// could be two windows apart, each one window from RU 0).
+    pub fn with_window(mut self, events: u64, peers: Vec<Peer>, relay: bool) -> Self {
         let first = self.ru.config().first_event;
-        self.window =
-            Some(Window { events: events.max(1), peers: peers.into_iter().map(|p| (p, first)).collect(), told: first });
+        let peers = peers.into_iter().map(|p| (p, first)).collect();
+        self.window = Some(Window { events: events.max(1), peers, told: first, relay });
         self
     }
 
@@ -233,7 +239,9 @@ impl PushRu {
     /// the window (or every FED stopped sending: then as far as it goes).
     fn tell_progress(&mut self) {
         let Some(w) = self.window.as_mut() else { return };
-        let through = self.ru.sending_through().unwrap_or(EventNumber::MAX);
+        let own = self.ru.sending_through().unwrap_or(EventNumber::MAX);
+        let slowest_peer = w.peers.iter().map(|&(_, e)| e).min().unwrap_or(EventNumber::MAX);
+        let through = if w.relay { own.min(slowest_peer) } else { own };
         if through >= w.told.saturating_add(w.events.div_ceil(8)) || (through == EventNumber::MAX && w.told != through)
         {
             w.told = through;

@@ -305,9 +305,11 @@ impl RuNode {
                     bug: None,
                 }))
             }
-            (None, Some(p)) => Box::new(
-                PushRu::new(ru, p.destinations, p.high_water_events).with_window(p.window_events, vec![Peer::Evm]),
-            ),
+            (None, Some(p)) => Box::new(PushRu::new(ru, p.destinations, p.high_water_events).with_window(
+                p.window_events,
+                vec![Peer::Evm],
+                false,
+            )),
             (None, None) if cfg.ingest_only => Box::new(IngestRu::new(ru)),
             (None, None) => Box::new(Ru::new(ru)),
         };
@@ -372,7 +374,7 @@ impl RuNode {
             ending: Ending::default(),
             sending: HashMap::new(),
             unreachable_said: BTreeSet::new(),
-            bus_called: false,
+            peers_called: false,
             excluded: Vec::new(),
             parts_unreachable: 0,
             stats,
@@ -424,8 +426,9 @@ struct RuLoop {
     sending: HashMap<BufferRef, Sending>,
     /// Push: the BUs this RU could not reach, said once each.
     unreachable_said: BTreeSet<u16>,
-    /// Push, RU 0: every BU has called it.
-    bus_called: bool,
+    /// Push: the peers it must reach from its first event on are there (see
+    /// `RuLoop::peers_ready`).
+    peers_called: bool,
     /// Push, RU 0: the BUs excluded so far.
     excluded: Vec<Excluded>,
     /// Push: super-fragments dropped because their BU could not be reached.
@@ -636,16 +639,21 @@ impl RuLoop {
         }
     }
 
-    /// Push: RU 0 sends its parts on the connections the BUs open to it, so it reads no FED
-    /// stream before every BU has called (a BU that never calls fails the run at its start, as
-    /// under pull). Once true, true for the run: a BU lost later is excluded.
-    fn bus_ready(&mut self) -> bool {
-        if self.bus_called || !self.core.frees_on_send() {
+    /// Push: whether the peers this RU must reach from its first event on are there. RU 0
+    /// sends its parts on the connections the BUs open to it, so it reads no FED stream before
+    /// every BU has called (a BU that never calls fails the run at its start, as under pull);
+    /// another RU tells RU 0 its progress on the connection RU 0 opens to it, and a progress
+    /// said before it is there would be lost and hold the window for good. Once true, true for
+    /// the run: a peer lost later is excluded, or fails the run.
+    fn peers_ready(&mut self) -> bool {
+        if self.peers_called || !self.core.frees_on_send() {
             return true;
         }
-        let Some(n_bu) = self.core.leader().map(|l| l.n_bu()) else { return true };
-        let called = (0..n_bu).all(|b| self.io.conn_to(Peer::Bu(b)).is_some());
-        self.bus_called = called;
+        let called = match self.core.leader().map(|l| l.n_bu()) {
+            Some(n_bu) => (0..n_bu).all(|b| self.io.conn_to(Peer::Bu(b)).is_some()),
+            None => self.io.conn_to(Peer::Evm).is_some(),
+        };
+        self.peers_called = called;
         called
     }
 

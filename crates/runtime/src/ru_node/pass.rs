@@ -36,7 +36,7 @@ impl Unit for RuLoop {
         if !self.unnamed.is_empty() {
             self.name_streams();
         }
-        if !self.bus_ready() {
+        if !self.peers_ready() {
             return Ok(false);
         }
         self.read_streams(now)
