@@ -582,6 +582,20 @@ pub(crate) fn snapshot(rus: &[Arc<UnitStats>], bus: &[Arc<UnitStats>]) -> Result
     })
 }
 
+/// What went wrong in a system that did not end clean, in one line: every unit's and emulator's
+/// error, then the first problems reported.
+pub(crate) fn outcome_errors(outcome: &tessera_control::system::Outcome) -> String {
+    let errors: Vec<String> = outcome
+        .rus
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(ToString::to_string))
+        .chain(outcome.bus.iter().filter_map(|b| b.as_ref().err().map(ToString::to_string)))
+        .chain(outcome.emulators.iter().filter_map(|e| e.as_ref().err().map(ToString::to_string)))
+        .chain(outcome.problems.iter().take(3).cloned())
+        .collect();
+    errors.join("; ")
+}
+
 /// Runs one case: starts the system, measures a window, stops the trigger, drains, checks that
 /// every unit ended cleanly and every event was built.
 pub fn run_case(case: &EvbCase) -> Result<EvbMeasured, BenchError> {
@@ -633,15 +647,7 @@ pub fn run_case(case: &EvbCase) -> Result<EvbMeasured, BenchError> {
     let outcome = system.wait(DRAIN_TIMEOUT);
     drop(ram_disk);
     if !outcome.clean() {
-        let errors: Vec<String> = outcome
-            .rus
-            .iter()
-            .filter_map(|r| r.as_ref().err().map(ToString::to_string))
-            .chain(outcome.bus.iter().filter_map(|b| b.as_ref().err().map(ToString::to_string)))
-            .chain(outcome.emulators.iter().filter_map(|e| e.as_ref().err().map(ToString::to_string)))
-            .chain(outcome.problems.iter().take(3).cloned())
-            .collect();
-        return Err(BenchError::System(format!("{}: {}", case.label(), errors.join("; "))));
+        return Err(BenchError::System(format!("{}: {}", case.label(), outcome_errors(&outcome))));
     }
     let (Some(b), Some(e)) = (begin, end) else {
         return Err(BenchError::Timeout(format!("{}: no measurement window within the budget", case.label())));
@@ -656,25 +662,45 @@ pub fn run_case(case: &EvbCase) -> Result<EvbMeasured, BenchError> {
             c.lost
         )));
     }
-    let fragments = e.fragments - b.fragments;
-    Ok(EvbMeasured {
-        case: *case,
-        fragments,
-        wire_bytes: (fragments as f64 * per_event / streams) as u64,
-        events_built: e.built - b.built,
-        seconds: (e.at - b.at).as_secs_f64(),
-        ru_cpu_seconds: e.ru_cpu_ns.iter().zip(&b.ru_cpu_ns).map(|(e, b)| e.saturating_sub(*b) as f64 / 1e9).collect(),
-        bu_cpu_seconds: e.bu_cpu_ns.saturating_sub(b.bu_cpu_ns) as f64 / 1e9,
-        process_cpu_seconds: e.process.duration_since(b.process).as_secs_f64(),
-        triggered: c.triggered,
-        built: c.built,
-        built_incomplete: c.built_incomplete,
-        aged: outcome.bus.iter().flatten().map(|b| b.counters.aged_events).sum(),
-        late_parts: outcome.bus.iter().flatten().map(|b| b.counters.late_parts).sum(),
-        lost: c.triggered.saturating_sub(c.built),
-        bu_events_built: e.bu_built.iter().zip(&b.bu_built).map(|(e, b)| e - b).collect(),
-        problems: outcome.problem_count,
-    })
+    Ok(EvbMeasured::between(case, &b, &e, &outcome, per_event / streams))
+}
+
+impl EvbMeasured {
+    /// The figures of `case` over the window from snapshot `b` to `e`, with the run's end in
+    /// `outcome`; `wire_bytes_per_fragment` on average.
+    pub(crate) fn between(
+        case: &EvbCase,
+        b: &Snapshot,
+        e: &Snapshot,
+        outcome: &tessera_control::system::Outcome,
+        wire_bytes_per_fragment: f64,
+    ) -> Self {
+        let c = outcome.conservation();
+        let fragments = e.fragments - b.fragments;
+        EvbMeasured {
+            case: *case,
+            fragments,
+            wire_bytes: (fragments as f64 * wire_bytes_per_fragment) as u64,
+            events_built: e.built - b.built,
+            seconds: (e.at - b.at).as_secs_f64(),
+            ru_cpu_seconds: e
+                .ru_cpu_ns
+                .iter()
+                .zip(&b.ru_cpu_ns)
+                .map(|(e, b)| e.saturating_sub(*b) as f64 / 1e9)
+                .collect(),
+            bu_cpu_seconds: e.bu_cpu_ns.saturating_sub(b.bu_cpu_ns) as f64 / 1e9,
+            process_cpu_seconds: e.process.duration_since(b.process).as_secs_f64(),
+            triggered: c.triggered,
+            built: c.built,
+            built_incomplete: c.built_incomplete,
+            aged: outcome.bus.iter().flatten().map(|b| b.counters.aged_events).sum(),
+            late_parts: outcome.bus.iter().flatten().map(|b| b.counters.late_parts).sum(),
+            lost: c.triggered.saturating_sub(c.built),
+            bu_events_built: e.bu_built.iter().zip(&b.bu_built).map(|(e, b)| e - b).collect(),
+            problems: outcome.problem_count,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -336,15 +336,7 @@ pub fn run_watched(case: &WatchedCase) -> Result<WatchedMeasured, BenchError> {
     let watched = watcher.finish();
     drop(ram_disk);
     if !outcome.clean() {
-        let errors: Vec<String> = outcome
-            .rus
-            .iter()
-            .filter_map(|r| r.as_ref().err().map(ToString::to_string))
-            .chain(outcome.bus.iter().filter_map(|b| b.as_ref().err().map(ToString::to_string)))
-            .chain(outcome.emulators.iter().filter_map(|e| e.as_ref().err().map(ToString::to_string)))
-            .chain(outcome.problems.iter().take(3).cloned())
-            .collect();
-        return Err(BenchError::System(format!("{label}: {}", errors.join("; "))));
+        return Err(BenchError::System(format!("{label}: {}", crate::evb::outcome_errors(&outcome))));
     }
     let watched = watched?;
     let Some(b) = begin else {
@@ -367,30 +359,8 @@ pub fn run_watched(case: &WatchedCase) -> Result<WatchedMeasured, BenchError> {
     let (Some(&first), Some(&last)) = (starts.iter().min(), starts.iter().max()) else {
         return Err(BenchError::System(format!("{label}: no front end started its trigger clock")));
     };
-    let fragments = end.fragments - b.fragments;
-    let evb = EvbMeasured {
-        case: case.system,
-        fragments,
-        wire_bytes: (fragments as f64 * case.system.wire_bytes_per_event() as f64 / case.system.streams as f64) as u64,
-        events_built: end.built - b.built,
-        seconds: (end.at - b.at).as_secs_f64(),
-        ru_cpu_seconds: end
-            .ru_cpu_ns
-            .iter()
-            .zip(&b.ru_cpu_ns)
-            .map(|(e, b)| e.saturating_sub(*b) as f64 / 1e9)
-            .collect(),
-        bu_cpu_seconds: end.bu_cpu_ns.saturating_sub(b.bu_cpu_ns) as f64 / 1e9,
-        process_cpu_seconds: end.process.duration_since(b.process).as_secs_f64(),
-        triggered: c.triggered,
-        built: c.built,
-        built_incomplete: c.built_incomplete,
-        aged: outcome.bus.iter().flatten().map(|b| b.counters.aged_events).sum(),
-        late_parts: outcome.bus.iter().flatten().map(|b| b.counters.late_parts).sum(),
-        lost: c.triggered.saturating_sub(c.built),
-        bu_events_built: end.bu_built.iter().zip(&b.bu_built).map(|(e, b)| e - b).collect(),
-        problems: outcome.problem_count,
-    };
+    let per_fragment = case.system.wire_bytes_per_event() as f64 / case.system.streams as f64;
+    let evb = EvbMeasured::between(&case.system, &b, &end, &outcome, per_fragment);
     Ok(WatchedMeasured {
         case: *case,
         evb,
