@@ -303,6 +303,11 @@ impl Ru {
         self.counters.corrupt_fragments += u64::from(fragment.corrupt);
         let fed_id = fed.id;
         let caught_up = fed.state == FedState::Stalled;
+        // A trigger is a trigger even when its fragment comes late (under push its event may
+        // have gone on, or been dropped with a lost BU, before it): it is counted all the same.
+        if let Some(info) = fragment.trigger {
+            self.out.push_back(RuOutput::Triggered { event, lumi_section: info.lumi_section });
+        }
         if self.events.was_removed(event) || self.events.get(event).is_some_and(|e| e.sent) {
             self.counters.late_fragments += 1;
             self.out.push_back(RuOutput::Notice(Notice::LateFragment { fed: fed_id, event }));
@@ -311,9 +316,6 @@ impl Ru {
         }
         if caught_up {
             self.feds[fed_index].state = FedState::Normal;
-        }
-        if let Some(info) = fragment.trigger {
-            self.out.push_back(RuOutput::Triggered { event, lumi_section: info.lumi_section });
         }
         let e = self.events.entry(event).expect("not removed: checked above");
         if e.fragments.is_empty() {

@@ -192,6 +192,33 @@ mod tests {
     }
 
     #[test]
+    fn a_trigger_whose_event_was_dropped_with_an_excluded_bu_is_still_counted() {
+        let cfg = PushNodeConfig {
+            ru: RuConfig::new(0, vec![TCDS_FED_ID, 3]),
+            n_ru: 1,
+            n_bu: 2,
+            destinations: Destinations::new(1, 2, vec![0, 1]),
+            high_water_events: 100,
+            exclude_margin_events: 0,
+            window_events: None,
+            bug: None,
+        };
+        let mut node = PushNode::new(cfg);
+        // FED 3 delivers events 1-4; the trigger only 1 and 2. BU 1 (events 3, 4) is lost.
+        for e in 1..=4 {
+            node.offer_fragment(0, 1, fragment(3, e, 1)).unwrap();
+        }
+        for e in 1..=2 {
+            node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 1)).unwrap();
+        }
+        node.handle(0, Input::PeerLost(Peer::Bu(1)));
+        for e in 3..=4 {
+            node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 1)).unwrap();
+        }
+        assert_eq!((node.triggered(), node.last_triggered()), (4, Some(4)), "events 3 and 4 were triggered");
+    }
+
+    #[test]
     fn ru_0_and_another_ru_telling_each_other_their_progress_run_on_for_many_windows() {
         let cfg = PushNodeConfig {
             ru: RuConfig::new(0, vec![TCDS_FED_ID]),
