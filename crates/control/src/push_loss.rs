@@ -2,17 +2,17 @@
 //! it before RU 0 excluded it, less those it published. Nothing brings them back (no event
 //! manager holds them to give to another BU, as pull's does), so they are counted, by BU.
 
-use crate::report::ExcludedBu;
 use std::path::Path;
 use tessera_formats::bookkeeping::IndexDoc;
 use tessera_formats::names::{self, BuFileName};
+use tessera_runtime::ru_node::Excluded;
 
 /// The reason key of events lost with a BU under push.
 pub const BU_LOST: &str = "BU_LOST";
 
 /// Events lost with the excluded BUs: for each, the events it was given before its exclusion
 /// less those it published (`published` of its index).
-pub fn events_lost(excluded: &[ExcludedBu], published: impl Fn(u16) -> u64) -> u64 {
+pub fn events_lost(excluded: &[Excluded], published: impl Fn(u16) -> u64) -> u64 {
     excluded.iter().map(|x| x.events_given.saturating_sub(published(x.bu))).sum()
 }
 
@@ -39,8 +39,8 @@ mod tests {
     #[test]
     fn a_lost_bu_loses_what_it_was_given_and_did_not_publish() {
         let excluded = [
-            ExcludedBu { bu: 1, from_event: 4097, events_given: 2048 },
-            ExcludedBu { bu: 3, from_event: 8193, events_given: 100 },
+            Excluded { bu: 1, from_event: 4097, events_given: 2048 },
+            Excluded { bu: 3, from_event: 8193, events_given: 100 },
         ];
         assert_eq!(events_lost(&excluded, |bu| if bu == 1 { 2000 } else { 100 }), 48);
         assert_eq!(events_lost(&[], |_| 0), 0);

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use tessera_fu::broker::BrokerTally;
 use tessera_runtime::bu_node::BuReport;
-use tessera_runtime::ru_node::{NodeError, RuReport};
+use tessera_runtime::ru_node::{Excluded, NodeError, RuReport};
 
 /// How an RU's (or the EVM's) process ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +53,7 @@ pub struct RuFigures {
     pub triggered: Option<u64>,
     /// Push, RU 0: the BUs excluded after their loss.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub excluded: Vec<ExcludedBu>,
+    pub excluded: Vec<Excluded>,
     /// How the trigger stream broke before run control stopped the trigger (EVM): the run failed.
     pub trigger_fault: Option<TriggerFaultEnd>,
     /// Per FED, fragments received of events after the run's last.
@@ -71,18 +71,6 @@ pub struct EvmFigures {
     pub reassigned: u64,
     /// Events lost because their lumi section closed before they were built.
     pub lost_lumi_closed: u64,
-}
-
-/// A BU excluded from a push run after its loss, as RU 0's end says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExcludedBu {
-    /// The BU's index.
-    pub bu: u16,
-    /// The first event it no longer got.
-    pub from_event: u64,
-    /// The events the destination function gave it before: those it did not publish are lost
-    /// with it (`BU_LOST`).
-    pub events_given: u64,
 }
 
 /// A trigger fault as the EVM's end says it.
@@ -120,11 +108,7 @@ impl RuEnd {
                     lost_lumi_closed: e.lost_lumi_closed,
                 }),
                 triggered: r.triggered,
-                excluded: r
-                    .excluded
-                    .iter()
-                    .map(|x| ExcludedBu { bu: x.bu, from_event: x.from_event, events_given: x.events_given })
-                    .collect(),
+                excluded: r.excluded.clone(),
                 trigger_fault: r
                     .trigger_fault
                     .as_ref()
@@ -256,7 +240,7 @@ mod tests {
                 incomplete_parts: 1,
                 evm: Some(EvmFigures { triggered: 10, committed: 9, reassigned: 1, lost_lumi_closed: 1 }),
                 triggered: Some(10),
-                excluded: vec![ExcludedBu { bu: 1, from_event: 7, events_given: 3 }],
+                excluded: vec![Excluded { bu: 1, from_event: 7, events_given: 3 }],
                 trigger_fault: None,
                 orphan_fragments: vec![OrphanFragments { fed: 3, fragments: 2 }],
             }),

@@ -4,7 +4,6 @@
 //! one per process.
 
 use crate::push_loss;
-use crate::report::ExcludedBu;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -224,19 +223,9 @@ impl Outcome {
             lost.insert("LUMI_SECTION_CLOSED".to_string(), closed);
         }
         // Push: a BU lost takes with it what it was given and did not publish.
-        let excluded: Vec<ExcludedBu> = self
-            .rus
-            .first()
-            .and_then(|r| r.as_ref().ok())
-            .map(|r| {
-                r.excluded
-                    .iter()
-                    .map(|x| ExcludedBu { bu: x.bu, from_event: x.from_event, events_given: x.events_given })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let excluded = self.rus.first().and_then(|r| r.as_ref().ok()).map_or(&[][..], |r| &r.excluded[..]);
         let per_bu_published = |bu: u16| self.progress.published_per_bu.get(usize::from(bu)).copied().unwrap_or(0);
-        let bu_lost = push_loss::events_lost(&excluded, per_bu_published);
+        let bu_lost = push_loss::events_lost(excluded, per_bu_published);
         if bu_lost > 0 {
             lost.insert(push_loss::BU_LOST.to_string(), bu_lost);
         }

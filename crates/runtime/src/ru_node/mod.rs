@@ -149,8 +149,6 @@ pub struct RuReport {
     pub last_event: Option<EventNumber>,
     /// Events triggered (RU 0, either protocol).
     pub triggered: Option<u64>,
-    /// Push: the RU's own counters beyond its core's (redirected and dropped events).
-    pub push: Option<tessera_evb::push::PushRuCounters>,
     /// Push, RU 0: the BUs excluded after their loss, each with the first event excluded and
     /// the events the destination function gave it before (those it did not publish are lost
     /// with it, `BU_LOST`).
@@ -164,8 +162,8 @@ pub struct RuReport {
     pub orphan_fragments: Vec<(FedId, u64)>,
 }
 
-/// A BU excluded from a push run after its loss.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A BU excluded from a push run after its loss (also as RU 0's process reports it, in JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Excluded {
     /// The BU.
     pub bu: u16,
@@ -540,7 +538,6 @@ impl RuLoop {
             last_event: self.core.leader().and_then(|l| l.last_triggered()),
             triggered: self.core.leader().map(|l| l.triggered()),
             excluded: self.excluded.clone(),
-            push: self.core.push_counters(),
             trigger_fault: self.trigger_fault.clone(),
             orphan_fragments,
         }
