@@ -145,7 +145,8 @@ fn merge_1x1_merger_killed_mid_run_resumes_and_storage_proves_every_event() {
         merger.kill().unwrap();
         merger.wait().unwrap();
     }
-    let merged = tessera().arg("merge").arg("--system").arg(&system).output().unwrap();
+    // A merger that cannot finish fails in minutes, not after the default hour.
+    let merged = tessera().args(["merge", "--timeout-s", "300", "--system"]).arg(&system).output().unwrap();
     let text = String::from_utf8_lossy(&merged.stdout);
     assert!(merged.status.success(), "{text}\n{}", String::from_utf8_lossy(&merged.stderr));
     assert!(text.contains("built 4000 = processed 4000") && text.ends_with("holds\n"), "{text}");

@@ -27,6 +27,14 @@ pub const RAW_DATA_JSD: &str = "jsd/rawData.jsd";
 pub const EOLS_JSD: &str = "jsd/EoLS.jsd";
 /// Definition of the end-of-run JSON.
 pub const EOR_JSD: &str = "jsd/EoR.jsd";
+/// Extension of a file being written before it is renamed into place (`<name>.<pid>.tmp`).
+pub const TEMPORARY_EXT: &str = "tmp";
+
+/// Whether `name` is a file being written, or left half-written by a writer that died: never a
+/// file of the contract, whatever the name before its extension says.
+pub fn is_temporary(name: &str) -> bool {
+    name.rsplit_once('.').is_some_and(|(_, ext)| ext == TEMPORARY_EXT)
+}
 
 /// Parses a string of ASCII digits only: `str::parse` alone would also take a leading `+`.
 pub(crate) fn decimal<T: FromStr>(s: &str) -> Option<T> {

@@ -528,19 +528,25 @@ impl MacroMerger {
         let storage = FuOutputDir::create(&self.storage_dir, self.run)?;
         let open = storage.path().join(names::OPEN_DIR);
         let streams = with_error_stream(&self.streams);
+        // Per (lumi section, stream): the BUs whose piece is there; ledgers and open data count
+        // too, with no BU, so that what a killed publish left of a published file is cleared.
         let mut pieces: BTreeMap<(u32, String), BTreeSet<String>> = BTreeMap::new();
         for name in list(&open)? {
-            if let Ok(n) = StreamFileName::parse(&name)
+            if !names::is_temporary(&name)
+                && let Ok(n) = StreamFileName::parse(&name)
                 && n.run == self.run
-                && n.ext == "jsn"
-                && let Producer::Named(bu) = n.producer
+                && let Producer::Named(producer) = n.producer
             {
-                pieces.entry((n.ls, n.stream)).or_default().insert(bu);
+                let from = pieces.entry((n.ls, n.stream)).or_default();
+                if n.ext == "jsn" {
+                    from.insert(producer);
+                }
             }
         }
         let mut pass = MergePass::default();
         for ((ls, stream), from) in &pieces {
-            if self.bus.iter().all(|b| from.contains(b)) {
+            let published = storage.path().join(final_json_name(self.run, *ls, stream)).exists();
+            if published || self.bus.iter().all(|b| from.contains(b)) {
                 self.publish(&storage, *ls, stream)?;
                 if !pass.lumi_sections.contains(ls) {
                     pass.lumi_sections.push(*ls);
@@ -559,8 +565,11 @@ impl MacroMerger {
                 return Ok(pass);
             }
         }
-        let pending = list(&open)?.iter().any(|name| {
-            StreamFileName::parse(name).is_ok_and(|n| n.run == self.run && matches!(n.producer, Producer::Named(_)))
+        let left = list(&open)?;
+        let pending = left.iter().any(|name| {
+            !names::is_temporary(name)
+                && StreamFileName::parse(name)
+                    .is_ok_and(|n| n.run == self.run && matches!(n.producer, Producer::Named(_)))
         });
         if pending {
             return Ok(pass);
@@ -592,6 +601,11 @@ impl MacroMerger {
         write_atomically(&eor_path, eor.to_doc(&definition, STORAGE_PRODUCER).to_json().as_bytes())?;
         for bu in &self.bus {
             remove_if_present(&open.join(bu_eor_name(self.run, bu)))?;
+        }
+        // Every writer of pieces has finished (each BU's mini merger said so), so a temporary
+        // file still here was left by one that was killed.
+        for name in left.iter().filter(|n| names::is_temporary(n)) {
+            remove_if_present(&open.join(name))?;
         }
         pass.finished = true;
         Ok(pass)

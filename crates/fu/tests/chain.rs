@@ -514,6 +514,45 @@ fn fu_2x1_mergers_killed_anywhere_resume_without_loss_or_duplicate() {
 }
 
 #[test]
+fn fu_2x1_macro_merger_killed_while_clearing_a_published_file_ends_the_run() {
+    let farm = Farm::new(2);
+    for bu in &farm.buses {
+        farm.run_fu(bu);
+        farm.micro(bu).pass().unwrap();
+        farm.mini(bu).pass().unwrap();
+    }
+    let storage_run = farm.run_dir(farm.storage());
+    let open = storage_run.join("open");
+    let snapshots = tempfile::tempdir().unwrap();
+    let before = snapshots.path().join("open");
+    copy_tree(&open, &before);
+    assert!(farm.macro_merger().pass().unwrap().finished);
+    // Killed after publishing the final files and their JSON, having removed bu0's pieces but
+    // neither bu1's nor the ledgers, so before the run's end. What is left names published files
+    // and must be cleared, not waited for: a merger killed there once waited for good.
+    fs::remove_file(storage_run.join("run000001_ls0000_EoR.jsn")).unwrap();
+    let mut left = 0;
+    for entry in fs::read_dir(&before).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if name.ends_with("_bu1.jsn") || name.ends_with(".ledger") {
+            fs::copy(entry.path(), open.join(&name)).unwrap();
+            left += 1;
+        }
+        if name.ends_with("_bu0_EoR.jsn") || name.ends_with("_bu1_EoR.jsn") {
+            fs::copy(entry.path(), open.join(name)).unwrap();
+        }
+    }
+    assert!(left > 9, "bu1's pieces and the ledgers are back: {left}");
+    // And a JSON document half written by the killed merger.
+    fs::write(open.join("run000001_ls0002_streamPhysics_bu0.jsn.4242.tmp"), b"{\"da").unwrap();
+    farm.merge_all();
+    farm.check_storage();
+    let leftovers: Vec<_> = fs::read_dir(&open).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
 fn fu_2x1_chain_through_the_file_broker_with_a_dead_remote_fu() {
     use tessera_fu::broker::{Broker, BrokerConfig};
     let farm = Farm::new(2);

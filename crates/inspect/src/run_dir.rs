@@ -93,7 +93,7 @@ pub fn scan_run_dir(dir: &Path) -> io::Result<RunDirScan> {
             }
             continue;
         }
-        if name.ends_with(".tmp") {
+        if names::is_temporary(&name) {
             scan.temporaries.push(path);
             continue;
         }

@@ -105,7 +105,7 @@ pub(crate) fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io
 /// (a full disk) removes what it wrote of the temporary file, so that it can be tried again.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.tmp", std::process::id()));
+    tmp.push(format!(".{}.{}", std::process::id(), names::TEMPORARY_EXT));
     let tmp = PathBuf::from(tmp);
     if let Err(e) = fs::write(&tmp, bytes) {
         let _ = fs::remove_file(&tmp);
@@ -341,7 +341,7 @@ impl RunDirectory {
         }
         listing.sort();
         for (path, name) in listing {
-            if name.ends_with(".tmp") {
+            if names::is_temporary(&name) {
                 fs::remove_file(&path).map_err(io_err("removing partial file", &path))?;
                 recovery.removed_partial.push(path);
                 continue;
