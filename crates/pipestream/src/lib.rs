@@ -8,4 +8,7 @@
 //! scans message sizes, thread counts and topologies, with baselines measured in the same run.
 #![warn(missing_docs)]
 
+pub mod config;
+pub mod core;
 pub mod results;
+pub mod wire;
