@@ -141,7 +141,9 @@ fn bench_fu_quick_prints_both_ratios() {
         let rest =
             stdout.lines().find_map(|l| l.strip_prefix(line)).unwrap_or_else(|| panic!("no {line:?} in\n{stdout}"));
         let ratio: f64 = rest.split(' ').next().unwrap().parse().unwrap();
-        assert!(ratio.is_finite() && ratio > 0.0, "{line}{rest}");
+        // Printed to two decimals, a debug build's ratio can read 0.00 (CI's did); the JSON
+        // below carries it in full and must be above 0.
+        assert!(ratio.is_finite() && ratio >= 0.0, "{line}{rest}");
     }
     let last = stdout.lines().last().unwrap();
     let parsed: serde_json::Value = serde_json::from_str(last).unwrap();
