@@ -10,5 +10,6 @@
 
 pub mod config;
 pub mod core;
+pub mod engine;
 pub mod results;
 pub mod wire;
