@@ -14,6 +14,7 @@ mod farm;
 mod ferol;
 mod files;
 mod options;
+mod pipestream;
 mod run;
 mod sim;
 mod space;
@@ -237,6 +238,14 @@ enum Command {
     /// LHC orbit rate or free running; print per source and in total the orbits, events, bytes
     /// and GB/s.
     Dth(dth::DthArgs),
+    /// pipestream, the all-to-all network benchmark: clients send scheduled messages to
+    /// servers as an event builder's RUs send to its BUs; scans over message size, threads and
+    /// topology, with raw-TCP and iperf3 baselines from the same run.
+    Pipestream {
+        /// What to do.
+        #[command(subcommand)]
+        action: pipestream::PipestreamAction,
+    },
     /// Run a benchmark suite; every figure is printed with its ratio to a baseline measured in
     /// the same run.
     Bench {
@@ -346,6 +355,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Agent(args) => controller::agent(&args),
         Command::Bench { suite, quick, out, json } => bench::run(suite, quick, &out, json),
+        Command::Pipestream { action } => pipestream::pipestream(action),
         Command::Completions { shell } => {
             // Into memory first: the generator panics on a write error such as a closed pipe.
             let mut script = Vec::new();

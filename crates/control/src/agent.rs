@@ -11,6 +11,8 @@
 //! | `POST /api/v1/processes/{name}/stop` | asks the process's control server to stop its run (the EVM's process drains it) |
 //! | `POST /api/v1/processes/{name}/enable` | asks the process's control server to enable its units (held in Ready) |
 //! | `POST /api/v1/processes/{name}/signal?signal=TERM` | sends `INT`, `TERM`, `KILL`, `STOP` or `CONT` |
+//! | `GET /api/v1/processes/{name}/pipestream` | a pipestream instance's state and figures |
+//! | `POST /api/v1/processes/{name}/pipestream/{action}` | passes `configure`, `connect`, `start`, `stop` or `disconnect` (with its JSON body) on to a pipestream instance |
 //! | `DELETE /api/v1/processes` | kills every process still running and forgets every process |
 //!
 //! A started process's arguments may hold `{system}` (the file written from `system`),
@@ -221,6 +223,8 @@ impl Agent {
             .route("/api/v1/processes/{name}/stop", post(|s, n| forward(s, n, "stop")))
             .route("/api/v1/processes/{name}/enable", post(|s, n| forward(s, n, "enable")))
             .route("/api/v1/processes/{name}/signal", post(signal))
+            .route("/api/v1/processes/{name}/pipestream", get(pipestream_status))
+            .route("/api/v1/processes/{name}/pipestream/{action}", post(pipestream_action))
             .layer(middleware::from_fn_with_state(token.map(Arc::<str>::from), require_token))
             .with_state(shared.clone());
         let (addr, stop, thread) = serve(listen, app)?;
@@ -433,6 +437,32 @@ async fn list(State(shared): State<Arc<Shared>>) -> Json<Vec<ProcessView>> {
 
 /// Passes `POST /api/v1/{action}` on to the process's control server.
 async fn forward(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>, action: &'static str) -> Response {
+    forward_call(&shared, name, "POST", format!("/api/v1/{action}"), None).await
+}
+
+/// The run-control actions of a pipestream instance that the agent passes on.
+const PIPESTREAM_ACTIONS: [&str; 5] = ["configure", "connect", "start", "stop", "disconnect"];
+
+/// Passes `GET /api/v1/pipestream` on to a pipestream instance.
+async fn pipestream_status(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>) -> Response {
+    forward_call(&shared, name, "GET", "/api/v1/pipestream".into(), None).await
+}
+
+/// Passes `POST /api/v1/pipestream/{action}`, with its JSON body, on to a pipestream instance.
+async fn pipestream_action(
+    State(shared): State<Arc<Shared>>,
+    UrlPath((name, action)): UrlPath<(String, String)>,
+    body: String,
+) -> Response {
+    if !PIPESTREAM_ACTIONS.contains(&action.as_str()) {
+        return refuse(StatusCode::NOT_FOUND, format!("no pipestream action {action}: {}", PIPESTREAM_ACTIONS.join(", ")));
+    }
+    let body = (!body.is_empty()).then_some(body);
+    forward_call(&shared, name, "POST", format!("/api/v1/pipestream/{action}"), body).await
+}
+
+/// Passes `method path` (with `body`) on to the control server of process `name`.
+async fn forward_call(shared: &Shared, name: String, method: &'static str, path: String, body: Option<String>) -> Response {
     let addr = match shared.processes().get(&name) {
         None => return refuse(StatusCode::NOT_FOUND, format!("no process {name}")),
         Some(p) if p.exit.is_some() => return refuse(StatusCode::CONFLICT, format!("{name} has ended")),
@@ -441,10 +471,9 @@ async fn forward(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<Strin
     let Some(addr) = addr else {
         return refuse(StatusCode::CONFLICT, format!("{name} has no control server (yet)"));
     };
-    let answer = tokio::task::spawn_blocking(move || {
-        client::call(addr, "POST", &format!("/api/v1/{action}"), None, None, UNIT_TIMEOUT)
-    })
-    .await;
+    let answer =
+        tokio::task::spawn_blocking(move || client::call(addr, method, &path, None, body.as_deref(), UNIT_TIMEOUT))
+            .await;
     match answer {
         Ok(Ok(a)) => (StatusCode::from_u16(a.status).unwrap_or(StatusCode::BAD_GATEWAY), a.body).into_response(),
         Ok(Err(e)) => refuse(StatusCode::BAD_GATEWAY, e.to_string()),

@@ -106,7 +106,7 @@ pub(crate) fn token_required(listen: SocketAddr, token: Option<&str>) -> Result<
 }
 
 /// Binds `listen` and serves `app` on a thread of its own, until the sender is used or dropped.
-pub(crate) fn serve(
+pub fn serve(
     listen: SocketAddr,
     app: Router,
 ) -> Result<(SocketAddr, oneshot::Sender<()>, JoinHandle<()>), ControlError> {

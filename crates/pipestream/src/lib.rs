@@ -11,5 +11,7 @@
 pub mod config;
 pub mod core;
 pub mod engine;
+pub mod fsm;
+pub mod instance;
 pub mod results;
 pub mod wire;

@@ -1,0 +1,115 @@
+//! `tessera pipestream`: the all-to-all network benchmark's instance and its scan driver.
+
+use anyhow::{Context, Result};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tessera_pipestream::config::PipestreamConfig;
+use tessera_pipestream::instance::Instance;
+use tessera_pipestream::scan::Scan;
+
+/// What `tessera pipestream` does.
+#[derive(clap::Subcommand, Debug)]
+pub enum PipestreamAction {
+    /// Measure every point of a pipestream file (message sizes × thread counts × topologies),
+    /// pipestream and its baselines in the same run; print the table and leave CSV, JSON and
+    /// SVG plots in the output directory. Exit status 1 if a message was lost, repeated or
+    /// damaged.
+    Scan {
+        /// The pipestream file.
+        config: PathBuf,
+        /// Where the results go (overrides the file's `output`).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Check a pipestream file without running anything.
+    Check {
+        /// The pipestream file.
+        config: PathBuf,
+    },
+    /// Serve one instance: a client, a server or both, driven over REST by a scan (or an
+    /// operator) through its states. Runs until Ctrl-C or SIGTERM.
+    Instance {
+        /// The instance's name, in its figures.
+        #[arg(long)]
+        name: String,
+        /// Where to serve its REST API (loopback only).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// A file to write the API's address into, once serving.
+        #[arg(long)]
+        control_file: Option<PathBuf>,
+    },
+}
+
+/// Carries out `action`.
+pub fn pipestream(action: PipestreamAction) -> Result<ExitCode> {
+    match action {
+        PipestreamAction::Check { config } => match PipestreamConfig::load(&config) {
+            Ok(cfg) => {
+                let topologies: Vec<String> = cfg.scan_topologies().iter().map(|t| t.name()).collect();
+                println!(
+                    "{}: good; {} point(s): message sizes {:?} B, threads {:?}, topologies {}",
+                    config.display(),
+                    cfg.scan_message_bytes().len() * cfg.scan_threads().len() * topologies.len(),
+                    cfg.scan_message_bytes(),
+                    cfg.scan_threads(),
+                    topologies.join(", ")
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                Ok(ExitCode::from(2))
+            }
+        },
+        PipestreamAction::Scan { config, output } => {
+            let mut cfg = match PipestreamConfig::load(&config) {
+                Ok(cfg) => cfg,
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            if let Some(output) = output {
+                cfg.output = output;
+            }
+            let program = std::env::current_exe().context("finding this program, to start the instances")?;
+            let output = cfg.output.clone();
+            let outcome =
+                Scan::new(&cfg, &output, &program).run(|step| eprintln!("pipestream: {step}")).map_err(anyhow::Error::from)?;
+            print!("{}", outcome.table);
+            println!("results: {}", outcome.csv.display());
+            for plot in &outcome.plots {
+                println!("plot: {}", plot.display());
+            }
+            let errors: u64 = outcome.results.iter().map(|r| r.errors).sum();
+            if errors > 0 {
+                println!("{errors} message(s) lost, repeated, damaged or unaccounted for: see the errors column");
+                return Ok(ExitCode::from(1));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PipestreamAction::Instance { name, listen, control_file } => {
+            let instance = Instance::new(&name);
+            let served = instance.serve(listen).map_err(anyhow::Error::msg)?;
+            if let Some(path) = &control_file {
+                let partial = path.with_extension("partial");
+                std::fs::write(&partial, format!("{}\n", served.local_addr()))
+                    .and_then(|()| std::fs::rename(&partial, path))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            eprintln!("pipestream instance {name}: serving on http://{}", served.local_addr());
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = stop.clone();
+            ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            instance.disconnect();
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
