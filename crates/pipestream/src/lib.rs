@@ -8,4 +8,5 @@
 //! scans message sizes, thread counts and topologies, with baselines measured in the same run.
 #![warn(missing_docs)]
 
+pub mod report;
 pub mod results;
