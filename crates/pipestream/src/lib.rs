@@ -8,5 +8,6 @@
 //! scans message sizes, thread counts and topologies, with baselines measured in the same run.
 #![warn(missing_docs)]
 
+pub mod iperf3;
 pub mod report;
 pub mod results;
