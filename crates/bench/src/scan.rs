@@ -3,8 +3,9 @@
 //!
 //! A scan is a list of [`Series`], each a named list of (x, y) points. [`write_csv`] writes them
 //! in long form, one row per point, so that series need not share their x values; [`plot_svg`]
-//! draws measured series as lines with points and reference series as markers only (figures
-//! read off a paper's plot are points, not a curve Tessera measured).
+//! draws measured series as lines with points, reference series as markers only (figures
+//! read off a paper's plot are points, not a curve Tessera measured) and limits as dashed lines
+//! (a bound such as a link's speed, which no measurement is).
 //!
 //! The SVG is drawn by `plotters` without any font library: text is left to the SVG viewer, and
 //! label widths are estimated, so labels may sit a little off where a viewer's font is wide.
@@ -63,6 +64,9 @@ pub enum SeriesKind {
     Reference,
     /// A requirement (a rate a system must reach): a line without markers.
     Requirement,
+    /// A limit (a bound no measurement can pass, such as a link's speed): a dashed line without
+    /// markers, so that it is not taken for a curve.
+    Limit,
 }
 
 /// One named curve of a scan.
@@ -92,6 +96,12 @@ impl Series {
     pub fn requirement(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
         Series { name: name.into(), points, kind: SeriesKind::Requirement }
     }
+
+    /// A limit, drawn as a dashed line through its points (two points at the same y for a
+    /// horizontal line).
+    pub fn limit(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series { name: name.into(), points, kind: SeriesKind::Limit }
+    }
 }
 
 /// A CSV field: quoted (with doubled quotes) when it holds a comma, a quote or a line break.
@@ -108,6 +118,7 @@ pub fn csv_text(x_label: &str, y_label: &str, series: &[Series]) -> String {
             SeriesKind::Measured => "measured",
             SeriesKind::Reference => "reference",
             SeriesKind::Requirement => "requirement",
+            SeriesKind::Limit => "limit",
         };
         for (x, y) in &s.points {
             // Writing into a String cannot fail.
@@ -139,8 +150,9 @@ fn padded(values: impl Iterator<Item = f64> + Clone, log: bool) -> (f64, f64) {
 }
 
 /// Plots `series` into an SVG file at `path`: measured series as lines with dots, reference
-/// series as triangles, a legend, axes from the points (y from 0 unless a value is negative; x
-/// logarithmic with `log_x`, which needs every x > 0).
+/// series as triangles, requirements as lines, limits as dashed lines, a legend, axes from the
+/// points (y from 0 unless a value is negative; x logarithmic with `log_x`, which needs every
+/// x > 0).
 pub fn plot_svg(
     path: &Path,
     title: &str,
@@ -213,8 +225,16 @@ where
             }
             SeriesKind::Reference => chart.draw_series(points.map(|p| TriangleMarker::new(p, 7, color.filled())))?,
             SeriesKind::Requirement => chart.draw_series(LineSeries::new(points, color.stroke_width(3)))?,
+            // plotters draws the dashes itself, as one short two-point polyline per dash.
+            SeriesKind::Limit => chart.draw_series(DashedLineSeries::new(points, 10, 6, color.stroke_width(2)))?,
         };
-        drawn.label(s.name.as_str()).legend(move |(x, y)| TriangleMarker::new((x + 10, y), 5, color.filled()));
+        let labelled = drawn.label(s.name.as_str());
+        if s.kind == SeriesKind::Limit {
+            // A triangle would say "points": the legend of a limit is a stretch of line.
+            labelled.legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        } else {
+            labelled.legend(move |(x, y)| TriangleMarker::new((x + 10, y), 5, color.filled()));
+        }
     }
     chart
         .configure_series_labels()
@@ -233,6 +253,7 @@ mod tests {
             Series::measured("raw TCP ingest", vec![(256.0, 1.5), (2048.0, 3.25)]),
             Series::reference("CMS, \"Run 2\", Fig. 2", vec![(4096.0, 4.0)]),
             Series::requirement("needed", vec![(256.0, 2.0), (4096.0, 2.0)]),
+            Series::limit("link", vec![(256.0, 5.0), (4096.0, 5.0)]),
         ]
     }
 
@@ -245,7 +266,9 @@ mod tests {
              raw TCP ingest,2048,3.25,measured\n\
              \"CMS, \"\"Run 2\"\", Fig. 2\",4096,4,reference\n\
              needed,256,2,requirement\n\
-             needed,4096,2,requirement\n"
+             needed,4096,2,requirement\n\
+             link,256,5,limit\n\
+             link,4096,5,limit\n"
         );
     }
 
@@ -270,6 +293,62 @@ mod tests {
             assert!(svg.contains("raw TCP ingest"));
             assert!(svg.contains("<polyline"), "the measured series is a line");
         }
+    }
+
+    /// The `<polyline>` elements of `svg` whose stroke is `color` ("#RRGGBB"), each as its list of
+    /// points.
+    fn polylines_of(svg: &str, color: &str) -> Vec<Vec<(f64, f64)>> {
+        svg.split("<polyline")
+            .skip(1)
+            .map(|tail| &tail[..tail.find("/>").unwrap()])
+            .filter(|attrs| attrs.contains(&format!("stroke=\"{color}\"")))
+            .map(|attrs| {
+                let points = attrs.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+                points
+                    .split_whitespace()
+                    .map(|p| {
+                        let (x, y) = p.split_once(',').unwrap();
+                        (x.parse().unwrap(), y.parse().unwrap())
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn limit_is_a_dashed_line_without_markers() {
+        // plotters 0.3 writes no stroke-dasharray: it cuts the line itself into dashes, one short
+        // two-point <polyline> each, with gaps between them.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("limit.svg");
+        let series = [
+            Series::measured("measured", vec![(256.0, 1.0), (4096.0, 3.0)]),
+            Series::limit("link 100 Gb/s", vec![(256.0, 5.0), (4096.0, 5.0)]),
+        ];
+        plot_svg(&path, "t", "bytes", "Gb/s", &series, true).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let color = |i: usize| {
+            let (r, g, b) = Palette99::pick(i).rgb();
+            format!("#{r:02X}{g:02X}{b:02X}")
+        };
+        let (measured, limit) = (color(0), color(1));
+        assert_eq!(polylines_of(&svg, &measured).len(), 1, "the measured line is one polyline (its legend a triangle)");
+        let lines = polylines_of(&svg, &limit);
+        // The last polyline of the limit's colour is its legend, a 20-pixel stretch of line.
+        let (legend, dashes) = lines.split_last().unwrap();
+        assert_eq!(legend[1].0 - legend[0].0, 20.0, "{legend:?}");
+        // Many dashes across the ~660 pixels between x = 256 and x = 4096, each of two points on
+        // the line's y, and gaps between them.
+        assert!(dashes.len() > 20, "{} dashes: {dashes:?}", dashes.len());
+        let y = dashes[0][0].1;
+        assert!(dashes.iter().all(|d| d.len() == 2 && d[0].1 == y && d[1].1 == y), "{dashes:?}");
+        assert!(dashes.windows(2).all(|w| w[1][0].0 > w[0][1].0), "no gap between dashes: {dashes:?}");
+        let span = dashes.last().unwrap()[1].0 - dashes[0][0].0;
+        assert!(span > 600.0, "the dashes span {span} pixels");
+        // No markers: the measured series has its dots, the limit none.
+        assert!(svg.contains("<circle cx=") && svg.contains(&format!("fill=\"{measured}\"")));
+        assert!(!svg.contains(&format!("fill=\"{limit}\"")), "a marker in the limit's colour");
+        assert!(svg.contains("link 100 Gb/s"));
     }
 
     #[test]

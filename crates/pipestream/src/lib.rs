@@ -13,5 +13,8 @@ pub mod core;
 pub mod engine;
 pub mod fsm;
 pub mod instance;
+pub mod iperf3;
+pub mod report;
 pub mod results;
+pub mod scan;
 pub mod wire;

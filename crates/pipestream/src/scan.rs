@@ -177,7 +177,7 @@ impl<'a> Scan<'a> {
                     let streams = topology.clients * topology.servers;
                     match iperf3::run(program, streams, size, self.cfg.duration_s, None) {
                         Ok(figure) => self.results.push(iperf3::point(
-                            &figure,
+                            figure,
                             topology.clients,
                             topology.servers,
                             topology.folded,
