@@ -78,8 +78,9 @@ pub fn pipestream(action: PipestreamAction) -> Result<ExitCode> {
             }
             let program = std::env::current_exe().context("finding this program, to start the instances")?;
             let output = cfg.output.clone();
-            let outcome =
-                Scan::new(&cfg, &output, &program).run(|step| eprintln!("pipestream: {step}")).map_err(anyhow::Error::from)?;
+            let outcome = Scan::new(&cfg, &output, &program)
+                .run(|step| eprintln!("pipestream: {step}"))
+                .map_err(anyhow::Error::from)?;
             print!("{}", outcome.table);
             println!("results: {}", outcome.csv.display());
             for plot in &outcome.plots {

@@ -455,14 +455,23 @@ async fn pipestream_action(
     body: String,
 ) -> Response {
     if !PIPESTREAM_ACTIONS.contains(&action.as_str()) {
-        return refuse(StatusCode::NOT_FOUND, format!("no pipestream action {action}: {}", PIPESTREAM_ACTIONS.join(", ")));
+        return refuse(
+            StatusCode::NOT_FOUND,
+            format!("no pipestream action {action}: {}", PIPESTREAM_ACTIONS.join(", ")),
+        );
     }
     let body = (!body.is_empty()).then_some(body);
     forward_call(&shared, name, "POST", format!("/api/v1/pipestream/{action}"), body).await
 }
 
 /// Passes `method path` (with `body`) on to the control server of process `name`.
-async fn forward_call(shared: &Shared, name: String, method: &'static str, path: String, body: Option<String>) -> Response {
+async fn forward_call(
+    shared: &Shared,
+    name: String,
+    method: &'static str,
+    path: String,
+    body: Option<String>,
+) -> Response {
     let addr = match shared.processes().get(&name) {
         None => return refuse(StatusCode::NOT_FOUND, format!("no process {name}")),
         Some(p) if p.exit.is_some() => return refuse(StatusCode::CONFLICT, format!("{name} has ended")),

@@ -169,13 +169,15 @@ impl Errors {
 
 enum ReadState {
     Header { bytes: [u8; HEADER_BYTES], got: usize },
-    Payload { header: Header, left: u32, digest: Option<Crc32c> },
+    Payload { header: Header, left: u32 },
 }
 
 /// What a server makes of the bytes of one client connection (after its hello): the frames,
 /// the checks, the counts and the acknowledgements.
 pub struct Receiver {
     state: ReadState,
+    /// The checksum of the message being read, when it carries one.
+    digest: Option<Crc32c>,
     max_length: u32,
     expected: u64,
     received: u64,
@@ -190,6 +192,7 @@ impl Receiver {
     pub fn new(max_length: u32) -> Receiver {
         Receiver {
             state: ReadState::Header { bytes: [0; HEADER_BYTES], got: 0 },
+            digest: None,
             max_length,
             expected: 0,
             received: 0,
@@ -218,18 +221,18 @@ impl Receiver {
                         if header.length > self.max_length {
                             return Err(WireError::Length { length: header.length, limit: self.max_length });
                         }
-                        let digest = (header.flags & crate::wire::FLAG_CHECKSUM != 0).then(|| {
+                        self.digest = (header.flags & crate::wire::FLAG_CHECKSUM != 0).then(|| {
                             let mut d = Crc32c::new();
                             d.update(&header.number.to_le_bytes());
                             d
                         });
-                        self.state = ReadState::Payload { header, left: header.length, digest };
+                        self.state = ReadState::Payload { header, left: header.length };
                         self.complete_if_empty();
                     }
                 }
-                ReadState::Payload { left, digest, .. } => {
+                ReadState::Payload { left, .. } => {
                     let take = (*left as usize).min(bytes.len());
-                    if let Some(d) = digest {
+                    if let Some(d) = &mut self.digest {
                         d.update(&bytes[..take]);
                     }
                     *left -= take as u32;
@@ -242,8 +245,8 @@ impl Receiver {
     }
 
     fn complete_if_empty(&mut self) {
-        let ReadState::Payload { header, left: 0, digest } = &self.state else { return };
-        let (header, good) = (*header, digest.as_ref().is_none_or(|d| d.finish() == header.checksum));
+        let ReadState::Payload { header, left: 0 } = &self.state else { return };
+        let (header, good) = (*header, self.digest.as_ref().is_none_or(|d| d.finish() == header.checksum));
         self.state = ReadState::Header { bytes: [0; HEADER_BYTES], got: 0 };
         self.received += 1;
         self.bytes += u64::from(header.length);

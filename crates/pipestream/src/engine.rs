@@ -251,7 +251,9 @@ impl Engine {
     pub fn configure(assignment: Assignment) -> Result<Engine, EngineError> {
         let a = &assignment;
         if a.message_bytes == 0 || a.threads == 0 || a.clients == 0 || a.servers == 0 {
-            return Err(EngineError::Assignment("message_bytes, threads, clients and servers must be at least 1".into()));
+            return Err(EngineError::Assignment(
+                "message_bytes, threads, clients and servers must be at least 1".into(),
+            ));
         }
         if a.client.is_some_and(|c| c >= a.clients) || a.server.as_ref().is_some_and(|s| s.index >= a.servers) {
             return Err(EngineError::Assignment("client or server index beyond the topology".into()));
@@ -305,7 +307,11 @@ impl Engine {
     pub fn connect(&mut self, servers: &[SocketAddr], timeout: Duration) -> Result<(), EngineError> {
         let a = self.assignment.clone();
         if a.client.is_some() && servers.len() != a.servers as usize {
-            return Err(EngineError::Assignment(format!("{} server addresses for {} servers", servers.len(), a.servers)));
+            return Err(EngineError::Assignment(format!(
+                "{} server addresses for {} servers",
+                servers.len(),
+                a.servers
+            )));
         }
         let deadline = Instant::now() + timeout;
         let acceptor = match (self.listener.take(), &a.server) {
@@ -326,7 +332,9 @@ impl Engine {
             for (j, &addr) in servers.iter().enumerate() {
                 let socket = socket_for(addr, a.buffer_bytes)?;
                 let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-                socket.connect_timeout(&addr.into(), left).map_err(io_err(format!("connecting to server {j} at {addr}")))?;
+                socket
+                    .connect_timeout(&addr.into(), left)
+                    .map_err(io_err(format!("connecting to server {j} at {addr}")))?;
                 socket.set_tcp_nodelay(true).map_err(io_err("setting TCP_NODELAY"))?;
                 let mut stream: std::net::TcpStream = socket.into();
                 stream
@@ -343,17 +351,12 @@ impl Engine {
         self.start_threads(client_conns, server_conns)
     }
 
-    fn start_threads(
-        &mut self,
-        client_conns: Vec<(usize, std::net::TcpStream)>,
-        server_conns: Vec<(usize, std::net::TcpStream)>,
-    ) -> Result<(), EngineError> {
+    fn start_threads(&mut self, client_conns: Vec<Numbered>, server_conns: Vec<Numbered>) -> Result<(), EngineError> {
         let a = &self.assignment;
         let threads = a.threads as usize;
         let payload = Arc::new(payload(a.message_bytes));
         let payload_crc = crc32c(&payload);
-        let mut shares: Vec<(Vec<(usize, std::net::TcpStream)>, Vec<(usize, std::net::TcpStream)>)> =
-            (0..threads).map(|_| (Vec::new(), Vec::new())).collect();
+        let mut shares: Vec<(Vec<Numbered>, Vec<Numbered>)> = (0..threads).map(|_| (Vec::new(), Vec::new())).collect();
         for (k, c) in client_conns.into_iter().enumerate() {
             shares[k % threads].0.push(c);
         }
@@ -440,7 +443,7 @@ fn accept_clients(
     allowed: &[IpAddr],
     counters: &Counters,
     deadline: Instant,
-) -> Result<Vec<(usize, std::net::TcpStream)>, EngineError> {
+) -> Result<Vec<Numbered>, EngineError> {
     let mut conns: Vec<Option<std::net::TcpStream>> = (0..a.clients).map(|_| None).collect();
     while conns.iter().any(Option::is_none) {
         if Instant::now() >= deadline {
@@ -494,6 +497,9 @@ fn accept_clients(
     Ok(conns.into_iter().enumerate().map(|(i, c)| (i, c.expect("every client connected"))).collect())
 }
 
+/// A connection and the index of the peer at its other end.
+type Numbered = (usize, std::net::TcpStream);
+
 /// A client's connection to one server.
 struct ClientConn {
     stream: TcpStream,
@@ -523,6 +529,8 @@ struct ServerConn {
 struct Worker {
     mode: Mode,
     message_bytes: usize,
+    /// Messages in flight per connection; raw: messages per write.
+    burst: usize,
     checksum: bool,
     payload: Arc<Vec<u8>>,
     payload_crc: u32,
@@ -544,8 +552,8 @@ const SERVER_TOKENS: usize = 1 << 20;
 impl Worker {
     fn new(
         a: &Assignment,
-        clients: Vec<(usize, std::net::TcpStream)>,
-        servers: Vec<(usize, std::net::TcpStream)>,
+        clients: Vec<Numbered>,
+        servers: Vec<Numbered>,
         payload: Arc<Vec<u8>>,
         payload_crc: u32,
         shared: Arc<Shared>,
@@ -587,6 +595,7 @@ impl Worker {
         Ok(Worker {
             mode: a.mode,
             message_bytes: a.message_bytes as usize,
+            burst: a.burst.max(1) as usize,
             checksum: a.checksum,
             payload,
             payload_crc,
@@ -659,9 +668,7 @@ impl Worker {
             }
             let sent = picked.len() as u64;
             for (i, seq) in picked {
-                let crc = self
-                    .checksum
-                    .then(|| message_checksum(seq, self.payload_crc, self.message_bytes as u32));
+                let crc = self.checksum.then(|| message_checksum(seq, self.payload_crc, self.message_bytes as u32));
                 self.clients[i].queue.push_back(Header::message(seq, self.message_bytes as u32, crc).encode());
             }
             self.shared.counters.messages_sent.fetch_add(sent, Ordering::Relaxed);
@@ -707,21 +714,20 @@ impl Worker {
         Ok(())
     }
 
-    /// Raw: writes payload chunks to every connection in turn until each would block; once
-    /// stopping, only finishes the chunk under way.
+    /// Raw: to every connection in turn, one vectored write of up to `burst` messages of
+    /// payload (what is left of the one under way first), as pipestream batches its messages
+    /// but without their headers; once stopping, only finishes the message under way.
     fn send_raw(&mut self, may_start: bool) -> Result<(), EngineError> {
         let chunk = self.message_bytes;
         let payload = self.payload.as_slice();
-        let per_call = (MAX_READ_BYTES / chunk).clamp(1, MAX_SLICES - 1);
+        let per_call = if may_start { self.burst.min(MAX_SLICES) } else { 1 };
         let mut completed = 0;
         for c in &mut self.clients {
             if c.blocked || (!may_start && c.offset == 0) {
                 continue;
             }
             let mut slices = vec![IoSlice::new(&payload[c.offset..])];
-            if may_start {
-                slices.extend((1..per_call).map(|_| IoSlice::new(payload)));
-            }
+            slices.extend((1..per_call).map(|_| IoSlice::new(payload)));
             match c.stream.write_vectored(&slices) {
                 Ok(0) => return Err(EngineError::Assignment(format!("server {} closed its connection", c.server))),
                 Ok(n) => {
@@ -788,7 +794,8 @@ impl Worker {
             if !s.open {
                 continue;
             }
-            let (before_msgs, before_bytes, before_errors) = (s.receiver.received(), s.receiver.bytes(), s.receiver.errors());
+            let (before_msgs, before_bytes, before_errors) =
+                (s.receiver.received(), s.receiver.bytes(), s.receiver.errors());
             let mut turn = 0;
             while turn < READ_TURN_BYTES {
                 match s.stream.read(&mut self.read_buffer) {
@@ -922,7 +929,11 @@ mod tests {
 
     #[test]
     fn a_2x2_moves_messages_and_every_one_sent_is_received_once_and_sound() {
-        for (policy, mode) in [(Policy::BestEffort, Mode::Pipestream), (Policy::Fair, Mode::Pipestream), (Policy::BestEffort, Mode::RawTcp)] {
+        for (policy, mode) in [
+            (Policy::BestEffort, Mode::Pipestream),
+            (Policy::Fair, Mode::Pipestream),
+            (Policy::BestEffort, Mode::RawTcp),
+        ] {
             let mut instances = Vec::new();
             for i in 0..2 {
                 instances.push(Assignment { client: Some(i), policy, ..assignment(mode, 2, 2) });
@@ -944,8 +955,9 @@ mod tests {
 
     #[test]
     fn a_folded_2x2_runs_in_two_instances() {
-        let instances =
-            (0..2).map(|i| Assignment { client: Some(i), server: server(i), ..assignment(Mode::Pipestream, 2, 2) }).collect();
+        let instances = (0..2)
+            .map(|i| Assignment { client: Some(i), server: server(i), ..assignment(Mode::Pipestream, 2, 2) })
+            .collect();
         let f = run(instances);
         assert!(f.iter().all(|f| f.messages_received > 10 && f.messages_sent > 10), "{f:?}");
         assert_eq!(f.iter().map(|f| f.messages_sent).sum::<u64>(), f.iter().map(|f| f.messages_received).sum::<u64>());
@@ -953,7 +965,8 @@ mod tests {
 
     #[test]
     fn a_caller_with_a_wrong_session_is_refused_and_counted_and_the_server_waits_on() {
-        let mut server = Engine::configure(Assignment { server: server(0), ..assignment(Mode::Pipestream, 1, 1) }).unwrap();
+        let mut server =
+            Engine::configure(Assignment { server: server(0), ..assignment(Mode::Pipestream, 1, 1) }).unwrap();
         let addr = server.data_address().unwrap();
         let counters = server.counters();
         let waiting = std::thread::spawn(move || server.connect(&[], Duration::from_millis(800)).map(|()| server));

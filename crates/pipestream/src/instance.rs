@@ -140,7 +140,8 @@ impl Instance {
         };
         let me = self.clone();
         std::thread::spawn(move || {
-            let result = engine.connect(&request.servers, Duration::from_secs_f64(request.timeout_s.clamp(0.1, 3600.0)));
+            let result =
+                engine.connect(&request.servers, Duration::from_secs_f64(request.timeout_s.clamp(0.1, 3600.0)));
             let mut inner = me.lock();
             inner.engine = Some(engine);
             match result {

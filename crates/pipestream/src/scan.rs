@@ -155,12 +155,14 @@ impl<'a> Scan<'a> {
         let iperf = if !self.cfg.baselines.iperf3 {
             None
         } else if !self.cfg.all_local() {
-            self.notes.push("iperf3 baseline: not run, it runs on loopback only and the hosts are not all this one".into());
+            self.notes
+                .push("iperf3 baseline: not run, it runs on loopback only and the hosts are not all this one".into());
             None
         } else {
             let found = iperf3::find();
             if found.is_none() {
-                self.notes.push("iperf3 baseline: not run, iperf3 is not installed (Debian: apt-get install iperf3)".into());
+                self.notes
+                    .push("iperf3 baseline: not run, iperf3 is not installed (Debian: apt-get install iperf3)".into());
             }
             found
         };
@@ -173,7 +175,11 @@ impl<'a> Scan<'a> {
             measured?;
             if let Some(program) = &iperf {
                 for &size in &self.cfg.scan_message_bytes() {
-                    progress(&format!("{}: iperf3, {} streams of {size} B writes", topology.name(), topology.clients * topology.servers));
+                    progress(&format!(
+                        "{}: iperf3, {} streams of {size} B writes",
+                        topology.name(),
+                        topology.clients * topology.servers
+                    ));
                     let streams = topology.clients * topology.servers;
                     match iperf3::run(program, streams, size, self.cfg.duration_s, None) {
                         Ok(figure) => self.results.push(iperf3::point(
@@ -218,7 +224,11 @@ impl<'a> Scan<'a> {
         for i in 0..topology.instances() {
             let host = &self.cfg.hosts[i as usize % self.cfg.hosts.len()];
             let name = format!("ps{:08x}-{}x{}-{i}", self.id, topology.clients, topology.servers);
-            let started = if is_local(host) { self.launch_local(&name, deadline) } else { self.launch_remote(&name, host, deadline) };
+            let started = if is_local(host) {
+                self.launch_local(&name, deadline)
+            } else {
+                self.launch_remote(&name, host, deadline)
+            };
             match started {
                 Ok(h) => handles.push(h),
                 Err(e) => {
@@ -262,7 +272,8 @@ impl<'a> Scan<'a> {
     fn launch_remote(&self, name: &str, host: &str, deadline: Instant) -> Result<Handle, ScanError> {
         let failed = |why: String| ScanError::Start { instance: name.to_string(), why };
         let port = self.cfg.agent_port.ok_or_else(|| failed("no agent_port".into()))?;
-        let token = self.token.clone().ok_or_else(|| failed(format!("{host}: set {AGENT_TOKEN_ENV} to its agent's token")))?;
+        let token =
+            self.token.clone().ok_or_else(|| failed(format!("{host}: set {AGENT_TOKEN_ENV} to its agent's token")))?;
         let agent = (host, port)
             .to_socket_addrs()
             .map_err(|e| failed(format!("{host}: {e}")))?
@@ -272,8 +283,9 @@ impl<'a> Scan<'a> {
             "name": name,
             "args": ["pipestream", "instance", "--name", name, "--control-file", "{control_file}"],
         });
-        let answer = client::call(agent, "POST", "/api/v1/processes", Some(&token), Some(&request.to_string()), CALL_TIMEOUT)
-            .map_err(|e| failed(format!("agent {agent} of {host}: {e}")))?;
+        let answer =
+            client::call(agent, "POST", "/api/v1/processes", Some(&token), Some(&request.to_string()), CALL_TIMEOUT)
+                .map_err(|e| failed(format!("agent {agent} of {host}: {e}")))?;
         if !answer.ok() {
             return Err(failed(format!("agent {agent} of {host} answered {}: {}", answer.status, answer.body.trim())));
         }
@@ -326,7 +338,8 @@ impl<'a> Scan<'a> {
         } else {
             (None, Some(i - topology.clients))
         };
-        let client_hosts: BTreeSet<String> = (0..topology.clients).map(|c| host_of(topology.client_instance(c))).collect();
+        let client_hosts: BTreeSet<String> =
+            (0..topology.clients).map(|c| host_of(topology.client_instance(c))).collect();
         let server = server.map(|j| {
             // Servers sharing a host share no port.
             let before = (0..j).filter(|&k| host_of(topology.server_instance(k)) == host_of(i)).count() as u16;
@@ -361,14 +374,20 @@ impl<'a> Scan<'a> {
         loop {
             let statuses = handles.iter().map(|h| h.call(None, None)).collect::<Result<Vec<_>, _>>()?;
             if let Some((h, s)) = handles.iter().zip(&statuses).find(|(_, s)| s.state == State::Failed) {
-                return Err(h.error(format!("failed while {what}: {}", s.error.as_deref().unwrap_or("no reason given"))));
+                return Err(
+                    h.error(format!("failed while {what}: {}", s.error.as_deref().unwrap_or("no reason given")))
+                );
             }
             if statuses.iter().all(|s| s.state == want) {
                 return Ok(statuses);
             }
             if Instant::now() >= deadline {
-                let late: Vec<String> =
-                    handles.iter().zip(&statuses).filter(|(_, s)| s.state != want).map(|(h, s)| format!("{} {:?}", h.name(), s.state)).collect();
+                let late: Vec<String> = handles
+                    .iter()
+                    .zip(&statuses)
+                    .filter(|(_, s)| s.state != want)
+                    .map(|(h, s)| format!("{} {:?}", h.name(), s.state))
+                    .collect();
                 return Err(ScanError::Instance {
                     instance: late.join(", "),
                     why: format!("not {want:?} within {:.0} s of {what}", self.cfg.timeout_s),
@@ -394,7 +413,8 @@ impl<'a> Scan<'a> {
             let index = a.server.as_ref().map(|s| s.index as usize);
             let status = h.post("configure", &a)?;
             if let Some(j) = index {
-                servers[j] = Some(status.data_address.ok_or_else(|| h.error("configured a server but gave no address"))?);
+                servers[j] =
+                    Some(status.data_address.ok_or_else(|| h.error("configured a server but gave no address"))?);
             }
         }
         let servers: Vec<SocketAddr> = servers.into_iter().map(|s| s.expect("every server configured")).collect();
