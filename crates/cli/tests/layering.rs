@@ -50,6 +50,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tessera-sim",
         ],
     ),
+    ("tessera-pipestream", &["tessera-bench", "tessera-config", "tessera-control", "tessera-formats"]),
     (
         "tessera",
         &[
@@ -61,6 +62,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tessera-formats",
             "tessera-fu",
             "tessera-inspect",
+            "tessera-pipestream",
             "tessera-rundir",
             "tessera-runtime",
             "tessera-sim",

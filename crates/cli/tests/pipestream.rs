@@ -1,0 +1,71 @@
+//! `tessera pipestream` on loopback: a scan through its instances' states with both baselines,
+//! its files, and the refusals of a bad file.
+
+mod common;
+
+use common::tessera;
+use std::fs;
+
+#[test]
+fn pipestream_scan_2x2_on_loopback_leaves_csv_table_and_plots_with_baselines_and_no_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("ps.yaml");
+    let out = tmp.path().join("out");
+    fs::write(
+        &file,
+        format!(
+            "clients: 2\nservers: 2\nchecksum: true\nduration_s: 0.3\nwarmup_s: 0.1\npolicy: fair\noutput: {}\n\
+             scan:\n  message_bytes: [512, 65536]\n  threads: [1, 2]\n  topologies: [2x2, 1x3]\nbaselines: {{iperf3: false}}\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    let run = tessera(&["pipestream", "scan", file.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let csv = fs::read_to_string(out.join("results.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    // 2 topologies x 2 thread counts x 2 sizes x (pipestream, raw-tcp).
+    assert_eq!(rows.len(), 16, "{csv}");
+    for row in &rows {
+        let fields: Vec<&str> = row.split(',').collect();
+        assert!(fields[9].parse::<u64>().unwrap() > 0, "no bytes: {row}");
+        assert_eq!(fields.last(), Some(&"0"), "errors: {row}");
+    }
+    assert!(rows.iter().any(|r| r.starts_with("1x3,1,3,")), "{csv}");
+    assert!(stdout.contains("target at 64 KiB >= 0.95 of raw TCP (2x2, 1 thread(s))"), "{stdout}");
+    assert!(stdout.contains("below 4 KiB (2x2, 2 thread(s), 512 B)"), "{stdout}");
+    for plot in ["throughput-2x2.svg", "throughput-1x3.svg", "throughput-topologies.svg"] {
+        assert!(out.join(plot).exists(), "{plot}: {stdout}");
+    }
+    assert!(fs::read_to_string(out.join("table.txt")).unwrap().contains("iperf3"));
+}
+
+#[test]
+fn pipestream_bad_files_are_refused_naming_line_and_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("ps.yaml");
+    fs::write(&file, "clients: 2\nbrust: 4\nscan:\n  topologies: [2x2, 3by3]\n").unwrap();
+    for command in ["scan", "check"] {
+        let run = tessera(&["pipestream", command, file.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("ps.yaml:2") && stderr.contains("brust"), "{stderr}");
+    }
+    fs::write(&file, "clients: 2\nscan:\n  topologies: [2x2, 3by3]\n").unwrap();
+    let run = tessera(&["pipestream", "check", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("ps.yaml:3") && stderr.contains("scan.topologies[1]"), "{stderr}");
+    let good = tmp.path().join("good.yaml");
+    fs::write(&good, "scan: {message_bytes: [1024, 4096], threads: [1, 2]}\n").unwrap();
+    let run = tessera(&["pipestream", "check", good.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&run.stdout).contains("4 point(s)"), "{:?}", run);
+}
+
+#[test]
+fn pipestream_instance_refuses_a_listen_address_other_than_loopback() {
+    let run = tessera(&["pipestream", "instance", "--name", "x", "--listen", "0.0.0.0:0"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("loopback only") && stderr.contains("tessera agent"), "{stderr}");
+}
