@@ -5,13 +5,13 @@
 //!
 //! | request | does |
 //! |---|---|
-//! | `GET /api/v1/pipestream` | the [`Status`]: state, error, server address, figures, CPU time |
+//! | `GET /api/v1/pipestream` | the [`Status`]: state, error, server address, figures, rates, CPU time |
 //! | `POST /api/v1/pipestream/configure` | takes an [`Assignment`] (JSON); binds the server's listener |
 //! | `POST /api/v1/pipestream/connect` | takes a [`ConnectRequest`]; connects in the background (poll the status) |
 //! | `POST /api/v1/pipestream/start` | the clients send |
 //! | `POST /api/v1/pipestream/stop` | the clients stop and drain in the background |
 //! | `POST /api/v1/pipestream/disconnect` | drops connections and threads: back to Halted |
-//! | `GET /metrics` | the figures in Prometheus text |
+//! | `GET /metrics` | the figures and rates in Prometheus text |
 
 use crate::engine::{Assignment, Counters, Engine, Figures};
 use crate::fsm::{State, Transition};
@@ -57,6 +57,22 @@ pub struct Status {
     pub figures: Figures,
     /// CPU time of the process so far, in nanoseconds.
     pub cpu_ns: u64,
+    /// Its rates over the last [`RATE_INTERVAL`].
+    pub rates: Rates,
+}
+
+/// How often an instance's rates are computed, and over what.
+pub const RATE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// An instance's rates over the last [`RATE_INTERVAL`] (zero while nothing moves).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rates {
+    /// Messages its client completed per second.
+    pub messages_completed_per_s: f64,
+    /// Messages its server received per second.
+    pub messages_received_per_s: f64,
+    /// Payload bytes its server received per second.
+    pub bytes_received_per_s: f64,
 }
 
 struct Inner {
@@ -65,6 +81,7 @@ struct Inner {
     engine: Option<Engine>,
     counters: Arc<Counters>,
     data_address: Option<SocketAddr>,
+    rates: Rates,
 }
 
 /// An instance: its name and its state, shared with the threads that connect and stop it.
@@ -85,8 +102,38 @@ impl Instance {
                 engine: None,
                 counters: Arc::new(Counters::default()),
                 data_address: None,
+                rates: Rates::default(),
             })),
         }
+    }
+
+    /// Computes the rates every [`RATE_INTERVAL`] on a thread of its own, for as long as the
+    /// instance exists.
+    fn sample_rates(&self) {
+        let inner = Arc::downgrade(&self.inner);
+        std::thread::spawn(move || {
+            let mut last: Option<(Arc<Counters>, Figures, std::time::Instant)> = None;
+            loop {
+                std::thread::sleep(RATE_INTERVAL);
+                let Some(inner) = inner.upgrade() else { return };
+                let mut inner = inner.lock().unwrap_or_else(|p| p.into_inner());
+                let (counters, now) = (inner.counters.clone(), std::time::Instant::now());
+                let figures = counters.figures();
+                inner.rates = match &last {
+                    // The same point: its counters only grow.
+                    Some((c, before, at)) if Arc::ptr_eq(c, &counters) => {
+                        let per_s = |a: u64, b: u64| a.saturating_sub(b) as f64 / (now - *at).as_secs_f64();
+                        Rates {
+                            messages_completed_per_s: per_s(figures.messages_completed, before.messages_completed),
+                            messages_received_per_s: per_s(figures.messages_received, before.messages_received),
+                            bytes_received_per_s: per_s(figures.bytes_received, before.bytes_received),
+                        }
+                    }
+                    _ => Rates::default(),
+                };
+                last = Some((counters, figures, now));
+            }
+        });
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -109,6 +156,7 @@ impl Instance {
             data_address: inner.data_address,
             figures: inner.counters.figures(),
             cpu_ns: cpu_time::ProcessTime::try_now().map_or(0, |t| t.as_duration().as_nanos() as u64),
+            rates: inner.rates,
         }
     }
 
@@ -221,6 +269,27 @@ impl Instance {
             let _ = writeln!(out, "# TYPE tessera_pipestream_{metric}_total counter");
             let _ = writeln!(out, "tessera_pipestream_{metric}_total{{instance=\"{name}\"}} {value}");
         }
+        for (metric, help, value) in [
+            (
+                "messages_completed_per_second",
+                "Messages the client completed per second.",
+                s.rates.messages_completed_per_s,
+            ),
+            (
+                "messages_received_per_second",
+                "Messages the server received per second.",
+                s.rates.messages_received_per_s,
+            ),
+            (
+                "bytes_received_per_second",
+                "Payload bytes the server received per second.",
+                s.rates.bytes_received_per_s,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP tessera_pipestream_{metric} {help}");
+            let _ = writeln!(out, "# TYPE tessera_pipestream_{metric} gauge");
+            let _ = writeln!(out, "tessera_pipestream_{metric}{{instance=\"{name}\"}} {value}");
+        }
         let _ = writeln!(out, "# HELP tessera_pipestream_state The instance's state (1 for the one it is in).");
         let _ = writeln!(out, "# TYPE tessera_pipestream_state gauge");
         let _ = writeln!(out, "tessera_pipestream_state{{instance=\"{name}\",state=\"{:?}\"}} 1", s.state);
@@ -285,6 +354,7 @@ impl Instance {
             ));
         }
         let (addr, stop, thread) = tessera_control::serve(listen, self.router()).map_err(|e| e.to_string())?;
+        self.sample_rates();
         Ok(Served { addr, stop: Some(stop), thread: Some(thread) })
     }
 }
@@ -310,6 +380,94 @@ impl Drop for Served {
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Policy;
+    use crate::engine::{Mode, ServerPart};
+    use tessera_control::client::call;
+
+    fn post(addr: SocketAddr, action: &str, body: Option<String>) -> (u16, Status) {
+        let a =
+            call(addr, "POST", &format!("/api/v1/pipestream/{action}"), None, body.as_deref(), Duration::from_secs(5))
+                .unwrap();
+        (a.status, serde_json::from_str(&a.body).unwrap())
+    }
+
+    fn status(addr: SocketAddr) -> Status {
+        let a = call(addr, "GET", "/api/v1/pipestream", None, None, Duration::from_secs(5)).unwrap();
+        serde_json::from_str(&a.body).unwrap()
+    }
+
+    fn wait(addr: SocketAddr, want: State) -> Status {
+        for _ in 0..500 {
+            let s = status(addr);
+            if s.state == want {
+                return s;
+            }
+            assert_ne!(s.state, State::Failed, "{s:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("not {want:?}: {:?}", status(addr));
+    }
+
+    #[test]
+    fn a_1x1_is_walked_through_its_states_over_rest_and_serves_its_rates() {
+        let (client, server) = (Instance::new("c0"), Instance::new("s0"));
+        let (c, s) = (
+            client.serve("127.0.0.1:0".parse().unwrap()).unwrap(),
+            server.serve("127.0.0.1:0".parse().unwrap()).unwrap(),
+        );
+        let (c, s) = (c.local_addr(), s.local_addr());
+        let part = |client: Option<u32>, server: Option<ServerPart>| Assignment {
+            session: 1,
+            mode: Mode::Pipestream,
+            clients: 1,
+            servers: 1,
+            message_bytes: 8192,
+            buffer_bytes: 1 << 20,
+            burst: 4,
+            threads: 1,
+            affinity: Vec::new(),
+            policy: Policy::BestEffort,
+            fair_window: 1,
+            checksum: true,
+            client,
+            server,
+        };
+        let listen = ServerPart { index: 0, listen: "127.0.0.1:0".into(), client_hosts: vec!["127.0.0.1".into()] };
+        let (code, st) = post(s, "configure", Some(serde_json::to_string(&part(None, Some(listen))).unwrap()));
+        assert_eq!((code, st.state), (200, State::Configured));
+        let data = st.data_address.unwrap();
+        post(c, "configure", Some(serde_json::to_string(&part(Some(0), None)).unwrap()));
+        let (code, st) = post(c, "start", None);
+        assert_eq!(code, 409);
+        assert!(st.error.unwrap().contains("cannot Start from Configured"));
+        let connect = serde_json::to_string(&ConnectRequest { servers: vec![data], timeout_s: 5.0 }).unwrap();
+        post(s, "connect", Some(connect.clone()));
+        post(c, "connect", Some(connect));
+        wait(c, State::Connected);
+        wait(s, State::Connected);
+        post(s, "start", None);
+        post(c, "start", None);
+        std::thread::sleep(RATE_INTERVAL * 3);
+        let running = status(s);
+        assert!(running.rates.messages_received_per_s > 0.0 && running.rates.bytes_received_per_s > 0.0, "{running:?}");
+        let metrics = call(s, "GET", "/metrics", None, None, Duration::from_secs(5)).unwrap().body;
+        assert!(metrics.contains("tessera_pipestream_messages_received_per_second{instance=\"s0\"}"), "{metrics}");
+        assert!(metrics.contains("tessera_pipestream_state{instance=\"s0\",state=\"Running\"} 1"), "{metrics}");
+        let stop = serde_json::to_string(&StopRequest { timeout_s: 5.0 }).unwrap();
+        post(c, "stop", Some(stop));
+        let done = wait(c, State::Stopped);
+        let received = status(s).figures;
+        assert_eq!(done.figures.messages_sent, received.messages_received);
+        assert_eq!(received.errors(), 0);
+        for addr in [c, s] {
+            assert_eq!(post(addr, "disconnect", None).1.state, State::Halted);
         }
     }
 }
