@@ -84,25 +84,26 @@ impl Sender {
             && (self.policy == Policy::BestEffort || c.sent < c.floor + self.fair_window)
     }
 
-    /// The connection and sequence number of the next message, counted as sent, if one may go
-    /// now; `writable(i)` says whether connection `i` can queue it. Best effort takes the next
-    /// connection in turn that can; fair waits for the one whose turn it is.
-    pub fn next(&mut self, writable: impl Fn(usize) -> bool) -> Option<(usize, u64)> {
+    /// The connection the next message would go to, if one may go now; `writable(i)` says
+    /// whether connection `i` can queue it. Best effort takes the next connection in turn that
+    /// can; fair waits for the one whose turn it is.
+    pub fn ready(&self, writable: impl Fn(usize) -> bool) -> Option<usize> {
         let n = self.conns.len();
         let tries = match self.policy {
             Policy::BestEffort => n,
             Policy::Fair => n.min(1),
         };
-        for k in 0..tries {
-            let i = (self.turn + k) % n;
-            if self.may_send(i) && writable(i) {
-                self.turn = (i + 1) % n;
-                let c = &mut self.conns[i];
-                c.sent += 1;
-                return Some((i, c.sent - 1));
-            }
-        }
-        None
+        (0..tries).map(|k| (self.turn + k) % n).find(|&i| self.may_send(i) && writable(i))
+    }
+
+    /// The connection and sequence number of the next message ([`Sender::ready`]), counted as
+    /// sent.
+    pub fn next(&mut self, writable: impl Fn(usize) -> bool) -> Option<(usize, u64)> {
+        let i = self.ready(writable)?;
+        self.turn = (i + 1) % self.conns.len();
+        let c = &mut self.conns[i];
+        c.sent += 1;
+        Some((i, c.sent - 1))
     }
 
     /// Connection `i`'s server acknowledged `received` messages, with the fair `floor`.
@@ -347,6 +348,7 @@ mod tests {
         let mut s = Sender::new(2, Policy::Fair, 8, 2);
         assert_eq!(s.next(|_| true), Some((0, 0)));
         assert_eq!(s.next(|i| i != 1), None, "server 1's turn, and it cannot take one");
+        assert_eq!(s.ready(|_| true), Some(1));
         assert_eq!(s.next(|_| true), Some((1, 0)));
         assert_eq!(s.next(|_| true), Some((0, 1)));
         assert_eq!(s.next(|_| true), Some((1, 1)));

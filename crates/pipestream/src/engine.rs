@@ -636,10 +636,17 @@ impl Worker {
                 self.drained_said = true;
                 self.shared.drained.fetch_add(1, Ordering::SeqCst);
             }
+            // Poll without waiting only when a client has something it may write now: a fair
+            // client waiting for its turn's server must sleep, not spin.
+            let clients = &self.clients;
             let busy = phase == PHASE_RUNNING
-                && self.clients.iter().enumerate().any(|(i, c)| {
-                    !c.blocked && (self.mode == Mode::RawTcp || !c.queue.is_empty() || self.sender.may_send(i))
-                });
+                && match self.mode {
+                    Mode::RawTcp => clients.iter().any(|c| !c.blocked),
+                    Mode::Pipestream => {
+                        clients.iter().any(|c| !c.blocked && !c.queue.is_empty())
+                            || self.sender.ready(|i| !clients[i].blocked).is_some()
+                    }
+                };
             let wait = if busy { Duration::ZERO } else { POLL_WAIT };
             self.poll.poll(&mut events, Some(wait)).map_err(io_err("polling"))?;
             for e in events.iter() {
@@ -661,15 +668,11 @@ impl Worker {
     /// Queues what the sender allows and writes every connection's queue.
     fn send_messages(&mut self, may_start: bool) -> Result<(), EngineError> {
         if may_start {
-            let clients = &self.clients;
-            let mut picked: Vec<(usize, u64)> = Vec::new();
-            while let Some(p) = self.sender.next(|i| !clients[i].blocked) {
-                picked.push(p);
-            }
-            let sent = picked.len() as u64;
-            for (i, seq) in picked {
+            let mut sent = 0;
+            while let Some((i, seq)) = self.sender.next(|i| !self.clients[i].blocked) {
                 let crc = self.checksum.then(|| message_checksum(seq, self.payload_crc, self.message_bytes as u32));
                 self.clients[i].queue.push_back(Header::message(seq, self.message_bytes as u32, crc).encode());
+                sent += 1;
             }
             self.shared.counters.messages_sent.fetch_add(sent, Ordering::Relaxed);
         }
