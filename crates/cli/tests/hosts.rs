@@ -13,94 +13,13 @@
 #[allow(dead_code)] // each test binary uses a part of the shared helpers
 mod common;
 
-use common::{Processes, link_key_hex, require, spawn_logged, verified_events, wait_for_line};
+use common::{Lan, Processes, link_key_hex, require, spawn_logged, verified_events, wait_for_line};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const RUN: u32 = 52;
 const EVENTS: u64 = 3000;
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-}
-
-/// Hosts as network namespaces, each joined by a veth pair to a bridge in a namespace of its
-/// own (the switch), so that a host's link can be cut. Every process left in them is killed and
-/// the namespaces removed when dropped.
-struct Lan {
-    switch: String,
-    hosts: Vec<String>,
-    /// The switch's end of each host's link.
-    ports: Vec<String>,
-}
-
-impl Lan {
-    /// Hosts with `addresses` (/24), named after this process and `tag`, so that tests running
-    /// at once do not meet (each test's namespaces are a network of their own). `None` when
-    /// this machine cannot make them (a failure under CI).
-    fn create(tag: char, addresses: &[&str]) -> Option<Lan> {
-        let id = std::process::id();
-        let mut lan = Lan { switch: format!("tsr-sw-{id}{tag}"), hosts: Vec::new(), ports: Vec::new() };
-        let run = |step: &[&str]| {
-            let why =
-                format!("`ip {}` failed: the test makes hosts of network namespaces (root, iproute2)", step.join(" "));
-            require(&why, ip(step))
-        };
-        let sw = lan.switch.clone();
-        for step in [
-            &["netns", "add", &sw][..],
-            &["-n", &sw, "link", "add", "br0", "type", "bridge"],
-            &["-n", &sw, "link", "set", "br0", "up"],
-        ] {
-            if !run(step) {
-                return None;
-            }
-        }
-        for (k, address) in addresses.iter().enumerate() {
-            let host = format!("tsr-h{k}-{id}{tag}");
-            let (veth, port) = (format!("tv{id}{tag}{k}"), format!("ts{id}{tag}{k}"));
-            let cidr = format!("{address}/24");
-            lan.hosts.push(host.clone());
-            lan.ports.push(port.clone());
-            for step in [
-                &["netns", "add", &host][..],
-                &["link", "add", &veth, "type", "veth", "peer", "name", &port],
-                &["link", "set", &veth, "netns", &host],
-                &["link", "set", &port, "netns", &sw],
-                &["-n", &sw, "link", "set", &port, "master", "br0"],
-                &["-n", &sw, "link", "set", &port, "up"],
-                &["-n", &host, "addr", "add", &cidr, "dev", &veth],
-                &["-n", &host, "link", "set", &veth, "up"],
-                &["-n", &host, "link", "set", "lo", "up"],
-            ] {
-                if !run(step) {
-                    return None;
-                }
-            }
-        }
-        Some(lan)
-    }
-
-    /// Cuts host `k`'s link: its packets go nowhere, and nothing tells its peers.
-    fn cut(&self, k: usize) {
-        assert!(ip(&["-n", &self.switch, "link", "set", &self.ports[k], "down"]), "cutting {}", self.hosts[k]);
-    }
-}
-
-impl Drop for Lan {
-    fn drop(&mut self) {
-        for ns in self.hosts.iter().chain([&self.switch]) {
-            // Processes left behind a cut link (the controller could not end them) go too.
-            if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
-                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-9", pid]).status();
-                }
-            }
-            ip(&["netns", "del", ns]);
-        }
-    }
-}
 
 /// The two-host system, with `run_extra` (whole lines) added to its `run` section.
 fn system_file_with(dir: &Path, run_extra: &str) -> std::path::PathBuf {
@@ -120,9 +39,9 @@ fn system_file_with(dir: &Path, run_extra: &str) -> std::path::PathBuf {
     path
 }
 
-fn start(units: &mut Processes, dir: &Path, host: &str, label: &str, args: &[&str]) {
-    let mut command = Command::new("ip");
-    command.args(["netns", "exec", host, env!("CARGO_BIN_EXE_tessera")]).args(args);
+/// Starts `tessera ARGS` on host `k` of `lan`, its log `dir/<label>.log`.
+fn start(units: &mut Processes, dir: &Path, lan: &Lan, k: usize, label: &str, args: &[&str]) {
+    let mut command = lan.tessera(k, args);
     command.env("TESSERA_LINK_KEY", link_key_hex());
     units.0.push((label.to_string(), spawn_logged(command, &dir.join(format!("{label}.log")))));
 }
@@ -131,21 +50,20 @@ fn start(units: &mut Processes, dir: &Path, host: &str, label: &str, args: &[&st
 /// own process in its host's namespace. Returns what the EVM's process said and the events found
 /// in the BUs' verified files; `None` when namespaces cannot be had here.
 fn run_on_two_hosts(tag: char, run_extra: &str) -> Option<(String, usize)> {
-    let lan = Lan::create(tag, &["10.231.7.1", "10.231.7.2"])?;
-    let (a, b) = (&lan.hosts[0], &lan.hosts[1]);
+    let lan = Lan::create("tsr", tag, &["10.231.7.1", "10.231.7.2"])?;
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let system = system_file_with(d, run_extra);
     let sys = system.to_str().unwrap();
     let mut units = Processes(Vec::new());
-    start(&mut units, d, a, "bu0", &["bu", "--system", sys, "--name", "bu0"]);
-    start(&mut units, d, b, "bu1", &["bu", "--system", sys, "--name", "bu1"]);
-    start(&mut units, d, b, "ru1", &["ru", "--system", sys, "--name", "ru1"]);
-    start(&mut units, d, a, "evm", &["evm", "--system", sys]);
+    start(&mut units, d, &lan, 0, "bu0", &["bu", "--system", sys, "--name", "bu0"]);
+    start(&mut units, d, &lan, 1, "bu1", &["bu", "--system", sys, "--name", "bu1"]);
+    start(&mut units, d, &lan, 1, "ru1", &["ru", "--system", sys, "--name", "ru1"]);
+    start(&mut units, d, &lan, 0, "evm", &["evm", "--system", sys]);
     wait_for_line(d, "evm.log", "run 52");
     wait_for_line(d, "ru1.log", "run 52");
-    start(&mut units, d, a, "ferol-ru0", &["ferol", "--system", sys, "--ru", "ru0"]);
-    start(&mut units, d, b, "ferol-ru1", &["ferol", "--system", sys, "--ru", "ru1"]);
+    start(&mut units, d, &lan, 0, "ferol-ru0", &["ferol", "--system", sys, "--ru", "ru0"]);
+    start(&mut units, d, &lan, 1, "ferol-ru1", &["ferol", "--system", sys, "--ru", "ru1"]);
     units.wait_all(d, Duration::from_secs(120));
     let evm = std::fs::read_to_string(d.join("evm.log")).unwrap();
     Some((evm, verified_events(d, RUN, &["bu0", "bu1"]).len()))
@@ -169,8 +87,7 @@ fn two_hosts_in_network_namespaces_push_every_event() {
 
 #[test]
 fn fu_on_another_host_processes_a_bu_through_its_file_broker() {
-    let Some(lan) = Lan::create('f', &["10.231.7.1", "10.231.7.2"]) else { return };
-    let (a, b) = (&lan.hosts[0], &lan.hosts[1]);
+    let Some(lan) = Lan::create("tsr", 'f', &["10.231.7.1", "10.231.7.2"]) else { return };
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let yaml = format!(
@@ -189,8 +106,8 @@ fn fu_on_another_host_processes_a_bu_through_its_file_broker() {
     let fu_out = d.join("fu-host-b");
     let fu_args =
         ["fu", "--broker", "10.231.7.1:9300", "--output", fu_out.to_str().unwrap(), "--run", &RUN.to_string()];
-    start(&mut units, d, b, "fu", &fu_args);
-    start(&mut units, d, a, "run", &["run", system.to_str().unwrap()]);
+    start(&mut units, d, &lan, 1, "fu", &fu_args);
+    start(&mut units, d, &lan, 0, "run", &["run", system.to_str().unwrap()]);
     units.wait_all(d, Duration::from_secs(120));
     let run = std::fs::read_to_string(d.join("run.log")).unwrap();
     assert!(run.contains("conservation: triggered 3000 = built 3000"), "{run}");
@@ -303,22 +220,11 @@ fn multi_host_example(d: &Path) -> std::path::PathBuf {
 /// host, its summary in `run.out`.
 fn start_multi_host(units: &mut Processes, lan: &Lan, d: &Path, args: &[&str]) {
     for (k, address) in MULTI_HOST[..3].iter().enumerate() {
-        let listen = format!("{address}:9900");
-        let work = d.join(format!("agent{k}"));
-        let label = format!("agent{k}");
-        start(
-            units,
-            d,
-            &lan.hosts[k],
-            &label,
-            &["agent", "--listen", &listen, "--token", AGENT_TOKEN, "--work-dir", work.to_str().unwrap()],
-        );
-        wait_for_line(d, &format!("{label}.log"), "agent: serving");
+        lan.start_agent(units, d, k, &format!("agent{k}"), &format!("{address}:9900"), AGENT_TOKEN);
     }
     let example = multi_host_example(d);
-    let mut command = Command::new("ip");
+    let mut command = lan.tessera(3, &["run"]);
     command
-        .args(["netns", "exec", &lan.hosts[3], env!("CARGO_BIN_EXE_tessera"), "run"])
         .arg(example)
         .args(args)
         .env("TESSERA_AGENT_TOKEN", AGENT_TOKEN)
@@ -337,7 +243,7 @@ fn wait_controller(units: &mut Processes, d: &Path, timeout: Duration) -> (Optio
 
 #[test]
 fn multi_host_example_runs_2x2_across_three_hosts_through_their_agents() {
-    let Some(lan) = Lan::create('m', &MULTI_HOST) else { return };
+    let Some(lan) = Lan::create("tsr", 'm', &MULTI_HOST) else { return };
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let out = d.join("out");
@@ -377,7 +283,7 @@ fn multi_host_bu_host_link_cut_is_detected_and_reported_with_its_units() {
     if !require("no curl: the test reads the controller's metrics from inside a host's namespace", curl) {
         return;
     }
-    let Some(lan) = Lan::create('c', &MULTI_HOST) else { return };
+    let Some(lan) = Lan::create("tsr", 'c', &MULTI_HOST) else { return };
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let out = d.join("out");

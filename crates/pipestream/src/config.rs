@@ -234,8 +234,22 @@ impl PipestreamConfig {
                 p.add(format!("hosts[{i}]"), format!("{host:?} is not a host name"));
             }
         }
-        if !self.all_local() && self.agent_port.is_none() {
-            p.add("agent_port", "hosts other than this one are reached through `tessera agent`: give its port");
+        // Named at the first host that needs an agent, which has a line in the file (a missing
+        // `agent_port` has none).
+        if self.agent_port.is_none()
+            && let Some(i) = self.hosts.iter().position(|h| !h.is_empty() && !is_local(h))
+        {
+            p.add(
+                format!("hosts[{i}]"),
+                format!(
+                    "{:?} is not this host: its instances are started through its `tessera agent`, so set \
+                     agent_port to the agents' port",
+                    self.hosts[i]
+                ),
+            );
+        }
+        if self.agent_port == Some(0) {
+            p.add("agent_port", "0 is no port an agent can be reached at");
         }
         let topology = |key: String, t: Topology, p: &mut Problems| {
             if !(1..=MAX_PEERS).contains(&t.clients) || !(1..=MAX_PEERS).contains(&t.servers) {
@@ -331,7 +345,12 @@ mod tests {
         let e = read("threads: 0\nscan:\n  topologies: [2x2, four]\n").unwrap_err();
         assert!(e.contains("ps.yaml:1") && e.contains("threads"), "{e}");
         assert!(e.contains("scan.topologies[1]") && e.contains("\"four\""), "{e}");
-        let e = read("hosts: [localhost, bu-host-1]\n").unwrap_err();
-        assert!(e.contains("agent_port"), "{e}");
+        let e = read("clients: 2\nhosts: [localhost, bu-host-1]\n").unwrap_err();
+        assert!(e.contains("ps.yaml:2") && e.contains("hosts[1]") && e.contains("agent_port"), "{e}");
+        let e = read("hosts:\n  - localhost\n  - 10.1.2.3\nagent_port: 0\n").unwrap_err();
+        assert!(e.contains("ps.yaml:4") && e.contains("agent_port"), "{e}");
+        let e = read("hosts:\n  - localhost\n  - 10.1.2.3\n").unwrap_err();
+        assert!(e.contains("ps.yaml:3") && e.contains("\"10.1.2.3\"") && e.contains("agent_port"), "{e}");
+        read("hosts: [127.0.0.1, localhost]\n").unwrap();
     }
 }

@@ -9,6 +9,13 @@ mod require;
 #[allow(unused_imports)]
 pub use require::require;
 
+// Only the tests that run on several hosts need network namespaces.
+#[allow(dead_code)]
+mod lan;
+
+#[allow(unused_imports)]
+pub use lan::Lan;
+
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
