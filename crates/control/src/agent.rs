@@ -51,6 +51,9 @@ pub const MAX_STDOUT_BYTES: u64 = 64 << 10;
 pub const LOG_TAIL_LINES: usize = 12;
 /// How long the agent waits for a unit's control server.
 pub const UNIT_TIMEOUT: Duration = Duration::from_millis(800);
+/// How long the agent waits for a pipestream instance: its driver allows it more, since a
+/// `disconnect` joins the instance's threads on a loaded host.
+pub const PIPESTREAM_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How an agent is set up.
 #[derive(Debug, Clone)]
@@ -437,7 +440,7 @@ async fn list(State(shared): State<Arc<Shared>>) -> Json<Vec<ProcessView>> {
 
 /// Passes `POST /api/v1/{action}` on to the process's control server.
 async fn forward(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>, action: &'static str) -> Response {
-    forward_call(&shared, name, "POST", format!("/api/v1/{action}"), None).await
+    forward_call(&shared, name, "POST", format!("/api/v1/{action}"), None, UNIT_TIMEOUT).await
 }
 
 /// The run-control actions of a pipestream instance that the agent passes on.
@@ -445,7 +448,7 @@ const PIPESTREAM_ACTIONS: [&str; 5] = ["configure", "connect", "start", "stop", 
 
 /// Passes `GET /api/v1/pipestream` on to a pipestream instance.
 async fn pipestream_status(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>) -> Response {
-    forward_call(&shared, name, "GET", "/api/v1/pipestream".into(), None).await
+    forward_call(&shared, name, "GET", "/api/v1/pipestream".into(), None, PIPESTREAM_TIMEOUT).await
 }
 
 /// Passes `POST /api/v1/pipestream/{action}`, with its JSON body, on to a pipestream instance.
@@ -461,16 +464,18 @@ async fn pipestream_action(
         );
     }
     let body = (!body.is_empty()).then_some(body);
-    forward_call(&shared, name, "POST", format!("/api/v1/pipestream/{action}"), body).await
+    forward_call(&shared, name, "POST", format!("/api/v1/pipestream/{action}"), body, PIPESTREAM_TIMEOUT).await
 }
 
-/// Passes `method path` (with `body`) on to the control server of process `name`.
+/// Passes `method path` (with `body`) on to the control server of process `name`, waiting at
+/// most `timeout` for its answer.
 async fn forward_call(
     shared: &Shared,
     name: String,
     method: &'static str,
     path: String,
     body: Option<String>,
+    timeout: Duration,
 ) -> Response {
     let addr = match shared.processes().get(&name) {
         None => return refuse(StatusCode::NOT_FOUND, format!("no process {name}")),
@@ -481,8 +486,7 @@ async fn forward_call(
         return refuse(StatusCode::CONFLICT, format!("{name} has no control server (yet)"));
     };
     let answer =
-        tokio::task::spawn_blocking(move || client::call(addr, method, &path, None, body.as_deref(), UNIT_TIMEOUT))
-            .await;
+        tokio::task::spawn_blocking(move || client::call(addr, method, &path, None, body.as_deref(), timeout)).await;
     match answer {
         Ok(Ok(a)) => (StatusCode::from_u16(a.status).unwrap_or(StatusCode::BAD_GATEWAY), a.body).into_response(),
         Ok(Err(e)) => refuse(StatusCode::BAD_GATEWAY, e.to_string()),

@@ -18,8 +18,8 @@ use tessera_control::client;
 
 /// The environment variable that holds the agents' token.
 pub const AGENT_TOKEN_ENV: &str = "TESSERA_AGENT_TOKEN";
-/// Longest one REST call to an instance may take.
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest one REST call to an instance may take (more than an agent waits for it).
+const CALL_TIMEOUT: Duration = Duration::from_secs(6);
 /// How often the driver looks at instances that are connecting or draining.
 const POLL: Duration = Duration::from_millis(20);
 
