@@ -1,6 +1,7 @@
 //! `tessera pipestream` on loopback: a scan through its instances' states with both baselines,
 //! its files, and the refusals of a bad file.
 
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
 mod common;
 
 use common::tessera;

@@ -23,7 +23,7 @@
 //! agent's user either.
 
 use crate::client;
-use crate::server::{ControlError, check_token, serve};
+use crate::server::{ControlError, Serving, check_token, serve};
 use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
@@ -38,10 +38,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
-use tokio::sync::oneshot;
 
 /// Most processes an agent keeps (running or ended) at once.
 pub const MAX_PROCESSES: usize = 256;
@@ -204,10 +202,9 @@ impl Shared {
 
 /// A running agent; it kills its processes and stops when dropped.
 pub struct Agent {
-    addr: SocketAddr,
     shared: Arc<Shared>,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    /// Dropped after the processes are killed (the fields' order).
+    serving: Serving,
 }
 
 impl Agent {
@@ -230,13 +227,12 @@ impl Agent {
             .route("/api/v1/processes/{name}/pipestream/{action}", post(pipestream_action))
             .layer(middleware::from_fn_with_state(token.map(Arc::<str>::from), require_token))
             .with_state(shared.clone());
-        let (addr, stop, thread) = serve(listen, app)?;
-        Ok(Agent { addr, shared, stop: Some(stop), thread: Some(thread) })
+        Ok(Agent { shared, serving: serve(listen, app)? })
     }
 
     /// The address it serves on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.serving.local_addr()
     }
 
     /// How many of its processes still run.
@@ -247,13 +243,8 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        // The server stops after this, when its field is dropped.
         self.shared.kill_all();
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -56,7 +56,7 @@ pub use heartbeat::HeartbeatWatch;
 pub use metrics::{metrics_from_views, metrics_page, metrics_text};
 pub use process::{GIT_HASH, VERSION};
 pub use run::{RunState, RunStatus, RunView};
-pub use server::{ControlConfig, ControlError, ControlServer, serve};
+pub use server::{ControlConfig, ControlError, ControlServer, Serving, serve};
 pub use units::{
     ConservationView, FedErrorsView, SubStateView, Unit, UnitKind, UnitView, conservation, conservation_from_views,
     unit_views,

@@ -46,9 +46,7 @@ pub enum ControlError {
 /// The HTTP server of a process's units; it stops when dropped.
 #[derive(Debug)]
 pub struct ControlServer {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    serving: Serving,
 }
 
 impl ControlServer {
@@ -68,25 +66,40 @@ impl ControlServer {
         let openapi = api.to_pretty_json().map_err(|e| ControlError::OpenApi(e.to_string()))?;
         let shared = Shared { openapi: Arc::from(openapi), ..shared };
         let app = router.layer(middleware::from_fn_with_state(shared.clone(), require_token)).with_state(shared);
-        let (addr, stop, thread) = serve(config.listen, app)?;
-        Ok(ControlServer { addr, stop: Some(stop), thread: Some(thread) })
+        Ok(ControlServer { serving: serve(config.listen, app)? })
     }
 
     /// Writes the address the server listens on into `path` (written whole, then renamed), for
     /// a supervisor that started this process with port 0.
     pub fn write_address(&self, path: &std::path::Path) -> std::io::Result<()> {
         let partial = path.with_extension("partial");
-        std::fs::write(&partial, format!("{}\n", self.addr))?;
+        std::fs::write(&partial, format!("{}\n", self.local_addr()))?;
         std::fs::rename(partial, path)
     }
 
+    /// The address it serves on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.serving.local_addr()
+    }
+}
+
+/// An HTTP server on a thread of its own ([`serve`]); it stops, and its thread is joined, when
+/// dropped.
+#[derive(Debug)]
+pub struct Serving {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Serving {
     /// The address it serves on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 }
 
-impl Drop for ControlServer {
+impl Drop for Serving {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -105,11 +118,8 @@ pub(crate) fn token_required(listen: SocketAddr, token: Option<&str>) -> Result<
     Ok(())
 }
 
-/// Binds `listen` and serves `app` on a thread of its own, until the sender is used or dropped.
-pub fn serve(
-    listen: SocketAddr,
-    app: Router,
-) -> Result<(SocketAddr, oneshot::Sender<()>, JoinHandle<()>), ControlError> {
+/// Binds `listen` and serves `app` on a thread of its own, until the handle is dropped.
+pub fn serve(listen: SocketAddr, app: Router) -> Result<Serving, ControlError> {
     let listener = std::net::TcpListener::bind(listen)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|source| ControlError::Bind { addr: listen, source })?;
@@ -135,7 +145,7 @@ pub fn serve(
             });
         })
         .map_err(|source| ControlError::Bind { addr, source })?;
-    Ok((addr, stop, thread))
+    Ok(Serving { addr, stop: Some(stop), thread: Some(thread) })
 }
 
 /// The refusal of a request that does not bring `token`, or `None` if it may go on.

@@ -347,40 +347,15 @@ impl Instance {
     }
 
     /// Serves the API on `listen` (loopback only) until the returned handle is dropped.
-    pub fn serve(&self, listen: SocketAddr) -> Result<Served, String> {
+    pub fn serve(&self, listen: SocketAddr) -> Result<tessera_control::Serving, String> {
         if !listen.ip().is_loopback() {
             return Err(format!(
                 "{listen}: an instance listens on loopback only; reach it from elsewhere through `tessera agent`"
             ));
         }
-        let (addr, stop, thread) = tessera_control::serve(listen, self.router()).map_err(|e| e.to_string())?;
+        let serving = tessera_control::serve(listen, self.router()).map_err(|e| e.to_string())?;
         self.sample_rates();
-        Ok(Served { addr, stop: Some(stop), thread: Some(thread) })
-    }
-}
-
-/// A served instance API; it stops when dropped.
-pub struct Served {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Served {
-    /// Where it serves.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        Ok(serving)
     }
 }
 
