@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tessera_pipestream::config::PipestreamConfig;
 use tessera_pipestream::instance::Instance;
-use tessera_pipestream::scan::Scan;
+use tessera_pipestream::scan::{Scan, ScanError};
 
 /// What `tessera pipestream` does.
 #[derive(clap::Subcommand, Debug)]
@@ -16,7 +16,7 @@ pub enum PipestreamAction {
     /// Measure every point of a pipestream file (message sizes × thread counts × topologies),
     /// pipestream and its baselines in the same run; print the table and leave CSV, JSON and
     /// SVG plots in the output directory. Exit status 1 if a message was lost, repeated or
-    /// damaged.
+    /// damaged; Ctrl-C ends it at its next step (status 130), leaving the points measured.
     Scan {
         /// The pipestream file.
         config: PathBuf,
@@ -30,7 +30,8 @@ pub enum PipestreamAction {
         config: PathBuf,
     },
     /// Serve one instance: a client, a server or both, driven over REST by a scan (or an
-    /// operator) through its states. Runs until Ctrl-C or SIGTERM.
+    /// operator) through its states. Runs until Ctrl-C or SIGTERM, or until the process that
+    /// started it is gone.
     Instance {
         /// The instance's name, in its figures.
         #[arg(long)]
@@ -78,9 +79,18 @@ pub fn pipestream(action: PipestreamAction) -> Result<ExitCode> {
             }
             let program = std::env::current_exe().context("finding this program, to start the instances")?;
             let output = cfg.output.clone();
-            let outcome = Scan::new(&cfg, &output, &program)
-                .run(|step| eprintln!("pipestream: {step}"))
-                .map_err(anyhow::Error::from)?;
+            // Ctrl-C or SIGTERM ends the scan at its next step, its instances ended.
+            let stop = Arc::new(AtomicBool::new(false));
+            let flag = stop.clone();
+            ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
+            let outcome = match Scan::new(&cfg, &output, &program, &stop).run(|step| eprintln!("pipestream: {step}")) {
+                Ok(outcome) => outcome,
+                Err(ScanError::Stopped) => {
+                    eprintln!("tessera: {}", ScanError::Stopped);
+                    return Ok(ExitCode::from(130));
+                }
+                Err(e) => return Err(e.into()),
+            };
             print!("{}", outcome.table);
             println!("results: {}", outcome.csv.display());
             for plot in &outcome.plots {
@@ -106,7 +116,10 @@ pub fn pipestream(action: PipestreamAction) -> Result<ExitCode> {
             let stop = Arc::new(AtomicBool::new(false));
             let flag = stop.clone();
             ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
-            while !stop.load(Ordering::SeqCst) {
+            // A driver or agent that dies without ending its instances leaves them to init:
+            // an instance whose parent changed has nobody to drive it, and leaves.
+            let parent = std::os::unix::process::parent_id();
+            while !stop.load(Ordering::SeqCst) && std::os::unix::process::parent_id() == parent {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
             instance.disconnect();

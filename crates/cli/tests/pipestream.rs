@@ -70,3 +70,56 @@ fn pipestream_instance_refuses_a_listen_address_other_than_loopback() {
     assert_eq!(run.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("loopback only") && stderr.contains("tessera agent"), "{stderr}");
 }
+
+/// Instances of a scan writing into `out` still running.
+fn instances_of(out: &std::path::Path) -> usize {
+    let pattern = format!("pipestream instance .*{}", out.display());
+    let found = std::process::Command::new("pgrep").args(["-f", &pattern]).output().unwrap();
+    String::from_utf8_lossy(&found.stdout).lines().count()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn pipestream_scan_stopped_by_ctrl_c_leaves_its_points_and_a_killed_driver_leaves_no_instance() {
+    let tmp = tempfile::tempdir().unwrap();
+    for signal in ["INT", "KILL"] {
+        let out = tmp.path().join(signal);
+        let file = tmp.path().join(format!("{signal}.yaml"));
+        fs::write(
+            &file,
+            format!(
+                "duration_s: 1.5\nwarmup_s: 0.1\noutput: {}\nscan: {{message_bytes: [1024, 2048, 4096]}}\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        let mut scan = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["pipestream", "scan", file.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Past the first point (at 1.6 s a point, at least one is measured).
+        wait_until("the scan's instances start", || instances_of(&out) == 4);
+        std::thread::sleep(std::time::Duration::from_millis(4500));
+        std::process::Command::new("kill").args([&format!("-{signal}"), &scan.id().to_string()]).status().unwrap();
+        let status = scan.wait().unwrap();
+        wait_until("every instance leaves", || instances_of(&out) == 0);
+        if signal == "INT" {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(scan.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+            assert_eq!(status.code(), Some(130), "{stderr}");
+            assert!(stderr.contains("stopped before the scan ended"), "{stderr}");
+            let csv = fs::read_to_string(out.join("results.csv")).unwrap();
+            assert!(csv.lines().count() >= 2, "at least the first point: {csv}");
+            assert!(fs::read_to_string(out.join("table.txt")).unwrap().contains("the scan ended early"));
+        }
+    }
+}

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tessera_control::client;
 
@@ -45,6 +46,9 @@ pub enum ScanError {
     /// The results could not be written.
     #[error("{0}")]
     Output(String),
+    /// The operator stopped the scan.
+    #[error("stopped before the scan ended; the points measured so far are in the output directory")]
+    Stopped,
 }
 
 /// How the driver reaches one instance.
@@ -121,6 +125,7 @@ fn bind_host(host: &str) -> &str {
 /// A scan in progress.
 pub struct Scan<'a> {
     cfg: &'a PipestreamConfig,
+    stop: &'a AtomicBool,
     output: PathBuf,
     program: PathBuf,
     token: Option<String>,
@@ -132,12 +137,14 @@ pub struct Scan<'a> {
 }
 
 impl<'a> Scan<'a> {
-    /// A scan of `cfg`, writing into `output`, starting instances as `program` (this one).
-    pub fn new(cfg: &'a PipestreamConfig, output: &Path, program: &Path) -> Scan<'a> {
+    /// A scan of `cfg`, writing into `output`, starting instances as `program` (this one);
+    /// `stop` set ends it at the next step, its instances ended.
+    pub fn new(cfg: &'a PipestreamConfig, output: &Path, program: &Path, stop: &'a AtomicBool) -> Scan<'a> {
         let id = u64::from(std::process::id()) << 20
             ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
         Scan {
             cfg,
+            stop,
             output: output.to_path_buf(),
             program: program.to_path_buf(),
             token: std::env::var(AGENT_TOKEN_ENV).ok().filter(|t| !t.is_empty()),
@@ -148,10 +155,24 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// Runs every point; the results, also left in the output directory.
+    /// Runs every point; the results, also left in the output directory. A scan that fails or
+    /// is stopped still leaves the points it measured.
     pub fn run(mut self, mut progress: impl FnMut(&str)) -> Result<ScanOutcome, ScanError> {
         std::fs::create_dir_all(&self.output)
             .map_err(|e| ScanError::Output(format!("cannot create {}: {e}", self.output.display())))?;
+        match self.measure(&mut progress) {
+            Ok(()) => self.write(),
+            Err(e) => {
+                if !self.results.is_empty() {
+                    self.notes.push(format!("the scan ended early: {e}"));
+                    let _ = self.write();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn measure(&mut self, progress: &mut impl FnMut(&str)) -> Result<(), ScanError> {
         let iperf = if !self.cfg.baselines.iperf3 {
             None
         } else if !self.cfg.all_local() {
@@ -168,13 +189,14 @@ impl<'a> Scan<'a> {
         };
         for topology in self.cfg.scan_topologies() {
             let handles = self.launch(&topology)?;
-            let measured = self.measure_topology(&topology, &handles, &mut progress);
+            let measured = self.measure_topology(&topology, &handles, progress);
             for h in handles {
                 h.end();
             }
             measured?;
             if let Some(program) = &iperf {
                 for &size in &self.cfg.scan_message_bytes() {
+                    pause(self.stop, Duration::ZERO)?;
                     progress(&format!(
                         "{}: iperf3, {} streams of {size} B writes",
                         topology.name(),
@@ -195,7 +217,7 @@ impl<'a> Scan<'a> {
                 }
             }
         }
-        self.write()
+        Ok(())
     }
 
     fn write(self) -> Result<ScanOutcome, ScanError> {
@@ -255,6 +277,7 @@ impl<'a> Scan<'a> {
             .map_err(|e| failed(format!("{}: {e}", self.program.display())))?;
         loop {
             if let Some(addr) = std::fs::read_to_string(&control_file).ok().and_then(|t| t.trim().parse().ok()) {
+                let _ = std::fs::remove_file(&control_file);
                 return Ok(Handle::Local { name: name.to_string(), child, addr });
             }
             if let Ok(Some(status)) = child.try_wait() {
@@ -393,7 +416,7 @@ impl<'a> Scan<'a> {
                     why: format!("not {want:?} within {:.0} s of {what}", self.cfg.timeout_s),
                 });
             }
-            std::thread::sleep(POLL);
+            pause(self.stop, POLL)?;
         }
     }
 
@@ -426,9 +449,9 @@ impl<'a> Scan<'a> {
         for h in handles {
             h.call(Some("start"), None)?;
         }
-        std::thread::sleep(Duration::from_secs_f64(self.cfg.warmup_s));
+        pause(self.stop, Duration::from_secs_f64(self.cfg.warmup_s))?;
         let (t0, before) = sample(handles)?;
-        std::thread::sleep(Duration::from_secs_f64(self.cfg.duration_s));
+        pause(self.stop, Duration::from_secs_f64(self.cfg.duration_s))?;
         let (t1, after) = sample(handles)?;
         let stop = StopRequest { timeout_s: self.cfg.timeout_s };
         for h in handles {
@@ -461,6 +484,18 @@ impl<'a> Scan<'a> {
             errors,
         })
     }
+}
+
+/// Sleeps `d`, or less if `stop` is set meanwhile: then says so.
+fn pause(stop: &AtomicBool, d: Duration) -> Result<(), ScanError> {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        if stop.load(Ordering::SeqCst) {
+            return Err(ScanError::Stopped);
+        }
+        std::thread::sleep((until - Instant::now()).min(POLL));
+    }
+    if stop.load(Ordering::SeqCst) { Err(ScanError::Stopped) } else { Ok(()) }
 }
 
 /// Every instance's status, and the moment in the middle of the reading.
