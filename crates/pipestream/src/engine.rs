@@ -15,7 +15,7 @@
 //! header's worth of copying. Every wait is bounded: connecting and draining by the time-out
 //! the driver gives, a thread's poll by [`POLL_WAIT`].
 
-use crate::config::Policy;
+use crate::config::{BUFFER_BYTES_RANGE, MAX_BURST, MAX_PEERS, MAX_THREADS, MESSAGE_BYTES_RANGE, Policy};
 use crate::core::{AckReader, Errors, Receiver, Sender, message_checksum};
 use crate::wire::{HEADER_BYTES, Header, Kind};
 use mio::net::TcpStream;
@@ -250,11 +250,21 @@ impl Engine {
     /// Takes `assignment`: checks it and binds its server's listener.
     pub fn configure(assignment: Assignment) -> Result<Engine, EngineError> {
         let a = &assignment;
-        if a.message_bytes == 0 || a.threads == 0 || a.clients == 0 || a.servers == 0 {
-            return Err(EngineError::Assignment(
-                "message_bytes, threads, clients and servers must be at least 1".into(),
-            ));
-        }
+        // The same bounds as the file's: an assignment comes over REST from anyone on loopback.
+        let within = |what: &str, v: u32, (lo, hi): (u32, u32)| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(EngineError::Assignment(format!("{what} {v}: must be {lo}..={hi}")))
+            }
+        };
+        within("message_bytes", a.message_bytes, MESSAGE_BYTES_RANGE)?;
+        within("buffer_bytes", a.buffer_bytes, BUFFER_BYTES_RANGE)?;
+        within("burst", a.burst, (1, MAX_BURST))?;
+        within("threads", a.threads, (1, MAX_THREADS))?;
+        within("clients", a.clients, (1, MAX_PEERS))?;
+        within("servers", a.servers, (1, MAX_PEERS))?;
+        within("fair_window", a.fair_window, (1, u32::MAX))?;
         if a.client.is_some_and(|c| c >= a.clients) || a.server.as_ref().is_some_and(|s| s.index >= a.servers) {
             return Err(EngineError::Assignment("client or server index beyond the topology".into()));
         }
@@ -964,6 +974,18 @@ mod tests {
         let f = run(instances);
         assert!(f.iter().all(|f| f.messages_received > 10 && f.messages_sent > 10), "{f:?}");
         assert_eq!(f.iter().map(|f| f.messages_sent).sum::<u64>(), f.iter().map(|f| f.messages_received).sum::<u64>());
+    }
+
+    #[test]
+    fn an_assignment_out_of_bounds_is_refused_naming_the_key() {
+        for (a, key) in [
+            (Assignment { threads: 0, ..assignment(Mode::Pipestream, 1, 1) }, "threads 0"),
+            (Assignment { burst: 1 << 20, ..assignment(Mode::Pipestream, 1, 1) }, "burst 1048576"),
+            (Assignment { client: Some(1), ..assignment(Mode::Pipestream, 1, 1) }, "beyond the topology"),
+        ] {
+            let e = Engine::configure(a).err().unwrap().to_string();
+            assert!(e.contains(key), "{e}");
+        }
     }
 
     #[test]
