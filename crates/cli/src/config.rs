@@ -1,21 +1,57 @@
-//! `tessera config`: a system file or a selection menu checked without running anything, and
-//! the default system printed.
+//! `tessera config`: a system file, a selection menu or a pipestream file checked without
+//! running anything, and the default system printed.
 
 use std::path::Path;
 use std::process::ExitCode;
+use tessera_config::{SystemConfig, yaml};
 use tessera_fu::menu::FileKind;
+use tessera_pipestream::config::PipestreamConfig;
 
 /// `tessera config check`: `file` checked as a selection menu (`menu`), as a system file
-/// (`system`), or as what its top-level keys say it is; exit status 1 on any mistake.
+/// (`system`), or as what its top-level keys say it is (a pipestream file when one is
+/// pipestream's and none a system's); exit status 1 on any mistake.
 pub fn check(file: &Path, menu: bool, system: bool) -> ExitCode {
     let kind = match (menu, system) {
         (true, _) => FileKind::Menu,
         (_, true) => FileKind::System,
+        _ if is_pipestream(file) => return pipestream_check(file),
         _ => FileKind::of_file(file),
     };
     match kind {
         FileKind::System => system_check(file),
         FileKind::Menu => menu_check(file),
+    }
+}
+
+/// Whether the file's top-level keys include one of a pipestream file's and none of a
+/// system's (a misspelt key among them is then named as a pipestream file's mistake).
+fn is_pipestream(file: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(file) else { return false };
+    let top = yaml::top_level_keys(&text);
+    let (pipestream, system) = (yaml::keys_of::<PipestreamConfig>(), yaml::keys_of::<SystemConfig>());
+    top.iter().any(|k| pipestream.contains(&k.as_str())) && !top.iter().any(|k| system.contains(&k.as_str()))
+}
+
+/// `tessera config check` (and `tessera pipestream check`) of a pipestream file: read and
+/// checked as a scan reads it.
+pub fn pipestream_check(file: &Path) -> ExitCode {
+    match PipestreamConfig::load(file) {
+        Ok(cfg) => {
+            let topologies: Vec<String> = cfg.scan_topologies().iter().map(|t| t.name()).collect();
+            println!(
+                "{}: OK: a pipestream file of {} point(s): message sizes {:?} B, threads {:?}, topologies {}",
+                file.display(),
+                cfg.scan_message_bytes().len() * cfg.scan_threads().len() * topologies.len(),
+                cfg.scan_message_bytes(),
+                cfg.scan_threads(),
+                topologies.join(", ")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            ExitCode::from(1)
+        }
     }
 }
 

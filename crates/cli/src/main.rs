@@ -287,7 +287,7 @@ enum ConfigAction {
     /// file it names), or a selection menu as an FU would; print a one-line summary, or every
     /// mistake with file, line, key, what was expected and what was found, then how many
     /// (exit status 1). A file whose top-level keys are a menu's (`streams`, `paths`) is
-    /// checked as a menu.
+    /// checked as a menu, one whose keys are a pipestream file's as a pipestream file.
     Check {
         /// The system file or menu.
         file: PathBuf,

@@ -24,7 +24,8 @@ pub enum PipestreamAction {
         #[arg(long)]
         output: Option<PathBuf>,
     },
-    /// Check a pipestream file without running anything.
+    /// Check a pipestream file without running anything (as `tessera config check` does);
+    /// exit status 1 on any mistake.
     Check {
         /// The pipestream file.
         config: PathBuf,
@@ -48,24 +49,7 @@ pub enum PipestreamAction {
 /// Carries out `action`.
 pub fn pipestream(action: PipestreamAction) -> Result<ExitCode> {
     match action {
-        PipestreamAction::Check { config } => match PipestreamConfig::load(&config) {
-            Ok(cfg) => {
-                let topologies: Vec<String> = cfg.scan_topologies().iter().map(|t| t.name()).collect();
-                println!(
-                    "{}: good; {} point(s): message sizes {:?} B, threads {:?}, topologies {}",
-                    config.display(),
-                    cfg.scan_message_bytes().len() * cfg.scan_threads().len() * topologies.len(),
-                    cfg.scan_message_bytes(),
-                    cfg.scan_threads(),
-                    topologies.join(", ")
-                );
-                Ok(ExitCode::SUCCESS)
-            }
-            Err(errors) => {
-                eprintln!("{errors}");
-                Ok(ExitCode::from(2))
-            }
-        },
+        PipestreamAction::Check { config } => Ok(crate::config::pipestream_check(&config)),
         PipestreamAction::Scan { config, output } => {
             let mut cfg = match PipestreamConfig::load(&config) {
                 Ok(cfg) => cfg,

@@ -47,10 +47,11 @@ fn pipestream_bad_files_are_refused_naming_line_and_key() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("ps.yaml");
     fs::write(&file, "clients: 2\nbrust: 4\nscan:\n  topologies: [2x2, 3by3]\n").unwrap();
-    for command in ["scan", "check"] {
-        let run = tessera(&["pipestream", command, file.to_str().unwrap()]);
+    for (command, code) in [(&["pipestream", "scan"][..], 2), (&["pipestream", "check"], 1), (&["config", "check"], 1)]
+    {
+        let run = tessera(&[command, &[file.to_str().unwrap()]].concat());
         let stderr = String::from_utf8_lossy(&run.stderr);
-        assert_eq!(run.status.code(), Some(2), "{stderr}");
+        assert_eq!(run.status.code(), Some(code), "{command:?}: {stderr}");
         assert!(stderr.contains("ps.yaml:2") && stderr.contains("brust"), "{stderr}");
     }
     fs::write(&file, "clients: 2\nscan:\n  topologies: [2x2, 3by3]\n").unwrap();
@@ -59,8 +60,11 @@ fn pipestream_bad_files_are_refused_naming_line_and_key() {
     assert!(stderr.contains("ps.yaml:3") && stderr.contains("scan.topologies[1]"), "{stderr}");
     let good = tmp.path().join("good.yaml");
     fs::write(&good, "scan: {message_bytes: [1024, 4096], threads: [1, 2]}\n").unwrap();
-    let run = tessera(&["pipestream", "check", good.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&run.stdout).contains("4 point(s)"), "{:?}", run);
+    for command in [&["pipestream", "check"][..], &["config", "check"]] {
+        let run = tessera(&[command, &[good.to_str().unwrap()]].concat());
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(stdout.contains("good.yaml: OK: a pipestream file of 4 point(s)"), "{command:?}: {run:?}");
+    }
 }
 
 #[test]
