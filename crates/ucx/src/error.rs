@@ -141,12 +141,6 @@ pub enum Error {
         /// UCX's answer.
         status: Status,
     },
-    /// The endpoint has failed (its peer is gone); nothing more can be sent on it.
-    #[error("the endpoint has failed: {status}")]
-    EndpointFailed {
-        /// The status its failure was reported with.
-        status: Status,
-    },
     /// A system call failed.
     #[error("{call} failed: {error}")]
     System {
