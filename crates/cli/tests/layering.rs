@@ -16,6 +16,7 @@ use std::process::Command;
 /// table of docs/design.md §2.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("tessera-formats", &[]),
+    ("tessera-ucx", &[]),
     ("tessera-evb", &["tessera-formats"]),
     ("tessera-config", &["tessera-formats"]),
     ("tessera-rundir", &["tessera-formats"]),
