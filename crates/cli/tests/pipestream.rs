@@ -127,3 +127,50 @@ fn pipestream_scan_stopped_by_ctrl_c_leaves_its_points_and_a_killed_driver_leave
         }
     }
 }
+
+/// Over UCX (a build with the feature `ucx`): the same scan between processes, on UCX's tcp and
+/// on its shared memory, every message accounted for.
+#[cfg(feature = "ucx")]
+#[test]
+fn pipestream_scan_over_ucx_tcp_and_shared_memory_between_processes_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, transports) in ["tcp", "sm,self"].iter().enumerate() {
+        let file = tmp.path().join(format!("ucx{i}.yaml"));
+        let out = tmp.path().join(format!("out{i}"));
+        fs::write(
+            &file,
+            format!(
+                "transport: ucx\nucx_transports: \"{transports}\"\nchecksum: true\nduration_s: 0.3\nwarmup_s: 0.1\n\
+                 folded: true\noutput: {}\nscan: {{message_bytes: [4096, 1048576], threads: [1, 2]}}\n\
+                 baselines: {{iperf3: false}}\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        let run = tessera(&["pipestream", "scan", file.to_str().unwrap()]);
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(run.status.success(), "{transports}: {stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+        assert!(stdout.contains(&format!("travel on UCX active messages (transports {transports})")), "{stdout}");
+        let csv = fs::read_to_string(out.join("results.csv")).unwrap();
+        let rows: Vec<&str> = csv.lines().skip(1).filter(|r| r.contains(",pipestream,")).collect();
+        assert_eq!(rows.len(), 4, "{csv}");
+        for row in rows {
+            let fields: Vec<&str> = row.split(',').collect();
+            assert!(fields[9].parse::<u64>().unwrap() > 0, "no bytes: {row}");
+            assert_eq!(fields.last(), Some(&"0"), "errors: {row}");
+        }
+    }
+}
+
+/// Without the feature `ucx`, a file that asks for it is refused naming the key and the remedy.
+#[cfg(not(feature = "ucx"))]
+#[test]
+fn pipestream_transport_ucx_without_the_feature_is_refused_with_the_remedy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("ucx.yaml");
+    fs::write(&file, "transport: ucx\n").unwrap();
+    let run = tessera(&["pipestream", "check", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("ucx.yaml:1") && stderr.contains("--features ucx"), "{stderr}");
+}

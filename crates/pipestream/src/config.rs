@@ -135,6 +135,12 @@ pub struct PipestreamConfig {
     /// Whether each message carries a CRC-32C of its sequence number and payload, checked by
     /// its server.
     pub checksum: bool,
+    /// What pipestream's messages travel on: `tcp`, or `ucx` (UCX active messages; a build
+    /// with the feature `ucx`). The raw-TCP baseline is TCP either way.
+    pub transport: crate::engine::Transport,
+    /// UCX's transports, as `UCX_TLS` lists them (`tcp`, `sm,self`, ...); absent: UCX's own
+    /// choice (or `UCX_TLS`).
+    pub ucx_transports: Option<String>,
     /// Measured window of each point, in seconds.
     pub duration_s: f64,
     /// Time each point runs before its window opens, in seconds.
@@ -170,6 +176,8 @@ impl Default for PipestreamConfig {
             policy: Policy::BestEffort,
             fair_window: 4,
             checksum: false,
+            transport: crate::engine::Transport::Tcp,
+            ucx_transports: None,
             duration_s: 2.0,
             warmup_s: 0.5,
             data_port: 0,
@@ -292,6 +300,12 @@ impl PipestreamConfig {
         }
         if !(1..=MAX_BURST).contains(&self.burst) {
             p.add("burst", format!("must be 1..={MAX_BURST}"));
+        }
+        if self.transport == crate::engine::Transport::Ucx && !tessera_ucx::ENABLED {
+            p.add("transport", "ucx: this tessera was built without UCX (build it with `--features ucx`)");
+        }
+        if self.ucx_transports.as_ref().is_some_and(|t| t.trim().is_empty() || t.contains(char::is_whitespace)) {
+            p.add("ucx_transports", "a list such as `tcp` or `sm,self`, without spaces");
         }
         if self.fair_window == 0 {
             p.add("fair_window", "must be at least 1");

@@ -39,6 +39,20 @@ const READ_TURN_BYTES: usize = 4 << 20;
 /// Largest read a thread makes: its one receive buffer.
 const MAX_READ_BYTES: usize = 4 << 20;
 
+#[cfg(feature = "ucx")]
+mod ucx;
+
+/// What a point's messages travel on (the raw-TCP baseline is always TCP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// TCP sockets.
+    #[default]
+    Tcp,
+    /// UCX active messages (a build with the feature `ucx`).
+    Ucx,
+}
+
 /// What carries the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -91,6 +105,12 @@ pub struct Assignment {
     pub client: Option<u32>,
     /// This instance's server, if it has one.
     pub server: Option<ServerPart>,
+    /// What pipestream's messages travel on.
+    #[serde(default)]
+    pub transport: Transport,
+    /// UCX's transports (as `UCX_TLS` lists them, e.g. `tcp` or `sm,self`); none: UCX's choice.
+    #[serde(default)]
+    pub ucx_transports: Option<String>,
 }
 
 /// Why an instance cannot go on.
@@ -222,6 +242,8 @@ impl Shared {
 /// One instance's engine.
 pub struct Engine {
     assignment: Assignment,
+    #[cfg(feature = "ucx")]
+    ucx: Option<ucx::UcxThreads>,
     listener: Option<TcpListener>,
     data_address: Option<SocketAddr>,
     shared: Arc<Shared>,
@@ -268,7 +290,14 @@ impl Engine {
         if a.client.is_some_and(|c| c >= a.clients) || a.server.as_ref().is_some_and(|s| s.index >= a.servers) {
             return Err(EngineError::Assignment("client or server index beyond the topology".into()));
         }
+        let over_ucx = a.transport == Transport::Ucx && a.mode == Mode::Pipestream;
+        if over_ucx && !tessera_ucx::ENABLED {
+            return Err(EngineError::Assignment(
+                "transport ucx: this tessera was built without UCX (build it with `--features ucx`)".into(),
+            ));
+        }
         let (listener, data_address) = match &a.server {
+            _ if over_ucx => (None, None),
             None => (None, None),
             Some(s) => {
                 let addr = resolve(&s.listen)?;
@@ -289,7 +318,26 @@ impl Engine {
             from_client: (0..a.clients).map(|_| AtomicU64::new(0)).collect(),
             error: Mutex::new(None),
         });
-        Ok(Engine { assignment, listener, data_address, shared, threads: Vec::new() })
+        #[cfg(feature = "ucx")]
+        let ucx = if over_ucx { Some(ucx::UcxThreads::start(&assignment, &shared)?) } else { None };
+        Ok(Engine {
+            assignment,
+            #[cfg(feature = "ucx")]
+            ucx,
+            listener,
+            data_address,
+            shared,
+            threads: Vec::new(),
+        })
+    }
+
+    /// Its UCX worker addresses, one per thread, when its messages travel on UCX.
+    pub fn ucx_addresses(&self) -> Vec<Vec<u8>> {
+        #[cfg(feature = "ucx")]
+        if let Some(u) = &self.ucx {
+            return u.addresses.clone();
+        }
+        Vec::new()
     }
 
     /// The address the server listens on, if the instance has one.
@@ -315,7 +363,25 @@ impl Engine {
     /// Connects: the client to every server (`servers[j]`, in order), the server to one
     /// connection of each client; then starts the threads, idle until [`Engine::start`].
     pub fn connect(&mut self, servers: &[SocketAddr], timeout: Duration) -> Result<(), EngineError> {
+        self.connect_over(servers, &[], timeout)
+    }
+
+    /// [`Engine::connect`], over UCX when the assignment says so: `ucx_servers[j]` are server
+    /// j's worker addresses ([`Engine::ucx_addresses`]).
+    pub fn connect_over(
+        &mut self,
+        servers: &[SocketAddr],
+        ucx_servers: &[Vec<Vec<u8>>],
+        timeout: Duration,
+    ) -> Result<(), EngineError> {
         let a = self.assignment.clone();
+        #[cfg(feature = "ucx")]
+        if let Some(u) = &mut self.ucx {
+            u.connect(&a, ucx_servers, timeout)?;
+            self.threads.append(&mut u.threads);
+            return Ok(());
+        }
+        let _ = ucx_servers;
         if a.client.is_some() && servers.len() != a.servers as usize {
             return Err(EngineError::Assignment(format!(
                 "{} server addresses for {} servers",
@@ -912,6 +978,8 @@ mod tests {
             checksum: true,
             client: None,
             server: None,
+            transport: Transport::Tcp,
+            ucx_transports: None,
         }
     }
 
@@ -974,6 +1042,65 @@ mod tests {
         let f = run(instances);
         assert!(f.iter().all(|f| f.messages_received > 10 && f.messages_sent > 10), "{f:?}");
         assert_eq!(f.iter().map(|f| f.messages_sent).sum::<u64>(), f.iter().map(|f| f.messages_received).sum::<u64>());
+    }
+
+    /// Runs a topology over UCX: the servers' worker addresses go to the clients.
+    #[cfg(feature = "ucx")]
+    fn run_ucx(instances: Vec<Assignment>) -> Vec<Figures> {
+        let mut engines: Vec<Engine> = instances.into_iter().map(|a| Engine::configure(a).unwrap()).collect();
+        let servers: Vec<Vec<Vec<u8>>> =
+            engines.iter().filter(|e| e.assignment().server.is_some()).map(Engine::ucx_addresses).collect();
+        std::thread::scope(|scope| {
+            for e in &mut engines {
+                let servers = servers.clone();
+                scope.spawn(move || e.connect_over(&[], &servers, Duration::from_secs(10)).unwrap());
+            }
+        });
+        engines.iter().for_each(Engine::start);
+        std::thread::sleep(Duration::from_millis(300));
+        for e in &engines {
+            e.stop(Duration::from_secs(10)).unwrap();
+        }
+        for e in &engines {
+            assert_eq!(e.error(), None);
+        }
+        engines.iter().map(|e| e.counters().figures()).collect()
+    }
+
+    #[cfg(feature = "ucx")]
+    #[test]
+    fn a_2x2_over_ucx_tcp_and_shared_memory_moves_every_message_once_and_sound() {
+        for transports in ["tcp", "sm,self"] {
+            for folded in [false, true] {
+                let ucx = |a: Assignment| Assignment {
+                    transport: Transport::Ucx,
+                    ucx_transports: Some(transports.into()),
+                    ..a
+                };
+                let instances: Vec<Assignment> = if folded {
+                    (0..2)
+                        .map(|i| {
+                            ucx(Assignment { client: Some(i), server: server(i), ..assignment(Mode::Pipestream, 2, 2) })
+                        })
+                        .collect()
+                } else {
+                    (0..2)
+                        .map(|i| ucx(Assignment { client: Some(i), ..assignment(Mode::Pipestream, 2, 2) }))
+                        .chain(
+                            (0..2).map(|j| ucx(Assignment { server: server(j), ..assignment(Mode::Pipestream, 2, 2) })),
+                        )
+                        .collect()
+                };
+                let f = run_ucx(instances);
+                let sent: u64 = f.iter().map(|f| f.messages_sent).sum();
+                let received: u64 = f.iter().map(|f| f.messages_received).sum();
+                assert!(sent > 100, "{transports} folded {folded}: {f:?}");
+                assert_eq!(sent, received, "{transports} folded {folded}: {f:?}");
+                assert_eq!(f.iter().map(|f| f.messages_completed).sum::<u64>(), received);
+                assert_eq!(f.iter().map(|f| f.bytes_received).sum::<u64>(), received * 3000);
+                assert_eq!(f.iter().map(Figures::errors).sum::<u64>(), 0, "{transports}: {f:?}");
+            }
+        }
     }
 
     #[test]

@@ -29,10 +29,26 @@ use std::time::Duration;
 /// What `connect` takes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConnectRequest {
-    /// Every server's data address, server 0 first.
+    /// Every server's data address, server 0 first (over TCP).
     pub servers: Vec<SocketAddr>,
+    /// Every server's UCX worker addresses in hex, one per thread, server 0 first (over UCX).
+    #[serde(default)]
+    pub ucx_servers: Vec<Vec<String>>,
     /// Longest the connections may take, in seconds.
     pub timeout_s: f64,
+}
+
+/// Bytes as lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Hex back to bytes, if it is hex.
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// What `stop` takes.
@@ -51,8 +67,11 @@ pub struct Status {
     pub state: State,
     /// Why it failed, or why the last request was refused.
     pub error: Option<String>,
-    /// Where its server listens, once configured.
+    /// Where its server listens, once configured (over TCP).
     pub data_address: Option<SocketAddr>,
+    /// Its UCX worker addresses in hex, one per thread, once configured (over UCX).
+    #[serde(default)]
+    pub ucx_addresses: Vec<String>,
     /// Its figures for the current point.
     pub figures: Figures,
     /// CPU time of the process so far, in nanoseconds.
@@ -81,6 +100,7 @@ struct Inner {
     engine: Option<Engine>,
     counters: Arc<Counters>,
     data_address: Option<SocketAddr>,
+    ucx_addresses: Vec<String>,
     rates: Rates,
 }
 
@@ -102,6 +122,7 @@ impl Instance {
                 engine: None,
                 counters: Arc::new(Counters::default()),
                 data_address: None,
+                ucx_addresses: Vec::new(),
                 rates: Rates::default(),
             })),
         }
@@ -154,6 +175,7 @@ impl Instance {
             state: inner.state,
             error: inner.error.clone(),
             data_address: inner.data_address,
+            ucx_addresses: inner.ucx_addresses.clone(),
             figures: inner.counters.figures(),
             cpu_ns: cpu_time::ProcessTime::try_now().map_or(0, |t| t.as_duration().as_nanos() as u64),
             rates: inner.rates,
@@ -173,6 +195,7 @@ impl Instance {
         inner.engine = None;
         let engine = Engine::configure(assignment).map_err(|e| e.to_string())?;
         inner.data_address = engine.data_address();
+        inner.ucx_addresses = engine.ucx_addresses().iter().map(|a| hex(a)).collect();
         inner.counters = engine.counters();
         inner.engine = Some(engine);
         inner.error = None;
@@ -181,6 +204,12 @@ impl Instance {
 
     /// Connects in the background.
     pub fn connect(&self, request: ConnectRequest) -> Result<(), String> {
+        let ucx_servers: Vec<Vec<Vec<u8>>> = request
+            .ucx_servers
+            .iter()
+            .map(|s| s.iter().map(|a| unhex(a)).collect::<Option<_>>())
+            .collect::<Option<_>>()
+            .ok_or("a UCX worker address that is not hex")?;
         let mut engine = {
             let mut inner = self.lock();
             Instance::step(&mut inner, Transition::Connect)?;
@@ -188,8 +217,8 @@ impl Instance {
         };
         let me = self.clone();
         std::thread::spawn(move || {
-            let result =
-                engine.connect(&request.servers, Duration::from_secs_f64(request.timeout_s.clamp(0.1, 3600.0)));
+            let timeout = Duration::from_secs_f64(request.timeout_s.clamp(0.1, 3600.0));
+            let result = engine.connect_over(&request.servers, &ucx_servers, timeout);
             let mut inner = me.lock();
             inner.engine = Some(engine);
             match result {
@@ -413,6 +442,8 @@ mod tests {
             checksum: true,
             client,
             server,
+            transport: crate::engine::Transport::Tcp,
+            ucx_transports: None,
         };
         let listen = ServerPart { index: 0, listen: "127.0.0.1:0".into(), client_hosts: vec!["127.0.0.1".into()] };
         let (code, st) = post(s, "configure", Some(serde_json::to_string(&part(None, Some(listen))).unwrap()));
@@ -422,7 +453,9 @@ mod tests {
         let (code, st) = post(c, "start", None);
         assert_eq!(code, 409);
         assert!(st.error.unwrap().contains("cannot Start from Configured"));
-        let connect = serde_json::to_string(&ConnectRequest { servers: vec![data], timeout_s: 5.0 }).unwrap();
+        let connect =
+            serde_json::to_string(&ConnectRequest { servers: vec![data], ucx_servers: Vec::new(), timeout_s: 5.0 })
+                .unwrap();
         post(s, "connect", Some(connect.clone()));
         post(c, "connect", Some(connect));
         wait(c, State::Connected);

@@ -4,7 +4,7 @@
 //! baselines in the same run, and leaves CSV, JSON, a table and plots in the output directory.
 
 use crate::config::{PipestreamConfig, Topology, is_local};
-use crate::engine::{Assignment, Figures, Mode, ServerPart};
+use crate::engine::{Assignment, Figures, Mode, ServerPart, Transport};
 use crate::fsm::State;
 use crate::instance::{ConnectRequest, Status, StopRequest};
 use crate::results::{PointResult, Sender};
@@ -173,6 +173,12 @@ impl<'a> Scan<'a> {
     }
 
     fn measure(&mut self, progress: &mut impl FnMut(&str)) -> Result<(), ScanError> {
+        if self.cfg.transport == Transport::Ucx {
+            self.notes.push(format!(
+                "pipestream's messages travel on UCX active messages (transports {}); the raw-TCP baseline on TCP",
+                self.cfg.ucx_transports.as_deref().unwrap_or("of UCX's choice")
+            ));
+        }
         let iperf = if !self.cfg.baselines.iperf3 {
             None
         } else if !self.cfg.all_local() {
@@ -388,6 +394,8 @@ impl<'a> Scan<'a> {
             checksum: self.cfg.checksum,
             client,
             server,
+            transport: self.cfg.transport,
+            ucx_transports: self.cfg.ucx_transports.clone(),
         }
     }
 
@@ -431,17 +439,29 @@ impl<'a> Scan<'a> {
         self.points += 1;
         let session = (self.id << 24) | self.points;
         let mut servers = vec![None; topology.servers as usize];
+        let mut ucx_servers = vec![Vec::new(); topology.servers as usize];
+        let over_ucx = mode == Mode::Pipestream && self.cfg.transport == Transport::Ucx;
         for (i, h) in handles.iter().enumerate() {
             let a = self.assignment(topology, i as u32, session, threads, size, mode);
             let index = a.server.as_ref().map(|s| s.index as usize);
             let status = h.post("configure", &a)?;
-            if let Some(j) = index {
-                servers[j] =
-                    Some(status.data_address.ok_or_else(|| h.error("configured a server but gave no address"))?);
+            match index {
+                Some(j) if over_ucx => {
+                    ucx_servers[j] = status.ucx_addresses.clone();
+                    if ucx_servers[j].is_empty() {
+                        return Err(h.error("configured a UCX server but gave no worker address"));
+                    }
+                }
+                Some(j) => {
+                    servers[j] =
+                        Some(status.data_address.ok_or_else(|| h.error("configured a server but gave no address"))?);
+                }
+                None => {}
             }
         }
-        let servers: Vec<SocketAddr> = servers.into_iter().map(|s| s.expect("every server configured")).collect();
-        let connect = ConnectRequest { servers, timeout_s: self.cfg.timeout_s };
+        // Over UCX the servers have worker addresses, not data addresses.
+        let servers: Vec<SocketAddr> = servers.into_iter().flatten().collect();
+        let connect = ConnectRequest { servers, ucx_servers, timeout_s: self.cfg.timeout_s };
         for h in handles {
             h.post("connect", &connect)?;
         }
@@ -457,7 +477,10 @@ impl<'a> Scan<'a> {
         for h in handles {
             h.post("stop", &stop)?;
         }
-        let last = self.wait_for(handles, State::Stopped, "stopping")?;
+        self.wait_for(handles, State::Stopped, "stopping")?;
+        // Read again once all are stopped: an instance read stopped in the pass above may have
+        // received, after it was read, the last messages of one that stopped later in the pass.
+        let (_, last) = sample(handles)?;
         let delta = |f: fn(&Figures) -> u64| -> u64 {
             after.iter().zip(&before).map(|(a, b)| f(&a.figures).saturating_sub(f(&b.figures))).sum()
         };
