@@ -190,8 +190,11 @@ pub(super) fn done(raw_query: &str, shared: &Shared) -> Result<Answer, Refusal> 
         return Err((404, format!("{} is not claimed", claim.path())));
     }
     let claimer = Claimer::new(&shared.bu_dir, run, &claim.host, claim.pid).map_err(|e| (500, e.to_string()))?;
+    // The grants stay locked from the removal to the grant's end: a sweep in between would find
+    // the file gone and count it as a CMSSW reader's deletion (and write the reader ledger).
+    let mut grants = shared.grants();
     claimer.remove_processed(&claim).map_err(|e| (500, e.to_string()))?;
-    shared.grants().ended(&claim, true);
+    grants.ended(&claim, true);
     Ok(Answer::document(200, run, &[("file", claim.path()), ("result", "removed".to_owned())]))
 }
 
