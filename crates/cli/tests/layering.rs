@@ -51,7 +51,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tessera-sim",
         ],
     ),
-    ("tessera-pipestream", &["tessera-bench", "tessera-config", "tessera-control", "tessera-formats"]),
+    ("tessera-pipestream", &["tessera-bench", "tessera-config", "tessera-control", "tessera-formats", "tessera-ucx"]),
     (
         "tessera",
         &[

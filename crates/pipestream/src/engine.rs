@@ -983,14 +983,21 @@ mod tests {
         }
     }
 
-    /// Runs a topology of `instances` for a moment; the figures of each.
+    /// Runs a topology of `instances` for a moment, over TCP or UCX as they say; the figures of
+    /// each.
     fn run(instances: Vec<Assignment>) -> Vec<Figures> {
         let mut engines: Vec<Engine> = instances.into_iter().map(|a| Engine::configure(a).unwrap()).collect();
         let servers: Vec<SocketAddr> = engines.iter().filter_map(Engine::data_address).collect();
+        let ucx_servers: Vec<Vec<Vec<u8>>> = engines
+            .iter()
+            .filter(|e| e.assignment().server.is_some())
+            .map(Engine::ucx_addresses)
+            .filter(|a| !a.is_empty())
+            .collect();
         std::thread::scope(|scope| {
             for e in &mut engines {
-                let servers = servers.clone();
-                scope.spawn(move || e.connect(&servers, Duration::from_secs(10)).unwrap());
+                let (servers, ucx_servers) = (servers.clone(), ucx_servers.clone());
+                scope.spawn(move || e.connect_over(&servers, &ucx_servers, Duration::from_secs(10)).unwrap());
             }
         });
         engines.iter().for_each(Engine::start);
@@ -1044,29 +1051,6 @@ mod tests {
         assert_eq!(f.iter().map(|f| f.messages_sent).sum::<u64>(), f.iter().map(|f| f.messages_received).sum::<u64>());
     }
 
-    /// Runs a topology over UCX: the servers' worker addresses go to the clients.
-    #[cfg(feature = "ucx")]
-    fn run_ucx(instances: Vec<Assignment>) -> Vec<Figures> {
-        let mut engines: Vec<Engine> = instances.into_iter().map(|a| Engine::configure(a).unwrap()).collect();
-        let servers: Vec<Vec<Vec<u8>>> =
-            engines.iter().filter(|e| e.assignment().server.is_some()).map(Engine::ucx_addresses).collect();
-        std::thread::scope(|scope| {
-            for e in &mut engines {
-                let servers = servers.clone();
-                scope.spawn(move || e.connect_over(&[], &servers, Duration::from_secs(10)).unwrap());
-            }
-        });
-        engines.iter().for_each(Engine::start);
-        std::thread::sleep(Duration::from_millis(300));
-        for e in &engines {
-            e.stop(Duration::from_secs(10)).unwrap();
-        }
-        for e in &engines {
-            assert_eq!(e.error(), None);
-        }
-        engines.iter().map(|e| e.counters().figures()).collect()
-    }
-
     #[cfg(feature = "ucx")]
     #[test]
     fn a_2x2_over_ucx_tcp_and_shared_memory_moves_every_message_once_and_sound() {
@@ -1091,7 +1075,7 @@ mod tests {
                         )
                         .collect()
                 };
-                let f = run_ucx(instances);
+                let f = run(instances);
                 let sent: u64 = f.iter().map(|f| f.messages_sent).sum();
                 let received: u64 = f.iter().map(|f| f.messages_received).sum();
                 assert!(sent > 100, "{transports} folded {folded}: {f:?}");
