@@ -234,6 +234,15 @@ impl Shared {
         }
     }
 
+    /// The phase now; a stopping phase stops `sender`, which starts no message any more.
+    fn phase_for(&self, sender: &mut Sender) -> u8 {
+        let phase = self.phase.load(Ordering::SeqCst);
+        if phase == PHASE_STOPPING {
+            sender.stop();
+        }
+        phase
+    }
+
     fn floor(&self) -> u64 {
         self.from_client.iter().map(|c| c.load(Ordering::Relaxed)).min().unwrap_or(0)
     }
@@ -690,12 +699,9 @@ impl Worker {
     fn run(&mut self) -> Result<(), EngineError> {
         let mut events = Events::with_capacity(1024);
         loop {
-            let phase = self.shared.phase.load(Ordering::SeqCst);
+            let phase = self.shared.phase_for(&mut self.sender);
             if phase == PHASE_EXIT {
                 return Ok(());
-            }
-            if phase == PHASE_STOPPING {
-                self.sender.stop();
             }
             // Until drained, a stopping client finishes what it started.
             self.sending = phase == PHASE_RUNNING || (phase == PHASE_STOPPING && !self.drained_said);

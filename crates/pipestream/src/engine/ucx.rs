@@ -335,12 +335,9 @@ impl UcxWorker {
 
     fn run(&mut self) -> Result<(), EngineError> {
         loop {
-            let phase = self.shared.phase.load(Ordering::SeqCst);
+            let phase = self.shared.phase_for(&mut self.sender);
             if phase == PHASE_EXIT {
                 return Ok(());
-            }
-            if phase == PHASE_STOPPING {
-                self.sender.stop();
             }
             let mut busy = false;
             if phase == PHASE_RUNNING {
