@@ -479,8 +479,18 @@ impl<'a> Scan<'a> {
         }
         self.wait_for(handles, State::Stopped, "stopping")?;
         // Read again once all are stopped: an instance read stopped in the pass above may have
-        // received, after it was read, the last messages of one that stopped later in the pass.
-        let (_, last) = sample(handles)?;
+        // received, after it was read, the last messages of one that stopped later in the pass;
+        // and a raw-TCP client has stopped once its bytes are written, not received, so its
+        // servers may still be reading them: wait (bounded) until what was sent is in.
+        let deadline = Instant::now() + Duration::from_secs_f64(self.cfg.timeout_s);
+        let last = loop {
+            let (_, last) = sample(handles)?;
+            let sum = |f: fn(&Figures) -> u64| -> u64 { last.iter().map(|s| f(&s.figures)).sum() };
+            if sum(|f| f.messages_received) >= sum(|f| f.messages_sent) || Instant::now() >= deadline {
+                break last;
+            }
+            pause(self.stop, POLL)?;
+        };
         let delta = |f: fn(&Figures) -> u64| -> u64 {
             after.iter().zip(&before).map(|(a, b)| f(&a.figures).saturating_sub(f(&b.figures))).sum()
         };
