@@ -168,6 +168,9 @@ pub struct EvbCase {
     pub slow_bu_events_per_s: Option<f64>,
     /// How the units are tuned.
     pub tuning: Tuning,
+    /// Every protocol link on UCX with these transports (as `UCX_TLS` names them); `None`: on
+    /// TCP.
+    pub ucx: Option<&'static str>,
 }
 
 impl EvbCase {
@@ -310,6 +313,9 @@ impl EvbCase {
             CrcCheck::Always => {}
             CrcCheck::Never => label.push_str(", CRC never"),
             CrcCheck::Sampled(n) => label.push_str(&format!(", CRC 1 in {n}")),
+        }
+        if let Some(tls) = self.ucx {
+            label.push_str(&format!(", UCX {tls}"));
         }
         if self.protocol == Protocol::Push {
             label.push_str(", push");
@@ -488,6 +494,13 @@ pub(crate) fn system(case: &EvbCase, dir: &Path) -> Result<SystemConfig, BenchEr
         cfg.evm = tessera_config::EvmParams::default();
     }
     cfg.fu.enabled = false;
+    if let Some(tls) = case.ucx {
+        cfg.transport = tessera_config::TransportSection {
+            ru_bu: tessera_config::Transport::Ucx,
+            evm_ru: tessera_config::Transport::Ucx,
+            ucx_transports: Some(tls.to_owned()),
+        };
+    }
     cfg.validate().map_err(|e| BenchError::BadCase(format!("{}: {e}", case.label())))?;
     Ok(cfg)
 }
@@ -719,6 +732,7 @@ mod tests {
             budget: NetBudget { seconds: 0.3, bytes: 64 << 20 },
             protocol: Protocol::Pull,
             slow_bu_events_per_s: None,
+            ucx: None,
             tuning: Tuning::Bench,
         }
     }

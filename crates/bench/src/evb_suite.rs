@@ -15,9 +15,15 @@
 //!    1,500-byte fragments, (a) beside it, and the two LHCb points ([`LHCB_POINTS`]);
 //! 3. [`UNITS_FILE`]: GB/s vs RUs and BUs (n×n, 1×n, n×1) with the 12 streams split over the RUs;
 //!    [`WRITERS_FILE`]: GB/s vs writer threads of one BU writing to the RAM disk.
+//!
+//! Transports (a table): the 2×2 chain, discarding, with its protocol links on TCP, on UCX's TCP
+//! and on UCX's shared memory ([`transports`]; UCX in a build with the feature `ucx` only),
+//! each beside the raw link of the same transport ([`crate::links`]); ratios over the chain on
+//! TCP and over the raw link.
 
 use crate::BenchError;
 use crate::evb::{BuOutput, CHUNK_BYTES, CHUNKS_PER_FED, EvbCase, EvbMeasured, FRAME_STORE_BYTES, run_case};
+use crate::links::{LINK_MESSAGE_BYTES, LinkMeasured, raw_link, transports};
 use crate::net::{Measured, NetBudget, NetCase, StreamMode, raw_ingest, raw_relay};
 use crate::scan::{Series, plot_svg, write_csv};
 use std::fmt::Write as _;
@@ -50,6 +56,19 @@ pub const QUICK_UNITS: [usize; 2] = [1, 2];
 pub const WRITER_THREADS: [usize; 3] = [1, 2, 4];
 /// Writer threads of scan 3 with `--quick`.
 pub const QUICK_WRITER_THREADS: [usize; 2] = [1, 2];
+/// Fragment size of the transports' chain: 12 streams of it make super-fragments of about
+/// 50 kB, near the raw links' messages.
+pub const TRANSPORT_FRAGMENT_BYTES: usize = 4096;
+
+/// The 2×2 chain on one transport, with the raw link of that transport.
+#[derive(Debug, Clone)]
+pub struct TransportPoint {
+    /// The raw link.
+    pub raw: LinkMeasured,
+    /// The 2×2 chain, discarding.
+    pub chain: EvbMeasured,
+}
+
 /// Target: (b)/(a) at least this for fragments of [`INGEST_TARGET_MIN_BYTES`] and more.
 pub const INGEST_TARGET: f64 = 0.9;
 /// Smallest fragment the ingest target applies to.
@@ -115,6 +134,8 @@ pub struct EvbSuite {
     pub units: Vec<EvbMeasured>,
     /// Scan 3: writer threads of one BU on the RAM disk.
     pub writers: Vec<EvbMeasured>,
+    /// The transports, TCP first.
+    pub transports: Vec<TransportPoint>,
     /// Files written.
     pub files: Vec<PathBuf>,
 }
@@ -159,6 +180,7 @@ pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<Ev
         budget,
         protocol: tessera_config::Protocol::Pull,
         slow_bu_events_per_s: None,
+        ucx: None,
         tuning: crate::evb::Tuning::Bench,
     };
     let mut raw = |what: &str, case: NetCase, relay: bool| {
@@ -201,6 +223,14 @@ pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<Ev
         let out = BuOutput::RamDisk { writer_threads: w };
         writer_points.push(sys("scan 3", evb(1, 1, MAIN_STREAMS, f, out, scan))?);
     }
+    let mut transport_points = Vec::new();
+    for kind in transports() {
+        let raw = raw_link(&kind, LINK_MESSAGE_BYTES, scan.seconds)?;
+        let mut case = evb(2, 2, MAIN_STREAMS, TRANSPORT_FRAGMENT_BYTES, d, scan);
+        case.ucx = kind.ucx_transports();
+        let chain = sys("transports", case)?;
+        transport_points.push(TransportPoint { raw, chain });
+    }
     let mut suite = EvbSuite {
         quick,
         ingest,
@@ -212,6 +242,7 @@ pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<Ev
         sources: source_points,
         units: unit_points,
         writers: writer_points,
+        transports: transport_points,
         files: Vec::new(),
     };
     suite.files = write_plots(out, &scan_series(&suite))?;
@@ -542,6 +573,34 @@ pub fn report(suite: &EvbSuite) -> String {
     header(&mut s);
     for m in suite.units.iter().chain(&suite.writers) {
         evb_row(&mut s, &m.case.label(), m, &format!("{:.2} ÷(e)", ratio(m.gb_per_s(), e.gb_per_s())));
+    }
+    let _ = writeln!(
+        s,
+        "\ntransports: the 2x2 chain ({MAIN_STREAMS} streams of {TRANSPORT_FRAGMENT_BYTES} B, discarding) with its links on each, \
+         beside that transport's raw link\n({} kB messages, 2 threads, nothing checked); ratios: the chain over the chain on TCP, and over its raw link",
+        LINK_MESSAGE_BYTES >> 10
+    );
+    let _ = writeln!(
+        s,
+        "{:<30} {:>8} {:>11} {:>9} {:>8} {:>12} {:>12}",
+        "transport", "raw GB/s", "chain GB/s", "events/s", "RU ns/f", "÷ chain TCP", "÷ raw link"
+    );
+    let tcp_chain = suite.transports.first().map_or(0.0, |t| t.chain.gb_per_s());
+    for t in &suite.transports {
+        let _ = writeln!(
+            s,
+            "{:<30} {:>8.2} {:>11.2} {:>9.0} {:>8.0} {:>12.2} {:>12.2}",
+            t.raw.kind.label().replace("raw ", "").replace(", 1 connection", ""),
+            t.raw.gb_per_s(),
+            t.chain.gb_per_s(),
+            t.chain.events_per_s(),
+            t.chain.ru_cpu_ns_per_fragment(),
+            ratio(t.chain.gb_per_s(), tcp_chain),
+            ratio(t.chain.gb_per_s(), t.raw.gb_per_s()),
+        );
+    }
+    if !cfg!(feature = "ucx") {
+        let _ = writeln!(s, "  UCX not measured: this build has no UCX (build with `--features ucx`)");
     }
     let _ = writeln!(
         s,

@@ -11,6 +11,7 @@ pub mod evb;
 pub mod evb_suite;
 pub mod formats;
 pub mod fu;
+pub mod links;
 pub mod net;
 pub mod net_suite;
 pub mod orbit_suite;

@@ -6,8 +6,11 @@
 //! streams over [`SCAN_SIZES`] (a CMS readout unit reads about 12 FEDs). The scan's plot carries,
 //! as a reference, the throughput one RU of 12 FEDs needs at the CMS level-1 rate of 100 kHz, up to
 //! [`REFERENCE_MAX_BYTES`] (beyond, it would squash the measured curves: 20 GB/s at 16 kB).
+//! Last, the raw links between two threads ([`crate::links`]) for every transport the protocol
+//! links may take: TCP, and in a build with UCX, UCX's TCP and its shared memory.
 
 use crate::BenchError;
+use crate::links::{LINK_MESSAGE_BYTES, LinkMeasured, raw_link, transports};
 use crate::net::{Measured, NetBudget, NetCase, StreamMode, raw_ingest, raw_relay, wire_bytes_per_fragment};
 use crate::scan::{Series, plot_svg, write_csv};
 use std::fmt::Write as _;
@@ -45,6 +48,8 @@ pub struct NetSuite {
     pub scan_ingest: Vec<Measured>,
     /// (e) at each scan size.
     pub scan_relay: Vec<Measured>,
+    /// The raw link of each transport, TCP first.
+    pub links: Vec<LinkMeasured>,
     /// The files written.
     pub files: Vec<PathBuf>,
 }
@@ -81,7 +86,9 @@ pub fn run(quick: bool, out: &Path) -> Result<NetSuite, BenchError> {
         scan_relay.push(raw_relay(&case)?);
     }
     let files = write_scan(out, &scan_ingest, &scan_relay)?;
-    Ok(NetSuite { ingest, relay, scan_ingest, scan_relay, files })
+    let links =
+        transports().iter().map(|kind| raw_link(kind, LINK_MESSAGE_BYTES, budget.seconds)).collect::<Result<_, _>>()?;
+    Ok(NetSuite { ingest, relay, scan_ingest, scan_relay, links, files })
 }
 
 /// The scan's series: measured GB/s of (a) and (e), and the 100 kHz reference up to
@@ -181,6 +188,20 @@ pub fn report(suite: &NetSuite) -> String {
     for (a, e) in suite.scan_ingest.iter().zip(&suite.scan_relay) {
         row(&mut s, "(a) raw ingest", a, a);
         row(&mut s, &format!("(e) raw relay ->{RELAY_OUTPUTS}"), e, a);
+    }
+    let _ = writeln!(s, "\nraw links, {} kB messages, one sender and one receiver thread:", LINK_MESSAGE_BYTES >> 10);
+    let tcp = suite.links.first().map_or(0.0, LinkMeasured::gb_per_s);
+    for l in &suite.links {
+        let _ = writeln!(
+            s,
+            "  {:<28} {:>6.2} GB/s {:>6.2} ÷ TCP",
+            l.kind.label(),
+            l.gb_per_s(),
+            l.gb_per_s() / tcp.max(1e-12)
+        );
+    }
+    if !cfg!(feature = "ucx") {
+        let _ = writeln!(s, "  UCX not measured: this build has no UCX (build with `--features ucx`)");
     }
     let _ = writeln!(
         s,

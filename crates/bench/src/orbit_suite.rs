@@ -108,6 +108,7 @@ pub fn cases(block_bytes: usize, budget: NetBudget) -> (NetCase, [EvbCase; 3]) {
         protocol: tessera_config::Protocol::Pull,
         slow_bu_events_per_s: None,
         tuning: crate::evb::Tuning::Bench,
+        ucx: None,
     };
     let ingest_crc = EvbCase { crc_check: CrcCheck::Always, ..ingest };
     let chain = EvbCase { rus: CHAIN_RUS, bus: CHAIN_BUS, output: BuOutput::Discard, ..ingest_crc };

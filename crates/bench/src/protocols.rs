@@ -161,6 +161,7 @@ fn laptop(protocol: Protocol, slow: Option<f64>, seconds: f64) -> EvbCase {
         protocol,
         slow_bu_events_per_s: slow,
         tuning: Tuning::SystemFile,
+        ucx: None,
     }
 }
 
@@ -242,6 +243,7 @@ pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<Pr
             protocol,
             slow_bu_events_per_s: None,
             tuning: Tuning::SystemFile,
+            ucx: None,
         };
         let pull = settle(progress, &format!("4. {n} sources, pull"), run_case(&case(Protocol::Pull)));
         let push = settle(progress, &format!("4. {n} sources, push"), run_case(&case(Protocol::Push)));

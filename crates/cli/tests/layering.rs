@@ -24,7 +24,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("tessera-inspect", &["tessera-formats"]),
     ("tessera-emu", &["tessera-config", "tessera-formats"]),
     ("tessera-fu", &["tessera-config", "tessera-formats", "tessera-rundir"]),
-    ("tessera-runtime", &["tessera-config", "tessera-evb", "tessera-formats", "tessera-rundir"]),
+    ("tessera-runtime", &["tessera-config", "tessera-evb", "tessera-formats", "tessera-rundir", "tessera-ucx"]),
     (
         "tessera-control",
         &[
@@ -49,6 +49,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tessera-rundir",
             "tessera-runtime",
             "tessera-sim",
+            "tessera-ucx",
         ],
     ),
     ("tessera-pipestream", &["tessera-bench", "tessera-config", "tessera-control", "tessera-formats", "tessera-ucx"]),

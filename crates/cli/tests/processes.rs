@@ -3,7 +3,8 @@
 //! file. The runs cross the 24-bit LV1 wrap; afterwards every run directory passes `tessera
 //! verify` (every payload byte against the seeded emulator) and every event is in exactly one
 //! file. One run kills a BU with SIGKILL mid-run and restarts it: nothing lost, nothing
-//! duplicated, the RU says it is `BLOCKED` meanwhile, and the run goes on to its end.
+//! duplicated, the RU says it is `BLOCKED` meanwhile, and the run goes on to its end; with the
+//! feature `ucx`, the same over UCX (its TCP, and shared memory alone).
 
 #[allow(dead_code)] // each test binary uses a part of the shared helpers
 mod common;
@@ -20,13 +21,15 @@ use tessera_formats::raw::RawFile;
 const RUN: u32 = 31;
 
 /// A 2×2 system file with fixed ports, paced at `rate_hz` (free running when `None`), with
-/// `fault` (an emulator fault spec for `ru1`'s FEDs, and the RUs' `on_corrupt_stream`) if given.
+/// `fault` (an emulator fault spec for `ru1`'s FEDs, and the RUs' `on_corrupt_stream`) if given,
+/// and `more` (whole sections) at its end.
 fn system_file(
     dir: &Path,
     first_event: u64,
     events: u64,
     rate_hz: Option<f64>,
     fault: Option<(&str, &str)>,
+    more: &str,
 ) -> std::path::PathBuf {
     let p = free_ports(6);
     let trigger = match rate_hz {
@@ -45,7 +48,7 @@ fn system_file(
          \x20 - name: ru1\n    ferol_port: {f1}\n    control_port: {c1}\n    feds: \"3-5\"\n    fragment_size: {{mean_bytes: 3000, sigma_bytes: 1500}}\n{faults}\
          bus:\n  - name: bu0\n    data_port: {d0}\n  - name: bu1\n    data_port: {d1}\n\
          ru:\n  fragment_timeout_ms: 5000\n{policy}\
-         bu:\n  max_events_per_file: 200\n  file_timeout_ms: 300\n",
+         bu:\n  max_events_per_file: 200\n  file_timeout_ms: 300\n{more}",
         out = dir.display(),
         evm = p[0],
         f0 = p[1],
@@ -107,7 +110,7 @@ fn expected(first_event: u64, events: u64) -> BTreeSet<u32> {
 fn two_by_two_processes_build_every_event_across_the_lv1_wrap() {
     let dir = tempfile::tempdir().unwrap();
     let (first_event, events) = ((1u64 << 24) - 1000, 3000);
-    let system = system_file(dir.path(), first_event, events, None, None);
+    let system = system_file(dir.path(), first_event, events, None, None, "");
     let d = dir.path();
     let mut units = Processes(vec![
         tessera_unit(&system, d, "bu", Some("bu0"), &[]),
@@ -129,10 +132,30 @@ fn two_by_two_processes_build_every_event_across_the_lv1_wrap() {
 
 #[test]
 fn two_by_two_bu_killed_and_restarted_loses_and_duplicates_nothing() {
+    bu_killed_and_restarted("");
+}
+
+/// Over UCX's TCP, which sees the peer go as TCP does.
+#[cfg(feature = "ucx")]
+#[test]
+fn two_by_two_ucx_tcp_bu_killed_and_restarted_loses_and_duplicates_nothing() {
+    bu_killed_and_restarted("transport:\n  ru_bu: ucx\n  evm_ru: ucx\n  ucx_transports: tcp\n");
+}
+
+/// Over shared memory, which cannot see a peer go: the link's TCP connection says it.
+#[cfg(feature = "ucx")]
+#[test]
+fn two_by_two_ucx_shared_memory_bu_killed_and_restarted_loses_and_duplicates_nothing() {
+    bu_killed_and_restarted("transport:\n  ru_bu: ucx\n  evm_ru: ucx\n  ucx_transports: \"sm,self\"\n");
+}
+
+/// The 2×2 with `more` in its file: a BU killed (SIGKILL) once it has published a file, the RU
+/// `BLOCKED` meanwhile, the BU started again; every event built once.
+fn bu_killed_and_restarted(more: &str) {
     let dir = tempfile::tempdir().unwrap();
     // 4 s of triggers at 5 kHz: the BU dies after about 1 s and is back after about 1.5 s.
     let (first_event, events) = ((1u64 << 24) - 3000, 20_000);
-    let system = system_file(dir.path(), first_event, events, Some(5000.0), None);
+    let system = system_file(dir.path(), first_event, events, Some(5000.0), None, more);
     let d = dir.path();
     let mut units = Processes(vec![
         tessera_unit(&system, d, "bu", Some("bu0"), &[]),
@@ -195,7 +218,7 @@ fn whole_system(system: &Path, d: &Path) -> Processes {
 fn two_by_two_processes_bad_crc_on_fed_4_is_counted_flagged_and_the_run_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let events = 1000;
-    let system = system_file(dir.path(), 1, events, None, Some(("bad-crc@101/4", "continue")));
+    let system = system_file(dir.path(), 1, events, None, Some(("bad-crc@101/4", "continue")), "");
     let d = dir.path();
     whole_system(&system, d).wait_all(d, Duration::from_secs(120));
     let ru1 = std::fs::read_to_string(d.join("ru-ru1.log")).unwrap();
@@ -226,7 +249,7 @@ fn two_by_two_processes_bad_crc_on_fed_4_is_counted_flagged_and_the_run_goes_on(
 fn two_by_two_processes_garbage_on_fed_4_under_the_fail_policy_stops_the_run_naming_fed_and_byte() {
     let dir = tempfile::tempdir().unwrap();
     // Late enough that the EVM has connected to ru1 before ru1 fails.
-    let system = system_file(dir.path(), 1, 3000, None, Some(("garbage@2001/4", "fail")));
+    let system = system_file(dir.path(), 1, 3000, None, Some(("garbage@2001/4", "fail")), "");
     let d = dir.path();
     let ended = whole_system(&system, d).wait_exit(d, Duration::from_secs(120));
     let failed = |label: &str| ended.iter().any(|(n, s)| n == label && !s.success());
@@ -245,7 +268,7 @@ fn two_by_two_processes_garbage_on_fed_4_under_the_fail_policy_stops_the_run_nam
 #[test]
 fn a_unit_without_its_runs_link_key_refuses_to_start_and_says_where_the_key_comes_from() {
     let dir = tempfile::tempdir().unwrap();
-    let system = system_file(dir.path(), 1, 100, None, None);
+    let system = system_file(dir.path(), 1, 100, None, None, "");
     let bu0 = |key: Option<&str>| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
         command.args(["bu", "--system", system.to_str().unwrap(), "--name", "bu0"]);
@@ -267,7 +290,7 @@ fn tessera_run_refuses_a_spoofed_opening_naming_bu0_on_the_evm_port_and_builds_e
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let events = 3000;
-    let system = system_file(d, 1, events, Some(2000.0), None);
+    let system = system_file(d, 1, events, Some(2000.0), None, "");
     // Whatever else fills the test machine's disk does not hold the BUs back; no filter farm
     // takes their files.
     let yaml = std::fs::read_to_string(&system)

@@ -39,8 +39,8 @@ pub use error::{ConfigError, ConfigErrors, Place, ValidationError};
 pub use fed_list::{FedListError, format_fed_list, parse_fed_list};
 pub use system::{
     BuParams, BuSection, ControllerSection, CorruptStreamPolicy, DEFAULT_HOST, DEFAULT_RATE_HZ, DEFAULT_RUN_SECONDS,
-    EvmParams, FragmentSize, FuParams, FuProcess, LEVEL1_RATE_HZ, Protocol, PushParams, RuParams, RuParamsOverride,
-    RuSection, RunMode, RunSection, SystemConfig, TriggerSection,
+    EvmParams, FragmentSize, FuParams, FuProcess, LEVEL1_RATE_HZ, LinkClass, Protocol, PushParams, RuParams,
+    RuParamsOverride, RuSection, RunMode, RunSection, SystemConfig, Transport, TransportSection, TriggerSection,
 };
 pub use validate::{Advice, MAX_FU_PROCESSES_PER_BU, MAX_RUN_NUMBER, MAX_WRITER_THREADS, Problems};
 

@@ -41,6 +41,9 @@ pub struct SystemConfig {
     /// How `tessera run` places the units: in its own process, or on hosts through agents.
     #[serde(default, skip_serializing_if = "is_default")]
     pub controller: ControllerSection,
+    /// What the protocol links travel on, per link class: TCP (the default) or UCX.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub transport: TransportSection,
 }
 
 impl Default for SystemConfig {
@@ -58,6 +61,7 @@ impl Default for SystemConfig {
             bu: BuParams::default(),
             fu: FuParams::default(),
             controller: ControllerSection::default(),
+            transport: TransportSection::default(),
         }
     }
 }
@@ -426,6 +430,65 @@ impl Default for ControllerSection {
             max_restarts: 2,
             merger_host: None,
         }
+    }
+}
+
+/// What a protocol link travels on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// A TCP connection (the default): what every host has.
+    #[default]
+    Tcp,
+    /// UCX active messages (a build with the feature `ucx`): InfiniBand or RoCE verbs, shared
+    /// memory between the processes of one host, or UCX's own TCP, as UCX chooses; the link's
+    /// TCP connection stays open beside it, for its opening and to see its peer go.
+    Ucx,
+}
+
+/// The class of a protocol link, by the units at its ends: each class has its transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkClass {
+    /// A link to a BU: from an RU or from the EVM's node (whose RU 0 sends its super-fragments
+    /// on it beside the EVM's messages): super-fragments, requests, commits; the event
+    /// builder's bulk.
+    RuBu,
+    /// A link between the EVM's node and another RU: event assignments and commits.
+    EvmRu,
+}
+
+/// What the protocol links travel on, per [`LinkClass`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TransportSection {
+    /// The links to the BUs: super-fragments, requests and commits.
+    pub ru_bu: Transport,
+    /// The links between the EVM's node and the other RUs.
+    pub evm_ru: Transport,
+    /// UCX's transports, as `UCX_TLS` names them (`tcp`, `sm,self`, `rc,ud`, ...); absent:
+    /// `UCX_TLS` from the environment, else UCX's own choice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ucx_transports: Option<String>,
+}
+
+impl Default for TransportSection {
+    fn default() -> Self {
+        TransportSection { ru_bu: Transport::Tcp, evm_ru: Transport::Tcp, ucx_transports: None }
+    }
+}
+
+impl TransportSection {
+    /// The transport of the links of `class`.
+    pub fn of(&self, class: LinkClass) -> Transport {
+        match class {
+            LinkClass::RuBu => self.ru_bu,
+            LinkClass::EvmRu => self.evm_ru,
+        }
+    }
+
+    /// Whether any link class travels on UCX.
+    pub fn uses_ucx(&self) -> bool {
+        self.ru_bu == Transport::Ucx || self.evm_ru == Transport::Ucx
     }
 }
 

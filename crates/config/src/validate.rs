@@ -102,6 +102,7 @@ impl SystemConfig {
         self.validate_ports(&mut p);
         self.validate_params(&mut p);
         self.validate_controller(&mut p);
+        self.validate_transport(&mut p);
         // Only for an otherwise good file: its figures are the other keys'.
         if p.0.is_empty() {
             self.validate_ramdisks(&mut p);
@@ -241,6 +242,37 @@ impl SystemConfig {
             }
         }
         None
+    }
+
+    fn validate_transport(&self, p: &mut Problems) {
+        if !cfg!(feature = "ucx") {
+            for (key, transport) in
+                [("transport.ru_bu", self.transport.ru_bu), ("transport.evm_ru", self.transport.evm_ru)]
+            {
+                if transport == crate::Transport::Ucx {
+                    p.add(
+                        key,
+                        "this build of Tessera has no UCX: build it with `--features ucx` (UCX 1.13 or later, e.g. \
+                         Debian's libucx-dev), or put the links on tcp",
+                    );
+                }
+            }
+        }
+        let Some(list) = &self.transport.ucx_transports else { return };
+        let names: Vec<&str> = list.split(',').map(str::trim).collect();
+        let bad =
+            names.iter().find(|n| n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || "_:-".contains(c)));
+        if let Some(bad) = bad {
+            p.add(
+                "transport.ucx_transports",
+                format!("{bad:?} is no UCX transport name: give a comma-separated list as UCX_TLS does, e.g. \"sm,self\" or \"tcp\""),
+            );
+        } else if !self.transport.uses_ucx() {
+            p.add(
+                "transport.ucx_transports",
+                "no link class travels on UCX: set transport.ru_bu or transport.evm_ru to ucx",
+            );
+        }
     }
 
     fn validate_controller(&self, p: &mut Problems) {

@@ -270,8 +270,16 @@ impl<'a> LocalRun<'a> {
             v.state = RunState::Merging;
             v.lumi_sections_built = outcome.progress.lumi_sections_closed;
         });
+        // A builder that built nothing and whose every BU failed (at its start, say) leaves its
+        // farm nothing to read, ever: it is stopped at once rather than waited for.
+        let no_bu_began = outcome.progress.built == 0 && outcome.bus.iter().all(Result::is_err);
         let farm = farm.map(|farm| {
-            if !cut() && readers {
+            if no_bu_began && !cut() {
+                tracing::warn!(
+                    run = cfg.run.number,
+                    "filter farm: every BU failed and nothing was built; stopping the farm"
+                );
+            } else if !cut() && readers {
                 tracing::info!(run = cfg.run.number, "readers: reading the last files (Ctrl-C again cuts it short)");
             } else if !cut() {
                 tracing::info!(
@@ -290,9 +298,11 @@ impl<'a> LocalRun<'a> {
                     let merged = merged_lumi_sections(&storage, streams.len());
                     status.update(|v| v.lumi_sections_merged = merged);
                 }
-                cut()
+                no_bu_began || cut()
             };
             let mut outcome = farm.finish(Duration::from_secs(cfg.fu.drain_timeout_s), tick);
+            // Stopped for want of a builder, not by the operator: the run failed, not cut short.
+            outcome.cut_short &= !no_bu_began;
             if readers {
                 outcome.read_through_brokers = Some(brokers.iter().flatten().map(|b| b.tally()).collect());
             }

@@ -329,6 +329,7 @@ pub fn ru_node(
         allowed_peers: admission.allowed_peers,
         ingest_only: false,
         pin_core: section.cpu,
+        transport: cfg.transport.clone(),
     }
 }
 
@@ -393,6 +394,7 @@ pub fn bu_node(
         discard: p.discard_events,
         orbits: cfg.is_orbit_mode(),
         pin_core: cfg.bus[i].cpu,
+        transport: cfg.transport.clone(),
         // Readers publish no resource summaries: a BU holds back on Tessera's FUs only.
         farm_limits: (cfg.fu.enabled && !cfg.fu.read_by_readers()).then(|| FarmLimits {
             min_fus: cfg.fu.min_fus_per_bu,

@@ -12,10 +12,16 @@
 //! Every connection opens with the link of [`crate::link`]: the side that accepted it sends a
 //! challenge and reads the caller's signed opening before any frame; the side that called it
 //! waits for the challenge and answers it before any of its queued frames leaves.
+//!
+//! A link whose class travels on UCX ([`crate::transport`]) then trades UCX hellos on the TCP
+//! stream, and its frames go as UCX messages: sent from the same queue, received whole into
+//! memory of their own, read in the order they came; the TCP stream stays open, silent, to say
+//! when the peer goes.
 
 use crate::link::{
     CHALLENGE_BYTES, LINK_BYTES, LinkKey, SIGNED_LINK_BYTES, answer_challenge, check_link, new_challenge, parse_link,
 };
+use crate::transport::{Channel, Fabric, UcxHello, frame_header, uses_ucx};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use std::collections::{BTreeMap, VecDeque};
@@ -39,8 +45,14 @@ impl PieceSource for NoPieces {
 }
 
 enum OutFrame {
+    /// Bytes of the link's opening, always on the TCP stream: a challenge, a signed opening, a
+    /// UCX hello.
+    Link(Vec<u8>),
     Owned(Vec<u8>),
-    Data { header: Vec<u8>, fragments: Vec<BufferRef> },
+    Data {
+        header: Vec<u8>,
+        fragments: Vec<BufferRef>,
+    },
 }
 
 /// Most slices handed to one vectored write (the kernel's limit is 1024).
@@ -48,7 +60,8 @@ const MAX_SLICES: usize = 512;
 /// Most bytes read from one connection before the loop turns to the others.
 const READ_TURN_BYTES: usize = 4 << 20;
 
-/// What a unit's connections need to open: who the unit is, its run, and the run's link key.
+/// What a unit's connections need to open: who the unit is, its run, the run's link key, and
+/// what each class of link travels on.
 #[derive(Debug, Clone)]
 pub struct LinkSide {
     /// The unit.
@@ -57,6 +70,19 @@ pub struct LinkSide {
     pub run: u32,
     /// The run's link key.
     pub key: LinkKey,
+    /// What its links travel on, per class.
+    pub transport: tessera_config::TransportSection,
+}
+
+/// What a linked connection's frames travel on.
+enum Path {
+    /// The TCP stream.
+    Tcp,
+    /// UCX, once the peer's hello is read: `got` bytes of it so far, in `bytes` (its fixed part,
+    /// then the whole of it).
+    Hello { got: usize, bytes: Vec<u8> },
+    /// UCX: the channel to the peer's worker, and the header that names this connection there.
+    Ucx { channel: Channel, header: [u8; 16] },
 }
 
 /// Where a connection is in its link opening.
@@ -112,15 +138,30 @@ pub struct Conn {
     /// The fragments of the data frames written, kept for the unit when it asks
     /// ([`Conn::track_written`]): a push RU releases a fragment's memory only then.
     written: Option<Vec<BufferRef>>,
-    /// The poller said readable and the last read did not say it would block.
+    /// The poller said readable and the last read did not say it would block (or UCX brought
+    /// frames).
     pub readable: bool,
+    /// What its frames travel on once linked.
+    path: Path,
+    /// Frames that came over UCX, whole and in order, not yet read. Bounded by what the peer
+    /// sends unasked: a BU's data come only for events it requested, within its budget.
+    inbox: VecDeque<Vec<u8>>,
+    /// Why UCX ended the connection (a failed endpoint or send), once it did.
+    ucx_failed: Option<String>,
+    /// The peer ended the TCP stream: a close needs no flush of UCX sends.
+    peer_ended: bool,
+    /// What every UCX frame header to this connection carries beside its token.
+    nonce: u64,
+    /// Bytes the transport took (written to the stream, or sends UCX finished) since
+    /// [`Conn::take_moved`].
+    moved: usize,
 }
 
 impl Conn {
     /// A connection accepted by this unit: it sends its challenge; the caller's signed opening
     /// must come before any frame. Fails only if the system has no random bytes for the
     /// challenge.
-    pub fn accepted(stream: TcpStream, token: Token, side: &LinkSide, max_body_bytes: u32) -> io::Result<Self> {
+    pub(crate) fn accepted(stream: TcpStream, token: Token, side: &LinkSide, max_body_bytes: u32) -> io::Result<Self> {
         let challenge = new_challenge().map_err(io::Error::other)?;
         let mut conn = Conn::new(
             stream,
@@ -129,13 +170,14 @@ impl Conn {
             Handshake::Challenged { challenge, got: 0, bytes: [0; SIGNED_LINK_BYTES] },
             max_body_bytes,
         );
-        conn.queue(challenge.to_vec());
+        conn.queued_bytes += CHALLENGE_BYTES;
+        conn.out.push_back((OutFrame::Link(challenge.to_vec()), CHALLENGE_BYTES));
         Ok(conn)
     }
 
     /// A connection this unit opened to `peer`: frames may be queued at once, but they leave
     /// only after the unit's signed opening, which answers `peer`'s challenge.
-    pub fn opened(stream: TcpStream, token: Token, peer: Peer, side: &LinkSide, max_body_bytes: u32) -> Self {
+    pub(crate) fn opened(stream: TcpStream, token: Token, peer: Peer, side: &LinkSide, max_body_bytes: u32) -> Self {
         let handshake = Handshake::Calling { got: 0, challenge: [0; CHALLENGE_BYTES] };
         let mut conn = Conn::new(stream, token, side, handshake, max_body_bytes);
         conn.peer = Some(peer);
@@ -165,6 +207,14 @@ impl Conn {
             queued_bytes: 0,
             want_write: false,
             readable: true,
+            path: Path::Tcp,
+            inbox: VecDeque::new(),
+            ucx_failed: None,
+            peer_ended: false,
+            // Not a secret (the link is the proof): it keeps a stray or late message from being
+            // taken for this connection's.
+            moved: 0,
+            nonce: std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), (token.0, Instant::now())),
         }
     }
 
@@ -173,6 +223,7 @@ impl Conn {
     /// to be enabled does not count), whichever is later.
     pub fn link_overdue(&self, timeout: Duration, not_before: Instant) -> Option<ConnError> {
         let waiting = match self.handshake {
+            Handshake::Linked if matches!(self.path, Path::Hello { .. }) => "UCX hello",
             Handshake::Linked => return None,
             Handshake::Challenged { .. } => "link opening",
             Handshake::Calling { .. } => "link challenge",
@@ -202,6 +253,12 @@ impl Conn {
     /// Bytes queued and not yet written.
     pub fn queued_bytes(&self) -> usize {
         self.queued_bytes
+    }
+
+    /// Bytes the transport took since the last call: written to the stream, or sent by UCX (whose
+    /// sends end between flushes, as the worker is pumped).
+    pub fn take_moved(&mut self) -> usize {
+        std::mem::take(&mut self.moved)
     }
 
     /// Queues an encoded frame.
@@ -246,17 +303,66 @@ impl Conn {
 
     /// Writes what is queued until done or the socket would block; then asks the poller for
     /// writability (or stops asking once done). On a connection this unit opened, nothing is
-    /// written before the peer's challenge is answered.
-    pub fn flush(&mut self, source: &impl PieceSource, registry: &Registry) -> io::Result<()> {
+    /// written before the peer's challenge is answered. On UCX, the link's bytes go on the TCP
+    /// stream and the frames to the peer's worker, as many as may be in flight.
+    pub(crate) fn flush(
+        &mut self,
+        source: &impl PieceSource,
+        registry: &Registry,
+        fabric: Option<&mut Fabric>,
+    ) -> io::Result<()> {
         if matches!(self.handshake, Handshake::Calling { .. }) {
             return Ok(());
         }
-        while !self.out.is_empty() {
+        let link_only = !matches!(self.path, Path::Tcp);
+        self.write_stream(source, link_only)?;
+        if let (Path::Ucx { channel, header }, Some(fabric)) = (&mut self.path, fabric) {
+            while channel.has_room() && self.out.front().is_some_and(|(f, _)| !matches!(f, OutFrame::Link(_))) {
+                let (frame, length) = self.out.pop_front().expect("looked at");
+                let bytes = match frame {
+                    OutFrame::Owned(bytes) => bytes,
+                    OutFrame::Data { header: frame_head, fragments } => {
+                        // UCX takes memory it owns until the send ends: the fragments are copied
+                        // out of the receive memory, which the RU reuses (docs/design.md).
+                        let mut bytes = Vec::with_capacity(length);
+                        bytes.extend_from_slice(&frame_head);
+                        let mut pieces = Vec::new();
+                        for &f in &fragments {
+                            source.pieces(f, &mut pieces);
+                        }
+                        for p in pieces {
+                            bytes.extend_from_slice(p);
+                        }
+                        crate::copies::copied(crate::copies::Unit::Ru, length - frame_head.len());
+                        if let Some(written) = &mut self.written {
+                            written.extend(fragments);
+                        }
+                        bytes
+                    }
+                    OutFrame::Link(_) => unreachable!("only frames are sent on UCX"),
+                };
+                channel.send(fabric, self.token.0, header, bytes);
+            }
+        }
+        let want = self.out.front().is_some_and(|(f, _)| !link_only || matches!(f, OutFrame::Link(_)));
+        if want != self.want_write {
+            let interest = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+            registry.reregister(&mut self.stream, self.token, interest)?;
+            self.want_write = want;
+        }
+        Ok(())
+    }
+
+    /// Writes the queue's front to the TCP stream until done or it would block: every frame, or
+    /// with `link_only` only the link's bytes.
+    fn write_stream(&mut self, source: &impl PieceSource, link_only: bool) -> io::Result<()> {
+        let on_stream = |f: &OutFrame| !link_only || matches!(f, OutFrame::Link(_));
+        while self.out.front().is_some_and(|(f, _)| on_stream(f)) {
             let mut pieces: Vec<&[u8]> = Vec::new();
             let mut frames = 0;
-            for (frame, _) in &self.out {
+            for (frame, _) in self.out.iter().take_while(|(f, _)| on_stream(f)) {
                 match frame {
-                    OutFrame::Owned(bytes) => pieces.push(bytes),
+                    OutFrame::Link(bytes) | OutFrame::Owned(bytes) => pieces.push(bytes),
                     OutFrame::Data { header, fragments } => {
                         pieces.push(header);
                         for &f in fragments {
@@ -283,6 +389,7 @@ impl Conn {
                 Err(e) => return Err(e),
             };
             self.queued_bytes -= written;
+            self.moved += written;
             let mut done = self.out_offset + written;
             for _ in 0..frames {
                 let len = self.out.front().expect("counted").1;
@@ -297,13 +404,67 @@ impl Conn {
             }
             self.out_offset = done;
         }
-        let want = !self.out.is_empty();
-        if want != self.want_write {
-            let interest = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-            registry.reregister(&mut self.stream, self.token, interest)?;
-            self.want_write = want;
-        }
         Ok(())
+    }
+
+    /// The link is open with `peer`: a link of a class that travels on UCX queues this side's
+    /// hello on the stream, after the link's own bytes and before any frame, and reads the
+    /// peer's next.
+    fn linked(&mut self, peer: Peer, fabric: Option<&mut Fabric>) {
+        let Some(fabric) = fabric else { return };
+        if !uses_ucx(&self.side.transport, self.side.me, peer) {
+            return;
+        }
+        let hello = UcxHello { token: self.token.0 as u64, nonce: self.nonce, address: fabric.address().to_vec() };
+        let bytes = hello.encode();
+        // After the link's bytes queued (a partly written front among them), before any frame.
+        let at = self.out.iter().take_while(|(f, _)| matches!(f, OutFrame::Link(_))).count();
+        self.queued_bytes += bytes.len();
+        let length = bytes.len();
+        self.out.insert(at, (OutFrame::Link(bytes), length));
+        self.path = Path::Hello { got: 0, bytes: vec![0; UcxHello::FIXED_BYTES] };
+    }
+
+    /// A frame that came over UCX for this connection, with the nonce its header carried: kept
+    /// to be read in turn. False (and dropped) when the nonce is not this connection's.
+    pub(crate) fn arrived(&mut self, nonce: u64, frame: Vec<u8>) -> bool {
+        if nonce != self.nonce {
+            return false;
+        }
+        self.inbox.push_back(frame);
+        self.readable = true;
+        true
+    }
+
+    /// Sends of this connection finished on UCX (`Err`: one failed, and the link with it).
+    pub(crate) fn sent(&mut self, result: Result<(), String>) {
+        if let Path::Ucx { channel, .. } = &mut self.path {
+            let finished = channel.finished();
+            self.queued_bytes -= finished;
+            self.moved += finished;
+        }
+        if let Err(why) = result {
+            self.transport_failed(format!("a UCX send failed: {why}"));
+        }
+    }
+
+    /// UCX ended the link (`why`): said at the next read.
+    pub(crate) fn transport_failed(&mut self, why: String) {
+        self.ucx_failed.get_or_insert(why);
+        self.readable = true;
+    }
+
+    /// Ends the connection's UCX channel, if it has one: its frames in flight reach the peer
+    /// first (within `timeout`) unless the peer has gone or ended the link.
+    pub(crate) fn close_transport(&mut self, fabric: Option<&mut Fabric>, timeout: Duration) -> Result<(), String> {
+        let Some(fabric) = fabric else { return Ok(()) };
+        match std::mem::replace(&mut self.path, Path::Tcp) {
+            Path::Ucx { channel, .. } => {
+                let graceful = self.ucx_failed.is_none() && !self.peer_ended;
+                channel.close(fabric, graceful, timeout)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Reads from the stream and hands every complete frame to `on_frame`, for at most a turn's
@@ -315,10 +476,17 @@ impl Conn {
     /// [`ReceivedFrame`] that keeps it. No byte is copied after the kernel's copy; a small frame's
     /// body is read together with the next header (one system call a frame), a large one on its
     /// own into memory that is not cleared first.
-    pub fn read(&mut self, mut on_frame: impl FnMut(Peer, Decoded, ReceivedFrame)) -> ReadPass {
+    pub(crate) fn read(
+        &mut self,
+        mut fabric: Option<&mut Fabric>,
+        mut on_frame: impl FnMut(Peer, Decoded, ReceivedFrame),
+    ) -> ReadPass {
         let mut pass = ReadPass::default();
         let mut taken = 0;
         while taken < READ_TURN_BYTES {
+            if !matches!(self.path, Path::Tcp) {
+                return self.read_ucx(fabric, pass, on_frame);
+            }
             let n = match self.read_some() {
                 Ok(0) => {
                     let broken = match self.handshake {
@@ -333,6 +501,7 @@ impl Conn {
                     };
                     pass.closed = Some(broken);
                     self.readable = false;
+                    self.peer_ended = true;
                     return pass;
                 }
                 Ok(n) => n,
@@ -344,6 +513,7 @@ impl Conn {
                 Err(e) => {
                     pass.closed = Some(Some(ConnError::Io { address: self.address.clone(), source: e }));
                     self.readable = false;
+                    self.peer_ended = true;
                     return pass;
                 }
             };
@@ -360,8 +530,9 @@ impl Conn {
                     let signed = answer_challenge(&side.key, side.me, side.run, peer, challenge);
                     // Ahead of the frames queued meanwhile, none of which was written.
                     self.queued_bytes += signed.len();
-                    self.out.push_front((OutFrame::Owned(signed.to_vec()), signed.len()));
+                    self.out.push_front((OutFrame::Link(signed.to_vec()), signed.len()));
                     self.handshake = Handshake::Linked;
+                    self.linked(peer, fabric.as_deref_mut());
                     continue;
                 }
                 Handshake::Challenged { challenge, got, bytes: signed } => {
@@ -385,6 +556,7 @@ impl Conn {
                             // The unit vets the peer before any of its frames is read.
                             self.handshake = Handshake::Linked;
                             self.peer = Some(peer);
+                            self.linked(peer, fabric.as_deref_mut());
                             pass.linked = Some(peer);
                             pass.more = true;
                             return pass;
@@ -404,6 +576,128 @@ impl Conn {
         }
         pass.more = true;
         pass
+    }
+
+    /// A read of a link on UCX: the frames that came, in order, for at most a turn's worth of
+    /// bytes; then the TCP stream, for the peer's hello or its end (which is said only once
+    /// every frame before it is read).
+    fn read_ucx(
+        &mut self,
+        fabric: Option<&mut Fabric>,
+        mut pass: ReadPass,
+        mut on_frame: impl FnMut(Peer, Decoded, ReceivedFrame),
+    ) -> ReadPass {
+        let peer = self.peer.expect("a linked connection names its peer");
+        let mut taken = 0;
+        while taken < READ_TURN_BYTES
+            && let Some(bytes) = self.inbox.pop_front()
+        {
+            taken += bytes.len();
+            if let Err(e) = self.take_message(peer, bytes, &mut on_frame) {
+                pass.closed = Some(Some(e));
+                return pass;
+            }
+        }
+        if !self.inbox.is_empty() {
+            pass.more = true;
+            return pass;
+        }
+        if let Some(why) = self.ucx_failed.clone() {
+            pass.closed = Some(Some(ConnError::Transport { address: self.address.clone(), what: why }));
+            return pass;
+        }
+        self.readable = false;
+        loop {
+            let result = match &mut self.path {
+                Path::Hello { got, bytes } => (&self.stream).read(&mut bytes[*got..]),
+                _ => (&self.stream).read(&mut [0u8; 64]),
+            };
+            match result {
+                Ok(0) => {
+                    self.peer_ended = true;
+                    let broken = matches!(self.path, Path::Hello { got, .. } if got > 0)
+                        .then(|| ConnError::ClosedInFrame(self.address.clone()));
+                    pass.closed = Some(broken);
+                    return pass;
+                }
+                Ok(n) => match &mut self.path {
+                    Path::Hello { got, bytes } => {
+                        *got += n;
+                        if *got < bytes.len() {
+                            continue;
+                        }
+                        let hello = if *got == UcxHello::FIXED_BYTES {
+                            match UcxHello::length(bytes) {
+                                Ok(length) => {
+                                    bytes.resize(length, 0);
+                                    continue;
+                                }
+                                Err(e) => Err(e),
+                            }
+                        } else {
+                            UcxHello::decode(bytes)
+                        };
+                        let channel = hello.map_err(|e| e.to_string()).and_then(|hello| {
+                            let fabric = fabric.expect("a link on UCX has its unit's fabric");
+                            let header = frame_header(hello.token, hello.nonce);
+                            fabric.connect(hello.address, self.token.0).map(|channel| (channel, header))
+                        });
+                        match channel {
+                            Ok((channel, header)) => {
+                                self.path = Path::Ucx { channel, header };
+                                pass.more = true;
+                            }
+                            Err(what) => {
+                                pass.closed = Some(Some(ConnError::Transport { address: self.address.clone(), what }))
+                            }
+                        }
+                        return pass;
+                    }
+                    _ => {
+                        pass.closed = Some(Some(ConnError::Transport {
+                            address: self.address.clone(),
+                            what: format!("{n} bytes on the TCP stream of a link whose frames travel on UCX"),
+                        }));
+                        return pass;
+                    }
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return pass,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.peer_ended = true;
+                    pass.closed = Some(Some(ConnError::Io { address: self.address.clone(), source: e }));
+                    return pass;
+                }
+            }
+        }
+    }
+
+    /// A whole frame that came as one UCX message: its length must be the frame's own.
+    fn take_message(
+        &mut self,
+        peer: Peer,
+        bytes: Vec<u8>,
+        on_frame: &mut impl FnMut(Peer, Decoded, ReceivedFrame),
+    ) -> Result<(), ConnError> {
+        let length = match bytes.get(..HEADER_BYTES).map(|h| Frame::parse(h, self.max_body_bytes)) {
+            None => None,
+            Some(Ok(Some(_))) => Some(HEADER_BYTES),
+            Some(Ok(None)) => {
+                Some(HEADER_BYTES + u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize)
+            }
+            Some(Err(source)) => return Err(self.frame_error(source)),
+        };
+        if length != Some(bytes.len()) {
+            return Err(ConnError::Transport {
+                address: self.address.clone(),
+                what: format!(
+                    "a UCX message of {} bytes at byte {} of the link is not one whole frame",
+                    bytes.len(),
+                    self.position
+                ),
+            });
+        }
+        self.deliver(peer, ReceivedFrame::new(bytes), on_frame)
     }
 
     /// One read of the bytes whose place is known (see [`Conn::read`]).
@@ -587,6 +881,15 @@ pub enum ConnError {
         address: String,
         /// The operating system's error.
         source: io::Error,
+    },
+    /// The link's UCX transport failed: a bad hello or message, a peer UCX lost, a send that
+    /// failed.
+    #[error("{address}: {what}")]
+    Transport {
+        /// The peer's address.
+        address: String,
+        /// What happened.
+        what: String,
     },
     /// The link opening took too long.
     #[error("{address}: no {waiting} within {seconds:.1} s")]

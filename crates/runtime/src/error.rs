@@ -16,6 +16,10 @@ pub enum NodeError {
         /// The error.
         source: io::Error,
     },
+    /// The transport of the protocol links could not be set up (UCX: absent from this build,
+    /// or failing to start, with the transports it found).
+    #[error("{0}")]
+    Transport(String),
     /// A peer could not be reached in time.
     #[error("{peer:?} at {address} could not be reached within {seconds} s: {source}")]
     Unreachable {

@@ -11,7 +11,8 @@
 //! - Both run on one event-loop core (`event_loop`, internal): the poller, the clock, the
 //!   protocol connections and run control, with the fixed order of a pass, written once; each
 //!   node plugs in only what is its own.
-//! - [`link`]: the opening of every protocol connection; [`stats`]: live figures.
+//! - [`link`]: the opening of every protocol connection; `transport` (internal): what a link's
+//!   frames travel on once open, TCP or UCX (the feature `ucx`); [`stats`]: live figures.
 //!
 //! Only nodes live here: a whole system in one process, with its front-end emulators, is
 //! `tessera_control::system`.
@@ -31,3 +32,4 @@ pub mod ramdisk;
 pub mod ru_node;
 pub mod state;
 pub mod stats;
+mod transport;

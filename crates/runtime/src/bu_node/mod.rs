@@ -57,6 +57,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tessera_config::TransportSection;
 use tessera_evb::types::{Epoch, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuOutput, BuiltEvent, Input};
 use tessera_evb::wire::encode;
@@ -113,6 +114,8 @@ pub struct BuNodeConfig {
     /// Pin the unit's loop thread to this CPU core; a core that cannot be had is reported, and
     /// the unit runs unpinned.
     pub pin_core: Option<usize>,
+    /// What its protocol links travel on, per link class (`transport` of the system file).
+    pub transport: TransportSection,
     /// Hold back on the filter farm's resource summaries in `directory` (see
     /// [`tessera_rundir::resources`]); `None` when no farm reads this BU's files.
     pub farm_limits: Option<tessera_rundir::resources::FarmLimits>,
@@ -321,13 +324,18 @@ impl BuNode {
             None => None,
         };
         let links = Links {
-            side: LinkSide { me: Peer::Bu(cfg.bu.bu), run: cfg.run, key: cfg.link_key.clone() },
+            side: LinkSide {
+                me: Peer::Bu(cfg.bu.bu),
+                run: cfg.run,
+                key: cfg.link_key.clone(),
+                transport: cfg.transport.clone(),
+            },
             max_frame_bytes: cfg.max_frame_bytes,
             connect_timeout: cfg.connect_timeout,
             allowed_peers: cfg.allowed_peers.clone(),
         };
         let mut lp = BuLoop {
-            io: EventLoop::new(poll, control, stats.clone(), 256, links),
+            io: EventLoop::new(poll, control, stats.clone(), 256, links)?,
             evm_conn: None,
             room,
             watcher,

@@ -30,13 +30,20 @@
 //! unit drives; the loop only moves bytes and time. A new kind of node (an orbit builder, a node
 //! of a push protocol) is one more [`Unit`].
 //!
-//! Tokens: [`WAKER`] is the waker's; protocol listeners take tokens from 1, a unit's own sources
-//! (its listeners and streams) from [`UNIT_TOKENS`], protocol connections from [`CONN_TOKENS`].
+//! Links that travel on UCX ([`crate::transport`]) add one source, the UCX worker's event file
+//! descriptor ([`FABRIC`]): each pass pumps the worker before the connections are read (frames
+//! that came go to their connection's inbox, finished sends free their queued bytes, a failed
+//! endpoint fails its connection), and the poller sleeps only once UCX says it has nothing left.
+//!
+//! Tokens: [`WAKER`] is the waker's; protocol listeners take tokens from 1, [`FABRIC`] is UCX's, a
+//! unit's own sources (its listeners and streams) from [`UNIT_TOKENS`], protocol connections from
+//! [`CONN_TOKENS`].
 
 use crate::conn::{Conn, ConnError, LinkSide, PieceSource, ReadPass, ReceivedFrame};
 use crate::error::NodeError;
 use crate::state::Transition;
 use crate::stats::{CpuSampler, UnitStats};
+use crate::transport::{Arrival, CLOSE_TIMEOUT, Fabric};
 use mio::event::Event;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token};
@@ -57,8 +64,10 @@ mod tests;
 
 /// The poller's waker: run control and the unit's own threads wake the loop with it.
 pub(crate) const WAKER: Token = Token(0);
-/// The first token of a unit's own sources; protocol listeners are below it.
+/// The first token of a unit's own sources; protocol listeners and [`FABRIC`] are below it.
 pub(crate) const UNIT_TOKENS: usize = 1 << 8;
+/// The UCX worker's event file descriptor, when the unit's links travel on UCX.
+pub(crate) const FABRIC: Token = Token(UNIT_TOKENS - 1);
 /// The first token of the protocol connections; a unit's own sources are below it.
 pub(crate) const CONN_TOKENS: usize = 1 << 20;
 /// Longest the loop sleeps without looking at the clock.
@@ -107,6 +116,10 @@ pub(crate) struct Links {
     /// The addresses protocol peers may call from; `None` admits any.
     pub allowed_peers: Option<Vec<IpAddr>>,
 }
+
+/// The most UCX messages for no connection of the unit (and UCX faults) said one by one; later
+/// ones are counted.
+const STRAYS_SAID: u64 = 3;
 
 /// What the loop asks of the unit it runs: its core, its own inputs and outputs, and its end.
 /// The loop calls these in the order the module docs give, once a pass.
@@ -177,13 +190,33 @@ pub(crate) struct EventLoop {
     enabled_at: Instant,
     cpu: CpuSampler,
     stats: Arc<UnitStats>,
+    /// UCX, when a class of the unit's links travels on it.
+    fabric: Option<Fabric>,
+    /// UCX messages that named no connection of the unit, and UCX faults.
+    strays: u64,
 }
 
 impl EventLoop {
     /// The loop of a unit with `poll` and its `control` (from [`poller`]), publishing to `stats`,
-    /// taking up to `events` events a poll. Its clock starts now.
-    pub fn new(poll: Poll, control: Control, stats: Arc<UnitStats>, events: usize, links: Links) -> Self {
-        EventLoop {
+    /// taking up to `events` events a poll. Its clock starts now. Starts UCX when a class of its
+    /// links travels on it: a build without UCX, or a UCX that does not start, is an error that
+    /// says why.
+    pub fn new(
+        poll: Poll,
+        control: Control,
+        stats: Arc<UnitStats>,
+        events: usize,
+        links: Links,
+    ) -> Result<Self, NodeError> {
+        let transport = &links.side.transport;
+        let fabric = match transport.uses_ucx() {
+            true => Some(Fabric::new(transport.ucx_transports.as_deref())?),
+            false => None,
+        };
+        if let Some(f) = &fabric {
+            f.register(poll.registry(), FABRIC).map_err(io_err("watching the UCX worker"))?;
+        }
+        Ok(EventLoop {
             poll,
             events: Some(Events::with_capacity(events)),
             start: Instant::now(),
@@ -195,7 +228,9 @@ impl EventLoop {
             enabled_at: Instant::now(),
             cpu: CpuSampler::default(),
             stats,
-        }
+            fabric,
+            strays: 0,
+        })
     }
 
     /// The unit's clock: time since its loop was made.
@@ -212,7 +247,7 @@ impl EventLoop {
     /// to prove that it is a unit of the run ([`Conn::accepted`]).
     pub fn listen(&mut self, listener: &std::net::TcpListener, what: &str) -> Result<(), NodeError> {
         let token = Token(1 + self.listeners.len());
-        assert!(token.0 < UNIT_TOKENS, "at most {} protocol listeners", UNIT_TOKENS - 1);
+        assert!(token.0 < FABRIC.0, "at most {} protocol listeners", FABRIC.0 - 1);
         let l = listener.try_clone().map_err(io_err(what))?;
         l.set_nonblocking(true).map_err(io_err(what))?;
         let mut l = TcpListener::from_std(l);
@@ -282,7 +317,55 @@ impl EventLoop {
     pub fn close(&mut self, token: Token) -> Option<Conn> {
         let mut conn = self.conns.remove(&token)?;
         conn.deregister(self.poll.registry());
+        if let Err(why) = conn.close_transport(self.fabric.as_mut(), CLOSE_TIMEOUT) {
+            self.stats.problem(format!("closing the UCX link to {}: {why}", conn.address));
+        }
         Some(conn)
+    }
+
+    /// Pumps UCX, if the unit's links travel on it: frames that came go to their connections,
+    /// finished sends free their bytes, failures fail their connections.
+    pub fn pump(&mut self) {
+        let Some(fabric) = &mut self.fabric else { return };
+        for arrival in fabric.pump() {
+            let token = match &arrival {
+                Arrival::Frame { token, .. } | Arrival::Sent { token, .. } | Arrival::Failed { token, .. } => {
+                    Token(*token)
+                }
+                Arrival::Stray { .. } => Token(0),
+            };
+            let conn = self.conns.get_mut(&token);
+            let mut what = "a message for a connection closed or unknown".to_owned();
+            let taken = match (arrival, conn) {
+                (Arrival::Frame { nonce, bytes, .. }, Some(c)) => c.arrived(nonce, bytes),
+                (Arrival::Sent { result, .. }, Some(c)) => {
+                    c.sent(result);
+                    true
+                }
+                (Arrival::Failed { why, .. }, Some(c)) => {
+                    c.transport_failed(why);
+                    true
+                }
+                // Sends and failures of a connection closed already.
+                (Arrival::Sent { .. } | Arrival::Failed { .. }, None) => true,
+                (Arrival::Frame { .. }, _) => false,
+                (Arrival::Stray { what: w }, _) => {
+                    what = w;
+                    false
+                }
+            };
+            if !taken {
+                self.strays += 1;
+                if self.strays <= STRAYS_SAID {
+                    self.stats.problem(format!("UCX: {what}, dropped ({} so far)", self.strays));
+                }
+            }
+        }
+    }
+
+    /// Whether the poller may sleep as far as UCX goes: it has nothing left to progress.
+    fn transport_idle(&mut self) -> bool {
+        self.fabric.as_ref().is_none_or(Fabric::may_sleep)
     }
 
     /// Whether the connection `token` calls from an address protocol peers may call from.
@@ -303,12 +386,14 @@ impl EventLoop {
     /// Reads the connection `token`, handing each frame to `on_frame` as it comes; `None` if it
     /// is closed.
     pub fn read(&mut self, token: Token, on_frame: impl FnMut(Peer, Decoded, ReceivedFrame)) -> Option<ReadPass> {
-        self.conns.get_mut(&token).map(|c| c.read(on_frame))
+        let fabric = self.fabric.as_mut();
+        self.conns.get_mut(&token).map(|c| c.read(fabric, on_frame))
     }
 
     /// Writes what is queued on every connection, data frames from `source`, until done or a
-    /// socket would block; `flushed` hears each connection's queued bytes before and after.
-    /// Gives the connections that broke, with what it says of each.
+    /// socket would block; `flushed` hears of each connection the bytes its transport took since
+    /// the last flush, and the bytes still queued. Gives the connections that broke, with what it
+    /// says of each.
     pub fn flush(
         &mut self,
         source: &impl PieceSource,
@@ -316,16 +401,16 @@ impl EventLoop {
     ) -> Vec<(Token, String)> {
         let registry = self.poll.registry();
         let mut broken = Vec::new();
+        let mut fabric = self.fabric.as_mut();
         for (&token, conn) in self.conns.iter_mut() {
-            let queued = conn.queued_bytes();
-            if queued == 0 {
-                flushed(token, 0, 0);
+            if conn.queued_bytes() == 0 {
+                flushed(token, conn.take_moved(), 0);
                 continue;
             }
-            if let Err(e) = conn.flush(source, registry) {
+            if let Err(e) = conn.flush(source, registry, fabric.as_deref_mut()) {
                 broken.push((token, format!("{}: {e}", conn.address)));
             }
-            flushed(token, queued, conn.queued_bytes());
+            flushed(token, conn.take_moved(), conn.queued_bytes());
         }
         broken
     }
@@ -379,7 +464,7 @@ impl EventLoop {
         for ev in events.iter() {
             let lp = unit.event_loop();
             match ev.token() {
-                WAKER => {}
+                WAKER | FABRIC => {}
                 Token(t) if t < UNIT_TOKENS => lp.accept_all(t - 1)?,
                 token if token.0 >= CONN_TOKENS => {
                     if let Some(c) = lp.conns.get_mut(&token)
@@ -408,6 +493,7 @@ pub(crate) fn run<U: Unit + ?Sized>(unit: &mut U) -> Result<U::Report, NodeError
             unit.tick(now);
         }
         let busy = unit.step(now)?;
+        unit.event_loop().pump();
         let busy = read_conns(unit, now)? || busy;
         for (token, why) in unit.event_loop().overdue() {
             unit.close_conn(token, Some(why.to_string()))?;
@@ -419,7 +505,7 @@ pub(crate) fn run<U: Unit + ?Sized>(unit: &mut U) -> Result<U::Report, NodeError
         if let Some(report) = unit.done()? {
             return Ok(report);
         }
-        let wait = if busy {
+        let wait = if busy || !unit.event_loop().transport_idle() {
             Duration::ZERO
         } else {
             let now = unit.event_loop().now();

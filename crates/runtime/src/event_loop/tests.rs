@@ -132,20 +132,26 @@ fn the_loop_accepts_a_caller_hands_over_its_messages_and_own_events_ticks_when_d
     let key = LinkKey::from_bytes([5; 32]);
     let (poll, control) = poller().unwrap();
     let links = Links {
-        side: LinkSide { me: Peer::Evm, run: RUN, key: key.clone() },
+        side: LinkSide { me: Peer::Evm, run: RUN, key: key.clone(), transport: Default::default() },
         max_frame_bytes: 1 << 20,
         connect_timeout: Duration::from_secs(5),
         allowed_peers: None,
     };
-    let mut io = EventLoop::new(poll, control.clone(), Arc::new(UnitStats::default()), 64, links);
-    let protocol = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    io.listen(&protocol, "protocol listener").unwrap();
-    let mut own = TcpListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    io.registry().register(&mut own, OWN, Interest::READABLE).unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let mut toy = Toy { io, own, due: None, seen: seen.clone() };
-    let (protocol_at, own_at) = (protocol.local_addr().unwrap(), toy.own.local_addr().unwrap());
-    let looping = std::thread::spawn(move || run(&mut toy));
+    let (addresses, at) = std::sync::mpsc::channel();
+    let (toy_control, toy_seen) = (control.clone(), seen.clone());
+    // The loop is made on its own thread, as a unit's is (a UCX worker stays on its thread).
+    let looping = std::thread::spawn(move || {
+        let mut io = EventLoop::new(poll, toy_control, Arc::new(UnitStats::default()), 64, links).unwrap();
+        let protocol = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        io.listen(&protocol, "protocol listener").unwrap();
+        let mut own = TcpListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        io.registry().register(&mut own, OWN, Interest::READABLE).unwrap();
+        let mut toy = Toy { io, own, due: None, seen: toy_seen };
+        addresses.send((protocol.local_addr().unwrap(), toy.own.local_addr().unwrap())).unwrap();
+        run(&mut toy)
+    });
+    let (protocol_at, own_at) = at.recv().unwrap();
 
     // A BU calls: it answers the loop's challenge, then sends a message.
     let mut bu = std::net::TcpStream::connect(protocol_at).unwrap();

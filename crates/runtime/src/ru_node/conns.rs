@@ -321,7 +321,7 @@ impl RuLoop {
     /// broke is closed.
     pub(super) fn flush_conns(&mut self) -> Result<(), NodeError> {
         let stalls = &mut self.stalls;
-        let broken = self.io.flush(&self.buffers, |token, before, after| stalls.flushed(token, before, after));
+        let broken = self.io.flush(&self.buffers, |token, moved, after| stalls.flushed(token, moved, after));
         if self.core.frees_on_send() {
             let written: Vec<BufferRef> = self.io.conns.values_mut().flat_map(Conn::take_written).collect();
             self.sent(written);
@@ -345,9 +345,9 @@ impl RuLoop {
 pub(super) struct Stalls(BTreeMap<Token, Instant>);
 
 impl Stalls {
-    /// A flush of `token`'s connection took its queue from `before` to `after` bytes.
-    pub(super) fn flushed(&mut self, token: Token, before: usize, after: usize) {
-        if after > 0 && after == before {
+    /// `token`'s connection moved `moved` bytes since its last flush, and has `after` queued.
+    pub(super) fn flushed(&mut self, token: Token, moved: usize, after: usize) {
+        if after > 0 && moved == 0 {
             self.0.entry(token).or_insert_with(Instant::now);
         } else {
             self.0.remove(&token);
@@ -373,16 +373,17 @@ mod tests {
     fn a_connection_that_takes_nothing_for_a_while_blocks_its_unit_and_one_that_moves_does_not() {
         let mut stalls = Stalls::default();
         let (a, b) = (Token(CONN_TOKENS), Token(CONN_TOKENS + 1));
-        stalls.flushed(a, 100, 100);
-        stalls.flushed(b, 100, 40);
+        stalls.flushed(a, 0, 100);
+        stalls.flushed(b, 60, 40);
         let now = Instant::now();
         assert!(!stalls.blocked(now), "not yet");
         assert!(stalls.blocked(now + BLOCKED_AFTER), "a has taken nothing");
-        stalls.flushed(a, 100, 100);
+        stalls.flushed(a, 0, 100);
         assert!(stalls.blocked(now + BLOCKED_AFTER), "still stalled since the first flush");
-        stalls.flushed(a, 100, 90);
+        // Bytes a transport took between flushes (UCX sends that ended) count as moving.
+        stalls.flushed(a, 10, 100);
         assert!(!stalls.blocked(now + BLOCKED_AFTER), "a moved");
-        stalls.flushed(b, 40, 40);
+        stalls.flushed(b, 0, 40);
         stalls.keep(|t| *t != b);
         assert!(!stalls.blocked(now + 10 * BLOCKED_AFTER), "b is closed");
         stalls.flushed(a, 0, 0);

@@ -32,6 +32,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_config::CorruptStreamPolicy;
+use tessera_config::TransportSection;
 use tessera_evb::ingest::IngestRu;
 use tessera_evb::msg::{BufferRef, FragmentRef, Message, SuperFragment, TriggerInfo, data_batches};
 use tessera_evb::push::{Destinations, PushNode, PushNodeConfig, PushRu};
@@ -109,6 +110,8 @@ pub struct RuNodeConfig {
     /// Pin the unit's loop thread to this CPU core; a core that cannot be had is reported, and
     /// the unit runs unpinned.
     pub pin_core: Option<usize>,
+    /// What its protocol links travel on, per link class (`transport` of the system file).
+    pub transport: TransportSection,
 }
 
 /// How an RU pushes its super-fragments (the push protocol, `tessera_evb::push`).
@@ -350,13 +353,13 @@ impl RuNode {
         stats.chunks_total.set((cfg.chunks_per_fed * cfg.ru.feds.len()) as u64);
         let me = if core.leader().is_some() { Peer::Evm } else { Peer::Ru(cfg.ru.ru) };
         let links = Links {
-            side: LinkSide { me, run: cfg.run, key: cfg.link_key.clone() },
+            side: LinkSide { me, run: cfg.run, key: cfg.link_key.clone(), transport: cfg.transport.clone() },
             max_frame_bytes: cfg.max_frame_bytes,
             connect_timeout: cfg.connect_timeout,
             allowed_peers: cfg.allowed_peers.clone(),
         };
         let mut lp = RuLoop {
-            io: EventLoop::new(poll, control, stats.clone(), 1024, links),
+            io: EventLoop::new(poll, control, stats.clone(), 1024, links)?,
             ferol: None,
             streams: (0..cfg.ru.feds.len()).map(|_| None).collect(),
             unnamed: Vec::new(),
