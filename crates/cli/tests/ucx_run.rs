@@ -58,7 +58,7 @@ fn builds_every_event_on(tls: &str, orbits: bool) {
     assert!(out.status.success(), "{tls}: {stdout}\n{stderr}");
     let unit = if orbits { "orbits" } else { "events" };
     let built = if orbits { 300 } else { 3000 };
-    assert!(stdout.contains(&format!("conservation: triggered {built} = built {built} + lost 0  holds")), "{stdout}");
+    assert!(stdout.contains(&format!("triggered {built} = built {built} + lost 0  holds")), "{stdout}");
     assert!(stdout.contains("chain: built") && stdout.contains("holds"), "{stdout}");
     assert!(!stdout.contains("problems 1"), "{unit} on {tls} said a problem: {stdout}");
     assert_eq!(verify_all(&dir.path().join("out"), 22), 3);

@@ -453,7 +453,7 @@ pub enum LinkClass {
     /// on it beside the EVM's messages): super-fragments, requests, commits; the event
     /// builder's bulk.
     RuBu,
-    /// A link between the EVM's node and another RU: event assignments and commits.
+    /// A link between the EVM's node and another RU: event assignments, releases and the drain.
     EvmRu,
 }
 

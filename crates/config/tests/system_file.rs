@@ -122,7 +122,7 @@ fn unknown_key_names_the_file_line_path_and_the_keys_allowed() {
 fn unknown_key_on_the_first_line_is_named_too() {
     assert_eq!(
         error(&format!("defaults: {{}}\n{BASE}")),
-        "conf/bad.yaml:1:1: defaults: unknown field `defaults`, expected one of run, trigger, evm, push, rus, bus, ru, bu, fu, controller"
+        "conf/bad.yaml:1:1: defaults: unknown field `defaults`, expected one of run, trigger, evm, push, rus, bus, ru, bu, fu, controller, transport"
     );
 }
 
@@ -369,7 +369,7 @@ fn every_mistake_is_reported_in_the_order_of_the_file() {
         errors(&text),
         [
             "conf/bad.yaml:1:1: runn: unknown field `runn`, expected one of run, trigger, evm, push, rus, bus, ru, bu, fu, \
-             controller; did you mean `run`?",
+             controller, transport; did you mean `run`?",
             "conf/bad.yaml:4:3: trigger.sede: unknown field `sede`, expected one of rate_hz, free_running, seed; did \
              you mean `seed`?",
             "conf/bad.yaml:5:12: trigger.rate_hz: expected a number (f64), found \"fast\"",

@@ -4,8 +4,9 @@
 //!
 //! Two counts, one per unit that carries payload:
 //!
-//! - **RU**: every place that copies fragment bytes counts them ([`copied`]); the only one is
-//!   the receive buffer moving the one incomplete fragment at a chunk's end to the next chunk.
+//! - **RU**: every place that copies fragment bytes counts them ([`copied`]): the receive buffer
+//!   moving the one incomplete fragment at a chunk's end to the next chunk, and, on a link over
+//!   UCX, each data frame copied into memory UCX owns until its send ends.
 //! - **BU**: the writer threads look at every fragment they write into a file: bytes that do not
 //!   lie in the memory a socket read put a frame in ([`crate::conn::ReceivedFrame`], which
 //!   registers itself here while it lives) were copied at least once on the way, and are counted.

@@ -194,6 +194,8 @@ pub(crate) struct EventLoop {
     fabric: Option<Fabric>,
     /// UCX messages that named no connection of the unit, and UCX faults.
     strays: u64,
+    /// Whether a failed arm of the UCX worker was said.
+    arm_failed_said: bool,
 }
 
 impl EventLoop {
@@ -209,7 +211,12 @@ impl EventLoop {
         links: Links,
     ) -> Result<Self, NodeError> {
         let transport = &links.side.transport;
-        let fabric = match transport.uses_ucx() {
+        // A BU's links all lead to RUs (the EVM's node among them): only their class counts.
+        let needs_ucx = match links.side.me {
+            Peer::Bu(_) => transport.ru_bu == tessera_config::Transport::Ucx,
+            _ => transport.uses_ucx(),
+        };
+        let fabric = match needs_ucx {
             true => Some(Fabric::new(transport.ucx_transports.as_deref())?),
             false => None,
         };
@@ -230,6 +237,7 @@ impl EventLoop {
             stats,
             fabric,
             strays: 0,
+            arm_failed_said: false,
         })
     }
 
@@ -363,9 +371,20 @@ impl EventLoop {
         }
     }
 
-    /// Whether the poller may sleep as far as UCX goes: it has nothing left to progress.
+    /// Whether the poller may sleep as far as UCX goes: it has nothing left to progress. A
+    /// worker that cannot be armed is said once; the loop then wakes every [`MAX_SLEEP`].
     fn transport_idle(&mut self) -> bool {
-        self.fabric.as_ref().is_none_or(Fabric::may_sleep)
+        let Some(fabric) = &self.fabric else { return true };
+        match fabric.may_sleep() {
+            Ok(idle) => idle,
+            Err(why) => {
+                if !self.arm_failed_said {
+                    self.arm_failed_said = true;
+                    self.stats.problem(format!("UCX: arming the worker failed ({why}); it is pumped every pass"));
+                }
+                true
+            }
+        }
     }
 
     /// Whether the connection `token` calls from an address protocol peers may call from.

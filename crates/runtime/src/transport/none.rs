@@ -35,7 +35,7 @@ impl Fabric {
         match self.0 {}
     }
 
-    pub fn may_sleep(&self) -> bool {
+    pub fn may_sleep(&self) -> Result<bool, String> {
         match self.0 {}
     }
 }

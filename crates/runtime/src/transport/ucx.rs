@@ -19,6 +19,21 @@ pub(crate) struct Fabric {
     sends: HashMap<SendId, usize>,
     /// The connection of each endpoint.
     endpoints: HashMap<EndpointId, usize>,
+    /// UCX's peer-failure handling where the transports have it.
+    error_handling: ErrorHandling,
+}
+
+/// Shared-memory transports of UCX, which cannot see a peer go (UCX 1.13).
+const SHARED_MEMORY: [&str; 9] = ["sm", "shm", "self", "posix", "sysv", "cma", "mm", "knem", "xpmem"];
+
+/// UCX's peer-failure handling for `transports` (else `UCX_TLS`): none over shared memory alone,
+/// which cannot have it (the link's TCP connection tells instead), else UCX's own.
+fn error_handling_for(transports: Option<&str>) -> ErrorHandling {
+    let list = transports.map(str::to_owned).or_else(|| std::env::var("UCX_TLS").ok());
+    match list {
+        Some(list) if list.split(',').all(|t| SHARED_MEMORY.contains(&t.trim())) => ErrorHandling::None,
+        _ => ErrorHandling::Peer,
+    }
 }
 
 impl Fabric {
@@ -31,7 +46,8 @@ impl Fabric {
         worker
             .set_am_handler(AM_FRAME, |_, length| Vec::with_capacity(length))
             .map_err(|e| NodeError::Transport(format!("a UCX message handler: {e}")))?;
-        Ok(Fabric { worker, _context: context, sends: HashMap::new(), endpoints: HashMap::new() })
+        let error_handling = error_handling_for(transports);
+        Ok(Fabric { worker, _context: context, sends: HashMap::new(), endpoints: HashMap::new(), error_handling })
     }
 
     /// The worker's address, for the peers' hellos.
@@ -44,19 +60,15 @@ impl Fabric {
         registry.register(&mut SourceFd(&self.worker.event_fd()), token, Interest::READABLE)
     }
 
-    /// A channel to the worker at `address`, for connection `token`. With UCX's peer-failure
-    /// handling where the transports allow it; over shared memory alone (which cannot see a peer
-    /// go) without, and the link's TCP connection tells instead.
+    /// A channel to the worker at `address`, for connection `token`, with UCX's peer-failure
+    /// handling where the transports have it ([`error_handling_for`]).
     pub fn connect(&mut self, address: Vec<u8>, token: usize) -> Result<Channel, String> {
         // SAFETY: the address is the one the peer's hello carried, on a TCP connection whose link
         // the peer opened with the run's key (`crate::link`): a unit of this run, which sends its
         // worker's address as `ucp_worker_get_address` gave it.
         #[allow(unsafe_code)]
         let address = unsafe { WorkerAddress::from_bytes_unchecked(address) };
-        let endpoint = match self.worker.connect(&address, ErrorHandling::Peer) {
-            Ok(e) => e,
-            Err(_) => self.worker.connect(&address, ErrorHandling::None).map_err(|e| e.to_string())?,
-        };
+        let endpoint = self.worker.connect(&address, self.error_handling).map_err(|e| e.to_string())?;
         self.endpoints.insert(endpoint.id(), token);
         Ok(Channel { endpoint, in_flight: VecDeque::new() })
     }
@@ -100,9 +112,10 @@ impl Fabric {
     }
 
     /// Whether the loop may sleep on the worker's event file descriptor: false while UCX has
-    /// work left (pump again first).
-    pub fn may_sleep(&self) -> bool {
-        self.worker.arm().unwrap_or(false)
+    /// work left (pump again first). An arm that fails says why; the loop then sleeps its
+    /// shortest (and pumps at every pass).
+    pub fn may_sleep(&self) -> Result<bool, String> {
+        self.worker.arm().map_err(|e| e.to_string())
     }
 }
 
@@ -151,5 +164,18 @@ impl Channel {
             drop(self.endpoint);
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_alone_has_no_peer_failure_handling_and_the_rest_have() {
+        assert_eq!(error_handling_for(Some("sm,self")), ErrorHandling::None);
+        assert_eq!(error_handling_for(Some("posix, cma ,self")), ErrorHandling::None);
+        assert_eq!(error_handling_for(Some("sm,self,tcp")), ErrorHandling::Peer);
+        assert_eq!(error_handling_for(Some("rc_x,ud_x")), ErrorHandling::Peer);
     }
 }
