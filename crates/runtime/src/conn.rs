@@ -13,7 +13,7 @@
 //! challenge and reads the caller's signed opening before any frame; the side that called it
 //! waits for the challenge and answers it before any of its queued frames leaves.
 //!
-//! A link whose class travels on UCX ([`crate::transport`]) then trades UCX hellos on the TCP
+//! A link whose class travels on UCX (`transport`, internal) then trades UCX hellos on the TCP
 //! stream, and its frames go as UCX messages: sent from the same queue, received whole into
 //! memory of their own, read in the order they came; the TCP stream stays open, silent, to say
 //! when the peer goes.
@@ -269,7 +269,7 @@ impl Conn {
     }
 
     /// Queues a data frame: `header` from `encode_data_header_pieces`, then the pieces of
-    /// `fragments` (where the [`PieceSource`] given to [`Conn::flush`] holds them),
+    /// `fragments` (where the [`PieceSource`] given to `Conn::flush` holds them),
     /// `fragment_bytes` in all.
     pub fn queue_data(&mut self, header: Vec<u8>, fragments: Vec<BufferRef>, fragment_bytes: usize) {
         let len = header.len() + fragment_bytes;
