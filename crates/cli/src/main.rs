@@ -9,6 +9,7 @@ use std::process::ExitCode;
 mod bench;
 mod config;
 mod controller;
+mod deploy;
 mod dth;
 mod farm;
 mod ferol;
@@ -213,7 +214,8 @@ enum Command {
         #[arg(long)]
         name: String,
         /// Restart after a crash: reopen the run directory, discard partial files, and let the
-        /// EVM say which complete files to publish.
+        /// EVM say which complete files to publish. With no run directory of this BU yet, start
+        /// afresh (so that a supervisor may always pass it).
         #[arg(long)]
         restart: bool,
         #[command(flatten)]
@@ -245,6 +247,12 @@ enum Command {
         /// What to do.
         #[command(subcommand)]
         action: pipestream::PipestreamAction,
+    },
+    /// Render a deployment of a system file: Kubernetes manifests, or systemd units per host.
+    Deploy {
+        /// What to render.
+        #[command(subcommand)]
+        action: deploy::DeployAction,
     },
     /// Run a benchmark suite; every figure is printed with its ratio to a baseline measured in
     /// the same run.
@@ -356,6 +364,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Agent(args) => controller::agent(&args),
         Command::Bench { suite, quick, out, json } => bench::run(suite, quick, &out, json),
         Command::Pipestream { action } => pipestream::pipestream(action),
+        Command::Deploy { action } => deploy::deploy(action).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             // Into memory first: the generator panics on a write error such as a closed pipe.
             let mut script = Vec::new();

@@ -3,6 +3,10 @@
 //! placeholder hosts once real addresses are put in), and every key of the default system
 //! documented in `docs/configuration.md`.
 
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
+mod common;
+
+use common::{PLACEHOLDERS, placeholder_lines};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -112,21 +116,6 @@ fn a_menu_is_checked_as_a_menu_with_every_mistake() {
     let (code, _, stderr) = tessera(&repo().join("examples"), &["config", "check", "--system", "menu.yaml"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("menu.yaml:3:1: streams: unknown field `streams`"), "{stderr}");
-}
-
-/// The examples that name placeholder hosts under `.example`, each with the addresses that a
-/// test may put in their place (private ones: checking sends nothing anywhere).
-const PLACEHOLDERS: [(&str, &[(&str, &str)]); 2] = [
-    (
-        "multi-host.yaml",
-        &[("ru-host.example", "10.231.9.1"), ("bu-host.example", "10.231.9.2"), ("fu-host.example", "10.231.9.3")],
-    ),
-    ("two-hosts.yaml", &[("host-a.example", "10.0.0.1"), ("host-b.example", "10.0.0.2")]),
-];
-
-/// The lines of `text` that name a host under `.example`, comments left out.
-fn placeholder_lines(text: &str) -> usize {
-    text.lines().filter(|l| l.split('#').next().unwrap_or_default().contains(".example")).count()
 }
 
 #[test]

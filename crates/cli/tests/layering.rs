@@ -24,6 +24,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("tessera-inspect", &["tessera-formats"]),
     ("tessera-emu", &["tessera-config", "tessera-formats"]),
     ("tessera-fu", &["tessera-config", "tessera-formats", "tessera-rundir"]),
+    ("tessera-deploy", &["tessera-config", "tessera-formats"]),
     ("tessera-runtime", &["tessera-config", "tessera-evb", "tessera-formats", "tessera-rundir", "tessera-ucx"]),
     (
         "tessera-control",
@@ -59,6 +60,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "tessera-bench",
             "tessera-config",
             "tessera-control",
+            "tessera-deploy",
             "tessera-emu",
             "tessera-evb",
             "tessera-formats",

@@ -107,7 +107,7 @@ async fn dashboard() -> axum::response::Html<&'static str> {
     axum::response::Html(DASHBOARD)
 }
 
-/// Whether the server answers.
+/// Whether the server answers; asked without the token too (for probes).
 #[utoipa::path(get, path = "/api/v1/health", responses(
     (status = 200, description = "ok", content_type = "text/plain", body = String),
 ))]

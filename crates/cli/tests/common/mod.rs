@@ -242,3 +242,18 @@ pub fn example_hlt(needed_for: &str) -> Option<std::path::PathBuf> {
     require(&format!("no python3: {needed_for} with the example HLT, examples/hlt/select.py"), python)
         .then(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/hlt/select.py"))
 }
+
+/// The examples that name placeholder hosts under `.example`, each with the addresses that a
+/// test may put in their place (private ones: checking sends nothing anywhere).
+pub const PLACEHOLDERS: [(&str, &[(&str, &str)]); 2] = [
+    (
+        "multi-host.yaml",
+        &[("ru-host.example", "10.231.9.1"), ("bu-host.example", "10.231.9.2"), ("fu-host.example", "10.231.9.3")],
+    ),
+    ("two-hosts.yaml", &[("host-a.example", "10.0.0.1"), ("host-b.example", "10.0.0.2")]),
+];
+
+/// The lines of `text` that name a host under `.example`, comments left out.
+pub fn placeholder_lines(text: &str) -> usize {
+    text.lines().filter(|l| l.split('#').next().unwrap_or_default().contains(".example")).count()
+}

@@ -87,7 +87,8 @@ pub struct BuNodeConfig {
     pub directory: PathBuf,
     /// The BU's name in its JSON documents.
     pub name: String,
-    /// Restarting after a crash: reopen the run directory instead of creating it.
+    /// Restarting after a crash: reopen the run directory instead of creating it (when the BU has
+    /// an incarnation on disk; with none, it starts afresh).
     pub restart: bool,
     /// Emulated data: set the FRD "generated" flag on every event.
     pub generated: bool,
@@ -259,15 +260,18 @@ impl BuNode {
         stats.transition(Transition::Configure);
         pin_to(cfg.pin_core, &stats, &format!("BU {}", cfg.bu.bu));
         let generated = cfg.generated;
+        // A restart with no incarnation on disk (a first start under a supervisor that always
+        // says restart, or a new RAM disk) has nothing to recover: it starts afresh.
+        let restart = cfg.restart && epoch_path(&cfg.directory, cfg.run).exists();
         let (files, disk, epoch) = if cfg.discard {
             (None, BuDisk::default(), 1)
         } else {
-            let (files, disk) = if cfg.restart {
+            let (files, disk) = if restart {
                 BuFiles::reopen(&cfg.directory, cfg.run, &cfg.name, generated, cfg.orbits, cfg.bu.bu)?
             } else {
                 (BuFiles::create(&cfg.directory, cfg.run, &cfg.name, generated, cfg.orbits)?, BuDisk::default())
             };
-            (Some(files), disk, next_epoch(&cfg.directory, cfg.run, cfg.restart)?)
+            (Some(files), disk, next_epoch(&cfg.directory, cfg.run, restart)?)
         };
         let threads = if files.is_some() { cfg.writer_threads.max(1) } else { 0 };
         let (job_tx, job_rx) = sync_channel::<Job>(2 * threads.max(1));

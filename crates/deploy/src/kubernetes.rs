@@ -1,0 +1,504 @@
+//! Kubernetes manifests of a system ([`kubernetes`]).
+//!
+//! - a ConfigMap with the system file as deployed (and its menu), mounted at `/etc/tessera`;
+//! - a Secret with the run's link key and the control token, given to every process as
+//!   `TESSERA_LINK_KEY` and `TESSERA_CONTROL_TOKEN`;
+//! - a Job per unit (the EVM with RU 0, each other RU, each BU), pinned to its host's node, on the
+//!   host's network (the data path: FEROL streams and protocol links reach the node's address),
+//!   with CPU and memory from the configuration, restarted in place when it fails (a BU then
+//!   recovers its RAM disk, a memory-backed volume sized from the configuration);
+//! - a Job per emulated RU's front ends (`tessera ferol`), on the RU's node;
+//! - per BU, its FUs as a Deployment of `fu.processes_per_bu` replicas on the FU host, reading
+//!   through the BU's file broker, writing to the run's shared output volume (a claim the site
+//!   binds to a file system every FU host shares);
+//! - the mergers as a Job on the merger host, on the same volume;
+//! - readiness and liveness probes on every unit's `/api/v1/health`, Prometheus scrape
+//!   annotations on its `/metrics`.
+//!
+//! Least privilege: every container runs as user 10001, without privilege escalation, with a
+//! read-only root file system and every capability dropped; a unit whose links travel on UCX
+//! adds `IPC_LOCK` alone (RDMA pins the memory it moves). Host networking is the one privilege
+//! the data path needs: an RU's front ends and its peers reach it at its node's address.
+
+use crate::{DeployError, Deployment, MENU_PATH, Placement, Role, SYSTEM_PATH, mebibytes};
+use serde_json::{Value, json};
+use tessera_config::SystemConfig;
+
+/// User and group every container runs as.
+pub const RUN_AS: u64 = 10001;
+/// The label every object carries, with the run's number.
+const PART_OF: &str = "tessera";
+
+/// How to render.
+#[derive(Debug, Clone)]
+pub struct KubernetesOptions {
+    /// The namespace of every object.
+    pub namespace: String,
+    /// The image every container runs (`tessera` at `/usr/local/bin/tessera`).
+    pub image: String,
+    /// The first port given to ports the file leaves to the system.
+    pub base_port: u16,
+    /// The run's link key, as hex (64 digits).
+    pub link_key_hex: String,
+    /// The control token of every unit's control server.
+    pub control_token: String,
+    /// The storage class of the run's shared output volume (ReadWriteMany); `None`: the
+    /// cluster's default.
+    pub storage_class: Option<String>,
+    /// Size of the shared output volume, as a quantity (`100Gi`).
+    pub output_size: String,
+    /// The text of the menu file the system names, if it names one.
+    pub menu: Option<String>,
+}
+
+/// The manifests of `cfg`, one document each, in the order they are applied.
+pub fn kubernetes(cfg: &SystemConfig, opts: &KubernetesOptions) -> Result<Vec<Value>, DeployError> {
+    let d = Deployment::plan(cfg, opts.base_port, "/data")?;
+    let k = Render { d: &d, opts, run: cfg.run.number };
+    let mut docs = vec![k.config_map(), k.secret(), k.output_claim()];
+    for unit in &d.units {
+        docs.push(k.unit_job(unit));
+    }
+    for (i, ru) in d.system.rus.iter().enumerate() {
+        if ru.emulated && !d.system.is_orbit_mode() {
+            docs.push(k.front_end_job(i));
+        }
+    }
+    if d.system.fu.enabled {
+        for i in 0..d.system.bus.len() {
+            docs.push(k.fu_deployment(i));
+        }
+        docs.push(k.merger_job());
+    }
+    Ok(docs)
+}
+
+struct Render<'a> {
+    d: &'a Deployment,
+    opts: &'a KubernetesOptions,
+    run: u32,
+}
+
+impl Render<'_> {
+    fn name(&self, what: &str) -> String {
+        format!("tessera-{}-{}", self.run, what.to_lowercase().replace('_', "-"))
+    }
+
+    fn metadata(&self, what: &str, component: &str) -> Value {
+        json!({
+            "name": self.name(what),
+            "namespace": self.opts.namespace,
+            "labels": self.labels(component),
+        })
+    }
+
+    fn labels(&self, component: &str) -> Value {
+        json!({
+            "app.kubernetes.io/part-of": PART_OF,
+            "app.kubernetes.io/instance": format!("run-{}", self.run),
+            "app.kubernetes.io/component": component,
+        })
+    }
+
+    fn config_map(&self) -> Value {
+        let mut data = json!({ "system.yaml": self.d.system_yaml() });
+        if let Some(menu) = &self.opts.menu {
+            data["menu.yaml"] = json!(menu);
+        }
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": self.metadata("system", "configuration"),
+            "data": data,
+        })
+    }
+
+    fn secret(&self) -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": self.metadata("keys", "configuration"),
+            "type": "Opaque",
+            "stringData": {
+                "link-key": self.opts.link_key_hex,
+                "control-token": self.opts.control_token,
+            },
+        })
+    }
+
+    fn output_claim(&self) -> Value {
+        let mut spec = json!({
+            "accessModes": ["ReadWriteMany"],
+            "resources": { "requests": { "storage": self.opts.output_size } },
+        });
+        if let Some(class) = &self.opts.storage_class {
+            spec["storageClassName"] = json!(class);
+        }
+        json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": self.metadata("output", "storage"),
+            "spec": spec,
+        })
+    }
+
+    /// Where a pod on `host` runs: that node, or with a laptop's loopback hosts, the node of the
+    /// run's other pods (they talk over loopback, so they must share one).
+    fn placement(&self, host: &str) -> (Option<Value>, Option<Value>) {
+        if Deployment::is_loopback(host) {
+            let affinity = json!({
+                "podAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": { "matchLabels": { "app.kubernetes.io/instance": format!("run-{}", self.run) } },
+                        "topologyKey": "kubernetes.io/hostname",
+                    }],
+                },
+            });
+            (None, Some(affinity))
+        } else {
+            (Some(json!({ "kubernetes.io/hostname": host })), None)
+        }
+    }
+
+    fn env(&self) -> Value {
+        let from = |key: &str| json!({ "secretKeyRef": { "name": self.name("keys"), "key": key } });
+        json!([
+            { "name": "TESSERA_LINK_KEY", "valueFrom": from("link-key") },
+            { "name": "TESSERA_CONTROL_TOKEN", "valueFrom": from("control-token") },
+        ])
+    }
+
+    fn container_security(&self, ucx: bool) -> Value {
+        let add: Vec<&str> = if ucx { vec!["IPC_LOCK"] } else { vec![] };
+        json!({
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "runAsNonRoot": true,
+            "capabilities": { "drop": ["ALL"], "add": add },
+        })
+    }
+
+    fn pod_security(&self) -> Value {
+        json!({
+            "runAsUser": RUN_AS,
+            "runAsGroup": RUN_AS,
+            "fsGroup": RUN_AS,
+            "runAsNonRoot": true,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        })
+    }
+
+    fn config_volume(&self) -> Value {
+        json!({ "name": "system", "configMap": { "name": self.name("system") } })
+    }
+
+    fn output_volume(&self) -> Value {
+        json!({ "name": "output", "persistentVolumeClaim": { "claimName": self.name("output") } })
+    }
+
+    fn pod_spec(&self, host: &str, containers: Value, volumes: Value, restart: &str) -> Value {
+        let (node_selector, affinity) = self.placement(host);
+        let mut spec = json!({
+            "hostNetwork": true,
+            "dnsPolicy": "ClusterFirstWithHostNet",
+            "restartPolicy": restart,
+            "securityContext": self.pod_security(),
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": self.d.system.controller.stop_timeout_s + 10,
+            "containers": containers,
+            "volumes": volumes,
+        });
+        if let Some(n) = node_selector {
+            spec["nodeSelector"] = n;
+        }
+        if let Some(a) = affinity {
+            spec["affinity"] = a;
+        }
+        spec
+    }
+
+    fn unit_job(&self, unit: &Placement) -> Value {
+        let s = &self.d.system;
+        let ucx = match unit.role {
+            Role::Bu { .. } => s.transport.ru_bu == tessera_config::Transport::Ucx,
+            _ => s.transport.uses_ucx(),
+        };
+        let (component, volume_mounts, volumes) = match unit.role {
+            Role::Bu { index } => {
+                let directory = s.bu_directory(index, std::path::Path::new("/data"));
+                (
+                    "bu",
+                    json!([
+                        { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
+                        { "name": "ramdisk", "mountPath": directory.display().to_string() },
+                    ]),
+                    json!([
+                        self.config_volume(),
+                        { "name": "ramdisk", "emptyDir": { "medium": "Memory", "sizeLimit": mebibytes(self.d.ramdisk_bytes()) } },
+                    ]),
+                )
+            }
+            Role::Evm => (
+                "evm",
+                json!([{ "name": "system", "mountPath": "/etc/tessera", "readOnly": true }]),
+                json!([self.config_volume()]),
+            ),
+            Role::Ru { .. } => (
+                "ru",
+                json!([{ "name": "system", "mountPath": "/etc/tessera", "readOnly": true }]),
+                json!([self.config_volume()]),
+            ),
+        };
+        let mut memory = self.d.memory_bytes(unit);
+        if let Role::Bu { .. } = unit.role {
+            // A memory-backed volume's pages are the pod's memory.
+            memory += self.d.ramdisk_bytes();
+        }
+        let cpu = self.d.cpus(unit).to_string();
+        let probe = |delay: u32| {
+            json!({
+                "httpGet": { "path": "/api/v1/health", "port": unit.control_port },
+                "initialDelaySeconds": delay,
+                "periodSeconds": 5,
+                "failureThreshold": 6,
+            })
+        };
+        let container = json!({
+            "name": component,
+            "image": self.opts.image,
+            "args": self.d.unit_args(unit),
+            "env": self.env(),
+            "ports": [{ "name": "control", "containerPort": unit.control_port }],
+            // Requests equal to limits: the data path gets whole cores and its memory, never less.
+            "resources": {
+                "requests": { "cpu": cpu, "memory": mebibytes(memory) },
+                "limits": { "cpu": cpu, "memory": mebibytes(memory) },
+            },
+            "readinessProbe": probe(1),
+            "livenessProbe": probe(10),
+            "securityContext": self.container_security(ucx),
+            "volumeMounts": volume_mounts,
+        });
+        let mut template_meta = json!({ "labels": self.labels(component) });
+        template_meta["annotations"] = json!({
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": unit.control_port.to_string(),
+            "prometheus.io/path": "/metrics",
+        });
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": self.metadata(&unit.name, component),
+            "spec": {
+                "backoffLimit": s.controller.max_restarts,
+                "template": {
+                    "metadata": template_meta,
+                    "spec": self.pod_spec(&unit.host, json!([container]), volumes, "OnFailure"),
+                },
+            },
+        })
+    }
+
+    fn front_end_job(&self, ru: usize) -> Value {
+        let section = &self.d.system.rus[ru];
+        let container = json!({
+            "name": "ferol",
+            "image": self.opts.image,
+            "args": ["ferol", "--system", SYSTEM_PATH, "--ru", section.name, "--log-format", "json"],
+            "resources": {
+                "requests": { "cpu": "1", "memory": "256Mi" },
+                "limits": { "cpu": "1", "memory": "512Mi" },
+            },
+            "securityContext": self.container_security(false),
+            "volumeMounts": [{ "name": "system", "mountPath": "/etc/tessera", "readOnly": true }],
+        });
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": self.metadata(&format!("{}-front-ends", section.name), "front-end"),
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": { "labels": self.labels("front-end") },
+                    "spec": self.pod_spec(&section.host, json!([container]), json!([self.config_volume()]), "Never"),
+                },
+            },
+        })
+    }
+
+    fn fu_deployment(&self, bu: usize) -> Value {
+        let s = &self.d.system;
+        let section = &s.bus[bu];
+        let broker = format!("{}:{}", section.host, section.broker_port.expect("planned"));
+        let output = format!("/data/fu/{}", section.name);
+        let mut args = vec![
+            json!("fu"),
+            json!("--broker"),
+            json!(broker),
+            json!("--output"),
+            json!(output),
+            json!("--run"),
+            json!(self.run.to_string()),
+            json!("--log-format"),
+            json!("json"),
+        ];
+        if self.d.menu.is_some() {
+            args.extend([json!("--menu"), json!(MENU_PATH)]);
+        }
+        let component = format!("fu-{}", section.name);
+        let mut labels = self.labels("fu");
+        labels["tessera.io/bu"] = json!(section.name);
+        let container = json!({
+            "name": "fu",
+            "image": self.opts.image,
+            "args": args,
+            "resources": {
+                "requests": { "cpu": "1", "memory": "512Mi" },
+                "limits": { "cpu": "1", "memory": "1Gi" },
+            },
+            "securityContext": self.container_security(false),
+            "volumeMounts": [
+                { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
+                { "name": "output", "mountPath": "/data" },
+            ],
+        });
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": self.metadata(&component, "fu"),
+            "spec": {
+                "replicas": s.fu.processes_per_bu,
+                "selector": { "matchLabels": labels },
+                "template": {
+                    "metadata": { "labels": labels },
+                    "spec": self.pod_spec(
+                        section.fu_host(),
+                        json!([container]),
+                        json!([self.config_volume(), self.output_volume()]),
+                        "Always",
+                    ),
+                },
+            },
+        })
+    }
+
+    fn merger_job(&self) -> Value {
+        let s = &self.d.system;
+        let host = s.controller.merger_host.clone().unwrap_or_else(|| s.bus[0].fu_host().to_owned());
+        let container = json!({
+            "name": "merge",
+            "image": self.opts.image,
+            "args": ["merge", "--system", SYSTEM_PATH, "--output", "/data", "--log-format", "json"],
+            "resources": {
+                "requests": { "cpu": "1", "memory": "512Mi" },
+                "limits": { "cpu": "1", "memory": "1Gi" },
+            },
+            "securityContext": self.container_security(false),
+            "volumeMounts": [
+                { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
+                { "name": "output", "mountPath": "/data" },
+            ],
+        });
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": self.metadata("mergers", "merger"),
+            "spec": {
+                "backoffLimit": s.controller.max_restarts,
+                "template": {
+                    "metadata": { "labels": self.labels("merger") },
+                    "spec": self.pod_spec(
+                        &host,
+                        json!([container]),
+                        json!([self.config_volume(), self.output_volume()]),
+                        "OnFailure",
+                    ),
+                },
+            },
+        })
+    }
+}
+
+/// The documents as one YAML stream, `---` between them.
+pub fn to_yaml(docs: &[Value]) -> String {
+    docs.iter()
+        .map(|d| serde_saphyr::to_string(d).expect("JSON values always serialize"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> KubernetesOptions {
+        KubernetesOptions {
+            namespace: "daq".into(),
+            image: "tessera:test".into(),
+            base_port: 9100,
+            link_key_hex: "00".repeat(32),
+            control_token: "token".into(),
+            storage_class: None,
+            output_size: "100Gi".into(),
+            menu: None,
+        }
+    }
+
+    fn kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+        docs.iter().filter(|d| d["kind"] == kind).collect()
+    }
+
+    #[test]
+    fn the_laptop_system_renders_a_job_per_unit_fus_mergers_and_its_configuration() {
+        let docs = kubernetes(&SystemConfig::default(), &options()).unwrap();
+        let jobs = kind(&docs, "Job");
+        let names: Vec<&str> = jobs.iter().map(|j| j["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "tessera-1-evm",
+                "tessera-1-ru1",
+                "tessera-1-bu0",
+                "tessera-1-bu1",
+                "tessera-1-ru0-front-ends",
+                "tessera-1-ru1-front-ends",
+                "tessera-1-mergers"
+            ]
+        );
+        assert_eq!(kind(&docs, "Deployment").len(), 2, "the FUs of each BU");
+        let config = kind(&docs, "ConfigMap")[0]["data"]["system.yaml"].as_str().unwrap();
+        let deployed = SystemConfig::from_yaml(config, std::path::Path::new("system.yaml")).unwrap();
+        assert!(deployed.bus.iter().all(|b| b.broker_port.is_some()), "FUs read through brokers");
+        // Loopback hosts: every pod on one node.
+        let evm = &jobs[0]["spec"]["template"]["spec"];
+        assert_eq!(evm["hostNetwork"], true);
+        assert!(evm["affinity"]["podAffinity"].is_object(), "{evm}");
+        let container = &evm["containers"][0];
+        assert_eq!(container["securityContext"]["capabilities"]["drop"][0], "ALL");
+        assert_eq!(container["securityContext"]["capabilities"]["add"].as_array().unwrap().len(), 0);
+        assert_eq!(container["resources"]["requests"], container["resources"]["limits"]);
+        assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/api/v1/health");
+        let bu = &jobs[2]["spec"]["template"]["spec"];
+        assert_eq!(bu["volumes"][1]["emptyDir"]["medium"], "Memory");
+        assert_eq!(bu["containers"][0]["args"][3], "--restart");
+    }
+
+    #[test]
+    fn units_on_named_hosts_are_pinned_to_their_nodes_and_ucx_adds_ipc_lock_alone() {
+        let mut cfg = SystemConfig::default();
+        for (i, ru) in cfg.rus.iter_mut().enumerate() {
+            ru.host = format!("ru-node-{i}");
+        }
+        for (i, bu) in cfg.bus.iter_mut().enumerate() {
+            bu.host = format!("bu-node-{i}");
+        }
+        cfg.transport.ru_bu = tessera_config::Transport::Ucx;
+        let docs = kubernetes(&cfg, &options()).unwrap();
+        let jobs = kind(&docs, "Job");
+        assert_eq!(jobs[2]["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"], "bu-node-0");
+        let caps = &jobs[2]["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"];
+        assert_eq!(caps["add"], json!(["IPC_LOCK"]));
+        let yaml = to_yaml(&docs);
+        assert_eq!(yaml.matches("\n---\n").count() + 1, docs.len(), "one document each");
+    }
+}
