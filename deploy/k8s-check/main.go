@@ -35,6 +35,8 @@ func typed(apiVersion, kind string) (any, error) {
 		return &corev1.PersistentVolumeClaim{}, nil
 	case "v1 Service":
 		return &corev1.Service{}, nil
+	case "v1 Pod":
+		return &corev1.Pod{}, nil
 	case "batch/v1 Job":
 		return &batchv1.Job{}, nil
 	case "apps/v1 Deployment":

@@ -5,14 +5,23 @@ use clap::Subcommand;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use tessera_config::SystemConfig;
-use tessera_deploy::{KubernetesOptions, SystemdOptions};
+use tessera_deploy::{BuStorage, KubernetesOptions, SystemdOptions};
 use tessera_runtime::link::LinkKey;
+
+/// Where the BUs write their run directories under Kubernetes.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum BuStorageArg {
+    /// A memory-backed volume of each BU's pod.
+    Ramdisk,
+    /// The run's shared output volume.
+    Shared,
+}
 
 /// What to render.
 #[derive(Subcommand)]
 pub enum DeployAction {
     /// Kubernetes manifests of the system, as one YAML stream: the system file in a ConfigMap,
-    /// the run's keys in a Secret, a Job per unit on its host's node with host networking (a BU's
+    /// the run's keys in a Secret, a Pod per unit on its host's node with host networking (a BU's
     /// RAM disk a memory-backed volume), the emulated front ends, the FUs of each BU as a
     /// Deployment reading through its broker, the mergers; apply with `kubectl apply -f`.
     Kubernetes {
@@ -37,6 +46,15 @@ pub enum DeployAction {
         /// Write the manifests here instead of standard output (mode 0600: they hold the keys).
         #[arg(long)]
         output: Option<PathBuf>,
+        /// Where the BUs write: `ramdisk`, a memory-backed volume of each BU's pod (its FUs read
+        /// it through its broker; the mergers' check cannot see it), or `shared`, the run's
+        /// shared output volume (which a site may back with memory), where the mergers read the
+        /// BUs' bookkeeping.
+        #[arg(long, value_enum, default_value_t = BuStorageArg::Ramdisk)]
+        bu_storage: BuStorageArg,
+        /// Print each object as one line of JSON instead of a YAML stream.
+        #[arg(long)]
+        json: bool,
     },
     /// systemd units of the system for each of its hosts, written under DIR/<host>/ with the
     /// system file and the run's keys as each host installs them (`/etc/systemd/system/`,
@@ -65,7 +83,17 @@ pub enum DeployAction {
 pub fn deploy(action: DeployAction) -> Result<()> {
     let (link_key, token) = keys()?;
     match action {
-        DeployAction::Kubernetes { system, namespace, image, base_port, storage_class, output_size, output } => {
+        DeployAction::Kubernetes {
+            system,
+            namespace,
+            image,
+            base_port,
+            storage_class,
+            output_size,
+            output,
+            bu_storage,
+            json,
+        } => {
             let cfg = SystemConfig::load(&system)?;
             let opts = KubernetesOptions {
                 namespace,
@@ -76,10 +104,18 @@ pub fn deploy(action: DeployAction) -> Result<()> {
                 storage_class,
                 output_size,
                 menu: menu_text(&cfg)?,
+                bu_storage: match bu_storage {
+                    BuStorageArg::Ramdisk => BuStorage::RamDisk,
+                    BuStorageArg::Shared => BuStorage::Shared,
+                },
             };
             let docs = tessera_deploy::kubernetes(&cfg, &opts)
                 .with_context(|| format!("{}: cannot be deployed", system.display()))?;
-            let text = tessera_deploy::kubernetes::to_yaml(&docs);
+            let text = if json {
+                docs.iter().map(|d| format!("{d}\n")).collect()
+            } else {
+                tessera_deploy::kubernetes::to_yaml(&docs)
+            };
             match output {
                 Some(path) => {
                     write_secret_file(&path, &text)?;

@@ -66,7 +66,7 @@ fn every_example_renders_manifests_the_kubernetes_api_types_decode_strictly() {
         let mode = fs::metadata(&out).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "the manifests hold the run's keys");
         let text = fs::read_to_string(&out).unwrap();
-        assert!(text.contains("kind: Job") && text.contains("kind: ConfigMap") && text.contains("kind: Secret"));
+        assert!(text.contains("kind: Pod") && text.contains("kind: ConfigMap") && text.contains("kind: Secret"));
         manifests.push(out);
     }
     let go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());

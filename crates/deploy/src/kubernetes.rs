@@ -3,15 +3,17 @@
 //! - a ConfigMap with the system file as deployed (and its menu), mounted at `/etc/tessera`;
 //! - a Secret with the run's link key and the control token, given to every process as
 //!   `TESSERA_LINK_KEY` and `TESSERA_CONTROL_TOKEN`;
-//! - a Job per unit (the EVM with RU 0, each other RU, each BU), pinned to its host's node, on the
+//! - a Pod per unit (the EVM with RU 0, each other RU, each BU), pinned to its host's node, on the
 //!   host's network (the data path: FEROL streams and protocol links reach the node's address),
 //!   with CPU and memory from the configuration, restarted in place when it fails (a BU then
-//!   recovers its RAM disk, a memory-backed volume sized from the configuration);
-//! - a Job per emulated RU's front ends (`tessera ferol`), on the RU's node;
+//!   recovers its RAM disk, a memory-backed volume sized from the configuration). A unit belongs
+//!   to its node and its run: a bare Pod (not a Job, which would move it elsewhere and which
+//!   `podman kube play` does not run) says just that;
+//! - a Pod per emulated RU's front ends (`tessera ferol`), on the RU's node;
 //! - per BU, its FUs as a Deployment of `fu.processes_per_bu` replicas on the FU host, reading
 //!   through the BU's file broker, writing to the run's shared output volume (a claim the site
 //!   binds to a file system every FU host shares);
-//! - the mergers as a Job on the merger host, on the same volume;
+//! - the mergers as a Pod on the merger host, on the same volume;
 //! - readiness and liveness probes on every unit's `/api/v1/health`, Prometheus scrape
 //!   annotations on its `/metrics`.
 //!
@@ -49,6 +51,21 @@ pub struct KubernetesOptions {
     pub output_size: String,
     /// The text of the menu file the system names, if it names one.
     pub menu: Option<String>,
+    /// Where each BU writes its files: its own memory-backed volume, or the shared output
+    /// volume, which the mergers read.
+    pub bu_storage: BuStorage,
+}
+
+/// Where the BUs write their run directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BuStorage {
+    /// A memory-backed volume of the BU's own pod (`emptyDir`, `medium: Memory`): the FUs read
+    /// it through the BU's broker; the mergers' check cannot see it.
+    #[default]
+    RamDisk,
+    /// The run's shared output volume (whose storage class a site may back with memory, as CMS
+    /// exports its BUs' RAM disks): the mergers read the BUs' bookkeeping there.
+    Shared,
 }
 
 /// The manifests of `cfg`, one document each, in the order they are applied.
@@ -57,18 +74,18 @@ pub fn kubernetes(cfg: &SystemConfig, opts: &KubernetesOptions) -> Result<Vec<Va
     let k = Render { d: &d, opts, run: cfg.run.number };
     let mut docs = vec![k.config_map(), k.secret(), k.output_claim()];
     for unit in &d.units {
-        docs.push(k.unit_job(unit));
+        docs.push(k.unit_pod(unit));
     }
     for (i, ru) in d.system.rus.iter().enumerate() {
         if ru.emulated && !d.system.is_orbit_mode() {
-            docs.push(k.front_end_job(i));
+            docs.push(k.front_end_pod(i));
         }
     }
     if d.system.fu.enabled {
         for i in 0..d.system.bus.len() {
             docs.push(k.fu_deployment(i));
         }
-        docs.push(k.merger_job());
+        docs.push(k.merger_pod());
     }
     Ok(docs)
 }
@@ -119,9 +136,10 @@ impl Render<'_> {
             "kind": "Secret",
             "metadata": self.metadata("keys", "configuration"),
             "type": "Opaque",
-            "stringData": {
-                "link-key": self.opts.link_key_hex,
-                "control-token": self.opts.control_token,
+            // `data` (base64) rather than `stringData`: podman's `kube play` reads only `data`.
+            "data": {
+                "link-key": base64(self.opts.link_key_hex.as_bytes()),
+                "control-token": base64(self.opts.control_token.as_bytes()),
             },
         })
     }
@@ -217,14 +235,14 @@ impl Render<'_> {
         spec
     }
 
-    fn unit_job(&self, unit: &Placement) -> Value {
+    fn unit_pod(&self, unit: &Placement) -> Value {
         let s = &self.d.system;
         let ucx = match unit.role {
             Role::Bu { .. } => s.transport.ru_bu == tessera_config::Transport::Ucx,
             _ => s.transport.uses_ucx(),
         };
         let (component, volume_mounts, volumes) = match unit.role {
-            Role::Bu { index } => {
+            Role::Bu { index } if self.opts.bu_storage == BuStorage::RamDisk => {
                 let directory = s.bu_directory(index, std::path::Path::new("/data"));
                 (
                     "bu",
@@ -238,6 +256,14 @@ impl Render<'_> {
                     ]),
                 )
             }
+            Role::Bu { .. } => (
+                "bu",
+                json!([
+                    { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
+                    { "name": "output", "mountPath": "/data" },
+                ]),
+                json!([self.config_volume(), self.output_volume()]),
+            ),
             Role::Evm => (
                 "evm",
                 json!([{ "name": "system", "mountPath": "/etc/tessera", "readOnly": true }]),
@@ -250,7 +276,7 @@ impl Render<'_> {
             ),
         };
         let mut memory = self.d.memory_bytes(unit);
-        if let Role::Bu { .. } = unit.role {
+        if matches!(unit.role, Role::Bu { .. }) && self.opts.bu_storage == BuStorage::RamDisk {
             // A memory-backed volume's pages are the pod's memory.
             memory += self.d.ramdisk_bytes();
         }
@@ -268,7 +294,6 @@ impl Render<'_> {
             "image": self.opts.image,
             "args": self.d.unit_args(unit),
             "env": self.env(),
-            "ports": [{ "name": "control", "containerPort": unit.control_port }],
             // Requests equal to limits: the data path gets whole cores and its memory, never less.
             "resources": {
                 "requests": { "cpu": cpu, "memory": mebibytes(memory) },
@@ -279,27 +304,21 @@ impl Render<'_> {
             "securityContext": self.container_security(ucx),
             "volumeMounts": volume_mounts,
         });
-        let mut template_meta = json!({ "labels": self.labels(component) });
-        template_meta["annotations"] = json!({
+        let mut metadata = self.metadata(&unit.name, component);
+        metadata["annotations"] = json!({
             "prometheus.io/scrape": "true",
             "prometheus.io/port": unit.control_port.to_string(),
             "prometheus.io/path": "/metrics",
         });
         json!({
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": self.metadata(&unit.name, component),
-            "spec": {
-                "backoffLimit": s.controller.max_restarts,
-                "template": {
-                    "metadata": template_meta,
-                    "spec": self.pod_spec(&unit.host, json!([container]), volumes, "OnFailure"),
-                },
-            },
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": self.pod_spec(&unit.host, json!([container]), volumes, "OnFailure"),
         })
     }
 
-    fn front_end_job(&self, ru: usize) -> Value {
+    fn front_end_pod(&self, ru: usize) -> Value {
         let section = &self.d.system.rus[ru];
         let container = json!({
             "name": "ferol",
@@ -313,16 +332,10 @@ impl Render<'_> {
             "volumeMounts": [{ "name": "system", "mountPath": "/etc/tessera", "readOnly": true }],
         });
         json!({
-            "apiVersion": "batch/v1",
-            "kind": "Job",
+            "apiVersion": "v1",
+            "kind": "Pod",
             "metadata": self.metadata(&format!("{}-front-ends", section.name), "front-end"),
-            "spec": {
-                "backoffLimit": 0,
-                "template": {
-                    "metadata": { "labels": self.labels("front-end") },
-                    "spec": self.pod_spec(&section.host, json!([container]), json!([self.config_volume()]), "Never"),
-                },
-            },
+            "spec": self.pod_spec(&section.host, json!([container]), json!([self.config_volume()]), "Never"),
         })
     }
 
@@ -382,7 +395,7 @@ impl Render<'_> {
         })
     }
 
-    fn merger_job(&self) -> Value {
+    fn merger_pod(&self) -> Value {
         let s = &self.d.system;
         let host = s.controller.merger_host.clone().unwrap_or_else(|| s.bus[0].fu_host().to_owned());
         let container = json!({
@@ -400,23 +413,30 @@ impl Render<'_> {
             ],
         });
         json!({
-            "apiVersion": "batch/v1",
-            "kind": "Job",
+            "apiVersion": "v1",
+            "kind": "Pod",
             "metadata": self.metadata("mergers", "merger"),
-            "spec": {
-                "backoffLimit": s.controller.max_restarts,
-                "template": {
-                    "metadata": { "labels": self.labels("merger") },
-                    "spec": self.pod_spec(
-                        &host,
-                        json!([container]),
-                        json!([self.config_volume(), self.output_volume()]),
-                        "OnFailure",
-                    ),
-                },
-            },
+            "spec": self.pod_spec(&host, json!([container]), json!([self.config_volume(), self.output_volume()]), "OnFailure"),
         })
     }
+}
+
+/// `bytes` in standard base64, padded.
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// The documents as one YAML stream, `---` between them.
@@ -441,6 +461,7 @@ mod tests {
             storage_class: None,
             output_size: "100Gi".into(),
             menu: None,
+            bu_storage: BuStorage::RamDisk,
         }
     }
 
@@ -449,10 +470,10 @@ mod tests {
     }
 
     #[test]
-    fn the_laptop_system_renders_a_job_per_unit_fus_mergers_and_its_configuration() {
+    fn the_laptop_system_renders_a_pod_per_unit_fus_mergers_and_its_configuration() {
         let docs = kubernetes(&SystemConfig::default(), &options()).unwrap();
-        let jobs = kind(&docs, "Job");
-        let names: Vec<&str> = jobs.iter().map(|j| j["metadata"]["name"].as_str().unwrap()).collect();
+        let pods = kind(&docs, "Pod");
+        let names: Vec<&str> = pods.iter().map(|j| j["metadata"]["name"].as_str().unwrap()).collect();
         assert_eq!(
             names,
             [
@@ -470,7 +491,7 @@ mod tests {
         let deployed = SystemConfig::from_yaml(config, std::path::Path::new("system.yaml")).unwrap();
         assert!(deployed.bus.iter().all(|b| b.broker_port.is_some()), "FUs read through brokers");
         // Loopback hosts: every pod on one node.
-        let evm = &jobs[0]["spec"]["template"]["spec"];
+        let evm = &pods[0]["spec"];
         assert_eq!(evm["hostNetwork"], true);
         assert!(evm["affinity"]["podAffinity"].is_object(), "{evm}");
         let container = &evm["containers"][0];
@@ -478,9 +499,18 @@ mod tests {
         assert_eq!(container["securityContext"]["capabilities"]["add"].as_array().unwrap().len(), 0);
         assert_eq!(container["resources"]["requests"], container["resources"]["limits"]);
         assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/api/v1/health");
-        let bu = &jobs[2]["spec"]["template"]["spec"];
+        let bu = &pods[2]["spec"];
         assert_eq!(bu["volumes"][1]["emptyDir"]["medium"], "Memory");
         assert_eq!(bu["containers"][0]["args"][3], "--restart");
+    }
+
+    #[test]
+    fn secrets_are_base64_as_the_api_has_them() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
     }
 
     #[test]
@@ -494,11 +524,15 @@ mod tests {
         }
         cfg.transport.ru_bu = tessera_config::Transport::Ucx;
         let docs = kubernetes(&cfg, &options()).unwrap();
-        let jobs = kind(&docs, "Job");
-        assert_eq!(jobs[2]["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"], "bu-node-0");
-        let caps = &jobs[2]["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"];
+        let pods = kind(&docs, "Pod");
+        assert_eq!(pods[2]["spec"]["nodeSelector"]["kubernetes.io/hostname"], "bu-node-0");
+        let caps = &pods[2]["spec"]["containers"][0]["securityContext"]["capabilities"];
         assert_eq!(caps["add"], json!(["IPC_LOCK"]));
         let yaml = to_yaml(&docs);
         assert_eq!(yaml.matches("\n---\n").count() + 1, docs.len(), "one document each");
+        // On the shared volume, a BU mounts the run's claim and no memory-backed volume.
+        let shared = kubernetes(&cfg, &KubernetesOptions { bu_storage: BuStorage::Shared, ..options() }).unwrap();
+        let bu = &kind(&shared, "Pod")[2]["spec"];
+        assert_eq!(bu["volumes"][1]["persistentVolumeClaim"]["claimName"], "tessera-1-output");
     }
 }

@@ -1,6 +1,6 @@
 //! Deployments rendered from one Tessera system file, so that nothing is described twice:
 //! [`kubernetes`] manifests (a ConfigMap with the system file, a Secret with the run's keys, a
-//! Job per unit pinned to its node, the FUs as a Deployment per BU, the mergers) and [`systemd`]
+//! Pod per unit pinned to its node, the FUs as a Deployment per BU, the mergers) and [`systemd`]
 //! units per host.
 //!
 //! Both start from [`Deployment::plan`]: the system file made ready to run on many hosts at once.
@@ -12,7 +12,7 @@
 pub mod kubernetes;
 mod systemd;
 
-pub use kubernetes::{KubernetesOptions, kubernetes};
+pub use kubernetes::{BuStorage, KubernetesOptions, kubernetes};
 pub use systemd::{SystemdOptions, UnitFile, systemd};
 
 use std::collections::BTreeSet;
