@@ -55,6 +55,10 @@ pub enum DeployAction {
         /// Print each object as one line of JSON instead of a YAML stream.
         #[arg(long)]
         json: bool,
+        /// A pipestream file (checked first): a Job runs its scan once, its results on the run's
+        /// shared output volume under `pipestream/`.
+        #[arg(long, value_name = "PIPESTREAM.yaml")]
+        pipestream: Option<PathBuf>,
     },
     /// systemd units of the system for each of its hosts, written under DIR/<host>/ with the
     /// system file and the run's keys as each host installs them (`/etc/systemd/system/`,
@@ -93,7 +97,15 @@ pub fn deploy(action: DeployAction) -> Result<()> {
             output,
             bu_storage,
             json,
+            pipestream,
         } => {
+            let pipestream = match pipestream {
+                Some(path) => {
+                    tessera_pipestream::config::PipestreamConfig::load(&path)?;
+                    Some(std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?)
+                }
+                None => None,
+            };
             let cfg = SystemConfig::load(&system)?;
             let opts = KubernetesOptions {
                 namespace,
@@ -108,6 +120,7 @@ pub fn deploy(action: DeployAction) -> Result<()> {
                     BuStorageArg::Ramdisk => BuStorage::RamDisk,
                     BuStorageArg::Shared => BuStorage::Shared,
                 },
+                pipestream,
             };
             let docs = tessera_deploy::kubernetes(&cfg, &opts)
                 .with_context(|| format!("{}: cannot be deployed", system.display()))?;

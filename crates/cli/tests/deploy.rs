@@ -1,5 +1,5 @@
-//! `tessera deploy`: the Kubernetes manifests of every example system file decode strictly
-//! against the official Kubernetes API types (the Go program `deploy/k8s-check`, built on
+//! `tessera deploy`: the Kubernetes manifests of every example system file (and of one with a
+//! pipestream scan's Job) decode strictly against the official Kubernetes API types (the Go program `deploy/k8s-check`, built on
 //! k8s.io/api; under CI it must run), written readable by their owner alone; the systemd units of
 //! the multi-host example, per host, run nothing as root; a wrong file is refused naming it.
 
@@ -69,6 +69,25 @@ fn every_example_renders_manifests_the_kubernetes_api_types_decode_strictly() {
         assert!(text.contains("kind: Pod") && text.contains("kind: ConfigMap") && text.contains("kind: Secret"));
         manifests.push(out);
     }
+    // With a pipestream scan as a Job beside the system.
+    let with_scan = dir.path().join("laptop-2x2.scan.k8s.yaml");
+    let laptop = dir.path().join("laptop-2x2.yaml");
+    let pipestream = repo().join("examples/pipestream.yaml");
+    let (ok, _, stderr) = tessera(
+        &[
+            "deploy",
+            "kubernetes",
+            laptop.to_str().unwrap(),
+            "--pipestream",
+            pipestream.to_str().unwrap(),
+            "--output",
+            with_scan.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{stderr}");
+    assert!(fs::read_to_string(&with_scan).unwrap().contains("name: tessera-1-pipestream-scan"));
+    manifests.push(with_scan);
     let go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
     if !require("Go (the strict decoder deploy/k8s-check is a Go program on k8s.io/api)", go) {
         return;

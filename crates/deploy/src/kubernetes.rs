@@ -54,6 +54,9 @@ pub struct KubernetesOptions {
     /// Where each BU writes its files: its own memory-backed volume, or the shared output
     /// volume, which the mergers read.
     pub bu_storage: BuStorage,
+    /// The text of a pipestream file: a Job runs its scan, writing its results on the shared
+    /// output volume.
+    pub pipestream: Option<String>,
 }
 
 /// Where the BUs write their run directories.
@@ -86,6 +89,9 @@ pub fn kubernetes(cfg: &SystemConfig, opts: &KubernetesOptions) -> Result<Vec<Va
             docs.push(k.fu_deployment(i));
         }
         docs.push(k.merger_pod());
+    }
+    if opts.pipestream.is_some() {
+        docs.push(k.pipestream_job());
     }
     Ok(docs)
 }
@@ -121,6 +127,9 @@ impl Render<'_> {
         let mut data = json!({ "system.yaml": self.d.system_yaml() });
         if let Some(menu) = &self.opts.menu {
             data["menu.yaml"] = json!(menu);
+        }
+        if let Some(pipestream) = &self.opts.pipestream {
+            data["pipestream.yaml"] = json!(pipestream);
         }
         json!({
             "apiVersion": "v1",
@@ -421,6 +430,56 @@ impl Render<'_> {
     }
 }
 
+impl Render<'_> {
+    /// A Job that runs a pipestream scan once: its driver on the host's network (its instances
+    /// are local, or reached through the agents the file names, with the token the Secret may
+    /// hold as `agent-token`), its results under `/data/pipestream`.
+    fn pipestream_job(&self) -> Value {
+        let mut env = self.env();
+        env.as_array_mut().expect("a list").push(json!({
+            "name": "TESSERA_AGENT_TOKEN",
+            "valueFrom": { "secretKeyRef": { "name": self.name("keys"), "key": "agent-token", "optional": true } },
+        }));
+        let container = json!({
+            "name": "pipestream",
+            "image": self.opts.image,
+            "args": ["pipestream", "scan", "/etc/tessera/pipestream.yaml", "--output", "/data/pipestream", "--log-format", "json"],
+            "env": env,
+            "resources": {
+                "requests": { "cpu": "2", "memory": "1Gi" },
+                "limits": { "cpu": "2", "memory": "2Gi" },
+            },
+            "securityContext": self.container_security(false),
+            "volumeMounts": [
+                { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
+                { "name": "output", "mountPath": "/data" },
+            ],
+        });
+        let mut spec = self.pod_spec(
+            "pipestream",
+            json!([container]),
+            json!([self.config_volume(), self.output_volume()]),
+            "Never",
+        );
+        // Wherever the scheduler puts it: the file's hosts are its instances'.
+        if let Some(map) = spec.as_object_mut() {
+            map.remove("nodeSelector");
+        }
+        json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": self.metadata("pipestream-scan", "pipestream"),
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": { "labels": self.labels("pipestream") },
+                    "spec": spec,
+                },
+            },
+        })
+    }
+}
+
 /// `bytes` in standard base64, padded.
 fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -462,6 +521,7 @@ mod tests {
             output_size: "100Gi".into(),
             menu: None,
             bu_storage: BuStorage::RamDisk,
+            pipestream: None,
         }
     }
 
@@ -502,6 +562,18 @@ mod tests {
         let bu = &pods[2]["spec"];
         assert_eq!(bu["volumes"][1]["emptyDir"]["medium"], "Memory");
         assert_eq!(bu["containers"][0]["args"][3], "--restart");
+    }
+
+    #[test]
+    fn a_pipestream_file_adds_its_scan_as_a_job_with_the_file_beside_the_system() {
+        let opts = KubernetesOptions { pipestream: Some("duration_s: 1\n".into()), ..options() };
+        let docs = kubernetes(&SystemConfig::default(), &opts).unwrap();
+        let job = kind(&docs, "Job")[0];
+        assert_eq!(job["metadata"]["name"], "tessera-1-pipestream-scan");
+        let args = &job["spec"]["template"]["spec"]["containers"][0]["args"];
+        assert_eq!(args[0], "pipestream");
+        assert_eq!(args[2], "/etc/tessera/pipestream.yaml");
+        assert_eq!(kind(&docs, "ConfigMap")[0]["data"]["pipestream.yaml"], "duration_s: 1\n");
     }
 
     #[test]
