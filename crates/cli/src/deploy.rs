@@ -60,7 +60,7 @@ pub enum DeployAction {
         #[arg(long, value_name = "PIPESTREAM.yaml")]
         pipestream: Option<PathBuf>,
     },
-    /// systemd units of the system for each of its hosts, written under DIR/<host>/ with the
+    /// systemd units of the system for each of its hosts, written under `DIR/<host>/` with the
     /// system file and the run's keys as each host installs them (`/etc/systemd/system/`,
     /// `/etc/tessera/`).
     Systemd {

@@ -327,19 +327,37 @@ impl Render<'_> {
         })
     }
 
-    fn front_end_pod(&self, ru: usize) -> Value {
-        let section = &self.d.system.rus[ru];
-        let container = json!({
-            "name": "ferol",
+    /// A container beside the units (front ends, FUs, mergers, a scan): `args`, `(cpus, memory
+    /// requested, memory limit)`, the system's configuration, and with `output` the run's shared
+    /// volume at `/data`.
+    fn helper_container(
+        &self,
+        name: &str,
+        args: Value,
+        (cpus, request, limit): (&str, &str, &str),
+        output: bool,
+    ) -> Value {
+        let mut mounts = vec![json!({ "name": "system", "mountPath": "/etc/tessera", "readOnly": true })];
+        if output {
+            mounts.push(json!({ "name": "output", "mountPath": "/data" }));
+        }
+        json!({
+            "name": name,
             "image": self.opts.image,
-            "args": ["ferol", "--system", SYSTEM_PATH, "--ru", section.name, "--log-format", "json"],
+            "args": args,
             "resources": {
-                "requests": { "cpu": "1", "memory": "256Mi" },
-                "limits": { "cpu": "1", "memory": "512Mi" },
+                "requests": { "cpu": cpus, "memory": request },
+                "limits": { "cpu": cpus, "memory": limit },
             },
             "securityContext": self.container_security(false),
-            "volumeMounts": [{ "name": "system", "mountPath": "/etc/tessera", "readOnly": true }],
-        });
+            "volumeMounts": mounts,
+        })
+    }
+
+    fn front_end_pod(&self, ru: usize) -> Value {
+        let section = &self.d.system.rus[ru];
+        let args = json!(["ferol", "--system", SYSTEM_PATH, "--ru", section.name, "--log-format", "json"]);
+        let container = self.helper_container("ferol", args, ("1", "256Mi", "512Mi"), false);
         json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -370,20 +388,7 @@ impl Render<'_> {
         let component = format!("fu-{}", section.name);
         let mut labels = self.labels("fu");
         labels["tessera.io/bu"] = json!(section.name);
-        let container = json!({
-            "name": "fu",
-            "image": self.opts.image,
-            "args": args,
-            "resources": {
-                "requests": { "cpu": "1", "memory": "512Mi" },
-                "limits": { "cpu": "1", "memory": "1Gi" },
-            },
-            "securityContext": self.container_security(false),
-            "volumeMounts": [
-                { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
-                { "name": "output", "mountPath": "/data" },
-            ],
-        });
+        let container = self.helper_container("fu", json!(args), ("1", "512Mi", "1Gi"), true);
         json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -407,20 +412,8 @@ impl Render<'_> {
     fn merger_pod(&self) -> Value {
         let s = &self.d.system;
         let host = s.controller.merger_host.clone().unwrap_or_else(|| s.bus[0].fu_host().to_owned());
-        let container = json!({
-            "name": "merge",
-            "image": self.opts.image,
-            "args": ["merge", "--system", SYSTEM_PATH, "--output", "/data", "--log-format", "json"],
-            "resources": {
-                "requests": { "cpu": "1", "memory": "512Mi" },
-                "limits": { "cpu": "1", "memory": "1Gi" },
-            },
-            "securityContext": self.container_security(false),
-            "volumeMounts": [
-                { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
-                { "name": "output", "mountPath": "/data" },
-            ],
-        });
+        let args = json!(["merge", "--system", SYSTEM_PATH, "--output", "/data", "--log-format", "json"]);
+        let container = self.helper_container("merge", args, ("1", "512Mi", "1Gi"), true);
         json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -440,21 +433,17 @@ impl Render<'_> {
             "name": "TESSERA_AGENT_TOKEN",
             "valueFrom": { "secretKeyRef": { "name": self.name("keys"), "key": "agent-token", "optional": true } },
         }));
-        let container = json!({
-            "name": "pipestream",
-            "image": self.opts.image,
-            "args": ["pipestream", "scan", "/etc/tessera/pipestream.yaml", "--output", "/data/pipestream", "--log-format", "json"],
-            "env": env,
-            "resources": {
-                "requests": { "cpu": "2", "memory": "1Gi" },
-                "limits": { "cpu": "2", "memory": "2Gi" },
-            },
-            "securityContext": self.container_security(false),
-            "volumeMounts": [
-                { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
-                { "name": "output", "mountPath": "/data" },
-            ],
-        });
+        let args = json!([
+            "pipestream",
+            "scan",
+            "/etc/tessera/pipestream.yaml",
+            "--output",
+            "/data/pipestream",
+            "--log-format",
+            "json"
+        ]);
+        let mut container = self.helper_container("pipestream", args, ("2", "1Gi", "2Gi"), true);
+        container["env"] = env;
         let mut spec = self.pod_spec(
             "pipestream",
             json!([container]),

@@ -1,5 +1,5 @@
 //! Deployments rendered from one Tessera system file, so that nothing is described twice:
-//! [`kubernetes`] manifests (a ConfigMap with the system file, a Secret with the run's keys, a
+//! [`kubernetes()`] manifests (a ConfigMap with the system file, a Secret with the run's keys, a
 //! Pod per unit pinned to its node, the FUs as a Deployment per BU, the mergers) and [`systemd`]
 //! units per host.
 //!

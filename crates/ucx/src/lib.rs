@@ -38,7 +38,7 @@
 //! ```ignore
 //! let context = Context::new(Some("tcp"))?;
 //! let worker = Worker::new(&context)?;
-//! worker.set_am_handler(7, |_header, length| vec![0; length])?;
+//! worker.set_am_handler(7, |_header, length| Vec::with_capacity(length))?;
 //! let endpoint = worker.connect(&peer_address, ErrorHandling::Peer)?;
 //! let token = endpoint.send(7, b"header", vec![piece_a, piece_b]);
 //! loop {

@@ -81,8 +81,8 @@ pub enum Event {
 }
 
 /// The closure that gives a rendezvous message's receive buffer: called with the message's
-/// header and length, it returns the `Vec` the data is received into (resized to the length if
-/// it is not of it).
+/// header and length, it returns the `Vec` whose memory the data is received into (emptied, and
+/// given room for the length; its contents are not kept).
 type BufferFn = dyn FnMut(&[u8], usize) -> Vec<u8>;
 
 /// What a callback needs to find its operation: the worker's shared state and the operation's id.
@@ -468,8 +468,9 @@ impl Worker {
     /// messages). Its messages come as [`Event::Received`]: an eager message copied out of UCX's
     /// buffer, a rendezvous message received (`ucp_am_recv_data_nbx`) straight into the `Vec`
     /// that `buffer` gives when called, inside [`progress`](Worker::progress), with the
-    /// message's header and length. A `Vec` of another length is resized to the length. Setting
-    /// a handler again replaces the closure.
+    /// message's header and length: its memory is reused (emptied, with room made for the
+    /// length; nothing is written into it before UCX does), so `Vec::with_capacity(length)` is
+    /// the cheapest answer. Setting a handler again replaces the closure.
     pub fn set_am_handler<F>(&self, am_id: AmId, buffer: F) -> Result<(), Error>
     where
         F: FnMut(&[u8], usize) -> Vec<u8> + 'static,
@@ -571,7 +572,9 @@ impl Worker {
         finished
     }
 
-    /// The buffer the handler of an announced rendezvous message gives for it, of its length.
+    /// The buffer the handler of an announced rendezvous message gives for it: empty, with room
+    /// for its length. Nothing is written into it before UCX does (clearing it would be a pass
+    /// over every byte); its length is set only once UCX has filled it.
     fn buffer_for(&self, arrived: &Arrived) -> Vec<u8> {
         let closure = self.inner.shared.handlers.borrow().get(&arrived.am_id).map(|handler| Rc::clone(&handler.buffer));
         let mut buffer = match closure.as_ref().map(|closure| closure.try_borrow_mut()) {
@@ -579,11 +582,12 @@ impl Worker {
             // No handler any more, or its closure is running (it called progress): a new Vec.
             _ => Vec::new(),
         };
-        buffer.resize(arrived.length, 0);
+        buffer.clear();
+        buffer.reserve_exact(arrived.length);
         buffer
     }
 
-    /// Receives an announced rendezvous message into `buffer` (of its length).
+    /// Receives an announced rendezvous message into `buffer` (empty, with room for its length).
     fn receive_rendezvous(&self, arrived: Arrived, mut buffer: Vec<u8>) {
         let shared = &self.inner.shared;
         let id = shared.next_id();
@@ -599,9 +603,11 @@ impl Worker {
         shared.recvs.borrow_mut().insert(id, RecvSlot { _ctx: ctx, arrival, am_id, header: arrived.header, buffer });
         // SAFETY: the worker is live; `desc` is a rendezvous descriptor from this worker's AM
         // callback, kept (UCS_INPROGRESS) and used once, here (UCP owns it after the call, even
-        // on failure). `data` points to `length` writable bytes of the Vec now in `recvs`, which
-        // is neither read, moved out of nor freed until the receive's callback has run (or the
-        // worker is destroyed). user_data is the slot's context, freed with the slot.
+        // on failure). `data` points to the spare capacity, at least `length` bytes, of the Vec
+        // now in `recvs`, which is neither read, moved out of nor freed until the receive's
+        // callback has run (or the worker is destroyed), and whose length stays 0 until UCX says
+        // it wrote them all (`received_event`). user_data is the slot's context, freed with the
+        // slot.
         let request =
             unsafe { sys::ucp_am_recv_data_nbx(self.inner.handle, arrived.desc, data.cast(), length, &params) };
         if sys::ucs_ptr_is_ptr(request) {
@@ -622,7 +628,10 @@ impl Worker {
 fn received_event(slot: RecvSlot, status: sys::ucs_status_t, length: usize) -> Event {
     let RecvSlot { am_id, header, mut buffer, .. } = slot;
     if status == sys::UCS_OK {
-        buffer.truncate(length);
+        debug_assert!(buffer.is_empty() && buffer.capacity() >= length);
+        // SAFETY: the receive of exactly `length` bytes into the Vec's spare capacity (reserved
+        // for them in `buffer_for`) finished with UCS_OK: UCX wrote every one of them.
+        unsafe { buffer.set_len(length) };
         Event::Received(Message { am_id, header, data: buffer, rendezvous: true })
     } else {
         Event::ReceiveFailed { am_id, header, status: Status::from_code(status) }

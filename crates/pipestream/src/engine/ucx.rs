@@ -205,7 +205,7 @@ impl UcxWorker {
             _ => ErrorHandling::Peer,
         };
         for am in [AM_HELLO, AM_MESSAGE, AM_ACK] {
-            worker.set_am_handler(am, |_, length| vec![0; length]).map_err(failed)?;
+            worker.set_am_handler(am, |_, length| Vec::with_capacity(length)).map_err(failed)?;
         }
         Ok(UcxWorker {
             worker,
