@@ -317,6 +317,8 @@ impl Conn {
         let link_only = !matches!(self.path, Path::Tcp);
         self.write_stream(source, link_only)?;
         if let (Path::Ucx { channel, header }, Some(fabric)) = (&mut self.path, fabric) {
+            // One list of a frame's pieces for the whole flush, not one per frame.
+            let mut pieces = Vec::new();
             while channel.has_room() && self.out.front().is_some_and(|(f, _)| !matches!(f, OutFrame::Link(_))) {
                 let (frame, length) = self.out.pop_front().expect("looked at");
                 let bytes = match frame {
@@ -326,11 +328,11 @@ impl Conn {
                         // out of the receive memory, which the RU reuses (docs/design.md).
                         let mut bytes = Vec::with_capacity(length);
                         bytes.extend_from_slice(&frame_head);
-                        let mut pieces = Vec::new();
+                        pieces.clear();
                         for &f in &fragments {
                             source.pieces(f, &mut pieces);
                         }
-                        for p in pieces {
+                        for p in &pieces {
                             bytes.extend_from_slice(p);
                         }
                         crate::copies::copied(crate::copies::Unit::Ru, length - frame_head.len());
