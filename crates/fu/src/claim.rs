@@ -258,35 +258,6 @@ pub trait FileSource {
     fn remove_summary(&self) -> Result<(), FuError>;
 }
 
-/// Gives claims of processes on the source's host that no longer run back to the pool, after
-/// `finish_dead` has completed whatever each left half done (it is called with each dead pid
-/// first). Returns the claims given back (not those finished or given back meanwhile).
-pub fn return_dead_claims(
-    source: &dyn FileSource,
-    state: &BuRunState,
-    mut finish_dead: impl FnMut(u32) -> Result<(), FuError>,
-) -> Result<Vec<ClaimedRawName>, FuError> {
-    let mine = |c: &&ClaimedRawName| c.host == source.host();
-    let dead: BTreeSet<u32> = state
-        .claimed
-        .iter()
-        .filter(mine)
-        .filter(|c| c.pid != source.pid() && !process_alive(c.pid))
-        .map(|c| c.pid)
-        .collect();
-    let mut returned = Vec::new();
-    for pid in dead {
-        finish_dead(pid)?;
-        for claim in state.claimed.iter().filter(mine).filter(|c| c.pid == pid) {
-            // A listing is a moment's: the claim may have been finished since.
-            if source.give_back(claim)? {
-                returned.push(claim.clone());
-            }
-        }
-    }
-    Ok(returned)
-}
-
 impl FileSource for Claimer {
     fn host(&self) -> &str {
         &self.host

@@ -54,6 +54,7 @@ impl StreamSet {
 pub mod broker;
 pub mod claim;
 pub mod exec;
+pub mod instance;
 pub mod merge;
 pub mod orbit;
 pub mod output;

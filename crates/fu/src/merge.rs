@@ -18,7 +18,8 @@
 //! merger killed at any point redoes or skips each step when it restarts, guided by `.done`
 //! markers written after a lumi section's outputs are published.
 
-use crate::claim::{remove_if_present, return_dead_claims};
+use crate::claim::remove_if_present;
+use crate::instance::NON_FU_ID;
 use crate::output::{DATA_EXT, FU_OUTPUT_JSD, FuOutputDir, list, write_atomically};
 use crate::remote::BuAccess;
 use crate::{ERROR_STREAM, FuError, io_error};
@@ -196,12 +197,12 @@ impl MicroMerger {
     /// One pass: finishes what dead FU processes left, then merges every lumi section that is
     /// drained at the BU and not merged yet.
     pub fn pass(&self) -> Result<MergePass, FuError> {
-        let source = self.bu.open(self.run, &self.host, std::process::id(), BROKER_PATIENCE)?;
+        let source = self.bu.open(self.run, &self.host, NON_FU_ID, BROKER_PATIENCE)?;
         let source = source.as_ref();
         let outputs = FuOutputDir::create(&self.fu_output_dir, self.run)?;
         let target = FuOutputDir::create(&self.mini_dir, self.run)?;
         let Some(mut state) = source.state()? else { return Ok(MergePass::default()) };
-        if !return_dead_claims(source, &state, |pid| outputs.finish_dead(pid, source))?.is_empty() {
+        if !outputs.return_dead_claims(source, &state)?.is_empty() {
             state = source.state()?.unwrap_or_default();
         }
         let mut pass = MergePass::default();

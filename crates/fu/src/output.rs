@@ -13,10 +13,12 @@
 //! every incarnation of its FUs, killed ones included ([`ledger_events`]); being
 //! named by the record, it is written once however often the record is carried out.
 
-use crate::claim::{FileSource, remove_if_present};
+use crate::claim::{BuRunState, FileSource, remove_if_present};
+use crate::instance;
 use crate::{ERROR_STREAM, FuError, io_error};
 use serde::{Deserialize, Serialize};
-use std::fs::{self, File};
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -138,6 +140,33 @@ impl FuOutputDir {
         }
     }
 
+    /// Gives claims of processes on the source's host that no longer run back to the pool,
+    /// after finishing whatever each left half done ([`FuOutputDir::finish_dead`]); a process
+    /// runs while it holds its id here ([`instance`](crate::instance)). Returns the claims given
+    /// back (not those finished or given back meanwhile).
+    pub fn return_dead_claims(
+        &self,
+        source: &dyn FileSource,
+        state: &BuRunState,
+    ) -> Result<Vec<ClaimedRawName>, FuError> {
+        let mine = |c: &&ClaimedRawName| c.host == source.host();
+        let others: BTreeSet<u32> =
+            state.claimed.iter().filter(mine).map(|c| c.pid).filter(|&pid| pid != source.pid()).collect();
+        let mut returned = Vec::new();
+        for pid in others {
+            // Held until its claims are given back: no process takes the id meanwhile.
+            let Some(_held) = instance::dead(&self.dir, pid)? else { continue };
+            self.finish_dead(pid, source)?;
+            for claim in state.claimed.iter().filter(mine).filter(|c| c.pid == pid) {
+                // A listing is a moment's: the claim may have been finished since.
+                if source.give_back(claim)? {
+                    returned.push(claim.clone());
+                }
+            }
+        }
+        Ok(returned)
+    }
+
     /// Completes what process `pid`, now dead, left half done: carries out its commit records
     /// (moving its outputs into place and removing their inputs through `claimer`), then drops
     /// its other files under `open/`. Idempotent.
@@ -173,6 +202,12 @@ impl FuOutputDir {
         let open = self.dir.join(names::OPEN_DIR);
         for name in &record.outputs {
             let (from, to) = (open.join(name), self.dir.join(name));
+            if from.exists() && to.exists() {
+                return Err(FuError::Bookkeeping {
+                    path: to,
+                    problem: format!("is published already; {} would replace it", from.display()),
+                });
+            }
             match fs::rename(&from, &to) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound && to.exists() => {}
@@ -385,7 +420,10 @@ impl LumiOutputs {
                     ext: DATA_EXT.to_owned(),
                 };
                 let path = self.dir.dir.join(names::OPEN_DIR).join(name.to_string());
-                let mut file = File::create(&path).map_err(io_error("creating", &path))?;
+                // Ids are never reused within a run, so the name is new: an existing file is
+                // another process's, never to be overwritten.
+                let mut file =
+                    OpenOptions::new().write(true).create_new(true).open(&path).map_err(io_error("creating", &path))?;
                 file.write_all(&[0; RAW_V2_HEADER_BYTES]).map_err(io_error("writing", &path))?;
                 stream.file = Some((file, path));
             }

@@ -9,7 +9,8 @@
 //! sections not yet ended as a part (outputs named `pidPPPPPcK`, as a section met again is),
 //! which removes their inputs; the mergers take every part of a section.
 
-use crate::claim::{BuRunState, ClaimedFile, FileSource, remove_if_present, return_dead_claims};
+use crate::claim::{BuRunState, ClaimedFile, FileSource, remove_if_present};
+use crate::instance::Instance;
 use crate::orbit::UnpackedOrbits;
 use crate::output::{Batch, EventOutcome, FuOutputDir, LumiOutputs, ledger_events, ledger_orbits, write_atomically};
 use crate::remote::BuAccess;
@@ -35,7 +36,9 @@ pub struct FuConfig {
     pub run: u32,
     /// This host's name, as written into claimed file names.
     pub host: String,
-    /// This process's id, as written into claimed and output file names.
+    /// This process's id: the id written into claimed and output file names when no process of
+    /// the run had it in the output directory, as processes in other containers may have
+    /// ([`instance`](crate::instance)).
     pub pid: u32,
     /// How long to sleep when there is nothing to claim.
     pub poll_interval: Duration,
@@ -106,9 +109,21 @@ impl FuReport {
 /// Runs an FU process until the BU's run has ended and every file of it is processed, or
 /// until `stop` is set (then it leaves at once; its claims go back to the pool when it is gone).
 pub fn run_fu(cfg: &FuConfig, hlt: &mut dyn Hlt, stop: &AtomicBool) -> Result<FuReport, FuError> {
+    let outputs = FuOutputDir::create(&cfg.output_dir, cfg.run)?;
+    // Held for the process's life: its id among the processes sharing the output directory.
+    let instance = Instance::register(outputs.path(), cfg.pid)?;
+    if instance.id() != cfg.pid {
+        tracing::info!(
+            "FU process {} takes the id pid{} in {}: another process of the run had its process id there",
+            cfg.pid,
+            instance.id(),
+            outputs.path().display()
+        );
+    }
+    let cfg = &FuConfig { pid: instance.id(), ..cfg.clone() };
     let source = cfg.bu.open(cfg.run, &cfg.host, cfg.pid, cfg.run_start_timeout)?;
     let mut resources = Resources::new(cfg, source.as_ref());
-    let result = run_loop(cfg, source.as_ref(), hlt, stop, &mut resources);
+    let result = run_loop(cfg, outputs, source.as_ref(), hlt, stop, &mut resources);
     // Gone is not stale: the BU judges the FUs that remain.
     resources.remove();
     result
@@ -199,6 +214,7 @@ impl<'a> Resources<'a> {
 
 fn run_loop(
     cfg: &FuConfig,
+    outputs: FuOutputDir,
     source: &dyn FileSource,
     hlt: &mut dyn Hlt,
     stop: &AtomicBool,
@@ -207,7 +223,7 @@ fn run_loop(
     let mut fu = Fu {
         cfg,
         source,
-        outputs: FuOutputDir::create(&cfg.output_dir, cfg.run)?,
+        outputs,
         name: format!("{}-pid{}", source.host(), cfg.pid),
         open: BTreeMap::new(),
         commits: BTreeMap::new(),
@@ -446,7 +462,7 @@ impl Fu<'_> {
     /// the pool; true if there were any.
     fn return_dead_claims(&mut self, state: &BuRunState) -> Result<bool, FuError> {
         let (outputs, source) = (&self.outputs, self.source);
-        let returned = return_dead_claims(source, state, |pid| outputs.finish_dead(pid, source))?;
+        let returned = outputs.return_dead_claims(source, state)?;
         self.report.returned_claims += returned.len() as u64;
         Ok(!returned.is_empty())
     }

@@ -2,11 +2,12 @@
 //! with the faults a crashed process leaves behind. Each test checks that every built event is
 //! processed exactly once and that the final files hold exactly the selected events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 use tessera_formats::bookkeeping::{FuOutputDoc, adler32};
 use tessera_formats::frd::FrdEvent;
 use tessera_formats::names::{ClaimedRawName, Producer, StreamFileName};
@@ -118,7 +119,11 @@ impl Farm {
     }
 
     fn run_fu(&self, bu: &str) -> tessera_fu::process::FuReport {
-        run_fu(&self.fu_config(bu), &mut TestHlt::new(), &AtomicBool::new(false)).unwrap()
+        self.run_fu_as(&self.fu_config(bu))
+    }
+
+    fn run_fu_as(&self, cfg: &FuConfig) -> tessera_fu::process::FuReport {
+        run_fu(cfg, &mut TestHlt::new(), &AtomicBool::new(false)).unwrap()
     }
 
     fn micro(&self, bu: &str) -> MicroMerger {
@@ -252,6 +257,106 @@ fn fu_2x1_chain_two_bus_write_one_final_file_per_lumi_section_and_stream() {
     // Nothing is left behind in storage's open/.
     let open: Vec<_> = fs::read_dir(farm.run_dir(farm.storage()).join("open")).unwrap().collect();
     assert!(open.is_empty(), "{open:?}");
+}
+
+/// The test HLT, waiting at its first file until `together` FUs have each claimed one (at
+/// most 10 s), so that they share the work.
+struct TogetherHlt {
+    hlt: TestHlt,
+    arrived: Arc<AtomicUsize>,
+    together: usize,
+    waited: bool,
+}
+
+impl Hlt for TogetherHlt {
+    fn streams(&self) -> &[String] {
+        &self.hlt.streams
+    }
+
+    fn select_file(
+        &mut self,
+        file: &Path,
+        events: &[FrdEvent<'_>],
+        verdicts: &mut Vec<Verdict>,
+    ) -> Result<(), FuError> {
+        if !self.waited {
+            self.waited = true;
+            self.arrived.fetch_add(1, Ordering::SeqCst);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while self.arrived.load(Ordering::SeqCst) < self.together && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.hlt.select_file(file, events, verdicts)
+    }
+}
+
+/// The producers of the ledger entries of an FU output run directory: which ids published.
+fn ledger_producers(fu_run: &Path) -> BTreeSet<String> {
+    fs::read_dir(fu_run.join("ledger"))
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .split('_')
+                .nth(2)
+                .unwrap()
+                .trim_end_matches(".processed")
+                .to_owned()
+        })
+        .map(|p| p.split('c').next().unwrap().to_owned())
+        .collect()
+}
+
+/// Two FUs of one BU in two containers of one node (a Deployment of FUs) are both process 1 and
+/// share the output directory: they take different ids, so neither writes over the other's
+/// outputs, and storage holds every event once.
+#[test]
+fn fu_1x1_two_fus_both_process_1_in_one_output_directory_take_different_ids() {
+    let farm = Farm::new(1);
+    let cfg = FuConfig { pid: 1, ..farm.fu_config("bu0") };
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let reports: Vec<_> = std::thread::scope(|s| {
+        let fus: Vec<_> = (0..2)
+            .map(|_| {
+                let (cfg, arrived) = (&cfg, arrived.clone());
+                s.spawn(move || {
+                    let mut hlt = TogetherHlt { hlt: TestHlt::new(), arrived, together: 2, waited: false };
+                    run_fu(cfg, &mut hlt, &AtomicBool::new(false)).unwrap()
+                })
+            })
+            .collect();
+        fus.into_iter().map(|fu| fu.join().unwrap()).collect()
+    });
+    assert!(reports.iter().all(|r| r.events > 0), "both FUs processed files: {reports:?}");
+    assert_eq!(reports.iter().map(|r| r.events).sum::<u64>(), 75);
+    let producers = ledger_producers(&farm.run_dir(farm.fu_dir("bu0")));
+    assert_eq!(producers, BTreeSet::from(["pid00001".to_owned(), "pid4194305".to_owned()]));
+    farm.merge_all();
+    farm.check_storage();
+}
+
+/// An FU that is process 1 in its container stops holding claims; its replacement is process 1
+/// too: it takes another id, finds the first one's id no longer held, and takes its claims over
+/// (before ids were registered, it took them for its own and never processed them).
+#[test]
+fn fu_1x1_fu_restarted_as_the_same_process_id_takes_over_its_predecessors_claims() {
+    let farm = Farm::new(1);
+    let cfg = FuConfig { pid: 1, ..farm.fu_config("bu0") };
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let mut hlt =
+        HookedHlt::new(|file| file.to_string_lossy().contains("_ls0002_"), move || flag.store(true, Ordering::SeqCst));
+    let first = run_fu(&cfg, &mut hlt, &stop).unwrap();
+    let bu_run = farm.run_dir(farm.bu_dir("bu0"));
+    let held: Vec<_> = fs::read_dir(bu_run.join("fu")).unwrap().collect();
+    assert!(!held.is_empty(), "the first FU left with claims");
+    let second = farm.run_fu_as(&cfg);
+    assert!(second.returned_claims >= 1, "{second:?}");
+    assert_eq!(first.events + second.events, 75, "{first:?} {second:?}");
+    farm.merge_all();
+    farm.check_storage();
 }
 
 /// A pid no process has: above the kernel's largest.
