@@ -9,7 +9,7 @@ use tessera_deploy::{BuStorage, KubernetesOptions, SystemdOptions};
 use tessera_runtime::link::LinkKey;
 
 /// Where the BUs write their run directories under Kubernetes.
-#[derive(Clone, Copy, clap::ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BuStorageArg {
     /// A memory-backed volume of each BU's pod.
     Ramdisk,
@@ -107,6 +107,14 @@ pub fn deploy(action: DeployAction) -> Result<()> {
                 None => None,
             };
             let cfg = SystemConfig::load(&system)?;
+            if cfg.fu.enabled && bu_storage == BuStorageArg::Ramdisk {
+                // Said on every render: the default leaves storage unproven, and a user must know.
+                eprintln!(
+                    "note: with --bu-storage ramdisk the mergers cannot read the BUs' bookkeeping, so they \
+                     cannot prove storage complete and their pod does not end cleanly; --bu-storage shared \
+                     (its storage class backed by memory) gives the whole chain (docs/deployment.md)"
+                );
+            }
             let opts = KubernetesOptions {
                 namespace,
                 image,

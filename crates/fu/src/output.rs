@@ -142,7 +142,7 @@ impl FuOutputDir {
 
     /// Gives claims of processes on the source's host that no longer run back to the pool,
     /// after finishing whatever each left half done ([`FuOutputDir::finish_dead`]); a process
-    /// runs while it holds its id here ([`instance`](crate::instance)). Returns the claims given
+    /// runs while it holds its id here ([`instance`]). Returns the claims given
     /// back (not those finished or given back meanwhile).
     pub fn return_dead_claims(
         &self,
