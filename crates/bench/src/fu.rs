@@ -303,6 +303,7 @@ fn merge_all(root: &Path, streams: &[String]) -> Result<(), BenchError> {
         nodes: vec![NODE.into()],
         run: RUN,
         streams: streams.to_vec(),
+        bookkeeping_copy: None,
     };
     let macro_merger =
         MacroMerger { storage_dir: root.join("storage"), bus: vec![BU.into()], run: RUN, streams: streams.to_vec() };

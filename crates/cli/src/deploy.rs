@@ -9,7 +9,7 @@ use tessera_deploy::{BuStorage, KubernetesOptions, SystemdOptions};
 use tessera_runtime::link::LinkKey;
 
 /// Where the BUs write their run directories under Kubernetes.
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, clap::ValueEnum)]
 pub enum BuStorageArg {
     /// A memory-backed volume of each BU's pod.
     Ramdisk,
@@ -47,9 +47,9 @@ pub enum DeployAction {
         #[arg(long)]
         output: Option<PathBuf>,
         /// Where the BUs write: `ramdisk`, a memory-backed volume of each BU's pod (its FUs read
-        /// it through its broker; the mergers' check cannot see it), or `shared`, the run's
-        /// shared output volume (which a site may back with memory), where the mergers read the
-        /// BUs' bookkeeping.
+        /// it through its broker, and its own micro and mini mergers run in its pod), or
+        /// `shared`, the run's shared output volume (which a site may back with memory), where
+        /// one mergers' pod reads every BU.
         #[arg(long, value_enum, default_value_t = BuStorageArg::Ramdisk)]
         bu_storage: BuStorageArg,
         /// Print each object as one line of JSON instead of a YAML stream.
@@ -107,14 +107,6 @@ pub fn deploy(action: DeployAction) -> Result<()> {
                 None => None,
             };
             let cfg = SystemConfig::load(&system)?;
-            if cfg.fu.enabled && bu_storage == BuStorageArg::Ramdisk {
-                // Said on every render: the default leaves storage unproven, and a user must know.
-                eprintln!(
-                    "note: with --bu-storage ramdisk the mergers cannot read the BUs' bookkeeping, so they \
-                     cannot prove storage complete and their pod does not end cleanly; --bu-storage shared \
-                     (its storage class backed by memory) gives the whole chain (docs/deployment.md)"
-                );
-            }
             let opts = KubernetesOptions {
                 namespace,
                 image,

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tessera_config::SystemConfig;
 use tessera_control::chain::{check_chain, storage_run_dir};
-use tessera_control::farm::{FarmDirs, Mergers, make_hlt, system_streams};
+use tessera_control::farm::{FarmDirs, MergerPart, Mergers, make_hlt, system_streams};
 use tessera_formats::names;
 use tessera_fu::claim::host_name;
 use tessera_fu::merge::with_error_stream;
@@ -189,6 +189,23 @@ pub struct MergeArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 3600)]
     pub timeout_s: u64,
+    /// Run only this BU's micro and mini mergers, on a host that sees its directory (beside a
+    /// BU whose RAM disk no other host sees), until its share of the run is in storage; the
+    /// macro merger then runs elsewhere with `--macro-only`.
+    #[arg(long, value_name = "BU", conflicts_with = "macro_only")]
+    pub bu: Option<String>,
+    /// With `--bu`: copy the BU's end-of-lumi-section and end-of-run documents into this
+    /// directory (it holds `runRRRRRR/`), before anything that depends on them reaches storage,
+    /// so that `--macro-only` on another host checks storage against them there.
+    #[arg(long, value_name = "DIR", requires = "bu")]
+    pub bookkeeping_copy: Option<PathBuf>,
+    /// Run only the macro merger, then the check against the BUs' bookkeeping.
+    #[arg(long)]
+    pub macro_only: bool,
+    /// Read each BU's bookkeeping for the check from `DIR/<bu>/runRRRRRR/` (the copies its
+    /// `--bu` mergers made) instead of its directory.
+    #[arg(long, value_name = "DIR")]
+    pub bookkeeping: Option<PathBuf>,
 }
 
 /// `tessera merge`: every merger of a system's farm, in this process, until the run is merged
@@ -204,14 +221,36 @@ pub fn merge(args: &MergeArgs) -> Result<bool> {
     })?;
     let streams = system_streams(&cfg)?;
     let dirs = FarmDirs::of(&cfg, &output);
-    let mergers = Mergers::new(&cfg, &output, &dirs, &streams);
+    let part = match (&args.bu, args.macro_only) {
+        (Some(name), _) => MergerPart::Bu {
+            index: cfg.bus.iter().position(|b| &b.name == name).with_context(|| {
+                let names: Vec<&str> = cfg.bus.iter().map(|b| b.name.as_str()).collect();
+                format!("--bu {name}: {} has no such BU (it has {})", args.system.display(), names.join(", "))
+            })?,
+            bookkeeping_copy: args.bookkeeping_copy.clone(),
+        },
+        (None, true) => MergerPart::Macro,
+        (None, false) => MergerPart::All,
+    };
+    let mergers = Mergers::part(&cfg, &output, &dirs, &streams, &part);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
     let poll = Duration::from_millis(cfg.fu.poll_interval_ms.max(1));
     mergers.run(&stop, poll, Some(Instant::now() + Duration::from_secs(args.timeout_s)))?;
-    let bu_run_dirs: Vec<PathBuf> =
-        (0..cfg.bus.len()).map(|i| cfg.bu_directory(i, &output).join(names::run_dir_name(cfg.run.number))).collect();
+    if let MergerPart::Bu { index, .. } = part {
+        // Each lumi section was proven against the BU's NEvents before it reached storage; the
+        // whole chain is checked where the macro merger runs.
+        println!("merged {}'s share of run {} into {}", cfg.bus[index].name, cfg.run.number, dirs.storage.display());
+        return Ok(true);
+    }
+    let bu_run_dirs: Vec<PathBuf> = (0..cfg.bus.len())
+        .map(|i| match &args.bookkeeping {
+            Some(copies) => copies.join(&cfg.bus[i].name),
+            None => cfg.bu_directory(i, &output),
+        })
+        .map(|dir| dir.join(names::run_dir_name(cfg.run.number)))
+        .collect();
     let storage = storage_run_dir(&dirs, cfg.run.number);
     let check = check_chain(&bu_run_dirs, &storage, cfg.run.number, &with_error_stream(&streams));
     let (built, processed) = check.totals();

@@ -160,6 +160,67 @@ fn merge_1x1_merger_killed_mid_run_resumes_and_storage_proves_every_event() {
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
 }
 
+/// Each BU's mergers apart, where its directory is seen (as beside a BU whose RAM disk is its
+/// own), copying its bookkeeping; then the macro merger elsewhere, checking against the copies.
+#[test]
+fn merge_2x1_each_bus_mergers_apart_then_the_macro_merger_checks_against_their_copies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let copies = tmp.path().join("copies");
+    let at_bus = tmp.path().join("system.yaml");
+    fs::write(
+        &at_bus,
+        format!(
+            "run: {{number: 3, events: 4000, orbits_per_lumi_section: 256, output: {}}}\n\
+             trigger: {{free_running: true}}\n\
+             rus:\n  - {{name: ru0, feds: \"1024,0-7\", fragment_size: {{bytes: 8192}}}}\n\
+             bus:\n  - {{name: bu0}}\n  - {{name: bu1}}\n\
+             fu: {{merge: false}}\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    let run = tessera().arg("run").arg(&at_bus).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let wrong = tessera().args(["merge", "--bu", "bu7", "--system"]).arg(&at_bus).output().unwrap();
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(!wrong.status.success() && err.contains("--bu bu7") && err.contains("it has bu0, bu1"), "{err}");
+    for bu in ["bu0", "bu1"] {
+        let merged = tessera()
+            .args(["merge", "--timeout-s", "300", "--bu", bu, "--bookkeeping-copy"])
+            .arg(copies.join(bu))
+            .arg("--system")
+            .arg(&at_bus)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&merged.stdout);
+        assert!(merged.status.success(), "{text}\n{}", String::from_utf8_lossy(&merged.stderr));
+        assert!(text.contains(&format!("merged {bu}'s share of run 3")), "{text}");
+        // The copies are the BU's own records.
+        let (own, copy) = (out.join(bu).join("run000003"), copies.join(bu).join("run000003"));
+        let copied: Vec<_> = fs::read_dir(&copy).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(copied.iter().any(|n| n.to_string_lossy().ends_with("_EoR.jsn")), "{copied:?}");
+        for name in copied {
+            assert_eq!(fs::read(own.join(&name)).unwrap(), fs::read(copy.join(&name)).unwrap(), "{name:?}");
+        }
+    }
+    // Where the macro merger runs, it checks against the copies: the BUs' directories are not
+    // there.
+    for bu in ["bu0", "bu1"] {
+        fs::rename(out.join(bu), tmp.path().join(format!("elsewhere-{bu}"))).unwrap();
+    }
+    let merged = tessera()
+        .args(["merge", "--timeout-s", "300", "--macro-only", "--bookkeeping"])
+        .arg(&copies)
+        .arg("--system")
+        .arg(&at_bus)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&merged.stdout);
+    assert!(merged.status.success(), "{text}\n{}", String::from_utf8_lossy(&merged.stderr));
+    assert!(text.contains("built 4000 = processed 4000") && text.ends_with("holds\n"), "{text}");
+}
+
 #[test]
 fn run_with_a_menu_that_cannot_be_read_is_refused_before_anything_starts() {
     let tmp = tempfile::tempdir().unwrap();

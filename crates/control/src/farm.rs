@@ -597,19 +597,49 @@ impl Drop for Farm {
     }
 }
 
-/// Every merger of a farm, run in turn by one thread.
+/// Every merger of a farm, or a part of them, run in turn by one thread.
 pub struct Mergers {
     micro: Vec<MicroMerger>,
     mini: Vec<MiniMerger>,
-    macro_merger: MacroMerger,
+    macro_merger: Option<MacroMerger>,
+}
+
+/// Which of a farm's mergers a [`Mergers`] runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergerPart {
+    /// Every one: micro and mini per BU, and the macro merger.
+    All,
+    /// The micro and mini mergers of BU `index` alone, on a host that sees its directory (its
+    /// pod, when it writes to a memory-backed volume of its own); they end once its share of the
+    /// run is in storage.
+    Bu {
+        /// The BU, an index into the system file's `bus`.
+        index: usize,
+        /// Where the mini merger copies the BU's bookkeeping for the check (see
+        /// [`MiniMerger::bookkeeping_copy`]).
+        bookkeeping_copy: Option<PathBuf>,
+    },
+    /// The macro merger alone, when every BU's own mergers run beside it ([`MergerPart::Bu`]).
+    Macro,
 }
 
 impl Mergers {
     /// Every merger of the farm of `cfg`'s run under `output`, for the HLT's `streams`.
     pub fn new(cfg: &SystemConfig, output: &Path, dirs: &FarmDirs, streams: &[String]) -> Self {
+        Mergers::part(cfg, output, dirs, streams, &MergerPart::All)
+    }
+
+    /// The mergers of `part` of the farm of `cfg`'s run under `output`, for the HLT's `streams`.
+    pub fn part(cfg: &SystemConfig, output: &Path, dirs: &FarmDirs, streams: &[String], part: &MergerPart) -> Self {
         let run = cfg.run.number;
         let host = host_name();
-        let micro = (0..cfg.bus.len())
+        let (bus, copy) = match part {
+            MergerPart::All => (0..cfg.bus.len(), None),
+            MergerPart::Bu { index, bookkeeping_copy } => (*index..*index + 1, bookkeeping_copy.clone()),
+            MergerPart::Macro => (0..0, None),
+        };
+        let micro = bus
+            .clone()
             .map(|i| MicroMerger {
                 bu: BuAccess::Directory(cfg.bu_directory(i, output)),
                 fu_output_dir: dirs.fu[i].clone(),
@@ -620,7 +650,7 @@ impl Mergers {
                 host: host.clone(),
             })
             .collect();
-        let mini = (0..cfg.bus.len())
+        let mini = bus
             .map(|i| MiniMerger {
                 bu_dir: cfg.bu_directory(i, output),
                 mini_dir: dirs.mini[i].clone(),
@@ -629,18 +659,19 @@ impl Mergers {
                 nodes: vec![NODE.into()],
                 run,
                 streams: streams.to_vec(),
+                bookkeeping_copy: copy.clone(),
             })
             .collect();
-        let macro_merger = MacroMerger {
+        let macro_merger = matches!(part, MergerPart::All | MergerPart::Macro).then(|| MacroMerger {
             storage_dir: dirs.storage.clone(),
             bus: cfg.bus.iter().map(|b| b.name.clone()).collect(),
             run,
             streams: streams.to_vec(),
-        };
+        });
         Mergers { micro, mini, macro_merger }
     }
 
-    /// Passes until the macro merger has ended the run, `stop` is set, or `deadline` passes.
+    /// Passes until the run is merged (see [`Mergers::pass`]), `stop` is set, or `deadline` passes.
     pub fn run(&self, stop: &AtomicBool, poll: Duration, deadline: Option<Instant>) -> Result<(), MergeError> {
         let mut full_since: Option<Instant> = None;
         while !stop.load(Ordering::SeqCst) {
@@ -665,15 +696,21 @@ impl Mergers {
         Err(MergeError::Stopped)
     }
 
-    /// One pass of every merger; true once the macro merger has ended the run.
+    /// One pass of every merger; true once the macro merger has ended the run, or without one,
+    /// once every mini merger has put its BU's share of the run into storage.
     fn pass(&self) -> Result<bool, MergeError> {
         for m in &self.micro {
             m.pass().map_err(|error| MergeError::Micro { dir: m.fu_output_dir.clone(), error: Box::new(error) })?;
         }
+        let mut minis_finished = true;
         for m in &self.mini {
-            m.pass().map_err(|error| MergeError::Mini { bu: m.bu.clone(), error: Box::new(error) })?;
+            minis_finished &=
+                m.pass().map_err(|error| MergeError::Mini { bu: m.bu.clone(), error: Box::new(error) })?.finished;
         }
-        Ok(self.macro_merger.pass().map_err(|error| MergeError::Macro { error: Box::new(error) })?.finished)
+        match &self.macro_merger {
+            Some(m) => Ok(m.pass().map_err(|error| MergeError::Macro { error: Box::new(error) })?.finished),
+            None => Ok(minis_finished),
+        }
     }
 }
 

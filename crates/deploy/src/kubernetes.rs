@@ -13,7 +13,10 @@
 //! - per BU, its FUs as a Deployment of `fu.processes_per_bu` replicas on the FU host, reading
 //!   through the BU's file broker, writing to the run's shared output volume (a claim the site
 //!   binds to a file system every FU host shares);
-//! - the mergers as a Pod on the merger host, on the same volume;
+//! - the mergers as a Pod on the merger host, on the same volume; when each BU writes to a
+//!   memory-backed volume of its own pod, its micro and mini mergers run beside it in that pod
+//!   (copying its bookkeeping to the shared volume), and the mergers' Pod runs the macro merger
+//!   and the check;
 //! - readiness and liveness probes on every unit's `/api/v1/health`, Prometheus scrape
 //!   annotations on its `/metrics`.
 //!
@@ -25,6 +28,11 @@
 use crate::{DeployError, Deployment, MENU_PATH, Placement, Role, SYSTEM_PATH, mebibytes};
 use serde_json::{Value, json};
 use tessera_config::SystemConfig;
+
+/// Where, on the run's shared volume, the mergers beside each BU on its own RAM disk copy its
+/// bookkeeping (`BU/runRRRRRR/`), for the macro merger's check. Not `/data/BU`: there the RAM
+/// disk is mounted in their container, on a directory the container runtime made for it.
+pub const BOOKKEEPING_COPIES: &str = "/data/bookkeeping";
 
 /// User and group every container runs as.
 pub const RUN_AS: u64 = 10001;
@@ -63,7 +71,7 @@ pub struct KubernetesOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BuStorage {
     /// A memory-backed volume of the BU's own pod (`emptyDir`, `medium: Memory`): the FUs read
-    /// it through the BU's broker; the mergers' check cannot see it.
+    /// it through the BU's broker, and the BU's micro and mini mergers run in its pod.
     #[default]
     RamDisk,
     /// The run's shared output volume (whose storage class a site may back with memory, as CMS
@@ -73,7 +81,12 @@ pub enum BuStorage {
 
 /// The manifests of `cfg`, one document each, in the order they are applied.
 pub fn kubernetes(cfg: &SystemConfig, opts: &KubernetesOptions) -> Result<Vec<Value>, DeployError> {
-    let d = Deployment::plan(cfg, opts.base_port, "/data")?;
+    let mut d = Deployment::plan(cfg, opts.base_port, "/data")?;
+    // Under Kubernetes a BU's directory is its volume, mounted at `/data/<bu>` in every pod that
+    // reads it: a host path in the file (a bare-metal RAM disk) means nothing in a pod.
+    for bu in &mut d.system.bus {
+        bu.directory = None;
+    }
     let k = Render { d: &d, opts, run: cfg.run.number };
     let mut docs = vec![k.config_map(), k.secret(), k.output_claim()];
     for unit in &d.units {
@@ -250,18 +263,19 @@ impl Render<'_> {
             Role::Bu { .. } => s.transport.ru_bu == tessera_config::Transport::Ucx,
             _ => s.transport.uses_ucx(),
         };
-        let (component, volume_mounts, volumes) = match unit.role {
+        let (component, volume_mounts, mut volumes) = match unit.role {
             Role::Bu { index } if self.opts.bu_storage == BuStorage::RamDisk => {
                 let directory = s.bu_directory(index, std::path::Path::new("/data"));
+                let ramdisk = self.ramdisk_volume(index);
                 (
                     "bu",
                     json!([
                         { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
-                        { "name": "ramdisk", "mountPath": directory.display().to_string() },
+                        { "name": ramdisk, "mountPath": directory.display().to_string() },
                     ]),
                     json!([
                         self.config_volume(),
-                        { "name": "ramdisk", "emptyDir": { "medium": "Memory", "sizeLimit": mebibytes(self.d.ramdisk_bytes()) } },
+                        { "name": ramdisk, "emptyDir": { "medium": "Memory", "sizeLimit": mebibytes(self.d.ramdisk_bytes()) } },
                     ]),
                 )
             }
@@ -319,12 +333,60 @@ impl Render<'_> {
             "prometheus.io/port": unit.control_port.to_string(),
             "prometheus.io/path": "/metrics",
         });
+        let mut containers = vec![container];
+        if let Role::Bu { index } = unit.role
+            && self.bu_mergers_beside_bus()
+        {
+            containers.push(self.bu_merger_container(index));
+            volumes.as_array_mut().expect("a list").push(self.output_volume());
+        }
         json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": metadata,
-            "spec": self.pod_spec(&unit.host, json!([container]), volumes, "OnFailure"),
+            "spec": self.pod_spec(&unit.host, json!(containers), volumes, "OnFailure"),
         })
+    }
+
+    /// The name of BU `index`'s RAM-disk volume: its pod's name and `ramdisk`. Unique, because
+    /// podman's `kube play` makes an `emptyDir` a named volume of the volume's name, which pods
+    /// naming theirs alike would share, and which outlives the pod.
+    fn ramdisk_volume(&self, index: usize) -> String {
+        format!("{}-ramdisk", self.name(&self.d.system.bus[index].name))
+    }
+
+    /// Whether each BU's micro and mini mergers run in its pod: its files are on a memory-backed
+    /// volume that only its own pod sees.
+    fn bu_mergers_beside_bus(&self) -> bool {
+        self.d.system.fu.enabled && self.opts.bu_storage == BuStorage::RamDisk
+    }
+
+    /// The BU's own micro and mini mergers, beside it in its pod: the BU's volume at its
+    /// directory, over the run's shared volume at `/data`, where they write, and where they copy
+    /// the BU's bookkeeping for the macro merger's check ([`BOOKKEEPING_COPIES`]). They end once
+    /// the BU's share of the run is in storage, and the pod with them.
+    fn bu_merger_container(&self, index: usize) -> Value {
+        let bu = &self.d.system.bus[index].name;
+        let directory = self.d.system.bu_directory(index, std::path::Path::new("/data"));
+        let args = json!([
+            "merge",
+            "--system",
+            SYSTEM_PATH,
+            "--output",
+            "/data",
+            "--bu",
+            bu,
+            "--bookkeeping-copy",
+            format!("{BOOKKEEPING_COPIES}/{bu}"),
+            "--log-format",
+            "json"
+        ]);
+        let mut container = self.helper_container("merge", args, ("1", "1Gi", "1Gi"), true);
+        container["volumeMounts"]
+            .as_array_mut()
+            .expect("a list")
+            .push(json!({ "name": self.ramdisk_volume(index), "mountPath": directory.display().to_string() }));
+        container
     }
 
     /// A container beside the units (front ends, FUs, mergers, a scan): `args`, `(cpus, memory
@@ -412,7 +474,14 @@ impl Render<'_> {
     fn merger_pod(&self) -> Value {
         let s = &self.d.system;
         let host = s.controller.merger_host.clone().unwrap_or_else(|| s.bus[0].fu_host().to_owned());
-        let args = json!(["merge", "--system", SYSTEM_PATH, "--output", "/data", "--log-format", "json"]);
+        let mut args = json!(["merge", "--system", SYSTEM_PATH, "--output", "/data", "--log-format", "json"]);
+        if self.bu_mergers_beside_bus() {
+            args.as_array_mut().expect("a list").extend([
+                json!("--macro-only"),
+                json!("--bookkeeping"),
+                json!(BOOKKEEPING_COPIES),
+            ]);
+        }
         let container = self.helper_container("merge", args, ("1", "512Mi", "1Gi"), true);
         json!({
             "apiVersion": "v1",
@@ -550,6 +619,7 @@ mod tests {
         assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/api/v1/health");
         let bu = &pods[2]["spec"];
         assert_eq!(bu["volumes"][1]["emptyDir"]["medium"], "Memory");
+        assert_eq!(bu["volumes"][1]["name"], "tessera-1-bu0-ramdisk", "one of its own");
         assert_eq!(bu["containers"][0]["args"][3], "--restart");
     }
 
@@ -595,5 +665,42 @@ mod tests {
         let shared = kubernetes(&cfg, &KubernetesOptions { bu_storage: BuStorage::Shared, ..options() }).unwrap();
         let bu = &kind(&shared, "Pod")[2]["spec"];
         assert_eq!(bu["volumes"][1]["persistentVolumeClaim"]["claimName"], "tessera-1-output");
+    }
+
+    #[test]
+    fn a_bu_on_its_own_ram_disk_has_its_mergers_beside_it_and_the_mergers_pod_runs_the_macro_alone() {
+        let mut cfg = SystemConfig::default();
+        // A bare-metal RAM disk path means nothing in a pod: the BU's volume is at /data/bu0.
+        cfg.bus[0].directory = Some("/dev/shm/tessera".into());
+        let docs = kubernetes(&cfg, &options()).unwrap();
+        let pods = kind(&docs, "Pod");
+        let (bu, mergers) = (&pods[2]["spec"], &pods[6]["spec"]);
+        let merge = &bu["containers"][1];
+        assert_eq!(merge["name"], "merge");
+        let args: Vec<&str> = merge["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        assert!(args.windows(2).any(|w| w == ["--bu", "bu0"]), "{args:?}");
+        assert!(args.windows(2).any(|w| w == ["--bookkeeping-copy", "/data/bookkeeping/bu0"]), "{args:?}");
+        let mounts: Vec<(&str, &str)> = merge["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["name"].as_str().unwrap(), m["mountPath"].as_str().unwrap()))
+            .collect();
+        for mount in [("output", "/data"), ("tessera-1-bu0-ramdisk", "/data/bu0")] {
+            assert!(mounts.contains(&mount), "{mount:?} in {mounts:?}");
+        }
+        assert_eq!(bu["containers"][0]["volumeMounts"][1]["mountPath"], "/data/bu0");
+        assert_eq!(merge["resources"]["requests"], merge["resources"]["limits"], "the BU's pod stays Guaranteed");
+        let args = mergers["containers"][0]["args"].as_array().unwrap();
+        assert!(args.contains(&json!("--macro-only")), "{args:?}");
+        assert!(args.windows(2).any(|w| w == [json!("--bookkeeping"), json!("/data/bookkeeping")]), "{args:?}");
+        let config = kind(&docs, "ConfigMap")[0]["data"]["system.yaml"].as_str().unwrap();
+        let deployed = SystemConfig::from_yaml(config, std::path::Path::new("system.yaml")).unwrap();
+        assert!(deployed.bus.iter().all(|b| b.directory.is_none()), "{config}");
+        // On the shared volume, one mergers' pod reads every BU.
+        let shared = kubernetes(&cfg, &KubernetesOptions { bu_storage: BuStorage::Shared, ..options() }).unwrap();
+        let pods = kind(&shared, "Pod");
+        assert_eq!(pods[2]["spec"]["containers"].as_array().unwrap().len(), 1);
+        assert!(!pods[6]["spec"]["containers"][0]["args"].as_array().unwrap().contains(&json!("--macro-only")));
     }
 }

@@ -27,7 +27,7 @@ pub const RAW_DATA_JSD: &str = "jsd/rawData.jsd";
 pub const EOLS_JSD: &str = "jsd/EoLS.jsd";
 /// Definition of the end-of-run JSON.
 pub const EOR_JSD: &str = "jsd/EoR.jsd";
-/// Extension of a file being written before it is renamed into place (`<name>.<pid>.tmp`).
+/// Extension of a file being written before it is renamed into place (`<name>.<pid>.<n>.tmp`).
 pub const TEMPORARY_EXT: &str = "tmp";
 
 /// Whether `name` is a file being written, or left half-written by a writer that died: never a

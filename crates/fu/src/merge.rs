@@ -326,6 +326,10 @@ pub struct MiniMerger {
     pub run: u32,
     /// The selector's streams (the error stream is added).
     pub streams: Vec<String>,
+    /// Where to copy the BU's end-of-lumi-section and end-of-run documents (a directory holding
+    /// `runRRRRRR/`), for a check on a host that cannot see the BU's directory: each is copied
+    /// before anything that depends on it reaches storage.
+    pub bookkeeping_copy: Option<PathBuf>,
 }
 
 /// One BU's reservation in a final file.
@@ -376,6 +380,7 @@ impl MiniMerger {
             if !all_there {
                 continue;
             }
+            self.copy_bookkeeping(&bu_run_dir, &BuFileName::EndOfLumi { run: self.run, ls })?;
             for stream in &streams {
                 self.merge_stream(&inputs, &storage, ls, stream, eols)?;
             }
@@ -399,6 +404,7 @@ impl MiniMerger {
             // Tell the macro merger which lumi sections this BU had: its EoR, as the BU wrote it.
             let eor_marker = storage.path().join(names::OPEN_DIR).join(self.bu_eor_name());
             if !eor_marker.exists() {
+                self.copy_bookkeeping(&bu_run_dir, &BuFileName::EndOfRun { run: self.run })?;
                 let from = bu_run_dir.join(BuFileName::EndOfRun { run: self.run }.to_string());
                 let text = fs::read_to_string(&from).map_err(io_error("reading", &from))?;
                 write_atomically(&eor_marker, text.as_bytes())?;
@@ -406,6 +412,22 @@ impl MiniMerger {
             pass.finished = true;
         }
         Ok(pass)
+    }
+
+    /// Copies the BU's document `name` into [`MiniMerger::bookkeeping_copy`], if there is one
+    /// and it is not there yet.
+    fn copy_bookkeeping(&self, bu_run_dir: &Path, name: &BuFileName) -> Result<(), FuError> {
+        let Some(copy) = &self.bookkeeping_copy else { return Ok(()) };
+        let to = copy.join(names::run_dir_name(self.run)).join(name.to_string());
+        if to.exists() {
+            return Ok(());
+        }
+        let from = bu_run_dir.join(name.to_string());
+        let text = fs::read(&from).map_err(io_error("reading", &from))?;
+        if let Some(dir) = to.parent() {
+            fs::create_dir_all(dir).map_err(io_error("creating", dir))?;
+        }
+        write_atomically(&to, &text)
     }
 
     fn bu_eor_name(&self) -> String {

@@ -147,6 +147,7 @@ impl Farm {
             nodes: vec!["node0".into()],
             run: self.spec.run,
             streams: TestHlt::new().streams,
+            bookkeeping_copy: None,
         }
     }
 

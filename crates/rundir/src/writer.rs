@@ -2,6 +2,7 @@ use std::fs::{self, File};
 use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tessera_formats::FormatError;
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend};
 use tessera_formats::crc::Crc32c;
@@ -99,20 +100,43 @@ pub(crate) fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io
     move |source| RunDirError::Io { action, path: path.to_owned(), source }
 }
 
-/// Writes `bytes` to `path` atomically: to `path.<pid>.tmp` first, then renamed over `path`.
-/// The temporary name is this process's, so that processes writing the same file at once (FUs
-/// starting together write their output `.jsd`) never rename each other's. A write that fails
-/// (a full disk) removes what it wrote of the temporary file, so that it can be tried again.
+/// Writes `bytes` to `path` atomically: to a temporary file `path.<pid>.<n>.tmp` first, then
+/// renamed over `path`. The temporary file is created only if new (`n` counts up until one is),
+/// so that writers of the same file at once never write or rename each other's: FUs starting
+/// together write their output `.jsd`, and FUs in containers may all be process 1. A write that
+/// fails (a full disk) removes what it wrote of the temporary file, so that it can be tried again.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".{}.{}", std::process::id(), names::TEMPORARY_EXT));
-    let tmp = PathBuf::from(tmp);
-    if let Err(e) = fs::write(&tmp, bytes) {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let (tmp, mut file) = {
+        let mut tries = 0;
+        loop {
+            let mut tmp = path.as_os_str().to_owned();
+            tmp.push(format!(
+                ".{}.{}.{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed),
+                names::TEMPORARY_EXT
+            ));
+            let tmp = PathBuf::from(tmp);
+            match fs::OpenOptions::new().write(true).create_new(true).open(&tmp) {
+                Ok(file) => break (tmp, file),
+                // Bounded: each try takes a name no writer of this process has taken.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < TEMPORARY_NAME_TRIES => tries += 1,
+                Err(e) => return Err(io_err("creating", &tmp)(e)),
+            }
+        }
+    };
+    if let Err(e) = file.write_all(bytes) {
+        drop(file);
         let _ = fs::remove_file(&tmp);
         return Err(io_err("writing", &tmp)(e));
     }
+    drop(file);
     fs::rename(&tmp, path).map_err(io_err("renaming into place", path))
 }
+
+/// Temporary names [`write_atomically`] tries before it gives up.
+const TEMPORARY_NAME_TRIES: u32 = 1000;
 
 /// A run directory `<bu_dir>/runRRRRRR` being written.
 #[derive(Debug)]
@@ -637,5 +661,30 @@ impl PublishedFile {
     /// The file's units in the protocol: its orbits in orbit mode, else its events.
     pub fn units(&self) -> u32 {
         self.orbits.map_or(self.events, |o| o.orbits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writers_of_one_file_at_once_never_take_each_others_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("streamOutput.jsd");
+        std::thread::scope(|s| {
+            for writer in 0..4u8 {
+                let path = &path;
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        write_atomically(path, &[writer; 64]).unwrap();
+                    }
+                });
+            }
+        });
+        let bytes = fs::read(&path).unwrap();
+        assert!(bytes.len() == 64 && bytes.iter().all(|&b| b == bytes[0]), "one writer's bytes, whole");
+        let left: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["streamOutput.jsd"], "no temporary file left");
     }
 }

@@ -60,6 +60,11 @@ const MAX_SLICES: usize = 512;
 /// Most bytes read from one connection before the loop turns to the others.
 const READ_TURN_BYTES: usize = 4 << 20;
 
+/// How long a link whose UCX endpoint failed waits for its TCP stream's end before the failure
+/// ends it: longer than a closing peer's flush of its UCX sends
+/// ([`CLOSE_TIMEOUT`](crate::transport::CLOSE_TIMEOUT)).
+const UCX_FAILURE_GRACE: Duration = Duration::from_secs(3);
+
 /// What a unit's connections need to open: who the unit is, its run, the run's link key, and
 /// what each class of link travels on.
 #[derive(Debug, Clone)]
@@ -146,8 +151,8 @@ pub struct Conn {
     /// Frames that came over UCX, whole and in order, not yet read. Bounded by what the peer
     /// sends unasked: a BU's data come only for events it requested, within its budget.
     inbox: VecDeque<Vec<u8>>,
-    /// Why UCX ended the connection (a failed endpoint or send), once it did.
-    ucx_failed: Option<String>,
+    /// Why UCX ended the connection (a failed endpoint or send), once it did, and when.
+    ucx_failed: Option<(String, Instant)>,
     /// The peer ended the TCP stream: a close needs no flush of UCX sends.
     peer_ended: bool,
     /// What every UCX frame header to this connection carries beside its token.
@@ -452,7 +457,7 @@ impl Conn {
 
     /// UCX ended the link (`why`): said at the next read.
     pub(crate) fn transport_failed(&mut self, why: String) {
-        self.ucx_failed.get_or_insert(why);
+        self.ucx_failed.get_or_insert((why, Instant::now()));
         self.readable = true;
     }
 
@@ -604,10 +609,6 @@ impl Conn {
             pass.more = true;
             return pass;
         }
-        if let Some(why) = self.ucx_failed.clone() {
-            pass.closed = Some(Some(ConnError::Transport { address: self.address.clone(), what: why }));
-            return pass;
-        }
         self.readable = false;
         loop {
             let result = match &mut self.path {
@@ -663,7 +664,22 @@ impl Conn {
                         return pass;
                     }
                 },
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return pass,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // The TCP stream is the link's lifeline: a peer that ends the link closes
+                    // its UCX endpoint and then the stream, so UCX may report the endpoint gone
+                    // first. The stream's end decides (a clean end, as over TCP) unless it stays
+                    // open past the grace: then UCX's report ends the link.
+                    if let Some((why, since)) = &self.ucx_failed {
+                        if since.elapsed() >= UCX_FAILURE_GRACE {
+                            pass.closed =
+                                Some(Some(ConnError::Transport { address: self.address.clone(), what: why.clone() }));
+                        } else {
+                            // Looked at again on the loop's next pass, within its longest sleep.
+                            self.readable = true;
+                        }
+                    }
+                    return pass;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     self.peer_ended = true;
