@@ -671,7 +671,8 @@ impl Mergers {
         Mergers { micro, mini, macro_merger }
     }
 
-    /// Passes until the run is merged (see [`Mergers::pass`]), `stop` is set, or `deadline` passes.
+    /// Passes until the run is merged (the macro merger has ended it, or without one, every mini
+    /// merger has put its BU's share into storage), `stop` is set, or `deadline` passes.
     pub fn run(&self, stop: &AtomicBool, poll: Duration, deadline: Option<Instant>) -> Result<(), MergeError> {
         let mut full_since: Option<Instant> = None;
         while !stop.load(Ordering::SeqCst) {
