@@ -260,38 +260,6 @@ fn fu_2x1_chain_two_bus_write_one_final_file_per_lumi_section_and_stream() {
     assert!(open.is_empty(), "{open:?}");
 }
 
-/// The test HLT, waiting at its first file until `together` FUs have each claimed one (at
-/// most 10 s), so that they share the work.
-struct TogetherHlt {
-    hlt: TestHlt,
-    arrived: Arc<AtomicUsize>,
-    together: usize,
-    waited: bool,
-}
-
-impl Hlt for TogetherHlt {
-    fn streams(&self) -> &[String] {
-        &self.hlt.streams
-    }
-
-    fn select_file(
-        &mut self,
-        file: &Path,
-        events: &[FrdEvent<'_>],
-        verdicts: &mut Vec<Verdict>,
-    ) -> Result<(), FuError> {
-        if !self.waited {
-            self.waited = true;
-            self.arrived.fetch_add(1, Ordering::SeqCst);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while self.arrived.load(Ordering::SeqCst) < self.together && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        self.hlt.select_file(file, events, verdicts)
-    }
-}
-
 /// The producers of the ledger entries of an FU output run directory: which ids published.
 fn ledger_producers(fu_run: &Path) -> BTreeSet<String> {
     fs::read_dir(fu_run.join("ledger"))
@@ -323,7 +291,18 @@ fn fu_1x1_two_fus_both_process_1_in_one_output_directory_take_different_ids() {
             .map(|_| {
                 let (cfg, arrived) = (&cfg, arrived.clone());
                 s.spawn(move || {
-                    let mut hlt = TogetherHlt { hlt: TestHlt::new(), arrived, together: 2, waited: false };
+                    // Each waits at its first file until both have claimed one (at most 10 s),
+                    // so that they share the work.
+                    let mut hlt = HookedHlt::new(
+                        |_| true,
+                        move || {
+                            arrived.fetch_add(1, Ordering::SeqCst);
+                            let deadline = Instant::now() + Duration::from_secs(10);
+                            while arrived.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
+                        },
+                    );
                     run_fu(cfg, &mut hlt, &AtomicBool::new(false)).unwrap()
                 })
             })
