@@ -204,7 +204,7 @@ pub struct MergeArgs {
     pub macro_only: bool,
     /// Read each BU's bookkeeping for the check from `DIR/<bu>/runRRRRRR/` (the copies its
     /// `--bu` mergers made) instead of its directory.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "bu")]
     pub bookkeeping: Option<PathBuf>,
 }
 
