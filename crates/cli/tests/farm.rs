@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_formats::bookkeeping::{EolsDoc, FuOutputDoc};
@@ -116,23 +116,31 @@ fn fu_bad_menu_is_named_with_line_and_key() {
     assert!(err.contains("menu.yaml:4") && err.contains("paths[0].streams[0]"), "{err}");
 }
 
-#[test]
-fn merge_1x1_merger_killed_mid_run_resumes_and_storage_proves_every_event() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out");
-    let system = tmp.path().join("system.yaml");
+/// A system file in `dir` whose run (number 3, 4000 events into `out`) leaves the merging to
+/// `tessera merge`: one RU, the BUs `bus`, `fus` FU processes each.
+fn merge_apart_system(dir: &Path, out: &Path, bus: &[&str], fus: u32) -> PathBuf {
+    let bus: String = bus.iter().map(|b| format!("  - {{name: {b}}}\n")).collect();
+    let system = dir.join("system.yaml");
     fs::write(
         &system,
         format!(
             "run: {{number: 3, events: 4000, orbits_per_lumi_section: 256, output: {}}}\n\
              trigger: {{free_running: true}}\n\
              rus:\n  - {{name: ru0, feds: \"1024,0-7\", fragment_size: {{bytes: 8192}}}}\n\
-             bus:\n  - {{name: bu0}}\n\
-             fu: {{merge: false, processes_per_bu: 2}}\n",
+             bus:\n{bus}\
+             fu: {{merge: false, processes_per_bu: {fus}}}\n",
             out.display()
         ),
     )
     .unwrap();
+    system
+}
+
+#[test]
+fn merge_1x1_merger_killed_mid_run_resumes_and_storage_proves_every_event() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let system = merge_apart_system(tmp.path(), &out, &["bu0"], 2);
     let run = tessera().arg("run").arg(&system).output().unwrap();
     let text = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{text}\n{}", String::from_utf8_lossy(&run.stderr));
@@ -167,19 +175,7 @@ fn merge_2x1_each_bus_mergers_apart_then_the_macro_merger_checks_against_their_c
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let copies = tmp.path().join("copies");
-    let at_bus = tmp.path().join("system.yaml");
-    fs::write(
-        &at_bus,
-        format!(
-            "run: {{number: 3, events: 4000, orbits_per_lumi_section: 256, output: {}}}\n\
-             trigger: {{free_running: true}}\n\
-             rus:\n  - {{name: ru0, feds: \"1024,0-7\", fragment_size: {{bytes: 8192}}}}\n\
-             bus:\n  - {{name: bu0}}\n  - {{name: bu1}}\n\
-             fu: {{merge: false}}\n",
-            out.display()
-        ),
-    )
-    .unwrap();
+    let at_bus = merge_apart_system(tmp.path(), &out, &["bu0", "bu1"], 2);
     let run = tessera().arg("run").arg(&at_bus).output().unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let wrong = tessera().args(["merge", "--bu", "bu7", "--system"]).arg(&at_bus).output().unwrap();

@@ -228,6 +228,11 @@ impl Render<'_> {
         })
     }
 
+    /// The system's configuration where every container reads it, read-only.
+    fn config_mount(&self) -> Value {
+        json!({ "name": "system", "mountPath": "/etc/tessera", "readOnly": true })
+    }
+
     fn config_volume(&self) -> Value {
         json!({ "name": "system", "configMap": { "name": self.name("system") } })
     }
@@ -270,7 +275,7 @@ impl Render<'_> {
                 (
                     "bu",
                     json!([
-                        { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
+                        self.config_mount(),
                         { "name": ramdisk, "mountPath": directory.display().to_string() },
                     ]),
                     json!([
@@ -282,21 +287,13 @@ impl Render<'_> {
             Role::Bu { .. } => (
                 "bu",
                 json!([
-                    { "name": "system", "mountPath": "/etc/tessera", "readOnly": true },
+                    self.config_mount(),
                     { "name": "output", "mountPath": "/data" },
                 ]),
                 json!([self.config_volume(), self.output_volume()]),
             ),
-            Role::Evm => (
-                "evm",
-                json!([{ "name": "system", "mountPath": "/etc/tessera", "readOnly": true }]),
-                json!([self.config_volume()]),
-            ),
-            Role::Ru { .. } => (
-                "ru",
-                json!([{ "name": "system", "mountPath": "/etc/tessera", "readOnly": true }]),
-                json!([self.config_volume()]),
-            ),
+            Role::Evm => ("evm", json!([self.config_mount()]), json!([self.config_volume()])),
+            Role::Ru { .. } => ("ru", json!([self.config_mount()]), json!([self.config_volume()])),
         };
         let mut memory = self.d.memory_bytes(unit);
         if matches!(unit.role, Role::Bu { .. }) && self.opts.bu_storage == BuStorage::RamDisk {
@@ -399,7 +396,7 @@ impl Render<'_> {
         (cpus, request, limit): (&str, &str, &str),
         output: bool,
     ) -> Value {
-        let mut mounts = vec![json!({ "name": "system", "mountPath": "/etc/tessera", "readOnly": true })];
+        let mut mounts = vec![self.config_mount()];
         if output {
             mounts.push(json!({ "name": "output", "mountPath": "/data" }));
         }

@@ -16,12 +16,13 @@
 //! not register, such as a reader) is judged by `/proc`, as before.
 
 use crate::claim::process_alive;
+use crate::output::FuOutputDir;
 use crate::{FuError, io_error};
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-/// The directory of registered ids, in an output run directory.
+/// The directory of registered ids, in an output run directory (made with it).
 pub const INSTANCES_DIR: &str = "instances";
 
 /// The id a process that claims nothing (a micro merger) gives the BU: no FU's, since process
@@ -50,20 +51,18 @@ pub struct DeadId {
     _lock: File,
 }
 
-fn lock_path(run_dir: &Path, id: u32) -> PathBuf {
-    run_dir.join(INSTANCES_DIR).join(format!("pid{id:05}.lock"))
+fn lock_path(outputs: &FuOutputDir, id: u32) -> PathBuf {
+    outputs.path().join(INSTANCES_DIR).join(format!("pid{id:05}.lock"))
 }
 
 impl Instance {
-    /// Registers this process in the output run directory `run_dir` under `preferred` (its
+    /// Registers this process in the output run directory `outputs` under `preferred` (its
     /// process id) if no process of the run has had that id there, or else under the first free
     /// id above Linux's process-id limit.
-    pub fn register(run_dir: &Path, preferred: u32) -> Result<Instance, FuError> {
-        let dir = run_dir.join(INSTANCES_DIR);
-        fs::create_dir_all(&dir).map_err(io_error("creating", &dir))?;
+    pub fn register(outputs: &FuOutputDir, preferred: u32) -> Result<Instance, FuError> {
         let spares = (1..=SPARE_IDS).map(|n| PID_LIMIT + n);
         for id in std::iter::once(preferred).filter(|&p| p != NON_FU_ID).chain(spares) {
-            let path = lock_path(run_dir, id);
+            let path = lock_path(outputs, id);
             match OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
                 Ok(mut file) => {
                     // A process judging the id may hold the lock for a moment: this id has no
@@ -77,7 +76,7 @@ impl Instance {
             }
         }
         Err(FuError::Bookkeeping {
-            path: dir,
+            path: outputs.path().join(INSTANCES_DIR),
             problem: format!("every id this FU may take is used ({SPARE_IDS} above {PID_LIMIT}): start a new run"),
         })
     }
@@ -89,11 +88,9 @@ impl Instance {
 }
 
 /// Whether the process of id `id` has ended, for the processes sharing the output run directory
-/// `run_dir`: if so, what holds the id while its work is finished; `None` while it runs.
-pub fn dead(run_dir: &Path, id: u32) -> Result<Option<DeadId>, FuError> {
-    let dir = run_dir.join(INSTANCES_DIR);
-    fs::create_dir_all(&dir).map_err(io_error("creating", &dir))?;
-    let path = lock_path(run_dir, id);
+/// `outputs`: if so, what holds the id while its work is finished; `None` while it runs.
+pub fn dead(outputs: &FuOutputDir, id: u32) -> Result<Option<DeadId>, FuError> {
+    let path = lock_path(outputs, id);
     // Created if absent, so that no FU registers the id while its claims are judged.
     let mut file = OpenOptions::new()
         .read(true)
@@ -122,43 +119,46 @@ mod tests {
 
     #[test]
     fn a_registered_id_runs_until_its_process_lets_it_go() {
-        let dir = tempfile::tempdir().unwrap();
-        let fu = Instance::register(dir.path(), 4242).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = FuOutputDir::create(tmp.path(), 1).unwrap();
+        let fu = Instance::register(&dir, 4242).unwrap();
         assert_eq!(fu.id(), 4242);
-        assert!(dead(dir.path(), 4242).unwrap().is_none(), "a held id runs");
+        assert!(dead(&dir, 4242).unwrap().is_none(), "a held id runs");
         drop(fu);
-        let held = dead(dir.path(), 4242).unwrap().expect("a released id is dead");
+        let held = dead(&dir, 4242).unwrap().expect("a released id is dead");
         // While its work is finished nobody else judges it dead again, nor takes it.
-        assert!(dead(dir.path(), 4242).unwrap().is_none());
+        assert!(dead(&dir, 4242).unwrap().is_none());
         drop(held);
-        assert!(dead(dir.path(), 4242).unwrap().is_some());
+        assert!(dead(&dir, 4242).unwrap().is_some());
     }
 
     #[test]
     fn processes_with_the_same_process_id_get_different_ids() {
         // Two FUs in two containers, both process 1.
-        let dir = tempfile::tempdir().unwrap();
-        let first = Instance::register(dir.path(), 1).unwrap();
-        let second = Instance::register(dir.path(), 1).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = FuOutputDir::create(tmp.path(), 1).unwrap();
+        let first = Instance::register(&dir, 1).unwrap();
+        let second = Instance::register(&dir, 1).unwrap();
         assert_eq!(first.id(), 1);
         assert_eq!(second.id(), PID_LIMIT + 1);
         // An id is never reused within the run, even once its process has ended.
         drop(first);
-        let third = Instance::register(dir.path(), 1).unwrap();
+        let third = Instance::register(&dir, 1).unwrap();
         assert_eq!(third.id(), PID_LIMIT + 2);
-        assert!(dead(dir.path(), 1).unwrap().is_some());
-        assert!(dead(dir.path(), PID_LIMIT + 1).unwrap().is_none());
+        assert!(dead(&dir, 1).unwrap().is_some());
+        assert!(dead(&dir, PID_LIMIT + 1).unwrap().is_none());
     }
 
     #[test]
     fn an_id_nobody_registered_is_judged_by_proc_and_then_cannot_be_taken() {
-        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = FuOutputDir::create(tmp.path(), 1).unwrap();
         // This test's own process runs; it registered nothing.
-        assert!(dead(dir.path(), std::process::id()).unwrap().is_none());
+        assert!(dead(&dir, std::process::id()).unwrap().is_none());
         // A process id that no process has (above the limit) is dead.
-        assert!(dead(dir.path(), PID_LIMIT + 7).unwrap().is_some());
+        assert!(dead(&dir, PID_LIMIT + 7).unwrap().is_some());
         // Judging it made the id used: an FU preferring it takes another.
-        let fu = Instance::register(dir.path(), PID_LIMIT + 7).unwrap();
+        let fu = Instance::register(&dir, PID_LIMIT + 7).unwrap();
         assert_eq!(fu.id(), PID_LIMIT + 1);
     }
 }

@@ -95,7 +95,14 @@ impl FuOutputDir {
     pub fn create(dir: &Path, run: u32) -> Result<Self, FuError> {
         let dir = dir.join(names::run_dir_name(run));
         let unpacked = Path::new(SPOOL_DIR).join(UNPACKED_DIR);
-        for sub in [Path::new(names::OPEN_DIR), Path::new(names::JSD_DIR), unpacked.as_path(), Path::new(LEDGER_DIR)] {
+        let subs = [
+            Path::new(names::OPEN_DIR),
+            Path::new(names::JSD_DIR),
+            unpacked.as_path(),
+            Path::new(LEDGER_DIR),
+            Path::new(instance::INSTANCES_DIR),
+        ];
+        for sub in subs {
             let path = dir.join(sub);
             fs::create_dir_all(&path).map_err(io_error("creating", &path))?;
         }
@@ -155,7 +162,7 @@ impl FuOutputDir {
         let mut returned = Vec::new();
         for pid in others {
             // Held until its claims are given back: no process takes the id meanwhile.
-            let Some(_held) = instance::dead(&self.dir, pid)? else { continue };
+            let Some(_held) = instance::dead(self, pid)? else { continue };
             self.finish_dead(pid, source)?;
             for claim in state.claimed.iter().filter(mine).filter(|c| c.pid == pid) {
                 // A listing is a moment's: the claim may have been finished since.
