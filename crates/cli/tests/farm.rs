@@ -154,9 +154,7 @@ fn merge_1x1_merger_killed_mid_run_resumes_and_storage_proves_every_event() {
         merger.wait().unwrap();
     }
     // A merger that cannot finish fails in minutes, not after the default hour.
-    let merged = tessera().args(["merge", "--timeout-s", "300", "--system"]).arg(&system).output().unwrap();
-    let text = String::from_utf8_lossy(&merged.stdout);
-    assert!(merged.status.success(), "{text}\n{}", String::from_utf8_lossy(&merged.stderr));
+    let text = merged(&system, []);
     assert!(text.contains("built 4000 = processed 4000") && text.ends_with("holds\n"), "{text}");
     let verify = tessera()
         .arg("verify")
@@ -182,15 +180,8 @@ fn merge_2x1_each_bus_mergers_apart_then_the_macro_merger_checks_against_their_c
     let err = String::from_utf8_lossy(&wrong.stderr);
     assert!(!wrong.status.success() && err.contains("--bu bu7") && err.contains("it has bu0, bu1"), "{err}");
     for bu in ["bu0", "bu1"] {
-        let merged = tessera()
-            .args(["merge", "--timeout-s", "300", "--bu", bu, "--bookkeeping-copy"])
-            .arg(copies.join(bu))
-            .arg("--system")
-            .arg(&at_bus)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&merged.stdout);
-        assert!(merged.status.success(), "{text}\n{}", String::from_utf8_lossy(&merged.stderr));
+        let text =
+            merged(&at_bus, [Path::new("--bu"), Path::new(bu), Path::new("--bookkeeping-copy"), &copies.join(bu)]);
         assert!(text.contains(&format!("merged {bu}'s share of run 3")), "{text}");
         // The copies are the BU's own records.
         let (own, copy) = (out.join(bu).join("run000003"), copies.join(bu).join("run000003"));
@@ -205,16 +196,16 @@ fn merge_2x1_each_bus_mergers_apart_then_the_macro_merger_checks_against_their_c
     for bu in ["bu0", "bu1"] {
         fs::rename(out.join(bu), tmp.path().join(format!("elsewhere-{bu}"))).unwrap();
     }
-    let merged = tessera()
-        .args(["merge", "--timeout-s", "300", "--macro-only", "--bookkeeping"])
-        .arg(&copies)
-        .arg("--system")
-        .arg(&at_bus)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&merged.stdout);
-    assert!(merged.status.success(), "{text}\n{}", String::from_utf8_lossy(&merged.stderr));
+    let text = merged(&at_bus, [Path::new("--macro-only"), Path::new("--bookkeeping"), &copies]);
     assert!(text.contains("built 4000 = processed 4000") && text.ends_with("holds\n"), "{text}");
+}
+
+/// `tessera merge` of `system` with `args`, which must succeed within 300 s: its standard output.
+fn merged<'a>(system: &Path, args: impl IntoIterator<Item = &'a Path>) -> String {
+    let out = tessera().args(["merge", "--timeout-s", "300", "--system"]).arg(system).args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    text
 }
 
 #[test]
