@@ -284,7 +284,7 @@ impl NetCase {
         Ok(SenderConfig {
             streams: Vec::new(),
             replay: Some(replay),
-            sink: Sink::Connect(address.to_string()),
+            sink: Sink::connect(address.to_string()),
             paced: false,
             pace_percent: 100,
             limits: Limits { events: Some(per_stream), seconds: Some(self.budget.seconds) },

@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// The options of `tessera ferol`.
 #[derive(Args)]
@@ -66,6 +67,11 @@ pub struct FerolArgs {
     /// Send to an RU at HOST:PORT, one TCP connection per FED.
     #[arg(long)]
     connect: Option<String>,
+    /// With --connect or --system: how long to wait for the RU to listen, in seconds (a refused
+    /// connection is tried again meanwhile: a system's processes may start in any order); 0
+    /// tries once.
+    #[arg(long, default_value_t = tessera_emu::sender::RECEIVER_WAIT.as_secs(), conflicts_with = "output")]
+    connect_wait_s: u64,
     /// Write one capture file per FED, `DIR/fed<ID>.ferol` (created if missing).
     #[arg(long)]
     output: Option<PathBuf>,
@@ -85,18 +91,23 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
     if let (Some(system), Some(ru)) = (&args.system, &args.ru) {
         let limits = options::SystemArgs { events: args.events, seconds: args.seconds, output: None };
         let mut cfg = unit::ferol_for(system, ru, &limits)?;
+        if let Sink::Connect { wait, .. } = &mut cfg.sink {
+            *wait = Duration::from_secs(args.connect_wait_s);
+        }
         if args.until_stopped {
             // A stop line nobody draws: the streams run until the RU or a signal ends them.
             cfg.limits.seconds = None;
             cfg.stop = Some(sender::StopLine::new());
         }
-        eprintln!("sending {} FED streams of {ru} to {:?}", cfg.streams.len(), cfg.sink);
+        eprintln!("sending {} FED streams of {ru} to {}", cfg.streams.len(), cfg.sink);
         print!("{}", sender::run(cfg)?);
         return Ok(ExitCode::SUCCESS);
     }
     // Made once every argument is checked: a refused argument creates no directory.
     let sink = || match (&args.connect, &args.output) {
-        (Some(address), _) => Ok(Sink::Connect(address.clone())),
+        (Some(address), _) => {
+            Ok(Sink::Connect { address: address.clone(), wait: Duration::from_secs(args.connect_wait_s) })
+        }
         (None, Some(dir)) => {
             std::fs::create_dir_all(dir).with_context(|| format!("--output {}: cannot create it", dir.display()))?;
             Ok(Sink::Directory(dir.clone()))

@@ -17,6 +17,7 @@ use tessera_emu::sender::{Limits, SenderConfig};
 use tessera_runtime::bu_node::BuNode;
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
 use tessera_runtime::ru_node::RuNode;
+use tessera_runtime::stats::UnitStats;
 
 use crate::options::{ControlArgs, SystemArgs, count_interrupts, load, serve_control};
 use tessera_control::farm::{start_broker, wait_drained};
@@ -52,6 +53,41 @@ fn serve_unit(
     let served =
         Served { stop: Some(stop), enable: Some(enable), system: Some(cfg.to_yaml()), ..Served::live(vec![unit]) };
     serve_control(control_args, served)
+}
+
+/// Says a unit's problems in its log as they come, so that whoever follows one unit of many
+/// (`kubectl logs`, `journalctl`) sees a BU held back by its disk or a lost peer when it
+/// happens, not only at the end of the run.
+struct ProblemLog {
+    unit: String,
+    /// How many of the unit's kept problems are said.
+    said: usize,
+}
+
+impl ProblemLog {
+    fn new(unit: &str) -> Self {
+        ProblemLog { unit: unit.to_owned(), said: 0 }
+    }
+
+    /// Says the problems kept since the last call.
+    fn say_new(&mut self, stats: &UnitStats) {
+        let new = stats.problems_from(self.said);
+        for p in &new {
+            tracing::warn!(unit = %self.unit, "{}: {p}", self.unit);
+        }
+        self.said += new.len();
+    }
+
+    /// At the unit's end: says the rest, and how many were counted but not kept. Gives how many
+    /// there were in all.
+    fn end(mut self, stats: &UnitStats) -> u64 {
+        self.say_new(stats);
+        let count = stats.problem_count();
+        if count > self.said as u64 {
+            tracing::warn!(unit = %self.unit, "{}: {} more problems, counted but not kept", self.unit, count - self.said as u64);
+        }
+        count
+    }
 }
 
 /// Which unit a process runs.
@@ -169,8 +205,10 @@ pub fn unit(
             let handle = std::thread::spawn(move || node.run());
             let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(cfg.controller.stop_timeout_s));
             let mut asked = 0;
+            let mut problems = ProblemLog::new(&ru.name);
             while !handle.is_finished() {
                 std::thread::sleep(Duration::from_millis(100));
+                problems.say_new(&stats);
                 let n = interrupts.load(Ordering::SeqCst);
                 if n > asked {
                     asked = n;
@@ -191,10 +229,7 @@ pub fn unit(
                 }
             }
             let result = handle.join().map_err(|_| anyhow::anyhow!("the unit panicked"))?;
-            let (problems, count) = stats.problems();
-            for p in problems.iter().take(10) {
-                tracing::warn!(unit = %ru.name, "  {p}");
-            }
+            let count = problems.end(&stats);
             // A trigger stream that broke fails the run, though the EVM drained it.
             let failed = result.as_ref().map_or(true, |r| r.trigger_fault.is_some());
             if json {
@@ -249,7 +284,8 @@ pub fn unit(
             ))?;
             let control = node.control();
             let stop: Action = Arc::new(|| Err(ActionRefused::BuCannotStop));
-            let unit = Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: node.stats() };
+            let stats = node.stats();
+            let unit = Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: stats.clone() };
             let _control = serve_unit(control_args, unit_args, &control, unit, stop, &cfg)?;
             tracing::info!(
                 unit = %bu.name,
@@ -260,13 +296,16 @@ pub fn unit(
                 cfg.bu_directory(i, &output).display()
             );
             let handle = std::thread::spawn(move || node.run());
+            let mut problems = ProblemLog::new(&bu.name);
             while !handle.is_finished() {
                 std::thread::sleep(Duration::from_millis(100));
+                problems.say_new(&stats);
                 if interrupts.load(Ordering::SeqCst) > 0 {
                     control.abort();
                 }
             }
             let result = handle.join().map_err(|_| anyhow::anyhow!("the unit panicked"))?;
+            problems.end(&stats);
             if broker.is_some() && result.is_ok() && interrupts.load(Ordering::SeqCst) == 0 {
                 // Remote FUs finish their last files through the broker.
                 let drain = Duration::from_secs(cfg.fu.drain_timeout_s);

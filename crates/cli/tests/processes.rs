@@ -1,9 +1,10 @@
 //! The event builder as separate processes on loopback, as it runs across hosts: `tessera bu`
 //! ×2, `tessera ru`, `tessera evm`, and `tessera ferol` for each RU's FEDs, all from one system
-//! file. The runs cross the 24-bit LV1 wrap; afterwards every run directory passes `tessera
-//! verify` (every payload byte against the seeded emulator) and every event is in exactly one
-//! file. One run kills a BU with SIGKILL mid-run and restarts it: nothing lost, nothing
-//! duplicated, the RU says it is `BLOCKED` meanwhile, and the run goes on to its end; with the
+//! file, in any order (one run starts the front ends first). The runs cross the 24-bit LV1
+//! wrap; afterwards every run directory passes `tessera verify` (every payload byte against the
+//! seeded emulator) and every event is in exactly one file. One run kills a BU with SIGKILL
+//! mid-run and restarts it: nothing lost, nothing duplicated, the RU says it is `BLOCKED`
+//! meanwhile, the EVM's log says the loss as it comes, and the run goes on to its end; with the
 //! feature `ucx`, the same over UCX (its TCP, and shared memory alone).
 
 #[allow(dead_code)] // each test binary uses a part of the shared helpers
@@ -78,9 +79,8 @@ fn tessera_unit(system: &Path, dir: &Path, role: &str, name: Option<&str>, extra
     (label.clone(), start(&args, &dir.join(format!("{label}.log"))))
 }
 
+/// `tessera ferol --system` for `ru`'s FEDs: it waits for its RU to listen, so it may start first.
 fn ferol(system: &Path, dir: &Path, ru: &str) -> (String, Child) {
-    let log = if ru == "ru0" { "evm-evm.log".to_string() } else { format!("ru-{ru}.log") };
-    wait_for_line(dir, &log, "run 31");
     let args = ["ferol", "--system", system.to_str().unwrap(), "--ru", ru];
     (format!("ferol-{ru}"), start(&args, &dir.join(format!("ferol-{ru}.log"))))
 }
@@ -112,13 +112,15 @@ fn two_by_two_processes_build_every_event_across_the_lv1_wrap() {
     let (first_event, events) = ((1u64 << 24) - 1000, 3000);
     let system = system_file(dir.path(), first_event, events, None, None, "");
     let d = dir.path();
+    // Started in the reverse of the order data flows, as a cluster's pods may start: each
+    // front end and unit waits for the peers it calls.
     let mut units = Processes(vec![
-        tessera_unit(&system, d, "bu", Some("bu0"), &[]),
-        tessera_unit(&system, d, "bu", Some("bu1"), &[]),
-        tessera_unit(&system, d, "ru", Some("ru1"), &[]),
-        tessera_unit(&system, d, "evm", None, &[]),
         ferol(&system, d, "ru0"),
         ferol(&system, d, "ru1"),
+        tessera_unit(&system, d, "evm", None, &[]),
+        tessera_unit(&system, d, "ru", Some("ru1"), &[]),
+        tessera_unit(&system, d, "bu", Some("bu0"), &[]),
+        tessera_unit(&system, d, "bu", Some("bu1"), &[]),
     ]);
     units.wait_all(d, Duration::from_secs(120));
     let evm_log = std::fs::read_to_string(d.join("evm-evm.log")).unwrap();
@@ -185,6 +187,12 @@ fn bu_killed_and_restarted(more: &str) {
     let deadline = Instant::now() + Duration::from_secs(4);
     while !metrics(ru1).contains(blocked) {
         assert!(Instant::now() < deadline, "ru1 is not BLOCKED:\n{}", metrics(ru1));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The EVM says the loss in its log as it comes, not only at the end of the run.
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while !std::fs::read_to_string(d.join("evm-evm.log")).unwrap().contains("ru0: EVM: lost BU 1") {
+        assert!(Instant::now() < deadline, "the EVM's log does not say it lost bu1\n{}", logs(d));
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(300));

@@ -425,7 +425,7 @@ pub fn emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<SenderCo
                 seed: cfg.trigger.seed,
             })
             .collect(),
-        sink: Sink::Connect(to.to_string()),
+        sink: Sink::connect(to.to_string()),
         paced: cfg.trigger.paced_rate_hz().is_some(),
         pace_percent: section.send_rate_percent,
         limits: Limits { events: cfg.run.events, seconds: None },
@@ -462,7 +462,7 @@ pub fn dth_emulator(cfg: &SystemConfig, i: usize, to: SocketAddr) -> Result<DthS
                 max_block_bytes: DEFAULT_MAX_BLOCK_BYTES,
             })
             .collect(),
-        sink: Sink::Connect(to.to_string()),
+        sink: Sink::connect(to.to_string()),
         paced: !cfg.trigger.free_running,
         orbits: cfg.run.orbits,
         seconds: None,

@@ -25,7 +25,7 @@
 //! adds `IPC_LOCK` alone (RDMA pins the memory it moves). Host networking is the one privilege
 //! the data path needs: an RU's front ends and its peers reach it at its node's address.
 
-use crate::{DeployError, Deployment, MENU_PATH, Placement, Role, SYSTEM_PATH, mebibytes};
+use crate::{DeployError, Deployment, FRONT_END_WAIT_S, MENU_PATH, Placement, Role, SYSTEM_PATH, mebibytes};
 use serde_json::{Value, json};
 use tessera_config::SystemConfig;
 
@@ -415,7 +415,18 @@ impl Render<'_> {
 
     fn front_end_pod(&self, ru: usize) -> Value {
         let section = &self.d.system.rus[ru];
-        let args = json!(["ferol", "--system", SYSTEM_PATH, "--ru", section.name, "--log-format", "json"]);
+        let wait = FRONT_END_WAIT_S.to_string();
+        let args = json!([
+            "ferol",
+            "--system",
+            SYSTEM_PATH,
+            "--ru",
+            section.name,
+            "--connect-wait-s",
+            wait,
+            "--log-format",
+            "json"
+        ]);
         let container = self.helper_container("ferol", args, ("1", "256Mi", "512Mi"), false);
         json!({
             "apiVersion": "v1",
@@ -618,6 +629,13 @@ mod tests {
         assert_eq!(bu["volumes"][1]["emptyDir"]["medium"], "Memory");
         assert_eq!(bu["volumes"][1]["name"], "tessera-1-bu0-ramdisk", "one of its own");
         assert_eq!(bu["containers"][0]["args"][3], "--restart");
+        // A front end is never restarted (its streams would start again): it waits for its RU.
+        let front_end = &pods[4]["spec"];
+        assert_eq!(front_end["restartPolicy"], "Never");
+        let args: Vec<&str> =
+            front_end["containers"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        let wait = args.iter().position(|&a| a == "--connect-wait-s").expect("a wait for its RU");
+        assert_eq!(args[wait + 1], FRONT_END_WAIT_S.to_string());
     }
 
     #[test]

@@ -22,6 +22,11 @@ use tessera_config::SystemConfig;
 pub const SYSTEM_PATH: &str = "/etc/tessera/system.yaml";
 /// Where the rendered menu lives, when the system names one.
 pub const MENU_PATH: &str = "/etc/tessera/menu.yaml";
+/// How long a deployed front end waits for its RU to listen, in seconds (`tessera ferol
+/// --connect-wait-s`). Its service or pod is never restarted, since its streams would start
+/// again at the run's first event: it waits as long as its RU's host may take to start it (a
+/// node pulling the image, a unit restarted after a failure).
+pub const FRONT_END_WAIT_S: u64 = 300;
 
 /// What a deployment cannot be rendered from.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@
 //! capabilities (but `CAP_IPC_LOCK` for links on UCX), kernel tunables and modules protected,
 //! only IP and Unix sockets, locked memory unbounded (RDMA pins what it moves).
 
-use crate::{DeployError, Deployment, Role, SYSTEM_PATH};
+use crate::{DeployError, Deployment, FRONT_END_WAIT_S, Role, SYSTEM_PATH};
 use std::collections::BTreeMap;
 use tessera_config::SystemConfig;
 
@@ -74,7 +74,10 @@ pub fn systemd(cfg: &SystemConfig, opts: &SystemdOptions) -> Result<Vec<UnitFile
         add(&unit.host, format!("tessera-{run}-{}.service", unit.name), text);
     }
     for ru in s.rus.iter().filter(|r| r.emulated && !s.is_orbit_mode()) {
-        let exec = format!("{} ferol --system {SYSTEM_PATH} --ru {} --log-format json", opts.binary, ru.name);
+        let exec = format!(
+            "{} ferol --system {SYSTEM_PATH} --ru {} --connect-wait-s {FRONT_END_WAIT_S} --log-format json",
+            opts.binary, ru.name
+        );
         let text = service(
             &format!("Tessera run {run}: emulated front ends of {}", ru.name),
             &exec,
@@ -205,5 +208,9 @@ mod tests {
         assert!(bu.text.contains("ProtectSystem=strict\n") && bu.text.contains("ReadWritePaths=/srv/tessera\n"));
         assert!(bu.text.contains(" bu --name bu0 --restart --system /etc/tessera/system.yaml"), "{}", bu.text);
         assert!(bu.text.contains("CapabilityBoundingSet=\n"), "no capability without UCX");
+        // Front ends are never restarted (their streams would start again): they wait for the RU.
+        let front_ends = files.iter().find(|f| f.name == "tessera-1-ru1-front-ends.service").unwrap();
+        assert!(front_ends.text.contains("Restart=no\n"), "{}", front_ends.text);
+        assert!(front_ends.text.contains(&format!(" --connect-wait-s {FRONT_END_WAIT_S} ")), "{}", front_ends.text);
     }
 }

@@ -41,6 +41,11 @@ use tessera_formats::ferol::{HEADER_BYTES, MAX_DATA_BYTES};
 pub const STREAM_BUFFER_BYTES: usize = 256 << 10;
 /// How long a connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a front end waits, by default, for its receiver to listen: as long as the units of
+/// a system wait for each other.
+pub const RECEIVER_WAIT: Duration = Duration::from_secs(30);
+/// How often a refused connection is tried again.
+pub const CONNECT_RETRY: Duration = Duration::from_millis(100);
 /// When a run has a time limit, how often a blocked write wakes up to look at the clock.
 const WRITE_POLL: Duration = Duration::from_millis(100);
 /// How late a stream may turn to a trigger before the trigger counts as held (dead time): about
@@ -53,11 +58,34 @@ const MAX_BLOCKS: usize = MAX_FRAGMENT_BYTES.div_ceil(MAX_DATA_BYTES);
 /// Where the streams go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sink {
-    /// One TCP connection per FED to this `HOST:PORT`; the FEROL stream itself is all that is
-    /// sent (every block header carries the FED id).
-    Connect(String),
+    /// One TCP connection per FED to `address` (`HOST:PORT`); the FEROL stream itself is all
+    /// that is sent (every block header carries the FED id). A refused connection is tried again
+    /// every [`CONNECT_RETRY`] for up to `wait`: the units of a system start in any order (the
+    /// pods of a cluster do), so a front end may come up before its RU listens.
+    Connect {
+        /// Where to connect.
+        address: String,
+        /// How long to wait for something to listen there.
+        wait: Duration,
+    },
     /// One capture file per FED, `DIR/fed<ID>.ferol`, created or truncated.
     Directory(PathBuf),
+}
+
+impl Sink {
+    /// Connections to `address`, waiting up to [`RECEIVER_WAIT`] for it to listen.
+    pub fn connect(address: impl Into<String>) -> Sink {
+        Sink::Connect { address: address.into(), wait: RECEIVER_WAIT }
+    }
+}
+
+impl std::fmt::Display for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sink::Connect { address, .. } => write!(f, "{address}"),
+            Sink::Directory(dir) => write!(f, "capture files in {}", dir.display()),
+        }
+    }
 }
 
 /// When a run ends; at least one bound is required.
@@ -393,21 +421,32 @@ pub(crate) fn open_named(
     polled: bool,
 ) -> Result<Box<dyn Write + Send>, EmuError> {
     match sink {
-        Sink::Connect(address) => {
+        Sink::Connect { address, wait } => {
             let failed = |source| EmuError::Connect { fed, address: address.clone(), source };
-            let mut last = io::Error::new(io::ErrorKind::NotFound, "the address resolves to nothing");
-            // Addresses one name resolves to: a handful, each tried for at most CONNECT_TIMEOUT.
-            for addr in address.to_socket_addrs().map_err(failed)? {
-                match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-                    Ok(stream) => {
-                        stream.set_nodelay(true).map_err(failed)?;
-                        stream.set_write_timeout(polled.then_some(WRITE_POLL)).map_err(failed)?;
-                        return Ok(Box::new(stream));
+            let deadline = Instant::now() + *wait;
+            loop {
+                let mut last = io::Error::new(io::ErrorKind::NotFound, "the address resolves to nothing");
+                // Addresses one name resolves to: a handful, each tried for at most CONNECT_TIMEOUT.
+                for addr in address.to_socket_addrs().map_err(failed)? {
+                    match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                        Ok(stream) => {
+                            stream.set_nodelay(true).map_err(failed)?;
+                            stream.set_write_timeout(polled.then_some(WRITE_POLL)).map_err(failed)?;
+                            return Ok(Box::new(stream));
+                        }
+                        Err(e) => last = e,
                     }
-                    Err(e) => last = e,
                 }
+                // Refused: nothing listens there yet. Anything else will not mend by waiting.
+                if last.kind() != io::ErrorKind::ConnectionRefused {
+                    return Err(failed(last));
+                }
+                if Instant::now() >= deadline {
+                    let waited = if wait.is_zero() { String::new() } else { format!(" for {wait:?}") };
+                    return Err(failed(io::Error::new(last.kind(), format!("{last}{waited}"))));
+                }
+                std::thread::sleep(CONNECT_RETRY);
             }
-            Err(failed(last))
         }
         Sink::Directory(dir) => {
             let path = capture(dir, fed);

@@ -1,5 +1,6 @@
 //! The sender over real sockets and files: a loopback TCP receiver checks every fragment of one
-//! FED's stream; capture files hold each FED's stream; bounded runs end by themselves.
+//! FED's stream; a front end waits, a bounded time, for a receiver that is not listening yet;
+//! capture files hold each FED's stream; bounded runs end by themselves.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -23,6 +24,42 @@ fn stream(fed: u16, size: SizeModel) -> StreamConfig {
 }
 
 #[test]
+fn a_front_end_started_before_its_receiver_waits_for_it_to_listen_and_gives_up_after_its_wait() {
+    // A port nobody listens on: bind one, then free it; the receiver takes it 300 ms later.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("127.0.0.1:{port}");
+    let receiver = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut bytes = Vec::new();
+        conn.read_to_end(&mut bytes).unwrap();
+        bytes.len() as u64
+    });
+    let run = |wait| {
+        sender::run(SenderConfig {
+            replay: None,
+            streams: vec![stream(3, SizeModel::Fixed(1024))],
+            sink: Sink::Connect { address: address.clone(), wait },
+            paced: false,
+            pace_percent: 100,
+            limits: Limits { events: Some(100), seconds: None },
+            stop: None,
+        })
+    };
+    let summary = run(Duration::from_secs(10)).unwrap();
+    assert_eq!((summary.streams[0].events, summary.streams[0].end), (100, End::Events));
+    assert_eq!(summary.streams[0].bytes, receiver.join().unwrap(), "every byte reached the late receiver");
+    // Nobody listens any more: it tries for its wait, then says how long it tried.
+    let started = Instant::now();
+    let e = run(Duration::from_millis(400)).unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(400), "{:?}", started.elapsed());
+    let why = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
+    assert_eq!(e.to_string(), format!("FED 3: cannot connect to {address}"));
+    assert!(why.ends_with(" for 400ms"), "{why}");
+}
+
+#[test]
 fn loopback_tcp_receiver_checks_every_fragment() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap().to_string();
@@ -37,7 +74,7 @@ fn loopback_tcp_receiver_checks_every_fragment() {
     let summary = sender::run(SenderConfig {
         replay: None,
         streams: vec![stream(12, size)],
-        sink: Sink::Connect(address),
+        sink: Sink::connect(address),
         paced: false,
         pace_percent: 100,
         limits: Limits { events: Some(500), seconds: None },
@@ -138,5 +175,8 @@ fn bad_configurations_are_refused_before_anything_is_sent() {
     // A port nobody listens on: bind one, then free it.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let address = format!("127.0.0.1:{port}");
-    assert_eq!(msg(run(one, Sink::Connect(address.clone()), events)), format!("FED 1: cannot connect to {address}"));
+    assert_eq!(
+        msg(run(one, Sink::Connect { address: address.clone(), wait: Duration::ZERO }, events)),
+        format!("FED 1: cannot connect to {address}")
+    );
 }

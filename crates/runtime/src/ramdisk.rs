@@ -191,6 +191,12 @@ impl Room {
         Some(room_events(space, self.high_water_percent, self.largest_event_bytes, on_disk, batch))
     }
 
+    /// Whether its room is the one `batch` granted before any event's size is known (there
+    /// being room above the mark): the BU waits for those events, not for room.
+    pub fn grants_first_batch(&self, batch: u32) -> bool {
+        self.largest_event_bytes == 0 && self.events(batch).is_some_and(|n| n > 0)
+    }
+
     /// Whether a file of `bytes` fits in what is free, with `writing_bytes` of files at the
     /// writers still to come and [`BOOKKEEPING_BYTES`] kept; true if the file system cannot be
     /// asked (the write then says what is wrong).
@@ -298,6 +304,19 @@ mod tests {
         assert_eq!(room_events(space, 90, MB, 5, 64), 44);
         // 100 %: only the bookkeeping stays free.
         assert_eq!(room_events(space, 100, MB, 0, 64), 49);
+    }
+
+    #[test]
+    fn the_first_batch_is_granted_for_want_of_sizes_only_while_there_is_room_above_the_mark() {
+        let mut room = Room::new(Path::new("/"), 90);
+        assert!(!room.grants_first_batch(64), "no look at the disk yet: nothing granted");
+        room.look(Instant::now(), Space { free_bytes: 50 * MB, total_bytes: 100 * MB });
+        assert!(room.grants_first_batch(64));
+        room.saw(MB);
+        assert!(!room.grants_first_batch(64), "sizes known: the room is the disk's");
+        let mut above = Room::new(Path::new("/"), 90);
+        above.look(Instant::now(), Space { free_bytes: 5 * MB, total_bytes: 100 * MB });
+        assert!(!above.grants_first_batch(64), "above the mark: short of room, sizes or not");
     }
 
     #[test]

@@ -485,6 +485,13 @@ impl UnitStats {
         self.problems.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The problems kept from the `first` on: what someone who has said the first `first` still
+    /// has to say.
+    pub fn problems_from(&self, first: usize) -> Vec<String> {
+        let p = self.problems.lock().unwrap_or_else(|e| e.into_inner());
+        p.0.get(first..).unwrap_or_default().to_vec()
+    }
+
     /// How many problems the unit has reported, without copying their texts.
     pub fn problem_count(&self) -> u64 {
         self.problems.lock().unwrap_or_else(|e| e.into_inner()).1

@@ -62,8 +62,11 @@ impl BuLoop {
     }
 
     /// What holds the BU back, `throttle` or its RAM disk's room if that keeps it from asking.
+    /// Before it knows how large events are, the one batch its room grants holds it back for
+    /// want of their sizes, not of room: that is not said as a full RAM disk.
     pub(super) fn held_for_room(&self, throttle: Throttle) -> Throttle {
-        if throttle == Throttle::None && self.room.is_some() && self.core.short_of_room() {
+        let short_of_room = self.room.as_ref().is_some_and(|r| !r.grants_first_batch(self.cfg.bu.request_batch_events));
+        if throttle == Throttle::None && short_of_room && self.core.short_of_room() {
             Throttle::RamdiskFull
         } else {
             throttle
