@@ -442,7 +442,7 @@ pub(crate) fn open_named(
                     return Err(failed(last));
                 }
                 if Instant::now() >= deadline {
-                    let waited = if wait.is_zero() { String::new() } else { format!(" for {wait:?}") };
+                    let waited = if wait.is_zero() { String::new() } else { format!("; tried for {wait:?}") };
                     return Err(failed(io::Error::new(last.kind(), format!("{last}{waited}"))));
                 }
                 std::thread::sleep(CONNECT_RETRY);
