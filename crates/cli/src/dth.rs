@@ -65,11 +65,8 @@ pub struct DthArgs {
     /// Send to HOST:PORT, one TCP connection per source.
     #[arg(long, visible_alias = "to")]
     connect: Option<String>,
-    /// With --connect: how long to wait for the receiver to listen, in seconds (a refused
-    /// connection is tried again meanwhile: a system's processes may start in any order); 0
-    /// tries once.
-    #[arg(long, default_value_t = tessera_emu::sender::RECEIVER_WAIT.as_secs(), conflicts_with = "output")]
-    connect_wait_s: u64,
+    #[command(flatten)]
+    connect_wait: crate::options::ConnectWaitArgs,
     /// Write one capture file per source, `DIR/dth<SOURCE>.dth` (created if missing).
     #[arg(long)]
     output: Option<PathBuf>,
@@ -113,9 +110,7 @@ pub fn dth(args: DthArgs) -> Result<ExitCode> {
     }
     // Made once every argument is checked: a refused argument creates no directory.
     let sink = match (&args.connect, &args.output) {
-        (Some(address), _) => {
-            Sink::Connect { address: address.clone(), wait: std::time::Duration::from_secs(args.connect_wait_s) }
-        }
+        (Some(address), _) => args.connect_wait.sink(address),
         (None, Some(dir)) => {
             std::fs::create_dir_all(dir).with_context(|| format!("--output {}: cannot create it", dir.display()))?;
             Sink::Directory(dir.clone())

@@ -6,7 +6,6 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// The options of `tessera ferol`.
 #[derive(Args)]
@@ -67,11 +66,8 @@ pub struct FerolArgs {
     /// Send to an RU at HOST:PORT, one TCP connection per FED.
     #[arg(long)]
     connect: Option<String>,
-    /// With --connect or --system: how long to wait for the RU to listen, in seconds (a refused
-    /// connection is tried again meanwhile: a system's processes may start in any order); 0
-    /// tries once.
-    #[arg(long, default_value_t = tessera_emu::sender::RECEIVER_WAIT.as_secs(), conflicts_with = "output")]
-    connect_wait_s: u64,
+    #[command(flatten)]
+    connect_wait: options::ConnectWaitArgs,
     /// Write one capture file per FED, `DIR/fed<ID>.ferol` (created if missing).
     #[arg(long)]
     output: Option<PathBuf>,
@@ -92,7 +88,7 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
         let limits = options::SystemArgs { events: args.events, seconds: args.seconds, output: None };
         let mut cfg = unit::ferol_for(system, ru, &limits)?;
         if let Sink::Connect { wait, .. } = &mut cfg.sink {
-            *wait = Duration::from_secs(args.connect_wait_s);
+            *wait = args.connect_wait.wait();
         }
         if args.until_stopped {
             // A stop line nobody draws: the streams run until the RU or a signal ends them.
@@ -105,9 +101,7 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
     }
     // Made once every argument is checked: a refused argument creates no directory.
     let sink = || match (&args.connect, &args.output) {
-        (Some(address), _) => {
-            Ok(Sink::Connect { address: address.clone(), wait: Duration::from_secs(args.connect_wait_s) })
-        }
+        (Some(address), _) => Ok(args.connect_wait.sink(address)),
         (None, Some(dir)) => {
             std::fs::create_dir_all(dir).with_context(|| format!("--output {}: cannot create it", dir.display()))?;
             Ok(Sink::Directory(dir.clone()))

@@ -60,6 +60,28 @@ pub struct SystemArgs {
     pub output: Option<PathBuf>,
 }
 
+/// How long a front-end emulator (`tessera ferol`, `tessera dth`) waits for its receiver.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct ConnectWaitArgs {
+    /// When sending over TCP: how long to wait for the receiver (the RU) to listen, in seconds
+    /// (a refused connection is tried again meanwhile: a system's processes may start in any
+    /// order); 0 tries once.
+    #[arg(long, default_value_t = tessera_emu::sender::RECEIVER_WAIT.as_secs(), conflicts_with = "output")]
+    pub connect_wait_s: u64,
+}
+
+impl ConnectWaitArgs {
+    /// The wait.
+    pub fn wait(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.connect_wait_s)
+    }
+
+    /// Streams over TCP to `address`, with this wait.
+    pub fn sink(&self, address: &str) -> tessera_emu::sender::Sink {
+        tessera_emu::sender::Sink::Connect { address: address.to_owned(), wait: self.wait() }
+    }
+}
+
 /// Where a process serves its units' metrics and figures.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ControlArgs {

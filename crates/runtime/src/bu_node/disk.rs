@@ -65,8 +65,9 @@ impl BuLoop {
     /// Before it knows how large events are, the one batch its room grants holds it back for
     /// want of their sizes, not of room: that is not said as a full RAM disk.
     pub(super) fn held_for_room(&self, throttle: Throttle) -> Throttle {
-        let short_of_room = self.room.as_ref().is_some_and(|r| !r.grants_first_batch(self.cfg.bu.request_batch_events));
-        if throttle == Throttle::None && short_of_room && self.core.short_of_room() {
+        let Some(room) = &self.room else { return throttle };
+        let waits_for_sizes = room.grants_first_batch(self.cfg.bu.request_batch_events);
+        if throttle == Throttle::None && !waits_for_sizes && self.core.short_of_room() {
             Throttle::RamdiskFull
         } else {
             throttle
