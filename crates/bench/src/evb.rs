@@ -465,7 +465,8 @@ pub(crate) fn system(case: &EvbCase, dir: &Path) -> Result<SystemConfig, BenchEr
         bus,
         ru: RuParams {
             max_events_buffered: if orbit { 32 * batch } else { 4096 },
-            fragment_timeout_ms: 1000,
+            silent_fed_give_up_ms: None,
+            connect_timeout_s: 60,
             max_parts_per_message: case.max_parts_per_message(),
             chunk_bytes: case.chunk_bytes(),
             chunks_per_fed: CHUNKS_PER_FED as u32,

@@ -4,7 +4,7 @@
 //! ([`TriggerSection`]), the event manager ([`EvmParams`]), the list of readout units
 //! ([`RuSection`]) and builder units ([`BuSection`]), and the tuning that all RUs
 //! ([`RuParams`]) and all BUs ([`BuParams`]) share. Every key except the unit lists, the unit
-//! names and each RU's FEDs has a default, and units are in the key names (`fragment_timeout_ms`).
+//! names and each RU's FEDs has a default, and units are in the key names (`connect_timeout_s`).
 //!
 //! [`SystemConfig::load`] reads and checks a file. Its mistakes come back together as
 //! [`ConfigErrors`], each a [`ConfigError`] that names the file, the line and column where

@@ -779,8 +779,16 @@ pub enum CorruptStreamPolicy {
 pub struct RuParams {
     /// Events whose fragments an RU holds before it stops reading its streams.
     pub max_events_buffered: u32,
-    /// How long an event waits for a missing FED before it is sent flagged incomplete, in ms.
-    pub fragment_timeout_ms: u64,
+    /// Give up on a connected FED whose stream brings nothing for this long while an event
+    /// waits for it: the event, and later ones until the FED catches up, go on flagged
+    /// incomplete, in ms. Off (absent, or `null`) by default: a silent FED holds its events, and
+    /// through the RU's full buffers the trigger, until it sends, its stream ends, or an operator
+    /// masks it. A busy machine is not a dead front end.
+    pub silent_fed_give_up_ms: Option<u64>,
+    /// How long the run waits for every configured stream of the RU to connect (and name its
+    /// FED) before it fails, naming the FEDs never seen, in s. The trigger starts only once
+    /// every stream of every RU is there.
+    pub connect_timeout_s: u64,
     /// Super-fragments per data message.
     pub max_parts_per_message: u32,
     /// Receive memory per FED stream comes in chunks of this many bytes; one chunk must hold the
@@ -799,7 +807,8 @@ impl Default for RuParams {
     fn default() -> Self {
         RuParams {
             max_events_buffered: 8192,
-            fragment_timeout_ms: 1000,
+            silent_fed_give_up_ms: None,
+            connect_timeout_s: 60,
             max_parts_per_message: 64,
             chunk_bytes: 2 << 20,
             chunks_per_fed: 8,
@@ -816,9 +825,12 @@ pub struct RuParamsOverride {
     /// See [`RuParams::max_events_buffered`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_events_buffered: Option<u32>,
-    /// See [`RuParams::fragment_timeout_ms`].
+    /// See [`RuParams::silent_fed_give_up_ms`].
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fragment_timeout_ms: Option<u64>,
+    pub silent_fed_give_up_ms: Option<u64>,
+    /// See [`RuParams::connect_timeout_s`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_s: Option<u64>,
     /// See [`RuParams::max_parts_per_message`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_parts_per_message: Option<u32>,
@@ -841,7 +853,8 @@ impl RuParamsOverride {
     pub fn apply(&self, shared: &RuParams) -> RuParams {
         RuParams {
             max_events_buffered: self.max_events_buffered.unwrap_or(shared.max_events_buffered),
-            fragment_timeout_ms: self.fragment_timeout_ms.unwrap_or(shared.fragment_timeout_ms),
+            silent_fed_give_up_ms: self.silent_fed_give_up_ms.or(shared.silent_fed_give_up_ms),
+            connect_timeout_s: self.connect_timeout_s.unwrap_or(shared.connect_timeout_s),
             max_parts_per_message: self.max_parts_per_message.unwrap_or(shared.max_parts_per_message),
             chunk_bytes: self.chunk_bytes.unwrap_or(shared.chunk_bytes),
             chunks_per_fed: self.chunks_per_fed.unwrap_or(shared.chunks_per_fed),

@@ -727,7 +727,10 @@ fn placeholder(host: &str) -> String {
 
 fn validate_ru_params(p: &mut Problems, params: &RuParams, prefix: &str) {
     p.at_least_one(&format!("{prefix}.max_events_buffered"), params.max_events_buffered.into());
-    p.at_least_one(&format!("{prefix}.fragment_timeout_ms"), params.fragment_timeout_ms);
+    if let Some(ms) = params.silent_fed_give_up_ms {
+        p.at_least_one(&format!("{prefix}.silent_fed_give_up_ms"), ms);
+    }
+    p.at_least_one(&format!("{prefix}.connect_timeout_s"), params.connect_timeout_s);
     p.at_least_one(&format!("{prefix}.max_parts_per_message"), params.max_parts_per_message.into());
     if params.chunks_per_fed < 2 {
         p.add(

@@ -136,10 +136,26 @@ fn unknown_field(message: &str) -> Option<&str> {
     message.strip_prefix("unknown field `").and_then(|rest| rest.split_once('`')).map(|(name, _)| name)
 }
 
+/// What became of a key that earlier versions took, so that an old file is told what to write
+/// instead of a guess at a slip.
+fn retired(key: &str) -> Option<&'static str> {
+    match key {
+        "fragment_timeout_ms" => Some(
+            "`ru.fragment_timeout_ms` is gone: a silent FED now holds its events (and the trigger) until it sends, \
+             its stream ends or an operator masks it; to give up on a silent FED after a while, set \
+             `silent_fed_give_up_ms`",
+        ),
+        _ => None,
+    }
+}
+
 /// The parser's message made to say what was expected and what was found: the value found for
 /// a type mismatch, the nearest name allowed for an unknown key or variant.
 fn explain(message: String, text: &str, at: Position) -> String {
     let message = with_found(message, text, at);
+    if let Some(why) = unknown_field(&message).and_then(retired) {
+        return format!("{message}; {why}");
+    }
     match did_you_mean(&message) {
         Some(name) => format!("{message}; did you mean `{name}`?"),
         None => message,

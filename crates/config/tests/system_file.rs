@@ -87,8 +87,9 @@ fn two_hosts_example_is_refused_until_its_placeholders_are_replaced() {
     assert_eq!((system.run.events, system.run.seconds), (Some(1_000_000), None));
     assert_eq!(system.rus[1].host, "10.0.0.2");
     assert_eq!(system.rus[1].fault_specs().unwrap()[0].fed, Some(9));
-    assert_eq!(system.ru_params(1).fragment_timeout_ms, 2000);
-    assert_eq!(system.ru_params(0).fragment_timeout_ms, 1000);
+    assert_eq!(system.ru_params(1).connect_timeout_s, 300);
+    assert_eq!(system.ru_params(0).connect_timeout_s, 60);
+    assert_eq!(system.ru_params(1).silent_fed_give_up_ms, None, "a silent FED is never given up by default");
     assert_eq!(system.ru_params(1).on_corrupt_stream, CorruptStreamPolicy::Continue);
     assert_eq!(system.bu_directory(0, Path::new("/data/tessera")), Path::new("/dev/shm/tessera"));
     assert_eq!(parse(&system.to_yaml()).unwrap(), system);

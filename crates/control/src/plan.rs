@@ -303,7 +303,7 @@ pub fn ru_node(
         ru: RuConfig {
             first_event: first_unit(cfg),
             max_events_buffered: p.max_events_buffered as usize,
-            fragment_timeout_ns: p.fragment_timeout_ms * 1_000_000,
+            silent_fed_give_up_ns: p.silent_fed_give_up_ms.map(|ms| ms * 1_000_000),
             max_parts_per_message: p.max_parts_per_message as usize,
             ..RuConfig::new(i as u16, section.feds.clone())
         },
@@ -324,6 +324,7 @@ pub fn ru_node(
             Framing::Ferol
         },
         event_limit: cfg.stream_limit(),
+        streams_timeout: Duration::from_secs(p.connect_timeout_s),
         connect_timeout: CONNECT_TIMEOUT,
         max_frame_bytes: max_frame_bytes(cfg),
         allowed_peers: admission.allowed_peers,
@@ -365,6 +366,9 @@ pub fn bu_node(
             request_batch_events: p.request_batch_events,
             max_events_per_file: p.max_events_per_file,
             file_timeout_ns: p.file_timeout_ms * 1_000_000,
+            // Under pull a BU's requests are credits for room in its store; under push the RUs
+            // send unasked, and the BU stops reading instead.
+            store_bytes: (!cfg.is_push()).then_some(p.frame_store_bytes),
             push: cfg.is_push().then(|| PushBu {
                 age_events: cfg.push.age_events,
                 age_ns: cfg.push.age_ms * 1_000_000,

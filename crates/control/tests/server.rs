@@ -287,7 +287,10 @@ fn fed_errors_and_sub_states_show_in_the_metrics_and_the_api_with_their_sentence
     let units: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(
         units[0]["fed_errors"],
-        serde_json::json!([{"fed": 4, "errors": {"CORRUPT": 2, "LATE": 0, "MISSING": 7, "SYNC_LOST": 0, "STREAM_BROKEN": 0, "DISCONNECTED": 0}}])
+        serde_json::json!([{"fed": 4, "errors": {
+            "CORRUPT": 2, "LATE": 0, "MISSING": 7, "SYNC_LOST": 0, "STREAM_BROKEN": 0, "DISCONNECTED": 0, "MASKED": 0,
+            "GIVEN_UP": 0
+        }}])
     );
     assert_eq!(
         units[0]["sub_states"],
@@ -297,7 +300,7 @@ fn fed_errors_and_sub_states_show_in_the_metrics_and_the_api_with_their_sentence
     let keys: Vec<&str> =
         units[1]["sub_states"].as_array().unwrap().iter().map(|s| s["key"].as_str().unwrap()).collect();
     assert_eq!(keys, ["BU_STORE_FULL", "MISSING_DATA"]);
-    assert!(units[1]["sub_states"][0]["sentence"].as_str().unwrap().contains("files to be written"), "{units}");
+    assert!(units[1]["sub_states"][0]["sentence"].as_str().unwrap().contains("until files are written"), "{units}");
     assert_eq!(units[1]["fed_errors"], serde_json::json!([]));
 }
 

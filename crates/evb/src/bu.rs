@@ -41,6 +41,14 @@ pub struct BuConfig {
     pub report_delay_ns: Nanos,
     /// Files open for writing at once (one per lumi section in flight). Default 4.
     pub max_open_files: usize,
+    /// Received data the BU holds until it is written, at most, in bytes: it asks only for
+    /// events whose data fits beside what it holds, each counted as large as the largest it has
+    /// built (before the first, for one event). Its requests are thus credits for room it has, and
+    /// its driver never stops reading what comes for them: a BU full of parts of events that
+    /// wait for other RUs' parts, which it no longer reads, would wait forever. An event larger
+    /// than every one before may take the store past the bound by its size. `None` (the
+    /// default): no bound but `max_events_in_flight`.
+    pub store_bytes: Option<u64>,
     /// Push instead of pull: build what the RUs send, unasked; age events; publish files
     /// without a commit. Default none (pull).
     pub push: Option<PushBu>,
@@ -60,6 +68,7 @@ impl BuConfig {
             file_timeout_ns: 1_000_000_000,
             report_delay_ns: 1_000_000,
             max_open_files: 4,
+            store_bytes: None,
             push: None,
             bug: None,
         }
@@ -116,6 +125,9 @@ struct FileEntry {
     state: FileState,
     events: Vec<EventRange>,
     count: u32,
+    /// Fragment bytes of its events still held until it is written (0 once written, or for a
+    /// file an earlier incarnation wrote).
+    held_bytes: u64,
 }
 
 /// Counters of a builder unit.
@@ -183,6 +195,13 @@ pub struct Bu {
     /// below `forgotten_below` were shipped long ago, and a part of one is late.
     shipped: BTreeSet<EventNumber>,
     forgotten_below: EventNumber,
+    /// Fragment bytes received of events not yet written: being built, in open files, or in
+    /// files being written.
+    held_bytes: u64,
+    /// Of those, the bytes of events built (in open files, or in files being written).
+    built_bytes: u64,
+    /// The largest event built so far, in fragment bytes.
+    largest_event_bytes: u64,
 }
 
 impl Bu {
@@ -193,7 +212,9 @@ impl Bu {
         let BuDisk { unpublished, next_index, published_events, lumis_done } = disk;
         let files = unpublished
             .iter()
-            .map(|&(file, count)| (file, FileEntry { state: FileState::Written, events: Vec::new(), count }))
+            .map(|&(file, count)| {
+                (file, FileEntry { state: FileState::Written, events: Vec::new(), count, held_bytes: 0 })
+            })
             .collect();
         let unpublished: Vec<FileId> = unpublished.into_iter().map(|(f, _)| f).collect();
         let mut bu = Bu {
@@ -222,6 +243,9 @@ impl Bu {
             newest_from: Vec::new(),
             shipped: BTreeSet::new(),
             forgotten_below: 0,
+            held_bytes: 0,
+            built_bytes: 0,
+            largest_event_bytes: 0,
             cfg,
         };
         if bu.cfg.push.is_some() {
@@ -272,6 +296,79 @@ impl Bu {
         let in_files: u32 = self.files.values().map(|f| f.count).sum();
         let in_open: usize = self.open.iter().map(|f| f.events.len()).sum();
         self.outstanding + self.building.len() as u32 + in_open as u32 + in_files
+    }
+
+    /// Fragment bytes received of events not yet written.
+    pub fn held_bytes(&self) -> u64 {
+        self.held_bytes
+    }
+
+    /// The events more it may ask for with the room its store has: what fits beside what it
+    /// holds and what it has asked for, each as large as the largest event built (one batch
+    /// before the first). `u32::MAX` without a store bound.
+    fn store_room_events(&self) -> u32 {
+        let Some(store) = self.cfg.store_bytes else { return u32::MAX };
+        if self.largest_event_bytes == 0 {
+            // Nothing tells an event's size before the first is built: one at a time till then.
+            return u32::from(self.outstanding == 0 && self.building.is_empty());
+        }
+        // An event being built counts whole: its other parts are on their way.
+        let coming = u64::from(self.outstanding) + self.building.len() as u64;
+        let free =
+            store.saturating_sub(self.built_bytes).saturating_sub(coming.saturating_mul(self.largest_event_bytes));
+        let fit = u32::try_from(free / self.largest_event_bytes).unwrap_or(u32::MAX);
+        // An empty store always takes one event, however large: the run goes on.
+        fit.max(u32::from(self.held_bytes == 0 && self.outstanding == 0))
+    }
+
+    /// The events of the largest size built that the whole store holds (1 before the first
+    /// event, `u32::MAX` without a store bound).
+    fn store_capacity_events(&self) -> u32 {
+        match (self.cfg.store_bytes, self.largest_event_bytes) {
+            (None, _) => u32::MAX,
+            (Some(_), 0) => 1,
+            (Some(store), largest) => u32::try_from(store / largest).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Whether its store is too full of data (received, or on its way for events being built)
+    /// for another batch of events: what it asked for and has not begun to receive does not
+    /// count, so an idle BU with credits unused is not short.
+    pub fn short_of_store(&self) -> bool {
+        let (Some(store), largest) = (self.cfg.store_bytes, self.largest_event_bytes) else { return false };
+        if largest == 0 {
+            return false;
+        }
+        let coming = (self.building.len() as u64).saturating_mul(largest);
+        let room = store.saturating_sub(self.built_bytes).saturating_sub(coming) / largest;
+        let batch = self.cfg.request_batch_events.min(self.store_capacity_events()).max(1);
+        room < u64::from(batch)
+    }
+
+    /// Checks the BU's bounds: it holds at most `max_events_in_flight` events, and at most its
+    /// store's bytes or one event, whichever is more (events larger than any before may take it
+    /// further: the simulator's are not). Cheap; the simulator calls it after every step.
+    pub fn check_invariants(&self) -> Result<(), crate::invariant::InvariantViolation> {
+        use crate::invariant::InvariantViolation;
+        let in_flight = self.events_in_flight();
+        if in_flight > self.cfg.max_events_in_flight {
+            return Err(InvariantViolation::BuEventsOverBound {
+                bu: self.cfg.bu,
+                events: in_flight,
+                bound: self.cfg.max_events_in_flight,
+            });
+        }
+        if let Some(store) = self.cfg.store_bytes {
+            let bound = store.max(self.largest_event_bytes);
+            if self.held_bytes > bound {
+                return Err(InvariantViolation::BuStoreOverBound {
+                    bu: self.cfg.bu,
+                    held_bytes: self.held_bytes,
+                    bound,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// What keeps the BU from its end of run, for a report on a run that ended without it.
@@ -386,6 +483,9 @@ impl Bu {
             Input::FileWritten(file) => {
                 if let Some(entry) = self.files.get_mut(&file) {
                     self.counters.files_written += 1;
+                    let written = std::mem::take(&mut entry.held_bytes);
+                    self.held_bytes -= written;
+                    self.built_bytes -= written;
                     let committed = matches!(entry.state, FileState::Writing { committed: true });
                     entry.state = FileState::Written;
                     if committed {
@@ -514,6 +614,9 @@ impl Bu {
                 return;
             }
             self.outstanding -= 1;
+            if ru < n_ru {
+                self.held_bytes += part.bytes() as u64;
+            }
             if n_ru == 1 && ru == 0 {
                 // The only part: the event is complete without waiting in the table.
                 self.complete(now, event, vec![part]);
@@ -528,6 +631,7 @@ impl Bu {
         };
         match b.parts.get_mut(ru) {
             Some(slot @ None) => {
+                self.held_bytes += part.bytes() as u64;
                 *slot = Some(part);
                 b.have += 1;
             }
@@ -562,6 +666,7 @@ impl Bu {
             self.building.entry(event).or_insert_with(|| Building { parts: vec![None; n_ru], have: 0, first_at: now });
         match &mut b.parts[ru] {
             slot @ None => {
+                self.held_bytes += part.bytes() as u64;
                 *slot = Some(part);
                 b.have += 1;
             }
@@ -648,6 +753,9 @@ impl Bu {
             self.counters.error_events += 1;
         }
         self.counters.events_built += 1;
+        let bytes: u64 = parts.iter().map(|p| p.bytes() as u64).sum();
+        self.largest_event_bytes = self.largest_event_bytes.max(bytes);
+        self.built_bytes += bytes;
         let lumi_section = trigger.map_or(0, |t| t.lumi_section);
         let built = BuiltEvent { event, lumi_section, flags: frd_flags, parts };
         let index = match self.open.iter().position(|f| f.lumi_section == lumi_section) {
@@ -686,13 +794,15 @@ impl Bu {
             push_event(&mut ranges, e);
         }
         let count = f.events.len() as u32;
+        let held_bytes = f.events.iter().flat_map(|e| &e.parts).map(|p| p.bytes() as u64).sum();
         if self.cfg.bug == Some(BuBug::CommitBeforeWritten) {
             self.built.push(BuiltFile { file: f.file, events: ranges.clone() });
             self.report_since.get_or_insert(now);
         }
         // Push has no commit: a file is published as soon as it is written.
         let committed = self.cfg.push.is_some();
-        self.files.insert(f.file, FileEntry { state: FileState::Writing { committed }, events: ranges, count });
+        let entry = FileEntry { state: FileState::Writing { committed }, events: ranges, count, held_bytes };
+        self.files.insert(f.file, entry);
         self.out.push_back(BuOutput::WriteFile { file: f.file, lumi_section: f.lumi_section, events: f.events });
     }
 
@@ -734,8 +844,9 @@ impl Bu {
             return;
         }
         let bound = self.cfg.max_events_in_flight.min(self.room_events);
-        let free = bound.saturating_sub(self.events_in_flight());
-        let batch = self.cfg.request_batch_events.min(bound).max(1);
+        let free = bound.saturating_sub(self.events_in_flight()).min(self.store_room_events());
+        // A store too small for a whole batch asks for what it holds.
+        let batch = self.cfg.request_batch_events.min(bound).min(self.store_capacity_events()).max(1);
         let credits = if free >= batch && self.throttle.is_none() { free } else { 0 };
         let reports_due = self.report_since.is_some_and(|t| now >= t.saturating_add(self.cfg.report_delay_ns));
         if credits == 0 && !reports_due {
@@ -815,6 +926,49 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    fn credits(bu: &mut Bu) -> Vec<u32> {
+        std::iter::from_fn(|| bu.poll_output())
+            .filter_map(|o| match o {
+                BuOutput::Send { msg: Message::Request { credits, .. }, .. } => Some(credits),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Requests are credits for room the BU has: with a store of 1000 bytes and events of 64, it
+    /// asks for no more than fit beside what it holds, whatever `max_events_in_flight` allows.
+    #[test]
+    fn a_bu_asks_only_for_events_whose_data_its_store_has_room_for() {
+        let cfg = BuConfig {
+            store_bytes: Some(1000),
+            request_batch_events: 4,
+            max_events_in_flight: 100,
+            max_events_per_file: 4,
+            ..BuConfig::new(0, 1)
+        };
+        let mut bu = Bu::new(cfg, 1, BuDisk::default());
+        let welcome = Message::Welcome { epoch: 1, publish: Vec::new(), discard: Vec::new() };
+        bu.handle(0, Input::Message { from: Peer::Evm, msg: welcome });
+        assert_eq!(credits(&mut bu), vec![1], "one event before any event's size is known");
+        bu.handle(0, part(0, 1));
+        // 1 event of 64 bytes in an open file: (1000 - 64) / 64 = 14 more.
+        assert_eq!((bu.held_bytes(), credits(&mut bu)), (64, vec![14]));
+        for e in 2..=15 {
+            bu.handle(0, part(0, e));
+        }
+        assert!(bu.short_of_store(), "960 bytes held: no room for a batch");
+        assert_eq!(bu.check_invariants(), Ok(()));
+        assert!(credits(&mut bu).iter().all(|&c| c == 0), "no credit while short");
+        assert_eq!(bu.check_invariants(), Ok(()));
+        let files: Vec<FileId> = bu.files.keys().copied().collect();
+        for f in files {
+            bu.handle(0, Input::FileWritten(f));
+        }
+        assert_eq!(bu.held_bytes(), 3 * 64, "the three open events are still held");
+        assert_eq!(credits(&mut bu).iter().sum::<u32>(), 12, "(1000 - 192) / 64, as each file's room came");
+        assert!(!bu.short_of_store(), "what it asked for and has not begun to receive does not fill it");
     }
 
     /// A file that stops growing while an event waits for data (an RU short of room waits for

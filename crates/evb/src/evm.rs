@@ -58,6 +58,8 @@ impl EvmConfig {
 pub enum EvmBug {
     /// When a BU is lost, leave its uncommitted events where they are instead of reassigning.
     ForgetReassign,
+    /// The EVM's node starts the run at once, not waiting for every RU's streams.
+    StartBeforeStreams,
 }
 
 #[derive(Debug, Default)]

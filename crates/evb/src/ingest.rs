@@ -72,6 +72,8 @@ impl IngestRu {
                         push_event(&mut done, p.event);
                     }
                 }
+                // Nobody waits for the streams: an RU alone starts at once.
+                RuOutput::Send { msg: Message::StreamsConnected { .. }, .. } => {}
                 other => self.out.push_back(other),
             }
         }

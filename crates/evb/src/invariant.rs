@@ -1,5 +1,6 @@
 //! The conservation laws the cores check of themselves ([`crate::Evm::check_invariants`],
-//! [`crate::Ru::check_invariants`]), and how one is broken, with the figures that break it.
+//! [`crate::Ru::check_invariants`], [`crate::Bu::check_invariants`]), and how one is broken,
+//! with the figures that break it.
 
 use crate::types::{BuId, RuId};
 
@@ -63,5 +64,25 @@ pub enum InvariantViolation {
         window: usize,
         /// The bound (`RuConfig::max_events_buffered`).
         bound: usize,
+    },
+    /// A BU: it holds at most its bound of events, from request to publication.
+    #[error("BU {bu}: {events} events held, bound {bound}")]
+    BuEventsOverBound {
+        /// The BU.
+        bu: BuId,
+        /// Events it holds.
+        events: u32,
+        /// The bound (`BuConfig::max_events_in_flight`).
+        bound: u32,
+    },
+    /// A BU: the data it holds until written stays within its store (or one event, if larger).
+    #[error("BU {bu}: {held_bytes} bytes held until written, bound {bound}")]
+    BuStoreOverBound {
+        /// The BU.
+        bu: BuId,
+        /// Fragment bytes it holds.
+        held_bytes: u64,
+        /// The bound (`BuConfig::store_bytes`, or its largest event if larger).
+        bound: u64,
     },
 }

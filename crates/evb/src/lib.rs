@@ -24,6 +24,10 @@
 //!
 //! [`wire`] gives every message its frame on TCP.
 //!
+//! A run starts only once every stream of every RU has connected ([`start`]), and a stream that
+//! brings nothing holds its events (and through full buffers the trigger) until it sends, ends
+//! or is masked: a busy machine or a late front end never makes an event incomplete.
+//!
 //! Every queue and table is bounded: an RU refuses fragments past its buffer
 //! ([`ru::BackPressure`]), a BU never holds more than its configured events, and the EVM never
 //! assigns more than a BU asked for.
@@ -33,12 +37,14 @@
 pub mod bu;
 pub mod evm;
 pub mod ingest;
+pub mod intake;
 pub mod invariant;
 pub mod msg;
 pub mod node;
 pub mod push;
 mod ring;
 pub mod ru;
+pub mod start;
 pub mod trigger_stream;
 pub mod types;
 pub mod unit;

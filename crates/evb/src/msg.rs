@@ -213,6 +213,16 @@ pub enum Message {
         /// The first event some FED of the sender has not delivered yet.
         through: EventNumber,
     },
+    /// RU → RU 0's node (the EVM's under pull), once: every FED stream of `ru` is connected
+    /// and has named its FED. The trigger is enabled only once every RU has said it (the run's
+    /// start barrier).
+    StreamsConnected {
+        /// The RU whose streams are all there.
+        ru: RuId,
+    },
+    /// Push: RU 0's node → every other RU, once: every stream of every RU is connected, so
+    /// events may go to their BUs. Before it an RU keeps what its streams bring.
+    Start,
 }
 
 impl Message {

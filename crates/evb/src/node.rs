@@ -2,6 +2,9 @@
 //! trigger), wired together without a network. Assignments to RU 0 are handed over in memory,
 //! and commits for a BU ride on RU 0's next data message to it.
 //!
+//! The node keeps the run's start barrier ([`StartBarrier`]): the trigger fragments RU 0 takes
+//! make events only once every RU has said that all its streams are connected.
+//!
 //! The node also judges the trigger stream: its only clean ends are run control's stop and,
 //! with an event limit, its close after exactly that many events. Anything else (a close before
 //! it, a stream that cannot be read on, an event out of sequence) stops the trigger at the last
@@ -11,8 +14,9 @@
 use crate::evm::{Evm, EvmConfig};
 use crate::msg::{FragmentRef, Message};
 use crate::ru::{BackPressure, Ru, RuConfig};
+use crate::start::StartBarrier;
 use crate::trigger_stream::TriggerStream;
-use crate::types::{Nanos, Peer};
+use crate::types::{EventNumber, Nanos, Peer, RuId};
 use crate::unit::{EvmOutput, Input, Notice, RuOutput, TriggerBreak};
 use std::collections::VecDeque;
 use tessera_formats::tcds::TCDS_FED_ID;
@@ -29,13 +33,29 @@ pub struct EvmNode {
     trigger: TriggerStream,
     /// The other RUs were told the run is drained.
     drain_sent: bool,
+    /// The run's start: triggers make events only once every stream is connected.
+    barrier: StartBarrier,
+    /// The trigger went off before the start: the run's last event, to stop the EVM at once it
+    /// has the triggers kept aside.
+    stop_at_start: Option<Option<EventNumber>>,
+    /// Run control stopped the run before it started: no trigger makes an event.
+    abandoned: bool,
 }
 
 impl EvmNode {
     /// The EVM's node at the start of a run.
     pub fn new(evm: EvmConfig, ru: RuConfig) -> Self {
+        let mut barrier = StartBarrier::new(evm.n_ru);
+        if evm.bug == Some(crate::evm::EvmBug::StartBeforeStreams) {
+            for r in 0..evm.n_ru {
+                barrier.ready(r, 0);
+            }
+        }
         EvmNode {
             drain_sent: false,
+            barrier,
+            stop_at_start: None,
+            abandoned: false,
             evm: Evm::new(evm),
             ru: Ru::new(ru),
             out: VecDeque::new(),
@@ -66,24 +86,97 @@ impl EvmNode {
         if self.trigger.stopped() {
             return;
         }
-        let what = self.trigger.ended(self.evm.counters().triggered, broken);
+        let what = self.trigger.ended(self.triggers_taken(), broken);
         self.trigger_off(now, what);
         self.pump(now);
     }
 
+    /// Trigger fragments taken: those that made events and those kept aside for the start.
+    fn triggers_taken(&self) -> u64 {
+        self.evm.counters().triggered + self.barrier.deferred() as u64
+    }
+
     /// The trigger went off (`what`: the break, if it was one): a break is said, and the EVM
-    /// drains the events triggered before it.
+    /// drains the events triggered before it (once the run has started: before, it stops with
+    /// the triggers kept aside).
     fn trigger_off(&mut self, now: Nanos, what: Option<TriggerBreak>) {
+        let last_event = self.barrier.last_deferred().or(self.evm.last_triggered());
         if let Some(what) = what {
-            let notice = Notice::TriggerStreamBroken {
-                what,
-                fragments: self.evm.counters().triggered,
-                last_event: self.evm.last_triggered(),
-            };
+            let notice = Notice::TriggerStreamBroken { what, fragments: self.triggers_taken(), last_event };
             self.out.push_back(RuOutput::Notice(notice));
         }
-        let last_event = self.evm.last_triggered();
-        self.evm.handle(now, Input::StopTrigger { last_event });
+        if self.barrier.started() {
+            self.evm.handle(now, Input::StopTrigger { last_event });
+        } else {
+            self.stop_at_start = Some(last_event);
+        }
+    }
+
+    /// Whether the run has started: every stream of every RU is connected.
+    pub fn started(&self) -> bool {
+        self.barrier.started()
+    }
+
+    /// The RUs that have not yet said that all their streams are connected.
+    pub fn rus_not_ready(&self) -> Vec<RuId> {
+        self.barrier.waiting_for()
+    }
+
+    /// Run control stopped the trigger at `last_event`: once (a later stop, the stream's end
+    /// after run control's, changes nothing). Before the start it waits for the start, unless no
+    /// event was issued: then the run ends with none, and the triggers kept aside are no events.
+    fn stop_trigger(&mut self, now: Nanos, last_event: Option<EventNumber>) {
+        if !self.trigger.stop() {
+            return;
+        }
+        if self.barrier.started() {
+            self.evm.handle(now, Input::StopTrigger { last_event });
+        } else if last_event.is_none() {
+            self.abandoned = true;
+            self.barrier.take_deferred();
+            self.evm.handle(now, Input::StopTrigger { last_event: None });
+        } else {
+            self.stop_at_start = Some(last_event);
+        }
+    }
+
+    /// The stream of RU 0's FED at `fed_index` connected (see [`Ru::stream_connected`]).
+    pub fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
+        self.ru.stream_connected(fed_index);
+        self.pump(now);
+    }
+
+    /// The stream of RU 0's FED at `fed_index` ended (see [`Ru::stream_ended`]).
+    pub fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
+        self.ru.stream_ended(fed_index, now);
+        self.pump(now);
+    }
+
+    /// Masks RU 0's FED at `fed_index` (see [`Ru::mask`]).
+    pub fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
+        let masked = self.ru.mask(fed_index, now);
+        self.pump(now);
+        masked
+    }
+
+    /// RU `ru` has every stream connected; the last to say it starts the run: the triggers kept
+    /// aside make their events, and a stop that came meanwhile takes effect.
+    fn ru_ready(&mut self, now: Nanos, ru: RuId) {
+        if ru >= self.evm.config().n_ru {
+            self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
+                what: format!("EVM: streams connected said for RU {ru}, which the run does not have"),
+            }));
+            return;
+        }
+        if self.abandoned || !self.barrier.ready(ru, now) {
+            return;
+        }
+        for (event, lumi_section) in self.barrier.take_deferred() {
+            self.evm.triggered(now, event, lumi_section);
+        }
+        if let Some(last_event) = self.stop_at_start.take() {
+            self.evm.handle(now, Input::StopTrigger { last_event });
+        }
     }
 
     /// Offers the next fragment of the FED at `fed_index` of RU 0 (see [`Ru::offer_fragment`]).
@@ -106,12 +199,8 @@ impl EvmNode {
                 self.pump(now);
                 self.ru.handle(now, Input::Tick);
             }
-            Input::StopTrigger { last_event } => {
-                // Once: a later stop (the stream's end after run control's) changes nothing.
-                if self.trigger.stop() {
-                    self.evm.handle(now, Input::StopTrigger { last_event });
-                }
-            }
+            Input::StopTrigger { last_event } => self.stop_trigger(now, last_event),
+            Input::Message { msg: Message::StreamsConnected { ru }, .. } => self.ru_ready(now, ru),
             other => self.evm.handle(now, other),
         }
         self.pump(now);
@@ -124,9 +213,14 @@ impl EvmNode {
             while let Some(o) = self.ru.poll_output() {
                 moved = true;
                 match o {
-                    // After a break, a trigger fragment is of no event.
-                    RuOutput::Triggered { .. } if self.trigger.broke().is_some() => {}
+                    // After a break, or a stop before the start, a trigger fragment is of no
+                    // event.
+                    RuOutput::Triggered { .. } if self.trigger.broke().is_some() || self.abandoned => {}
+                    RuOutput::Triggered { event, lumi_section } if !self.barrier.started() => {
+                        self.barrier.defer(event, lumi_section)
+                    }
                     RuOutput::Triggered { event, lumi_section } => self.evm.triggered(now, event, lumi_section),
+                    RuOutput::Send { to: Peer::Evm, msg: Message::StreamsConnected { ru } } => self.ru_ready(now, ru),
                     // The trigger FED's sync loss is said as such (counted against it) and
                     // breaks the trigger stream.
                     RuOutput::Notice(notice @ Notice::SyncLoss { fed: TCDS_FED_ID, expected, found_lv1 }) => {
@@ -190,7 +284,11 @@ mod tests {
 
     /// The EVM's node of one RU reading the trigger FED and FED 0, for one BU.
     fn node() -> EvmNode {
-        EvmNode::new(EvmConfig::new(1, 1), RuConfig::new(0, vec![TCDS_FED_ID, 0]))
+        let mut n = EvmNode::new(EvmConfig::new(1, 1), RuConfig::new(0, vec![TCDS_FED_ID, 0]));
+        n.stream_connected(0, 0);
+        n.stream_connected(0, 1);
+        assert!(n.started(), "RU 0 is the only RU");
+        n
     }
 
     /// Offers `count` trigger fragments from LV1 `first` on.
@@ -267,6 +365,67 @@ mod tests {
         assert_eq!(n.trigger_break(), Some(&what));
         assert_eq!(breaks(&mut n), vec![Notice::TriggerStreamBroken { what, fragments: 3, last_event: Some(3) }]);
         assert_eq!((n.evm.counters().triggered, n.evm.last_triggered()), (3, Some(3)));
+    }
+
+    /// The EVM's node of two RUs: RU 0 reads the trigger FED and FED 0, RU 1 is elsewhere.
+    fn node_of_two_rus() -> EvmNode {
+        EvmNode::new(EvmConfig::new(2, 1), RuConfig::new(0, vec![TCDS_FED_ID, 0]))
+    }
+
+    fn sends(node: &mut EvmNode) -> Vec<Message> {
+        std::iter::from_fn(|| node.poll_output())
+            .filter_map(|o| match o {
+                RuOutput::Send { msg, .. } => Some(msg),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn triggers_make_events_only_once_every_stream_of_every_ru_is_connected() {
+        let mut n = node_of_two_rus();
+        n.handle(0, Input::Message { from: Peer::Bu(0), msg: Message::Hello { bu: 0, epoch: 1, unpublished: vec![] } });
+        let request =
+            Message::Request { bu: 0, epoch: 1, credits: 8, built: vec![], published: vec![], lumis_done: vec![] };
+        n.handle(0, Input::Message { from: Peer::Bu(0), msg: request });
+        trigger(&mut n, 1, 3);
+        assert_eq!((n.started(), n.evm.counters().triggered), (false, 0), "FED 0 and RU 1 are not there");
+        assert_eq!(n.rus_not_ready(), vec![0, 1]);
+        n.stream_connected(0, 1);
+        assert_eq!(n.rus_not_ready(), vec![1]);
+        n.handle(0, Input::Message { from: Peer::Ru(1), msg: Message::StreamsConnected { ru: 1 } });
+        assert!(n.started());
+        assert_eq!(n.evm.counters().triggered, 3, "the triggers kept aside make their events at the start");
+        n.handle(2_000_000, Input::Tick);
+        let assigned = sends(&mut n).iter().any(|m| matches!(m, Message::Assign { .. }));
+        assert!(assigned, "and are assigned");
+    }
+
+    #[test]
+    fn a_trigger_stream_that_ends_cleanly_before_the_start_stops_the_run_after_its_events() {
+        let mut n = node_of_two_rus();
+        n.limit_trigger(3);
+        n.stream_connected(0, 1);
+        trigger(&mut n, 1, 3);
+        n.trigger_stream_ended(0, None);
+        assert!(breaks(&mut n).is_empty(), "3 of 3 triggers: a clean end");
+        assert_eq!(n.evm.counters().triggered, 0);
+        n.handle(0, Input::Message { from: Peer::Ru(1), msg: Message::StreamsConnected { ru: 1 } });
+        assert_eq!((n.evm.counters().triggered, n.evm.last_triggered()), (3, Some(3)));
+        assert!(n.evm.pending().contains("3 unassigned"), "the run waits for its 3 events: {}", n.evm.pending());
+    }
+
+    #[test]
+    fn a_run_stopped_before_every_stream_came_ends_with_no_event() {
+        let mut n = node_of_two_rus();
+        n.stream_connected(0, 1);
+        trigger(&mut n, 1, 2);
+        n.handle(0, Input::StopTrigger { last_event: None });
+        assert!(n.trigger_stopped());
+        let drained = sends(&mut n).contains(&Message::Drain { last_event: None });
+        assert!(drained, "the other RU learns that the run is over, with no event");
+        n.handle(0, Input::Message { from: Peer::Ru(1), msg: Message::StreamsConnected { ru: 1 } });
+        assert_eq!(n.evm.counters().triggered, 0, "nothing starts after the stop");
     }
 
     #[test]

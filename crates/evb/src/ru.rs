@@ -20,13 +20,19 @@ pub struct RuConfig {
     /// Events whose fragments the RU may hold at once (its buffer pool); past it, it stops
     /// reading its FED streams. Default 4096.
     pub max_events_buffered: usize,
-    /// How long a FED's stream may bring nothing, while an assigned event waits for its
-    /// fragment and this RU reads the stream, before the event is sent without it (the FED is
-    /// then stalled), in nanoseconds. A stream that delivers older events, or that this RU holds
-    /// back, is never stalled: its events wait. Default 100 ms.
-    pub fragment_timeout_ns: Nanos,
+    /// Give up on a FED whose stream brings nothing for this long, while an assigned event
+    /// waits for its fragment and this RU reads the stream: the event is then sent without it,
+    /// and so are later ones until the FED catches up, in nanoseconds. `None` (the default):
+    /// never; a silent stream holds its events, and through the RU's full buffers the trigger,
+    /// until it sends, ends, or is masked ([`Ru::mask`]). A stream that delivers older events,
+    /// or that this RU holds back, is never silent.
+    pub silent_fed_give_up_ns: Option<Nanos>,
     /// Super-fragments per data message at most. Default 256.
     pub max_parts_per_message: usize,
+    /// How long super-fragments ready to go wait for the rest of their assignment's events
+    /// (to leave in one message) before they go without them, in nanoseconds. Default 1 ms.
+    /// The rest may wait for a FED held back for want of memory, which only their commit frees.
+    pub batch_wait_ns: Nanos,
     /// Fragment bytes per data message at most, so that every message fits the frame a BU
     /// accepts; a super-fragment larger than this goes alone. Default unbounded.
     pub max_data_bytes: usize,
@@ -42,8 +48,9 @@ impl RuConfig {
             feds,
             first_event: 1,
             max_events_buffered: 4096,
-            fragment_timeout_ns: 100_000_000,
+            silent_fed_give_up_ns: None,
             max_parts_per_message: 256,
+            batch_wait_ns: 1_000_000,
             max_data_bytes: usize::MAX,
             bug: None,
         }
@@ -61,15 +68,42 @@ pub enum RuBug {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BackPressure;
 
+/// An assigned event that waits for a FED ([`Ru::waiting_for`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FedState {
+pub struct Wait {
+    /// The event.
+    pub event: EventNumber,
+    /// The FED it waits for.
+    pub fed: FedId,
+    /// Since when: its assignment, or the FED's last sign of life if later.
+    pub since: Nanos,
+}
+
+/// Where a FED's stream is, as the protocol sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FedState {
+    /// Its stream has not connected (or has not named its FED) yet: events wait for it, and the
+    /// run does not start before it has.
+    Unconnected,
+    /// Connected and sending: events wait for it.
     Normal,
-    /// Stopped sending at `since`: events after it do not wait for it.
-    Stalled,
+    /// Silent past the give-up time ([`RuConfig::silent_fed_give_up_ns`]): events after it do
+    /// not wait for it until it catches up.
+    GivenUp,
     /// Sent an event out of sequence: ignored for the rest of the run.
     SyncLost,
-    /// Its stream ended (closed or broken) before the run's end: no event waits for it.
+    /// Its stream ended (closed, or broken) before the run's end: no event waits for it.
     Ended,
+    /// Masked by the operator: its events go on without it for the rest of the run, and what it
+    /// still sends is dropped.
+    Masked,
+}
+
+impl FedState {
+    /// Whether events wait for the FED's fragment.
+    pub fn waited_for(self) -> bool {
+        matches!(self, FedState::Unconnected | FedState::Normal)
+    }
 }
 
 #[derive(Debug)]
@@ -101,6 +135,8 @@ pub struct RuCounters {
     pub late_fragments: u64,
     /// Fragments refused for a full buffer.
     pub refused: u64,
+    /// Fragments of masked FEDs, dropped.
+    pub masked_fragments: u64,
     /// Super-fragments sent (resends included).
     pub parts_sent: u64,
     /// Super-fragments sent with FEDs missing.
@@ -123,6 +159,8 @@ pub struct Ru {
     unsent: BTreeMap<(BuId, Epoch), usize>,
     /// Per destination, super-fragments ready to send.
     ready: BTreeMap<(BuId, Epoch), Vec<SuperFragment>>,
+    /// Since when some super-fragment is ready and not sent: all go at `batch_wait_ns` after.
+    ready_since: Option<Nanos>,
     out: VecDeque<RuOutput>,
     counters: RuCounters,
     /// Fragments taken (offered and not refused) and freed: every fragment taken is freed or
@@ -132,6 +170,8 @@ pub struct Ru {
     /// The EVM's drain, once it came: every event of the run is committed, and the run's last
     /// event is this one (none if nothing was triggered).
     drain: Option<Option<EventNumber>>,
+    /// Every stream has connected, and RU 0's node has been told so.
+    connected_told: bool,
 }
 
 impl Ru {
@@ -140,7 +180,7 @@ impl Ru {
         let feds = cfg
             .feds
             .iter()
-            .map(|&id| Fed { id, lv1: Lv1Unwrapper::new(cfg.first_event), state: FedState::Normal, alive_at: 0 })
+            .map(|&id| Fed { id, lv1: Lv1Unwrapper::new(cfg.first_event), state: FedState::Unconnected, alive_at: 0 })
             .collect();
         Ru {
             events: EventRing::new(cfg.first_event),
@@ -149,11 +189,13 @@ impl Ru {
             waiting: VecDeque::new(),
             unsent: BTreeMap::new(),
             ready: BTreeMap::new(),
+            ready_since: None,
             out: VecDeque::new(),
             counters: RuCounters::default(),
             taken: 0,
             freed: 0,
             drain: None,
+            connected_told: false,
         }
     }
 
@@ -208,10 +250,80 @@ impl Ru {
         self.feds.get(fed_index).map_or(self.cfg.first_event, |f| f.lv1.expected())
     }
 
-    /// The first event some FED still sending has not delivered: FEDs stalled past the fragment
-    /// time-out, out of sync or ended are not waited for. `None` when no FED is left sending.
+    /// The first event some FED still sending (or not yet connected) has not delivered: FEDs
+    /// given up on, out of sync, ended or masked are not waited for. `None` when no FED is left
+    /// sending.
     pub fn sending_through(&self) -> Option<EventNumber> {
-        self.feds.iter().filter(|f| f.state == FedState::Normal).map(|f| f.lv1.expected()).min()
+        self.feds.iter().filter(|f| f.state.waited_for()).map(|f| f.lv1.expected()).min()
+    }
+
+    /// The state of the FED at `fed_index`.
+    pub fn fed_state(&self, fed_index: usize) -> Option<FedState> {
+        self.feds.get(fed_index).map(|f| f.state)
+    }
+
+    /// The FEDs whose streams have not connected yet, in the RU's order.
+    pub fn unconnected_feds(&self) -> Vec<FedId> {
+        self.feds.iter().filter(|f| f.state == FedState::Unconnected).map(|f| f.id).collect()
+    }
+
+    /// Whether every stream of this RU has connected (and named its FED): the RU is ready for
+    /// the run to start.
+    pub fn all_connected(&self) -> bool {
+        self.feds.iter().all(|f| f.state != FedState::Unconnected)
+    }
+
+    /// The stream of the FED at `fed_index` connected and named its FED (before its first
+    /// fragment, if the driver sees it then). Once every stream has, RU 0's node is told
+    /// ([`Message::StreamsConnected`]).
+    pub fn stream_connected(&mut self, fed_index: usize) {
+        if let Some(fed) = self.feds.get_mut(fed_index)
+            && fed.state == FedState::Unconnected
+        {
+            fed.state = FedState::Normal;
+        }
+        self.tell_if_connected();
+    }
+
+    fn tell_if_connected(&mut self) {
+        if !self.connected_told && self.all_connected() {
+            self.connected_told = true;
+            let msg = Message::StreamsConnected { ru: self.cfg.ru };
+            self.out.push_back(RuOutput::Send { to: Peer::Evm, msg });
+        }
+    }
+
+    /// The oldest event assigned and not yet sent that waits for a FED, with that FED (the
+    /// first in the RU's order it waits for) and since when it waits: since its assignment, or
+    /// the FED's last sign of life if later. `None` when no assigned event waits.
+    pub fn waiting_for(&self) -> Option<Wait> {
+        self.waiting.iter().find_map(|&(at, event)| {
+            let e = self.events.get(event).filter(|e| !e.sent && e.assigned.is_some_and(|a| a.2 == at))?;
+            let fed = self.feds.iter().find(|f| {
+                f.state.waited_for() && f.lv1.expected() <= event && !e.fragments.iter().any(|x| x.fed == f.id)
+            })?;
+            Some(Wait { event, fed: fed.id, since: at.max(fed.alive_at) })
+        })
+    }
+
+    /// Masks the FED at `fed_index` at the operator's word: the events that wait for it go on
+    /// without it now, and so do all later ones; what its stream still brings is dropped. A FED
+    /// already left out (ended, out of sync) or masked stays as it is. Returns whether it was
+    /// masked now.
+    pub fn mask(&mut self, fed_index: usize, now: Nanos) -> bool {
+        let Some(fed) = self.feds.get_mut(fed_index) else { return false };
+        if matches!(fed.state, FedState::Masked | FedState::SyncLost | FedState::Ended) {
+            return false;
+        }
+        fed.state = FedState::Masked;
+        let notice = Notice::FedMasked { fed: fed.id, event: fed.lv1.expected() };
+        self.out.push_back(RuOutput::Notice(notice));
+        // A masked FED no longer keeps the run from starting.
+        self.tell_if_connected();
+        let waiting: Vec<EventNumber> = self.waiting.iter().map(|&(_, e)| e).collect();
+        self.try_send(now, waiting);
+        self.flush_complete_batches();
+        true
     }
 
     /// The events held, each with the BU it is assigned to, if any.
@@ -237,6 +349,10 @@ impl Ru {
     /// Whether a fragment for the next event of `fed_index` would be taken now.
     pub fn accepts(&self, fed_index: usize) -> bool {
         let Some(fed) = self.feds.get(fed_index) else { return false };
+        if matches!(fed.state, FedState::Masked | FedState::SyncLost) {
+            // Dropped as it comes: never held.
+            return true;
+        }
         let event = fed.lv1.expected();
         // The ring's window, not only its live events, is what memory holds.
         event < self.events.end() || self.events.window() < self.cfg.max_events_buffered
@@ -256,7 +372,7 @@ impl Ru {
     /// the fragment time-out.
     pub fn stream_ended(&mut self, fed_index: usize, now: Nanos) {
         let Some(fed) = self.feds.get_mut(fed_index) else { return };
-        if fed.state == FedState::SyncLost {
+        if matches!(fed.state, FedState::SyncLost | FedState::Masked) {
             return;
         }
         fed.state = FedState::Ended;
@@ -281,7 +397,14 @@ impl Ru {
         }
         self.taken += 1;
         let fed = &mut self.feds[fed_index];
-        if fed.state == FedState::SyncLost {
+        if fed.state == FedState::Unconnected {
+            // A fragment comes only over a connected stream.
+            fed.state = FedState::Normal;
+            self.tell_if_connected();
+        }
+        let fed = &mut self.feds[fed_index];
+        if matches!(fed.state, FedState::SyncLost | FedState::Masked) {
+            self.counters.masked_fragments += u64::from(fed.state == FedState::Masked);
             self.free(vec![fragment]);
             return Ok(());
         }
@@ -302,7 +425,7 @@ impl Ru {
         self.counters.fragments += 1;
         self.counters.corrupt_fragments += u64::from(fragment.corrupt);
         let fed_id = fed.id;
-        let caught_up = fed.state == FedState::Stalled;
+        let caught_up = fed.state == FedState::GivenUp;
         // A trigger is a trigger even when its fragment comes late (under push its event may
         // have gone on, or been dropped with a lost BU, before it): it is counted all the same.
         if let Some(info) = fragment.trigger {
@@ -372,14 +495,15 @@ impl Ru {
                 self.drain.get_or_insert(last_event);
             }
             Input::Tick => {
-                let timeout = self.cfg.fragment_timeout_ns;
-                let waiting: Vec<EventNumber> = self
-                    .waiting
-                    .iter()
-                    .take_while(|&&(at, _)| now >= at.saturating_add(timeout))
-                    .map(|&(_, e)| e)
-                    .collect();
-                self.try_send(now, waiting);
+                if let Some(give_up) = self.cfg.silent_fed_give_up_ns {
+                    let waiting: Vec<EventNumber> = self
+                        .waiting
+                        .iter()
+                        .take_while(|&&(at, _)| now >= at.saturating_add(give_up))
+                        .map(|&(_, e)| e)
+                        .collect();
+                    self.try_send(now, waiting);
+                }
                 self.flush(|_| true);
             }
             Input::Message { from, msg } => self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
@@ -422,14 +546,19 @@ impl Ru {
                 if e.fragments.iter().any(|f| f.fed == fed.id) {
                     continue;
                 }
-                // A FED that is past this event, stalled or out of sync will not send it.
-                let gave_up = fed.state != FedState::Normal || fed.lv1.expected() > event;
-                // Silent: nothing from its stream for the time-out, counted from the assignment
-                // at the earliest. (This RU's own window never holds back a FED an event waits
-                // for: its next fragment is of that event or an older one; the driver says when
-                // it holds a stream back for want of memory, through `stream_alive`.)
-                let silent = now >= at.max(fed.alive_at).saturating_add(self.cfg.fragment_timeout_ns);
-                if gave_up || silent {
+                // A FED that is past this event, given up on, out of sync, ended or masked will
+                // not send it.
+                let gone = !fed.state.waited_for() || fed.lv1.expected() > event;
+                // Silent past the give-up time, if the system sets one: nothing from its stream
+                // for that long, counted from the assignment at the earliest. (This RU's own
+                // window never holds back a FED an event waits for: its next fragment is of that
+                // event or an older one; the driver says when it holds a stream back for want of
+                // memory, through `stream_alive`.) Without one, a silent FED is waited for.
+                let silent = self
+                    .cfg
+                    .silent_fed_give_up_ns
+                    .is_some_and(|give_up| now >= at.max(fed.alive_at).saturating_add(give_up));
+                if gone || silent {
                     missing.push(fed.id);
                 } else {
                     wait = true;
@@ -444,13 +573,14 @@ impl Ru {
             }
             self.unsent.entry((bu, epoch)).and_modify(|n| *n = n.saturating_sub(1));
             self.ready.entry((bu, epoch)).or_default().push(part);
+            self.ready_since.get_or_insert(now);
             self.counters.parts_sent += 1;
             if !missing.is_empty() {
                 self.counters.incomplete_parts += 1;
                 for &fed in &missing {
-                    if let Some(f) = self.feds.iter_mut().find(|f| f.id == fed && f.state == FedState::Normal) {
-                        f.state = FedState::Stalled;
-                        self.out.push_back(RuOutput::Notice(Notice::FedStalled { fed, event }));
+                    if let Some(f) = self.feds.iter_mut().find(|f| f.id == fed && f.state.waited_for()) {
+                        f.state = FedState::GivenUp;
+                        self.out.push_back(RuOutput::Notice(Notice::FedGivenUp { fed, event }));
                     }
                 }
                 self.out.push_back(RuOutput::Notice(Notice::MissingFragments { event, feds: missing }));
@@ -493,22 +623,33 @@ impl Ru {
                 self.out.push_back(RuOutput::Send { to: Peer::Bu(bu), msg });
             }
         }
+        if self.ready.is_empty() {
+            self.ready_since = None;
+        }
     }
 
-    /// The earliest time at which a tick could send a timed-out event: the oldest waiting event's
-    /// assignment or the last sign of life of the FEDs it waits for, whichever is later, plus the
-    /// time-out.
+    /// The earliest time at which a tick has work: super-fragments ready for longer than
+    /// `batch_wait_ns` go without the rest of their batch; and, when the system sets a give-up
+    /// time, a silent FED may be given up on: the oldest waiting event's assignment or the last
+    /// sign of life of the FEDs it waits for, whichever is later, plus that time.
     pub fn next_timeout(&self) -> Option<Nanos> {
+        let batch = self.ready_since.map(|t| t.saturating_add(self.cfg.batch_wait_ns));
+        [batch, self.give_up_at()].into_iter().flatten().min()
+    }
+
+    /// When a silent FED may be given up on, with a give-up time (see [`Ru::next_timeout`]).
+    fn give_up_at(&self) -> Option<Nanos> {
+        let give_up = self.cfg.silent_fed_give_up_ns?;
         let &(at, event) = self.waiting.front()?;
         let fragments = self.events.get(event).map_or(&[][..], |e| e.fragments.as_slice());
         let alive_at = self
             .feds
             .iter()
-            .filter(|f| f.state == FedState::Normal && !fragments.iter().any(|x| x.fed == f.id))
+            .filter(|f| f.state.waited_for() && !fragments.iter().any(|x| x.fed == f.id))
             .map(|f| f.alive_at)
             .min()
             .unwrap_or(at);
-        Some(at.max(alive_at).saturating_add(self.cfg.fragment_timeout_ns))
+        Some(at.max(alive_at).saturating_add(give_up))
     }
 
     /// The next output, if any.
@@ -532,6 +673,8 @@ pub(crate) fn message_name(msg: &Message) -> &'static str {
         Message::EndOfRun { .. } => "EndOfRun",
         Message::Exclude { .. } => "Exclude",
         Message::Progress { .. } => "Progress",
+        Message::StreamsConnected { .. } => "StreamsConnected",
+        Message::Start => "Start",
     }
 }
 
@@ -613,7 +756,7 @@ mod tests {
     #[test]
     fn a_stream_that_brings_bytes_or_is_held_back_is_waited_for_past_the_time_out() {
         let timeout = 1_000;
-        let mut ru = Ru::new(RuConfig { fragment_timeout_ns: timeout, ..RuConfig::new(1, vec![7, 8]) });
+        let mut ru = Ru::new(RuConfig { silent_fed_give_up_ns: Some(timeout), ..RuConfig::new(1, vec![7, 8]) });
         ru.offer_fragment(0, 0, fragment(7, 1)).unwrap();
         assign_first(&mut ru, 0);
         // FED 8 delivers a part of a fragment, then is held back for want of memory: alive.
@@ -628,9 +771,77 @@ mod tests {
     }
 
     #[test]
+    fn without_a_give_up_time_a_silent_stream_is_waited_for_however_long_and_its_event_is_complete() {
+        let mut ru = Ru::new(RuConfig::new(1, vec![7, 8]));
+        ru.offer_fragment(0, 0, fragment(7, 1)).unwrap();
+        assign_first(&mut ru, 100);
+        assert_eq!(ru.next_timeout(), None, "nothing to give up on");
+        let hour = 3_600_000_000_000;
+        ru.handle(hour, Input::Tick);
+        assert!(sent(&mut ru).is_empty(), "event 1 waits for FED 8");
+        assert_eq!(ru.waiting_for(), Some(Wait { event: 1, fed: 8, since: 100 }));
+        ru.offer_fragment(hour + 1, 1, fragment(8, 1)).unwrap();
+        assert_eq!(sent(&mut ru), vec![(1, vec![])], "complete");
+        assert_eq!(ru.waiting_for(), None);
+        assert_eq!(ru.counters().incomplete_parts, 0);
+    }
+
+    #[test]
+    fn a_masked_fed_is_not_waited_for_from_then_on_and_what_it_still_sends_is_dropped() {
+        let mut ru = Ru::new(RuConfig::new(1, vec![7, 8]));
+        ru.offer_fragment(0, 0, fragment(7, 1)).unwrap();
+        ru.offer_fragment(0, 0, fragment(7, 2)).unwrap();
+        assign_first(&mut ru, 100);
+        assert!(sent(&mut ru).is_empty());
+        assert!(ru.mask(1, 200));
+        assert!(!ru.mask(1, 201), "once");
+        let outputs: Vec<RuOutput> = std::iter::from_fn(|| ru.poll_output()).collect();
+        assert!(outputs.contains(&RuOutput::Notice(Notice::FedMasked { fed: 8, event: 1 })));
+        assert!(
+            outputs.iter().any(|o| matches!(o,
+            RuOutput::Send { msg: Message::Data { parts, .. }, .. } if parts[0].event == 1 && parts[0].missing == [8]))
+        );
+        // What FED 8 still sends is dropped, and it is never held back.
+        assert!(ru.accepts(1));
+        ru.offer_fragment(300, 1, fragment(8, 1)).unwrap();
+        assert_eq!(ru.counters().masked_fragments, 1);
+        let assign =
+            Message::Assign { bu: 0, epoch: 1, events: vec![EventRange { first: 2, count: 1 }], release: vec![] };
+        ru.handle(400, Input::Message { from: Peer::Evm, msg: assign });
+        assert_eq!(sent(&mut ru), vec![(2, vec![8])], "later events go on without it at once");
+    }
+
+    #[test]
+    fn ru_0_is_told_once_when_every_stream_has_connected_or_is_masked() {
+        let told = |ru: &mut Ru| {
+            std::iter::from_fn(|| ru.poll_output())
+                .filter(|o| matches!(o, RuOutput::Send { to: Peer::Evm, msg: Message::StreamsConnected { ru: 3 } }))
+                .count()
+        };
+        let mut ru = Ru::new(RuConfig::new(3, vec![7, 8, 9]));
+        assert_eq!(ru.unconnected_feds(), vec![7, 8, 9]);
+        ru.stream_connected(0);
+        // A first fragment says its stream is connected too.
+        ru.offer_fragment(0, 2, fragment(9, 1)).unwrap();
+        assert_eq!((told(&mut ru), ru.unconnected_feds()), (0, vec![8]));
+        assert!(!ru.all_connected());
+        // Events wait for a FED not yet connected.
+        assign_first(&mut ru, 0);
+        assert_eq!(ru.waiting_for().map(|w| w.fed), Some(7));
+        ru.stream_connected(1);
+        assert_eq!(told(&mut ru), 1);
+        ru.stream_connected(1);
+        assert_eq!(told(&mut ru), 0, "once");
+        let mut ru = Ru::new(RuConfig::new(3, vec![7, 8]));
+        ru.stream_connected(0);
+        ru.mask(1, 0);
+        assert_eq!(told(&mut ru), 1, "a masked FED does not hold the start");
+    }
+
+    #[test]
     fn a_silent_stream_is_given_up_after_the_time_out_and_an_ended_one_at_once() {
         let timeout = 1_000;
-        let mut ru = Ru::new(RuConfig { fragment_timeout_ns: timeout, ..RuConfig::new(1, vec![7, 8]) });
+        let mut ru = Ru::new(RuConfig { silent_fed_give_up_ns: Some(timeout), ..RuConfig::new(1, vec![7, 8]) });
         ru.offer_fragment(0, 0, fragment(7, 1)).unwrap();
         assign_first(&mut ru, 100);
         ru.handle(1_099, Input::Tick);
@@ -638,7 +849,7 @@ mod tests {
         ru.handle(1_100, Input::Tick);
         assert_eq!(sent(&mut ru), vec![(1, vec![8])], "silent for the time-out since the assignment");
 
-        let mut ru = Ru::new(RuConfig { fragment_timeout_ns: timeout, ..RuConfig::new(1, vec![7, 8]) });
+        let mut ru = Ru::new(RuConfig { silent_fed_give_up_ns: Some(timeout), ..RuConfig::new(1, vec![7, 8]) });
         ru.offer_fragment(0, 0, fragment(7, 1)).unwrap();
         assign_first(&mut ru, 100);
         ru.stream_ended(1, 200);

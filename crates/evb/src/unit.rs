@@ -41,9 +41,10 @@ pub enum Notice {
         /// The LV1 id it sent.
         found_lv1: u32,
     },
-    /// An event was sent on without some FEDs: they are out of sync, stalled (the fragment
-    /// time-out passed), or their event is already behind them. The notice does not say which:
-    /// a driver that knows more of the FEDs' streams (a disconnect, a broken stream) says it.
+    /// An event was sent on without some FEDs: they are out of sync, their stream ended, they
+    /// are masked or given up on, or their event is already behind them. The notice does not
+    /// say which: a driver that knows more of the FEDs' streams (a disconnect, a broken stream)
+    /// says it.
     MissingFragments {
         /// The event.
         event: EventNumber,
@@ -57,11 +58,21 @@ pub enum Notice {
         /// The event.
         event: EventNumber,
     },
-    /// A FED stopped sending: events no longer wait for it until it catches up.
-    FedStalled {
+    /// A FED's stream brought nothing for the give-up time that the system file sets
+    /// (`ru.silent_fed_give_up_ms`; off by default, when a silent FED holds the trigger): events
+    /// no longer wait for it until it catches up.
+    FedGivenUp {
         /// The FED.
         fed: FedId,
         /// The first event it missed.
+        event: EventNumber,
+    },
+    /// The operator masked a FED: events from `event` on go on without it for the rest of the
+    /// run.
+    FedMasked {
+        /// The FED.
+        fed: FedId,
+        /// The first event that goes on without it (the first it had not delivered).
         event: EventNumber,
     },
     /// A trigger came for a lumi section already closed on its time-out: the event is counted
@@ -225,8 +236,13 @@ impl std::fmt::Display for Notice {
             Notice::LateFragment { fed, event } => {
                 write!(f, "FED {fed}'s fragment of event {event} came after the event was sent on; dropped")
             }
-            Notice::FedStalled { fed, event } => {
-                write!(f, "FED {fed} stalled at event {event}: events no longer wait for it")
+            Notice::FedGivenUp { fed, event } => write!(
+                f,
+                "FED {fed} given up at event {event}: its stream brought nothing for the give-up time \
+                 (ru.silent_fed_give_up_ms); events no longer wait for it until it catches up"
+            ),
+            Notice::FedMasked { fed, event } => {
+                write!(f, "FED {fed} masked by the operator: events from {event} on go on without it")
             }
             Notice::LateTrigger { event, lumi_section } => write!(
                 f,

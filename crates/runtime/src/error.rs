@@ -50,6 +50,20 @@ pub enum NodeError {
         /// What is there.
         error: Box<tessera_formats::FormatError>,
     },
+    /// Some FEROL (or DTH) streams of an RU never connected within `ru.connect_timeout_s`:
+    /// the run cannot start without them, and fails before its first event.
+    #[error(
+        "RU {ru}: FEDs {feds:?} never connected within {waited_s} s (ru.connect_timeout_s): the run cannot start \
+         without them; start their front ends (any order will do), or take them out of the system file"
+    )]
+    StreamsMissing {
+        /// The RU.
+        ru: u16,
+        /// The FEDs (or sources) whose streams never named themselves.
+        feds: Vec<FedId>,
+        /// How long the RU waited, in s.
+        waited_s: u64,
+    },
     /// The EVM went away before the run was drained.
     #[error("the connection to the EVM was lost before the run ended: {0}")]
     EvmLost(String),

@@ -30,7 +30,8 @@ pub enum Throttle {
     RamdiskHighWater = 1,
     /// RU: its receive buffers are full, waiting for events to be committed.
     BuffersFull = 2,
-    /// BU: its store of received data is full, waiting for files to be written.
+    /// BU: its store of received data is full, or full with what it has asked for: it asks for
+    /// no more events until files are written.
     StoreFull = 3,
     /// BU: fewer live FU processes than required; it asks for no events.
     NotEnoughFus = 4,
@@ -104,7 +105,9 @@ impl Throttle {
                 "The BU's RAM disk has no room for more than it holds: it asks for no events, and files wait for room."
             }
             Throttle::BuffersFull => "The RU's receive buffers are full: it waits for events to be committed.",
-            Throttle::StoreFull => "The BU holds as much received data as it may: it waits for files to be written.",
+            Throttle::StoreFull => {
+                "The BU holds (or has asked for) as much data as its store may: it asks for no more events until files are written."
+            }
             Throttle::NotEnoughFus => "Fewer FU processes are alive than required: the BU asks for no events.",
             Throttle::TooManyLsQueued => {
                 "The filter farm lags too many lumi sections behind: the BU asks for no events."
@@ -143,7 +146,20 @@ pub enum SubState {
     /// RU: a FED's stream closed cleanly before the run's end; the FED is left out for the rest
     /// of the run (like [`SubState::SyncLoss`], the RU says so until its end).
     FedDisconnected = 3,
+    /// RU: some of its FEDs' streams have not connected yet: the run does not start without
+    /// them (`ru.connect_timeout_s` bounds the wait).
+    StreamsMissing = 4,
+    /// RU: an event has waited for a FED's fragment for [`FED_SILENT_AFTER`] or more: the FED's
+    /// stream brings nothing, and the trigger is held until it sends, ends or is masked.
+    FedSilent = 5,
+    /// RU: a FED was masked by an operator; its events go on without it for the rest of the run.
+    FedMasked = 6,
 }
+
+/// How long an event waits for a FED before its RU says that FED is silent
+/// ([`SubState::FedSilent`]): longer than a busy machine keeps a front end from being scheduled,
+/// mostly.
+pub const FED_SILENT_AFTER: Duration = Duration::from_secs(1);
 
 /// How long a connection may take no bytes while bytes wait for it before its unit is
 /// [`SubState::Blocked`].
@@ -151,8 +167,15 @@ pub const BLOCKED_AFTER: Duration = Duration::from_secs(1);
 
 impl SubState {
     /// Every sub-state.
-    pub const ALL: [SubState; 4] =
-        [SubState::SyncLoss, SubState::MissingData, SubState::Blocked, SubState::FedDisconnected];
+    pub const ALL: [SubState; 7] = [
+        SubState::SyncLoss,
+        SubState::MissingData,
+        SubState::Blocked,
+        SubState::FedDisconnected,
+        SubState::StreamsMissing,
+        SubState::FedSilent,
+        SubState::FedMasked,
+    ];
 
     /// The stable key.
     pub fn key(self) -> &'static str {
@@ -161,6 +184,9 @@ impl SubState {
             SubState::MissingData => "MISSING_DATA",
             SubState::Blocked => "BLOCKED",
             SubState::FedDisconnected => "FED_DISCONNECTED",
+            SubState::StreamsMissing => "STREAMS_MISSING",
+            SubState::FedSilent => "FED_SILENT",
+            SubState::FedMasked => "FED_MASKED",
         }
     }
 
@@ -173,6 +199,13 @@ impl SubState {
             SubState::FedDisconnected => {
                 "A FED's stream closed before the run's end: its data are left out for the rest of the run."
             }
+            SubState::StreamsMissing => "Some FEDs' streams have not connected yet: the run starts once every one has.",
+            SubState::FedSilent => {
+                "An event waits for a FED whose stream brings nothing: the trigger is held until it sends, ends or is masked."
+            }
+            SubState::FedMasked => {
+                "A FED was masked by an operator: its events go on without it for the rest of the run."
+            }
         }
     }
 }
@@ -184,8 +217,9 @@ pub enum FedError {
     Corrupt = 0,
     /// The fragment came after its event was sent on; it was dropped.
     Late = 1,
-    /// An event was sent on without this FED's fragment (after the fragment time-out, or because
-    /// the FED lost sync, disconnected or its stream broke).
+    /// An event was sent on without this FED's fragment (because the FED lost sync,
+    /// disconnected, its stream broke, it was masked, or it was given up on after the give-up
+    /// time the system sets).
     Missing = 2,
     /// The FED sent an event out of sequence: it is ignored for the rest of the run.
     SyncLost = 3,
@@ -194,17 +228,24 @@ pub enum FedError {
     /// The FED's stream closed cleanly (at a fragment boundary) before the run's end: counted
     /// once, when it closes.
     Disconnected = 5,
+    /// An operator masked the FED: counted once, when it is masked.
+    Masked = 6,
+    /// Its stream brought nothing for the give-up time (`ru.silent_fed_give_up_ms`, off by
+    /// default): counted each time events stopped waiting for it.
+    GivenUp = 7,
 }
 
 impl FedError {
     /// Every reason.
-    pub const ALL: [FedError; 6] = [
+    pub const ALL: [FedError; 8] = [
         FedError::Corrupt,
         FedError::Late,
         FedError::Missing,
         FedError::SyncLost,
         FedError::StreamBroken,
         FedError::Disconnected,
+        FedError::Masked,
+        FedError::GivenUp,
     ];
 
     /// The stable key.
@@ -216,6 +257,8 @@ impl FedError {
             FedError::SyncLost => "SYNC_LOST",
             FedError::StreamBroken => "STREAM_BROKEN",
             FedError::Disconnected => "DISCONNECTED",
+            FedError::Masked => "MASKED",
+            FedError::GivenUp => "GIVEN_UP",
         }
     }
 }
@@ -377,6 +420,14 @@ pub struct UnitStats {
     /// clock, `clock_gettime`), read about every [`CPU_SAMPLE_INTERVAL`]. Benchmarks take the
     /// difference over a window.
     pub loop_cpu_ns: Gauge,
+    /// EVM (RU 0's node): 1 once the run has started, every stream of every RU connected.
+    pub run_started: Gauge,
+    /// RU: the FED an event has waited for longest, plus one (0 while no event waits).
+    pub waiting_fed: Gauge,
+    /// RU: how long that event has waited for it, in ms, as last published.
+    pub waiting_ms: Gauge,
+    /// RU: the FEDs whose streams have not connected yet.
+    streams_missing: Mutex<Vec<FedId>>,
     /// Beats of the unit's loop: it adds one at most every [`CPU_SAMPLE_INTERVAL`] while it
     /// turns, and it turns at least every few ms even when idle, so a count that stops moving
     /// means a stalled loop (a watchdog compares it over seconds).
@@ -393,6 +444,22 @@ impl UnitStats {
     /// The figures of an RU that reads `feds`, in this order.
     pub fn for_ru(feds: &[FedId]) -> Self {
         UnitStats { fed_errors: FedErrors::new(feds), ..UnitStats::default() }
+    }
+
+    /// RU: the FEDs whose streams have not connected yet, as last said.
+    pub fn streams_missing(&self) -> Vec<FedId> {
+        self.streams_missing.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// RU: says which FEDs' streams have not connected yet.
+    pub fn set_streams_missing(&self, feds: Vec<FedId>) {
+        *self.streams_missing.lock().unwrap_or_else(|e| e.into_inner()) = feds;
+    }
+
+    /// RU: the FED an event has waited for longest and for how long, if one waits.
+    pub fn waiting(&self) -> Option<(FedId, Duration)> {
+        let fed = self.waiting_fed.get().checked_sub(1)?;
+        Some((fed as FedId, Duration::from_millis(self.waiting_ms.get())))
     }
 
     /// Says that the cause of `sub_state` is seen now: it is shown for [`SUB_STATE_HOLD`].
@@ -517,7 +584,10 @@ mod tests {
         assert_eq!(stats.sub_states_at(1001 + hold), [SubState::SyncLoss], "Blocked's hold has passed");
         assert!(stats.sub_states_at(4001 + hold).is_empty());
         let keys: Vec<&str> = SubState::ALL.iter().map(|s| s.key()).collect();
-        assert_eq!(keys, ["SYNC_LOSS", "MISSING_DATA", "BLOCKED", "FED_DISCONNECTED"]);
+        assert_eq!(
+            keys,
+            ["SYNC_LOSS", "MISSING_DATA", "BLOCKED", "FED_DISCONNECTED", "STREAMS_MISSING", "FED_SILENT", "FED_MASKED"]
+        );
     }
 
     #[test]
@@ -528,9 +598,12 @@ mod tests {
         errors.add(9, FedError::Late, 1);
         assert_eq!(errors.get(4, FedError::Corrupt), 1);
         assert_eq!(errors.get(7, FedError::Corrupt), 0);
-        assert_eq!(errors.with_errors(), [(4, [1, 0, 3, 0, 0, 0])]);
+        assert_eq!(errors.with_errors(), [(4, [1, 0, 3, 0, 0, 0, 0, 0])]);
         let keys: Vec<&str> = FedError::ALL.iter().map(|k| k.key()).collect();
-        assert_eq!(keys, ["CORRUPT", "LATE", "MISSING", "SYNC_LOST", "STREAM_BROKEN", "DISCONNECTED"]);
+        assert_eq!(
+            keys,
+            ["CORRUPT", "LATE", "MISSING", "SYNC_LOST", "STREAM_BROKEN", "DISCONNECTED", "MASKED", "GIVEN_UP"]
+        );
     }
 }
 

@@ -104,6 +104,44 @@ impl Readout {
         }
     }
 
+    /// RU `r`'s stream of its FED at `fed` connected and named its FED.
+    pub(crate) fn stream_connected(&mut self, now: Nanos, r: usize, fed: usize) {
+        match self {
+            Readout::Pull { evm, .. } if r == 0 => evm.stream_connected(now, fed),
+            Readout::Pull { rus, .. } => rus[r - 1].stream_connected(fed),
+            Readout::Push { node, .. } if r == 0 => node.stream_connected(now, fed),
+            Readout::Push { rus, .. } => rus[r - 1].stream_connected(now, fed),
+        }
+    }
+
+    /// RU `r`'s stream of its FED at `fed` ended for good.
+    pub(crate) fn stream_ended(&mut self, now: Nanos, r: usize, fed: usize) {
+        match self {
+            Readout::Pull { evm, .. } if r == 0 => evm.stream_ended(now, fed),
+            Readout::Pull { rus, .. } => rus[r - 1].stream_ended(fed, now),
+            Readout::Push { node, .. } if r == 0 => node.stream_ended(now, fed),
+            Readout::Push { rus, .. } => rus[r - 1].stream_ended(now, fed),
+        }
+    }
+
+    /// An operator masks RU `r`'s FED at `fed`; whether it was masked now.
+    pub(crate) fn mask(&mut self, now: Nanos, r: usize, fed: usize) -> bool {
+        match self {
+            Readout::Pull { evm, .. } if r == 0 => evm.mask(now, fed),
+            Readout::Pull { rus, .. } => rus[r - 1].mask(fed, now),
+            Readout::Push { node, .. } if r == 0 => node.mask(now, fed),
+            Readout::Push { rus, .. } => rus[r - 1].mask(now, fed),
+        }
+    }
+
+    /// Whether the run has started: every stream of every RU connected.
+    pub(crate) fn started(&self) -> bool {
+        match self {
+            Readout::Pull { evm, .. } => evm.started(),
+            Readout::Push { node, .. } => node.started(),
+        }
+    }
+
     /// Gives `input` to RU node `node` (`Peer::Evm` is RU 0's node).
     pub(crate) fn handle(&mut self, now: Nanos, node: Peer, input: Input) {
         match (self, node) {

@@ -1,5 +1,7 @@
 //! What to simulate: a topology, a run length, and the faults to inject.
 
+use tessera_evb::types::Nanos;
+
 /// A system's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Topology {
@@ -18,10 +20,16 @@ pub struct Faults {
     pub bu_crashes: u32,
     /// BUs that write files 20 times slower than the others.
     pub slow_bus: u16,
-    /// FEDs that stop sending for a while, then resume.
+    /// FEDs that pause for a while (up to ten times the give-up time a system might set), then
+    /// resume: connected and silent, they hold their events, and through full buffers the
+    /// trigger (dead time); none of their events goes out without them.
     pub stalled_feds: u16,
-    /// FEDs that stop sending for good.
+    /// FEDs whose stream ends (closes) for good partway through: the events from then on go
+    /// out without them, flagged.
     pub dead_feds: u16,
+    /// FEDs that go silent for good partway through, which an operator masks a few ms later:
+    /// their events wait until the mask, and go out without them from then on.
+    pub masked_feds: u16,
     /// FEDs that skip one event (a sync loss).
     pub sync_losses: u16,
     /// FEDs that send at half the trigger's rate: they fall further behind the trigger all run
@@ -39,6 +47,14 @@ pub struct Faults {
     /// emulator's `drop-event`): the BU must leave each such block out of its orbit, and only
     /// those.
     pub short_blocks: u16,
+    /// Streams connect in a random order, each after a random delay up to this, and name their
+    /// FED a random while later, with strangers among them (connections that name a FED of no
+    /// RU, or nothing): no event may be made before every stream is there. 0: every stream is
+    /// there at the start.
+    pub connect_delay_max_ns: u64,
+    /// Fragments often arrive in pieces: a part first (the stream is alive), the rest a while
+    /// later, as reads of a TCP stream do.
+    pub partial_reads: bool,
 }
 
 impl Faults {
@@ -48,27 +64,34 @@ impl Faults {
         slow_bus: 0,
         stalled_feds: 0,
         dead_feds: 0,
+        masked_feds: 0,
         sync_losses: 0,
         slow_feds: 0,
         trigger_stream_lost: false,
         corrupt_fragment_probability: 0.0,
         network_jitter_ns: 20_000,
         short_blocks: 0,
+        connect_delay_max_ns: 0,
+        partial_reads: false,
     };
 
-    /// A little of everything, for the `8x8_*random` scenarios: BU crashes, slow BUs, a stall, a
-    /// sync loss, a slow FED, corrupt fragments, network jitter.
+    /// A little of everything, for the `8x8_*random` scenarios: BU crashes, slow BUs, a pause,
+    /// a sync loss, a slow FED, corrupt fragments, network jitter, streams that connect late and
+    /// fragments read in pieces.
     pub const RANDOM: Faults = Faults {
         bu_crashes: 3,
         slow_bus: 2,
         stalled_feds: 1,
         dead_feds: 0,
+        masked_feds: 0,
         sync_losses: 1,
         slow_feds: 1,
         trigger_stream_lost: false,
         corrupt_fragment_probability: 0.001,
         network_jitter_ns: 200_000,
         short_blocks: 0,
+        connect_delay_max_ns: 5_000_000,
+        partial_reads: true,
     };
 }
 
@@ -120,6 +143,11 @@ pub enum Bug {
     ReleaseBeforeCommit,
     /// Push: RU 0's node excludes a lost BU without telling the other RUs.
     ExcludeUntold,
+    /// The RUs give up on a FED silent for a while (the old fragment time-out), though the
+    /// scenario sets no give-up time.
+    GiveUpSilentFeds,
+    /// The EVM starts the run without waiting for every RU's streams.
+    StartBeforeStreams,
 }
 
 /// A named simulation.
@@ -152,16 +180,29 @@ pub struct Scenario {
     pub faults: Faults,
     /// A deliberate bug, for the mutation check.
     pub bug: Option<Bug>,
+    /// The RUs give up on a FED whose stream brings nothing for this long
+    /// (`ru.silent_fed_give_up_ms`), in nanoseconds; `None` (as by default): never.
+    pub give_up_ns: Option<Nanos>,
+    /// Events an RU holds at most (its window).
+    pub ru_window_events: usize,
+    /// Each BU's store, in bytes (`bu.frame_store_bytes`): under pull its requests are credits
+    /// for room in it. `None`: no bound but its events.
+    pub bu_store_bytes: Option<u64>,
 }
 
 impl Scenario {
-    /// Whether every event must come out complete (no FED fault injected). Under push a lost BU
-    /// leaves no event incomplete either: it is excluded from an event no RU has reached, so
-    /// every part of every later event goes to a BU that builds it.
-    pub fn expects_complete_events(&self) -> bool {
-        self.faults.stalled_feds == 0 && self.faults.dead_feds == 0 && self.faults.sync_losses == 0
+    /// The largest pause of a stalled FED: ten times the give-up time a system might set
+    /// ([`GIVE_UP_NS`]), whether this one sets it or not.
+    pub fn pause_max_ns(&self) -> Nanos {
+        10 * GIVE_UP_NS
     }
 }
+
+/// The give-up time of the scenarios that set one, and the measure of the others' pauses.
+pub const GIVE_UP_NS: Nanos = 2_000_000;
+
+/// How long an operator takes to mask a FED that went silent for good.
+pub const MASK_AFTER_NS: Nanos = 5_000_000;
 
 const fn base(name: &'static str, n_ru: u16, feds_per_ru: u16, n_bu: u16, events: u64) -> Scenario {
     Scenario {
@@ -176,6 +217,9 @@ const fn base(name: &'static str, n_ru: u16, feds_per_ru: u16, n_bu: u16, events
         push: None,
         faults: Faults::NONE,
         bug: None,
+        give_up_ns: None,
+        ru_window_events: 1024,
+        bu_store_bytes: None,
     }
 }
 
@@ -212,10 +256,38 @@ pub fn scenarios() -> Vec<Scenario> {
         Scenario { first_event: (1 << 24) - 700, ..base("1x1_lv1_wrap", 1, 4, 1, 1500) },
         Scenario { faults: Faults { bu_crashes: 2, ..Faults::NONE }, ..base("2x2_bu_crash", 2, 4, 2, 1500) },
         Scenario { faults: Faults { slow_bus: 1, ..Faults::NONE }, ..base("4x4_slow_bu", 4, 16, 4, 1200) },
+        // With a give-up time set (off by default): a silent FED is given up after it and its
+        // events go out without it until it catches up; a stream that ends is given up at once.
         Scenario {
             faults: Faults { stalled_feds: 1, dead_feds: 1, ..Faults::NONE },
+            give_up_ns: Some(GIVE_UP_NS),
             ..base("2x2_missing_fed", 2, 4, 2, 1200)
         },
+        // Without one: FEDs that pause for up to ten times that hold the trigger (dead time,
+        // counted), and no event goes out without them. A window of 256 events fills well
+        // within a pause.
+        Scenario {
+            faults: Faults { stalled_feds: 3, partial_reads: true, ..Faults::NONE },
+            ru_window_events: 256,
+            fed_buffer_fragments: 256,
+            ..base("4x4_fed_paused", 4, 4, 4, 2000)
+        },
+        // A FED goes silent for good; an operator masks it a few ms later: its events wait
+        // until then, and go out without it from the mask on. Another's stream ends.
+        Scenario {
+            faults: Faults { masked_feds: 1, dead_feds: 1, ..Faults::NONE },
+            ..base("2x2_fed_masked", 2, 4, 2, 1500)
+        },
+        // Streams connect in any order, up to 50 ms late (several times every time-out), with
+        // strangers among them and fragments read in pieces: no event is made before the last
+        // stream is there, and none is incomplete.
+        Scenario {
+            faults: Faults { connect_delay_max_ns: 50_000_000, partial_reads: true, ..Faults::NONE },
+            ..base("4x4_late_connect", 4, 4, 4, 1500)
+        },
+        // 32 RUs and 32 BUs whose stores hold a dozen events: every BU asks only for what fits
+        // (its requests are credits for room), and the run completes.
+        Scenario { bu_store_bytes: Some(12 * 32 * 3 * 1024), ..base("32x32_small_store", 32, 3, 32, 800) },
         // Receive memory for 12 fragments a FED, less than one BU file holds (16 events): files
         // close on their time-out only, the RUs are full and their streams unread most of the
         // run, and no event may go out incomplete for it.
@@ -251,14 +323,22 @@ pub fn scenarios() -> Vec<Scenario> {
         push_base("2x2_push", 2, 4, 2, 1500),
         Scenario { faults: Faults { slow_bus: 1, ..Faults::NONE }, ..push_base("4x4_push_slow_bu", 4, 4, 4, 1200) },
         Scenario { faults: Faults { bu_crashes: 1, ..Faults::NONE }, ..push_base("2x2_push_bu_crash", 2, 4, 2, 1500) },
-        // A FED stalls longer than the BUs wait: they ship its events without its RU's part, and
-        // the part, sent after the RU's own time-out, comes late and is dropped.
+        // A FED stalls longer than the BUs wait, and its RU gives it up (a give-up time set):
+        // the BUs ship its events without its RU's part, and the part, sent after the RU gave
+        // up, comes late and is dropped.
         Scenario {
             faults: Faults { stalled_feds: 1, ..Faults::NONE },
             push: Some(PushMode { block_events: 8, age_events: 2048, age_ns: 1_000_000, bu_high_water_percent: 50 }),
+            give_up_ns: Some(GIVE_UP_NS),
             ..base("4x4_push_late_fragment", 4, 4, 4, 1200)
         },
         Scenario { faults: Faults { bu_crashes: 2, ..Faults::RANDOM }, ..push_base("8x8_push_random", 8, 4, 8, 2000) },
+        // Push with streams that connect late: nothing is sent before every stream is there, so
+        // no BU ages an event for an RU still waiting for a stream.
+        Scenario {
+            faults: Faults { connect_delay_max_ns: 50_000_000, ..Faults::NONE },
+            ..push_base("4x4_push_late_connect", 4, 4, 4, 1500)
+        },
         // A slow BU that never throttles: it stops reading when full, its RUs' sends wait on
         // it (TCP), their memory fills, and their throttle holds the trigger.
         Scenario {

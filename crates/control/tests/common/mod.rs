@@ -47,13 +47,11 @@ pub struct Setup {
     pub faults: Vec<String>,
     /// What the RUs do with a stream that cannot be read on.
     pub on_corrupt_stream: CorruptStreamPolicy,
-    /// How long an RU waits for a FED's fragment of an assigned event.
-    pub fragment_timeout: Duration,
 }
 
 impl Setup {
     /// `events` events from `first_event`, 2 kB fragments, no faults, streams that break are
-    /// closed, a 1 s fragment time-out.
+    /// closed.
     pub fn new(first_event: u64, events: u64) -> Self {
         Setup {
             first_event,
@@ -61,7 +59,6 @@ impl Setup {
             size: FragmentSize::Fixed { bytes: 2048 },
             faults: Vec::new(),
             on_corrupt_stream: CorruptStreamPolicy::Continue,
-            fragment_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -102,7 +99,6 @@ pub fn system(dir: &Path, setup: &Setup) -> SystemConfig {
         // Tighter than a laptop's defaults: the figures these tests were written for.
         ru: RuParams {
             max_events_buffered: 4096,
-            fragment_timeout_ms: setup.fragment_timeout.as_millis() as u64,
             max_parts_per_message: 256,
             chunk_bytes: CHUNK_BYTES.max(largest),
             chunks_per_fed: 8,

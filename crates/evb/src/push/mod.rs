@@ -99,6 +99,7 @@ mod tests {
     #[test]
     fn a_push_ru_sends_blocks_to_their_bus_and_frees_them_once_sent() {
         let mut ru = PushRu::new(RuConfig::new(1, vec![3, 4]), Destinations::new(1, 2, vec![0, 1]), 100);
+        ru.start(0);
         for e in 1..=5 {
             ru.offer_fragment(0, 0, fragment(3, e, 1)).unwrap();
             ru.offer_fragment(0, 1, fragment(4, e, 1)).unwrap();
@@ -118,6 +119,7 @@ mod tests {
     #[test]
     fn an_exclusion_drops_what_was_held_for_the_lost_bu_before_it_and_redirects_the_rest() {
         let mut ru = PushRu::new(RuConfig::new(1, vec![3, 4]), Destinations::new(1, 2, vec![0, 1]), 100);
+        ru.start(0);
         // FED 3 delivers events 1-8, FED 4 nothing: every event is held, assigned.
         for e in 1..=8 {
             ru.offer_fragment(0, 0, fragment(3, e, 1)).unwrap();
@@ -138,6 +140,7 @@ mod tests {
     #[test]
     fn events_the_function_gives_an_excluded_bu_before_its_exclusion_are_never_sent_to_it() {
         let mut ru = PushRu::new(RuConfig::new(1, vec![3]), Destinations::new(1, 2, vec![0, 1]), 100);
+        ru.start(0);
         ru.handle(0, Input::Message { from: Peer::Evm, msg: Message::Exclude { bu: 1, from_event: 7 } });
         for e in 1..=8 {
             ru.offer_fragment(0, 0, fragment(3, e, 1)).unwrap();
@@ -374,6 +377,9 @@ mod tests {
         for e in 1..=5 {
             node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 1)).unwrap();
         }
+        assert!(!node.started() && node.triggered() == 0, "RU 1's streams are not there yet");
+        node.handle(0, Input::Message { from: Peer::Ru(1), msg: Message::StreamsConnected { ru: 1 } });
+        assert!(node.started() && node.triggered() == 5, "the triggers kept aside count at the start");
         node.offer_fragment(0, 0, fragment(TCDS_FED_ID, 6, 2)).unwrap();
         let ends = |out: &[RuOutput]| -> Vec<(u16, u32, u64)> {
             out.iter()

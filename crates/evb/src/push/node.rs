@@ -8,6 +8,7 @@
 use super::{Destinations, PushRu};
 use crate::msg::{FragmentRef, Message};
 use crate::ru::{BackPressure, RuConfig};
+use crate::start::StartBarrier;
 use crate::trigger_stream::TriggerStream;
 use crate::types::{BuId, EventNumber, Nanos, Peer, RuId};
 use crate::unit::{Input, Notice, RuOutput, TriggerBreak};
@@ -78,6 +79,11 @@ pub struct PushNode {
     stop: Option<Option<EventNumber>>,
     drained: bool,
     out: VecDeque<RuOutput>,
+    /// The run's start: events go to BUs, and triggers count, only once every stream of every
+    /// RU is connected.
+    barrier: StartBarrier,
+    /// Run control stopped the run before it started: no trigger makes an event.
+    abandoned: bool,
 }
 
 impl PushNode {
@@ -105,7 +111,69 @@ impl PushNode {
             stop: None,
             drained: false,
             out: VecDeque::new(),
+            barrier: StartBarrier::new(cfg.n_ru),
+            abandoned: false,
         }
+    }
+
+    /// Whether the run has started: every stream of every RU is connected.
+    pub fn started(&self) -> bool {
+        self.barrier.started()
+    }
+
+    /// The RUs that have not yet said that all their streams are connected.
+    pub fn rus_not_ready(&self) -> Vec<RuId> {
+        self.barrier.waiting_for()
+    }
+
+    /// The stream of RU 0's FED at `fed_index` connected (see [`crate::Ru::stream_connected`]).
+    pub fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
+        self.ru.stream_connected(now, fed_index);
+        self.pump(now);
+    }
+
+    /// The stream of RU 0's FED at `fed_index` ended (see [`crate::Ru::stream_ended`]).
+    pub fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
+        self.ru.stream_ended(now, fed_index);
+        self.pump(now);
+    }
+
+    /// Masks RU 0's FED at `fed_index` (see [`crate::Ru::mask`]).
+    pub fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
+        let masked = self.ru.mask(now, fed_index);
+        self.pump(now);
+        masked
+    }
+
+    /// RU `ru` has every stream connected; the last to say it starts the run: the triggers kept
+    /// aside count, and every RU (this one too) begins to send.
+    fn ru_ready(&mut self, now: Nanos, ru: RuId) {
+        if ru >= self.n_ru {
+            self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
+                what: format!("push RU 0: streams connected said for RU {ru}, which the run does not have"),
+            }));
+            return;
+        }
+        if self.abandoned || !self.barrier.ready(ru, now) {
+            return;
+        }
+        for (event, lumi_section) in self.barrier.take_deferred() {
+            self.take_trigger(event, lumi_section);
+        }
+        for r in 1..self.n_ru {
+            self.out.push_back(RuOutput::Send { to: Peer::Ru(r), msg: Message::Start });
+        }
+        self.ru.start(now);
+    }
+
+    /// A trigger makes its event: a new lumi section ends the open one.
+    fn take_trigger(&mut self, event: EventNumber, lumi_section: u32) {
+        if self.open_lumi.is_some_and(|l| l.lumi_section != lumi_section) {
+            self.end_lumi(event - 1);
+        }
+        self.open_lumi.get_or_insert(OpenLumi { lumi_section, first_event: event });
+        self.last_triggered = Some(event);
+        self.triggered += 1;
     }
 
     /// RU 0.
@@ -163,23 +231,32 @@ impl PushNode {
         if self.trigger.stopped() {
             return;
         }
-        let what = self.trigger.ended(self.triggered, broken);
+        let what = self.trigger.ended(self.triggers_taken(), broken);
         self.trigger_off(what);
         self.pump(now);
     }
 
-    /// The trigger went off (`what`: the break, if it was one) at the last event triggered.
+    /// Trigger fragments taken: those that made events and those kept aside for the start.
+    fn triggers_taken(&self) -> u64 {
+        self.triggered + self.barrier.deferred() as u64
+    }
+
+    /// The trigger went off (`what`: the break, if it was one) at the last trigger taken (the
+    /// run drains once it has started).
     fn trigger_off(&mut self, what: Option<TriggerBreak>) {
+        let last_event = self.barrier.last_deferred().or(self.last_triggered);
         if let Some(what) = what {
-            let notice =
-                Notice::TriggerStreamBroken { what, fragments: self.triggered, last_event: self.last_triggered };
+            let notice = Notice::TriggerStreamBroken { what, fragments: self.triggers_taken(), last_event };
             self.out.push_back(RuOutput::Notice(notice));
         }
-        self.stop.get_or_insert(self.last_triggered);
+        self.stop.get_or_insert(last_event);
     }
 
     /// What keeps the node from having drained, for a report on a stuck run.
     pub fn pending(&self) -> String {
+        if !self.barrier.started() && !self.abandoned {
+            return format!("the run waits for every stream of RUs {:?} to connect", self.barrier.waiting_for());
+        }
         match self.stop {
             None => "the trigger is on".to_string(),
             Some(last) if !self.drained => format!("waiting for the trigger of event {last:?}"),
@@ -204,9 +281,16 @@ impl PushNode {
         match input {
             Input::StopTrigger { last_event } => {
                 if self.trigger.stop() {
+                    if !self.barrier.started() && last_event.is_none() {
+                        // Stopped before every stream came, with no event issued: the run ends
+                        // with none, and the triggers kept aside are no events.
+                        self.abandoned = true;
+                        self.barrier.take_deferred();
+                    }
                     self.stop = Some(last_event);
                 }
             }
+            Input::Message { msg: Message::StreamsConnected { ru }, .. } => self.ru_ready(now, ru),
             Input::PeerLost(Peer::Bu(bu)) => self.exclude(now, bu),
             Input::PeerLost(_) => {}
             other => self.ru.handle(now, other),
@@ -257,16 +341,13 @@ impl PushNode {
     fn pump(&mut self, now: Nanos) {
         while let Some(o) = self.ru.poll_output() {
             match o {
-                // After a break, a trigger fragment is of no event.
-                RuOutput::Triggered { .. } if self.trigger.broke().is_some() => {}
-                RuOutput::Triggered { event, lumi_section } => {
-                    if self.open_lumi.is_some_and(|l| l.lumi_section != lumi_section) {
-                        self.end_lumi(event - 1);
-                    }
-                    self.open_lumi.get_or_insert(OpenLumi { lumi_section, first_event: event });
-                    self.last_triggered = Some(event);
-                    self.triggered += 1;
+                // After a break, or a stop before the start, a trigger fragment is of no event.
+                RuOutput::Triggered { .. } if self.trigger.broke().is_some() || self.abandoned => {}
+                RuOutput::Triggered { event, lumi_section } if !self.barrier.started() => {
+                    self.barrier.defer(event, lumi_section)
                 }
+                RuOutput::Triggered { event, lumi_section } => self.take_trigger(event, lumi_section),
+                RuOutput::Send { to: Peer::Evm, msg: Message::StreamsConnected { ru } } => self.ru_ready(now, ru),
                 // The trigger FED's sync loss is said as such and breaks the trigger stream.
                 RuOutput::Notice(notice @ Notice::SyncLoss { fed: TCDS_FED_ID, expected, found_lv1 }) => {
                     self.out.push_back(RuOutput::Notice(notice));
@@ -278,7 +359,8 @@ impl PushNode {
             }
         }
         let Some(last_event) = self.stop else { return };
-        if self.drained || (last_event.is_some() && self.last_triggered < last_event) {
+        let waits_for_start = !self.barrier.started() && !self.abandoned;
+        if self.drained || waits_for_start || (last_event.is_some() && self.last_triggered < last_event) {
             return;
         }
         self.drained = true;

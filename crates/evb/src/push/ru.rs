@@ -49,6 +49,10 @@ pub struct PushRu {
     counters: PushRuCounters,
     /// The window that keeps the RUs in step, if set ([`PushRu::with_window`]).
     window: Option<Window>,
+    /// The run has started (RU 0's node said [`Message::Start`]): every stream of every RU is
+    /// connected. Before, nothing is sent: a BU would age the events of RUs still waiting for
+    /// a stream.
+    started: bool,
 }
 
 /// The window of event numbers within which the RUs stay of each other (see
@@ -86,7 +90,38 @@ impl PushRu {
             out: VecDeque::new(),
             counters: PushRuCounters::default(),
             window: None,
+            started: false,
         }
+    }
+
+    /// The run has started: events go to their BUs from now on.
+    pub fn start(&mut self, now: Nanos) {
+        self.started = true;
+        self.step(now);
+    }
+
+    /// Whether the run has started.
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// The stream of the FED at `fed_index` connected (see [`Ru::stream_connected`]).
+    pub fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
+        self.ru.stream_connected(fed_index);
+        self.step(now);
+    }
+
+    /// The stream of the FED at `fed_index` ended (see [`Ru::stream_ended`]).
+    pub fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
+        self.ru.stream_ended(fed_index, now);
+        self.step(now);
+    }
+
+    /// Masks the FED at `fed_index` (see [`Ru::mask`]).
+    pub fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
+        let masked = self.ru.mask(fed_index, now);
+        self.step(now);
+        masked
     }
 
     /// Keeps this RU within `events` event numbers of `peers` (RU 0's node: every other RU;
@@ -158,6 +193,7 @@ impl PushRu {
     pub fn handle(&mut self, now: Nanos, input: Input) {
         match input {
             Input::Message { msg: Message::Exclude { bu, from_event }, .. } => self.exclude(now, bu, from_event),
+            Input::Message { msg: Message::Start, from: Peer::Evm } => self.started = true,
             Input::Message { msg: Message::Progress { through }, from } => {
                 if let Some(p) = self.window.as_mut().and_then(|w| w.peers.iter_mut().find(|(p, _)| *p == from)) {
                     p.1 = p.1.max(through);
@@ -216,6 +252,9 @@ impl PushRu {
     /// block at once, so that it leaves as one data message; with `partial`, also the events of
     /// a block begun, once they waited [`PARTIAL_BLOCK_WAIT_NS`].
     fn assign_seen(&mut self, now: Nanos, partial: bool) {
+        if !self.started {
+            return;
+        }
         let seen = self.seen;
         let partial = partial && self.waiting_since.is_some_and(|t| now >= t.saturating_add(PARTIAL_BLOCK_WAIT_NS));
         while self.next < seen {

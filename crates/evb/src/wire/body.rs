@@ -309,6 +309,8 @@ pub(super) fn put_control_body(msg: &Message, out: &mut Vec<u8>) -> Result<(), W
             from_event.put(out, at("Exclude", "from_event"))
         }
         Message::Progress { through } => through.put(out, at("Progress", "through")),
+        Message::StreamsConnected { ru } => ru.put(out, at("StreamsConnected", "ru")),
+        Message::Start => Ok(()),
     }
 }
 
@@ -354,6 +356,8 @@ pub(super) fn get_body(kind: MessageType, r: &mut Reader<'_>) -> Result<Message,
             lumi_sections: u32::get(r, at("EndOfRun", "lumi_sections"))?,
         },
         MessageType::Progress => Message::Progress { through: u64::get(r, at("Progress", "through"))? },
+        MessageType::StreamsConnected => Message::StreamsConnected { ru: RuId::get(r, at("StreamsConnected", "ru"))? },
+        MessageType::Start => Message::Start,
         MessageType::Exclude => Message::Exclude {
             bu: u16::get(r, at("Exclude", "bu"))?,
             from_event: u64::get(r, at("Exclude", "from_event"))?,

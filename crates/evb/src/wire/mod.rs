@@ -74,10 +74,14 @@ pub enum MessageType {
     Exclude = 11,
     /// [`Message::Progress`], code 12.
     Progress = 12,
+    /// [`Message::StreamsConnected`], code 13.
+    StreamsConnected = 13,
+    /// [`Message::Start`], code 14.
+    Start = 14,
 }
 
 impl MessageType {
-    const ALL: [MessageType; 12] = [
+    const ALL: [MessageType; 14] = [
         MessageType::Hello,
         MessageType::Welcome,
         MessageType::Request,
@@ -90,6 +94,8 @@ impl MessageType {
         MessageType::EndOfRun,
         MessageType::Exclude,
         MessageType::Progress,
+        MessageType::StreamsConnected,
+        MessageType::Start,
     ];
 
     /// The code written in the frame header.
@@ -117,6 +123,8 @@ impl MessageType {
             Message::EndOfRun { .. } => MessageType::EndOfRun,
             Message::Exclude { .. } => MessageType::Exclude,
             Message::Progress { .. } => MessageType::Progress,
+            Message::StreamsConnected { .. } => MessageType::StreamsConnected,
+            Message::Start => MessageType::Start,
         }
     }
 
@@ -135,6 +143,8 @@ impl MessageType {
             MessageType::EndOfRun => "EndOfRun",
             MessageType::Exclude => "Exclude",
             MessageType::Progress => "Progress",
+            MessageType::StreamsConnected => "StreamsConnected",
+            MessageType::Start => "Start",
         }
     }
 }

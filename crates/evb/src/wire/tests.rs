@@ -137,6 +137,8 @@ fn examples() -> Vec<Received> {
         (Message::EndOfRun { last_lumi_section: 9, lumi_sections: 8 }, vec![]),
         (Message::Exclude { bu: 3, from_event: 1 << 40 }, vec![]),
         (Message::Progress { through: (1 << 40) + 7 }, vec![]),
+        (Message::StreamsConnected { ru: 513 }, vec![]),
+        (Message::Start, vec![]),
     ]
 }
 
@@ -157,7 +159,7 @@ fn every_type_code_round_trips() {
         assert_eq!(MessageType::from_code(code), Some(kind));
     }
     assert_eq!(MessageType::from_code(0), None);
-    assert_eq!(MessageType::from_code(13), None);
+    assert_eq!(MessageType::from_code(15), None);
     let kinds: Vec<_> = examples().iter().map(|(m, _)| MessageType::of(m)).collect();
     assert!(MessageType::ALL.iter().all(|k| kinds.contains(k)), "examples cover every type");
 }
@@ -303,10 +305,10 @@ fn header_garbage_is_refused_with_its_field() {
     let mut version = good.clone();
     version[4] = 1;
     assert_eq!(error_of(&version), bad("frame header", "version", 4, Value::Dec(2), Value::Dec(1)));
-    for code in [0, 13, 0xFFFF] {
+    for code in [0, 15, 0xFFFF] {
         assert_eq!(
             error_of(&frame(code, &[0])),
-            bad("frame header", "message type", 6, text("1..=12"), Value::Dec(code.into()))
+            bad("frame header", "message type", 6, text("1..=14"), Value::Dec(code.into()))
         );
     }
     let mut crc = good.clone();
@@ -505,6 +507,8 @@ fn control_message() -> impl Strategy<Value = Message> {
             .prop_map(|(last_lumi_section, lumi_sections)| Message::EndOfRun { last_lumi_section, lumi_sections }),
         (any::<u16>(), any::<u64>()).prop_map(|(bu, from_event)| Message::Exclude { bu, from_event }),
         any::<u64>().prop_map(|through| Message::Progress { through }),
+        any::<u16>().prop_map(|ru| Message::StreamsConnected { ru }),
+        Just(Message::Start),
     ]
 }
 

@@ -5,9 +5,11 @@
 use super::*;
 
 impl BuLoop {
-    /// Whether the store has room for another frame.
+    /// Whether the store has room for another frame: always under pull, where what comes was
+    /// asked for within the store's room.
     pub(super) fn store_has_room(&self) -> bool {
-        self.store.held() + self.cfg.max_frame_bytes as usize <= self.cfg.frame_store_bytes
+        self.cfg.bu.push.is_none()
+            || self.store.held() + self.cfg.max_frame_bytes as usize <= self.cfg.frame_store_bytes
     }
 
     /// Reads the connection `token` into the store and the core; true if it has more.

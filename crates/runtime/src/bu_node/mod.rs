@@ -16,9 +16,13 @@
 //! plugged in: its disk watcher, its room and throttle, its writers and bookkeeping, and the
 //! rules of the EVM's going.
 //!
-//! Bounds: the store holds at most its budget of frames (the loop stops reading data while it is
-//! full, and TCP holds the RUs back); the writer queue holds two jobs per thread; the core holds
-//! at most `max_events_in_flight` events. Above the RAM disk's high-water mark the BU asks for
+//! Bounds: under pull the core asks only for events whose data fit in the store beside what it
+//! holds (its requests are credits for room, `BuConfig::store_bytes`), and the loop reads all
+//! that comes for them: a loop that stopped reading with its store full of parts of events that
+//! wait for other RUs' parts would wait for ever. Under push, where RUs send unasked, the store
+//! holds at most its budget of frames (the loop stops reading data while it is full, and TCP holds
+//! the RUs back). The writer queue holds two jobs per thread; the core holds at most
+//! `max_events_in_flight` events. Above the RAM disk's high-water mark the BU asks for
 //! no events (`RAMDISK_HIGH_WATER`) until it is below the low-water mark.
 //!
 //! **RAM disk room** ([`crate::ramdisk`]): the BU's own writes never fill its disk. It asks for
@@ -291,7 +295,9 @@ impl BuNode {
             .collect();
         drop(done_tx);
         let core = Bu::new(cfg.bu.clone(), epoch, disk);
-        let store = FrameStore::new(cfg.frame_store_bytes);
+        // Under pull the core keeps the store within its budget by what it asks for; the frames
+        // that come for its requests are always taken.
+        let store = FrameStore::new(if cfg.bu.push.is_some() { cfg.frame_store_bytes } else { usize::MAX });
         // The first look at the disk before the loop starts; the watcher's follow.
         let room = files.as_ref().map(|f| {
             let mut room = Room::new(f.path(), cfg.ramdisk_high_water_percent);
@@ -512,7 +518,11 @@ impl BuLoop {
         self.stats.events_published.set(self.published);
         self.stats.store_bytes.set(self.store.held() as u64);
         self.stats.events_in_flight.set(u64::from(self.core.events_in_flight()));
-        let full = self.store.held() + self.cfg.max_frame_bytes as usize > self.cfg.frame_store_bytes;
+        let full = if self.cfg.bu.push.is_some() {
+            self.store.held() + self.cfg.max_frame_bytes as usize > self.cfg.frame_store_bytes
+        } else {
+            self.core.short_of_store()
+        };
         self.stats.set_throttle(if throttle != Throttle::None {
             throttle
         } else if full {

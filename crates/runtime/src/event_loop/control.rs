@@ -3,9 +3,10 @@
 use super::{NodeError, WAKER, io_err};
 use crate::stats::UnitStats;
 use mio::{Poll, Waker};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tessera_evb::types::FedId;
 
 /// Tells a running node what run control wants.
 #[derive(Clone)]
@@ -16,7 +17,13 @@ pub struct Control {
     stop_line: Arc<AtomicU64>,
     abort: Arc<AtomicBool>,
     enabled: Arc<AtomicBool>,
+    /// FEDs an operator asked to mask, not yet taken by the unit.
+    masks: Arc<Mutex<Vec<FedId>>>,
 }
+
+/// FEDs an operator may ask to mask at once before the unit has taken them: a bound on what a
+/// caller can queue, far above what any operator does.
+pub const MAX_MASKS_QUEUED: usize = 4096;
 
 impl Control {
     /// EVM: the trigger is off (as when the trigger stream ends): drain and end the run.
@@ -37,6 +44,26 @@ impl Control {
     /// The stop line's events, once drawn.
     pub(crate) fn stop_line(&self) -> Option<u64> {
         Some(self.stop_line.load(Ordering::SeqCst)).filter(|&n| n != u64::MAX)
+    }
+
+    /// RU: masks `fed` for the rest of the run, at an operator's word: the events that wait for
+    /// it go on without it, flagged incomplete and counted against it. The unit takes it on its
+    /// next pass and says it (or that the FED is not one of its). False if too many masks wait
+    /// already ([`MAX_MASKS_QUEUED`]).
+    pub fn mask_fed(&self, fed: FedId) -> bool {
+        let mut masks = self.masks.lock().unwrap_or_else(|e| e.into_inner());
+        if masks.len() >= MAX_MASKS_QUEUED {
+            return false;
+        }
+        masks.push(fed);
+        drop(masks);
+        let _ = self.waker.wake();
+        true
+    }
+
+    /// The FEDs asked to be masked since the last look.
+    pub(crate) fn take_masks(&self) -> Vec<FedId> {
+        std::mem::take(&mut *self.masks.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Stops the unit now, whatever it holds.
@@ -85,6 +112,7 @@ pub(crate) fn poller() -> Result<(Poll, Control), NodeError> {
         stop_line: Arc::new(AtomicU64::new(u64::MAX)),
         abort: Arc::new(AtomicBool::new(false)),
         enabled: Arc::new(AtomicBool::new(true)),
+        masks: Arc::new(Mutex::new(Vec::new())),
     };
     Ok((poll, control))
 }

@@ -17,6 +17,13 @@ impl RuLoop {
             return;
         }
         let address = self.io.conns[&token].address.clone();
+        if peer == Peer::Evm
+            && let Some(c) = self.io.conns.get_mut(&token)
+        {
+            for frame in self.evm_pending.drain(..) {
+                c.queue(frame);
+            }
+        }
         // A peer that calls again (a restarted BU) replaces its old connection.
         let old: Vec<Token> =
             self.io.conns.iter().filter(|(t, c)| **t != token && c.peer == Some(peer)).map(|(t, _)| *t).collect();
@@ -107,6 +114,14 @@ impl RuLoop {
                     self.stats.control_messages.add(1);
                     if let Some(c) = self.route(to) {
                         c.queue(frame);
+                    } else if to == Peer::Evm && !self.is_evm() {
+                        // Said before the EVM called: sent once it has.
+                        if self.evm_pending.len() < MAX_EVM_PENDING {
+                            self.evm_pending.push(frame);
+                        } else {
+                            self.stats
+                                .problem(format!("{:?}: a message for the EVM dropped: it has not called", self.me()));
+                        }
                     }
                 }
                 RuOutput::FreeBuffers(fragments) => {
@@ -203,6 +218,7 @@ impl RuLoop {
                 self.stats.saw(SubState::MissingData);
             }
             Notice::LateFragment { fed, .. } => count(*fed, FedError::Late),
+            Notice::FedGivenUp { fed, .. } => count(*fed, FedError::GivenUp),
             &Notice::BuExcluded { bu, from_event, assigned } => {
                 self.stats.bus_excluded.add(1);
                 self.stats.events_to_excluded.add(assigned);

@@ -23,7 +23,7 @@ use crate::event_loop::{CONN_TOKENS, EventLoop, Links, MAX_SLEEP, UNIT_TOKENS, U
 use crate::ferol_input::{FragmentHandle, Framing, Received, StreamBuffer};
 use crate::link::LinkKey;
 use crate::state::Transition;
-use crate::stats::{BLOCKED_AFTER, FedError, SubState, Throttle, UnitStats};
+use crate::stats::{BLOCKED_AFTER, FED_SILENT_AFTER, FedError, SubState, Throttle, UnitStats};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Poll, Token};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -34,9 +34,10 @@ use std::time::{Duration, Instant};
 use tessera_config::CorruptStreamPolicy;
 use tessera_config::TransportSection;
 use tessera_evb::ingest::IngestRu;
+use tessera_evb::intake::Intake;
 use tessera_evb::msg::{BufferRef, FragmentRef, Message, SuperFragment, TriggerInfo, data_batches};
 use tessera_evb::push::{Destinations, PushNode, PushNodeConfig, PushRu};
-use tessera_evb::ru::BackPressure;
+use tessera_evb::ru::{BackPressure, FedState};
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 pub use tessera_evb::unit::TriggerBreak;
 use tessera_evb::unit::{Input, Notice, RuOutput};
@@ -95,6 +96,10 @@ pub struct RuNodeConfig {
     /// has disconnected (for the trigger stream, a fault that fails the run). `None`: the run
     /// ends by run control's stop ([`Control::stop_trigger`], [`Control::streams_end_after`]).
     pub event_limit: Option<u64>,
+    /// How long the run waits for every FEROL (or DTH) stream of this RU to connect and name
+    /// its FED (`ru.connect_timeout_s`), from the moment the RU is enabled: past it the RU fails,
+    /// naming the FEDs never seen. Front ends may connect in any order meanwhile.
+    pub streams_timeout: Duration,
     /// How long to keep trying to reach a peer at start-up.
     pub connect_timeout: Duration,
     /// Largest protocol frame accepted, in bytes.
@@ -207,8 +212,15 @@ const STREAM_BASE: usize = 1 << 16;
 const STREAM_TURN_BYTES: usize = 1 << 20;
 /// Room kept in a data frame for its header and descriptors.
 const FRAME_SLACK_BYTES: usize = 1 << 20;
-/// Front-end connections that may wait at once for their first block header.
-const MAX_UNNAMED_STREAMS: usize = 64;
+/// Front-end connections beyond this RU's streams not yet connected that may wait at once for
+/// their first block header ([`Intake`]): room for a few strangers, while every configured stream
+/// always has room (a caller that sends nothing holds a place for [`NAME_TIMEOUT`] only).
+const SPARE_UNNAMED_STREAMS: usize = 16;
+/// Protocol messages for the EVM kept while its connection is not there yet (an RU says that its
+/// streams are connected as soon as they are, which may be before the EVM has called).
+const MAX_EVM_PENDING: usize = 64;
+/// How often an RU looks for its longest wait for a FED, for its figures.
+const WAIT_LOOK: Duration = Duration::from_millis(50);
 /// How often the EVM says what a long drain waits for.
 const DRAIN_REPORT: Duration = Duration::from_secs(5);
 /// How long an RU waits for the EVM's Drain after a BU's connection closed before it says the BU
@@ -217,8 +229,10 @@ const LOSS_PATIENCE: Duration = Duration::from_secs(1);
 /// How often an RU tries again to reach a BU it lost, to send it its events again (until the
 /// EVM reassigns them or the run ends).
 const BU_RETRY: Duration = Duration::from_millis(250);
-/// How long a front-end connection may take to send its first block header.
-const NAME_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a front-end connection may take to send its first block header: as long as a unit
+/// waits for a peer, since a front end on a busy machine may connect long before it is scheduled
+/// to write.
+const NAME_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the EVM's node keeps flushing its last messages once the run has drained.
 const FINAL_FLUSH: Duration = Duration::from_secs(5);
 /// How long a drained EVM waits for BUs lost during the run to come back (restarted by run
@@ -363,6 +377,7 @@ impl RuNode {
             ferol: None,
             streams: (0..cfg.ru.feds.len()).map(|_| None).collect(),
             unnamed: Vec::new(),
+            intake: Intake::new(cfg.ru.feds.clone(), SPARE_UNNAMED_STREAMS),
             buffers: Buffers(Vec::new()),
             scratch: vec![0u8; 256 << 10],
             bus_down: BTreeMap::new(),
@@ -378,6 +393,9 @@ impl RuNode {
             peers_called: false,
             excluded: Vec::new(),
             parts_unreachable: 0,
+            enabled_at: None,
+            evm_pending: Vec::new(),
+            wait_looked: None,
             stats,
             core,
             cfg,
@@ -402,6 +420,8 @@ struct RuLoop {
     streams: Vec<Option<FerolConn>>,
     /// Front-end connections that have not yet named their FED, and since when.
     unnamed: Vec<(TcpStream, SocketAddr, Instant)>,
+    /// Who of them may wait, and which FED streams are connected.
+    intake: Intake,
     buffers: Buffers,
     scratch: Vec<u8>,
     /// BUs whose connection closed before the EVM's Drain, with when and the line that says it:
@@ -434,6 +454,13 @@ struct RuLoop {
     excluded: Vec<Excluded>,
     /// Push: super-fragments dropped because their BU could not be reached.
     parts_unreachable: u64,
+    /// When the RU was enabled: the wait for its streams counts from then.
+    enabled_at: Option<Instant>,
+    /// Messages for the EVM encoded before its connection was there, sent once it is (at most
+    /// [`MAX_EVM_PENDING`]).
+    evm_pending: Vec<Vec<u8>>,
+    /// When the RU last looked for its longest wait for a FED (every [`WAIT_LOOK`]).
+    wait_looked: Option<Instant>,
 }
 
 /// A fragment of a push RU on its way out (see `RuLoop::sending`).
@@ -514,7 +541,9 @@ impl RuLoop {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
         self.buffers = Buffers(buffers);
+        self.stats.set_streams_missing(self.core.ru().unconnected_feds());
         self.io.enable(&format!("RU {}", self.cfg.ru.ru))?;
+        self.enabled_at = Some(Instant::now());
         crate::event_loop::run(self)
     }
 
@@ -611,6 +640,7 @@ impl RuLoop {
         self.stats.chunks_used.set(used as u64);
         if let Some(l) = self.core.leader() {
             self.stats.triggered.set(l.triggered());
+            self.stats.run_started.set(u64::from(l.started()));
         }
         if let Some(e) = self.core.leader().and_then(|l| l.evm_counters()) {
             self.stats.committed.set(e.committed);
@@ -655,6 +685,74 @@ impl RuLoop {
         };
         self.peers_called = called;
         called
+    }
+
+    /// Looks, every [`WAIT_LOOK`], for the event that has waited longest for a FED, and
+    /// publishes it; an event that waits [`FED_SILENT_AFTER`] or more for one makes the RU say
+    /// that the FED is silent.
+    fn look_at_waits(&mut self) {
+        if self.wait_looked.is_some_and(|t| t.elapsed() < WAIT_LOOK) {
+            return;
+        }
+        self.wait_looked = Some(Instant::now());
+        let now = self.now();
+        match self.core.ru().waiting_for() {
+            Some(w) => {
+                let waited = Duration::from_nanos(now.saturating_sub(w.since));
+                self.stats.waiting_fed.set(u64::from(w.fed) + 1);
+                self.stats.waiting_ms.set(waited.as_millis() as u64);
+                if waited >= FED_SILENT_AFTER {
+                    self.stats.saw(SubState::FedSilent);
+                }
+            }
+            None => {
+                self.stats.waiting_fed.set(0);
+                self.stats.waiting_ms.set(0);
+            }
+        }
+    }
+
+    /// Fails the RU when some of its streams have not connected within
+    /// [`RuNodeConfig::streams_timeout`] of its enabling, unless the run ended meanwhile.
+    fn check_streams_connected(&self) -> Result<(), NodeError> {
+        let Some(enabled_at) = self.enabled_at else { return Ok(()) };
+        if self.core.ru().all_connected() || trigger_off(&*self.core) || self.drain_seen() {
+            return Ok(());
+        }
+        if enabled_at.elapsed() < self.cfg.streams_timeout {
+            self.stats.saw(SubState::StreamsMissing);
+            return Ok(());
+        }
+        Err(NodeError::StreamsMissing {
+            ru: self.cfg.ru.ru,
+            feds: self.core.ru().unconnected_feds(),
+            waited_s: self.cfg.streams_timeout.as_secs(),
+        })
+    }
+
+    /// Masks the FEDs an operator asked to mask, each said; one that is not this RU's is said
+    /// too.
+    fn take_masks(&mut self) {
+        for fed in self.io.control.take_masks() {
+            let me = self.me();
+            let Some(i) = self.cfg.ru.feds.iter().position(|&f| f == fed) else {
+                self.stats.problem(format!("{me:?}: cannot mask FED {fed}: it is not one of {:?}", self.cfg.ru.feds));
+                continue;
+            };
+            if fed == TCDS_FED_ID && self.is_evm() {
+                self.stats.problem(format!("{me:?}: cannot mask FED {fed}: it is the trigger; stop the run instead"));
+                continue;
+            }
+            let now = self.now();
+            if self.core.mask(now, i) {
+                self.stats.fed_errors.add(i, FedError::Masked, 1);
+                self.stats.saw(SubState::FedMasked);
+                self.stats.set_streams_missing(self.core.ru().unconnected_feds());
+            } else {
+                self.stats.problem(format!("{me:?}: FED {fed} is left out already; masking it changes nothing"));
+            }
+            self.dispatch(now);
+        }
     }
 
     /// Ingest only: every stream has ended and every event is built and freed.

@@ -19,7 +19,8 @@ impl Unit for RuLoop {
         if self.io.control.take_stop_trigger() {
             self.stop_trigger();
         }
-        Ok(())
+        self.take_masks();
+        self.check_streams_connected()
     }
 
     fn next_timeout(&self) -> Option<Nanos> {
@@ -86,7 +87,8 @@ impl Unit for RuLoop {
     }
 
     fn publish_stats(&mut self) {
-        RuLoop::publish_stats(self)
+        RuLoop::publish_stats(self);
+        self.look_at_waits();
     }
 
     /// The EVM's node ends once drained, its last messages flushed and its lost BUs back (or

@@ -26,6 +26,21 @@ pub(super) trait RuCore: Send {
     fn ru(&self) -> &Ru;
     /// The RU, to tell it of its streams ([`Ru::stream_alive`]).
     fn ru_mut(&mut self) -> &mut Ru;
+    /// The stream of the FED at `fed_index` connected and named its FED (see
+    /// [`Ru::stream_connected`]); what it makes the core say is ready to poll.
+    fn stream_connected(&mut self, _now: Nanos, fed_index: usize) {
+        self.ru_mut().stream_connected(fed_index)
+    }
+    /// The stream of the FED at `fed_index` ended before the run's end (see
+    /// [`Ru::stream_ended`]); what it makes the core say is ready to poll.
+    fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
+        self.ru_mut().stream_ended(fed_index, now)
+    }
+    /// Masks the FED at `fed_index` (see [`Ru::mask`]); what it makes the core say is ready to
+    /// poll. Whether it was masked now.
+    fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
+        self.ru_mut().mask(fed_index, now)
+    }
     /// RU 0's node, which judges the trigger stream and leads the run (none but on RU 0).
     fn leader(&self) -> Option<&dyn Leader> {
         None
@@ -75,6 +90,8 @@ pub(super) trait Leader {
     fn bus_lost(&self) -> Vec<BuId>;
     /// BUs in the run.
     fn n_bu(&self) -> u16;
+    /// Whether the run has started: every stream of every RU is connected.
+    fn started(&self) -> bool;
     /// The event manager's counters (pull only).
     fn evm_counters(&self) -> Option<EvmCounters>;
 }
@@ -106,6 +123,9 @@ impl Leader for EvmNode {
     }
     fn n_bu(&self) -> u16 {
         self.evm.config().n_bu
+    }
+    fn started(&self) -> bool {
+        EvmNode::started(self)
     }
     fn evm_counters(&self) -> Option<EvmCounters> {
         Some(self.evm.counters())
@@ -142,6 +162,9 @@ impl Leader for PushNode {
     }
     fn n_bu(&self) -> u16 {
         PushNode::n_bu(self)
+    }
+    fn started(&self) -> bool {
+        PushNode::started(self)
     }
     fn evm_counters(&self) -> Option<EvmCounters> {
         None
@@ -188,6 +211,15 @@ impl RuCore for EvmNode {
     fn ru_mut(&mut self) -> &mut Ru {
         &mut self.ru
     }
+    fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
+        EvmNode::stream_connected(self, now, fed_index)
+    }
+    fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
+        EvmNode::stream_ended(self, now, fed_index)
+    }
+    fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
+        EvmNode::mask(self, now, fed_index)
+    }
     fn leader(&self) -> Option<&dyn Leader> {
         Some(self)
     }
@@ -214,6 +246,15 @@ impl RuCore for PushRu {
     }
     fn ru_mut(&mut self) -> &mut Ru {
         PushRu::ru_mut(self)
+    }
+    fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
+        PushRu::stream_connected(self, now, fed_index)
+    }
+    fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
+        PushRu::stream_ended(self, now, fed_index)
+    }
+    fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
+        PushRu::mask(self, now, fed_index)
     }
     fn frees_on_send(&self) -> bool {
         true
@@ -250,6 +291,15 @@ impl RuCore for PushNode {
     }
     fn ru_mut(&mut self) -> &mut Ru {
         PushNode::ru_mut(self).ru_mut()
+    }
+    fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
+        PushNode::stream_connected(self, now, fed_index)
+    }
+    fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
+        PushNode::stream_ended(self, now, fed_index)
+    }
+    fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
+        PushNode::mask(self, now, fed_index)
     }
     fn leader(&self) -> Option<&dyn Leader> {
         Some(self)

@@ -39,23 +39,22 @@ impl RuLoop {
             ));
         }
         if !clean {
-            // Its events go on without it now, not after the fragment time-out.
+            // Its events go on without it now: an ended stream brings nothing more.
             let now = self.now();
-            self.core.ru_mut().stream_ended(i, now);
+            self.core.stream_ended(now, i);
             self.dispatch(now);
         }
     }
 
     /// Accepts front ends. Each stream waits, unregistered, until its first block header names
     /// its FED (see [`RuLoop::name_streams`]); a client that sends nothing cannot stall the loop.
+    /// The intake's rule ([`Intake`]) says who may wait: every configured front end always has
+    /// room, whatever the order, and strangers cannot hold more than a few places.
     pub(super) fn accept_ferol(&mut self) {
         let Some(listener) = &self.ferol else { return };
         while let Ok((stream, addr)) = listener.accept() {
-            if self.unnamed.len() >= MAX_UNNAMED_STREAMS {
-                self.stats.problem(format!(
-                    "RU {}: FEROL connection from {addr} refused: {MAX_UNNAMED_STREAMS} connections have not yet named their FED",
-                    self.cfg.ru.ru
-                ));
+            if let Err(why) = self.intake.accept() {
+                self.stats.problem(format!("RU {}: FEROL connection from {addr} refused: {why}", self.cfg.ru.ru));
                 continue;
             }
             let _ = stream.set_nodelay(true);
@@ -91,12 +90,11 @@ impl RuLoop {
             let refused = format!("RU {}: FEROL connection from {addr} refused", self.cfg.ru.ru);
             let (mut stream, _, _) = self.unnamed.swap_remove(i);
             let index = match fed {
-                Ok(fed) => match self.cfg.ru.feds.iter().position(|&f| f == fed) {
-                    Some(i) if self.streams[i].is_none() => Ok(i),
-                    Some(_) => Err(format!("{refused}: FED {fed} is already connected")),
-                    None => Err(format!("{refused}: FED {fed} is not one of this RU's {:?}", self.cfg.ru.feds)),
-                },
-                Err(e) => Err(format!("{refused}: {e}")),
+                Ok(fed) => self.intake.name(fed).map_err(|why| format!("{refused}: {why}")),
+                Err(e) => {
+                    self.intake.forget_unnamed();
+                    Err(format!("{refused}: {e}"))
+                }
             };
             match index {
                 Ok(f) => {
@@ -116,6 +114,9 @@ impl RuLoop {
                         last_offset: 0,
                         last_lv1: None,
                     });
+                    let now = self.now();
+                    self.core.stream_connected(now, f);
+                    self.stats.set_streams_missing(self.core.ru().unconnected_feds());
                 }
                 Err(why) => self.stats.problem(why),
             }
@@ -310,7 +311,10 @@ impl RuLoop {
             (Some(LeftOut::Disconnected), _) => "disconnected",
             (None, None) => "is not connected",
             (None, Some(s)) if s.broke.is_some() => "has a broken stream",
-            (None, Some(_)) => "sent nothing within the fragment time-out",
+            (None, Some(_)) => match self.core.ru().fed_state(i) {
+                Some(FedState::Masked) => "is masked",
+                _ => "sent nothing within the give-up time (ru.silent_fed_give_up_ms)",
+            },
         }
     }
 }

@@ -120,8 +120,13 @@ impl World {
         let mut problems = Vec::new();
         for (r, part) in e.parts.iter().enumerate() {
             if self.sc.push.is_some() && part.fragments.is_empty() && part.missing.is_empty() {
-                // Push: the BU aged the event before this RU's part came.
+                // Push: the BU aged the event before this RU's part came. An RU sends its events
+                // in order and, without a give-up time, waits for every FED still sending: with
+                // its throttle holding the trigger, no part of it can be that late.
                 missing_any = true;
+                if self.sc.give_up_ns.is_none() {
+                    problems.push(format!("shipped without RU {r}'s part, though no RU gives up on a FED"));
+                }
                 continue;
             }
             let mut seen: Vec<FedId> =
@@ -145,12 +150,24 @@ impl World {
                 }
             }
             missing_any |= !part.missing.is_empty();
+            // A FED is left out only once its stream ended, it was masked or lost sync (or, with
+            // a give-up time, it paused past it): never for being silent, late or slow.
+            for &fed in &part.missing {
+                let Some(s) = self.ru_cfgs[r].feds.iter().position(|&f| f == fed).map(|i| &self.sources[r][i]) else {
+                    continue;
+                };
+                let gone = s.gone_from.is_some_and(|from| e.event >= from);
+                let given_up = self.sc.give_up_ns.is_some() && s.stall.is_some();
+                if !gone && !given_up {
+                    problems.push(format!(
+                        "went out without FED {fed}, whose stream neither ended nor was masked (gone from {:?})",
+                        s.gone_from
+                    ));
+                }
+            }
         }
         if missing_any {
             self.tally.incomplete_events += 1;
-            if self.sc.expects_complete_events() {
-                problems.push("FEDs missing though no FED fault was injected".into());
-            }
         }
         if (e.flags & flags::INCOMPLETE != 0) != missing_any {
             problems
@@ -173,16 +190,14 @@ impl World {
                 found.push(format!("RU {r} holds {} events, bound {max}", ru.events_buffered()));
             }
         }
-        for (b, slot) in self.bus.iter().enumerate() {
-            if let Some(u) = &slot.unit
-                && u.events_in_flight() > self.bu_cfgs[b].max_events_in_flight
-            {
-                found.push(format!(
-                    "BU {b} holds {} events, bound {}",
-                    u.events_in_flight(),
-                    self.bu_cfgs[b].max_events_in_flight
-                ));
+        for slot in &self.bus {
+            if let Some(Err(e)) = slot.unit.as_ref().map(tessera_evb::Bu::check_invariants) {
+                found.push(e.to_string());
             }
+        }
+        // The trigger makes no event before every stream of every RU is connected.
+        if self.all_named_at.is_none() && (self.readout.last_triggered().is_some() || self.readout.started()) {
+            found.push("the run started before every stream had connected".into());
         }
         let evm_bound = self.ru_cfgs[0].max_events_buffered;
         let (evm_events, _) = self.readout.evm_state();
@@ -234,6 +249,22 @@ impl World {
                 "trigger stream lost {stream_lost}: the EVM's node said {} break(s), {broke:?}",
                 self.tally.trigger_breaks
             )),
+        }
+        // A FED that paused longer than the RUs' windows take to fill held the trigger, and the
+        // time was counted as dead time.
+        let window_ns = self.sc.ru_window_events as u64 * self.sc.trigger_interval_ns * 3 / 2;
+        if self.sc.give_up_ns.is_none()
+            && self.sc.push.is_none()
+            && self.longest_pause > window_ns
+            && self.tally.dead_time_ns < self.longest_pause - window_ns
+        {
+            self.violation(format!(
+                "a FED paused {} µs, more than the {} µs a window of events lasts, yet only {} µs of dead time was \
+                 counted",
+                self.longest_pause / 1000,
+                window_ns / 1000,
+                self.tally.dead_time_ns / 1000
+            ));
         }
         // What the RUs still hold is of events the trigger never issued, counted as orphans.
         self.tally.orphan_fragments = self.buffers.len() as u64;

@@ -15,12 +15,69 @@ use tessera_formats::fed::LV1_MASK;
 use tessera_formats::orbit::{ORBIT_HEADER_BYTES, orbit_fragment_len};
 use tessera_formats::tcds::{TCDS_FED_ID, lumi_section_of_orbit, orbit_in_lumi_section, orbit_number};
 
+/// How long a stranger that names nothing keeps its place before the RU drops it.
+const NAME_TIMEOUT_NS: Nanos = 30_000_000;
+
 impl World {
+    /// A front end connects to RU `ru` (see [`Ev::Connect`]): the RU's intake must take every
+    /// configured stream, whatever the strangers do; it names its FED a while later.
+    pub(super) fn connect(&mut self, ru: usize, fed: Option<usize>, names: Option<FedId>) {
+        if let Err(why) = self.intakes[ru].accept() {
+            match fed {
+                Some(f) => self.violation(format!("RU {ru} refused FED {}'s stream: {why}", self.sources[ru][f].id)),
+                None => self.tally.refused_connections += 1,
+            }
+            return;
+        }
+        let delay_max = self.sc.faults.connect_delay_max_ns;
+        let delay = match (fed, names) {
+            (None, None) => NAME_TIMEOUT_NS,
+            _ if delay_max > 0 => self.rng.below(delay_max / 4 + 1),
+            _ => 0,
+        };
+        self.schedule(self.now + delay, Ev::Name { ru, fed, names });
+    }
+
+    /// A connection's first block header comes (see [`Ev::Name`]): a configured stream becomes
+    /// its FED's, and offers its first fragment; a stranger is refused.
+    pub(super) fn name(&mut self, ru: usize, fed: Option<usize>, names: Option<FedId>) {
+        let Some(f) = fed else {
+            match names {
+                Some(id) => {
+                    if let Ok(i) = self.intakes[ru].name(id) {
+                        self.violation(format!("RU {ru} took a stranger naming FED {id} as its stream {i}"));
+                    }
+                }
+                None => self.intakes[ru].forget_unnamed(),
+            }
+            self.tally.refused_connections += 1;
+            return;
+        };
+        let id = self.sources[ru][f].id;
+        match self.intakes[ru].name(id) {
+            Ok(i) if i == f => {}
+            other => {
+                self.violation(format!("RU {ru}: FED {id}'s stream named as {other:?}"));
+                return;
+            }
+        }
+        self.sources[ru][f].named = true;
+        self.readout.stream_connected(self.now, ru, f);
+        if self.sources.iter().flatten().all(|s| s.named) {
+            self.all_named_at = Some(self.now);
+        }
+        self.schedule(self.now.max(self.trigger_times[0]), Ev::FedReady { ru, fed: f });
+        self.drain_outputs(if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) });
+    }
+
     pub(super) fn fed_ready(&mut self, ru: usize, fed: usize) {
         let first = self.sc.first_event;
         let last = first + self.sc.events;
         let sends_stalled = self.sends_stalled(ru);
         let s = &mut self.sources[ru][fed];
+        if !s.named {
+            return;
+        }
         if s.skip == Some(s.next_event) {
             s.next_event += 1;
         }
@@ -70,6 +127,24 @@ impl World {
             }
             return;
         }
+        // A fragment read in pieces: its first part shows the stream alive, the rest comes later.
+        match s.partial_until {
+            Some(at) if self.now < at => {
+                self.schedule(at, Ev::FedReady { ru, fed });
+                return;
+            }
+            Some(_) => s.partial_until = None,
+            None if self.sc.faults.partial_reads && self.rng.chance(0.05) => {
+                let rest = self.now + self.rng.between(1_000, 500_000);
+                self.sources[ru][fed].partial_until = Some(rest);
+                self.tally.partial_reads += 1;
+                self.readout.ru_mut(ru).stream_alive(fed, self.now);
+                self.schedule(rest, Ev::FedReady { ru, fed });
+                return;
+            }
+            None => {}
+        }
+        let s = &self.sources[ru][fed];
         let id = s.id;
         let corrupt = self.rng.chance(self.sc.faults.corrupt_fragment_probability);
         let trigger = (id == TCDS_FED_ID).then(|| self.trigger_info(event));
@@ -100,6 +175,10 @@ impl World {
             }
             Err(_) => {
                 self.tally.back_pressure += 1;
+                // Under pull the trigger holds while RU 0 refuses its fragments: dead time.
+                if id == TCDS_FED_ID && self.sc.push.is_none() {
+                    self.tally.dead_time_ns += 50_000;
+                }
                 self.schedule(self.now + 50_000, Ev::FedReady { ru, fed });
             }
         }

@@ -7,6 +7,7 @@ use crate::rng::Rng;
 use crate::scenario::Scenario;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use tessera_evb::intake::Intake;
 use tessera_evb::msg::{BufferRef, Message};
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuiltEvent, Input};
@@ -60,8 +61,13 @@ pub struct Tally {
     pub aged_events: u64,
     /// Push: parts that came to a BU after their event was shipped.
     pub late_parts: u64,
-    /// Push: time the throttle held the trigger, in nanoseconds (dead time).
+    /// Time the trigger was held, in nanoseconds (dead time): under push by the throttle, under
+    /// pull by RU 0's full buffers refusing the trigger's fragments.
     pub dead_time_ns: u64,
+    /// Front-end connections refused (strangers: a FED of no RU, or nothing named in time).
+    pub refused_connections: u64,
+    /// Fragments that came in pieces.
+    pub partial_reads: u64,
     /// Push: events lost with a lost BU (given to it and never published).
     pub lost_events: u64,
     /// Push: data messages a BU held back for want of room (its connection stalled).
@@ -110,6 +116,30 @@ enum Ev {
     BuRead {
         bu: usize,
     },
+    /// A front end connects to RU `ru`: the stream of its FED at `fed`, or a stranger that will
+    /// name `names` (a FED of no RU), or nothing.
+    Connect {
+        ru: usize,
+        fed: Option<usize>,
+        names: Option<FedId>,
+    },
+    /// That connection's first block header comes (or, for a stranger that names nothing, its
+    /// time to name one runs out).
+    Name {
+        ru: usize,
+        fed: Option<usize>,
+        names: Option<FedId>,
+    },
+    /// The stream of a FED ends for good.
+    EndStream {
+        ru: usize,
+        fed: usize,
+    },
+    /// An operator masks a FED.
+    Mask {
+        ru: usize,
+        fed: usize,
+    },
 }
 
 struct FedSource {
@@ -129,6 +159,13 @@ struct FedSource {
     ended: bool,
     /// Push: it waits for the trigger to issue its next event.
     awaiting_trigger: bool,
+    /// Its stream has connected and named its FED.
+    named: bool,
+    /// The first event that may go out without it: its stream ended, it was masked, or it
+    /// skipped that event.
+    gone_from: Option<EventNumber>,
+    /// A fragment of it is arriving in pieces: the rest comes at this time.
+    partial_until: Option<Nanos>,
 }
 
 struct SimFile {
@@ -208,6 +245,15 @@ pub struct World {
     last_progress: Nanos,
     /// Push: the trigger's state and what push's faults and bounds left.
     push: PushState,
+    /// Each RU's rule of which front-end connections it takes.
+    intakes: Vec<Intake>,
+    /// When the last stream connected: no event may be made before.
+    all_named_at: Option<Nanos>,
+    /// The longest pause of a stalled FED.
+    longest_pause: Nanos,
+    /// Every how many steps the units' full invariants are checked (every step for small
+    /// systems; the RUs' walk over what they hold costs more in large ones).
+    check_every: u64,
     /// Every broken invariant, in the order found.
     pub violations: Vec<String>,
     /// What the run injected and saw.
@@ -240,11 +286,14 @@ impl World {
             self.now = at;
             self.tally.steps += 1;
             self.step(ev);
-            self.check_bounds();
+            if self.tally.steps.is_multiple_of(self.check_every) {
+                self.check_bounds();
+            }
             if !self.violations.is_empty() {
                 return self.now;
             }
             if self.stop_sent && self.drained() {
+                self.check_bounds();
                 self.check_end();
                 return self.now;
             }
@@ -331,10 +380,24 @@ impl World {
             })
             .collect();
         let (in_flight, pending) = self.readout.evm_state();
+        let waits: Vec<String> = (0..self.readout.len())
+            .filter_map(|r| {
+                let w = self.readout.ru(r).waiting_for()?;
+                Some(format!("RU {r}'s event {} waits for FED {} since {} µs", w.event, w.fed, w.since / 1000))
+            })
+            .collect();
+        let unconnected: Vec<String> = (0..self.readout.len())
+            .filter_map(|r| {
+                let feds = self.readout.ru(r).unconnected_feds();
+                (!feds.is_empty()).then(|| format!("RU {r} lacks the streams of FEDs {feds:?}"))
+            })
+            .collect();
         format!(
-            "EVM {in_flight} in flight, pending [{pending}]; buffers held {}; {}",
+            "EVM {in_flight} in flight, pending [{pending}]; buffers held {}; {}; {}{}",
             self.buffers.len(),
-            bus.join(", ")
+            bus.join(", "),
+            waits.join(", "),
+            unconnected.join(", ")
         )
     }
 
@@ -399,6 +462,23 @@ impl World {
             Ev::BuRead { bu } => {
                 self.push.read_scheduled.remove(&bu);
                 self.read_unread(bu);
+            }
+            Ev::Connect { ru, fed, names } => self.connect(ru, fed, names),
+            Ev::Name { ru, fed, names } => self.name(ru, fed, names),
+            Ev::EndStream { ru, fed } => {
+                let s = &mut self.sources[ru][fed];
+                s.gone_from.get_or_insert(s.next_event);
+                s.ended = true;
+                self.readout.stream_ended(self.now, ru, fed);
+                self.drain_outputs(if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) });
+            }
+            Ev::Mask { ru, fed } => {
+                let s = &mut self.sources[ru][fed];
+                s.gone_from.get_or_insert(s.next_event);
+                if !self.readout.mask(self.now, ru, fed) {
+                    self.violation(format!("RU {ru}: FED {} could not be masked", self.sources[ru][fed].id));
+                }
+                self.drain_outputs(if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) });
             }
         }
     }

@@ -40,16 +40,16 @@ impl World {
         self.drain_outputs(node);
     }
 
-    /// Delivers `msg` from `from` to BU `b`. Under push a BU reads no data message while it
-    /// has no room for one: it stays unread on its connection, in order with what follows it,
-    /// until the BU has room ([`Bu::accepts_parts`]).
+    /// Delivers `msg` from `from` to BU `b`. Under push a BU reads no data message that would
+    /// begin events while it has no room for them: it stays unread on its connection, in order
+    /// with what follows it, until the BU takes it ([`Bu::takes`], as the runtime's BU does).
     pub(super) fn deliver_to_bu(&mut self, from: Peer, b: u16, msg: Message) {
         let to = Peer::Bu(b);
         let bu = usize::from(b);
         if self.sc.push.is_some() {
-            let accepts = self.bus[bu].unit.as_ref().is_some_and(Bu::accepts_parts);
+            let takes = self.bus[bu].unit.as_ref().is_some_and(|u| u.takes(&msg));
             let queue = self.push.unread.entry((from, to)).or_default();
-            if !queue.is_empty() || (matches!(msg, Message::Data { .. }) && !accepts) {
+            if !queue.is_empty() || !takes {
                 queue.push_back(msg);
                 self.tally.held_messages += 1;
                 self.schedule_read(bu);
@@ -70,10 +70,9 @@ impl World {
         let to = Peer::Bu(bu as u16);
         let connections: Vec<(Peer, Peer)> = self.push.unread.keys().filter(|k| k.1 == to).copied().collect();
         for key in connections {
-            loop {
-                let accepts = self.bus[bu].unit.as_ref().is_some_and(Bu::accepts_parts);
+            while let Some(unit) = self.bus[bu].unit.as_ref() {
                 let Some(queue) = self.push.unread.get_mut(&key) else { break };
-                if queue.front().is_none_or(|m| matches!(m, Message::Data { .. }) && !accepts) {
+                if queue.front().is_none_or(|m| !unit.takes(m)) {
                     break;
                 }
                 let msg = queue.pop_front().expect("front checked");
@@ -144,15 +143,21 @@ impl World {
     }
 
     pub(super) fn notice(&mut self, notice: Notice) {
-        match notice {
+        match &notice {
             Notice::ProtocolError { what } => self.violation(format!("protocol error: {what}")),
             Notice::SyncLoss { .. } => self.tally.sync_losses += 1,
             Notice::LateFragment { .. } => self.tally.late_fragments += 1,
             Notice::TriggerStreamBroken { .. } => self.tally.trigger_breaks += 1,
-            Notice::MissingFragments { .. } | Notice::FedStalled { .. } | Notice::LateTrigger { .. } => {}
+            Notice::FedGivenUp { .. } if self.sc.give_up_ns.is_none() => {
+                self.violation(format!("{notice:?} though no give-up time is set"))
+            }
+            Notice::MissingFragments { .. }
+            | Notice::FedGivenUp { .. }
+            | Notice::FedMasked { .. }
+            | Notice::LateTrigger { .. } => {}
             Notice::EventAged { .. } => self.tally.aged_events += 1,
             Notice::LatePart { .. } => self.tally.late_parts += 1,
-            Notice::BuExcluded { bu, from_event, assigned } => self.push.excluded.push((bu, from_event, assigned)),
+            &Notice::BuExcluded { bu, from_event, assigned } => self.push.excluded.push((bu, from_event, assigned)),
         }
     }
 

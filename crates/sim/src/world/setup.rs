@@ -5,11 +5,17 @@ use super::{BuSlot, Ev, FedSource, Readout, Tally, World};
 
 /// Push: events a data message carries at most, and what a BU must have room for to read one.
 const PUSH_MESSAGE_EVENTS: u32 = 32;
+/// Strangers that connect to each RU in scenarios of late connects (half of them name a FED of no
+/// RU, half nothing), and the places beyond its streams an RU keeps for such connections.
+pub(super) const STRANGERS_PER_RU: usize = 2;
+/// The FED a stranger names: one of no RU.
+const STRANGER_FED_ID: u16 = 4000;
 use crate::rng::Rng;
-use crate::scenario::{Bug, Scenario};
+use crate::scenario::{Bug, MASK_AFTER_NS, Scenario};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use tessera_evb::bu::BuBug;
 use tessera_evb::evm::EvmBug;
+use tessera_evb::intake::Intake;
 use tessera_evb::push::{PushBu, PushNodeBug, PushNodeConfig};
 use tessera_evb::ru::RuBug;
 use tessera_evb::types::{FedId, Nanos};
@@ -30,8 +36,11 @@ impl World {
                 }
                 RuConfig {
                     first_event: sc.first_event,
-                    max_events_buffered: 1024,
-                    fragment_timeout_ns: 2_000_000,
+                    max_events_buffered: sc.ru_window_events,
+                    silent_fed_give_up_ns: match sc.bug {
+                        Some(Bug::GiveUpSilentFeds) => Some(crate::scenario::GIVE_UP_NS),
+                        _ => sc.give_up_ns,
+                    },
                     // Data messages split by bytes too, sometimes below one super-fragment.
                     // Push BUs read a message only while its most events fit their bound.
                     max_parts_per_message: if sc.push.is_some() { PUSH_MESSAGE_EVENTS as usize } else { 256 },
@@ -48,7 +57,11 @@ impl World {
         let evm_cfg = EvmConfig {
             assign_batch_events: 32,
             assign_delay_ns: 500_000,
-            bug: (sc.bug == Some(Bug::ForgetReassign)).then_some(EvmBug::ForgetReassign),
+            bug: match sc.bug {
+                Some(Bug::ForgetReassign) => Some(EvmBug::ForgetReassign),
+                Some(Bug::StartBeforeStreams) => Some(EvmBug::StartBeforeStreams),
+                _ => None,
+            },
             ..EvmConfig::new(t.n_ru, t.n_bu)
         };
         // An orbit is ~70 times an event's bytes: BUs hold fewer and write fewer per file.
@@ -59,6 +72,7 @@ impl World {
                 request_batch_events: batch,
                 max_events_per_file: per_file,
                 file_timeout_ns: 20_000_000,
+                store_bytes: sc.push.is_none().then_some(sc.bu_store_bytes).flatten(),
                 push: sc.push.map(|p| PushBu {
                     age_events: p.age_events,
                     age_ns: p.age_ns,
@@ -100,6 +114,9 @@ impl World {
                         last_event: sc.first_event + sc.events - 1,
                         ended: false,
                         awaiting_trigger: false,
+                        named: false,
+                        gone_from: None,
+                        partial_until: None,
                     })
                     .collect()
             })
@@ -114,18 +131,40 @@ impl World {
             }
         };
         let mut fed_faults = Vec::new();
+        let mut longest_pause = 0;
         for _ in 0..sc.faults.stalled_feds {
             let (r, f) = pick_fed(&mut rng);
             let from = rng.between(run_end / 5, run_end / 2);
-            fed_faults.push((r, f, Some((from, from + rng.between(5_000_000, 20_000_000))), None));
+            let pause = rng.between(1_000_000, sc.pause_max_ns());
+            longest_pause = longest_pause.max(pause);
+            fed_faults.push((r, f, Some((from, from + pause)), None));
         }
+        // Streams that end, and FEDs that go silent to be masked: each at a time, silent from it.
+        let mut ends = Vec::new();
+        // A FED whose stream ends is not also masked: two different FEDs.
+        let mut gone = BTreeSet::new();
+        let mut pick_gone = |rng: &mut Rng| loop {
+            let picked = pick_fed(rng);
+            if gone.insert(picked) {
+                break picked;
+            }
+        };
         for _ in 0..sc.faults.dead_feds {
-            let (r, f) = pick_fed(&mut rng);
-            fed_faults.push((r, f, Some((rng.between(run_end / 5, run_end / 2), Nanos::MAX)), None));
+            let (r, f) = pick_gone(&mut rng);
+            let at = rng.between(run_end / 5, run_end / 2);
+            fed_faults.push((r, f, Some((at, Nanos::MAX)), None));
+            ends.push((at, Ev::EndStream { ru: r, fed: f }));
+        }
+        for _ in 0..sc.faults.masked_feds {
+            let (r, f) = pick_gone(&mut rng);
+            let at = rng.between(run_end / 5, run_end / 2);
+            fed_faults.push((r, f, Some((at, Nanos::MAX)), None));
+            ends.push((at + MASK_AFTER_NS, Ev::Mask { ru: r, fed: f }));
         }
         for _ in 0..sc.faults.sync_losses {
             let (r, f) = pick_fed(&mut rng);
-            fed_faults.push((r, f, None, Some(sc.first_event + rng.between(sc.events / 5, sc.events / 2))));
+            let skip = sc.first_event + rng.between(sc.events / 5, sc.events / 2);
+            fed_faults.push((r, f, None, Some(skip)));
         }
         let slow: Vec<(usize, usize)> = (0..sc.faults.slow_feds).map(|_| pick_fed(&mut rng)).collect();
         // A short block drops one event, so only orbits with events can have one.
@@ -151,6 +190,7 @@ impl World {
             let s = &mut sources[r][f];
             s.stall = s.stall.or(stall);
             s.skip = s.skip.or(skip);
+            s.gone_from = s.gone_from.or(skip);
             tally.fed_faults += 1;
         }
         let mut bus: Vec<BuSlot> = (0..t.n_bu)
@@ -196,7 +236,12 @@ impl World {
                 &ru_cfgs,
             ),
         };
+        let intakes = ru_cfgs.iter().map(|c| Intake::new(c.feds.clone(), STRANGERS_PER_RU)).collect();
         let mut world = World {
+            intakes,
+            all_named_at: None,
+            longest_pause,
+            check_every: (u64::from(t.n_ru) * u64::from(t.n_bu) / 16).max(1),
             readout,
             ru_cfgs,
             bus,
@@ -230,10 +275,24 @@ impl World {
         for b in 0..world.bus.len() {
             world.start_bu(b);
         }
+        // Every stream connects, at once or (late connects) in a random order, strangers among
+        // them; it offers its first fragment once it has named its FED.
+        let delay_max = sc.faults.connect_delay_max_ns;
         for r in 0..world.sources.len() {
             for f in 0..world.sources[r].len() {
-                world.schedule(world.trigger_times[0], Ev::FedReady { ru: r, fed: f });
+                let at = if delay_max > 0 { world.rng.below(delay_max) } else { 0 };
+                world.schedule(at, Ev::Connect { ru: r, fed: Some(f), names: None });
             }
+            if delay_max > 0 {
+                for k in 0..STRANGERS_PER_RU {
+                    let at = world.rng.below(delay_max);
+                    let names = (k % 2 == 0).then_some(STRANGER_FED_ID);
+                    world.schedule(at, Ev::Connect { ru: r, fed: None, names });
+                }
+            }
+        }
+        for (at, ev) in ends {
+            world.schedule(at, ev);
         }
         for _ in 0..sc.faults.bu_crashes {
             let at = world.rng.between(run_end / 10, run_end);
