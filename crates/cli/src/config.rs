@@ -81,6 +81,13 @@ fn system_check(file: &Path) -> ExitCode {
         }
         return ExitCode::from(1);
     }
+    let beyond = crate::run::beyond_this_machine(&cfg);
+    if !beyond.is_empty() {
+        for why in beyond {
+            eprintln!("{}: this machine cannot run it: {why}", file.display());
+        }
+        return ExitCode::from(1);
+    }
     let farm = if cfg.fu.enabled {
         format!("filter farm of {} FU processes per BU", cfg.fu.processes_per_bu)
     } else {

@@ -154,6 +154,7 @@ pub fn run_on_agents(
         units: UnitSource::Views(views),
         stop: Some(stop),
         enable: None,
+        mask: Some(c.mask_action()),
         system: Some(c.system_text().to_owned()),
         run: Some(c.status().clone()),
     };

@@ -54,7 +54,7 @@ pub struct FerolArgs {
     #[arg(long, requires = "size_mean")]
     size_sigma: Option<f64>,
     /// Inject a fault: NAME@EVENT or NAME:PROBABILITY, optionally /FED; names bad-crc,
-    /// wrong-fed-id, skip, truncate, garbage, disconnect. Repeatable.
+    /// wrong-fed-id, skip, truncate, garbage, disconnect, stall (the stream sends nothing more, left open). Repeatable.
     #[arg(long)]
     fault: Vec<String>,
     /// Orbits per lumi section (2^18 = 262144 for real data; fewer for short emulated sections).

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera_config::SystemConfig;
+use tessera_config::fed_list::format_fed_list;
+use tessera_control::capacity;
 use tessera_control::local_run::{FarmEnd, LocalRun, ProgressLine};
 use tessera_control::plan::{self, Listeners, output_dir, require_ports};
 use tessera_control::system::{Conservation, FedErrorCounts, Outcome, Progress};
@@ -18,7 +20,7 @@ use tessera_runtime::link::LinkKey;
 use tessera_formats::names;
 use tessera_fu::broker::BrokerTally;
 use tessera_fu::output::{ledger_events, ledger_orbits};
-use tessera_runtime::stats::FedError;
+use tessera_runtime::stats::{FED_SILENT_AFTER, FedError};
 
 use crate::options::{CUT_SHORT_EXIT, ControlArgs, SystemArgs, count_interrupts, load, serve_control};
 use crate::space::{Keep, announce_and_check, tidy};
@@ -49,7 +51,12 @@ pub fn run(
         let token = std::env::var("TESSERA_AGENT_TOKEN").ok();
         return crate::controller::run_on_agents(cfg, token, control, &incomplete_rule);
     }
-    // A farm that cannot run is refused before anything starts.
+    // A system this machine cannot run, and a farm that cannot run, are refused before anything
+    // starts.
+    let beyond = beyond_this_machine(&cfg);
+    if !beyond.is_empty() {
+        bail!("this machine cannot run the system: {}", beyond.join("; "));
+    }
     let readers = cfg.fu.read_by_readers();
     let streams = if cfg.fu.enabled && !readers { Some(system_streams(&cfg)?) } else { None };
     let output = output_dir(&cfg);
@@ -90,6 +97,18 @@ pub fn run(
     })
 }
 
+/// What a system whose units all run on this machine (no agents: `tessera run` runs them in
+/// one process) needs beyond what the machine allows, each with its arithmetic; nothing for a
+/// system placed on hosts through agents (each host is its own), or where the machine cannot be
+/// read.
+pub fn beyond_this_machine(cfg: &SystemConfig) -> Vec<String> {
+    if cfg.controller.agent_port.is_some() {
+        return Vec::new();
+    }
+    capacity::raise_open_files_limit();
+    capacity::Machine::this().map(|m| capacity::beyond(&capacity::needs(cfg), &m)).unwrap_or_default()
+}
+
 /// The progress line of `tessera run` on standard error: redrawn in place on a terminal, else
 /// a log line each.
 struct Shown {
@@ -126,8 +145,19 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
         (Some(_), true) => format!("  dead {:>3.0}%", 100.0 * trigger.dead_fraction),
         (Some(_), false) => format!("  dead {:>3.0}% ({})", 100.0 * trigger.dead_fraction, trigger.reasons.join(",")),
     };
+    // What the run waits for: its streams before it starts, then a FED silent for a while; and
+    // the machine, when it is overloaded.
+    let waits = match (p.started, p.waiting) {
+        (false, _) if p.streams_missing.is_empty() => "  waiting for the run to start".to_string(),
+        (false, _) => format!("  waiting for the streams of FEDs {}", format_fed_list(&p.streams_missing)),
+        (true, Some((fed, waited))) if waited >= FED_SILENT_AFTER => {
+            format!("  waiting for FED {fed} ({:.1} s)", waited.as_secs_f64())
+        }
+        (true, _) => String::new(),
+    };
+    let overloaded = trigger.load.filter(|l| l.overloaded()).map(|l| format!("  OVERLOADED: {}", l.figures()));
     let line = format!(
-        "{:7.1} s  triggered {:>10}  built {:>10}  {rate}{dead}  {:>6.2} GB/s  RU buffers {:>3.0}%  BU store {:>5.1} MB  throttle {}  problems {}",
+        "{:7.1} s  triggered {:>10}  built {:>10}  {rate}{dead}  {:>6.2} GB/s  RU buffers {:>3.0}%  BU store {:>5.1} MB  throttle {}  problems {}{waits}{}",
         p.seconds,
         p.triggered,
         p.built,
@@ -135,7 +165,8 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
         occupancy,
         p.store_bytes as f64 / 1e6,
         if p.throttles.is_empty() { "-".to_string() } else { p.throttles.join(",") },
-        p.problems
+        p.problems,
+        overloaded.unwrap_or_default()
     );
     let mut err = std::io::stderr();
     if tty {
@@ -294,6 +325,9 @@ fn summarize(
         c.built as f64 / outcome.seconds.max(1e-9) / 1e3
     );
     println!("{}", trigger_line(trigger));
+    if let Some(o) = &trigger.overload {
+        println!("  machine: {}", o.sentence());
+    }
     if let Some(bottleneck) = &trigger.bottleneck {
         println!("  {bottleneck}");
     }

@@ -9,11 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tessera_config::SystemConfig;
-use tessera_control::plan::{Admission, bind, bu_node, bu_peers, emulator, require_ports, resolve, ru_node, ru_peers};
+use tessera_control::plan::{
+    Admission, bind, bind_ferol, bu_node, bu_peers, emulator, require_ports, resolve, ru_node, ru_peers,
+};
 use tessera_control::report::{BuEnd, RuEnd};
 use tessera_control::stop::OperatorStop;
-use tessera_control::{Action, ActionRefused, ControlServer, Served, Unit, UnitKind};
+use tessera_control::{Action, ActionRefused, ControlServer, MaskAction, MaskRefused, Served, Unit, UnitKind};
 use tessera_emu::sender::{Limits, SenderConfig};
+use tessera_formats::tcds::TCDS_FED_ID;
 use tessera_runtime::bu_node::BuNode;
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
 use tessera_runtime::ru_node::RuNode;
@@ -34,14 +37,16 @@ pub struct UnitArgs {
     pub wait_for_enable: bool,
 }
 
-/// Serves the control server of a unit process: its unit, `stop`, and an enable that lets it
-/// take data if it is held in Ready (with `--wait-for-enable`, held from now on).
+/// Serves the control server of a unit process: its unit, `stop`, an enable that lets it take
+/// data if it is held in Ready (with `--wait-for-enable`, held from now on), and for an RU the
+/// masking of its FEDs (`feds`; none for a BU).
 fn serve_unit(
     control_args: &ControlArgs,
     unit_args: &UnitArgs,
     control: &tessera_runtime::ru_node::Control,
     unit: Unit,
     stop: Action,
+    feds: Option<Vec<u16>>,
     cfg: &SystemConfig,
 ) -> Result<ControlServer> {
     if unit_args.wait_for_enable {
@@ -50,8 +55,30 @@ fn serve_unit(
     let held = control.clone();
     let enable: Action =
         Arc::new(move || Ok(if held.enable() { "enabled".to_owned() } else { "enabled already".to_owned() }));
-    let served =
-        Served { stop: Some(stop), enable: Some(enable), system: Some(cfg.to_yaml()), ..Served::live(vec![unit]) };
+    let mask = feds.map(|feds| {
+        let (control, name) = (control.clone(), unit.name.clone());
+        let mask: MaskAction = Arc::new(move |fed| {
+            if fed == TCDS_FED_ID {
+                return Err(MaskRefused::Trigger(fed));
+            }
+            if !feds.contains(&fed) {
+                return Err(MaskRefused::NotRead("process", fed));
+            }
+            if !control.mask_fed(fed) {
+                return Err(MaskRefused::NotTold(format!("{name} has too many masks waiting")));
+            }
+            tracing::warn!(unit = %name, fed, "FED {fed} masked by an operator: its events go on without it");
+            Ok(format!("FED {fed} masked at {name}: its events go on without it"))
+        });
+        mask
+    });
+    let served = Served {
+        stop: Some(stop),
+        enable: Some(enable),
+        mask,
+        system: Some(cfg.to_yaml()),
+        ..Served::live(vec![unit])
+    };
     serve_control(control_args, served)
 }
 
@@ -150,7 +177,7 @@ pub fn unit(
                 (_, None) => bail!("--name: which RU of {} to run", system.display()),
             };
             let ru = &cfg.rus[i];
-            let ferol = bind(&ru.host, ru.ferol_port, &format!("{} FEROL port", ru.name))?;
+            let ferol = bind_ferol(&ru.host, ru.ferol_port, &format!("{} FEROL port", ru.name), ru.feds.len())?;
             let control = if i == 0 {
                 bind(&ru.host, cfg.evm.port, "the EVM's port")?
             } else {
@@ -192,7 +219,7 @@ pub fn unit(
                 Arc::new(|| Err(ActionRefused::RuCannotStop))
             };
             let unit = Unit { name: ru.name.clone(), kind, stats: stats.clone() };
-            let _control = serve_unit(control_args, unit_args, &control, unit, stop, &cfg)?;
+            let _control = serve_unit(control_args, unit_args, &control, unit, stop, Some(ru.feds.clone()), &cfg)?;
             tracing::info!(
                 unit = %ru.name,
                 run = cfg.run.number,
@@ -286,7 +313,7 @@ pub fn unit(
             let stop: Action = Arc::new(|| Err(ActionRefused::BuCannotStop));
             let stats = node.stats();
             let unit = Unit { name: bu.name.clone(), kind: UnitKind::Bu, stats: stats.clone() };
-            let _control = serve_unit(control_args, unit_args, &control, unit, stop, &cfg)?;
+            let _control = serve_unit(control_args, unit_args, &control, unit, stop, None, &cfg)?;
             tracing::info!(
                 unit = %bu.name,
                 run = cfg.run.number,

@@ -81,14 +81,14 @@ fn an_8x8_system_running_free_builds_every_event_complete() {
 }
 
 /// Issue #15's lagging case: a data FED's front end sends 10 % slower than the trigger, falling
-/// further behind it than the fragment time-out: its events wait for it, none goes out without
-/// it, and the trigger is held (dead time).
+/// further and further behind it: its events wait for it, none goes out without it, and the
+/// trigger is held (dead time).
 #[test]
 fn a_2x2_data_fed_10_percent_slower_than_the_trigger_holds_it_and_no_event_is_incomplete() {
     let dir = tempfile::tempdir().unwrap();
     let system = "run: {events: 10000}\ntrigger: {rate_hz: 5000}\nrus:\n  \
                   - {name: ru0, feds: \"1024,0-2\"}\n  - {name: ru1, feds: \"3\", send_rate_percent: 90}\n\
-                  bus:\n  - {name: bu0}\n  - {name: bu1}\nru: {fragment_timeout_ms: 100}\nfu: {enabled: false}\n";
+                  bus:\n  - {name: bu0}\n  - {name: bu1}\nfu: {enabled: false}\n";
     let (out, summary) = run(dir.path(), "slow", system);
     assert_every_event_complete(&out, &summary, 10_000);
     let dead = summary["trigger"]["dead_fraction"].as_f64().unwrap();

@@ -61,7 +61,7 @@ fn ferol_errors_name_the_bad_argument() {
         (&["--feds", "7-3"], "tessera: --feds 7-3: range 7-3 runs backwards\n"),
         (
             &["--fault", "bogus@1"],
-            "tessera: --fault bogus@1: unknown fault \"bogus\"; known: bad-crc, wrong-fed-id, skip, truncate, garbage, disconnect\n",
+            "tessera: --fault bogus@1: unknown fault \"bogus\"; known: bad-crc, wrong-fed-id, skip, truncate, garbage, disconnect, stall\n",
         ),
         (&["--size", "8"], "tessera: --size 8: fragment size: 8 bytes is outside 16..=1048576\n"),
     ];

@@ -103,7 +103,6 @@ fn system_with_a_skipped_event(dir: &Path) -> std::path::PathBuf {
                 rus:\n  - name: ru0\n    feds: \"1024,0-2\"\n    fragment_size: {bytes: 2048}\n\
                 \x20 - name: ru1\n    feds: \"3-5\"\n    fragment_size: {bytes: 2048}\n    faults: [\"skip@500/4\"]\n\
                 bus:\n  - name: bu0\n  - name: bu1\n\
-                ru:\n  fragment_timeout_ms: 200\n\
                 bu:\n  max_events_per_file: 200\n  file_timeout_ms: 300\n\
                 fu:\n  enabled: false\n";
     let path = dir.join("system.yaml");

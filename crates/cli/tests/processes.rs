@@ -38,7 +38,9 @@ fn system_file(
         None => "trigger:\n  free_running: true\n".to_string(),
     };
     let (faults, policy) = match fault {
-        Some((spec, policy)) => (format!("    faults: [\"{spec}\"]\n"), format!("  on_corrupt_stream: {policy}\n")),
+        Some((spec, policy)) => {
+            (format!("    faults: [\"{spec}\"]\n"), format!("ru:\n  on_corrupt_stream: {policy}\n"))
+        }
         None => (String::new(), String::new()),
     };
     let yaml = format!(
@@ -48,7 +50,7 @@ fn system_file(
          rus:\n  - name: ru0\n    ferol_port: {f0}\n    feds: \"1024,0-2\"\n    fragment_size: {{bytes: 2048}}\n\
          \x20 - name: ru1\n    ferol_port: {f1}\n    control_port: {c1}\n    feds: \"3-5\"\n    fragment_size: {{mean_bytes: 3000, sigma_bytes: 1500}}\n{faults}\
          bus:\n  - name: bu0\n    data_port: {d0}\n  - name: bu1\n    data_port: {d1}\n\
-         ru:\n  fragment_timeout_ms: 5000\n{policy}\
+         {policy}\
          bu:\n  max_events_per_file: 200\n  file_timeout_ms: 300\n{more}",
         out = dir.display(),
         evm = p[0],

@@ -19,7 +19,7 @@ use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID, TCDS_FED_IDS};
 /// Largest fragment the size model gives (1 MiB): the clamp of its draws, well below what the
 /// 24-bit length field of a FED trailer allows.
 pub const MAX_FRAGMENT_BYTES: usize = 1 << 20;
-/// Most FED streams one emulator process sends (one thread each).
+/// Most FED streams one emulator process sends (one thread each), and one RU reads.
 pub const MAX_STREAMS: usize = 512;
 
 /// A description of emulated front ends outside its bounds.
@@ -217,12 +217,23 @@ pub enum Fault {
     Garbage,
     /// The stream ends before the event: the I/O layer closes the connection or capture file.
     Disconnect,
+    /// The stream sends nothing from the event on, its connection left open: a front end that
+    /// hangs. It ends when its receiver closes the connection, at the run's stop, or at its time
+    /// limit. Its RU's events wait for it (the trigger is held) until it is masked.
+    Stall,
 }
 
 impl Fault {
     /// Every fault, in the order of their names in messages.
-    pub const ALL: [Fault; 6] =
-        [Fault::BadCrc, Fault::WrongFedId, Fault::SkipEvent, Fault::Truncate, Fault::Garbage, Fault::Disconnect];
+    pub const ALL: [Fault; 7] = [
+        Fault::BadCrc,
+        Fault::WrongFedId,
+        Fault::SkipEvent,
+        Fault::Truncate,
+        Fault::Garbage,
+        Fault::Disconnect,
+        Fault::Stall,
+    ];
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -233,6 +244,7 @@ impl Fault {
             Fault::Truncate => "truncate",
             Fault::Garbage => "garbage",
             Fault::Disconnect => "disconnect",
+            Fault::Stall => "stall",
         }
     }
 }
@@ -489,7 +501,7 @@ mod tests {
         let msg = |s: &str| s.parse::<FaultSpec>().unwrap_err().to_string();
         assert_eq!(
             msg("bogus@3"),
-            "fault \"bogus@3\": unknown fault \"bogus\"; known: bad-crc, wrong-fed-id, skip, truncate, garbage, disconnect"
+            "fault \"bogus@3\": unknown fault \"bogus\"; known: bad-crc, wrong-fed-id, skip, truncate, garbage, disconnect, stall"
         );
         assert_eq!(msg("skip:1.5"), "fault \"skip:1.5\": probability 1.5 is outside [0, 1]");
         assert_eq!(msg("skip@x"), "fault \"skip@x\": event \"x\" is not a number");

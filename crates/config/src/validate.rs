@@ -11,6 +11,9 @@ use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID};
 /// Most FU processes per BU.
 pub const MAX_FU_PROCESSES_PER_BU: u32 = 64;
 
+/// Longest name of a unit, in bytes.
+pub const MAX_NAME_BYTES: usize = 64;
+
 /// Largest run number (six decimal digits, as in CMS run numbers and Tessera's file names).
 pub const MAX_RUN_NUMBER: u32 = 999_999;
 /// Most writer threads of one BU.
@@ -389,6 +392,16 @@ impl SystemConfig {
             let ok = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
             if name.is_empty() || !name.chars().all(ok) {
                 p.add(format!("{unit}.name"), format!("{name:?} is not a name of letters, digits, `_` and `-`"));
+            } else if name.len() > MAX_NAME_BYTES {
+                // Names go into file and directory names (a BU's run directory, FU outputs,
+                // the mergers' files), which a file system holds to 255 bytes.
+                p.add(
+                    format!("{unit}.name"),
+                    format!(
+                        "{} characters; a unit's name is at most {MAX_NAME_BYTES}, for the file names it goes into",
+                        name.len()
+                    ),
+                );
             } else if let Some(first) = seen.insert(name, unit.clone()) {
                 p.add(format!("{unit}.name"), format!("{name:?} is already the name of {first}"));
             }
@@ -428,8 +441,15 @@ impl SystemConfig {
             if i == 0 && !ru.feds.contains(&TCDS_FED_ID) {
                 p.add(key("feds"), format!("rus[0] hosts the EVM and must read the trigger FED {TCDS_FED_ID}"));
             }
-            if ru.emulated && ru.feds.len() > MAX_STREAMS {
-                p.add(key("feds"), format!("{} FEDs; one emulator process sends at most {MAX_STREAMS}", ru.feds.len()));
+            if ru.feds.len() > MAX_STREAMS {
+                p.add(
+                    key("feds"),
+                    format!(
+                        "{} FEDs; an RU reads at most {MAX_STREAMS} streams (and one emulator process sends at most as \
+                         many): share them among more RUs",
+                        ru.feds.len()
+                    ),
+                );
             }
             if !(1..=100).contains(&ru.send_rate_percent) {
                 p.add(key("send_rate_percent"), format!("{}% is outside 1..=100", ru.send_rate_percent));

@@ -200,7 +200,7 @@ fn bad_fault_spec_names_its_index_and_reason() {
     assert_eq!(
         error(&text),
         "conf/bad.yaml:6:24: rus[1].faults[1]: \"bogus@1\": unknown fault \"bogus\"; known: bad-crc, wrong-fed-id, \
-         skip, truncate, garbage, disconnect"
+         skip, truncate, garbage, disconnect, stall"
     );
     let text = BASE.replace("feds: 4-7", "feds: 4-7\n    faults:\n      - bad-crc@100/3");
     assert_eq!(

@@ -222,6 +222,7 @@ impl Agent {
             .route("/api/v1/processes", get(list).post(start).delete(forget_all))
             .route("/api/v1/processes/{name}/stop", post(|s, n| forward(s, n, "stop")))
             .route("/api/v1/processes/{name}/enable", post(|s, n| forward(s, n, "enable")))
+            .route("/api/v1/processes/{name}/feds/{fed}/mask", post(mask))
             .route("/api/v1/processes/{name}/signal", post(signal))
             .route("/api/v1/processes/{name}/pipestream", get(pipestream_status))
             .route("/api/v1/processes/{name}/pipestream/{action}", post(pipestream_action))
@@ -432,6 +433,11 @@ async fn list(State(shared): State<Arc<Shared>>) -> Json<Vec<ProcessView>> {
 /// Passes `POST /api/v1/{action}` on to the process's control server.
 async fn forward(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>, action: &'static str) -> Response {
     forward_call(&shared, name, "POST", format!("/api/v1/{action}"), None, UNIT_TIMEOUT).await
+}
+
+/// Passes `POST /api/v1/feds/{fed}/mask` on to an RU's process.
+async fn mask(State(shared): State<Arc<Shared>>, UrlPath((name, fed)): UrlPath<(String, u16)>) -> Response {
+    forward_call(&shared, name, "POST", format!("/api/v1/feds/{fed}/mask"), None, UNIT_TIMEOUT).await
 }
 
 /// The run-control actions of a pipestream instance that the agent passes on.

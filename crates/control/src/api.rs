@@ -34,6 +34,25 @@ pub enum ActionRefused {
     BuCannotStop,
 }
 
+/// Masking a FED (`POST /api/v1/feds/{fed}/mask`): what it did, in a sentence (`Ok`), or why
+/// it could not (`Err`). It may wait for another process (a controller asks the RU's agent), so
+/// the server runs it off its reactor.
+pub type MaskAction = Arc<dyn Fn(u16) -> Result<String, MaskRefused> + Send + Sync>;
+
+/// Why a FED could not be masked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MaskRefused {
+    /// No RU of this run (or of this process) reads the FED.
+    #[error("no RU of this {0} reads FED {1}")]
+    NotRead(&'static str, u16),
+    /// The trigger FED cannot be masked: without it there is no event.
+    #[error("FED {0} is the trigger: without it there is no event; stop the run instead")]
+    Trigger(u16),
+    /// The RU could not be told (its process or host does not answer, too many masks wait).
+    #[error("{0}")]
+    NotTold(String),
+}
+
 /// Where the served units' views come from.
 #[derive(Clone)]
 pub enum UnitSource {
@@ -61,6 +80,9 @@ pub struct Served {
     pub stop: Option<Action>,
     /// What `POST /api/v1/enable` does: let units held in Ready take data (none: refused).
     pub enable: Option<Action>,
+    /// What `POST /api/v1/feds/{fed}/mask` does: mask the FED for the rest of the run (none:
+    /// refused).
+    pub mask: Option<MaskAction>,
     /// The system configuration, as YAML, for `GET /api/v1/config` (none: 404).
     pub system: Option<String>,
     /// The run as a whole, for `GET /api/v1/run` and the `tessera_run_*` metrics (none: 404,
@@ -71,7 +93,14 @@ pub struct Served {
 impl Served {
     /// Units of this process, with no action and no configuration.
     pub fn live(units: Vec<Unit>) -> Self {
-        Served { units: UnitSource::Live(Arc::new(units)), stop: None, enable: None, system: None, run: None }
+        Served {
+            units: UnitSource::Live(Arc::new(units)),
+            stop: None,
+            enable: None,
+            mask: None,
+            system: None,
+            run: None,
+        }
     }
 }
 
@@ -82,6 +111,7 @@ pub(crate) struct Shared {
     pub(crate) token: Option<Arc<str>>,
     pub(crate) stop: Option<Action>,
     pub(crate) enable: Option<Action>,
+    pub(crate) mask: Option<MaskAction>,
     pub(crate) system: Option<Arc<str>>,
     pub(crate) run: Option<Arc<RunStatus>>,
     /// The OpenAPI document of the routes, generated from the handlers.
@@ -171,6 +201,31 @@ async fn enable_run(State(shared): State<Shared>) -> Response {
     act(shared.enable.as_ref(), "this process has no unit to enable")
 }
 
+/// Mask a FED for the rest of the run, as an operator does with a front end that is silent for
+/// good: the events that wait for it, and all later ones, go on without it, flagged incomplete
+/// and counted against it (`MASKED`, `MISSING`). The trigger FED cannot be masked.
+#[utoipa::path(post, path = "/api/v1/feds/{fed}/mask",
+    params(("fed" = u16, Path, description = "The FED to mask")),
+    responses(
+        (status = 202, description = "Which RU takes it", body = Said),
+        (status = 404, description = "No RU of this run (or process) reads the FED", body = Refusal),
+        (status = 409, description = "The trigger FED, or this process cannot mask", body = Refusal),
+        (status = 502, description = "The RU's process or host could not be told", body = Refusal),
+        (status = 401, description = "Token missing or wrong"),
+    ))]
+async fn mask_fed(State(shared): State<Shared>, axum::extract::Path(fed): axum::extract::Path<u16>) -> Response {
+    let Some(mask) = shared.mask.clone() else {
+        return refuse(StatusCode::CONFLICT, "this process cannot mask FEDs");
+    };
+    match tokio::task::spawn_blocking(move || mask(fed)).await {
+        Ok(Ok(said)) => (StatusCode::ACCEPTED, axum::Json(Said { result: said })).into_response(),
+        Ok(Err(why @ MaskRefused::NotRead(..))) => refuse(StatusCode::NOT_FOUND, why.to_string()),
+        Ok(Err(why @ MaskRefused::Trigger(_))) => refuse(StatusCode::CONFLICT, why.to_string()),
+        Ok(Err(why @ MaskRefused::NotTold(_))) => refuse(StatusCode::BAD_GATEWAY, why.to_string()),
+        Err(e) => refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
 /// The units, their states and figures.
 #[utoipa::path(get, path = "/api/v1/units", responses(
     (status = 200, description = "One entry per unit", body = Vec<UnitView>),
@@ -225,7 +280,7 @@ async fn run_json(State(shared): State<Shared>) -> Response {
     info(
         title = "Tessera unit control",
         version = "1",
-        description = "What every tessera process that runs units serves: their live figures, states and sub-states, the run's conservation as the figures stand, the system configuration it runs, the run as a whole (state, trigger rates, dead time, the mergers' progress), and the run's stop. Loopback by default; on any other address every request brings Authorization: Bearer <token>."
+        description = "What every tessera process that runs units serves: their live figures, states and sub-states, the run's conservation as the figures stand, the system configuration it runs, the run as a whole (state, trigger rates, dead time, the mergers' progress), the run's stop, and the masking of a FED. Loopback by default; on any other address every request brings Authorization: Bearer <token>."
     ),
     modifiers(&BearerToken),
     security((), ("token" = [])),
@@ -256,6 +311,7 @@ pub(crate) fn api_router() -> OpenApiRouter<Shared> {
         .routes(routes!(health))
         .routes(routes!(stop_run))
         .routes(routes!(enable_run))
+        .routes(routes!(mask_fed))
         .routes(routes!(openapi_json))
 }
 

@@ -253,4 +253,22 @@ pub(crate) const FAMILIES: &[Family] = &[
         help: "1 if the unit ended by an error.",
         read: |s| f64::from(u8::from(s.failed())),
     },
+    Family {
+        name: "tessera_run_started",
+        kind: "gauge",
+        help: "1 once the run has started: every stream of every RU connected (EVM).",
+        read: |s| s.run_started.get() as f64,
+    },
+    Family {
+        name: "tessera_streams_missing",
+        kind: "gauge",
+        help: "FED streams of an RU not yet connected: the run starts once none is.",
+        read: |s| s.streams_missing().len() as f64,
+    },
+    Family {
+        name: "tessera_fed_wait_seconds",
+        kind: "gauge",
+        help: "How long the event an RU has waited for longest has waited for a FED's fragment (0 when none waits).",
+        read: |s| s.waiting().map_or(0.0, |(_, waited)| waited.as_secs_f64()),
+    },
 ];

@@ -15,7 +15,8 @@
 //! reasons that have a count, so that an RU with hundreds of FEDs does not fill the page with
 //! zeros: a series that is absent is 0.
 //!
-//! The crate also runs systems: the whole system in one process ([`system`], [`trigger`]) and
+//! The crate also runs systems: the whole system in one process ([`system`], [`trigger`], with
+//! the machine's load from [`host_load`]) and
 //! its supervision to the run's end ([`local_run`]), the system file turned into units
 //! ([`plan`]), a run across hosts ([`controller`], [`placement`]), the filter farm behind the
 //! BUs ([`farm`]) and the chain's proof ([`chain`]), and the rules that end a run ([`stop`],
@@ -23,12 +24,13 @@
 //! only modules before it in this list (crates/cli/tests/modules.rs checks it; the crate root,
 //! which declares them and re-exports what the server's users need, is left out):
 //!
-//! Modules, bottom up: exposition, process, report, push_loss, run, client, figures, units, heartbeat, metrics, api, server, agent, stop, placement, controller, system, trigger, plan, incomplete, farm, chain, local_run
+//! Modules, bottom up: host_load, capacity, exposition, process, report, push_loss, run, client, figures, units, heartbeat, metrics, api, server, agent, stop, placement, controller, system, trigger, plan, incomplete, farm, chain, local_run
 
 #![warn(missing_docs)]
 
 pub mod agent;
 mod api;
+pub mod capacity;
 pub mod chain;
 pub mod client;
 pub mod controller;
@@ -36,6 +38,7 @@ mod exposition;
 pub mod farm;
 mod figures;
 mod heartbeat;
+pub mod host_load;
 pub mod incomplete;
 pub mod local_run;
 mod metrics;
@@ -51,7 +54,7 @@ pub mod system;
 pub mod trigger;
 mod units;
 
-pub use api::{Action, ActionRefused, DASHBOARD, Served, UnitSource, openapi};
+pub use api::{Action, ActionRefused, DASHBOARD, MaskAction, MaskRefused, Served, UnitSource, openapi};
 pub use heartbeat::HeartbeatWatch;
 pub use metrics::{metrics_from_views, metrics_page, metrics_text};
 pub use process::{GIT_HASH, VERSION};
@@ -59,5 +62,5 @@ pub use run::{RunState, RunStatus, RunView};
 pub use server::{ControlConfig, ControlError, ControlServer, Serving, serve};
 pub use units::{
     ConservationView, FedErrorsView, SubStateView, Unit, UnitKind, UnitView, conservation, conservation_from_views,
-    unit_views,
+    holds, unit_views,
 };

@@ -7,7 +7,7 @@
 //! drain. What it decides is said as `tracing` events; the caller shows the progress
 //! ([`ProgressLine`]) and prints the summary from the [`LocalEnd`].
 
-use crate::api::Served;
+use crate::api::{MaskAction, MaskRefused, Served};
 use crate::chain::storage_run_dir;
 use crate::farm::{Farm, FarmDirs, FarmError, FarmOutcome, start_broker, wait_drained};
 use crate::heartbeat::HeartbeatWatch;
@@ -15,17 +15,21 @@ use crate::run::{RunState, RunStatus};
 use crate::stop::{DRAIN_TIMEOUT, OperatorStop, stop_action};
 use crate::system::{Outcome, Progress, RunningSystem, SystemPlan};
 use crate::trigger::{Interval, TriggerAccount, TriggerSummary};
-use crate::units::{Unit, UnitKind};
+use crate::units::{Unit, UnitKind, WAITING_SAID_AFTER, holds, unit_views};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tessera_config::SystemConfig;
+use tessera_formats::tcds::TCDS_FED_ID;
 use tessera_fu::broker::Broker;
 use tessera_runtime::ru_node::NodeError;
 use tessera_runtime::state::UnitState;
 use tessera_runtime::stats::UnitStats;
+
+/// A run that waits this long before it starts says so when it does.
+const START_SAID_AFTER: Duration = Duration::from_secs(2);
 
 /// Why a run in this process could not start.
 #[derive(Debug, thiserror::Error)]
@@ -144,11 +148,9 @@ impl<'a> LocalRun<'a> {
         Ok(LocalRun { cfg, output: output.to_owned(), readers, brokers, farm, system, interrupts, status })
     }
 
-    /// What the run's control server serves: its units, read live, the run's stop (as a first
-    /// Ctrl-C), the system file and the run's status.
-    pub fn served(&self) -> Served {
-        let units = self
-            .cfg
+    /// The units of the system with their names and kinds, read live.
+    fn units(&self) -> Vec<Unit> {
+        self.cfg
             .rus
             .iter()
             .zip(&self.system.ru_stats)
@@ -163,8 +165,29 @@ impl<'a> LocalRun<'a> {
                 kind: UnitKind::Bu,
                 stats: s.clone(),
             }))
-            .collect();
+            .collect()
+    }
+
+    /// What the run's control server serves: its units, read live, the run's stop (as a first
+    /// Ctrl-C), the system file and the run's status.
+    pub fn served(&self) -> Served {
+        let units = self.units();
+        let feds: Vec<Vec<u16>> = self.cfg.rus.iter().map(|r| r.feds.clone()).collect();
+        let names: Vec<String> = self.cfg.rus.iter().map(|r| r.name.clone()).collect();
+        let controls = self.system.ru_controls();
+        let mask: MaskAction = Arc::new(move |fed| {
+            if fed == TCDS_FED_ID {
+                return Err(MaskRefused::Trigger(fed));
+            }
+            let ru = feds.iter().position(|f| f.contains(&fed)).ok_or(MaskRefused::NotRead("run", fed))?;
+            if !controls[ru].mask_fed(fed) {
+                return Err(MaskRefused::NotTold(format!("{} has too many masks waiting", names[ru])));
+            }
+            tracing::warn!(unit = %names[ru], fed, "FED {fed} masked by an operator: its events go on without it");
+            Ok(format!("FED {fed} masked at {}: its events go on without it", names[ru]))
+        });
         Served {
+            mask: Some(mask),
             stop: Some(stop_action(self.interrupts.clone())),
             system: Some(self.cfg.to_yaml()),
             run: Some(self.status.clone()),
@@ -179,8 +202,15 @@ impl<'a> LocalRun<'a> {
     /// stalled units and starts failed FUs again; then waits for the units, lets the farm
     /// process the last files and the brokers drain (within `fu.drain_timeout_s`, unless cut).
     pub fn supervise(self, poll: Duration, line: &mut dyn ProgressLine) -> LocalEnd {
+        let units = self.units();
         let LocalRun { cfg, output, readers, brokers, mut farm, system, interrupts, status } = self;
-        let started = Instant::now();
+        let begun = Instant::now();
+        // When every stream of every RU had connected and the trigger started: the run's
+        // seconds count from then.
+        let mut started: Option<Instant> = None;
+        // When the run last built an event (or started), and when it last said what it waits for.
+        let mut moved = (0u64, Instant::now());
+        let mut waiting_said: Option<Instant> = None;
         let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(cfg.controller.stop_timeout_s));
         let mut stopped = false;
         // Events built, and when that figure last grew.
@@ -206,11 +236,54 @@ impl<'a> LocalRun<'a> {
                 farm.restart_failed();
             }
             let p = system.progress();
+            if started.is_none() && p.started {
+                started = Some(Instant::now());
+                moved.1 = Instant::now();
+                if begun.elapsed() > START_SAID_AFTER {
+                    line.end();
+                    tracing::info!(
+                        run = cfg.run.number,
+                        "the run starts: every stream of every RU has connected, after {:.1} s",
+                        begun.elapsed().as_secs_f64()
+                    );
+                }
+            }
             let interval = trigger.interval(&p);
+            // With an event limit, the trigger ends with its last event: no time after counts.
+            if cfg.run.events.is_some_and(|n| p.triggered >= n) {
+                trigger.stop();
+            }
             line.show(&p, &last, &interval);
+            // Nothing built for a while, with events in flight or the run not started: say which
+            // units hold what, and wait for whom.
+            let stuck = p.built == moved.0 && (p.triggered > p.built || !p.started);
+            if !stuck {
+                moved = (p.built, Instant::now());
+            }
+            let waiting = (stuck && moved.1.elapsed() >= WAITING_SAID_AFTER).then(|| holds(&unit_views(&units)));
+            if let Some(what) = &waiting
+                && waiting_said.is_none_or(|t| t.elapsed() >= WAITING_SAID_AFTER)
+            {
+                waiting_said = Some(Instant::now());
+                line.end();
+                tracing::warn!(
+                    run = cfg.run.number,
+                    "nothing built for {:.0} s ({} events in flight): {what}",
+                    moved.1.elapsed().as_secs_f64(),
+                    p.triggered.saturating_sub(p.built)
+                );
+            }
             status.update(|v| {
-                v.state = if stopped { RunState::Draining } else { RunState::Running };
-                v.elapsed_s = p.seconds;
+                v.state = match (stopped, p.started) {
+                    (true, _) => RunState::Draining,
+                    (false, true) => RunState::Running,
+                    (false, false) => RunState::Configuring,
+                };
+                v.started = p.started;
+                v.streams_missing = p.streams_missing.clone();
+                v.waiting = waiting.clone();
+                v.machine_overloaded = interval.load.filter(|l| l.overloaded()).map(|l| l.figures());
+                v.elapsed_s = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
                 v.requested_rate_hz = requested_hz;
                 v.achieved_rate_hz = interval.achieved_hz;
                 v.dead_time_fraction = interval.dead_fraction;
@@ -226,7 +299,7 @@ impl<'a> LocalRun<'a> {
                 v.stop_requested = interrupts.load(Ordering::SeqCst) > 0;
             });
             last = p;
-            let time_up = cfg.run.seconds.is_some_and(|s| started.elapsed().as_secs_f64() >= s);
+            let time_up = cfg.run.seconds.is_some_and(|s| started.is_some_and(|t| t.elapsed().as_secs_f64() >= s));
             let interrupted = interrupts.load(Ordering::SeqCst);
             if !stopped && (time_up || interrupted > 0) {
                 stopped = true;

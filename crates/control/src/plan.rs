@@ -132,6 +132,21 @@ pub fn bind(host: &str, port: u16, what: &str) -> Result<TcpListener, PlanError>
     })
 }
 
+/// Binds an RU's FEROL port, with room in its queue of connections not yet accepted for each of
+/// its `streams` and some more: front ends may all connect at once, while the RU is still
+/// setting itself up, and a queue of the usual 128 would drop the rest.
+pub fn bind_ferol(host: &str, port: u16, what: &str, streams: usize) -> Result<TcpListener, PlanError> {
+    let listener = bind(host, port, what)?;
+    let backlog = i32::try_from(streams + 64).unwrap_or(i32::MAX).max(128);
+    rustix::net::listen(&listener, backlog).map_err(|e| PlanError::Bind {
+        what: what.to_owned(),
+        host: host.to_owned(),
+        port,
+        source: e.into(),
+    })?;
+    Ok(listener)
+}
+
 /// The address of a peer's port `host:port`, which must be given (not 0).
 pub fn resolve(host: &str, port: u16, what: &str) -> Result<SocketAddr, PlanError> {
     if port == 0 {
@@ -227,7 +242,7 @@ impl Listeners {
         let mut control = Vec::new();
         let mut ferol = Vec::new();
         for (i, ru) in cfg.rus.iter().enumerate() {
-            ferol.push(bind(&ru.host, ru.ferol_port, &format!("{} FEROL port", ru.name))?);
+            ferol.push(bind_ferol(&ru.host, ru.ferol_port, &format!("{} FEROL port", ru.name), ru.feds.len())?);
             // RU 0's control port is the EVM's: BUs connect to it.
             control.push(if i == 0 {
                 bind(&ru.host, cfg.evm.port, "the EVM's port (evm.port)")?

@@ -71,9 +71,9 @@ pub struct RunView {
     /// The share of the last second during which the trigger was held back (dead time).
     pub dead_time_fraction: f64,
     /// The share of the last second during which the trigger was held back, by reason key (a
-    /// [`tessera_runtime::stats::Throttle`] key such as `RU_BUFFERS_FULL`, or `RU_INPUT` and
-    /// `FRONT_END_SLOW` of [`crate::trigger`]); reasons of the same second share it, so
-    /// that they add up to `dead_time_fraction`.
+    /// [`tessera_runtime::stats::Throttle`] key such as `RU_BUFFERS_FULL`, or `RU_INPUT`,
+    /// `FRONT_END_SLOW`, `MACHINE_OVERLOADED` and `WAITING_FOR_FED_<id>` of [`crate::trigger`]);
+    /// reasons of the same second share it, so that they add up to `dead_time_fraction`.
     pub dead_time_by_reason: BTreeMap<String, f64>,
     /// Why the trigger is short of the requested rate over the run so far, in one sentence,
     /// while it is below nine tenths of it; `None` otherwise. The runtime's trigger account
@@ -86,6 +86,21 @@ pub struct RunView {
     pub lumi_sections_merged: u64,
     /// Whether a stop was asked for (`POST /api/v1/stop`, Ctrl-C) and is being carried out.
     pub stop_requested: bool,
+    /// Whether the run has started: the trigger starts once every stream of every RU has
+    /// connected (`elapsed_s` counts from then).
+    #[serde(default)]
+    pub started: bool,
+    /// The FEDs whose streams have not connected yet, over all RUs.
+    #[serde(default)]
+    pub streams_missing: Vec<u16>,
+    /// When the run has built nothing for a while with events in flight (or has not started):
+    /// what each unit holds and waits for, in a line; `None` otherwise.
+    #[serde(default)]
+    pub waiting: Option<String>,
+    /// The machine over the last second when it was overloaded (its cores busy, more threads
+    /// ready to run than they run), in a few words; `None` otherwise.
+    #[serde(default)]
+    pub machine_overloaded: Option<String>,
 }
 
 /// The run's view, shared between whoever runs the run (writes it) and the control server

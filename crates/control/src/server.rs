@@ -58,6 +58,7 @@ impl ControlServer {
             token: config.token.as_deref().map(Arc::from),
             stop: served.stop,
             enable: served.enable,
+            mask: served.mask,
             system: served.system.map(Arc::from),
             run: served.run,
             openapi: Arc::from(""),

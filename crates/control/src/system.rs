@@ -74,6 +74,14 @@ pub struct Progress {
     pub held: Held,
     /// Lumi sections the BUs have closed, over all BUs.
     pub lumi_sections_closed: u64,
+    /// Whether the run has started: every stream of every RU connected (the EVM says it).
+    pub started: bool,
+    /// The FEDs whose streams have not connected yet, over all RUs.
+    pub streams_missing: Vec<FedId>,
+    /// The FED an event has waited for longest, over all RUs, and for how long.
+    pub waiting: Option<(FedId, Duration)>,
+    /// The machine and this process, as read at the figures' time (none where `/proc` is not).
+    pub cpu: Option<crate::host_load::CpuSample>,
 }
 
 /// Why a unit of a system did not end with its report.
@@ -304,6 +312,12 @@ impl RunningSystem {
         events
     }
 
+    /// Run control's handle on each RU, the EVM's first: to mask a FED, say
+    /// ([`Control::mask_fed`]).
+    pub fn ru_controls(&self) -> Vec<Control> {
+        self.controls[..self.ru_stats.len()].to_vec()
+    }
+
     /// When each generating front-end emulator started its trigger clock
     /// ([`StopLine::clock_starts`]): event `k` of the run (from 0) was due at such a start plus
     /// the `k`-th trigger time of the run's clock (`tessera bench protocols` measures latency
@@ -342,6 +356,10 @@ impl RunningSystem {
             problems: self.ru_stats.iter().chain(&self.bu_stats).map(|s| s.problem_count()).sum(),
             held: self.stop_line.held(),
             lumi_sections_closed: sum(&self.bu_stats, |s| s.lumi_sections_closed.get()),
+            started: self.ru_stats.first().is_some_and(|s| s.run_started.get() == 1),
+            streams_missing: self.ru_stats.iter().flat_map(|s| s.streams_missing()).collect(),
+            waiting: self.ru_stats.iter().filter_map(|s| s.waiting()).max_by_key(|&(_, waited)| waited),
+            cpu: crate::host_load::CpuSample::now(),
         }
     }
 

@@ -89,6 +89,13 @@ pub struct UnitView {
     pub sub_states: Vec<SubStateView>,
     /// Error counts of the FEDs that have any (RU), in the RU's order.
     pub fed_errors: Vec<FedErrorsView>,
+    /// The FEDs whose streams have not connected yet (RU): the run starts once none is left.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams_missing: Vec<u16>,
+    /// The FED the RU's oldest waiting event waits for, if one waits (see the figure
+    /// `fed_wait_seconds` for how long).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for_fed: Option<u16>,
     /// Whether it ended by an error.
     pub failed: bool,
     /// Every figure of [`metrics_text`], by metric name without the `tessera_` prefix.
@@ -122,6 +129,8 @@ pub fn unit_views(units: &[Unit]) -> Vec<UnitView> {
                     errors: FedError::ALL.iter().map(|r| r.key().to_owned()).zip(counts).collect(),
                 })
                 .collect(),
+            streams_missing: u.stats.streams_missing(),
+            waiting_for_fed: u.stats.waiting().map(|(fed, _)| fed),
             failed: u.stats.failed(),
             figures: FAMILIES
                 .iter()
@@ -199,4 +208,50 @@ pub fn conservation_from_views(units: &[UnitView]) -> ConservationView {
         "Holds: every event triggered is published or counted lost.".to_owned()
     };
     ConservationView { evm_here: evm.is_some(), triggered, published, lost, in_flight, holds_so_far, sentence }
+}
+
+/// A run that builds nothing for this long, with events in flight or before its start, says what
+/// each unit holds and waits for ([`holds`]), and says it again as often while it lasts.
+pub const WAITING_SAID_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What each unit holds and waits for, in one line, for a run that builds nothing: the EVM
+/// waiting for streams before it starts the run, the FEDs an RU's events wait for, what holds a
+/// unit back, and how much it holds. Units with nothing to say are left out.
+pub fn holds(units: &[UnitView]) -> String {
+    let figure = |u: &UnitView, name: &str| u.figures.get(name).copied().unwrap_or(0.0);
+    let mut said = Vec::new();
+    for u in units {
+        let mut parts = Vec::new();
+        if u.kind == UnitKind::Evm && figure(u, "run_started") == 0.0 {
+            parts.push("the run has not started: it waits for every stream of every RU".to_owned());
+        }
+        if !u.streams_missing.is_empty() {
+            let feds = tessera_config::format_fed_list(&u.streams_missing);
+            parts.push(format!("the streams of FEDs {feds} have not connected"));
+        }
+        if let Some(fed) = u.waiting_for_fed {
+            parts.push(format!("its oldest event waits for FED {fed} ({:.1} s)", figure(u, "fed_wait_seconds")));
+        }
+        if !u.throttle.is_empty() {
+            parts.push(u.throttle.clone());
+        }
+        // What the figures above say already is not said again.
+        let said_above = ["STREAMS_MISSING", "FED_SILENT"];
+        for s in u.sub_states.iter().filter(|s| s.key != u.throttle && !said_above.contains(&s.key.as_str())) {
+            parts.push(s.key.clone());
+        }
+        if parts.is_empty() {
+            continue;
+        }
+        let held = match u.kind {
+            UnitKind::Ru | UnitKind::Evm => format!("{} events held", figure(u, "events_buffered")),
+            UnitKind::Bu => format!(
+                "{} events held, {:.1} MB received and not written",
+                figure(u, "events_in_flight"),
+                figure(u, "store_bytes") / 1e6
+            ),
+        };
+        said.push(format!("{}: {}; {held}", u.name, parts.join(", ")));
+    }
+    if said.is_empty() { "no unit says it holds back".to_owned() } else { said.join("; ") }
 }

@@ -8,10 +8,11 @@
 use crate::error::EmuError;
 use crate::orbit::{LHC_ORBIT_HZ, OrbitGenerator, OrbitStreamConfig};
 use crate::sender::{
-    self, End, Meter, STREAM_BUFFER_BYTES, Sink, StopLine, StreamGauge, check_stream_count, open_named, write_all,
+    self, End, Meter, STREAM_BUFFER_BYTES, Sink, StopLine, StreamGauge, StreamOut, check_stream_count, open_named,
+    write_all,
 };
 use std::fmt;
-use std::io::{BufWriter, IoSlice, Write};
+use std::io::{BufWriter, IoSlice};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -146,7 +147,7 @@ pub fn run(config: DthSenderConfig) -> Result<DthRunSummary, EmuError> {
 
 fn send_stream(
     mut generator: OrbitGenerator,
-    writer: Box<dyn Write + Send>,
+    writer: Box<dyn StreamOut>,
     start: Instant,
     paced: bool,
     limits: sender::Limits,

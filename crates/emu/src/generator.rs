@@ -98,6 +98,9 @@ pub enum Wire {
     Nothing,
     /// Close the stream before this event.
     Disconnect,
+    /// Send nothing from this event on, the stream left open (see
+    /// [`tessera_config::emulation::Fault::Stall`]).
+    Stall,
 }
 
 /// One generated event of one FED stream.
@@ -121,7 +124,7 @@ impl Event<'_> {
         match &self.wire {
             Wire::Blocks(blocks) => blocks.wire_len(),
             Wire::Raw => self.bytes.len(),
-            Wire::Nothing | Wire::Disconnect => 0,
+            Wire::Nothing | Wire::Disconnect | Wire::Stall => 0,
         }
     }
 
@@ -135,7 +138,7 @@ impl Event<'_> {
                 }
             }
             Wire::Raw => out.extend_from_slice(self.bytes),
-            Wire::Nothing | Wire::Disconnect => {}
+            Wire::Nothing | Wire::Disconnect | Wire::Stall => {}
         }
     }
 }
@@ -187,6 +190,7 @@ impl StreamGenerator {
         match fault {
             Some(Fault::SkipEvent) => return Ok(self.event(number, trigger, fault, Wire::Nothing, 0)),
             Some(Fault::Disconnect) => return Ok(self.event(number, trigger, fault, Wire::Disconnect, 0)),
+            Some(Fault::Stall) => return Ok(self.event(number, trigger, fault, Wire::Stall, 0)),
             Some(Fault::Garbage) => {
                 self.buf.resize(GARBAGE_BYTES, 0);
                 let mut rng = SplitMix64::new(payload_seed(run, fed, number) ^ seed);

@@ -43,11 +43,11 @@ use crate::error::EmuError;
 use crate::generator::{StreamConfig, StreamGenerator, Wire};
 use crate::orbit::{OrbitGenerator, OrbitStreamConfig};
 use crate::sender::{
-    End, Limits, Meter, RunSummary, STREAM_BUFFER_BYTES, Sink, StopLine, StreamGauge, StreamSummary, capture_path,
-    check_stream_count, open_named, write_all,
+    End, Limits, Meter, RunSummary, STREAM_BUFFER_BYTES, Sink, StopLine, StreamGauge, StreamOut, StreamSummary,
+    capture_path, check_stream_count, open_named, write_all,
 };
 use std::fmt;
-use std::io::{IoSlice, Write};
+use std::io::IoSlice;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -175,8 +175,11 @@ impl Capture {
                 let mut bytes = Vec::new();
                 for _ in 0..events {
                     let event = generator.next_event()?;
-                    if matches!(event.wire, Wire::Disconnect) {
-                        return Err(EmuError::BadCapture { origin, reason: "a disconnect fault ends it".into() });
+                    if matches!(event.wire, Wire::Disconnect | Wire::Stall) {
+                        return Err(EmuError::BadCapture {
+                            origin,
+                            reason: format!("a {} fault ends it", event.fault.map_or("", |f| f.name())),
+                        });
                     }
                     event.append_wire_bytes(&mut bytes);
                 }
@@ -497,7 +500,7 @@ struct Pass {
 
 fn send_stream(
     mut stream: CapturedStream,
-    mut out: Box<dyn Write + Send>,
+    mut out: Box<dyn StreamOut>,
     pass: Pass,
     start: Instant,
     limits: Limits,

@@ -59,9 +59,10 @@ const MAX_BLOCKS: usize = MAX_FRAGMENT_BYTES.div_ceil(MAX_DATA_BYTES);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sink {
     /// One TCP connection per FED to `address` (`HOST:PORT`); the FEROL stream itself is all
-    /// that is sent (every block header carries the FED id). A refused connection is tried again
-    /// every [`CONNECT_RETRY`] for up to `wait`: the units of a system start in any order (the
-    /// pods of a cluster do), so a front end may come up before its RU listens.
+    /// that is sent (every block header carries the FED id). A refused connection, or one that
+    /// times out, is tried again every [`CONNECT_RETRY`] for up to `wait`: the units of a system
+    /// start in any order (the pods of a cluster do), so a front end may come up before its RU
+    /// listens, or while it sets itself up.
     Connect {
         /// Where to connect.
         address: String,
@@ -131,6 +132,72 @@ pub enum End {
     Disconnect,
     /// Run control stopped every stream at the same event (see [`StopLine`]).
     Stopped,
+    /// A [`tessera_config::emulation::Fault::Stall`] silenced it, and then its receiver closed
+    /// the connection, run control drew its stop line, or its time limit passed.
+    Stalled,
+}
+
+/// Where one stream's bytes go: a TCP connection to its receiver, or a capture file.
+pub(crate) trait StreamOut: Write + Send {
+    /// Whether a receiver reads the stream (a TCP connection), rather than a file taking it.
+    fn has_receiver(&self) -> bool {
+        false
+    }
+    /// Whether the receiver has closed the stream, waiting at most a moment (a capture file
+    /// never is).
+    fn receiver_closed(&mut self) -> bool {
+        false
+    }
+}
+
+impl StreamOut for File {}
+
+/// A stream's TCP connection. The emulator only writes to it; a read that finds its end tells
+/// that the receiver closed it.
+struct Connection(TcpStream);
+
+impl Write for Connection {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.0.write_vectored(bufs)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl StreamOut for Connection {
+    fn has_receiver(&self) -> bool {
+        true
+    }
+    fn receiver_closed(&mut self) -> bool {
+        // A receiver sends nothing: a read finds either nothing in time (open) or the end.
+        let _ = self.0.set_read_timeout(Some(STALL_POLL));
+        matches!(self.0.peek(&mut [0u8]), Ok(0)) || matches!(self.0.take_error(), Ok(Some(_)))
+    }
+}
+
+/// How often a stalled stream looks whether its run or its receiver has ended.
+const STALL_POLL: Duration = Duration::from_millis(50);
+
+/// A stalled stream (see [`Wire::Stall`]) waits, sending nothing, until its receiver closes the
+/// connection, the run's stop line is drawn, or its deadline passes.
+pub(crate) fn stall(out: &mut BufWriter<Box<dyn StreamOut>>, m: &Meter, stop: Option<&Arc<StopLine>>, sent: u64) {
+    loop {
+        // A file (no receiver to wait for) with neither a stop line nor a deadline ends now.
+        let unbounded = m.deadline.is_none() && stop.is_none() && !out.get_ref().has_receiver();
+        if unbounded || m.past_deadline() || stop.is_some_and(|line| sent >= line.limit()) {
+            return;
+        }
+        if out.get_mut().receiver_closed() {
+            return;
+        }
+        if !out.get_ref().has_receiver() {
+            std::thread::sleep(STALL_POLL);
+        }
+    }
 }
 
 /// Stops every stream of a run after the same event, so that no FED ends short of the others: a
@@ -370,7 +437,7 @@ pub fn run(config: SenderConfig) -> Result<RunSummary, EmuError> {
     let generators = streams.into_iter().map(StreamGenerator::new).collect::<Result<Vec<_>, _>>()?;
     let polled = limits.seconds.is_some();
     let writers =
-        generators.iter().map(|g| open(&sink, g.fed(), polled)).collect::<Result<Vec<Box<dyn Write + Send>>, _>>()?;
+        generators.iter().map(|g| open(&sink, g.fed(), polled)).collect::<Result<Vec<Box<dyn StreamOut>>, _>>()?;
     let start = Instant::now();
     if let Some(line) = &stop {
         line.clock_started(start);
@@ -409,7 +476,7 @@ pub fn capture_path(dir: &Path, fed: u16) -> PathBuf {
 
 /// Opens one FED's stream. With `polled`, a TCP write wakes up every [`WRITE_POLL`] to look at
 /// the run's deadline.
-pub(crate) fn open(sink: &Sink, fed: u16, polled: bool) -> Result<Box<dyn Write + Send>, EmuError> {
+pub(crate) fn open(sink: &Sink, fed: u16, polled: bool) -> Result<Box<dyn StreamOut>, EmuError> {
     open_named(sink, fed, capture_path, polled)
 }
 
@@ -419,7 +486,7 @@ pub(crate) fn open_named(
     fed: u16,
     capture: fn(&Path, u16) -> PathBuf,
     polled: bool,
-) -> Result<Box<dyn Write + Send>, EmuError> {
+) -> Result<Box<dyn StreamOut>, EmuError> {
     match sink {
         Sink::Connect { address, wait } => {
             let failed = |source| EmuError::Connect { fed, address: address.clone(), source };
@@ -432,13 +499,15 @@ pub(crate) fn open_named(
                         Ok(stream) => {
                             stream.set_nodelay(true).map_err(failed)?;
                             stream.set_write_timeout(polled.then_some(WRITE_POLL)).map_err(failed)?;
-                            return Ok(Box::new(stream));
+                            return Ok(Box::new(Connection(stream)));
                         }
                         Err(e) => last = e,
                     }
                 }
-                // Refused: nothing listens there yet. Anything else will not mend by waiting.
-                if last.kind() != io::ErrorKind::ConnectionRefused {
+                // Refused: nothing listens there yet; timed out: the receiver's queue of
+                // connections is full while it sets itself up. Anything else will not mend by
+                // waiting.
+                if !matches!(last.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut) {
                     return Err(failed(last));
                 }
                 if Instant::now() >= deadline {
@@ -493,7 +562,7 @@ impl Meter {
 
 fn send_stream(
     mut generator: StreamGenerator,
-    writer: Box<dyn Write + Send>,
+    writer: Box<dyn StreamOut>,
     start: Instant,
     pace_percent: Option<u32>,
     limits: Limits,
@@ -525,6 +594,14 @@ fn send_stream(
             end = End::Disconnect;
             break;
         }
+        if matches!(event.wire, Wire::Stall) {
+            faults += 1;
+            end = End::Stalled;
+            if flush(&mut out, &mut m).map_err(|e| failed(m.bytes, e))? {
+                stall(&mut out, &m, stop.as_ref().map(|(line, _)| line), events);
+            }
+            break;
+        }
         if let Some(percent) = pace_percent {
             // A stream slower than the trigger sends each event later than its trigger: the
             // trigger is held (dead time) for as long as the stream is late.
@@ -543,7 +620,7 @@ fn send_stream(
         events += 1;
         faults += u64::from(event.fault.is_some());
         let complete = match &event.wire {
-            Wire::Nothing | Wire::Disconnect => Ok(true),
+            Wire::Nothing | Wire::Disconnect | Wire::Stall => Ok(true),
             Wire::Raw => write_all(&mut out, &mut [IoSlice::new(event.bytes)], &mut m),
             Wire::Blocks(blocks) => {
                 let mut count = 0;
@@ -616,7 +693,7 @@ pub(crate) fn write_all(out: &mut impl Write, mut slices: &mut [IoSlice<'_>], m:
 
 /// Flushes the stream's buffer; as [`write_all`], false when the deadline passed first, and the
 /// bytes left in the buffer are then not counted as sent.
-pub(crate) fn flush(out: &mut BufWriter<Box<dyn Write + Send>>, m: &mut Meter) -> io::Result<bool> {
+pub(crate) fn flush(out: &mut BufWriter<Box<dyn StreamOut>>, m: &mut Meter) -> io::Result<bool> {
     let t = Instant::now();
     let result = loop {
         match out.flush() {

@@ -53,8 +53,9 @@ pub enum NodeError {
     /// Some FEROL (or DTH) streams of an RU never connected within `ru.connect_timeout_s`:
     /// the run cannot start without them, and fails before its first event.
     #[error(
-        "RU {ru}: FEDs {feds:?} never connected within {waited_s} s (ru.connect_timeout_s): the run cannot start \
-         without them; start their front ends (any order will do), or take them out of the system file"
+        "RU {ru}: the streams of FEDs {} never connected within {waited_s} s (ru.connect_timeout_s): the run cannot \
+         start without them; start their front ends (any order will do), or take them out of the system file",
+        tessera_config::format_fed_list(feds)
     )]
     StreamsMissing {
         /// The RU.

@@ -147,7 +147,7 @@ pub enum SubState {
     /// of the run (like [`SubState::SyncLoss`], the RU says so until its end).
     FedDisconnected = 3,
     /// RU: some of its FEDs' streams have not connected yet: the run does not start without
-    /// them (`ru.connect_timeout_s` bounds the wait).
+    /// them (`ru.connect_timeout_s` bounds the wait). Shown while it lasts, not held after.
     StreamsMissing = 4,
     /// RU: an event has waited for a FED's fragment for [`FED_SILENT_AFTER`] or more: the FED's
     /// stream brings nothing, and the trigger is held until it sends, ends or is masked.
@@ -478,6 +478,10 @@ impl UnitStats {
         SubState::ALL
             .into_iter()
             .filter(|&s| {
+                // Streams missing is a state, shown while it lasts, not held after.
+                if s == SubState::StreamsMissing {
+                    return !self.streams_missing().is_empty();
+                }
                 let seen = self.sub_state_seen[s as usize].get();
                 seen != 0 && now_ms.saturating_sub(seen) <= hold
             })

@@ -21,9 +21,8 @@ pub const SKIP_EVENT: u64 = 2000;
 /// lumi sections of 4096 orbits (about 0.4 s) so that several close while the tests look. The
 /// output goes to the machine's disk, shared with other work, not to a RAM disk: the BUs' and
 /// FUs' high-water marks are 100%, so that a disk others have filled does not hold the run back.
-/// The fragment time-out is a minute, so that a machine too busy to keep the FEDs' streams
-/// together does not send events on without some of them: the faulty FEDs are the only ones in
-/// error.
+/// A machine too busy to keep the FEDs' streams together makes no event incomplete (a silent FED
+/// holds the trigger): the faulty FEDs are the only ones in error.
 fn system_file(dir: &Path) -> PathBuf {
     let default =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/default.yaml")).unwrap();
@@ -43,7 +42,7 @@ fn system_file(dir: &Path) -> PathBuf {
         )
         .replace(ls, "orbits_per_lumi_section: 4096")
         .replace(fu, &format!("{fu}  output_high_water_percent: 100\n"))
-        + "bu:\n  ramdisk_high_water_percent: 100\n  ramdisk_low_water_percent: 99\nru:\n  fragment_timeout_ms: 60000\n";
+        + "bu:\n  ramdisk_high_water_percent: 100\n  ramdisk_low_water_percent: 99\n";
     let path = dir.join("system.yaml");
     std::fs::write(&path, yaml).unwrap();
     path

@@ -138,6 +138,13 @@ impl RuLoop {
                 }
                 RuOutput::Notice(n) => {
                     self.count_fed_errors(&n);
+                    // Events without FEDs left out for the rest of the run (masked, out of sync,
+                    // their stream ended) are counted per FED; the FED's own end was said once.
+                    if let Notice::MissingFragments { feds, .. } = &n
+                        && feds.iter().all(|&fed| self.left_out_for_good(fed))
+                    {
+                        continue;
+                    }
                     let text = match &n {
                         // The core does not know why a FED gave nothing; the streams say it.
                         Notice::MissingFragments { feds, .. } => {

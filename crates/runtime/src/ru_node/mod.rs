@@ -528,18 +528,16 @@ impl RuLoop {
             self.io.open(TcpStream::from_std(s), peer)?;
         }
         // Receive memory is allocated and touched once the peers are reached (which takes
-        // them no time to notice), not before: front ends wait in the listener's backlog.
+        // them no time to notice), not before: front ends wait in the listener's backlog. The
+        // loop's heartbeat goes on meanwhile, stream by stream: touching gigabytes takes seconds.
         let cfg = &self.cfg;
-        let buffers = cfg
-            .ru
-            .feds
-            .iter()
-            .map(|&fed| {
-                StreamBuffer::new(fed, cfg.chunk_bytes, cfg.chunks_per_fed, cfg.max_wire_bytes)
-                    .map(|b| b.with_crc_check(cfg.fragment_crc_check).with_framing(cfg.framing))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
+        let mut buffers = Vec::with_capacity(cfg.ru.feds.len());
+        for &fed in &cfg.ru.feds {
+            let buffer = StreamBuffer::new(fed, cfg.chunk_bytes, cfg.chunks_per_fed, cfg.max_wire_bytes)
+                .map_err(|e| NodeError::Io { what: "receive memory".into(), source: io::Error::other(e) })?;
+            buffers.push(buffer.with_crc_check(cfg.fragment_crc_check).with_framing(cfg.framing));
+            self.stats.heartbeats.add(1);
+        }
         self.buffers = Buffers(buffers);
         self.stats.set_streams_missing(self.core.ru().unconnected_feds());
         self.io.enable(&format!("RU {}", self.cfg.ru.ru))?;
@@ -720,7 +718,6 @@ impl RuLoop {
             return Ok(());
         }
         if enabled_at.elapsed() < self.cfg.streams_timeout {
-            self.stats.saw(SubState::StreamsMissing);
             return Ok(());
         }
         Err(NodeError::StreamsMissing {

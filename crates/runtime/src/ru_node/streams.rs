@@ -303,6 +303,14 @@ impl RuLoop {
         Ok(more)
     }
 
+    /// Whether `fed` is left out for the rest of the run: masked, out of sync, or its stream
+    /// ended.
+    pub(super) fn left_out_for_good(&self, fed: FedId) -> bool {
+        let i = self.cfg.ru.feds.iter().position(|&f| f == fed);
+        let state = i.and_then(|i| self.core.ru().fed_state(i));
+        matches!(state, Some(FedState::Masked | FedState::SyncLost | FedState::Ended))
+    }
+
     /// Why `fed` gave no fragment for an event sent on without it, in a few words.
     pub(super) fn why_missing(&self, fed: FedId) -> &'static str {
         let Some(i) = self.cfg.ru.feds.iter().position(|&f| f == fed) else { return "is not read here" };
