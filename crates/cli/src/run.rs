@@ -155,7 +155,7 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
         }
         (true, _) => String::new(),
     };
-    let overloaded = trigger.load.filter(|l| l.overloaded()).map(|l| format!("  OVERLOADED: {}", l.figures()));
+    let overloaded = trigger.load.filter(|_| trigger.overloaded).map(|l| format!("  OVERLOADED: {}", l.figures()));
     let line = format!(
         "{:7.1} s  triggered {:>10}  built {:>10}  {rate}{dead}  {:>6.2} GB/s  RU buffers {:>3.0}%  BU store {:>5.1} MB  throttle {}  problems {}{waits}{}",
         p.seconds,

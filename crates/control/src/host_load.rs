@@ -13,6 +13,8 @@ pub const BUSY_OVERLOADED: f64 = 0.95;
 pub const RUNNABLE_PER_CORE_OVERLOADED: f64 = 1.5;
 /// Readings of the threads ready to run averaged (the kernel gives an instant count).
 pub const RUNNABLE_SAMPLES: usize = 8;
+/// An overload that holds the trigger this share of the time, or more, is said.
+pub const DEAD_FRACTION_SAID: f64 = 0.05;
 
 /// One reading of the machine and of this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -23,7 +25,8 @@ pub struct CpuSample {
     pub total_ticks: u64,
     /// Threads ready to run at the reading (`procs_running`), this one's reader included.
     pub runnable: u64,
-    /// Clock ticks of CPU this process has had (its threads, user and system).
+    /// Clock ticks of CPU this run has had: this process's threads and its child processes'
+    /// (a run's FUs and mergers), user and system.
     pub own_ticks: u64,
     /// Cores online.
     pub cores: u32,
@@ -35,8 +38,25 @@ impl CpuSample {
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
         let own = std::fs::read_to_string("/proc/self/stat").ok()?;
         let (busy_ticks, total_ticks, runnable, cores) = parse_stat(&stat)?;
-        Some(CpuSample { busy_ticks, total_ticks, runnable, own_ticks: parse_own_ticks(&own)?, cores })
+        let me = std::process::id();
+        // The children: every process whose parent is this one (a short walk of /proc).
+        let children: u64 = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|text| parse_parent(text) == Some(me))
+            .filter_map(|text| parse_own_ticks(&text))
+            .sum();
+        Some(CpuSample { busy_ticks, total_ticks, runnable, own_ticks: parse_own_ticks(&own)? + children, cores })
     }
+}
+
+/// From a `/proc/PID/stat`: the parent's process id (field 4).
+pub fn parse_parent(text: &str) -> Option<u32> {
+    let after = &text[text.rfind(')')? + 1..];
+    after.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
 /// From `/proc/stat`: busy and total ticks of the `cpu` line, `procs_running`, and the cores
@@ -82,7 +102,7 @@ pub struct Load {
     pub busy: f64,
     /// Threads ready to run, on average over the recent readings.
     pub runnable: f64,
-    /// Cores' worth of CPU this process had.
+    /// Cores' worth of CPU this run had (this process and its children).
     pub own_cores: f64,
 }
 
@@ -92,17 +112,34 @@ impl Load {
         self.busy >= BUSY_OVERLOADED && self.runnable >= RUNNABLE_PER_CORE_OVERLOADED * f64::from(self.cores)
     }
 
+    /// Cores' worth of CPU other work had.
+    pub fn others_cores(&self) -> f64 {
+        (self.busy * f64::from(self.cores) - self.own_cores).max(0.0)
+    }
+
+    /// Whether an overload is worth saying: other work took more of the machine than the run,
+    /// or the trigger was held for it (`dead_fraction` of the time, at least
+    /// [`DEAD_FRACTION_SAID`]). A run that alone keeps every core busy, at its rate, is a
+    /// machine at work.
+    pub fn overload_matters(&self, dead_fraction: f64) -> bool {
+        self.overloaded() && (self.others_cores() > self.own_cores || dead_fraction >= DEAD_FRACTION_SAID)
+    }
+
     /// The figures in a few words: "2 cores 99 % busy, 7.5 threads ready to run on average,
-    /// 0.8 cores for this process".
+    /// this run had 0.8 of them" and whose the rest was.
     pub fn figures(&self) -> String {
+        let whose = if self.others_cores() > self.own_cores {
+            "other work took the rest"
+        } else {
+            "the run needs more CPU than the machine has"
+        };
         format!(
-            "{} core{} {:.0} % busy, {:.1} threads ready to run on average, {:.1} core{} for this process",
+            "{} core{} {:.0} % busy, {:.1} threads ready to run on average, this run had {:.1} of them: {whose}",
             self.cores,
             if self.cores == 1 { "" } else { "s" },
             100.0 * self.busy,
             self.runnable,
             self.own_cores,
-            if (self.own_cores - 1.0).abs() < 0.05 { "" } else { "s" }
         )
     }
 }
@@ -155,6 +192,7 @@ mod tests {
     fn a_process_name_with_spaces_and_parentheses_does_not_shift_its_fields() {
         let own = "4242 (a (b) c) S 1 4242 4242 0 -1 4194304 100 0 0 0 37 13 0 0 20 0 9 0 1 2 3\n";
         assert_eq!(parse_own_ticks(own), Some(50));
+        assert_eq!(parse_parent(own), Some(1));
         assert_eq!(parse_own_ticks("4242 (x) S 1"), None);
     }
 
@@ -174,6 +212,7 @@ mod tests {
         assert!((load.runnable - 7.0).abs() < 1e-9, "the reader is not counted: {load:?}");
         assert!(load.overloaded());
         assert!(load.figures().starts_with("2 cores 99 % busy, 7.0 threads ready to run"), "{}", load.figures());
+        assert!(load.figures().ends_with("this run had 0.4 of them: other work took the rest"), "{}", load.figures());
         // Busy, but with as many threads ready as cores: a machine at work, not overloaded.
         let mut watch = LoadWatch::default();
         watch.read(Some(sample(0, 0, 3, 0)));

@@ -282,7 +282,7 @@ impl<'a> LocalRun<'a> {
                 v.started = p.started;
                 v.streams_missing = p.streams_missing.clone();
                 v.waiting = waiting.clone();
-                v.machine_overloaded = interval.load.filter(|l| l.overloaded()).map(|l| l.figures());
+                v.machine_overloaded = interval.load.filter(|_| interval.overloaded).map(|l| l.figures());
                 v.elapsed_s = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
                 v.requested_rate_hz = requested_hz;
                 v.achieved_rate_hz = interval.achieved_hz;

@@ -6,8 +6,9 @@
 //! say why they hold back ([`Progress::throttles`]) and which FED an event waits for
 //! ([`Progress::waiting`]); the machine says how busy it is ([`Progress::cpu`]). Each interval's
 //! new dead time goes, in this order of precedence, to [`MACHINE_OVERLOADED`] when the machine's
-//! cores were busy with more work ready than they run (a front end or a unit not scheduled looks
-//! like a silent FED: only the machine tells the two apart); to the FED an event has waited for
+//! cores were busy with more work ready than they run, and other work had more of them than the
+//! run or the trigger was held for it ([`Load::overload_matters`]: a front end or a unit not
+//! scheduled looks like a silent FED, and only the machine tells the two apart); to the FED an event has waited for
 //! longest, `WAITING_FOR_FED_<id>` ([`waiting_for_fed`]), when it has waited at least
 //! [`FED_SILENT_AFTER`]; to the throttles of that interval, shared equally; else to [`RU_INPUT`]
 //! when the stream that held the trigger spent most of it in blocked writes (the RUs read slower
@@ -73,6 +74,9 @@ pub struct Interval {
     pub reasons: Vec<String>,
     /// What the machine did in the interval, where it can be read.
     pub load: Option<Load>,
+    /// Whether the machine was overloaded in the interval in a way worth saying (see
+    /// [`Load::overload_matters`]).
+    pub overloaded: bool,
 }
 
 /// The figures of the whole run so far.
@@ -89,7 +93,8 @@ pub struct TriggerSummary {
     /// One sentence naming the bottleneck, when the rate got is below [`SHORTFALL`] of the
     /// rate asked for.
     pub bottleneck: Option<String>,
-    /// The machine, if it was overloaded while the trigger ran.
+    /// The machine, if it was overloaded while the trigger ran in a way worth saying (see
+    /// [`Load::overload_matters`]).
     pub overload: Option<Overload>,
 }
 
@@ -150,7 +155,8 @@ impl TriggerAccount {
         let dead = if self.stopped { 0.0 } else { (now.held.dead_seconds - self.last.held.dead_seconds).max(0.0) };
         let writing = (now.held.write_seconds - self.last.held.write_seconds).max(0.0);
         let load = self.loads.read(now.cpu);
-        let overloaded = load.is_some_and(|l| l.overloaded());
+        let dead_fraction = (dead / seconds).min(1.0);
+        let overloaded = load.is_some_and(|l| l.overload_matters(dead_fraction));
         let silent = now.waiting.filter(|&(_, waited)| waited >= FED_SILENT_AFTER).map(|(fed, _)| fed);
         let reasons: Vec<String> = if dead <= 0.0 {
             Vec::new()
@@ -189,9 +195,10 @@ impl TriggerAccount {
         }
         let interval = Interval {
             achieved_hz: now.triggered.saturating_sub(self.last.triggered) as f64 / seconds,
-            dead_fraction: (dead / seconds).min(1.0),
+            dead_fraction,
             reasons,
             load,
+            overloaded,
         };
         if !self.stopped {
             self.triggering = (now.seconds, now.triggered);

@@ -51,10 +51,18 @@ fn system_file(dir: &Path) -> PathBuf {
 /// Starts `tessera run` of the live tests' system for `seconds` with its output under `dir` (its
 /// summary in `dir/summary.txt`), and returns it with the address of its control server.
 pub fn start_run(dir: &Path, seconds: u32) -> (Child, SocketAddr) {
+    start_run_of(&system_file(dir), &["--seconds", &seconds.to_string()], dir)
+}
+
+/// Starts `tessera run` of `system` with `args`, its control server on any free port and its
+/// output under `dir` (its summary in `dir/summary.txt`, its log lines in `dir/run.log`), and
+/// returns it with the address of its control server.
+pub fn start_run_of(system: &Path, args: &[&str], dir: &Path) -> (Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
         .arg("run")
-        .arg(system_file(dir))
-        .args(["--seconds", &seconds.to_string(), "--control", "127.0.0.1:0", "--output"])
+        .arg(system)
+        .args(args)
+        .args(["--control", "127.0.0.1:0", "--output"])
         .arg(dir.join("out"))
         .stdout(std::fs::File::create(dir.join("summary.txt")).unwrap())
         .stderr(Stdio::piped())
@@ -71,8 +79,10 @@ pub fn start_run(dir: &Path, seconds: u32) -> (Child, SocketAddr) {
         said.push_str(&line);
         line.clear();
     }
-    // Keep reading so that the run never blocks on a full pipe.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    // Keep reading so that the run never blocks on a full pipe, into its log.
+    let mut log = std::fs::File::create(dir.join("run.log")).unwrap();
+    let _ = log.write_all(said.as_bytes());
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut log));
     let addr = addr.unwrap_or_else(|| panic!("tessera run never said where its control server is; it said:\n{said}"));
     (child, addr)
 }
