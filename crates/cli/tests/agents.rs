@@ -238,6 +238,41 @@ fn a_2x2_run_through_agents_is_watched_and_stopped_through_the_controllers_api()
     assert!(out.lines().any(|l| l.starts_with("chain:") && l.ends_with("holds")), "{out}");
 }
 
+/// FED 2 (on ru1, a process the agent started) stalls at event 500: the controller's units say
+/// that ru1 waits for it, and a mask asked of the controller reaches ru1 through its agent; the
+/// events from the stall on go out without FED 2, the others whole.
+#[test]
+fn a_2x2_fed_stalled_is_masked_through_the_controllers_api_and_the_agent() {
+    let _one_system = one_system_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, tmp.path());
+    let system = system_file(tmp.path(), agent, "events: 2000", 3.0);
+    edit(&system, |s| s.replace("    feds: \"2-3\"\n", "    feds: \"2-3\"\n    faults: [\"stall@500/2\"]\n"));
+    start_run(&mut units, tmp.path(), &system, &[]);
+    let d = tmp.path();
+    wait_for_line(d, "run.log", "every unit is enabled");
+    let addr = controller_address(d);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let views: serde_json::Value = serde_json::from_str(&get(addr, "GET", "/api/v1/units")).unwrap();
+        let ru1 = views.as_array().unwrap().iter().find(|u| u["name"] == "ru1").cloned().unwrap_or_default();
+        if ru1["waiting_for_fed"] == 2 && ru1["figures"]["fed_wait_seconds"].as_f64().unwrap_or(0.0) >= 1.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ru1 never said it waits for FED 2: {ru1}\n{}", logs(d));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let said = get(addr, "POST", "/api/v1/feds/2/mask");
+    assert!(said.contains("FED 2 masked at ru1"), "{said}");
+    let refused = client::call(addr, "POST", "/api/v1/feds/1024/mask", None, None, Duration::from_secs(5)).unwrap();
+    assert_eq!(refused.status, 409, "the trigger cannot be masked: {}", refused.body);
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
+    assert!(out.contains("events: 2000 built, 499 complete, 1501 incomplete"), "{out}");
+    assert!(out.contains("conservation: triggered 2000 = built 2000 + lost 0  holds"), "{out}");
+}
+
 #[test]
 fn a_2x2_bu_killed_is_started_again_by_the_controller_and_nothing_is_lost() {
     let _one_system = one_system_at_a_time();

@@ -207,10 +207,11 @@ fn view(name: &str, kind: &str, host: &str, state: &str, built: u64) -> serde_js
 }
 
 /// A script that clicks the page's Stop button `clicks` times once the page has drawn its first
-/// answers, added to the page when it is asked for with `?clicks=N`.
-fn clicker(clicks: &str) -> String {
+/// answers, added to the page when it is asked for with `?clicks=N` (`?mask_clicks=N`: the first
+/// Mask button of the Streams panel).
+fn clicker(clicks: &str, button: &str) -> String {
     format!(
-        "<script>setTimeout(() => {{ const b = document.getElementById('stop'); \
+        "<script>setTimeout(() => {{ const b = document.querySelector('{button}'); \
          for (let i = 0; i < {clicks}; i++) b.click(); }}, 1500);</script>"
     )
 }
@@ -257,7 +258,11 @@ fn serve_canned(units: serde_json::Value, run: Option<Arc<RunStatus>>) -> Canned
                 let json = "application/json";
                 let (status, kind, body) = match (method.as_str(), path, &run) {
                     ("GET", "/", _) => {
-                        let clicks = query.strip_prefix("clicks=").map(clicker).unwrap_or_default();
+                        let clicks = match query.split_once('=') {
+                            Some(("clicks", n)) => clicker(n, "#stop"),
+                            Some(("mask_clicks", n)) => clicker(n, "button.mask"),
+                            _ => String::new(),
+                        };
                         let page = tessera_control::DASHBOARD.replace("</body>", &format!("{clicks}</body>"));
                         ("200 OK", "text/html; charset=utf-8", page)
                     }
@@ -275,6 +280,11 @@ fn serve_canned(units: serde_json::Value, run: Option<Arc<RunStatus>>) -> Canned
                         }
                         ("202 Accepted", json, r#"{"result":"stopping the trigger; the run drains"}"#.to_owned())
                     }
+                    ("POST", "/api/v1/feds/4/mask", _) => (
+                        "202 Accepted",
+                        json,
+                        r#"{"result":"FED 4 masked at ru1: its events go on without it"}"#.to_owned(),
+                    ),
                     _ => ("404 Not Found", "text/plain", "not here\n".to_owned()),
                 };
                 let _ = write!(
@@ -440,6 +450,40 @@ fn the_dashboard_stop_button_posts_the_stop_after_a_second_click_and_shows_the_r
     assert!(text(&dom, "run_note").contains("stop requested"), "{dom}");
     assert!(dom.contains(r#"<button id="stop" type="button""#) && dom.contains("disabled=\"\""), "{dom}");
     assert_eq!(text(&dom, "stop"), "Stopping…");
+}
+
+/// The Streams panel lists what the RUs wait for: ru0 the streams of FEDs 6 and 7, ru1 FED 4
+/// for 12.5 s, with a Mask button that, like Stop, only arms on a first click and posts
+/// `/api/v1/feds/4/mask` on a second; the run's box says what the run waits for.
+#[test]
+fn the_dashboard_lists_what_the_rus_wait_for_and_masks_a_fed_after_a_second_click() {
+    let Some(chromium) = chromium() else { return };
+    let mut ru0 = view("ru0", "evm", "ru-host", "Enabled", 5000);
+    ru0["streams_missing"] = serde_json::json!([6, 7]);
+    let mut ru1 = view("ru1", "ru", "ru-host", "Enabled", 5000);
+    ru1["waiting_for_fed"] = serde_json::json!(4);
+    ru1["figures"]["fed_wait_seconds"] = serde_json::json!(12.5);
+    let units = serde_json::json!([ru0, ru1, view("bu0", "bu", "bu-host", "Enabled", 5000)]);
+    let run = short_run();
+    run.update(|v| v.waiting = Some("ru1: its oldest event waits for FED 4 (12.5 s); 812 events held".into()));
+    let canned = serve_canned(units, Some(run));
+    let tmp = tempfile::tempdir().unwrap();
+    let posts =
+        || canned.requests.lock().unwrap().iter().filter(|r| r.starts_with("POST")).cloned().collect::<Vec<_>>();
+    let dom = rendered(chromium, canned.addr, "/?mask_clicks=1", &tmp.path().join("profile1"));
+    assert!(posts().is_empty(), "one click only arms: {dom}");
+    let waits = &dom[dom.find(r#"id="fed_waits""#).unwrap_or_else(|| panic!("{dom}"))..];
+    let waits = &waits[..waits.find("</tbody>").unwrap()];
+    assert!(waits.contains("the streams of FEDs 6, 7 to connect"), "{waits}");
+    assert!(
+        waits.contains(r#"data-wait-fed="4""#) && waits.contains("FED 4's fragment of its oldest event"),
+        "{waits}"
+    );
+    assert!(waits.contains("Click again to mask"), "{waits}");
+    assert!(text(&dom, "waiting").contains("nothing built: ru1: its oldest event waits for FED 4"), "{dom}");
+    let dom = rendered(chromium, canned.addr, "/?mask_clicks=2", &tmp.path().join("profile2"));
+    assert_eq!(posts(), ["POST /api/v1/feds/4/mask"], "two clicks, one mask:\n{dom}");
+    assert_eq!(text(&dom, "mask_said"), "mask: FED 4 masked at ru1: its events go on without it");
 }
 
 #[test]

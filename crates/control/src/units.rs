@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 #[cfg(doc)]
 use tessera_runtime::stats::SubState;
-use tessera_runtime::stats::{FedError, Throttle, UnitStats};
+use tessera_runtime::stats::{FED_SILENT_AFTER, FedError, Throttle, UnitStats};
 use utoipa::ToSchema;
 
 /// What kind of unit a figure belongs to.
@@ -92,8 +92,8 @@ pub struct UnitView {
     /// The FEDs whose streams have not connected yet (RU): the run starts once none is left.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub streams_missing: Vec<u16>,
-    /// The FED the RU's oldest waiting event waits for, if one waits (see the figure
-    /// `fed_wait_seconds` for how long).
+    /// The FED the RU's oldest waiting event waits for, once it has waited a second or more
+    /// (`FED_SILENT_AFTER`; the figure `fed_wait_seconds` says how long, short waits included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for_fed: Option<u16>,
     /// Whether it ended by an error.
@@ -130,7 +130,7 @@ pub fn unit_views(units: &[Unit]) -> Vec<UnitView> {
                 })
                 .collect(),
             streams_missing: u.stats.streams_missing(),
-            waiting_for_fed: u.stats.waiting().map(|(fed, _)| fed),
+            waiting_for_fed: u.stats.waiting().filter(|&(_, waited)| waited >= FED_SILENT_AFTER).map(|(fed, _)| fed),
             failed: u.stats.failed(),
             figures: FAMILIES
                 .iter()

@@ -189,10 +189,12 @@ fn status(addr: SocketAddr, method: &str, path: &str) -> u16 {
 #[test]
 fn every_documented_operation_answers_as_documented() {
     let act: tessera_control::Action = Arc::new(|| Ok("done".into()));
+    let mask: tessera_control::MaskAction = Arc::new(|fed| Ok(format!("FED {fed} masked")));
     let run = Some(Arc::new(RunStatus::new(7)));
-    for (action, system, run) in [(Some(act), Some("run:\n  number: 7\n".to_owned()), run), (None, None, None)] {
+    let with = (Some(act), Some(mask), Some("run:\n  number: 7\n".to_owned()), run);
+    for (action, mask, system, run) in [with, (None, None, None, None)] {
         let config = ControlConfig { listen: "127.0.0.1:0".parse().unwrap(), token: None };
-        let served = Served { stop: action.clone(), enable: action, system, run, ..Served::live(units()) };
+        let served = Served { stop: action.clone(), enable: action, mask, system, run, ..Served::live(units()) };
         let server = ControlServer::start(&config, served).unwrap();
         let addr = server.local_addr();
         let (code, served) = get(addr, "/api/v1/openapi.json", None);
@@ -202,7 +204,8 @@ fn every_documented_operation_answers_as_documented() {
         let mut operations = 0;
         for (path, methods) in doc["paths"].as_object().unwrap() {
             for (method, operation) in methods.as_object().unwrap() {
-                let code = status(addr, &method.to_uppercase(), path);
+                // A path parameter gets a value: FED 4.
+                let code = status(addr, &method.to_uppercase(), &path.replace("{fed}", "4"));
                 assert!(
                     operation["responses"].get(code.to_string()).is_some(),
                     "{method} {path} answered {code}, not a documented status"
@@ -210,7 +213,7 @@ fn every_documented_operation_answers_as_documented() {
                 operations += 1;
             }
         }
-        assert_eq!(operations, 10);
+        assert_eq!(operations, 11);
     }
 }
 

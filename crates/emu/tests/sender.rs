@@ -59,6 +59,40 @@ fn a_front_end_started_before_its_receiver_waits_for_it_to_listen_and_gives_up_a
     assert!(why.ends_with("; tried for 400ms"), "{why}");
 }
 
+/// A stream that stalls sends nothing from its event on but keeps its connection open, however
+/// long the receiver waits; it ends once the receiver closes the connection, having sent exactly
+/// the events before it.
+#[test]
+fn a_stalled_stream_keeps_its_connection_open_and_ends_when_its_receiver_closes_it() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let mut stalled = stream(5, SizeModel::Fixed(1024));
+    stalled.faults = vec!["stall@11".parse().unwrap()];
+    let sender = std::thread::spawn(move || {
+        sender::run(SenderConfig {
+            replay: None,
+            streams: vec![stalled],
+            sink: Sink::connect(address),
+            paced: false,
+            pace_percent: 100,
+            limits: Limits { events: Some(100), seconds: None },
+            stop: None,
+        })
+    });
+    let (mut conn, _) = listener.accept().unwrap();
+    // Ten fragments come, then nothing for a second: the stream is silent, not closed.
+    conn.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut bytes = Vec::new();
+    let err = conn.read_to_end(&mut bytes).unwrap_err();
+    assert!(matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "{err}");
+    assert_eq!(FerolStream::new(&bytes).count(), 10, "events 1..=10, then the stall");
+    assert!(!sender.is_finished(), "a stalled stream waits for its receiver");
+    drop(conn);
+    let summary = sender.join().unwrap().unwrap();
+    let s = &summary.streams[0];
+    assert_eq!((s.events, s.faults, s.end, s.bytes), (10, 1, End::Stalled, bytes.len() as u64));
+}
+
 #[test]
 fn loopback_tcp_receiver_checks_every_fragment() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -35,11 +35,11 @@ pub fn tessera(args: &[&str]) -> Output {
 
 pub fn free_ports(n: usize) -> Vec<u16> {
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    let base = 20_000 + (std::process::id() % 120) as u16 * 100;
+    let base = 20_000 + (std::process::id() % 60) as u16 * 200;
     let mut ports = Vec::with_capacity(n);
     while ports.len() < n {
         let offset = NEXT.fetch_add(1, Ordering::Relaxed);
-        assert!(offset < 100, "a test process takes at most 100 ports");
+        assert!(offset < 200, "a test process takes at most 200 ports");
         let port = base + offset;
         // Skip one a process outside the tests holds.
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {

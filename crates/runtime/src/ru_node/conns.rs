@@ -138,10 +138,11 @@ impl RuLoop {
                 }
                 RuOutput::Notice(n) => {
                     self.count_fed_errors(&n);
-                    // Events without FEDs left out for the rest of the run (masked, out of sync,
-                    // their stream ended) are counted per FED; the FED's own end was said once.
+                    // The first event without a FED left out for the rest of the run (masked, out
+                    // of sync, its stream ended) says why; the later ones are counted per FED.
                     if let Notice::MissingFragments { feds, .. } = &n
                         && feds.iter().all(|&fed| self.left_out_for_good(fed))
+                        && !feds.iter().fold(false, |new, &fed| self.missing_said.insert(fed) | new)
                     {
                         continue;
                     }

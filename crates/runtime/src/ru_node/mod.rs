@@ -396,6 +396,7 @@ impl RuNode {
             enabled_at: None,
             evm_pending: Vec::new(),
             wait_looked: None,
+            missing_said: BTreeSet::new(),
             stats,
             core,
             cfg,
@@ -461,6 +462,8 @@ struct RuLoop {
     evm_pending: Vec<Vec<u8>>,
     /// When the RU last looked for its longest wait for a FED (every [`WAIT_LOOK`]).
     wait_looked: Option<Instant>,
+    /// The FEDs left out for the rest of the run whose first event without them was said.
+    missing_said: BTreeSet<FedId>,
 }
 
 /// A fragment of a push RU on its way out (see `RuLoop::sending`).
