@@ -313,6 +313,9 @@ enum ConfigAction {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_log(cli.log_format);
+    // Units and front ends hold a socket per stream and link: the soft limit of many machines
+    // (1024) is far below what the kernel allows this process.
+    tessera_control::capacity::raise_open_files_limit();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

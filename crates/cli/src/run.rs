@@ -105,7 +105,6 @@ pub fn beyond_this_machine(cfg: &SystemConfig) -> Vec<String> {
     if cfg.controller.agent_port.is_some() {
         return Vec::new();
     }
-    capacity::raise_open_files_limit();
     capacity::Machine::this().map(|m| capacity::beyond(&capacity::needs(cfg), &m)).unwrap_or_default()
 }
 

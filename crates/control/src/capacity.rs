@@ -88,7 +88,8 @@ pub struct Machine {
     pub user_tasks_max: u64,
     /// Memory maps a process may have (`vm.max_map_count`).
     pub maps_max: u64,
-    /// Files this process may open (`ulimit -n`, soft, once raised to the hard limit).
+    /// Files this process may open (`ulimit -n`, soft; `tessera` raises it to the hard limit as
+    /// it starts, [`raise_open_files_limit`]).
     pub open_files_max: u64,
 }
 

@@ -4,15 +4,21 @@
 //! One thread and one seeded random generator drive every unit of a system — the EVM's node,
 //! the RUs, the BUs — with their FED streams, a network that delays and reorders messages between
 //! connections (keeping order within one, as TCP does), and injected faults: BU crashes and
-//! restarts at random points, slow BUs, stalled, dead, slow or out-of-sequence FEDs, a trigger
-//! stream that closes early, corrupt fragments,
-//! the 24-bit LV1 wrap. After every step the simulator checks the invariants:
+//! restarts at random points, slow BUs, paused, ended, masked, slow or out-of-sequence FEDs,
+//! streams that connect in any order and late (strangers among them), fragments read in pieces,
+//! a trigger stream that closes early, corrupt fragments, small BU stores, the 24-bit LV1 wrap.
+//! After every step (every few steps in large systems) the simulator checks the invariants:
 //!
 //! - every event that entered the RUs is published in exactly one file, whole (a fragment or a
 //!   "missing" mark for every FED) and correctly flagged, and no file is published before it is
 //!   written;
 //! - no unit holds more than its bound, and no buffer is freed twice or left held at the end;
-//! - the system makes progress: a run with a finite trigger count drains;
+//! - no event is made before every stream has connected, every configured stream is taken, and
+//!   no event goes out without a FED unless its stream ended, it was masked or it lost sync (or,
+//!   with a give-up time, it paused past it); a pause longer than an RU's window lasts is counted
+//!   as dead time;
+//! - the system makes progress: a run with a finite trigger count drains, and a stuck one says
+//!   what each RU waits for;
 //! - the trigger stream's end is judged right: its close after the run's events stops the
 //!   trigger cleanly, a close before them fails the run, and the data FEDs' fragments of events
 //!   never triggered are held as orphans, never built.

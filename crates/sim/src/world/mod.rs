@@ -249,7 +249,7 @@ pub struct World {
     intakes: Vec<Intake>,
     /// When the last stream connected: no event may be made before.
     all_named_at: Option<Nanos>,
-    /// The longest pause of a stalled FED.
+    /// The longest pause of a stalled FED, up to the run's last trigger.
     longest_pause: Nanos,
     /// Every how many steps the units' full invariants are checked (every step for small
     /// systems; the RUs' walk over what they hold costs more in large ones).

@@ -136,7 +136,8 @@ impl World {
             let (r, f) = pick_fed(&mut rng);
             let from = rng.between(run_end / 5, run_end / 2);
             let pause = rng.between(1_000_000, sc.pause_max_ns());
-            longest_pause = longest_pause.max(pause);
+            // The trigger can be held only while it has triggers to give: up to the last one.
+            longest_pause = longest_pause.max((from + pause).min(run_end).saturating_sub(from));
             fed_faults.push((r, f, Some((from, from + pause)), None));
         }
         // Streams that end, and FEDs that go silent to be masked: each at a time, silent from it.
