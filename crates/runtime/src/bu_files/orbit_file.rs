@@ -3,15 +3,16 @@
 //! file one after another, no file header, no FRD record. Before an orbit is written the BU
 //! checks that its sources agree, as that reader requires: the same run, orbit number and event
 //! count in every orbit header, the same event ids in the same order in every block, no fragment
-//! trailer flagging an error. The first block that can be walked (the trigger source's, first in
-//! the system's order) is the orbit's reference; a block that disagrees with it is left out of
-//! the orbit, counted and said, and the orbit is written with the others, as an event is written
+//! trailer flagging an error. The trigger source's block (source 1024) is the orbit's reference,
+//! wherever it stands among the blocks (the first that can be walked when it cannot be); a block
+//! that disagrees with it is left out of the orbit, counted and said, and the orbit is written with the others, as an event is written
 //! without a FED that sent nothing. An orbit with no event is counted, never written.
 
 use super::{BuFilesError, FragmentBytes};
 use tessera_evb::types::FileId;
 use tessera_evb::unit::BuiltEvent;
 use tessera_formats::orbit::{BlockKey, OrbitBlock, agree};
+use tessera_formats::tcds::TCDS_FED_ID;
 use tessera_rundir::{OrbitCounts, RunDirectory};
 
 /// Writes `events`, each an orbit, as orbit file `file`; returns what was left out, to say.
@@ -65,15 +66,18 @@ struct CheckedOrbit<'a> {
     left_out: Vec<(u16, String)>,
 }
 
-/// Checks the blocks of one orbit against its reference, the first that can be walked
-/// ([`agree`]).
+/// Checks the blocks of one orbit against its reference, the trigger source's ([`agree`]).
 fn check_orbit<'a>(pieces: &[(u16, &'a [u8])]) -> CheckedOrbit<'a> {
     let walked: Vec<Result<(OrbitBlock<'a>, Vec<u64>), String>> = pieces.iter().map(|&(_, b)| walk(b)).collect();
-    let verdict = agree(walked.iter().map(|w| {
-        let (block, ids) = w.as_ref().ok()?;
-        let h = &block.header;
-        Some(BlockKey { run: h.run, orbit: h.orbit, event_count: h.event_count, event_ids: ids })
-    }));
+    let keys: Vec<Option<BlockKey<'_>>> = walked
+        .iter()
+        .map(|w| {
+            let (block, ids) = w.as_ref().ok()?;
+            let h = &block.header;
+            Some(BlockKey { run: h.run, orbit: h.orbit, event_count: h.event_count, event_ids: ids })
+        })
+        .collect();
+    let verdict = agree(&keys, pieces.iter().position(|&(source, _)| source == TCDS_FED_ID));
     let unreadable =
         walked.iter().zip(pieces).filter_map(|(w, &(source, _))| Some((source, w.as_ref().err()?.clone())));
     let disagreeing = verdict.left_out.iter().map(|&(i, d)| (pieces[i].0, d.to_string()));
@@ -131,17 +135,18 @@ mod tests {
     }
 
     #[test]
-    fn blocks_that_disagree_with_the_first_are_left_out_and_said_the_others_kept_in_order() {
+    fn blocks_that_disagree_with_the_trigger_block_are_left_out_and_said_the_others_kept_in_order() {
         let reference = block(1024, 9, &[10, 11, 12], 0);
         let good = block(3, 9, &[10, 11, 12], 0);
         let short = block(4, 9, &[10, 11], 0);
         let shifted = block(5, 9, &[10, 11, 13], 0);
         let other_orbit = block(6, 8, &[10, 11, 12], 0);
         let flagged = block(7, 9, &[10, 11, 12], 1);
+        // The short block came first: the trigger source's block is the reference all the same.
         let pieces: Vec<(u16, &[u8])> = vec![
+            (4, &short),
             (1024, &reference),
             (3, &good),
-            (4, &short),
             (5, &shifted),
             (6, &other_orbit),
             (7, &flagged),
@@ -153,9 +158,9 @@ mod tests {
         let out: Vec<(u16, &str)> = c.left_out.iter().map(|(s, w)| (*s, w.as_str())).collect();
         assert_eq!(out.iter().map(|o| o.0).collect::<Vec<_>>(), vec![7, 8, 4, 5, 6]);
         assert!(out[0].1.contains("flags an error"), "{}", out[0].1);
-        assert_eq!(out[2].1, "event count 2, where the orbit's first block has 3");
-        assert_eq!(out[3].1, "event id 13, where the orbit's first block has 12");
-        assert_eq!(out[4].1, "orbit 8, where the orbit's first block has 9");
+        assert_eq!(out[2].1, "event count 2, where the orbit's reference block has 3");
+        assert_eq!(out[3].1, "event id 13, where the orbit's reference block has 12");
+        assert_eq!(out[4].1, "orbit 8, where the orbit's reference block has 9");
     }
 
     #[test]

@@ -75,9 +75,13 @@ impl World {
                     (0..u64::from(self.block_events(s, orbit.event))).rev().map(|k| (orbit.event << 12) + k).collect()
                 })
                 .collect();
-            let verdict = agree(ids.iter().map(|ids| {
-                Some(BlockKey { run: SIM_RUN, orbit: number, event_count: ids.len() as u16, event_ids: ids })
-            }));
+            let keys: Vec<Option<BlockKey<'_>>> = ids
+                .iter()
+                .map(|ids| {
+                    Some(BlockKey { run: SIM_RUN, orbit: number, event_count: ids.len() as u16, event_ids: ids })
+                })
+                .collect();
+            let verdict = agree(&keys, sources.iter().position(|&s| s == TCDS_FED_ID));
             let events = self.orbit_events[(orbit.event - self.sc.first_event) as usize];
             let mut problems = Vec::new();
             if verdict.events != events {
