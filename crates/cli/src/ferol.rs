@@ -13,17 +13,15 @@ use std::process::ExitCode;
 #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true).args(["events", "seconds", "system"])))]
 pub struct FerolArgs {
     /// Emulate the FEDs of one RU of this system file (with --ru), sending to its FEROL port;
-    /// the run's number, first event, sizes, trigger and limits come from the file.
+    /// the run's number, first event, sizes, trigger and event limit come from the file. The
+    /// file's `run.seconds` is the EVM's to keep, from the run's start (once every stream is
+    /// connected): without `--events`, `--seconds` or `run.events` the streams run until the RU
+    /// closes them at the run's end.
     #[arg(long, requires = "ru", conflicts_with_all = ["connect", "output", "feds", "run", "first_event", "size", "size_mean", "size_sigma", "rate_hz", "fault", "orbits_per_ls", "seed"])]
     system: Option<PathBuf>,
     /// The RU whose FEDs to emulate (with --system).
     #[arg(long, requires = "system")]
     ru: Option<String>,
-    /// With --system: leave out the file's `run.seconds` and send until the RU stops taking
-    /// the streams or this process is ended (a controller stops such a run at the EVM, so that
-    /// every FED ends after the same event). The file's `run.events` still applies.
-    #[arg(long, requires = "system")]
-    until_stopped: bool,
     /// FED ids and ranges, e.g. 0-7,1024 (1024 sends the 952-byte trigger fragment).
     #[arg(long, default_value = "0-7,1024")]
     feds: String,
@@ -89,11 +87,6 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
         let mut cfg = unit::ferol_for(system, ru, &limits)?;
         if let Sink::Connect { wait, .. } = &mut cfg.sink {
             *wait = args.connect_wait.wait();
-        }
-        if args.until_stopped {
-            // A stop line nobody draws: the streams run until the RU or a signal ends them.
-            cfg.limits.seconds = None;
-            cfg.stop = Some(sender::StopLine::new());
         }
         eprintln!("sending {} FED streams of {ru} to {}", cfg.streams.len(), cfg.sink);
         print!("{}", sender::run(cfg)?);

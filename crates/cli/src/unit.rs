@@ -117,6 +117,64 @@ impl ProblemLog {
     }
 }
 
+/// Says in an RU's log what it waits for, [`WAIT_FIRST_SAID_AFTER`] after it starts and then
+/// every [`WAIT_SAID_EVERY`] while it lasts: the streams that have not connected, and a FED its
+/// oldest event has waited that long for. A unit of many started by hand shows there why its run
+/// does not start, or does not move.
+struct WaitLog {
+    unit: String,
+    /// When it may say something next.
+    next_at: std::time::Instant,
+}
+
+/// How long after its start an RU first says which streams it waits for: front ends started
+/// with it have connected by then.
+const WAIT_FIRST_SAID_AFTER: Duration = Duration::from_secs(2);
+
+/// How often an RU says what it waits for.
+const WAIT_SAID_EVERY: Duration = Duration::from_secs(10);
+
+impl WaitLog {
+    fn new(unit: &str) -> Self {
+        WaitLog { unit: unit.to_owned(), next_at: std::time::Instant::now() + WAIT_FIRST_SAID_AFTER }
+    }
+
+    fn say(&mut self, stats: &UnitStats) {
+        if std::time::Instant::now() < self.next_at {
+            return;
+        }
+        let missing = stats.streams_missing();
+        let line = if !missing.is_empty() {
+            format!("waiting for the streams of FEDs {} to connect", tessera_config::format_fed_list(&missing))
+        } else if let Some((fed, waited)) = stats.waiting().filter(|&(_, w)| w >= WAIT_SAID_EVERY) {
+            format!(
+                "its oldest event has waited {:.0} s for FED {fed}, whose stream brings nothing",
+                waited.as_secs_f64()
+            )
+        } else {
+            return;
+        };
+        self.next_at = std::time::Instant::now() + WAIT_SAID_EVERY;
+        tracing::warn!(unit = %self.unit, "{}: {line}", self.unit);
+    }
+}
+
+/// The run's time limit as the EVM process keeps it: its seconds count from the trigger's start.
+struct RunClock {
+    seconds: f64,
+    started: Option<std::time::Instant>,
+}
+
+impl RunClock {
+    /// Whether the run's seconds have passed, given whether the trigger has started yet.
+    fn is_up(&mut self, trigger_started: bool) -> bool {
+        if trigger_started && self.started.is_none() {
+            self.started = Some(std::time::Instant::now());
+        }
+        self.started.is_some_and(|t| t.elapsed().as_secs_f64() >= self.seconds)
+    }
+}
+
 /// Which unit a process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -233,9 +291,27 @@ pub fn unit(
             let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(cfg.controller.stop_timeout_s));
             let mut asked = 0;
             let mut problems = ProblemLog::new(&ru.name);
+            let mut waits = WaitLog::new(&ru.name);
+            // By hand, the EVM keeps the run's seconds itself, from the trigger's start (a
+            // controller keeps them for the units it drives).
+            let mut time_limit = (i == 0 && !unit_args.wait_for_enable && cfg.run.events.is_none())
+                .then_some(cfg.run.seconds)
+                .flatten()
+                .map(|seconds| RunClock { seconds, started: None });
             while !handle.is_finished() {
                 std::thread::sleep(Duration::from_millis(100));
                 problems.say_new(&stats);
+                waits.say(&stats);
+                if time_limit.as_mut().is_some_and(|clock| clock.is_up(stats.run_started.get() == 1)) {
+                    time_limit = None;
+                    tracing::info!(
+                        unit = %ru.name,
+                        "{}: the run's {} s are up: stopping the trigger and draining",
+                        ru.name,
+                        cfg.run.seconds.unwrap_or_default()
+                    );
+                    control.stop_trigger();
+                }
                 let n = interrupts.load(Ordering::SeqCst);
                 if n > asked {
                     asked = n;
@@ -375,7 +451,10 @@ pub fn unit(
 }
 
 /// `tessera ferol --system FILE --ru NAME`: the emulator of one RU's FEDs as the system file
-/// describes them.
+/// describes them. Its streams end at the run's event limit, at `--seconds` if given, or else
+/// when the RU closes them: the file's `run.seconds` count from the run's start, which only the
+/// EVM sees (it stops the trigger then), so front ends that kept their own clock would end at
+/// different events, and the trigger's stream before the EVM's stop.
 pub fn ferol_for(system: &Path, ru_name: &str, args: &SystemArgs) -> Result<SenderConfig> {
     let cfg = load(Some(system), args)?;
     if cfg.is_orbit_mode() {
@@ -392,6 +471,10 @@ pub fn ferol_for(system: &Path, ru_name: &str, args: &SystemArgs) -> Result<Send
         .with_context(|| format!("no RU named {ru_name} in {}", system.display()))?;
     let to = resolve(&cfg.rus[i].host, cfg.rus[i].ferol_port, &format!("{} FEROL port", ru_name))?;
     let mut s = emulator(&cfg, i, to)?;
-    s.limits = Limits { events: cfg.run.events, seconds: cfg.run.seconds.filter(|_| cfg.run.events.is_none()) };
+    s.limits = Limits { events: cfg.run.events, seconds: args.seconds };
+    if s.limits.events.is_none() && s.limits.seconds.is_none() {
+        // A stop line nobody draws: the streams run until the RU or a signal ends them.
+        s.stop = Some(tessera_emu::sender::StopLine::new());
+    }
     Ok(s)
 }

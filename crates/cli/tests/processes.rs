@@ -21,13 +21,22 @@ use tessera_formats::raw::RawFile;
 
 const RUN: u32 = 31;
 
+/// How a run of [`system_file`] ends.
+#[derive(Clone, Copy)]
+enum Limit {
+    /// `run.events`: every stream closes after this many events.
+    Events(u64),
+    /// `run.seconds`: the EVM stops the trigger this long after it started.
+    Seconds(u32),
+}
+
 /// A 2×2 system file with fixed ports, paced at `rate_hz` (free running when `None`), with
 /// `fault` (an emulator fault spec for `ru1`'s FEDs, and the RUs' `on_corrupt_stream`) if given,
 /// and `more` (whole sections) at its end.
 fn system_file(
     dir: &Path,
     first_event: u64,
-    events: u64,
+    limit: Limit,
     rate_hz: Option<f64>,
     fault: Option<(&str, &str)>,
     more: &str,
@@ -43,8 +52,12 @@ fn system_file(
         }
         None => (String::new(), String::new()),
     };
+    let limit = match limit {
+        Limit::Events(n) => format!("events: {n}"),
+        Limit::Seconds(n) => format!("seconds: {n}"),
+    };
     let yaml = format!(
-        "run:\n  number: {RUN}\n  first_event: {first_event}\n  events: {events}\n  orbits_per_lumi_section: 64\n  output: {out}\n\
+        "run:\n  number: {RUN}\n  first_event: {first_event}\n  {limit}\n  orbits_per_lumi_section: 64\n  output: {out}\n\
          {trigger}\
          evm:\n  port: {evm}\n\
          rus:\n  - name: ru0\n    ferol_port: {f0}\n    feds: \"1024,0-2\"\n    fragment_size: {{bytes: 2048}}\n\
@@ -112,7 +125,7 @@ fn expected(first_event: u64, events: u64) -> BTreeSet<u32> {
 fn two_by_two_processes_build_every_event_across_the_lv1_wrap() {
     let dir = tempfile::tempdir().unwrap();
     let (first_event, events) = ((1u64 << 24) - 1000, 3000);
-    let system = system_file(dir.path(), first_event, events, None, None, "");
+    let system = system_file(dir.path(), first_event, Limit::Events(events), None, None, "");
     let d = dir.path();
     // Started in the reverse of the order data flows, as a cluster's pods may start: each
     // front end and unit waits for the peers it calls.
@@ -132,6 +145,47 @@ fn two_by_two_processes_build_every_event_across_the_lv1_wrap() {
         expected(first_event, events),
         "every event in exactly one file"
     );
+}
+
+/// A run of so many seconds, its front ends started last and late, as a person starts them by
+/// hand: the EVM counts the seconds from the trigger's start, stops the trigger and drains; the
+/// front ends keep no clock of their own and end as their RUs close the streams; every event
+/// the EVM triggered is built, each in exactly one file.
+#[test]
+fn two_by_two_processes_late_front_ends_and_a_run_of_seconds_end_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = system_file(dir.path(), 1, Limit::Seconds(2), Some(2000.0), None, "");
+    let d = dir.path();
+    let mut units = Processes(vec![
+        tessera_unit(&system, d, "bu", Some("bu0"), &[]),
+        tessera_unit(&system, d, "bu", Some("bu1"), &[]),
+        tessera_unit(&system, d, "ru", Some("ru1"), &[]),
+        tessera_unit(&system, d, "evm", None, &[]),
+    ]);
+    // Later than the run's seconds: a clock kept from the front ends' start would end the run
+    // at a different event for each, and the trigger stream before the EVM's stop.
+    std::thread::sleep(Duration::from_secs(3));
+    units.0.push(ferol(&system, d, "ru1"));
+    std::thread::sleep(Duration::from_secs(1));
+    units.0.push(ferol(&system, d, "ru0"));
+    units.wait_all(d, Duration::from_secs(120));
+    let evm_log = std::fs::read_to_string(d.join("evm-evm.log")).unwrap();
+    assert!(evm_log.contains("the run's 2 s are up: stopping the trigger"), "{evm_log}");
+    assert!(evm_log.contains("waiting for the streams of FEDs"), "the wait is said\n{evm_log}");
+    let triggered: u64 = evm_log
+        .split("triggered ")
+        .nth(1)
+        .and_then(|t| t.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no triggered count in\n{evm_log}"));
+    // 2 s at 2 kHz, give or take the Poisson trigger and the moment the stop is seen.
+    assert!((3000..6000).contains(&triggered), "triggered {triggered}\n{evm_log}");
+    assert!(evm_log.contains(&format!("committed {triggered}")), "{evm_log}");
+    for ru in ["ru0", "ru1"] {
+        let log = std::fs::read_to_string(d.join(format!("ferol-{ru}.log"))).unwrap();
+        assert!(log.contains("ReceiverClosed") && !log.contains("write failed"), "{ru}'s front ends\n{log}");
+    }
+    assert_eq!(verified_events(d, RUN, &["bu0", "bu1"]), expected(1, triggered), "every event in exactly one file");
 }
 
 #[test]
@@ -159,7 +213,7 @@ fn bu_killed_and_restarted(more: &str) {
     let dir = tempfile::tempdir().unwrap();
     // 4 s of triggers at 5 kHz: the BU dies after about 1 s and is back after about 1.5 s.
     let (first_event, events) = ((1u64 << 24) - 3000, 20_000);
-    let system = system_file(dir.path(), first_event, events, Some(5000.0), None, more);
+    let system = system_file(dir.path(), first_event, Limit::Events(events), Some(5000.0), None, more);
     let d = dir.path();
     let mut units = Processes(vec![
         tessera_unit(&system, d, "bu", Some("bu0"), &[]),
@@ -228,7 +282,7 @@ fn whole_system(system: &Path, d: &Path) -> Processes {
 fn two_by_two_processes_bad_crc_on_fed_4_is_counted_flagged_and_the_run_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let events = 1000;
-    let system = system_file(dir.path(), 1, events, None, Some(("bad-crc@101/4", "continue")), "");
+    let system = system_file(dir.path(), 1, Limit::Events(events), None, Some(("bad-crc@101/4", "continue")), "");
     let d = dir.path();
     whole_system(&system, d).wait_all(d, Duration::from_secs(120));
     let ru1 = std::fs::read_to_string(d.join("ru-ru1.log")).unwrap();
@@ -259,7 +313,7 @@ fn two_by_two_processes_bad_crc_on_fed_4_is_counted_flagged_and_the_run_goes_on(
 fn two_by_two_processes_garbage_on_fed_4_under_the_fail_policy_stops_the_run_naming_fed_and_byte() {
     let dir = tempfile::tempdir().unwrap();
     // Late enough that the EVM has connected to ru1 before ru1 fails.
-    let system = system_file(dir.path(), 1, 3000, None, Some(("garbage@2001/4", "fail")), "");
+    let system = system_file(dir.path(), 1, Limit::Events(3000), None, Some(("garbage@2001/4", "fail")), "");
     let d = dir.path();
     let ended = whole_system(&system, d).wait_exit(d, Duration::from_secs(120));
     let failed = |label: &str| ended.iter().any(|(n, s)| n == label && !s.success());
@@ -278,7 +332,7 @@ fn two_by_two_processes_garbage_on_fed_4_under_the_fail_policy_stops_the_run_nam
 #[test]
 fn a_unit_without_its_runs_link_key_refuses_to_start_and_says_where_the_key_comes_from() {
     let dir = tempfile::tempdir().unwrap();
-    let system = system_file(dir.path(), 1, 100, None, None, "");
+    let system = system_file(dir.path(), 1, Limit::Events(100), None, None, "");
     let bu0 = |key: Option<&str>| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_tessera"));
         command.args(["bu", "--system", system.to_str().unwrap(), "--name", "bu0"]);
@@ -300,7 +354,7 @@ fn tessera_run_refuses_a_spoofed_opening_naming_bu0_on_the_evm_port_and_builds_e
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let events = 3000;
-    let system = system_file(d, 1, events, Some(2000.0), None, "");
+    let system = system_file(d, 1, Limit::Events(events), Some(2000.0), None, "");
     // Whatever else fills the test machine's disk does not hold the BUs back; no filter farm
     // takes their files.
     let yaml = std::fs::read_to_string(&system)

@@ -128,10 +128,7 @@ pub fn placement(cfg: &SystemConfig, output: &Path, fu_args: FuArgs) -> Vec<Plac
         args: unit_args("evm", None),
     });
     for (i, ru) in cfg.rus.iter().enumerate().filter(|(_, r)| r.emulated) {
-        let args = ["ferol", "--system", "{system}", "--ru", &ru.name, "--until-stopped"]
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
+        let args = ["ferol", "--system", "{system}", "--ru", &ru.name].into_iter().map(str::to_owned).collect();
         placed.push(Placed {
             name: format!("trigger-{}", ru.name),
             host: ru.host.clone(),

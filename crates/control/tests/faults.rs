@@ -276,7 +276,7 @@ fn two_by_two_disconnect_of_fed_4_is_said_at_once_and_later_events_are_incomplet
     let sent = outcome.emulators[ru].as_ref().unwrap().streams.iter().find(|s| s.fed == FED).unwrap().clone();
     assert_eq!((sent.end, sent.events), (End::Disconnect, AT - 1));
     // Said at once, as the stream closes: before any event goes on without FED 4 (which waits
-    // for the fragment time-out), with the FED, its last LV1 and the bytes it sent.
+    // for no time-out), with the FED, its last LV1 and the bytes it sent.
     let said = format!(
         "RU {ru}: FED {FED} disconnected: its stream closed after {} fragments, {} bytes (last LV1 Some({})), \
          before the run's end",

@@ -135,6 +135,9 @@ pub enum End {
     /// A [`tessera_config::emulation::Fault::Stall`] silenced it, and then its receiver closed
     /// the connection, run control drew its stop line, or its time limit passed.
     Stalled,
+    /// A stream without an event or time limit (one that runs until it is stopped) found its
+    /// receiver gone: the RU closed the connection at the end of its run.
+    ReceiverClosed,
 }
 
 /// Where one stream's bytes go: a TCP connection to its receiver, or a capture file.
@@ -574,7 +577,16 @@ fn send_stream(
     let deadline = m.deadline;
     let (mut events, mut faults, mut end) = (0u64, 0u64, End::Events);
     let mut headers = [[0u8; HEADER_BYTES]; MAX_BLOCKS];
-    let failed = |bytes, source| EmuError::Write { fed, bytes, source };
+    // A stream that only run control or its receiver ends takes the receiver's close as its
+    // end; any other stream was cut short by it.
+    let open_ended = limits.events.is_none() && limits.seconds.is_none();
+    let failed = |bytes, source: io::Error| {
+        if open_ended && receiver_gone(&source) {
+            Ok(End::ReceiverClosed)
+        } else {
+            Err(EmuError::Write { fed, bytes, source })
+        }
+    };
     // Bounded by the event limit, or by the deadline checked on every pass.
     for _ in 0..limits.events.unwrap_or(u64::MAX) {
         if m.past_deadline() {
@@ -597,8 +609,10 @@ fn send_stream(
         if matches!(event.wire, Wire::Stall) {
             faults += 1;
             end = End::Stalled;
-            if flush(&mut out, &mut m).map_err(|e| failed(m.bytes, e))? {
-                stall(&mut out, &m, stop.as_ref().map(|(line, _)| line), events);
+            match flush(&mut out, &mut m) {
+                Ok(true) => stall(&mut out, &m, stop.as_ref().map(|(line, _)| line), events),
+                Ok(false) => {}
+                Err(e) => end = failed(m.bytes, e)?,
             }
             break;
         }
@@ -609,9 +623,16 @@ fn send_stream(
             let due = start + Duration::from_secs_f64(event.trigger.time_seconds * 100.0 / f64::from(percent.max(1)));
             let now = Instant::now();
             if now < due {
-                if !flush(&mut out, &mut m).map_err(|e| failed(m.bytes, e))? || deadline.is_some_and(|d| d < due) {
-                    end = End::Deadline;
-                    break;
+                match flush(&mut out, &mut m) {
+                    Ok(flushed) if flushed && deadline.is_none_or(|d| d >= due) => {}
+                    Ok(_) => {
+                        end = End::Deadline;
+                        break;
+                    }
+                    Err(e) => {
+                        end = failed(m.bytes, e)?;
+                        break;
+                    }
                 }
                 std::thread::sleep(due - now);
             }
@@ -635,15 +656,25 @@ fn send_stream(
                 }
                 write_all(&mut out, &mut slices[..2 * count], &mut m)
             }
-        }
-        .map_err(|e| failed(m.bytes, e))?;
-        if !complete {
-            end = End::Deadline;
-            break;
+        };
+        match complete {
+            Ok(true) => {}
+            Ok(false) => {
+                end = End::Deadline;
+                break;
+            }
+            Err(e) => {
+                end = failed(m.bytes, e)?;
+                break;
+            }
         }
     }
-    if !flush(&mut out, &mut m).map_err(|e| failed(m.bytes, e))? {
-        end = End::Deadline;
+    if end != End::ReceiverClosed {
+        match flush(&mut out, &mut m) {
+            Ok(true) => {}
+            Ok(false) => end = End::Deadline,
+            Err(e) => end = failed(m.bytes, e)?,
+        }
     }
     Ok(StreamSummary {
         fed,
@@ -655,6 +686,11 @@ fn send_stream(
         dead_seconds: m.dead.as_secs_f64(),
         end,
     })
+}
+
+/// Whether a failed write says that the receiver closed the connection.
+fn receiver_gone(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted)
 }
 
 /// Whether a failed write may be tried again: a write time-out (set only when the run has a

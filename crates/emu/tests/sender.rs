@@ -93,6 +93,38 @@ fn a_stalled_stream_keeps_its_connection_open_and_ends_when_its_receiver_closes_
     assert_eq!((s.events, s.faults, s.end, s.bytes), (10, 1, End::Stalled, bytes.len() as u64));
 }
 
+/// A stream that only run control ends (no event or time limit) takes its receiver's close as
+/// its end, as at the end of a run whose EVM kept the time; a stream with a limit that loses its
+/// receiver first was cut short, and says so.
+#[test]
+fn a_stream_without_limits_ends_cleanly_when_its_receiver_closes_and_one_with_limits_fails() {
+    let run = |limits: Limits| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let sender = std::thread::spawn(move || {
+            sender::run(SenderConfig {
+                replay: None,
+                streams: vec![stream(6, SizeModel::Fixed(1024))],
+                sink: Sink::connect(address),
+                paced: false,
+                pace_percent: 100,
+                limits,
+                stop: Some(StopLine::new()),
+            })
+        });
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut first = vec![0u8; 64 * 1024];
+        conn.read_exact(&mut first).unwrap();
+        drop(conn);
+        sender.join().unwrap()
+    };
+    let summary = run(Limits::default()).expect("a clean end");
+    assert_eq!(summary.streams[0].end, End::ReceiverClosed);
+    assert!(summary.streams[0].events > 0);
+    let e = run(Limits { events: Some(u64::MAX), seconds: None }).unwrap_err();
+    assert!(e.to_string().starts_with("FED 6: write failed after"), "{e}");
+}
+
 #[test]
 fn loopback_tcp_receiver_checks_every_fragment() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

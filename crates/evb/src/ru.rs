@@ -360,7 +360,7 @@ impl Ru {
 
     /// The stream of the FED at `fed_index` brought bytes at `now` (a part of a fragment, say),
     /// or the driver held it back (did not read it, for want of memory): either way it is not
-    /// silent, and no event may give up on it before `now` plus the fragment time-out.
+    /// silent, and no event may give up on it before `now` plus the give-up time.
     pub fn stream_alive(&mut self, fed_index: usize, now: Nanos) {
         if let Some(fed) = self.feds.get_mut(fed_index) {
             fed.alive_at = fed.alive_at.max(now);
@@ -368,8 +368,8 @@ impl Ru {
     }
 
     /// The stream of the FED at `fed_index` ended (closed, or broken) before the run's end: it
-    /// brings nothing more, so the events waiting for it go on without it now rather than after
-    /// the fragment time-out.
+    /// brings nothing more, so the events waiting for it go on without it now rather than wait
+    /// for it.
     pub fn stream_ended(&mut self, fed_index: usize, now: Nanos) {
         let Some(fed) = self.feds.get_mut(fed_index) else { return };
         if matches!(fed.state, FedState::SyncLost | FedState::Masked) {

@@ -137,8 +137,8 @@ impl Throttle {
 pub enum SubState {
     /// RU: a FED sent an event out of sequence; it is ignored for the rest of the run.
     SyncLoss = 0,
-    /// RU: events were sent on without a FED (after the fragment time-out, or because the FED
-    /// lost sync, disconnected or its stream broke). BU: events were built with a part missing.
+    /// RU: events were sent on without a FED (a FED given up on after the give-up time or
+    /// masked, or one that lost sync, disconnected or whose stream broke). BU: events were built with a part missing.
     MissingData = 1,
     /// RU or EVM: data or messages for a peer could not be sent: no connection to it, or it has
     /// taken nothing for [`BLOCKED_AFTER`].

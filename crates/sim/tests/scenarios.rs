@@ -54,7 +54,7 @@ fn scenario_2x2_ru_full() {
     }
 }
 
-/// A FED at half the trigger's rate falls far behind it (more than the fragment time-out) but is
+/// A FED at half the trigger's rate falls far behind it (more than a give-up time would allow) but is
 /// never silent: its events wait for it, and none goes out without it.
 #[test]
 fn scenario_4x4_slow_fed() {

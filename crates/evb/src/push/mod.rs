@@ -8,7 +8,7 @@
 //!   the enabled BUs; excluding a BU from an event on is a new list from that event, which every
 //!   RU applies at the same event.
 //! - [`PushRu`]: an RU ([`Ru`](crate::Ru)) that assigns itself every event it sees to its
-//!   destination, sends each super-fragment when complete (or after the fragment time-out), and
+//!   destination, sends each super-fragment when complete (or without a FED given up on, masked or ended), and
 //!   frees its buffers once sent: there is no commit to wait for.
 //! - [`PushNode`]: RU 0, which reads the trigger, with what the event manager does in pull and
 //!   push still needs: each lumi section's end with every BU's count of its events, the drain and

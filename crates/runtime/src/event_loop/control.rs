@@ -49,7 +49,7 @@ impl Control {
     /// RU: masks `fed` for the rest of the run, at an operator's word: the events that wait for
     /// it go on without it, flagged incomplete and counted against it. The unit takes it on its
     /// next pass and says it (or that the FED is not one of its). False if too many masks wait
-    /// already ([`MAX_MASKS_QUEUED`]).
+    /// already (4,096 of them).
     pub fn mask_fed(&self, fed: FedId) -> bool {
         let mut masks = self.masks.lock().unwrap_or_else(|e| e.into_inner());
         if masks.len() >= MAX_MASKS_QUEUED {
