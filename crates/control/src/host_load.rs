@@ -15,6 +15,8 @@ pub const RUNNABLE_PER_CORE_OVERLOADED: f64 = 1.5;
 pub const RUNNABLE_SAMPLES: usize = 8;
 /// An overload that holds the trigger this share of the time, or more, is said.
 pub const DEAD_FRACTION_SAID: f64 = 0.05;
+/// Other work that had at most this share of the cores leaves the run alone to blame.
+pub const OTHERS_SHARE_SAID: f64 = 0.1;
 
 /// One reading of the machine and of this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -125,21 +127,24 @@ impl Load {
         self.overloaded() && (self.others_cores() > self.own_cores || dead_fraction >= DEAD_FRACTION_SAID)
     }
 
-    /// The figures in a few words: "2 cores 99 % busy, 7.5 threads ready to run on average,
-    /// this run had 0.8 of them" and whose the rest was.
+    /// The figures in a few words: "2 cores 99 % busy, 7.5 threads ready to run on average;
+    /// this run had 0.8 of the 2 cores, other work 1.2", and when other work had next to nothing
+    /// ([`OTHERS_SHARE_SAID`] of the cores at most), that the run alone needs more.
     pub fn figures(&self) -> String {
-        let whose = if self.others_cores() > self.own_cores {
-            "other work took the rest"
+        let others = self.others_cores();
+        let alone = if others <= OTHERS_SHARE_SAID * f64::from(self.cores) {
+            ": the run alone needs more CPU than the machine has"
         } else {
-            "the run needs more CPU than the machine has"
+            ""
         };
+        let cores = if self.cores == 1 { "core" } else { "cores" };
         format!(
-            "{} core{} {:.0} % busy, {:.1} threads ready to run on average, this run had {:.1} of them: {whose}",
+            "{} {cores} {:.0} % busy, {:.1} threads ready to run on average; this run had {:.1} of the {} {cores}, other work {others:.1}{alone}",
             self.cores,
-            if self.cores == 1 { "" } else { "s" },
             100.0 * self.busy,
             self.runnable,
             self.own_cores,
+            self.cores,
         )
     }
 }
@@ -212,7 +217,15 @@ mod tests {
         assert!((load.runnable - 7.0).abs() < 1e-9, "the reader is not counted: {load:?}");
         assert!(load.overloaded());
         assert!(load.figures().starts_with("2 cores 99 % busy, 7.0 threads ready to run"), "{}", load.figures());
-        assert!(load.figures().ends_with("this run had 0.4 of them: other work took the rest"), "{}", load.figures());
+        assert!(load.figures().ends_with("this run had 0.4 of the 2 cores, other work 1.6"), "{}", load.figures());
+        // The run had nearly all of it: the run alone needs more.
+        let mut watch = LoadWatch::default();
+        watch.read(Some(sample(0, 0, 8, 0)));
+        let alone = watch.read(Some(sample(200, 200, 8, 190))).unwrap().figures();
+        assert!(
+            alone.ends_with("1.9 of the 2 cores, other work 0.1: the run alone needs more CPU than the machine has"),
+            "{alone}"
+        );
         // Busy, but with as many threads ready as cores: a machine at work, not overloaded.
         let mut watch = LoadWatch::default();
         watch.read(Some(sample(0, 0, 3, 0)));
