@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera_config::SystemConfig;
-use tessera_config::fed_list::format_fed_list;
 use tessera_control::capacity;
 use tessera_control::local_run::{FarmEnd, LocalRun, ProgressLine};
 use tessera_control::plan::{self, Listeners, output_dir, require_ports};
+use tessera_control::start_wait;
 use tessera_control::system::{Conservation, FedErrorCounts, Outcome, Progress};
 use tessera_control::trigger::{Interval, TriggerSummary};
 use tessera_runtime::link::LinkKey;
@@ -146,13 +146,12 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
     };
     // What the run waits for: its streams before it starts, then a FED silent for a while; and
     // the machine, when it is overloaded.
-    let waits = match (p.started, p.waiting) {
-        (false, _) if p.streams_missing.is_empty() => "  waiting for the run to start".to_string(),
-        (false, _) => format!("  waiting for the streams of FEDs {}", format_fed_list(&p.streams_missing)),
-        (true, Some((fed, waited))) if waited >= FED_SILENT_AFTER => {
+    let waits = match (start_wait(p.started, &p.streams_missing), p.waiting) {
+        (Some(wait), _) => format!("  {wait}"),
+        (None, Some((fed, waited))) if waited >= FED_SILENT_AFTER => {
             format!("  waiting for FED {fed} ({:.1} s)", waited.as_secs_f64())
         }
-        (true, _) => String::new(),
+        (None, _) => String::new(),
     };
     let overloaded = trigger.load.filter(|_| trigger.overloaded).map(|l| format!("  OVERLOADED: {}", l.figures()));
     let line = format!(

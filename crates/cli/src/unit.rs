@@ -14,9 +14,8 @@ use tessera_control::plan::{
 };
 use tessera_control::report::{BuEnd, RuEnd};
 use tessera_control::stop::OperatorStop;
-use tessera_control::{Action, ActionRefused, ControlServer, MaskAction, MaskRefused, Served, Unit, UnitKind};
+use tessera_control::{Action, ActionRefused, ControlServer, MaskAction, Served, Unit, UnitKind, mask_at, tell_unit};
 use tessera_emu::sender::{Limits, SenderConfig};
-use tessera_formats::tcds::TCDS_FED_ID;
 use tessera_runtime::bu_node::BuNode;
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
 use tessera_runtime::ru_node::RuNode;
@@ -56,20 +55,9 @@ fn serve_unit(
     let enable: Action =
         Arc::new(move || Ok(if held.enable() { "enabled".to_owned() } else { "enabled already".to_owned() }));
     let mask = feds.map(|feds| {
-        let (control, name) = (control.clone(), unit.name.clone());
-        let mask: MaskAction = Arc::new(move |fed| {
-            if fed == TCDS_FED_ID {
-                return Err(MaskRefused::Trigger(fed));
-            }
-            if !feds.contains(&fed) {
-                return Err(MaskRefused::NotRead("process", fed));
-            }
-            if !control.mask_fed(fed) {
-                return Err(MaskRefused::NotTold(format!("{name} has too many masks waiting")));
-            }
-            tracing::warn!(unit = %name, fed, "FED {fed} masked by an operator: its events go on without it");
-            Ok(format!("FED {fed} masked at {name}: its events go on without it"))
-        });
+        let (control, rus) = (control.clone(), [(unit.name.clone(), feds)]);
+        let mask: MaskAction =
+            Arc::new(move |fed| mask_at(fed, "process", &rus, |_| tell_unit(&control, &rus[0].0, fed)));
         mask
     });
     let served = Served {

@@ -53,6 +53,30 @@ pub enum MaskRefused {
     NotTold(String),
 }
 
+/// Masks `fed` at the RU that reads it, of `rus` (each RU's name and FEDs; `scope` says what
+/// they are: the `run`, this `process`), telling it through `tell` (given the RU's index): what
+/// it did, said and logged, or why it could not. The trigger FED cannot be masked.
+pub fn mask_at(
+    fed: u16,
+    scope: &'static str,
+    rus: &[(String, Vec<u16>)],
+    tell: impl FnOnce(usize) -> Result<(), String>,
+) -> Result<String, MaskRefused> {
+    if fed == tessera_formats::tcds::TCDS_FED_ID {
+        return Err(MaskRefused::Trigger(fed));
+    }
+    let i = rus.iter().position(|(_, feds)| feds.contains(&fed)).ok_or(MaskRefused::NotRead(scope, fed))?;
+    tell(i).map_err(MaskRefused::NotTold)?;
+    let name = &rus[i].0;
+    tracing::warn!(unit = %name, fed, "FED {fed} masked by an operator: its events go on without it");
+    Ok(format!("FED {fed} masked at {name}: its events go on without it"))
+}
+
+/// Tells an RU of this process, `name`, through its `control`, to mask `fed` (see [`mask_at`]).
+pub fn tell_unit(control: &tessera_runtime::ru_node::Control, name: &str, fed: u16) -> Result<(), String> {
+    if control.mask_fed(fed) { Ok(()) } else { Err(format!("{name} has too many masks waiting")) }
+}
+
 /// Where the served units' views come from.
 #[derive(Clone)]
 pub enum UnitSource {

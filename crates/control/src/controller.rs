@@ -22,7 +22,7 @@ use crate::agent::{ProcessView, StartRequest};
 use crate::client::{self, ClientError};
 use crate::placement::{FuArgs, Placed, Role, placement};
 use crate::stop::{DRAIN_TIMEOUT, OperatorStop};
-use crate::units::WAITING_SAID_AFTER;
+use crate::units::{StuckWatch, start_wait};
 use crate::{HeartbeatWatch, RunState, RunStatus, UnitView};
 
 /// Why the controller could not place, start or watch a run.
@@ -645,31 +645,27 @@ impl Controller {
     /// Masking a FED across hosts: the RU that reads it is told through its host's agent
     /// (`POST /api/v1/processes/{ru}/feds/{fed}/mask`), which passes it on to the RU's process.
     pub fn mask_action(&self) -> crate::api::MaskAction {
-        // Each RU's FEDs, its host's agent, and the run's token.
-        let rus: Vec<(String, Vec<u16>, SocketAddr)> = self
+        // Each RU's name and FEDs, its host's agent, and the run's token.
+        let (rus, agents): (Vec<(String, Vec<u16>)>, Vec<SocketAddr>) = self
             .placed
             .iter()
             .filter_map(|p| match p.role {
-                Role::Ru(i) => Some((p.name.clone(), self.cfg.rus[i].feds.clone(), self.hosts[&p.host].agent)),
+                Role::Ru(i) => Some(((p.name.clone(), self.cfg.rus[i].feds.clone()), self.hosts[&p.host].agent)),
                 _ => None,
             })
-            .collect();
+            .unzip();
         let (token, timeout) = (self.token.clone(), self.call_timeout());
         Arc::new(move |fed| {
-            use crate::api::MaskRefused;
-            if fed == tessera_formats::tcds::TCDS_FED_ID {
-                return Err(MaskRefused::Trigger(fed));
-            }
-            let (name, _, agent) =
-                rus.iter().find(|(_, feds, _)| feds.contains(&fed)).ok_or(MaskRefused::NotRead("run", fed))?;
-            let path = format!("/api/v1/processes/{name}/feds/{fed}/mask");
-            let answer = client::call(*agent, "POST", &path, token.as_deref(), None, timeout)
-                .map_err(|e| MaskRefused::NotTold(format!("{name}'s agent at {agent}: {e}")))?;
-            if answer.status / 100 != 2 {
-                return Err(MaskRefused::NotTold(format!("{name}: {} {}", answer.status, answer.body.trim())));
-            }
-            tracing::warn!(unit = %name, fed, "FED {fed} masked by an operator: its events go on without it");
-            Ok(format!("FED {fed} masked at {name}: its events go on without it"))
+            crate::api::mask_at(fed, "run", &rus, |i| {
+                let (name, agent) = (&rus[i].0, agents[i]);
+                let path = format!("/api/v1/processes/{name}/feds/{fed}/mask");
+                let answer = client::call(agent, "POST", &path, token.as_deref(), None, timeout)
+                    .map_err(|e| format!("{name}'s agent at {agent}: {e}"))?;
+                if answer.status / 100 != 2 {
+                    return Err(format!("{name}: {} {}", answer.status, answer.body.trim()));
+                }
+                Ok(())
+            })
         })
     }
 
@@ -739,9 +735,7 @@ pub fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>, 
     // When every stream of every RU had connected and the trigger started (the EVM says it):
     // the run's seconds count from then.
     let mut started: Option<Instant> = None;
-    // When the run last built an event, and when it last said what it waits for.
-    let mut moved = (0u64, Instant::now());
-    let mut waiting_said: Option<Instant> = None;
+    let mut stuck = StuckWatch::default();
     loop {
         std::thread::sleep(Duration::from_secs(1));
         let faults = c.poll();
@@ -750,7 +744,7 @@ pub fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>, 
         }
         if started.is_none() && c.figure(&evm.name, "run_started") == 1 {
             started = Some(Instant::now());
-            moved.1 = Instant::now();
+            stuck.started();
             tracing::info!(
                 run = c.cfg.run.number,
                 "the run starts: every stream of every RU has connected, {:.1} s after the units were enabled",
@@ -764,13 +758,7 @@ pub fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>, 
             let rate_hz = (triggered.saturating_sub(last.1)) as f64 / dt;
             let requested_hz = c.cfg.unit_rate_hz();
             let missing: Vec<u16> = views.iter().flat_map(|u| u.streams_missing.iter().copied()).collect();
-            let waits = if started.is_some() {
-                String::new()
-            } else if missing.is_empty() {
-                "  waiting for the run to start".into()
-            } else {
-                format!("  waiting for the streams of FEDs {}", tessera_config::format_fed_list(&missing))
-            };
+            let waits = start_wait(started.is_some(), &missing).map_or(String::new(), |w| format!("  {w}"));
             tracing::info!(
                 triggered,
                 built,
@@ -781,21 +769,9 @@ pub fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>, 
             );
             // Nothing built for a while, with events in flight or before the start: say which
             // units hold what, and wait for whom.
-            let stuck = built == moved.0 && (triggered > built || started.is_none());
-            if !stuck || built != moved.0 {
-                moved = (built, Instant::now());
-            }
-            let waiting = (stuck && moved.1.elapsed() >= WAITING_SAID_AFTER).then(|| crate::units::holds(&views));
-            if let Some(what) = &waiting
-                && waiting_said.is_none_or(|t| t.elapsed() >= WAITING_SAID_AFTER)
-            {
-                waiting_said = Some(Instant::now());
-                tracing::warn!(
-                    run = c.cfg.run.number,
-                    "nothing built for {:.0} s ({} events in flight): {what}",
-                    moved.1.elapsed().as_secs_f64(),
-                    triggered.saturating_sub(built)
-                );
+            let waiting = stuck.look(triggered, built, started.is_some(), || views.clone());
+            if let Some(said) = waiting.as_ref().and_then(|w| w.say.as_ref()) {
+                tracing::warn!(run = c.cfg.run.number, "{said}");
             }
             last = (Instant::now(), triggered);
             let elapsed_s = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
@@ -808,7 +784,7 @@ pub fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>, 
                 };
                 v.started = started.is_some();
                 v.streams_missing = missing;
-                v.waiting = waiting;
+                v.waiting = waiting.map(|w| w.holds);
                 v.elapsed_s = elapsed_s;
                 v.requested_rate_hz = requested_hz;
                 v.achieved_rate_hz = rate_hz;

@@ -54,7 +54,9 @@ pub mod system;
 pub mod trigger;
 mod units;
 
-pub use api::{Action, ActionRefused, DASHBOARD, MaskAction, MaskRefused, Served, UnitSource, openapi};
+pub use api::{
+    Action, ActionRefused, DASHBOARD, MaskAction, MaskRefused, Served, UnitSource, mask_at, openapi, tell_unit,
+};
 pub use heartbeat::HeartbeatWatch;
 pub use metrics::{metrics_from_views, metrics_page, metrics_text};
 pub use process::{GIT_HASH, VERSION};
@@ -62,5 +64,5 @@ pub use run::{RunState, RunStatus, RunView};
 pub use server::{ControlConfig, ControlError, ControlServer, Serving, serve};
 pub use units::{
     ConservationView, FedErrorsView, SubStateView, Unit, UnitKind, UnitView, conservation, conservation_from_views,
-    holds, unit_views,
+    holds, start_wait, unit_views,
 };

@@ -7,7 +7,7 @@
 //! drain. What it decides is said as `tracing` events; the caller shows the progress
 //! ([`ProgressLine`]) and prints the summary from the [`LocalEnd`].
 
-use crate::api::{MaskAction, MaskRefused, Served};
+use crate::api::{MaskAction, Served, mask_at, tell_unit};
 use crate::chain::storage_run_dir;
 use crate::farm::{Farm, FarmDirs, FarmError, FarmOutcome, start_broker, wait_drained};
 use crate::heartbeat::HeartbeatWatch;
@@ -15,14 +15,13 @@ use crate::run::{RunState, RunStatus};
 use crate::stop::{DRAIN_TIMEOUT, OperatorStop, stop_action};
 use crate::system::{Outcome, Progress, RunningSystem, SystemPlan};
 use crate::trigger::{Interval, TriggerAccount, TriggerSummary};
-use crate::units::{Unit, UnitKind, WAITING_SAID_AFTER, holds, unit_views};
+use crate::units::{StuckWatch, Unit, UnitKind, unit_views};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tessera_config::SystemConfig;
-use tessera_formats::tcds::TCDS_FED_ID;
 use tessera_fu::broker::Broker;
 use tessera_runtime::ru_node::NodeError;
 use tessera_runtime::state::UnitState;
@@ -172,20 +171,10 @@ impl<'a> LocalRun<'a> {
     /// Ctrl-C), the system file and the run's status.
     pub fn served(&self) -> Served {
         let units = self.units();
-        let feds: Vec<Vec<u16>> = self.cfg.rus.iter().map(|r| r.feds.clone()).collect();
-        let names: Vec<String> = self.cfg.rus.iter().map(|r| r.name.clone()).collect();
+        let rus: Vec<(String, Vec<u16>)> = self.cfg.rus.iter().map(|r| (r.name.clone(), r.feds.clone())).collect();
         let controls = self.system.ru_controls();
-        let mask: MaskAction = Arc::new(move |fed| {
-            if fed == TCDS_FED_ID {
-                return Err(MaskRefused::Trigger(fed));
-            }
-            let ru = feds.iter().position(|f| f.contains(&fed)).ok_or(MaskRefused::NotRead("run", fed))?;
-            if !controls[ru].mask_fed(fed) {
-                return Err(MaskRefused::NotTold(format!("{} has too many masks waiting", names[ru])));
-            }
-            tracing::warn!(unit = %names[ru], fed, "FED {fed} masked by an operator: its events go on without it");
-            Ok(format!("FED {fed} masked at {}: its events go on without it", names[ru]))
-        });
+        let mask: MaskAction =
+            Arc::new(move |fed| mask_at(fed, "run", &rus, |i| tell_unit(&controls[i], &rus[i].0, fed)));
         Served {
             mask: Some(mask),
             stop: Some(stop_action(self.interrupts.clone())),
@@ -208,9 +197,7 @@ impl<'a> LocalRun<'a> {
         // When every stream of every RU had connected and the trigger started: the run's
         // seconds count from then.
         let mut started: Option<Instant> = None;
-        // When the run last built an event (or started), and when it last said what it waits for.
-        let mut moved = (0u64, Instant::now());
-        let mut waiting_said: Option<Instant> = None;
+        let mut stuck = StuckWatch::default();
         let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(cfg.controller.stop_timeout_s));
         let mut stopped = false;
         // Events built, and when that figure last grew.
@@ -238,7 +225,7 @@ impl<'a> LocalRun<'a> {
             let p = system.progress();
             if started.is_none() && p.started {
                 started = Some(Instant::now());
-                moved.1 = Instant::now();
+                stuck.started();
                 if begun.elapsed() > START_SAID_AFTER {
                     line.end();
                     tracing::info!(
@@ -256,22 +243,10 @@ impl<'a> LocalRun<'a> {
             line.show(&p, &last, &interval);
             // Nothing built for a while, with events in flight or the run not started: say which
             // units hold what, and wait for whom.
-            let stuck = p.built == moved.0 && (p.triggered > p.built || !p.started);
-            if !stuck {
-                moved = (p.built, Instant::now());
-            }
-            let waiting = (stuck && moved.1.elapsed() >= WAITING_SAID_AFTER).then(|| holds(&unit_views(&units)));
-            if let Some(what) = &waiting
-                && waiting_said.is_none_or(|t| t.elapsed() >= WAITING_SAID_AFTER)
-            {
-                waiting_said = Some(Instant::now());
+            let waiting = stuck.look(p.triggered, p.built, p.started, || unit_views(&units));
+            if let Some(said) = waiting.as_ref().and_then(|w| w.say.as_ref()) {
                 line.end();
-                tracing::warn!(
-                    run = cfg.run.number,
-                    "nothing built for {:.0} s ({} events in flight): {what}",
-                    moved.1.elapsed().as_secs_f64(),
-                    p.triggered.saturating_sub(p.built)
-                );
+                tracing::warn!(run = cfg.run.number, "{said}");
             }
             status.update(|v| {
                 v.state = match (stopped, p.started) {
@@ -281,7 +256,7 @@ impl<'a> LocalRun<'a> {
                 };
                 v.started = p.started;
                 v.streams_missing = p.streams_missing.clone();
-                v.waiting = waiting.clone();
+                v.waiting = waiting.map(|w| w.holds);
                 v.machine_overloaded = interval.load.filter(|_| interval.overloaded).map(|l| l.figures());
                 v.elapsed_s = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
                 v.requested_rate_hz = requested_hz;

@@ -176,20 +176,12 @@ impl TriggerAccount {
         }
         if let Some(l) = load.filter(|_| overloaded && !self.stopped) {
             let (secs, sum) = &mut self.overloaded;
-            let weighted = |a: f64, b: f64| a + b * seconds;
-            *sum = Some(match *sum {
-                None => Load {
-                    busy: l.busy * seconds,
-                    runnable: l.runnable * seconds,
-                    own_cores: l.own_cores * seconds,
-                    ..l
-                },
-                Some(s) => Load {
-                    busy: weighted(s.busy, l.busy),
-                    runnable: weighted(s.runnable, l.runnable),
-                    own_cores: weighted(s.own_cores, l.own_cores),
-                    ..l
-                },
+            let s = sum.unwrap_or(Load { busy: 0.0, runnable: 0.0, own_cores: 0.0, ..l });
+            *sum = Some(Load {
+                busy: s.busy + l.busy * seconds,
+                runnable: s.runnable + l.runnable * seconds,
+                own_cores: s.own_cores + l.own_cores * seconds,
+                ..l
             });
             *secs += seconds;
         }

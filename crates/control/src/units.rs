@@ -214,6 +214,80 @@ pub fn conservation_from_views(units: &[UnitView]) -> ConservationView {
 /// each unit holds and waits for ([`holds`]), and says it again as often while it lasts.
 pub const WAITING_SAID_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// What a run that has not started waits for, in a few words: the streams of the FEDs not yet
+/// connected, or (once all are) the start itself; `None` once it has started.
+pub fn start_wait(started: bool, streams_missing: &[u16]) -> Option<String> {
+    match (started, streams_missing) {
+        (true, _) => None,
+        (false, []) => Some("waiting for the run to start".to_owned()),
+        (false, feds) => Some(format!("waiting for the streams of FEDs {}", tessera_config::format_fed_list(feds))),
+    }
+}
+
+/// Watches a run for building nothing ([`WAITING_SAID_AFTER`] without a new event, with events
+/// in flight or before its start), for whoever runs it to say what holds it.
+#[derive(Debug)]
+pub struct StuckWatch {
+    /// Events built when that figure last grew (or the run started), and when.
+    moved: (u64, std::time::Instant),
+    /// When it was last said.
+    said: Option<std::time::Instant>,
+}
+
+/// A run that builds nothing ([`StuckWatch::look`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stuck {
+    /// What each unit holds and waits for ([`holds`]).
+    pub holds: String,
+    /// The line to say now, if it is time: the first, then one every [`WAITING_SAID_AFTER`].
+    pub say: Option<String>,
+}
+
+impl Default for StuckWatch {
+    fn default() -> Self {
+        StuckWatch { moved: (0, std::time::Instant::now()), said: None }
+    }
+}
+
+impl StuckWatch {
+    /// The run started: nothing was built yet, and that counts from now.
+    pub fn started(&mut self) {
+        self.moved.1 = std::time::Instant::now();
+    }
+
+    /// Looks at the run's figures: when it has built nothing for [`WAITING_SAID_AFTER`] with
+    /// events in flight (`triggered` past `built`) or before its start, what the units (`views`,
+    /// read only then) hold.
+    pub fn look(
+        &mut self,
+        triggered: u64,
+        built: u64,
+        started: bool,
+        views: impl FnOnce() -> Vec<UnitView>,
+    ) -> Option<Stuck> {
+        let stuck = built == self.moved.0 && (triggered > built || !started);
+        if !stuck {
+            self.moved = (built, std::time::Instant::now());
+            return None;
+        }
+        let idle = self.moved.1.elapsed();
+        if idle < WAITING_SAID_AFTER {
+            return None;
+        }
+        let holds = holds(&views());
+        let due = self.said.is_none_or(|t| t.elapsed() >= WAITING_SAID_AFTER);
+        let say = due.then(|| {
+            self.said = Some(std::time::Instant::now());
+            format!(
+                "nothing built for {:.0} s ({} events in flight): {holds}",
+                idle.as_secs_f64(),
+                triggered.saturating_sub(built)
+            )
+        });
+        Some(Stuck { holds, say })
+    }
+}
+
 /// What each unit holds and waits for, in one line, for a run that builds nothing: the EVM
 /// waiting for streams before it starts the run, the FEDs an RU's events wait for, what holds a
 /// unit back, and how much it holds. Units with nothing to say are left out.

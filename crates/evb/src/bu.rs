@@ -101,6 +101,8 @@ struct Building {
     have: u16,
     /// When its first part came (push ages it from then).
     first_at: Nanos,
+    /// Fragment bytes of its parts so far.
+    bytes: u64,
 }
 
 #[derive(Debug)]
@@ -111,6 +113,8 @@ struct OpenFile {
     opened_at: Nanos,
     /// When its last event was added.
     grown_at: Nanos,
+    /// Fragment bytes of its events.
+    bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -614,16 +618,17 @@ impl Bu {
                 return;
             }
             self.outstanding -= 1;
+            let bytes = part.bytes() as u64;
             if ru < n_ru {
-                self.held_bytes += part.bytes() as u64;
+                self.held_bytes += bytes;
             }
             if n_ru == 1 && ru == 0 {
                 // The only part: the event is complete without waiting in the table.
-                self.complete(now, event, vec![part]);
+                self.complete(now, event, vec![part], bytes);
             } else if ru < n_ru {
                 let mut parts = vec![None; n_ru];
                 parts[ru] = Some(part);
-                self.building.insert(event, Building { parts, have: 1, first_at: now });
+                self.building.insert(event, Building { parts, have: 1, first_at: now, bytes });
             } else {
                 self.counters.parts_dropped += 1;
             }
@@ -631,7 +636,9 @@ impl Bu {
         };
         match b.parts.get_mut(ru) {
             Some(slot @ None) => {
-                self.held_bytes += part.bytes() as u64;
+                let bytes = part.bytes() as u64;
+                self.held_bytes += bytes;
+                b.bytes += bytes;
                 *slot = Some(part);
                 b.have += 1;
             }
@@ -644,7 +651,7 @@ impl Bu {
             let b = self.building.remove(&event).expect("present");
             // Every slot is filled (have == n_ru); collecting in place reuses the allocation.
             let parts = b.parts.into_iter().map(|p| p.expect("every RU's part is present")).collect();
-            self.complete(now, event, parts);
+            self.complete(now, event, parts, b.bytes);
         }
     }
 
@@ -662,11 +669,17 @@ impl Bu {
             self.out.push_back(BuOutput::Notice(Notice::LatePart { ru: ru as RuId, event }));
             return;
         }
-        let b =
-            self.building.entry(event).or_insert_with(|| Building { parts: vec![None; n_ru], have: 0, first_at: now });
+        let b = self.building.entry(event).or_insert_with(|| Building {
+            parts: vec![None; n_ru],
+            have: 0,
+            first_at: now,
+            bytes: 0,
+        });
         match &mut b.parts[ru] {
             slot @ None => {
-                self.held_bytes += part.bytes() as u64;
+                let bytes = part.bytes() as u64;
+                self.held_bytes += bytes;
+                b.bytes += bytes;
                 *slot = Some(part);
                 b.have += 1;
             }
@@ -675,7 +688,7 @@ impl Bu {
         if usize::from(b.have) == n_ru {
             let b = self.building.remove(&event).expect("present");
             let parts = b.parts.into_iter().map(|p| p.expect("every RU's part is present")).collect();
-            self.complete(now, event, parts);
+            self.complete(now, event, parts, b.bytes);
         }
         self.newest = self.newest.max(event);
         if self.newest_from.len() < n_ru {
@@ -718,7 +731,7 @@ impl Bu {
                 .collect();
             self.counters.aged_events += 1;
             self.out.push_back(BuOutput::Notice(Notice::EventAged { event, missing_rus, by_time: aged_by_time }));
-            self.complete(now, event, parts);
+            self.complete(now, event, parts, b.bytes);
         }
     }
 
@@ -727,7 +740,8 @@ impl Bu {
         b.parts.iter().enumerate().all(|(r, p)| p.is_some() || self.newest_from.get(r).is_some_and(|&n| n > event))
     }
 
-    fn complete(&mut self, now: Nanos, event: EventNumber, parts: Vec<SuperFragment>) {
+    /// Builds `event` of `parts`, `bytes` of fragments in all, into its lumi section's open file.
+    fn complete(&mut self, now: Nanos, event: EventNumber, parts: Vec<SuperFragment>, bytes: u64) {
         if let Some(push) = self.cfg.push {
             // A part of an event shipped is late while it is remembered, and long after.
             self.shipped.insert(event);
@@ -753,7 +767,6 @@ impl Bu {
             self.counters.error_events += 1;
         }
         self.counters.events_built += 1;
-        let bytes: u64 = parts.iter().map(|p| p.bytes() as u64).sum();
         self.largest_event_bytes = self.largest_event_bytes.max(bytes);
         self.built_bytes += bytes;
         let lumi_section = trigger.map_or(0, |t| t.lumi_section);
@@ -773,12 +786,14 @@ impl Bu {
                 let next = self.next_index.entry(lumi_section).or_default();
                 let file = FileId { bu: self.cfg.bu, lumi_section, index: *next };
                 *next += 1;
-                self.open.push(OpenFile { file, lumi_section, events: Vec::new(), opened_at: now, grown_at: now });
+                let open = OpenFile { file, lumi_section, events: Vec::new(), opened_at: now, grown_at: now, bytes: 0 };
+                self.open.push(open);
                 self.open.len() - 1
             }
         };
         self.open[index].events.push(built);
         self.open[index].grown_at = now;
+        self.open[index].bytes += bytes;
         if self.open[index].events.len() >= self.cfg.max_events_per_file.max(1) as usize {
             self.close(now, index);
         }
@@ -794,14 +809,13 @@ impl Bu {
             push_event(&mut ranges, e);
         }
         let count = f.events.len() as u32;
-        let held_bytes = f.events.iter().flat_map(|e| &e.parts).map(|p| p.bytes() as u64).sum();
         if self.cfg.bug == Some(BuBug::CommitBeforeWritten) {
             self.built.push(BuiltFile { file: f.file, events: ranges.clone() });
             self.report_since.get_or_insert(now);
         }
         // Push has no commit: a file is published as soon as it is written.
         let committed = self.cfg.push.is_some();
-        let entry = FileEntry { state: FileState::Writing { committed }, events: ranges, count, held_bytes };
+        let entry = FileEntry { state: FileState::Writing { committed }, events: ranges, count, held_bytes: f.bytes };
         self.files.insert(f.file, entry);
         self.out.push_back(BuOutput::WriteFile { file: f.file, lumi_section: f.lumi_section, events: f.events });
     }

@@ -13,7 +13,7 @@
 
 use crate::evm::{Evm, EvmConfig};
 use crate::msg::{FragmentRef, Message};
-use crate::ru::{BackPressure, Ru, RuConfig};
+use crate::ru::{BackPressure, Ru, RuConfig, StreamChange};
 use crate::start::StartBarrier;
 use crate::trigger_stream::TriggerStream;
 use crate::types::{EventNumber, Nanos, Peer, RuId};
@@ -38,8 +38,6 @@ pub struct EvmNode {
     /// The trigger went off before the start: the run's last event, to stop the EVM at once it
     /// has the triggers kept aside.
     stop_at_start: Option<Option<EventNumber>>,
-    /// Run control stopped the run before it started: no trigger makes an event.
-    abandoned: bool,
 }
 
 impl EvmNode {
@@ -48,14 +46,13 @@ impl EvmNode {
         let mut barrier = StartBarrier::new(evm.n_ru);
         if evm.bug == Some(crate::evm::EvmBug::StartBeforeStreams) {
             for r in 0..evm.n_ru {
-                barrier.ready(r, 0);
+                let _ = barrier.ready(r);
             }
         }
         EvmNode {
             drain_sent: false,
             barrier,
             stop_at_start: None,
-            abandoned: false,
             evm: Evm::new(evm),
             ru: Ru::new(ru),
             out: VecDeque::new(),
@@ -132,50 +129,34 @@ impl EvmNode {
         if self.barrier.started() {
             self.evm.handle(now, Input::StopTrigger { last_event });
         } else if last_event.is_none() {
-            self.abandoned = true;
-            self.barrier.take_deferred();
+            self.barrier.abandon();
             self.evm.handle(now, Input::StopTrigger { last_event: None });
         } else {
             self.stop_at_start = Some(last_event);
         }
     }
 
-    /// The stream of RU 0's FED at `fed_index` connected (see [`Ru::stream_connected`]).
-    pub fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
-        self.ru.stream_connected(fed_index);
+    /// RU 0's FED at `fed_index`'s stream changed (see [`Ru::stream_changed`]).
+    pub fn stream_changed(&mut self, now: Nanos, fed_index: usize, change: StreamChange) -> bool {
+        let changed = self.ru.stream_changed(now, fed_index, change);
         self.pump(now);
-    }
-
-    /// The stream of RU 0's FED at `fed_index` ended (see [`Ru::stream_ended`]).
-    pub fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
-        self.ru.stream_ended(fed_index, now);
-        self.pump(now);
-    }
-
-    /// Masks RU 0's FED at `fed_index` (see [`Ru::mask`]).
-    pub fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
-        let masked = self.ru.mask(fed_index, now);
-        self.pump(now);
-        masked
+        changed
     }
 
     /// RU `ru` has every stream connected; the last to say it starts the run: the triggers kept
     /// aside make their events, and a stop that came meanwhile takes effect.
     fn ru_ready(&mut self, now: Nanos, ru: RuId) {
-        if ru >= self.evm.config().n_ru {
-            self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
-                what: format!("EVM: streams connected said for RU {ru}, which the run does not have"),
-            }));
-            return;
-        }
-        if self.abandoned || !self.barrier.ready(ru, now) {
-            return;
-        }
-        for (event, lumi_section) in self.barrier.take_deferred() {
-            self.evm.triggered(now, event, lumi_section);
-        }
-        if let Some(last_event) = self.stop_at_start.take() {
-            self.evm.handle(now, Input::StopTrigger { last_event });
+        match self.barrier.ready(ru) {
+            Err(e) => self.out.push_back(RuOutput::Notice(Notice::ProtocolError { what: format!("EVM: {e}") })),
+            Ok(None) => {}
+            Ok(Some(triggers)) => {
+                for (event, lumi_section) in triggers {
+                    self.evm.triggered(now, event, lumi_section);
+                }
+                if let Some(last_event) = self.stop_at_start.take() {
+                    self.evm.handle(now, Input::StopTrigger { last_event });
+                }
+            }
         }
     }
 
@@ -213,13 +194,14 @@ impl EvmNode {
             while let Some(o) = self.ru.poll_output() {
                 moved = true;
                 match o {
-                    // After a break, or a stop before the start, a trigger fragment is of no
-                    // event.
-                    RuOutput::Triggered { .. } if self.trigger.broke().is_some() || self.abandoned => {}
-                    RuOutput::Triggered { event, lumi_section } if !self.barrier.started() => {
-                        self.barrier.defer(event, lumi_section)
+                    // After a break a trigger fragment is of no event; before the start it waits
+                    // for the start (see `StartBarrier::admit`).
+                    RuOutput::Triggered { .. } if self.trigger.broke().is_some() => {}
+                    RuOutput::Triggered { event, lumi_section } => {
+                        if self.barrier.admit(event, lumi_section) {
+                            self.evm.triggered(now, event, lumi_section);
+                        }
                     }
-                    RuOutput::Triggered { event, lumi_section } => self.evm.triggered(now, event, lumi_section),
                     RuOutput::Send { to: Peer::Evm, msg: Message::StreamsConnected { ru } } => self.ru_ready(now, ru),
                     // The trigger FED's sync loss is said as such (counted against it) and
                     // breaks the trigger stream.
@@ -285,8 +267,8 @@ mod tests {
     /// The EVM's node of one RU reading the trigger FED and FED 0, for one BU.
     fn node() -> EvmNode {
         let mut n = EvmNode::new(EvmConfig::new(1, 1), RuConfig::new(0, vec![TCDS_FED_ID, 0]));
-        n.stream_connected(0, 0);
-        n.stream_connected(0, 1);
+        n.stream_changed(0, 0, StreamChange::Connected);
+        n.stream_changed(0, 1, StreamChange::Connected);
         assert!(n.started(), "RU 0 is the only RU");
         n
     }
@@ -391,7 +373,7 @@ mod tests {
         trigger(&mut n, 1, 3);
         assert_eq!((n.started(), n.evm.counters().triggered), (false, 0), "FED 0 and RU 1 are not there");
         assert_eq!(n.rus_not_ready(), vec![0, 1]);
-        n.stream_connected(0, 1);
+        n.stream_changed(0, 1, StreamChange::Connected);
         assert_eq!(n.rus_not_ready(), vec![1]);
         n.handle(0, Input::Message { from: Peer::Ru(1), msg: Message::StreamsConnected { ru: 1 } });
         assert!(n.started());
@@ -405,7 +387,7 @@ mod tests {
     fn a_trigger_stream_that_ends_cleanly_before_the_start_stops_the_run_after_its_events() {
         let mut n = node_of_two_rus();
         n.limit_trigger(3);
-        n.stream_connected(0, 1);
+        n.stream_changed(0, 1, StreamChange::Connected);
         trigger(&mut n, 1, 3);
         n.trigger_stream_ended(0, None);
         assert!(breaks(&mut n).is_empty(), "3 of 3 triggers: a clean end");
@@ -418,7 +400,7 @@ mod tests {
     #[test]
     fn a_run_stopped_before_every_stream_came_ends_with_no_event() {
         let mut n = node_of_two_rus();
-        n.stream_connected(0, 1);
+        n.stream_changed(0, 1, StreamChange::Connected);
         trigger(&mut n, 1, 2);
         n.handle(0, Input::StopTrigger { last_event: None });
         assert!(n.trigger_stopped());

@@ -24,8 +24,8 @@ pub struct RuConfig {
     /// waits for its fragment and this RU reads the stream: the event is then sent without it,
     /// and so are later ones until the FED catches up, in nanoseconds. `None` (the default):
     /// never; a silent stream holds its events, and through the RU's full buffers the trigger,
-    /// until it sends, ends, or is masked ([`Ru::mask`]). A stream that delivers older events,
-    /// or that this RU holds back, is never silent.
+    /// until it sends, ends, or is masked ([`StreamChange::Masked`]). A stream that delivers
+    /// older events, or that this RU holds back, is never silent.
     pub silent_fed_give_up_ns: Option<Nanos>,
     /// Super-fragments per data message at most. Default 256.
     pub max_parts_per_message: usize,
@@ -104,6 +104,21 @@ impl FedState {
     pub fn waited_for(self) -> bool {
         matches!(self, FedState::Unconnected | FedState::Normal)
     }
+}
+
+/// What the driver, or run control, says of one of an RU's FED streams ([`Ru::stream_changed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamChange {
+    /// The stream connected and named its FED (before its first fragment, if the driver sees it
+    /// then). Once every stream has, RU 0's node is told ([`Message::StreamsConnected`]).
+    Connected,
+    /// The stream ended (closed, or broken) before the run's end: it brings nothing more, so the
+    /// events that wait for it go on without it now. A FED out of sync or masked stays so.
+    Ended,
+    /// An operator masks the FED: the events that wait for it go on without it now, and so do
+    /// all later ones; what its stream still brings is dropped. A FED already left out (ended,
+    /// out of sync) stays so.
+    Masked,
 }
 
 #[derive(Debug)]
@@ -273,16 +288,34 @@ impl Ru {
         self.feds.iter().all(|f| f.state != FedState::Unconnected)
     }
 
-    /// The stream of the FED at `fed_index` connected and named its FED (before its first
-    /// fragment, if the driver sees it then). Once every stream has, RU 0's node is told
-    /// ([`Message::StreamsConnected`]).
-    pub fn stream_connected(&mut self, fed_index: usize) {
-        if let Some(fed) = self.feds.get_mut(fed_index)
-            && fed.state == FedState::Unconnected
-        {
-            fed.state = FedState::Normal;
+    /// The FED at `fed_index`'s stream changed as `change` says; whether the FED's state changed
+    /// with it (a second connect, end or mask changes nothing).
+    pub fn stream_changed(&mut self, now: Nanos, fed_index: usize, change: StreamChange) -> bool {
+        let Some(fed) = self.feds.get_mut(fed_index) else { return false };
+        let (from, to) = match change {
+            StreamChange::Connected => (&[FedState::Unconnected][..], FedState::Normal),
+            StreamChange::Ended => {
+                (&[FedState::Unconnected, FedState::Normal, FedState::GivenUp, FedState::Ended][..], FedState::Ended)
+            }
+            StreamChange::Masked => {
+                (&[FedState::Unconnected, FedState::Normal, FedState::GivenUp][..], FedState::Masked)
+            }
+        };
+        if !from.contains(&fed.state) {
+            return false;
         }
+        let changed = fed.state != to;
+        fed.state = to;
+        if change == StreamChange::Masked {
+            let notice = Notice::FedMasked { fed: fed.id, event: fed.lv1.expected() };
+            self.out.push_back(RuOutput::Notice(notice));
+        }
+        // A masked FED no longer keeps the run from starting either.
         self.tell_if_connected();
+        if change != StreamChange::Connected {
+            self.retry_waiting(now);
+        }
+        changed
     }
 
     fn tell_if_connected(&mut self) {
@@ -304,26 +337,6 @@ impl Ru {
             })?;
             Some(Wait { event, fed: fed.id, since: at.max(fed.alive_at) })
         })
-    }
-
-    /// Masks the FED at `fed_index` at the operator's word: the events that wait for it go on
-    /// without it now, and so do all later ones; what its stream still brings is dropped. A FED
-    /// already left out (ended, out of sync) or masked stays as it is. Returns whether it was
-    /// masked now.
-    pub fn mask(&mut self, fed_index: usize, now: Nanos) -> bool {
-        let Some(fed) = self.feds.get_mut(fed_index) else { return false };
-        if matches!(fed.state, FedState::Masked | FedState::SyncLost | FedState::Ended) {
-            return false;
-        }
-        fed.state = FedState::Masked;
-        let notice = Notice::FedMasked { fed: fed.id, event: fed.lv1.expected() };
-        self.out.push_back(RuOutput::Notice(notice));
-        // A masked FED no longer keeps the run from starting.
-        self.tell_if_connected();
-        let waiting: Vec<EventNumber> = self.waiting.iter().map(|&(_, e)| e).collect();
-        self.try_send(now, waiting);
-        self.flush_complete_batches();
-        true
     }
 
     /// The events held, each with the BU it is assigned to, if any.
@@ -367,15 +380,8 @@ impl Ru {
         }
     }
 
-    /// The stream of the FED at `fed_index` ended (closed, or broken) before the run's end: it
-    /// brings nothing more, so the events waiting for it go on without it now rather than wait
-    /// for it.
-    pub fn stream_ended(&mut self, fed_index: usize, now: Nanos) {
-        let Some(fed) = self.feds.get_mut(fed_index) else { return };
-        if matches!(fed.state, FedState::SyncLost | FedState::Masked) {
-            return;
-        }
-        fed.state = FedState::Ended;
+    /// Tries again to send every event that waits: a FED it waited for is no longer waited for.
+    fn retry_waiting(&mut self, now: Nanos) {
         let waiting: Vec<EventNumber> = self.waiting.iter().map(|&(_, e)| e).collect();
         self.try_send(now, waiting);
         self.flush_complete_batches();
@@ -416,9 +422,7 @@ impl Ru {
                 self.out.push_back(RuOutput::Notice(notice));
                 self.free(vec![fragment]);
                 // Events waiting for this FED no longer do.
-                let waiting: Vec<EventNumber> = self.waiting.iter().map(|&(_, e)| e).collect();
-                self.try_send(now, waiting);
-                self.flush_complete_batches();
+                self.retry_waiting(now);
                 return Ok(());
             }
         };
@@ -793,8 +797,8 @@ mod tests {
         ru.offer_fragment(0, 0, fragment(7, 2)).unwrap();
         assign_first(&mut ru, 100);
         assert!(sent(&mut ru).is_empty());
-        assert!(ru.mask(1, 200));
-        assert!(!ru.mask(1, 201), "once");
+        assert!(ru.stream_changed(200, 1, StreamChange::Masked));
+        assert!(!ru.stream_changed(201, 1, StreamChange::Masked), "once");
         let outputs: Vec<RuOutput> = std::iter::from_fn(|| ru.poll_output()).collect();
         assert!(outputs.contains(&RuOutput::Notice(Notice::FedMasked { fed: 8, event: 1 })));
         assert!(
@@ -820,7 +824,7 @@ mod tests {
         };
         let mut ru = Ru::new(RuConfig::new(3, vec![7, 8, 9]));
         assert_eq!(ru.unconnected_feds(), vec![7, 8, 9]);
-        ru.stream_connected(0);
+        ru.stream_changed(0, 0, StreamChange::Connected);
         // A first fragment says its stream is connected too.
         ru.offer_fragment(0, 2, fragment(9, 1)).unwrap();
         assert_eq!((told(&mut ru), ru.unconnected_feds()), (0, vec![8]));
@@ -828,13 +832,13 @@ mod tests {
         // Events wait for a FED not yet connected.
         assign_first(&mut ru, 0);
         assert_eq!(ru.waiting_for().map(|w| w.fed), Some(7));
-        ru.stream_connected(1);
+        ru.stream_changed(0, 1, StreamChange::Connected);
         assert_eq!(told(&mut ru), 1);
-        ru.stream_connected(1);
+        ru.stream_changed(0, 1, StreamChange::Connected);
         assert_eq!(told(&mut ru), 0, "once");
         let mut ru = Ru::new(RuConfig::new(3, vec![7, 8]));
-        ru.stream_connected(0);
-        ru.mask(1, 0);
+        ru.stream_changed(0, 0, StreamChange::Connected);
+        ru.stream_changed(0, 1, StreamChange::Masked);
         assert_eq!(told(&mut ru), 1, "a masked FED does not hold the start");
     }
 
@@ -852,7 +856,7 @@ mod tests {
         let mut ru = Ru::new(RuConfig { silent_fed_give_up_ns: Some(timeout), ..RuConfig::new(1, vec![7, 8]) });
         ru.offer_fragment(0, 0, fragment(7, 1)).unwrap();
         assign_first(&mut ru, 100);
-        ru.stream_ended(1, 200);
+        ru.stream_changed(200, 1, StreamChange::Ended);
         assert_eq!(sent(&mut ru), vec![(1, vec![8])], "its stream ended: no wait");
     }
 }

@@ -65,6 +65,11 @@ impl FrameStore {
         self.held
     }
 
+    /// Whether a frame of `bytes` would fit beside what is held.
+    pub fn has_room_for(&self, bytes: usize) -> bool {
+        self.held.saturating_add(bytes) <= self.budget
+    }
+
     /// Frames held now.
     pub fn frames(&self) -> usize {
         self.frames.len()
@@ -77,7 +82,7 @@ impl FrameStore {
         let Decoded { mut message, fragments } = decoded;
         let Message::Data { parts, .. } = &mut message else { return Ok(message) };
         let bytes = received.bytes().len();
-        if self.held + bytes > self.budget {
+        if !self.has_room_for(bytes) {
             return Err(StoreFull { held: self.held, frame: bytes, budget: self.budget });
         }
         let frame = self.next;

@@ -7,7 +7,7 @@ use tessera_evb::invariant::InvariantViolation;
 use tessera_evb::msg::FragmentRef;
 use tessera_evb::push::{Destinations, PushNodeConfig};
 use tessera_evb::push::{PushNode, PushRu};
-use tessera_evb::ru::BackPressure;
+use tessera_evb::ru::{BackPressure, StreamChange};
 use tessera_evb::types::{EventNumber, Nanos, Peer};
 use tessera_evb::unit::{Input, RuOutput, TriggerBreak};
 use tessera_evb::{EvmConfig, EvmNode, Ru, RuConfig};
@@ -104,33 +104,14 @@ impl Readout {
         }
     }
 
-    /// RU `r`'s stream of its FED at `fed` connected and named its FED.
-    pub(crate) fn stream_connected(&mut self, now: Nanos, r: usize, fed: usize) {
+    /// RU `r`'s stream of its FED at `fed` changed (see [`tessera_evb::Ru::stream_changed`]);
+    /// whether the FED's state changed.
+    pub(crate) fn stream_changed(&mut self, now: Nanos, r: usize, fed: usize, change: StreamChange) -> bool {
         match self {
-            Readout::Pull { evm, .. } if r == 0 => evm.stream_connected(now, fed),
-            Readout::Pull { rus, .. } => rus[r - 1].stream_connected(fed),
-            Readout::Push { node, .. } if r == 0 => node.stream_connected(now, fed),
-            Readout::Push { rus, .. } => rus[r - 1].stream_connected(now, fed),
-        }
-    }
-
-    /// RU `r`'s stream of its FED at `fed` ended for good.
-    pub(crate) fn stream_ended(&mut self, now: Nanos, r: usize, fed: usize) {
-        match self {
-            Readout::Pull { evm, .. } if r == 0 => evm.stream_ended(now, fed),
-            Readout::Pull { rus, .. } => rus[r - 1].stream_ended(fed, now),
-            Readout::Push { node, .. } if r == 0 => node.stream_ended(now, fed),
-            Readout::Push { rus, .. } => rus[r - 1].stream_ended(now, fed),
-        }
-    }
-
-    /// An operator masks RU `r`'s FED at `fed`; whether it was masked now.
-    pub(crate) fn mask(&mut self, now: Nanos, r: usize, fed: usize) -> bool {
-        match self {
-            Readout::Pull { evm, .. } if r == 0 => evm.mask(now, fed),
-            Readout::Pull { rus, .. } => rus[r - 1].mask(fed, now),
-            Readout::Push { node, .. } if r == 0 => node.mask(now, fed),
-            Readout::Push { rus, .. } => rus[r - 1].mask(now, fed),
+            Readout::Pull { evm, .. } if r == 0 => evm.stream_changed(now, fed, change),
+            Readout::Pull { rus, .. } => rus[r - 1].stream_changed(now, fed, change),
+            Readout::Push { node, .. } if r == 0 => node.stream_changed(now, fed, change),
+            Readout::Push { rus, .. } => rus[r - 1].stream_changed(now, fed, change),
         }
     }
 

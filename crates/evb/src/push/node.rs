@@ -7,7 +7,7 @@
 
 use super::{Destinations, PushRu};
 use crate::msg::{FragmentRef, Message};
-use crate::ru::{BackPressure, RuConfig};
+use crate::ru::{BackPressure, RuConfig, StreamChange};
 use crate::start::StartBarrier;
 use crate::trigger_stream::TriggerStream;
 use crate::types::{BuId, EventNumber, Nanos, Peer, RuId};
@@ -82,8 +82,6 @@ pub struct PushNode {
     /// The run's start: events go to BUs, and triggers count, only once every stream of every
     /// RU is connected.
     barrier: StartBarrier,
-    /// Run control stopped the run before it started: no trigger makes an event.
-    abandoned: bool,
 }
 
 impl PushNode {
@@ -112,7 +110,6 @@ impl PushNode {
             drained: false,
             out: VecDeque::new(),
             barrier: StartBarrier::new(cfg.n_ru),
-            abandoned: false,
         }
     }
 
@@ -126,38 +123,25 @@ impl PushNode {
         self.barrier.waiting_for()
     }
 
-    /// The stream of RU 0's FED at `fed_index` connected (see [`crate::Ru::stream_connected`]).
-    pub fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
-        self.ru.stream_connected(now, fed_index);
+    /// RU 0's FED at `fed_index`'s stream changed (see [`crate::Ru::stream_changed`]).
+    pub fn stream_changed(&mut self, now: Nanos, fed_index: usize, change: StreamChange) -> bool {
+        let changed = self.ru.stream_changed(now, fed_index, change);
         self.pump(now);
-    }
-
-    /// The stream of RU 0's FED at `fed_index` ended (see [`crate::Ru::stream_ended`]).
-    pub fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
-        self.ru.stream_ended(now, fed_index);
-        self.pump(now);
-    }
-
-    /// Masks RU 0's FED at `fed_index` (see [`crate::Ru::mask`]).
-    pub fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
-        let masked = self.ru.mask(now, fed_index);
-        self.pump(now);
-        masked
+        changed
     }
 
     /// RU `ru` has every stream connected; the last to say it starts the run: the triggers kept
     /// aside count, and every RU (this one too) begins to send.
     fn ru_ready(&mut self, now: Nanos, ru: RuId) {
-        if ru >= self.n_ru {
-            self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
-                what: format!("push RU 0: streams connected said for RU {ru}, which the run does not have"),
-            }));
-            return;
-        }
-        if self.abandoned || !self.barrier.ready(ru, now) {
-            return;
-        }
-        for (event, lumi_section) in self.barrier.take_deferred() {
+        let triggers = match self.barrier.ready(ru) {
+            Err(e) => {
+                self.out.push_back(RuOutput::Notice(Notice::ProtocolError { what: format!("push RU 0: {e}") }));
+                return;
+            }
+            Ok(None) => return,
+            Ok(Some(triggers)) => triggers,
+        };
+        for (event, lumi_section) in triggers {
             self.take_trigger(event, lumi_section);
         }
         for r in 1..self.n_ru {
@@ -254,7 +238,7 @@ impl PushNode {
 
     /// What keeps the node from having drained, for a report on a stuck run.
     pub fn pending(&self) -> String {
-        if !self.barrier.started() && !self.abandoned {
+        if self.barrier.waits() {
             return format!("the run waits for every stream of RUs {:?} to connect", self.barrier.waiting_for());
         }
         match self.stop {
@@ -284,8 +268,7 @@ impl PushNode {
                     if !self.barrier.started() && last_event.is_none() {
                         // Stopped before every stream came, with no event issued: the run ends
                         // with none, and the triggers kept aside are no events.
-                        self.abandoned = true;
-                        self.barrier.take_deferred();
+                        self.barrier.abandon();
                     }
                     self.stop = Some(last_event);
                 }
@@ -341,12 +324,14 @@ impl PushNode {
     fn pump(&mut self, now: Nanos) {
         while let Some(o) = self.ru.poll_output() {
             match o {
-                // After a break, or a stop before the start, a trigger fragment is of no event.
-                RuOutput::Triggered { .. } if self.trigger.broke().is_some() || self.abandoned => {}
-                RuOutput::Triggered { event, lumi_section } if !self.barrier.started() => {
-                    self.barrier.defer(event, lumi_section)
+                // After a break a trigger fragment is of no event; before the start it waits for
+                // the start (see `StartBarrier::admit`).
+                RuOutput::Triggered { .. } if self.trigger.broke().is_some() => {}
+                RuOutput::Triggered { event, lumi_section } => {
+                    if self.barrier.admit(event, lumi_section) {
+                        self.take_trigger(event, lumi_section);
+                    }
                 }
-                RuOutput::Triggered { event, lumi_section } => self.take_trigger(event, lumi_section),
                 RuOutput::Send { to: Peer::Evm, msg: Message::StreamsConnected { ru } } => self.ru_ready(now, ru),
                 // The trigger FED's sync loss is said as such and breaks the trigger stream.
                 RuOutput::Notice(notice @ Notice::SyncLoss { fed: TCDS_FED_ID, expected, found_lv1 }) => {
@@ -359,8 +344,7 @@ impl PushNode {
             }
         }
         let Some(last_event) = self.stop else { return };
-        let waits_for_start = !self.barrier.started() && !self.abandoned;
-        if self.drained || waits_for_start || (last_event.is_some() && self.last_triggered < last_event) {
+        if self.drained || self.barrier.waits() || (last_event.is_some() && self.last_triggered < last_event) {
             return;
         }
         self.drained = true;

@@ -6,7 +6,7 @@
 
 use super::Destinations;
 use crate::msg::{FragmentRef, Message};
-use crate::ru::{BackPressure, Ru, RuConfig, message_name};
+use crate::ru::{BackPressure, Ru, RuConfig, StreamChange, message_name};
 use crate::types::{BuId, EventNumber, EventRange, Nanos, Peer, push_event};
 use crate::unit::{Input, Notice, RuOutput};
 use std::collections::VecDeque;
@@ -105,23 +105,11 @@ impl PushRu {
         self.started
     }
 
-    /// The stream of the FED at `fed_index` connected (see [`Ru::stream_connected`]).
-    pub fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
-        self.ru.stream_connected(fed_index);
+    /// The FED at `fed_index`'s stream changed (see [`Ru::stream_changed`]).
+    pub fn stream_changed(&mut self, now: Nanos, fed_index: usize, change: StreamChange) -> bool {
+        let changed = self.ru.stream_changed(now, fed_index, change);
         self.step(now);
-    }
-
-    /// The stream of the FED at `fed_index` ended (see [`Ru::stream_ended`]).
-    pub fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
-        self.ru.stream_ended(fed_index, now);
-        self.step(now);
-    }
-
-    /// Masks the FED at `fed_index` (see [`Ru::mask`]).
-    pub fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
-        let masked = self.ru.mask(fed_index, now);
-        self.step(now);
-        masked
+        changed
     }
 
     /// Keeps this RU within `events` event numbers of `peers` (RU 0's node: every other RU;

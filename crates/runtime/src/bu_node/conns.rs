@@ -5,11 +5,10 @@
 use super::*;
 
 impl BuLoop {
-    /// Whether the store has room for another frame: always under pull, where what comes was
-    /// asked for within the store's room.
+    /// Whether the store has room for another frame: always under pull, whose store has no
+    /// budget of its own (what comes was asked for within the core's room).
     pub(super) fn store_has_room(&self) -> bool {
-        self.cfg.bu.push.is_none()
-            || self.store.held() + self.cfg.max_frame_bytes as usize <= self.cfg.frame_store_bytes
+        self.store.has_room_for(self.cfg.max_frame_bytes as usize)
     }
 
     /// Reads the connection `token` into the store and the core; true if it has more.

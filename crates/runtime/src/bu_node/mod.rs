@@ -518,11 +518,8 @@ impl BuLoop {
         self.stats.events_published.set(self.published);
         self.stats.store_bytes.set(self.store.held() as u64);
         self.stats.events_in_flight.set(u64::from(self.core.events_in_flight()));
-        let full = if self.cfg.bu.push.is_some() {
-            self.store.held() + self.cfg.max_frame_bytes as usize > self.cfg.frame_store_bytes
-        } else {
-            self.core.short_of_store()
-        };
+        // Under push the store's budget bounds what is read; under pull the core's credits do.
+        let full = !self.store_has_room() || self.core.short_of_store();
         self.stats.set_throttle(if throttle != Throttle::None {
             throttle
         } else if full {

@@ -37,7 +37,7 @@ use tessera_evb::ingest::IngestRu;
 use tessera_evb::intake::Intake;
 use tessera_evb::msg::{BufferRef, FragmentRef, Message, SuperFragment, TriggerInfo, data_batches};
 use tessera_evb::push::{Destinations, PushNode, PushNodeConfig, PushRu};
-use tessera_evb::ru::{BackPressure, FedState};
+use tessera_evb::ru::{BackPressure, FedState, StreamChange};
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 pub use tessera_evb::unit::TriggerBreak;
 use tessera_evb::unit::{Input, Notice, RuOutput};
@@ -744,7 +744,7 @@ impl RuLoop {
                 continue;
             }
             let now = self.now();
-            if self.core.mask(now, i) {
+            if self.core.stream_changed(now, i, StreamChange::Masked) {
                 self.stats.fed_errors.add(i, FedError::Masked, 1);
                 self.stats.saw(SubState::FedMasked);
                 self.stats.set_streams_missing(self.core.ru().unconnected_feds());

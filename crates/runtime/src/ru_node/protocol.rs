@@ -26,20 +26,10 @@ pub(super) trait RuCore: Send {
     fn ru(&self) -> &Ru;
     /// The RU, to tell it of its streams ([`Ru::stream_alive`]).
     fn ru_mut(&mut self) -> &mut Ru;
-    /// The stream of the FED at `fed_index` connected and named its FED (see
-    /// [`Ru::stream_connected`]); what it makes the core say is ready to poll.
-    fn stream_connected(&mut self, _now: Nanos, fed_index: usize) {
-        self.ru_mut().stream_connected(fed_index)
-    }
-    /// The stream of the FED at `fed_index` ended before the run's end (see
-    /// [`Ru::stream_ended`]); what it makes the core say is ready to poll.
-    fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
-        self.ru_mut().stream_ended(fed_index, now)
-    }
-    /// Masks the FED at `fed_index` (see [`Ru::mask`]); what it makes the core say is ready to
-    /// poll. Whether it was masked now.
-    fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
-        self.ru_mut().mask(fed_index, now)
+    /// The FED at `fed_index`'s stream changed (see [`Ru::stream_changed`]); what it makes the
+    /// core say is ready to poll. Whether the FED's state changed.
+    fn stream_changed(&mut self, now: Nanos, fed_index: usize, change: StreamChange) -> bool {
+        self.ru_mut().stream_changed(now, fed_index, change)
     }
     /// RU 0's node, which judges the trigger stream and leads the run (none but on RU 0).
     fn leader(&self) -> Option<&dyn Leader> {
@@ -211,14 +201,8 @@ impl RuCore for EvmNode {
     fn ru_mut(&mut self) -> &mut Ru {
         &mut self.ru
     }
-    fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
-        EvmNode::stream_connected(self, now, fed_index)
-    }
-    fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
-        EvmNode::stream_ended(self, now, fed_index)
-    }
-    fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
-        EvmNode::mask(self, now, fed_index)
+    fn stream_changed(&mut self, now: Nanos, fed_index: usize, change: StreamChange) -> bool {
+        EvmNode::stream_changed(self, now, fed_index, change)
     }
     fn leader(&self) -> Option<&dyn Leader> {
         Some(self)
@@ -247,14 +231,8 @@ impl RuCore for PushRu {
     fn ru_mut(&mut self) -> &mut Ru {
         PushRu::ru_mut(self)
     }
-    fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
-        PushRu::stream_connected(self, now, fed_index)
-    }
-    fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
-        PushRu::stream_ended(self, now, fed_index)
-    }
-    fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
-        PushRu::mask(self, now, fed_index)
+    fn stream_changed(&mut self, now: Nanos, fed_index: usize, change: StreamChange) -> bool {
+        PushRu::stream_changed(self, now, fed_index, change)
     }
     fn frees_on_send(&self) -> bool {
         true
@@ -292,14 +270,8 @@ impl RuCore for PushNode {
     fn ru_mut(&mut self) -> &mut Ru {
         PushNode::ru_mut(self).ru_mut()
     }
-    fn stream_connected(&mut self, now: Nanos, fed_index: usize) {
-        PushNode::stream_connected(self, now, fed_index)
-    }
-    fn stream_ended(&mut self, now: Nanos, fed_index: usize) {
-        PushNode::stream_ended(self, now, fed_index)
-    }
-    fn mask(&mut self, now: Nanos, fed_index: usize) -> bool {
-        PushNode::mask(self, now, fed_index)
+    fn stream_changed(&mut self, now: Nanos, fed_index: usize, change: StreamChange) -> bool {
+        PushNode::stream_changed(self, now, fed_index, change)
     }
     fn leader(&self) -> Option<&dyn Leader> {
         Some(self)

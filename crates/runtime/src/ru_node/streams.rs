@@ -41,7 +41,7 @@ impl RuLoop {
         if !clean {
             // Its events go on without it now: an ended stream brings nothing more.
             let now = self.now();
-            self.core.stream_ended(now, i);
+            self.core.stream_changed(now, i, StreamChange::Ended);
             self.dispatch(now);
         }
     }
@@ -115,7 +115,7 @@ impl RuLoop {
                         last_lv1: None,
                     });
                     let now = self.now();
-                    self.core.stream_connected(now, f);
+                    self.core.stream_changed(now, f, StreamChange::Connected);
                     self.stats.set_streams_missing(self.core.ru().unconnected_feds());
                 }
                 Err(why) => self.stats.problem(why),

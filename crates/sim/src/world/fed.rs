@@ -2,7 +2,7 @@
 //! unless the RU's memory for it is full or a fault holds it back; the trigger's information. In
 //! orbit mode a FED is a DTH source and its fragment an orbit block.
 
-use super::{Ev, World};
+use super::{Ev, World, ru_node};
 
 /// Push: how often a held trigger looks at the throttle again, in nanoseconds.
 const THROTTLE_POLL_NS: u64 = 10_000;
@@ -10,6 +10,7 @@ const THROTTLE_POLL_NS: u64 = 10_000;
 /// buffers, in messages).
 pub(super) const UNREAD_MESSAGES_MAX: usize = 4;
 use tessera_evb::msg::{BufferRef, FragmentRef, TriggerInfo};
+use tessera_evb::ru::StreamChange;
 use tessera_evb::types::{EventNumber, FedId, Nanos, Peer};
 use tessera_formats::fed::LV1_MASK;
 use tessera_formats::orbit::{ORBIT_HEADER_BYTES, orbit_fragment_len};
@@ -62,12 +63,12 @@ impl World {
             }
         }
         self.sources[ru][f].named = true;
-        self.readout.stream_connected(self.now, ru, f);
+        self.readout.stream_changed(self.now, ru, f, StreamChange::Connected);
         if self.sources.iter().flatten().all(|s| s.named) {
             self.all_named_at = Some(self.now);
         }
         self.schedule(self.now.max(self.trigger_times[0]), Ev::FedReady { ru, fed: f });
-        self.drain_outputs(if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) });
+        self.drain_outputs(ru_node(ru));
     }
 
     pub(super) fn fed_ready(&mut self, ru: usize, fed: usize) {
@@ -182,7 +183,7 @@ impl World {
                 self.schedule(self.now + 50_000, Ev::FedReady { ru, fed });
             }
         }
-        self.drain_outputs(if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) });
+        self.drain_outputs(ru_node(ru));
     }
 
     /// Push: the trigger issues its next event unless the throttle is up, and wakes the FEDs
@@ -221,7 +222,7 @@ impl World {
     /// Push: whether RU `ru` has as many data messages unread by some BU as a connection holds:
     /// it sends no more there, so it reads its streams no further.
     pub(super) fn sends_stalled(&self, ru: usize) -> bool {
-        let me = if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) };
+        let me = ru_node(ru);
         self.push.unread.iter().any(|(&(from, _), q)| from == me && q.len() >= UNREAD_MESSAGES_MAX)
     }
 

@@ -9,6 +9,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use tessera_evb::intake::Intake;
 use tessera_evb::msg::{BufferRef, Message};
+use tessera_evb::ru::StreamChange;
 use tessera_evb::types::{EventNumber, FedId, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuiltEvent, Input};
 use tessera_evb::{Bu, BuConfig, RuConfig};
@@ -140,6 +141,11 @@ enum Ev {
         ru: usize,
         fed: usize,
     },
+}
+
+/// The node of RU `ru`: RU 0's is the EVM's (or push's RU 0 node).
+fn ru_node(ru: usize) -> Peer {
+    if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) }
 }
 
 struct FedSource {
@@ -469,16 +475,16 @@ impl World {
                 let s = &mut self.sources[ru][fed];
                 s.gone_from.get_or_insert(s.next_event);
                 s.ended = true;
-                self.readout.stream_ended(self.now, ru, fed);
-                self.drain_outputs(if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) });
+                self.readout.stream_changed(self.now, ru, fed, StreamChange::Ended);
+                self.drain_outputs(ru_node(ru));
             }
             Ev::Mask { ru, fed } => {
                 let s = &mut self.sources[ru][fed];
                 s.gone_from.get_or_insert(s.next_event);
-                if !self.readout.mask(self.now, ru, fed) {
+                if !self.readout.stream_changed(self.now, ru, fed, StreamChange::Masked) {
                     self.violation(format!("RU {ru}: FED {} could not be masked", self.sources[ru][fed].id));
                 }
-                self.drain_outputs(if ru == 0 { Peer::Evm } else { Peer::Ru(ru as u16) });
+                self.drain_outputs(ru_node(ru));
             }
         }
     }
