@@ -504,3 +504,51 @@ fn a_file_longer_than_the_client_takes_is_refused_naming_the_limit() {
     let exact = client.with_max_body(raw.len() as u64);
     assert!(exact.fetch(&file).unwrap() == *raw);
 }
+
+/// The `key=value` lines of a `/popfile` answer.
+fn fields(body: &str) -> BTreeMap<String, String> {
+    body.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+}
+
+#[test]
+fn three_cmssw_readers_are_never_told_a_section_is_closed_before_its_files_are_handed_out() {
+    // A whole run, every EoLS and the EoR written before the first reader asks: the BU's last
+    // EoLS is 4 throughout, but no answer may say a section closed while a file of it is left,
+    // since a CMSSW reader marks sections up to `lasteols` ended before it opens its file.
+    let bu = tempfile::tempdir().unwrap();
+    let run = 515;
+    let summary = write_sample_run(bu.path(), &spec(run)).unwrap();
+    let files = published(&summary.run_dir);
+    let broker = start(bu.path(), run);
+    let addr = broker.local_addr();
+    let (mut granted, mut said_before, mut answers) = (BTreeSet::new(), 0u32, 0);
+    let mut ended = BTreeSet::new();
+    while ended.len() < 3 {
+        for pid in [7001u32, 7002, 7003] {
+            if ended.contains(&pid) {
+                continue;
+            }
+            let (status, body) = get(addr, &format!("/popfile?runnumber={run}&pid={pid}"));
+            assert_eq!(status, 200, "{body}");
+            let f = fields(&body);
+            let last_eols: u32 = f["lasteols"].parse().unwrap();
+            answers += 1;
+            match f["state"].as_str() {
+                "READY" if f.contains_key("file") => {
+                    let (ls, index): (u32, u32) = (f["lumisection"].parse().unwrap(), f["index"].parse().unwrap());
+                    assert!(last_eols < ls, "a file of lumi section {ls} granted with lasteols={last_eols}: {body}");
+                    assert!(ls > said_before, "a file of lumi section {ls} after lasteols={said_before} was said");
+                    assert!(granted.insert((ls, index)), "({ls}, {index}) granted twice");
+                }
+                "EOR" => {
+                    ended.insert(pid);
+                }
+                other => panic!("{other} with files left: {body}"),
+            }
+            said_before = said_before.max(last_eols);
+        }
+        assert!(answers < 200, "the readers do not finish");
+    }
+    assert_eq!(granted, files.keys().copied().collect::<BTreeSet<_>>());
+    assert_eq!(said_before, 4, "once every file is handed out, the run's sections are all closed");
+}

@@ -1,7 +1,7 @@
 //! The broker's endpoints: each takes a parsed request and gives the answer (docs/formats.md §16).
 
 use super::http::{Answer, Body, Query};
-use super::popfile::{NoFile, Pop, decide, last_closed, nothing_now};
+use super::popfile::{NoFile, Pop, decide, last_eols, nothing_now};
 use super::{CLAIM_ATTEMPTS, Shared};
 use crate::claim::{Claimer, FileSource};
 use std::fs::{self, File};
@@ -42,17 +42,17 @@ pub(super) fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Res
     let internal = |e: crate::FuError| (500, e.to_string());
     let claimer = Claimer::new(&shared.bu_dir, run, &host, pid).map_err(internal)?;
     let reader_ls = shared.grants().seen(&host, pid, Instant::now());
-    let mut closed = 0;
+    let mut said_eols = 0;
     for attempt in 0..CLAIM_ATTEMPTS {
-        let (last, pop) = shared
+        let (said, pop) = shared
             .on_listing(&claimer, run, attempt > 0, |state| {
-                (last_closed(state), decide(state, reader_ls, stop_ls, any_ls))
+                (last_eols(state), decide(state, reader_ls, stop_ls, any_ls))
             })
             .map_err(internal)?;
-        closed = last;
+        said_eols = said;
         let candidates = match pop {
             Pop::Claim(candidates) => candidates,
-            Pop::NoFile(no_file) => return Ok(answer_no_file(shared, run, &host, pid, no_file, closed)),
+            Pop::NoFile(no_file) => return Ok(answer_no_file(shared, run, &host, pid, no_file, said_eols)),
         };
         if let Some(claim) = claimer.claim_first(&candidates).map_err(internal)? {
             let name = claim.name.clone();
@@ -65,7 +65,7 @@ pub(super) fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Res
             let mut answer = pop_answer(
                 run,
                 "READY",
-                closed,
+                said_eols,
                 &[
                     ("file", stem),
                     ("fileprefix", format!("{}/", names::FU_DIR)),
@@ -78,16 +78,16 @@ pub(super) fn popfile(raw_query: &str, peer: SocketAddr, shared: &Shared) -> Res
         }
         // Other processes took every candidate since the listing: read the directory again.
     }
-    Ok(answer_no_file(shared, run, &host, pid, nothing_now(reader_ls, closed, any_ls), closed))
+    Ok(answer_no_file(shared, run, &host, pid, nothing_now(reader_ls, said_eols, any_ls), said_eols))
 }
 
-/// The answer without a file, after which the reader stands where it says.
-fn answer_no_file(shared: &Shared, run: u32, host: &str, pid: u32, no_file: NoFile, closed: u32) -> Answer {
-    shared.grants().moved(host, pid, no_file.moves_to(closed));
+/// The answer without a file, saying `lasteols = said_eols`, after which the reader stands where it says.
+fn answer_no_file(shared: &Shared, run: u32, host: &str, pid: u32, no_file: NoFile, said_eols: u32) -> Answer {
+    shared.grants().moved(host, pid, no_file.moves_to(said_eols));
     match no_file {
-        NoFile::EndOfLumi => pop_answer(run, "EOLS", closed, &[]),
-        NoFile::Wait { ls } => pop_answer(run, "READY", closed, &[("lumisection", ls.to_string())]),
-        NoFile::EndOfRun { ls } => pop_answer(run, "EOR", closed, &[("lumisection", ls.to_string())]),
+        NoFile::EndOfLumi => pop_answer(run, "EOLS", said_eols, &[]),
+        NoFile::Wait { ls } => pop_answer(run, "READY", said_eols, &[("lumisection", ls.to_string())]),
+        NoFile::EndOfRun { ls } => pop_answer(run, "EOR", said_eols, &[("lumisection", ls.to_string())]),
     }
 }
 

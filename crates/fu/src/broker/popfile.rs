@@ -5,9 +5,14 @@
 //! forward: every answer moves it (a `READY` file's `lumisection`, an `EOLS`'s `lasteols` + 1, a
 //! `READY` without a file's `lumisection`), and a file of an older lumi section than the one it
 //! has open is fatal to it. So a reader is only ever handed the lowest unclaimed file at or above
-//! its lumi section, every answer says how far the BU has closed lumi sections (`lasteols`), and
-//! a reader that asks with `stopls = L` gets no file of a later section and `EOR` once every file
-//! up to `L` is handed out and `L` is closed.
+//! its lumi section, and a reader that asks with `stopls = L` gets no file of a later section and
+//! `EOR` once every file up to `L` is handed out and `L` is closed.
+//!
+//! Every answer says how far lumi sections are closed (`lasteols`), and a CMSSW reader writes its
+//! end-of-lumi markers from it, for every section from the one it has open up to `lasteols`,
+//! *before* it opens the file the answer grants. So `lasteols` is not simply the BU's last EoLS:
+//! it stays below every file not yet handed out ([`last_eols`]), and a section is said closed only
+//! once all of its files are handed out.
 
 use crate::claim::BuRunState;
 
@@ -44,11 +49,10 @@ pub(super) enum NoFile {
 }
 
 impl NoFile {
-    /// The lumi section the answer moves the reader to, when the BU has closed every section
-    /// up to `last_closed`.
-    pub(super) fn moves_to(self, last_closed: u32) -> u32 {
+    /// The lumi section the answer moves the reader to, when it says `lasteols = last_eols`.
+    pub(super) fn moves_to(self, last_eols: u32) -> u32 {
         match self {
-            NoFile::EndOfLumi => last_closed + 1,
+            NoFile::EndOfLumi => last_eols + 1,
             NoFile::Wait { ls } | NoFile::EndOfRun { ls } => ls,
         }
     }
@@ -70,6 +74,18 @@ pub(super) fn last_closed(state: &BuRunState) -> u32 {
     closed
 }
 
+/// The `lasteols` every answer says: the last section the BU has closed ([`last_closed`]), but
+/// below the lowest section that still has a file to hand out, the one this answer may grant
+/// included. A CMSSW reader told `lasteols = N` marks sections up to N ended before it reads the
+/// file it was given, so no file of a section at or below it may be handed out after.
+pub(super) fn last_eols(state: &BuRunState) -> u32 {
+    let closed = last_closed(state);
+    match state.unclaimed.iter().map(|&(ls, _)| ls).min() {
+        Some(lowest) => closed.min(lowest.saturating_sub(1)),
+        None => closed,
+    }
+}
+
 /// The answer to a reader standing at lumi section `reader_ls` (0 before its first answer),
 /// asking with `stop_ls`. A reader that takes files of any lumi section in any order (a Tessera
 /// FU, `any_ls`) is handed the lowest unclaimed file whatever it had before.
@@ -87,14 +103,14 @@ pub(super) fn decide(state: &BuRunState, reader_ls: u32, stop_ls: Option<u32>, a
         let end = stop_ls.map_or(closed, |stop| stop.min(closed));
         return Pop::NoFile(NoFile::EndOfRun { ls: end.max(reader_ls) });
     }
-    Pop::NoFile(nothing_now(reader_ls, closed, any_ls))
+    Pop::NoFile(nothing_now(reader_ls, last_eols(state), any_ls))
 }
 
-/// The answer when there is no file for the reader now but more may come: `EOLS`, unless that
-/// would tell it of a section behind the one it has open (it took a file of a section the BU
-/// has not closed yet): then it waits where it is.
-pub(super) fn nothing_now(reader_ls: u32, last_closed: u32, any_ls: bool) -> NoFile {
-    if !any_ls && last_closed + 1 < reader_ls { NoFile::Wait { ls: reader_ls } } else { NoFile::EndOfLumi }
+/// The answer when there is no file for the reader now but more may come, `last_eols` being
+/// what the answer says ([`last_eols`]): `EOLS`, unless that would tell it of a section behind
+/// the one it has open (it took a file of a section not closed yet): then it waits where it is.
+pub(super) fn nothing_now(reader_ls: u32, last_eols: u32, any_ls: bool) -> NoFile {
+    if !any_ls && last_eols + 1 < reader_ls { NoFile::Wait { ls: reader_ls } } else { NoFile::EndOfLumi }
 }
 
 #[cfg(test)]
@@ -125,6 +141,21 @@ mod tests {
         assert_eq!(last_closed(&state(&[], &[1, 2, 4], false)), 2);
         assert_eq!(last_closed(&state(&[], &[2], false)), 0);
         assert_eq!(last_closed(&state(&[], &[1, 2, 4], true)), 4);
+    }
+
+    #[test]
+    fn lasteols_stays_below_every_section_with_a_file_to_hand_out() {
+        // Sections 1 to 3 closed, a file of 2 and one of 4 unclaimed: the answer that grants the
+        // file of 2 says 1, so that the reader does not mark 2 ended before it reads it.
+        let s = state(&[(2, 5), (4, 0)], &[1, 2, 3], false);
+        assert_eq!(last_closed(&s), 3);
+        assert_eq!(last_eols(&s), 1);
+        assert_eq!(decide(&s, 0, None, false), Pop::Claim(vec![(2, 5)]));
+        // Once it is handed out, 3 is closed for every reader; 4's file holds it there.
+        assert_eq!(last_eols(&state(&[(4, 0)], &[1, 2, 3], false)), 3);
+        assert_eq!(last_eols(&state(&[], &[1, 2, 3], false)), 3);
+        // A reader beyond what may be said closed waits where it is rather than going back.
+        assert_eq!(decide(&state(&[(2, 5)], &[1, 2, 3], false), 4, None, false), Pop::NoFile(NoFile::Wait { ls: 4 }));
     }
 
     #[test]
