@@ -21,7 +21,7 @@ use tessera_control::{RunState, Served, UnitSource, UnitView};
 use crate::options::{ControlArgs, count_interrupts, serve_control};
 use tessera_control::farm::fu_args;
 use tessera_control::incomplete::{IncompleteRule, incomplete_line};
-use tessera_control::report::{BuEnd, BuFigures, Ended, RuEnd};
+use tessera_control::report::{BuEnd, BuFigures, Ended, RuEnd, blocks_left_out_words};
 use tessera_control::stop::{OperatorStop, stop_action};
 
 /// The options of `tessera agent`.
@@ -315,7 +315,7 @@ fn summarize(
     let at_least = if restarted.is_empty() { "" } else { "at least " };
     println!("events: {built} built, {} complete, {at_least}{incomplete} incomplete", built.saturating_sub(incomplete));
     let incomplete_ok = incomplete_rule.allows(incomplete);
-    println!("{}", incomplete_line(incomplete, incomplete_rule));
+    println!("{}", incomplete_line(incomplete, incomplete_rule, cfg.unit_noun()));
     let mut chain = Value::Null;
     let mut chain_holds = true;
     if cfg.fu.enabled && leader.is_none() {
@@ -416,6 +416,13 @@ fn failure(role: Role, r: &Value) -> Option<String> {
 fn summary_line(role: Role, r: &Value) -> String {
     match role {
         Role::Bu(_) => match BuEnd::read(r).as_ref().and_then(BuEnd::figures) {
+            Some(b) if !b.blocks_left_out.is_empty() => format!(
+                "{:>10} orbits in {:>6} files, {:>6} incomplete (blocks left out: {})",
+                b.events_published,
+                b.files_published,
+                b.incomplete_events,
+                blocks_left_out_words(&b.blocks_left_out)
+            ),
             Some(b) => format!(
                 "{:>10} events in {:>6} files, {:>6} incomplete, {:>6} with a fragment error",
                 b.events_published, b.files_published, b.incomplete_events, b.error_events

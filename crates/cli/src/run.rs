@@ -12,6 +12,7 @@ use tessera_config::SystemConfig;
 use tessera_control::capacity;
 use tessera_control::local_run::{FarmEnd, LocalRun, ProgressLine};
 use tessera_control::plan::{self, Listeners, output_dir, require_ports};
+use tessera_control::report::blocks_left_out_words;
 use tessera_control::start_wait;
 use tessera_control::system::{Conservation, FedErrorCounts, Outcome, Progress};
 use tessera_control::trigger::{Interval, TriggerSummary};
@@ -80,7 +81,7 @@ pub fn run(
     let local = LocalRun::start(&cfg, &output, plan, streams, interrupts)?;
     let _control = serve_control(control, local.served())?;
     let tty = std::io::stderr().is_terminal();
-    let mut line = Shown { requested_hz: cfg.unit_rate_hz(), tty };
+    let mut line = Shown { requested_hz: cfg.unit_rate_hz(), orbits: cfg.is_orbit_mode(), tty };
     let end = local.supervise(Duration::from_millis(if tty { 250 } else { 1000 }), &mut line);
     let ok = summarize(&cfg, &output, &end.system, &end.trigger, &incomplete_rule, end.farm.as_ref())?;
     // Storage proves it holds every built event only through the mergers' chain check.
@@ -113,13 +114,15 @@ pub fn beyond_this_machine(cfg: &SystemConfig) -> Vec<String> {
 struct Shown {
     /// The trigger rate asked for (none: free running).
     requested_hz: Option<f64>,
+    /// Orbit mode: the counts are of orbits, and the line says so.
+    orbits: bool,
     /// Whether standard error is a terminal.
     tty: bool,
 }
 
 impl ProgressLine for Shown {
     fn show(&mut self, now: &Progress, last: &Progress, interval: &Interval) {
-        show(now, last, interval, self.requested_hz, self.tty);
+        show(now, last, interval, self.requested_hz, self.orbits, self.tty);
     }
 
     fn end(&mut self) {
@@ -130,8 +133,9 @@ impl ProgressLine for Shown {
 }
 
 /// One progress line: the trigger's rate got (and asked for) and dead time with its reasons in
-/// the interval since `last`, then the data rate, the buffers and what holds back.
-fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<f64>, tty: bool) {
+/// the interval since `last`, then the data rate, the buffers and what holds back. With
+/// `orbits` (orbit mode) the counts and rates are of orbits, and it says so.
+fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<f64>, orbits: bool, tty: bool) {
     let dt = (p.seconds - last.seconds).max(1e-9);
     let gbs = (p.fragment_bytes - last.fragment_bytes) as f64 / dt / 1e9;
     let occupancy = if p.chunks.1 > 0 { 100.0 * p.chunks.0 as f64 / p.chunks.1 as f64 } else { 0.0 };
@@ -155,8 +159,9 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
     };
     let overloaded = trigger.load.filter(|_| trigger.overloaded).map(|l| format!("  OVERLOADED: {}", l.figures()));
     let line = format!(
-        "{:7.1} s  triggered {:>10}  built {:>10}  {rate}{dead}  {:>6.2} GB/s  RU buffers {:>3.0}%  BU store {:>5.1} MB  throttle {}  problems {}{waits}{}",
+        "{:7.1} s  {}triggered {:>10}  built {:>10}  {rate}{dead}  {:>6.2} GB/s  RU buffers {:>3.0}%  BU store {:>5.1} MB  throttle {}  problems {}{waits}{}",
         p.seconds,
+        if orbits { "orbits " } else { "" },
         p.triggered,
         p.built,
         gbs,
@@ -256,21 +261,30 @@ fn summarize(
     }
     for (i, b) in outcome.bus.iter().enumerate() {
         match b {
-            Ok(b) if cfg.is_orbit_mode() => println!(
-                "  {:<10} {:>10} orbits ({} with events, {} events) in {:>6} files, {:>6} incomplete  {}",
-                cfg.bus[i].name,
-                b.events_published,
-                b.orbits_written,
-                b.orbit_events,
-                b.counters.files_published,
-                b.counters.incomplete_events,
-                b.run_dir.display()
-            ),
+            Ok(b) if cfg.is_orbit_mode() => {
+                println!(
+                    "  {:<10} {:>10} orbits ({} with events, {} events) in {:>6} files, {:>6} incomplete  {}",
+                    cfg.bus[i].name,
+                    b.events_published,
+                    b.orbits_written,
+                    b.orbit_events,
+                    b.files_published,
+                    b.counters.incomplete_events,
+                    b.run_dir.display()
+                );
+                if !b.blocks_left_out.is_empty() {
+                    println!(
+                        "  {:<10} blocks left out of their orbits (each orbit counted incomplete): {}",
+                        cfg.bus[i].name,
+                        blocks_left_out_words(&b.blocks_left_out)
+                    );
+                }
+            }
             Ok(b) => println!(
                 "  {:<10} {:>10} events in {:>6} files, {:>6} incomplete, {:>6} with a fragment error  {}",
                 cfg.bus[i].name,
                 b.events_published,
-                b.counters.files_published,
+                b.files_published,
                 b.counters.incomplete_events,
                 b.counters.error_events,
                 b.run_dir.display()
@@ -317,12 +331,13 @@ fn summarize(
     }
     let gb = p.fragment_bytes as f64 / 1e9;
     println!(
-        "  {:.3} GB of fragments, {:.2} GB/s, {:.1} kHz built",
+        "  {:.3} GB of fragments, {:.2} GB/s, {:.1} kHz of {} built",
         gb,
         gb / outcome.seconds.max(1e-9),
-        c.built as f64 / outcome.seconds.max(1e-9) / 1e3
+        c.built as f64 / outcome.seconds.max(1e-9) / 1e3,
+        cfg.unit_noun()
     );
-    println!("{}", trigger_line(trigger));
+    println!("{}", trigger_line(trigger, cfg));
     if let Some(o) = &trigger.overload {
         println!("  machine: {}", o.sentence());
     }
@@ -344,7 +359,7 @@ fn summarize(
     );
     println!("{}", events_line(unit, &c, &outcome.fed_errors));
     let incomplete_ok = incomplete_rule.allows(c.built_incomplete);
-    println!("{}", incomplete_line(c.built_incomplete, incomplete_rule));
+    println!("{}", incomplete_line(c.built_incomplete, incomplete_rule, cfg.unit_noun()));
     let chain = farm.map(|f| summarize_farm(cfg, outcome, &f.outcome, &f.streams, &f.dirs));
     let cut_short = cut.then(|| {
         let not_built = c.lost.get("CUT_SHORT").copied().unwrap_or(0);
@@ -385,6 +400,9 @@ fn summarize(
             "events": b.as_ref().map_or(0, |b| b.events_published),
             "push_aged_events": b.as_ref().ok().filter(|_| cfg.is_push()).map(|b| b.counters.aged_events),
             "push_late_parts": b.as_ref().ok().filter(|_| cfg.is_push()).map(|b| b.counters.late_parts),
+            "files": b.as_ref().ok().map(|b| b.files_published),
+            "incomplete": b.as_ref().ok().map(|b| b.counters.incomplete_events),
+            "orbit_blocks_left_out": b.as_ref().ok().filter(|_| cfg.is_orbit_mode()).map(|b| &b.blocks_left_out),
             "run_dir": b.as_ref().ok().map(|b| b.run_dir.display().to_string()),
             "error": b.as_ref().err().map(ToString::to_string),
         })).collect::<Vec<_>>(),
@@ -415,10 +433,18 @@ fn summarize(
 }
 
 /// The summary's line of the trigger: the rate asked for and got, and the dead time per reason.
-fn trigger_line(t: &TriggerSummary) -> String {
+/// In orbit mode the rates are of orbits (the LHC's orbit rate is what is asked for), and the L1
+/// rate at which each orbit's events are drawn is named apart.
+fn trigger_line(t: &TriggerSummary, cfg: &SystemConfig) -> String {
+    let orbits = cfg.is_orbit_mode();
+    let what = if orbits { "orbits " } else { "" };
+    let l1 = match cfg.trigger.rate_hz.filter(|_| orbits) {
+        Some(l1) => format!("; the events in them drawn at an L1 rate of {:.1} kHz", l1 / 1e3),
+        None => String::new(),
+    };
     let Some(requested) = t.requested_hz else {
         return format!(
-            "  trigger: free running, {:.1} kHz (dead time is defined for a paced trigger only)",
+            "  trigger: {what}free running, {:.1} kHz{l1} (dead time is defined for a paced trigger only)",
             t.achieved_hz / 1e3
         );
     };
@@ -430,8 +456,9 @@ fn trigger_line(t: &TriggerSummary) -> String {
         .map(|(k, v)| format!("{k} {:.1} %", 100.0 * v))
         .collect();
     format!(
-        "  trigger: {:.1} kHz asked for, {:.1} kHz got ({:.0} %); dead time {:.1} %{}",
+        "  trigger: {what}{:.1} kHz asked for{}, {:.1} kHz got ({:.0} %){l1}; dead time {:.1} %{}",
         requested / 1e3,
+        if orbits { " (the LHC orbit rate)" } else { "" },
         t.achieved_hz / 1e3,
         100.0 * t.achieved_hz / requested.max(1e-9),
         100.0 * t.dead_fraction,

@@ -423,7 +423,7 @@ pub fn unit(
                         "{}: {} events published in {} files (incarnation {}), {}",
                         bu.name,
                         r.events_published,
-                        r.counters.files_published,
+                        r.files_published,
                         r.epoch,
                         r.run_dir.display()
                     );

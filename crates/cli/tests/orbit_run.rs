@@ -40,38 +40,122 @@ fn the_orbit_example_builds_orbits_into_storage_with_orbits_and_events_conserved
     assert!(tessera(&["verify", output.join("storage/run000001").to_str().unwrap()]).status.success());
 }
 
+/// `examples/orbit.yaml` without the farm, with `more` appended to ru1's entry (faults) and
+/// `--seconds 1`, run with `extra` arguments: its output directory and the run's output.
+fn orbit_run(dir: &Path, edit: impl Fn(String) -> String, extra: &[&str]) -> (std::path::PathBuf, Output) {
+    let system = dir.join("orbit.yaml");
+    let yaml = std::fs::read_to_string(example()).unwrap().replace("  enabled: true", "  enabled: false");
+    std::fs::write(&system, edit(yaml)).unwrap();
+    let output = dir.join("out");
+    let mut args = vec!["run", system.to_str().unwrap(), "--seconds", "1", "--output", output.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let out = tessera(&args);
+    (output, out)
+}
+
+/// The faults a DTH sender can make of one source's block, each struck once.
+fn faulty_sources(yaml: String) -> String {
+    yaml.replace(
+        "    feds: \"4-7\"\n",
+        "    feds: \"4-7\"\n    faults: [\"drop-event@3000/5\", \"bad-crc@4000/6\", \"wrong-source-id@3500/7\"]\n",
+    )
+}
+
 #[test]
-fn faulty_sources_are_left_out_of_their_orbits_or_flagged_and_the_bu_directories_verify_byte_for_byte() {
+fn blocks_cmssw_would_refuse_are_left_out_their_orbits_counted_incomplete_and_the_bu_directories_verify() {
     let dir = tempfile::tempdir().unwrap();
-    let system = dir.path().join("orbit.yaml");
-    let yaml = std::fs::read_to_string(example()).unwrap();
-    let yaml = yaml
-        .replace("  enabled: true", "  enabled: false")
-        .replace("    feds: \"4-7\"\n", "    feds: \"4-7\"\n    faults: [\"drop-event@3000/5\", \"bad-crc@4000/6\"]\n");
-    std::fs::write(&system, yaml).unwrap();
-    let output = dir.path().join("out");
-    let out = tessera(&["run", system.to_str().unwrap(), "--seconds", "1", "--output", output.to_str().unwrap()]);
+    let (output, out) = orbit_run(dir.path(), faulty_sources, &[]);
     let (stdout, stderr) = text(&out);
+    // Faults are configured: any number of incomplete orbits is allowed.
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("conservation: orbits triggered "), "{stdout}");
     let all = format!("{stdout}{stderr}");
+    for (source, why) in [(5, "event count"), (6, "CRC-32C"), (7, "orbit header names source 2055")] {
+        let said = all.lines().find(|l| {
+            l.contains(&format!("source {source}'s block left out of the file, the orbit counted incomplete"))
+        });
+        assert!(said.is_some_and(|l| l.contains(why)), "source {source}: {why}\n{all}");
+    }
+    // The RU names the header that is wrong: the orbit header, not the stream's block header.
     assert!(
-        all.contains("source 5's block left out of the file: event count"),
-        "the block without an event is left out and said: {all}"
+        all.contains("source 7 orbit 3500") && all.contains("orbit header") && !all.contains("DTH block header"),
+        "{all}"
     );
-    assert!(all.contains("source 6 orbit 4000") && all.contains("CRC-32C mismatch"), "{all}");
-    let mut violations = 0;
-    for bu in ["bu0", "bu1"] {
-        let run_dir = output.join(bu).join("run000001");
-        let out = tessera(&["verify", run_dir.to_str().unwrap()]);
-        let (stdout, stderr) = text(&out);
-        if !out.status.success() {
-            // The flagged block is written as it came: verify names its file and offset.
-            assert!(stdout.contains("orbit 4000 source 6: orbit block: CRC-32C mismatch"), "{stdout}\n{stderr}");
-            violations += 1;
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(output.join("summary.json")).unwrap()).unwrap();
+    assert!(summary["built_incomplete"].as_u64().unwrap() >= 3, "{summary}");
+    let mut left_out = std::collections::BTreeMap::new();
+    for bu in summary["per_bu"].as_array().unwrap() {
+        for (source, why) in bu["orbit_blocks_left_out"].as_object().unwrap() {
+            for (reason, n) in why.as_object().unwrap() {
+                *left_out.entry((source.clone(), reason.clone())).or_insert(0) += n.as_u64().unwrap();
+            }
         }
     }
-    assert_eq!(violations, 1, "the one BU that wrote orbit 4000 has its bad CRC, the other verifies clean");
+    let keys: Vec<(&str, &str)> = left_out.keys().map(|(s, r)| (s.as_str(), r.as_str())).collect();
+    assert_eq!(keys, [("5", "event_count"), ("6", "crc32c"), ("7", "source_id")], "{summary}");
+    let system = dir.path().join("orbit.yaml");
+    let mut missing_said = Vec::new();
+    for bu in ["bu0", "bu1"] {
+        let run_dir = output.join(bu).join("run000001");
+        // No block CMSSW's reader refuses is in a file: every rule holds.
+        let out = tessera(&["verify", run_dir.to_str().unwrap()]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{bu}: {stdout}\n{stderr}");
+        // Against the system's sources, the orbits that lost a block are named.
+        let out = tessera(&["verify", run_dir.to_str().unwrap(), "--system", system.to_str().unwrap()]);
+        let (stdout, _) = text(&out);
+        missing_said.extend(stdout.lines().filter(|l| l.contains("missing, its")).map(str::to_owned));
+    }
+    for (orbit, source) in [(3000, 5), (4000, 6), (3500, 7)] {
+        assert!(
+            missing_said.iter().any(|l| l.contains(&format!("orbit {orbit}: source {source} missing"))),
+            "orbit {orbit}, source {source}: {missing_said:?}"
+        );
+    }
+}
+
+#[test]
+fn orbits_left_incomplete_fail_a_run_above_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, out) = orbit_run(dir.path(), faulty_sources, &["--max-incomplete", "0"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let line = stdout.lines().find(|l| l.starts_with("incomplete orbits: ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.ends_with("ABOVE THE LIMIT"), "{line}");
+}
+
+#[test]
+fn many_empty_orbits_leave_no_hole_in_the_file_indices_and_every_count_agrees() {
+    // 1 kHz of L1 over 11.2 kHz of orbits: 9 orbits in 10 empty; 2 orbits a file, so most files
+    // hold no orbit with events and are never published.
+    let dir = tempfile::tempdir().unwrap();
+    let edit = |yaml: String| {
+        yaml.replace("  rate_hz: 20000 ", "  rate_hz: 1000 ")
+            .replace("max_events_per_file: 512", "max_events_per_file: 2")
+    };
+    let (output, out) = orbit_run(dir.path(), edit, &[]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(output.join("summary.json")).unwrap()).unwrap();
+    for (i, bu) in ["bu0", "bu1"].into_iter().enumerate() {
+        let run_dir = output.join(bu).join("run000001");
+        let out = tessera(&["verify", run_dir.to_str().unwrap()]);
+        let (v_out, v_err) = text(&out);
+        assert!(out.status.success(), "{bu}: {v_out}\n{v_err}");
+        let raw = std::fs::read_dir(&run_dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".raw"))
+            .count() as u64;
+        let eor = std::fs::read_to_string(run_dir.join("run000001_ls0000_EoR.jsn")).unwrap();
+        let eor: serde_json::Value = serde_json::from_str(&eor).unwrap();
+        let n_files: u64 = eor["data"][1].as_str().unwrap().parse().unwrap();
+        let said = summary["per_bu"][i]["files"].as_u64().unwrap();
+        assert_eq!((said, n_files), (raw, raw), "{bu}: the summary, the EoR and the directory agree");
+        let orbits = summary["per_bu"][i]["events"].as_u64().unwrap();
+        assert!(orbits > 2 * raw + 100, "{bu}: {orbits} orbits in {raw} files: many files were all empty");
+    }
 }
 
 /// Orbit files read through the BUs' file brokers as CMSSW's DTH-mode reader reads them

@@ -135,6 +135,15 @@ impl SystemConfig {
         }
     }
 
+    /// What the protocol's units are, as the summary and progress name them: `orbits` in orbit
+    /// mode, `events` otherwise.
+    pub fn unit_noun(&self) -> &'static str {
+        match self.run.mode {
+            RunMode::Event => "events",
+            RunMode::Orbit => "orbits",
+        }
+    }
+
     /// The emulated trigger clock of this system.
     pub fn clock_spec(&self) -> ClockSpec {
         ClockSpec {

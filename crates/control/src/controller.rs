@@ -762,8 +762,9 @@ pub fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>, 
             tracing::info!(
                 triggered,
                 built,
-                "{:7.1} s  triggered {triggered:>10}  built {built:>10}  {:>8.1} kHz{}{waits}",
+                "{:7.1} s  {}triggered {triggered:>10}  built {built:>10}  {:>8.1} kHz{}{waits}",
                 started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+                if c.cfg.is_orbit_mode() { "orbits " } else { "" },
                 rate_hz / 1e3,
                 requested_hz.map_or(String::new(), |r| format!(" of {:.1} kHz", r / 1e3))
             );

@@ -130,8 +130,14 @@ pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "tessera_files_published_total",
         kind: "counter",
-        help: "Raw files published (BU).",
+        help: "Raw files published where readers see them (BU).",
         read: |s| s.files_published.get() as f64,
+    },
+    Family {
+        name: "tessera_orbit_blocks_left_out_total",
+        kind: "counter",
+        help: "Orbit mode: orbit blocks left out of their orbits, each making its orbit incomplete (BU).",
+        read: |s| s.orbit_blocks_left_out.get() as f64,
     },
     Family {
         name: "tessera_published_bytes_total",

@@ -56,10 +56,11 @@ impl IncompleteRule {
 }
 
 /// The summary's line of the incomplete-event rule: how many there are, how many are allowed
-/// and by which rule, and whether the run keeps to it.
-pub fn incomplete_line(incomplete: u64, rule: &IncompleteRule) -> String {
+/// and by which rule, and whether the run keeps to it. `noun` names the protocol's units
+/// (`events`, or in orbit mode `orbits`, which the rule counts alike).
+pub fn incomplete_line(incomplete: u64, rule: &IncompleteRule, noun: &str) -> String {
     format!(
-        "incomplete events: {incomplete}, {}, {}  {}",
+        "incomplete {noun}: {incomplete}, {}, {}  {}",
         rule.max.map_or("any number allowed".to_string(), |m| format!("at most {m} allowed")),
         rule.rule,
         if rule.allows(incomplete) { "within the limit" } else { "ABOVE THE LIMIT" }

@@ -281,10 +281,11 @@ impl<'a> LocalRun<'a> {
                 let n = system.stop();
                 trigger.stop();
                 line.end();
+                let (who, what) = if cfg.is_orbit_mode() { ("source", "orbit") } else { ("FED", "event") };
                 tracing::info!(
                     run = cfg.run.number,
                     last_event = n,
-                    "stopping: every FED ends after event {n} of the run; draining, at most {} s (Ctrl-C again cuts it short)",
+                    "stopping: every {who} ends after {what} {n} of the run; draining, at most {} s (Ctrl-C again cuts it short)",
                     cfg.controller.stop_timeout_s
                 );
             }

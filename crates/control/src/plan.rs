@@ -412,6 +412,10 @@ pub fn bu_node(
         allowed_peers: admission.allowed_peers,
         discard: p.discard_events,
         orbits: cfg.is_orbit_mode(),
+        // A block no RU checked is checked before it reaches a file CMSSW reads.
+        check_orbit_crc: cfg.is_orbit_mode()
+            && (0..cfg.rus.len())
+                .any(|r| cfg.ru_params(r).fragment_crc_check != tessera_formats::fed::CrcCheck::Always),
         pin_core: cfg.bus[i].cpu,
         transport: cfg.transport.clone(),
         // Readers publish no resource summaries: a BU holds back on Tessera's FUs only.

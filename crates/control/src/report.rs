@@ -4,6 +4,7 @@
 //! with the same structs, so that a figure one side names the other cannot miss.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use tessera_fu::broker::BrokerTally;
 use tessera_runtime::bu_node::BuReport;
 use tessera_runtime::ru_node::{Excluded, NodeError, RuReport};
@@ -176,10 +177,13 @@ pub struct BuEnd {
 pub struct BuFigures {
     /// Events its last incarnation published.
     pub events_published: u64,
-    /// Files its last incarnation published.
+    /// Files its last incarnation published where readers see them.
     pub files_published: u64,
-    /// Published events with a FED missing.
+    /// Published events with a FED missing (orbit mode: orbits, a source's block missing).
     pub incomplete_events: u64,
+    /// Orbit mode: blocks it left out of their orbits, per source and reason key.
+    #[serde(default)]
+    pub blocks_left_out: BTreeMap<u16, BTreeMap<String, u64>>,
     /// Published events with a fragment error.
     pub error_events: u64,
     /// Its incarnation (0 the first, one more each start after a crash).
@@ -196,8 +200,13 @@ impl BuEnd {
         let outcome = match result {
             Ok(r) => Ended::Figures(BuFigures {
                 events_published: r.events_published,
-                files_published: r.counters.files_published,
+                files_published: r.files_published,
                 incomplete_events: r.counters.incomplete_events,
+                blocks_left_out: r
+                    .blocks_left_out
+                    .iter()
+                    .map(|(&source, why)| (source, why.iter().map(|(&k, &n)| (k.to_owned(), n)).collect()))
+                    .collect(),
                 error_events: r.counters.error_events,
                 incarnation: u64::from(r.epoch),
                 run_dir: r.run_dir.display().to_string(),
@@ -220,6 +229,18 @@ impl BuEnd {
             Ended::Failed { .. } => None,
         }
     }
+}
+
+/// A BU's orbit blocks left out, in words: `source 5: 1 crc32c; source 7: 2 event_count`.
+pub fn blocks_left_out_words<K: std::fmt::Display>(left_out: &BTreeMap<u16, BTreeMap<K, u64>>) -> String {
+    let per_source: Vec<String> = left_out
+        .iter()
+        .map(|(source, why)| {
+            let why: Vec<String> = why.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            format!("source {source}: {}", why.join(", "))
+        })
+        .collect();
+    per_source.join("; ")
 }
 
 #[cfg(test)]
@@ -266,6 +287,7 @@ mod tests {
                 events_published: 500,
                 files_published: 10,
                 incomplete_events: 3,
+                blocks_left_out: BTreeMap::from([(5, BTreeMap::from([("crc32c".to_owned(), 1)]))]),
                 error_events: 0,
                 incarnation: 1,
                 run_dir: "/ramdisk/run000077".into(),

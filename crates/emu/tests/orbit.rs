@@ -66,6 +66,7 @@ fn read(bytes: &[u8], size: SizeModel) -> (Vec<SeenOrbit>, Option<String>) {
 }
 
 fn check_orbit(dth: &DthOrbit, size: SizeModel) -> Result<SeenOrbit, String> {
+    dth.check_source_id(None).map_err(|e| e.to_string())?;
     let mut block = vec![0; dth.orbit_len()];
     dth.copy_to(&mut block).unwrap();
     let parsed = OrbitBlock::parse(&block).map_err(|e| e.to_string())?;
@@ -180,7 +181,8 @@ fn each_fault_shows_as_itself() {
 
     let (_, _, seen, err) = faulty("wrong-source-id@103", 6);
     assert_eq!(seen.len(), 3);
-    assert!(err.unwrap().contains("source id"));
+    let err = err.unwrap();
+    assert!(err.contains("orbit header") && err.contains("source id"), "{err}");
 
     let (_, _, seen, err) = faulty("drop-event@101", 6);
     assert_eq!(err, None);

@@ -501,6 +501,10 @@ impl Bu {
                     }
                 }
             }
+            // Counted once, while the file is the core's: a restarted BU does not write it again.
+            Input::OrbitsLeftIncomplete { file, orbits } if self.files.contains_key(&file) => {
+                self.counters.incomplete_events += u64::from(orbits);
+            }
             Input::FilePublished(file) => {
                 if let Some(entry) = self.files.remove(&file) {
                     self.counters.files_published += 1;

@@ -17,6 +17,15 @@ pub enum Input {
     FileWritten(FileId),
     /// A file the unit asked to publish is renamed into place with its JSON (BU).
     FilePublished(FileId),
+    /// Orbit mode, before [`Input::FileWritten`] of `file`: its writer left a block out of
+    /// `orbits` of its orbits that the unit had built whole (a block CMSSW's reader would refuse,
+    /// or one that disagrees with the orbit's other blocks). They count as incomplete (BU).
+    OrbitsLeftIncomplete {
+        /// The file.
+        file: FileId,
+        /// The orbits.
+        orbits: u32,
+    },
     /// The connection to a peer is lost, or the peer stopped answering.
     PeerLost(Peer),
     /// Run control: the trigger is off (EVM).

@@ -129,6 +129,9 @@ pub fn inspect_dth_stream(path: &str, bytes: &[u8]) -> StreamReport {
     for item in DthStream::new(bytes) {
         match item {
             Ok((offset, dth)) => {
+                if let Err(e) = dth.check_source_id(None) {
+                    r.problems.push(Problem::at(offset as u64, e.to_string()));
+                }
                 orbit.resize(dth.orbit_len(), 0);
                 if let Err(e) = dth.copy_to(&mut orbit) {
                     r.problems.push(Problem::at(offset as u64, e.to_string()));

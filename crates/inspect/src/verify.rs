@@ -26,7 +26,7 @@
 //! those flagged incomplete are counted ([`FedCoverage`]).
 
 use crate::event::{EventChecks, EventReport, Problem};
-use crate::orbit_file::inspect_orbit_file;
+use crate::orbit_file::{OrbitReport, inspect_orbit_file};
 use crate::raw_file::inspect_raw_file;
 use crate::run_dir::{RunDirScan, check_index_doc, file_name, read_doc, read_prefix, scan_run_dir};
 use serde::Serialize;
@@ -105,6 +105,36 @@ impl FedCoverage {
             let flag = if flagged { "flagged incomplete" } else { "not flagged incomplete" };
             let message = format!("event {}: {} missing ({flag})", event.header.event, fed_list(&missing));
             found.add(file, Some(event.offset), message);
+        }
+    }
+}
+
+impl FedCoverage {
+    /// Checks an orbit of an orbit file against the source list `expected`: each of its events
+    /// is counted, and an orbit without a source of the list is a violation that names it (its
+    /// BU left that block out and counted the orbit incomplete; an orbit file has no flag to say
+    /// so). An orbit file's sources are FEDs of the list alike.
+    fn check_orbit(&mut self, expected: &BTreeSet<u16>, file: &str, orbit: &OrbitReport, found: &mut Found) {
+        let events = u64::from(orbit.event_count);
+        self.events += events;
+        let held: BTreeSet<u16> = orbit.sources.iter().filter_map(|&s| u16::try_from(s).ok()).collect();
+        let missing: Vec<u16> = expected.difference(&held).copied().collect();
+        for &fed in &missing {
+            *self.missing_per_fed.entry(fed).or_default() += events;
+        }
+        for fed in held.difference(expected) {
+            *self.unexpected_per_fed.entry(*fed).or_default() += events;
+        }
+        if !missing.is_empty() {
+            self.events_missing_feds += events;
+            let sources: Vec<String> = missing.iter().map(u16::to_string).collect();
+            let message = format!(
+                "orbit {}: {} {} missing, its {events} events incomplete",
+                orbit.orbit,
+                if missing.len() == 1 { "source" } else { "sources" },
+                sources.join(", ")
+            );
+            found.add(file, Some(orbit.offset), message);
         }
     }
 }
@@ -191,7 +221,8 @@ fn check_run_dir(
             if !orbit_mode {
                 found.add(&name, Some(0), "an orbit file (\"HO\") in an event-mode run directory");
             }
-            check_orbit_file(&name, &bytes, checks, &mut events_seen, &mut found)
+            let coverage = coverage.as_mut().zip(expected);
+            check_orbit_file(&name, &bytes, checks, &mut events_seen, coverage, &mut found)
         } else {
             if orbit_mode {
                 found.add(&name, Some(0), "not an orbit file (\"HO\") in an orbit-mode run directory");
@@ -402,11 +433,17 @@ fn check_orbit_file(
     bytes: &[u8],
     checks: EventChecks,
     events_seen: &mut BTreeMap<u64, String>,
+    coverage: Option<(&mut FedCoverage, &BTreeSet<u16>)>,
     found: &mut Found,
 ) -> (Option<u64>, Option<u64>) {
     let report = inspect_orbit_file(name, bytes, checks);
     for p in &report.problems {
         found.problem(name, p);
+    }
+    if let Some((coverage, expected)) = coverage {
+        for orbit in &report.orbits {
+            coverage.check_orbit(expected, name, orbit, found);
+        }
     }
     for (orbit, event) in report.orbits.iter().flat_map(|o| o.events.iter().map(move |e| (o, e))) {
         if let Some(first) = events_seen.insert(event.event_id, name.to_owned()) {

@@ -161,4 +161,33 @@ mod tests {
         // Nothing is left in open/ but the ledger: the run's end removes it.
         dir.end_run(&Default::default()).unwrap();
     }
+
+    #[test]
+    fn files_are_numbered_as_published_so_an_empty_orbit_file_leaves_no_hole_even_across_a_restart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDirectory::create_for_orbits(tmp.path(), 8, "bu").unwrap();
+        let block = vec![0x48u8; 32];
+        let with_orbits = OrbitCounts { orbits: 2, written: 1 };
+        dir.write_orbit_file(3, 0, &[], 0, OrbitCounts { orbits: 4, written: 0 }).unwrap();
+        dir.write_orbit_file(3, 1, &[&block], 1, with_orbits).unwrap();
+        dir.write_orbit_file(3, 2, &[&block], 1, with_orbits).unwrap();
+        let names = |d: &RunDirectory| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(d.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.ends_with(".raw"))
+                .collect();
+            v.sort();
+            v
+        };
+        assert!(!dir.publish(3, 0).unwrap().is_in_place());
+        assert_eq!(dir.publish(3, 1).unwrap().index, 0);
+        // A restarted BU goes on from what its ledger says was published.
+        let (dir, recovery) = RunDirectory::reopen(tmp.path(), 8, "bu").unwrap();
+        assert_eq!(recovery.unpublished, vec![(3, 2, 2)]);
+        let p = dir.publish(3, 2).unwrap();
+        assert_eq!((p.ls, p.index), (3, 1));
+        assert_eq!(names(&dir), ["run000008_ls0003_index000000.raw", "run000008_ls0003_index000001.raw"]);
+        assert!(p.path.with_extension("jsn").exists());
+    }
 }

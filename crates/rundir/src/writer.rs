@@ -1,7 +1,9 @@
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tessera_formats::FormatError;
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc, Legend};
@@ -144,6 +146,10 @@ pub struct RunDirectory {
     path: PathBuf,
     run: u32,
     source: String,
+    /// Per lumi section, the files published in the run directory so far: the next one's index
+    /// in its published name. Files are numbered as they are published, so that the indices a
+    /// reader sees run 0, 1, 2… whatever was never published (an orbit file of no orbit).
+    published_in_place: Mutex<BTreeMap<u32, u32>>,
 }
 
 impl RunDirectory {
@@ -171,7 +177,7 @@ impl RunDirectory {
         }
         let lock = FuLock { next_ls: 1, next_index: 0 };
         write_atomically(&path.join(names::FU_LOCK), lock.to_string().as_bytes())?;
-        Ok(RunDirectory { path, run, source: source.to_owned() })
+        Ok(RunDirectory { path, run, source: source.to_owned(), published_in_place: Mutex::default() })
     }
 
     /// The run directory.
@@ -217,7 +223,9 @@ impl RunDirectory {
 
     /// Publishes the closed file `ls`/`index` from `open/`: renames it into the run directory,
     /// then writes its `.jsn`. Its counts come from its header, so a file closed by an earlier
-    /// incarnation of the BU publishes the same way.
+    /// incarnation of the BU publishes the same way. `index` names it in `open/` (the BU's
+    /// protocol numbers it so); its published name takes the next index of its lumi section
+    /// among the files published there, so that a reader sees 0, 1, 2… ([`PublishedFile::index`]).
     pub fn publish(&self, ls: u32, index: u32) -> Result<PublishedFile> {
         let published = self.publish_raw(ls, index)?;
         self.write_index(&published)?;
@@ -232,6 +240,10 @@ impl RunDirectory {
         let open_path = self.path.join(names::OPEN_DIR).join(&name);
         let summary =
             read_complete_summary(&open_path)?.ok_or_else(|| RunDirError::Incomplete { path: open_path.clone() })?;
+        let in_place = summary.orbits.is_none_or(|o| o.written > 0);
+        // One publisher at a time: the ledger's order is the order of the published names.
+        let mut numbers = self.published_in_place.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let published_index = numbers.get(&ls).copied().unwrap_or(0);
         // Noted before the rename: readers delete published files, so a restarted BU counts
         // its published files from here (an entry whose file is still in `open/` was not).
         let ledger = self.path.join(names::OPEN_DIR).join(PUBLISHED_LEDGER);
@@ -241,17 +253,19 @@ impl RunDirectory {
             .open(&ledger)
             .and_then(|mut f| writeln!(f, "{ls} {index} {}", summary.ledger_fields()))
             .map_err(io_err("writing", &ledger))?;
-        let final_path = self.path.join(&name);
-        if summary.orbits.is_some_and(|o| o.written == 0) {
-            remove_empty(&open_path)?;
-        } else {
+        let final_path = self.path.join(BuFileName::Raw { run: self.run, ls, index: published_index }.to_string());
+        if in_place {
             fs::rename(&open_path, &final_path).map_err(io_err("publishing", &final_path))?;
+            numbers.insert(ls, published_index + 1);
+        } else {
+            remove_empty(&open_path)?;
         }
+        drop(numbers);
         remove_summary(&open_path)?;
         Ok(PublishedFile {
             path: final_path,
             ls,
-            index,
+            index: published_index,
             events: summary.events,
             bytes: summary.bytes,
             orbits: summary.orbits,
@@ -347,7 +361,12 @@ impl RunDirectory {
             let next = recovery.next_index.entry(ls).or_default();
             *next = (*next).max(index + 1);
         }
-        let dir = RunDirectory { path, run, source: source.to_owned() };
+        let mut published_in_place: BTreeMap<u32, u32> = BTreeMap::new();
+        for (&(ls, _), summary) in &recovery.published {
+            *published_in_place.entry(ls).or_default() += u32::from(summary.orbits.is_none_or(|o| o.written > 0));
+        }
+        let dir =
+            RunDirectory { path, run, source: source.to_owned(), published_in_place: Mutex::new(published_in_place) };
         dir.finish_interrupted_writes(&mut recovery)?;
         Ok((dir, recovery))
     }
@@ -586,7 +605,8 @@ impl RawFileWriter {
 pub struct ClosedFile {
     /// Its lumi section.
     pub ls: u32,
-    /// Its index within the lumi section.
+    /// Its index within the lumi section, in its published name: files are numbered as they are
+    /// published, from 0 in each lumi section (an orbit file of no orbit takes no number).
     pub index: u32,
     /// Records it holds.
     pub events: u32,

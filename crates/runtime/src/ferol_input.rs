@@ -275,14 +275,8 @@ impl StreamBuffer {
                 tessera_formats::Value::Dec(header.orbit.into()),
             ));
         };
-        let problem = if header.source_id != u32::from(self.fed) {
-            Some(FormatError::bad(
-                "orbit header",
-                "source id",
-                DTH_HEADER_BYTES,
-                tessera_formats::Value::Dec(self.fed.into()),
-                tessera_formats::Value::Dec(header.source_id.into()),
-            ))
+        let problem = if let Err(e) = orbit.check_source_id(Some(self.fed.into())) {
+            Some(e)
         } else if self.crc_check.checks(self.fragments) {
             orbit.check_crc().err()
         } else {

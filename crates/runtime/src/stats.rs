@@ -376,8 +376,11 @@ pub struct UnitStats {
     pub events_to_excluded: Gauge,
     /// Events published in files (BU).
     pub events_published: Gauge,
-    /// Files published (BU).
+    /// Files published where readers see them (BU).
     pub files_published: Gauge,
+    /// Orbit mode: orbit blocks the BU left out of their orbits (BU), which made them
+    /// incomplete.
+    pub orbit_blocks_left_out: Gauge,
     /// Bytes of published files (BU).
     pub bytes_published: Gauge,
     /// Bytes of received data held until written (BU).

@@ -223,12 +223,15 @@ pub struct DthOrbit<'a> {
     orbit_len: usize,
     /// The orbit header at the start of the first block's data.
     pub header: OrbitHeader,
+    /// The source id of its stream block headers (the same in every one).
+    pub stream_source_id: u32,
 }
 
 impl<'a> DthOrbit<'a> {
     /// Reads the stream blocks of the orbit that starts `buf`: signature, version and data length
     /// of each, start flag on block 0 only, block numbers 0, 1, 2..., the same source id and orbit
-    /// throughout, and an orbit header that agrees with them and whose size is the data carried.
+    /// throughout, and an orbit header of the same orbit whose size is the data carried. Its
+    /// source id is checked apart ([`DthOrbit::check_source_id`]).
     /// A buffer that ends before the end-of-orbit block does gives [`FormatError::Truncated`].
     /// Offsets in orbit header errors are that of the header, 16.
     pub fn parse(buf: &'a [u8]) -> Result<Self> {
@@ -256,15 +259,8 @@ impl<'a> DthOrbit<'a> {
         }
         let header = OrbitHeader::parse(&head, 0).map_err(|e| e.shifted(DTH_HEADER_BYTES))?;
         let first = chain.first;
-        if header.source_id != first.source_id {
-            return Err(FormatError::bad(
-                "DTH block header",
-                "source id",
-                0,
-                dec(header.source_id),
-                dec(first.source_id),
-            ));
-        }
+        // A source id that differs is the content's fault, not the stream's: the orbit's bounds
+        // are sound, and the reader judges which header is wrong ([`DthOrbit::check_source_id`]).
         if header.orbit != first.orbit {
             return Err(FormatError::bad("DTH block header", "orbit", 0, dec(header.orbit), dec(first.orbit)));
         }
@@ -277,7 +273,33 @@ impl<'a> DthOrbit<'a> {
                 dec(header.block_units),
             ));
         }
-        Ok(DthOrbit { bytes, blocks: chain.blocks, orbit_len: chain.data_len, header })
+        Ok(DthOrbit {
+            bytes,
+            blocks: chain.blocks,
+            orbit_len: chain.data_len,
+            header,
+            stream_source_id: first.source_id,
+        })
+    }
+
+    /// Checks that the stream's blocks and the orbit header name `source`, the source the
+    /// stream is read for (`None`: the blocks' own): the error names the header that is wrong,
+    /// the stream block header (at 0) or the orbit header (at 16).
+    pub fn check_source_id(&self, source: Option<u32>) -> Result<()> {
+        let source = source.unwrap_or(self.stream_source_id);
+        if self.stream_source_id != source {
+            return Err(FormatError::bad("DTH block header", "source id", 0, dec(source), dec(self.stream_source_id)));
+        }
+        if self.header.source_id != source {
+            return Err(FormatError::bad(
+                "orbit header",
+                "source id",
+                DTH_HEADER_BYTES,
+                dec(source),
+                dec(self.header.source_id),
+            ));
+        }
+        Ok(())
     }
 
     /// Bytes the orbit takes in the stream, block headers included.
@@ -467,10 +489,17 @@ mod tests {
         check(&|s| rewrite(s, 272, &|h| h.orbit = 9), FormatError::bad(H, "orbit", 272, dec(ORBIT), dec(9)));
         check(&|s| s[272 + 4] = 0xC0, FormatError::bad(H, "version", 272, dec(1), dec(0)));
         // Block headers that agree with each other but not with the orbit header.
-        check(
-            &|s| [0, 272].iter().for_each(|&at| rewrite(s, at, &|h| h.source_id = 9)),
-            FormatError::bad(H, "source id", 0, dec(SOURCE), dec(9)),
+        // Block headers that name another source than the orbit header read as an orbit; the
+        // reader is told which header differs from the source it reads for.
+        let mut s = good.clone();
+        [0, 272].iter().for_each(|&at| rewrite(&mut s, at, &|h| h.source_id = 9));
+        let orbit = DthOrbit::parse(&s).unwrap();
+        assert_eq!(orbit.check_source_id(Some(SOURCE)), Err(FormatError::bad(H, "source id", 0, dec(SOURCE), dec(9))));
+        assert_eq!(
+            orbit.check_source_id(None),
+            Err(FormatError::bad("orbit header", "source id", 16, dec(9), dec(SOURCE)))
         );
+        assert_eq!(DthOrbit::parse(&good).unwrap().check_source_id(Some(SOURCE)), Ok(()));
         check(
             &|s| [0, 272].iter().for_each(|&at| rewrite(s, at, &|h| h.orbit = 9)),
             FormatError::bad(H, "orbit", 0, dec(ORBIT), dec(9)),

@@ -107,6 +107,33 @@ pub struct RawWriter {
     extra_flags: u16,
     /// Orbit mode: each "event" is an orbit, written as an orbit file (no header, no FRD).
     orbits: bool,
+    /// Orbit mode: check every block's CRC-32C before writing it, because some RU does not
+    /// (`ru.fragment_crc_check` other than `always`): CMSSW's reader refuses a file with a bad one.
+    check_orbit_crc: bool,
+}
+
+/// An orbit block a BU left out of its orbit (orbit mode): the orbit is then incomplete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    /// The source whose block it is.
+    pub source: u16,
+    /// Why, as a key: `unreadable`, `crc32c`, `source_id`, `trailer_flags` (CMSSW's reader would
+    /// refuse the block), or `run`, `orbit`, `event_count`, `event_id` (it disagrees with the
+    /// orbit's reference block).
+    pub reason: &'static str,
+    /// Why, in words.
+    pub why: String,
+}
+
+/// What writing a file found, besides the file (orbit mode; nothing in event mode).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Orbits built whole that lost a block here: they count as incomplete.
+    pub orbits_made_incomplete: u32,
+    /// The blocks left out.
+    pub left_out: Vec<LeftOut>,
+    /// What to say of them, one sentence each.
+    pub notes: Vec<String>,
 }
 
 impl RawWriter {
@@ -116,18 +143,18 @@ impl RawWriter {
     /// leaves nothing behind: what it wrote of the file is removed, so that it can be written
     /// again (after a full disk, [`BuFilesError::is_disk_full`]).
     ///
-    /// In orbit mode each event is an orbit, written as an orbit file (docs/formats.md §6); what it left out
-    /// of an orbit comes back as sentences to say.
+    /// In orbit mode each event is an orbit, written as an orbit file (docs/formats.md §6); what it
+    /// left out of an orbit comes back in [`Written`].
     pub fn write(
         &self,
         file: FileId,
         events: &[BuiltEvent],
         bytes: &impl FragmentBytes,
-    ) -> Result<Vec<String>, BuFilesError> {
+    ) -> Result<Written, BuFilesError> {
         let written = if self.orbits {
-            orbit_file::write(&self.dir, file, events, bytes)
+            orbit_file::write(&self.dir, file, events, bytes, self.check_orbit_crc)
         } else {
-            self.write_file(file, events, bytes).map(|()| Vec::new())
+            self.write_file(file, events, bytes).map(|()| Written::default())
         };
         if written.is_err() {
             // The write's own error is the one to report; a file that cannot be removed either
@@ -180,7 +207,11 @@ impl BuFiles {
             RunDirectory::create(bu_dir, run, source)?
         };
         let dir = Arc::new(dir);
-        Ok(BuFiles { writer: RawWriter { dir, extra_flags, orbits }, lumis: BTreeMap::new(), renamed: BTreeMap::new() })
+        Ok(BuFiles {
+            writer: RawWriter { dir, extra_flags, orbits, check_orbit_crc: false },
+            lumis: BTreeMap::new(),
+            renamed: BTreeMap::new(),
+        })
     }
 
     /// Reopens the run directory of a BU that restarted (see `RunDirectory::reopen`): partial
@@ -236,13 +267,20 @@ impl BuFiles {
         }
         disk.lumis_done.sort_unstable();
         disk.published_events = lumis.iter().map(|(&ls, c)| (ls, c.units)).collect();
-        let writer = RawWriter { dir: Arc::new(dir), extra_flags, orbits };
+        let writer = RawWriter { dir: Arc::new(dir), extra_flags, orbits, check_orbit_crc: false };
         Ok((BuFiles { writer, lumis, renamed: BTreeMap::new() }, disk))
     }
 
     /// The run directory.
     pub fn path(&self) -> &Path {
         self.writer.dir.path()
+    }
+
+    /// Orbit mode: checks every block's CRC-32C before writing it (see [`RawWriter`]); for a BU
+    /// some of whose RUs do not check them all.
+    pub fn checking_orbit_crc(mut self, check: bool) -> Self {
+        self.writer.check_orbit_crc = check;
+        self
     }
 
     /// The raw-file writer, for writer threads.
@@ -256,7 +294,7 @@ impl BuFiles {
         file: FileId,
         events: &[BuiltEvent],
         bytes: &impl FragmentBytes,
-    ) -> Result<Vec<String>, BuFilesError> {
+    ) -> Result<Written, BuFilesError> {
         self.writer.write(file, events, bytes)
     }
 

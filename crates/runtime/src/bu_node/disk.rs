@@ -123,9 +123,14 @@ impl BuLoop {
                     self.backlog.push_front(job);
                 }
                 Ok((job, result, at, space)) => {
-                    for note in result? {
+                    let written = result?;
+                    for note in &written.notes {
                         self.stats.problem(format!("BU {}: {note}", self.cfg.bu.bu));
                     }
+                    for left in &written.left_out {
+                        *self.blocks_left_out.entry(left.source).or_default().entry(left.reason).or_default() += 1;
+                    }
+                    self.stats.orbit_blocks_left_out.add(written.left_out.len() as u64);
                     let Job { file, events, frames, bytes } = job;
                     drop(frames);
                     self.disk_full_said = false;
@@ -139,6 +144,10 @@ impl BuLoop {
                         }
                     }
                     let now = self.now();
+                    if written.orbits_made_incomplete > 0 {
+                        let orbits = written.orbits_made_incomplete;
+                        self.core.handle(now, Input::OrbitsLeftIncomplete { file, orbits });
+                    }
                     self.core.handle(now, Input::FileWritten(file));
                     self.hand_to_writers()?;
                     self.dispatch()?;

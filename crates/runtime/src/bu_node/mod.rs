@@ -43,7 +43,7 @@
 //! connection while the BU is ahead of a rate of events, so that `tessera bench protocols` can
 //! compare how pull and push treat one BU slower than the others. No system file sets it.
 
-use crate::bu_files::{BookAction, Bookkeeper, BookkeeperGone, BuFiles, BuFilesError, RawWriter};
+use crate::bu_files::{BookAction, Bookkeeper, BookkeeperGone, BuFiles, BuFilesError, RawWriter, Written};
 use crate::conn::{LinkSide, NoPieces};
 use crate::error::NodeError;
 use crate::event_loop::{Control, EventLoop, Links, Unit, io_err, pin_to, poller, say_end};
@@ -116,6 +116,10 @@ pub struct BuNodeConfig {
     /// Orbit mode: each event is an orbit, files are orbit files (docs/formats.md §6) and the
     /// bookkeeping counts orbits beside events.
     pub orbits: bool,
+    /// Orbit mode: check every orbit block's CRC-32C before writing it, because some RU does not
+    /// check them all (`ru.fragment_crc_check` other than `always`); CMSSW's reader refuses a
+    /// file that holds a bad one.
+    pub check_orbit_crc: bool,
     /// Pin the unit's loop thread to this CPU core; a core that cannot be had is reported, and
     /// the unit runs unpinned.
     pub pin_core: Option<usize>,
@@ -145,6 +149,13 @@ pub struct BuReport {
     pub orbit_events: u64,
     /// Orbit mode: the orbits it wrote in the files it published (those with events).
     pub orbits_written: u64,
+    /// Files it published in its run directory, where readers see them (an orbit file whose
+    /// orbits were all empty is counted in the protocol's `counters.files_published` but
+    /// removed, never published).
+    pub files_published: u64,
+    /// Orbit mode: blocks it left out of their orbits, per source and reason key
+    /// ([`crate::bu_files::LeftOut::reason`]).
+    pub blocks_left_out: BTreeMap<u16, BTreeMap<&'static str, u64>>,
     /// Its run directory (empty in discard mode).
     pub run_dir: PathBuf,
     /// Its incarnation.
@@ -214,7 +225,7 @@ struct Job {
 /// A job back from a writer: its frames are still held, for a file that found the disk full
 /// is written again; with the writer's look at the disk after it, and when it was taken.
 /// A written file's result carries what its writer left out of it, to say (orbit mode).
-type Done = (Job, Result<Vec<String>, BuFilesError>, Instant, Option<Space>);
+type Done = (Job, Result<Written, BuFilesError>, Instant, Option<Space>);
 
 /// A BU node, ready to run.
 pub struct BuNode {
@@ -275,6 +286,7 @@ impl BuNode {
             } else {
                 (BuFiles::create(&cfg.directory, cfg.run, &cfg.name, generated, cfg.orbits)?, BuDisk::default())
             };
+            let files = files.checking_orbit_crc(cfg.check_orbit_crc);
             (Some(files), disk, next_epoch(&cfg.directory, cfg.run, restart)?)
         };
         let threads = if files.is_some() { cfg.writer_threads.max(1) } else { 0 };
@@ -369,6 +381,8 @@ impl BuNode {
             published: 0,
             orbit_events: 0,
             orbits_written: 0,
+            files_published: 0,
+            blocks_left_out: BTreeMap::new(),
             held: Held::default(),
             intake: None,
             stats,
@@ -434,6 +448,10 @@ struct BuLoop {
     /// Orbit mode: events in the orbits published, and those orbits.
     orbit_events: u64,
     orbits_written: u64,
+    /// Files published where readers see them ([`BuReport::files_published`]).
+    files_published: u64,
+    /// Orbit mode: blocks left out of their orbits ([`BuReport::blocks_left_out`]).
+    blocks_left_out: BTreeMap<u16, BTreeMap<&'static str, u64>>,
     /// What holds the BU back, and how its run ends.
     held: Held,
     /// A capped BU's intake (benchmarks only, [`BuNodeConfig::intake_events_per_s`]).

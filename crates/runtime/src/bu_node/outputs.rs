@@ -63,7 +63,7 @@ impl BuLoop {
                     Some(books) => return self.gave_books(books.give(BookAction::Publish(file)), out),
                     None => {
                         let (events, bytes) = self.discarded.remove(&file).unwrap_or_default();
-                        self.published_file(file, events, bytes);
+                        self.published_file(file, events, bytes, true);
                     }
                 },
                 BuOutput::DiscardFile(file) => {
@@ -133,7 +133,7 @@ impl BuLoop {
                     self.orbit_events += u64::from(p.events);
                     self.orbits_written += u64::from(o.written);
                 }
-                self.published_file(file, u64::from(p.units()), p.bytes)
+                self.published_file(file, u64::from(p.units()), p.bytes, p.is_in_place())
             }
             // The watcher's next look sees the room it freed.
             (BookAction::Discard(_), _) => self.update_room(),
@@ -145,8 +145,9 @@ impl BuLoop {
     }
 
     /// `file`, of `events` events (the protocol's units: orbits in orbit mode) and `bytes`
-    /// bytes, is published: counted, and the core told.
-    pub(super) fn published_file(&mut self, file: FileId, events: u64, bytes: u64) {
+    /// bytes, is published (`in_place`: where readers see it, not removed as an orbit file of no
+    /// orbit): counted, and the core told.
+    pub(super) fn published_file(&mut self, file: FileId, events: u64, bytes: u64, in_place: bool) {
         self.published += events;
         if let Some(room) = &mut self.room {
             // Its events leave the BU's count but not the disk: the core's bound shrinks before
@@ -154,7 +155,10 @@ impl BuLoop {
             room.gone(file);
             self.update_room();
         }
-        self.stats.files_published.add(1);
+        if in_place {
+            self.files_published += 1;
+            self.stats.files_published.add(1);
+        }
         self.stats.bytes_published.add(bytes);
         let now = self.now();
         self.core.handle(now, Input::FilePublished(file));

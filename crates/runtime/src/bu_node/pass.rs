@@ -164,6 +164,8 @@ impl Unit for BuLoop {
                     events_published: self.published,
                     orbit_events: self.orbit_events,
                     orbits_written: self.orbits_written,
+                    files_published: self.files_published,
+                    blocks_left_out: self.blocks_left_out.clone(),
                     run_dir: self.run_dir.clone(),
                     epoch: self.epoch,
                 }));

@@ -104,6 +104,9 @@ impl World {
                 self.violation(format!("BU {b}, orbit {} (index {}): {p}", number, orbit.event));
             }
             self.tally.blocks_left_out += verdict.left_out.len() as u64;
+            if !verdict.left_out.is_empty() && orbit.flags & flags::INCOMPLETE == 0 {
+                tally.made_incomplete += 1;
+            }
             if verdict.is_written() {
                 tally.events += u64::from(verdict.events);
             } else {

@@ -187,6 +187,9 @@ struct SimFile {
 struct OrbitTally {
     events: u64,
     empty_orbits: u64,
+    /// Orbits built whole that the writer left a block out of: the BU core is told they are
+    /// incomplete, as the runtime's writer tells it.
+    made_incomplete: u32,
 }
 
 struct BuSlot {
@@ -428,8 +431,14 @@ impl World {
             }
             Ev::WriteDone { bu, file, incarnation } => {
                 if self.bus[bu].incarnation == incarnation && self.bus[bu].unit.is_some() {
+                    let mut made_incomplete = 0;
                     if let Some(f) = self.bus[bu].files.get_mut(&file) {
                         f.written = true;
+                        made_incomplete = f.orbits.made_incomplete;
+                    }
+                    if made_incomplete > 0 {
+                        let input = Input::OrbitsLeftIncomplete { file, orbits: made_incomplete };
+                        self.feed(Peer::Bu(bu as u16), input);
                     }
                     self.feed(Peer::Bu(bu as u16), Input::FileWritten(file));
                 }
