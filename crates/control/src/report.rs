@@ -181,9 +181,10 @@ pub struct BuFigures {
     pub files_published: u64,
     /// Published events with a FED missing (orbit mode: orbits, a source's block missing).
     pub incomplete_events: u64,
-    /// Orbit mode: blocks it left out of their orbits, per source and reason key.
+    /// Orbit mode: blocks it left out of their orbits, per source (its id in decimal: a report
+    /// is read back through a flattened map, whose keys are strings) and reason key.
     #[serde(default)]
-    pub blocks_left_out: BTreeMap<u16, BTreeMap<String, u64>>,
+    pub blocks_left_out: BTreeMap<String, BTreeMap<String, u64>>,
     /// Published events with a fragment error.
     pub error_events: u64,
     /// Its incarnation (0 the first, one more each start after a crash).
@@ -205,7 +206,7 @@ impl BuEnd {
                 blocks_left_out: r
                     .blocks_left_out
                     .iter()
-                    .map(|(&source, why)| (source, why.iter().map(|(&k, &n)| (k.to_owned(), n)).collect()))
+                    .map(|(source, why)| (source.to_string(), why.iter().map(|(&k, &n)| (k.to_owned(), n)).collect()))
                     .collect(),
                 error_events: r.counters.error_events,
                 incarnation: u64::from(r.epoch),
@@ -232,7 +233,9 @@ impl BuEnd {
 }
 
 /// A BU's orbit blocks left out, in words: `source 5: 1 crc32c; source 7: 2 event_count`.
-pub fn blocks_left_out_words<K: std::fmt::Display>(left_out: &BTreeMap<u16, BTreeMap<K, u64>>) -> String {
+pub fn blocks_left_out_words<S: std::fmt::Display, K: std::fmt::Display>(
+    left_out: &BTreeMap<S, BTreeMap<K, u64>>,
+) -> String {
     let per_source: Vec<String> = left_out
         .iter()
         .map(|(source, why)| {
@@ -287,7 +290,7 @@ mod tests {
                 events_published: 500,
                 files_published: 10,
                 incomplete_events: 3,
-                blocks_left_out: BTreeMap::from([(5, BTreeMap::from([("crc32c".to_owned(), 1)]))]),
+                blocks_left_out: BTreeMap::from([("5".to_owned(), BTreeMap::from([("crc32c".to_owned(), 1)]))]),
                 error_events: 0,
                 incarnation: 1,
                 run_dir: "/ramdisk/run000077".into(),
@@ -296,7 +299,9 @@ mod tests {
         };
         let line = serde_json::to_value(&ended).unwrap();
         assert_eq!(line["broker"]["events_deleted"], json!(500));
-        assert_eq!(BuEnd::read(&line), Some(ended));
+        assert_eq!(BuEnd::read(&line), Some(ended.clone()));
+        let figures = ended.figures().unwrap();
+        assert_eq!(blocks_left_out_words(&figures.blocks_left_out), "source 5: 1 crc32c");
         let failed = BuEnd::read(&json!({"unit": "bu-0", "error": "disk full"})).expect("a failure reads back");
         assert!(failed.figures().is_none());
     }

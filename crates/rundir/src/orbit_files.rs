@@ -185,6 +185,9 @@ mod tests {
         // A restarted BU goes on from what its ledger says was published.
         let (dir, recovery) = RunDirectory::reopen(tmp.path(), 8, "bu").unwrap();
         assert_eq!(recovery.unpublished, vec![(3, 2, 2)]);
+        // Its published file is known by its published name, which is not its name in open/.
+        assert_eq!(recovery.published_names.iter().copied().collect::<Vec<_>>(), [(3, 0)]);
+        assert_eq!(recovery.published.keys().copied().collect::<Vec<_>>(), [(3, 0), (3, 1)]);
         let p = dir.publish(3, 2).unwrap();
         assert_eq!((p.ls, p.index), (3, 1));
         assert_eq!(names(&dir), ["run000008_ls0003_index000000.raw", "run000008_ls0003_index000001.raw"]);

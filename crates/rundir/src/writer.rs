@@ -345,6 +345,7 @@ impl RunDirectory {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => return Err(io_err("reading", &ledger)(e)),
         };
+        let mut published_in_place: BTreeMap<u32, u32> = BTreeMap::new();
         for line in text.lines() {
             // A line cut short by the crash is of a file not yet renamed: it is still in `open/`.
             let fields: Vec<u64> = line.split(' ').filter_map(|f| f.parse().ok()).collect();
@@ -357,13 +358,15 @@ impl RunDirectory {
             if recovery.unpublished.iter().any(|&(l, i, _)| (l, i) == (ls, index)) {
                 continue;
             }
-            recovery.published.insert((ls, index), summary);
+            // Published names were given in the ledger's order, to the files renamed into place.
+            if recovery.published.insert((ls, index), summary).is_none() && summary.orbits.is_none_or(|o| o.written > 0)
+            {
+                let name = published_in_place.entry(ls).or_default();
+                recovery.published_names.insert((ls, *name));
+                *name += 1;
+            }
             let next = recovery.next_index.entry(ls).or_default();
             *next = (*next).max(index + 1);
-        }
-        let mut published_in_place: BTreeMap<u32, u32> = BTreeMap::new();
-        for (&(ls, _), summary) in &recovery.published {
-            *published_in_place.entry(ls).or_default() += u32::from(summary.orbits.is_none_or(|o| o.written > 0));
         }
         let dir =
             RunDirectory { path, run, source: source.to_owned(), published_in_place: Mutex::new(published_in_place) };
@@ -628,8 +631,12 @@ pub struct Recovery {
     /// Next free file index per lumi section.
     pub next_index: std::collections::BTreeMap<u32, u32>,
     /// Every file published before the restart, (lumi section, index) → what it holds, as the
-    /// ledger in `open/` says: the files themselves may be gone (readers delete them).
+    /// ledger in `open/` says: the files themselves may be gone (readers delete them). The index
+    /// is the one it had in `open/`.
     pub published: std::collections::BTreeMap<(u32, u32), FileSummary>,
+    /// The (lumi section, index) of the published names of those files that are in the run
+    /// directory (not the orbit files of no orbit): files are numbered as they are published.
+    pub published_names: std::collections::BTreeSet<(u32, u32)>,
 }
 
 /// The header of a raw file if the file is complete: a header that parses and announces the

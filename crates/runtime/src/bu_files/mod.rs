@@ -253,7 +253,7 @@ impl BuFiles {
         for entry in listing.flatten() {
             match BuFileName::parse(&entry.file_name().to_string_lossy()) {
                 Ok(BuFileName::Raw { run: r, ls, index })
-                    if r == run && !recovery.published.contains_key(&(ls, index)) =>
+                    if r == run && !recovery.published_names.contains(&(ls, index)) =>
                 {
                     // Orbit files are all in the ledger: a published file without a line there
                     // is an event file, counted from its header.
