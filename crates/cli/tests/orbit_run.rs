@@ -3,11 +3,16 @@
 //! sources keeps every orbit, leaves out what disagrees, and writes BU directories that
 //! `tessera verify` reads byte for byte.
 
+#[allow(dead_code)] // each test binary uses a part of the shared helpers
+mod common;
+
+use common::{free_ports, spawn_logged, wait_child};
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 fn tessera(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("tessera runs")
+    common::tessera(args)
 }
 
 fn text(out: &Output) -> (String, String) {
@@ -182,4 +187,63 @@ fn readers_read_every_orbit_written_through_the_brokers_with_no_deviation() {
     assert_eq!(chain["orbits_processed_by_readers"].as_u64(), Some(written));
     // More events than orbits with events: the chain counts events, not orbits.
     assert!(chain["processed_by_readers"].as_u64().unwrap() > written, "{chain}");
+}
+
+/// ru1's sources come from an outside DTH sender, `tessera dth --connect`, into the RU's listening
+/// port, with a bad CRC-32C on source 6 and a block one event short on source 5. The system file
+/// configures no fault, so the run allows no incomplete orbit: both orbits are counted
+/// incomplete, the run fails above its limit, and the BU directories still verify, since no
+/// bad block reached a file.
+#[test]
+fn an_outside_dth_sender_s_bad_blocks_are_left_out_and_fail_a_run_that_allows_no_incomplete_orbit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let port = free_ports(1)[0];
+    let orbits = 6000;
+    let system = format!(
+        "run: {{number: 1, mode: orbit, orbits: {orbits}, seconds: null, orbits_per_lumi_section: 16384}}\n\
+         trigger: {{rate_hz: 20000, seed: 1}}\n\
+         rus:\n  - {{name: ru0, feds: \"1024,0-3\", fragment_size: {{bytes: 512}}}}\n  \
+         - {{name: ru1, feds: \"4-7\", emulated: false, ferol_port: {port}}}\n\
+         bus:\n  - {{name: bu0}}\n  - {{name: bu1}}\nbu: {{max_events_per_file: 512}}\nfu: {{enabled: false}}\n"
+    );
+    let file = d.join("system.yaml");
+    std::fs::write(&file, system).unwrap();
+    let mut run = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    run.arg("run").arg(&file).arg("--output").arg(d.join("out"));
+    let mut run = run
+        .stdout(std::fs::File::create(d.join("run.out")).unwrap())
+        .stderr(std::fs::File::create(d.join("run.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut sender = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    sender.args(["dth", "--sources", "4-7", "--run", "1", "--orbits-per-ls", "16384", "--l1-rate-hz", "20000"]);
+    sender.args(["--size", "512", "--paced", "--orbits", &orbits.to_string()]);
+    sender.args(["--fault", "bad-crc@4000/6", "--fault", "drop-event@3000/5"]);
+    sender.arg("--connect").arg(format!("127.0.0.1:{port}"));
+    let mut sender = spawn_logged(sender, &d.join("dth.log"));
+    let status = wait_child(&mut run, Duration::from_secs(240));
+    let sent = wait_child(&mut sender, Duration::from_secs(30));
+    let summary = std::fs::read_to_string(d.join("run.out")).unwrap();
+    let log = std::fs::read_to_string(d.join("run.log")).unwrap();
+    assert!(sent.success(), "{}", std::fs::read_to_string(d.join("dth.log")).unwrap());
+    assert_eq!(status.code(), Some(1), "{summary}\n{log}");
+    assert!(
+        summary.contains(&format!("conservation: orbits triggered {orbits} = built {orbits} + lost 0  holds")),
+        "{summary}"
+    );
+    let line = summary.lines().find(|l| l.starts_with("incomplete orbits: ")).unwrap_or_else(|| panic!("{summary}"));
+    assert!(line.starts_with("incomplete orbits: 2, at most 0 allowed") && line.ends_with("ABOVE THE LIMIT"), "{line}");
+    let all = format!("{summary}{log}");
+    assert!(
+        all.contains("source 6's block left out of the file, the orbit counted incomplete: orbit block: CRC-32C"),
+        "{all}"
+    );
+    assert!(all.contains("source 5's block left out of the file, the orbit counted incomplete: event count"), "{all}");
+    for bu in ["bu0", "bu1"] {
+        let run_dir = d.join("out").join(bu).join("run000001");
+        let out = tessera(&["verify", run_dir.to_str().unwrap()]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{bu}: {stdout}\n{stderr}");
+    }
 }

@@ -315,7 +315,11 @@ pub fn fed_coverage(run_dir: &std::path::Path, c: &crate::verify::FedCoverage) -
     if !c.missing_per_fed.is_empty() {
         let _ = write!(line, " ({})", per_fed(&c.missing_per_fed));
     }
-    let _ = write!(line, "; {} flagged incomplete by their BU", c.events_flagged_incomplete);
+    if c.orbit_mode {
+        let _ = write!(line, "; orbit files carry no incomplete flag: each orbit missing a source is named below");
+    } else {
+        let _ = write!(line, "; {} flagged incomplete by their BU", c.events_flagged_incomplete);
+    }
     if !c.unexpected_per_fed.is_empty() {
         let _ = write!(line, "; events also hold FEDs outside the list ({})", per_fed(&c.unexpected_per_fed));
     }

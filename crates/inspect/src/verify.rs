@@ -77,6 +77,9 @@ pub struct FedCoverage {
     pub events_missing_feds: u64,
     /// Events flagged incomplete (FRD flag bit 1) by their BU.
     pub events_flagged_incomplete: u64,
+    /// Whether the run directory is of orbit mode, whose files have no incomplete flag: an orbit
+    /// that misses a source was counted incomplete by its BU, and is named as a violation.
+    pub orbit_mode: bool,
     /// Per FED of the list that some event misses: the events without it.
     pub missing_per_fed: BTreeMap<u16, u64>,
     /// Per FED not in the list that some event holds: the events with it (not a violation: the
@@ -107,9 +110,7 @@ impl FedCoverage {
             found.add(file, Some(event.offset), message);
         }
     }
-}
 
-impl FedCoverage {
     /// Checks an orbit of an orbit file against the source list `expected`: each of its events
     /// is counted, and an orbit without a source of the list is a violation that names it (its
     /// BU left that block out and counted the orbit incomplete; an orbit file has no flag to say
@@ -197,6 +198,9 @@ fn check_run_dir(
         found.add(file_name(path), None, "temporary file left behind");
     }
     let orbit_mode = is_orbit_mode(dir, &scan);
+    if let Some(coverage) = &mut coverage {
+        coverage.orbit_mode = orbit_mode;
+    }
     check_definitions(dir, orbit_mode, &mut found);
     // Once FUs work on the directory (`fu/` exists) they remove processed files: the counts of
     // the EoLS and EoR bound what is left instead of equalling it, and the events that left are
