@@ -119,9 +119,8 @@ enum Command {
     /// Simulate whole systems under faults, deterministically, and check the protocol's
     /// invariants after every step; exit status 1 on any violation.
     Sim {
-        /// Scenario to run (default: all). Names: 1x1_lv1_wrap, 2x2_bu_crash, 4x4_slow_bu,
-        /// 2x2_missing_fed, 2x2_ru_full, 4x4_slow_fed, 8x8_random.
-        #[arg(long)]
+        /// Scenario to run, repeatable (default: all); the names are listed below.
+        #[arg(long, value_parser = scenario_names())]
         scenario: Vec<String>,
         /// Seeds per scenario.
         #[arg(long, default_value_t = 100)]
@@ -395,4 +394,10 @@ fn man(output: Option<&Path>) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The simulator's scenario names, for `tessera sim --scenario`: its help lists them all, and a
+/// name not among them is refused with the list.
+fn scenario_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(tessera_sim::scenarios().into_iter().map(|s| s.name))
 }

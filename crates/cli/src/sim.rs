@@ -11,14 +11,10 @@ pub fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
     let chosen: Vec<tessera_sim::Scenario> = if names.is_empty() {
         all
     } else {
+        // The command line takes only the scenarios' names.
         names
             .iter()
-            .map(|n| {
-                tessera_sim::scenario(n).with_context(|| {
-                    let known: Vec<&str> = all.iter().map(|s| s.name).collect();
-                    format!("no scenario {n:?}; known: {}", known.join(", "))
-                })
-            })
+            .map(|n| tessera_sim::scenario(n).with_context(|| format!("no scenario {n:?}")))
             .collect::<Result<_>>()?
     };
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;

@@ -438,3 +438,17 @@ fn verify_of_an_orbit_run_fails_with_the_file_and_offset_of_a_corrupt_byte() {
     let parsed: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert!(parsed.as_array().unwrap().iter().any(|v| v["offset"] == 50));
 }
+
+#[test]
+fn sim_replays_one_seed_of_a_named_scenario_and_refuses_an_unknown_name_listing_every_scenario() {
+    let out = tessera(&["sim", "--scenario", "2x2_orbit_event_count_mismatch", "--seeds", "1", "--first-seed", "3"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("2x2_orbit_event_count_mismatch") && l.ends_with("ok")), "{stdout}");
+    let out = tessera(&["sim", "--scenario", "2x2_orbit"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for name in tessera_sim::scenarios().iter().map(|s| s.name) {
+        assert!(stderr.contains(name), "{name} not listed: {stderr}");
+    }
+}
