@@ -61,7 +61,9 @@ pub use heartbeat::HeartbeatWatch;
 pub use metrics::{metrics_from_views, metrics_page, metrics_text};
 pub use process::{GIT_HASH, VERSION};
 pub use run::{RunState, RunStatus, RunView};
-pub use server::{ControlConfig, ControlError, ControlServer, Serving, serve};
+pub use server::{
+    ControlConfig, ControlError, ControlServer, MAX_CONNECTIONS, REQUEST_HEAD_TIMEOUT, STALL_TIMEOUT, Serving, serve,
+};
 pub use units::{
     ConservationView, FedErrorsView, SubStateView, Unit, UnitKind, UnitView, conservation, conservation_from_views,
     holds, start_wait, unit_views,

@@ -1,5 +1,8 @@
 //! The control server: bound, guarded by its token (any address but loopback needs one) and run on
-//! a thread of its own; the agent's server binds and guards the same way.
+//! a thread of its own; the agent's server binds and guards the same way. Before any token is
+//! seen a caller can hold a connection, so what it can hold is bounded: at most
+//! [`MAX_CONNECTIONS`] at once (more are closed as they come, and that is said), a request head
+//! within [`REQUEST_HEAD_TIMEOUT`], a stalled read or write within [`STALL_TIMEOUT`].
 
 use crate::api::{self, Served, Shared};
 use axum::Router;
@@ -7,10 +10,28 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use tokio::sync::oneshot;
+use std::time::Duration;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio_io_timeout::TimeoutStream;
+use tower::ServiceExt;
+
+/// Most connections a control or agent server holds at once: many more than the operators,
+/// dashboards, scrapers and controller that talk to it, far fewer than the file descriptors its
+/// units need for their files and links. A connection over the bound is closed as it comes.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a caller has to send a request head, the first and each after it: a half-sent
+/// request, or a connection left idle, is closed after it.
+pub const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long reading a request's body or writing an answer may stall.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the server waits after a failed accept (the process out of file descriptors).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Where and how the server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +110,7 @@ impl ControlServer {
 #[derive(Debug)]
 pub struct Serving {
     addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<watch::Sender<bool>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -103,7 +124,7 @@ impl Serving {
 impl Drop for Serving {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -125,7 +146,7 @@ pub fn serve(listen: SocketAddr, app: Router) -> Result<Serving, ControlError> {
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|source| ControlError::Bind { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| ControlError::Bind { addr: listen, source })?;
-    let (stop, stopped) = oneshot::channel::<()>();
+    let (stop, stopped) = watch::channel(false);
     let thread = std::thread::Builder::new()
         .name("control".into())
         .spawn(move || {
@@ -137,16 +158,77 @@ pub fn serve(listen: SocketAddr, app: Router) -> Result<Serving, ControlError> {
                 };
             runtime.block_on(async move {
                 let Ok(listener) = tokio::net::TcpListener::from_std(listener) else { return };
-                let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                });
-                if let Err(e) = serve.await {
-                    eprintln!("control server: {e}");
-                }
+                accept_loop(listener, app, stopped).await;
             });
         })
         .map_err(|source| ControlError::Bind { addr, source })?;
     Ok(Serving { addr, stop: Some(stop), thread: Some(thread) })
+}
+
+/// Accepts connections, at most [`MAX_CONNECTIONS`] at once, until `stop`; then lets each
+/// finish the answer it is writing.
+async fn accept_loop(listener: tokio::net::TcpListener, app: Router, stop: watch::Receiver<bool>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = JoinSet::new();
+    let mut stopping = stop.clone();
+    let mut full_said = false;
+    loop {
+        tokio::select! {
+            _ = stopping.wait_for(|stop| *stop) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else {
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                };
+                match Arc::clone(&slots).try_acquire_owned() {
+                    Ok(slot) => {
+                        full_said = false;
+                        let app = app.clone();
+                        let stop = stop.clone();
+                        connections.spawn(async move {
+                            serve_connection(stream, app, stop).await;
+                            drop(slot);
+                        });
+                    }
+                    // Closed at once: it holds nothing.
+                    Err(_) => {
+                        if !std::mem::replace(&mut full_said, true) {
+                            tracing::warn!(
+                                "control server: {MAX_CONNECTIONS} connections open, its bound; newer ones are \
+                                 closed until some end (a connection that sends no request head within {} s is \
+                                 closed)",
+                                REQUEST_HEAD_TIMEOUT.as_secs()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+/// Serves one connection's requests until the caller closes, a bound runs out, or the server
+/// stops (then after the answer being written).
+async fn serve_connection(stream: tokio::net::TcpStream, app: Router, mut stop: watch::Receiver<bool>) {
+    let mut stream = TimeoutStream::new(stream);
+    stream.set_read_timeout(Some(STALL_TIMEOUT));
+    stream.set_write_timeout(Some(STALL_TIMEOUT));
+    let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        app.clone().oneshot(request.map(axum::body::Body::new))
+    });
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(REQUEST_HEAD_TIMEOUT);
+    let connection = builder.serve_connection(TokioIo::new(Box::pin(stream)), service);
+    let mut connection = std::pin::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => return,
+        _ = stop.wait_for(|stop| *stop) => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    let _ = connection.await;
 }
 
 /// The refusal of a request that does not bring `token`, or `None` if it may go on.

@@ -442,3 +442,50 @@ fn metrics_carry_the_process_the_build_and_the_conservation_where_the_evm_is() {
     let (_, text) = get(bu_only.local_addr(), "/metrics", None);
     assert!(!text.lines().any(|l| l.starts_with("tessera_conservation_holds ")), "{text}");
 }
+
+/// The file descriptors this process holds.
+fn open_files() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[test]
+fn thousands_of_half_sent_requests_hold_at_most_the_bound_and_are_closed_after_the_head_time_out() {
+    use tessera_control::{MAX_CONNECTIONS, REQUEST_HEAD_TIMEOUT};
+    // The flood's 3000 client ends are this process's files too, as they are a real caller's.
+    tessera_control::capacity::raise_open_files_limit();
+    let server = serve(units(), None);
+    let addr = server.local_addr();
+    let before = open_files();
+    // A stranger's flood: each connection a request head that never ends; as many as this
+    // process may open beside the server's own ends (up to 3000), well past the bound.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+    let flood = (limit as usize).saturating_sub(before + MAX_CONNECTIONS + 64).min(3000);
+    assert!(flood >= 2 * MAX_CONNECTIONS, "an open-file limit of {limit} leaves room for a flood of {flood} only");
+    let mut held: Vec<TcpStream> = (0..flood)
+        .filter_map(|_| {
+            let mut s = TcpStream::connect(addr).ok()?;
+            s.write_all(b"GET /api/v1/units HTTP/1.1\r\nHost: x\r\n").ok()?;
+            Some(s)
+        })
+        .collect();
+    assert_eq!(held.len(), flood);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // This process holds the flood's client ends; the server side holds at most its bound.
+    let server_side = open_files() - before - held.len();
+    assert!(server_side <= MAX_CONNECTIONS + 8, "the server holds {server_side} connections");
+    // Past the head time-out every half-sent request is closed by the server.
+    std::thread::sleep(REQUEST_HEAD_TIMEOUT + std::time::Duration::from_secs(2));
+    for s in &mut held {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let mut rest = Vec::new();
+        // Closed (0 bytes or an error such as a reset), never left open: a read that times out
+        // would fail here.
+        if let Err(e) = s.read_to_end(&mut rest) {
+            assert!(e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut, "{e}");
+        }
+    }
+    drop(held);
+    // And the server answers as before.
+    let (status, body) = get(addr, "/api/v1/units", None);
+    assert_eq!(status, 200, "{body}");
+}

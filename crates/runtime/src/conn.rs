@@ -240,6 +240,11 @@ impl Conn {
         })
     }
 
+    /// Whether this is a caller's connection that has yet to open its link (answer the challenge).
+    pub fn in_opening(&self) -> bool {
+        matches!(self.handshake, Handshake::Challenged { .. })
+    }
+
     /// Registers the stream with the poller for reading.
     pub fn register(&mut self, registry: &Registry) -> io::Result<()> {
         registry.register(&mut self.stream, self.token, Interest::READABLE)

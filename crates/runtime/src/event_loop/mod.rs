@@ -117,6 +117,11 @@ pub(crate) struct Links {
     pub allowed_peers: Option<Vec<IpAddr>>,
 }
 
+/// Most callers a unit holds on its protocol ports that have yet to open their link: many more
+/// than the peers that open theirs at a run's start, few enough that callers who say nothing
+/// cannot take the file descriptors the unit needs for its files and links.
+pub const MAX_OPENINGS: usize = 512;
+
 /// The most UCX messages for no connection of the unit (and UCX faults) said one by one; later
 /// ones are counted.
 const STRAYS_SAID: u64 = 3;
@@ -196,6 +201,8 @@ pub(crate) struct EventLoop {
     strays: u64,
     /// Whether a failed arm of the UCX worker was said.
     arm_failed_said: bool,
+    /// The bound on link openings was reached and said, and not left since.
+    openings_full_said: bool,
 }
 
 impl EventLoop {
@@ -238,6 +245,7 @@ impl EventLoop {
             fabric,
             strays: 0,
             arm_failed_said: false,
+            openings_full_said: false,
         })
     }
 
@@ -454,9 +462,23 @@ impl EventLoop {
         crate::conn::overdue_links(&self.conns, self.links.connect_timeout, self.enabled_at)
     }
 
-    /// Accepts every caller waiting on the protocol listener `index`.
+    /// Accepts every caller waiting on the protocol listener `index`, while fewer than
+    /// [`MAX_OPENINGS`] callers have yet to open their link: one over the bound is closed as it
+    /// comes, counted as refused, and the bound said.
     fn accept_all(&mut self, index: usize) -> Result<(), NodeError> {
-        while let Ok((stream, _)) = self.listeners[index].accept() {
+        while let Ok((stream, address)) = self.listeners[index].accept() {
+            if self.conns.values().filter(|c| c.in_opening()).count() >= MAX_OPENINGS {
+                self.stats.links_refused.add(1);
+                if !std::mem::replace(&mut self.openings_full_said, true) {
+                    self.stats.problem(format!(
+                        "{MAX_OPENINGS} callers have yet to open their link, the bound: {address} and later callers \
+                         are closed as they come until some open theirs or are closed ({} s)",
+                        self.links.connect_timeout.as_secs()
+                    ));
+                }
+                continue;
+            }
+            self.openings_full_said = false;
             let _ = stream.set_nodelay(true);
             self.accept(stream)?;
         }

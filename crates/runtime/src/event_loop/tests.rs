@@ -187,3 +187,75 @@ fn the_loop_accepts_a_caller_hands_over_its_messages_and_own_events_ticks_when_d
     let (at, due) = seen.ticks[0];
     assert!(at >= due, "ticked at {at} ns, before its time-out at {due} ns");
 }
+
+#[test]
+fn callers_that_say_nothing_are_held_up_to_the_bound_the_rest_closed_and_counted_and_a_peer_links_after() {
+    let key = LinkKey::from_bytes([6; 32]);
+    let (poll, control) = poller().unwrap();
+    let connect_timeout = Duration::from_secs(30);
+    let links = Links {
+        side: LinkSide { me: Peer::Evm, run: RUN, key: key.clone(), transport: Default::default() },
+        max_frame_bytes: 1 << 20,
+        connect_timeout,
+        allowed_peers: None,
+    };
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let stats = Arc::new(UnitStats::default());
+    let (addresses, at) = std::sync::mpsc::channel();
+    let (toy_control, toy_seen, toy_stats) = (control.clone(), seen.clone(), stats.clone());
+    let looping = std::thread::spawn(move || {
+        let mut io = EventLoop::new(poll, toy_control, toy_stats, 64, links).unwrap();
+        let protocol = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        io.listen(&protocol, "protocol listener").unwrap();
+        let mut own = TcpListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        io.registry().register(&mut own, OWN, Interest::READABLE).unwrap();
+        let mut toy = Toy { io, own, due: None, seen: toy_seen };
+        addresses.send(protocol.local_addr().unwrap()).unwrap();
+        run(&mut toy)
+    });
+    let protocol_at = at.recv().unwrap();
+    // A stranger's callers, each saying nothing: 200 more than the bound.
+    let over = 200;
+    let mut silent: Vec<std::net::TcpStream> =
+        (0..MAX_OPENINGS + over).map(|_| std::net::TcpStream::connect(protocol_at).unwrap()).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats.links_refused.get() < over as u64 {
+        assert!(Instant::now() < deadline, "{} refused of {over} over the bound", stats.links_refused.get());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Those over the bound were closed at once, before any byte; the others were challenged
+    // and are held until they open their link, go, or are overdue.
+    let mut closed_at_once = 0;
+    for s in &mut silent {
+        s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let mut first = [0u8; 1];
+        closed_at_once += usize::from(matches!(s.read(&mut first), Ok(0)));
+    }
+    assert_eq!(closed_at_once, over);
+    assert_eq!(stats.links_refused.get(), over as u64);
+    // Once the stranger goes, a peer links as before.
+    drop(silent);
+    let mut challenge = [0u8; CHALLENGE_BYTES];
+    // The loop closes the stranger's connections as it sees them go: until it has, a caller
+    // may still find the bound full (bounded: 100 tries).
+    let mut bu = (0..100)
+        .find_map(|_| {
+            let mut bu = std::net::TcpStream::connect(protocol_at).unwrap();
+            bu.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            if bu.read_exact(&mut challenge).is_ok() {
+                return Some(bu);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            None
+        })
+        .expect("a peer is challenged once the stranger is gone");
+    bu.write_all(&answer_challenge(&key, Peer::Bu(1), RUN, Peer::Evm, &challenge)).unwrap();
+    let hello = Message::Hello { bu: 1, epoch: 1, unpublished: vec![] };
+    let mut frame = Vec::new();
+    encode(&hello, &mut frame).unwrap();
+    bu.write_all(&frame).unwrap();
+    wait_for(&seen, "the BU's message", |s| !s.messages.is_empty());
+    control.abort();
+    let _ = looping.join().unwrap();
+    assert_eq!(seen.lock().unwrap().linked, [Peer::Bu(1)]);
+}
