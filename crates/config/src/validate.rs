@@ -1,12 +1,12 @@
 //! The checks that a well-typed system file must still pass before anything starts.
 
-use crate::emulation::{FaultSpec, FedSpec, MAX_STREAMS, OrbitFaultSpec, SizeModel};
+use crate::emulation::{FaultSpec, FaultWhen, FedSpec, MAX_STREAMS, OrbitFaultSpec, SizeModel};
 use crate::error::ValidationError;
 use crate::system::{FragmentSize, RuParams, RunMode, SystemConfig};
 use std::collections::HashMap;
 use tessera_formats::fed::ORBIT_SECONDS;
 use tessera_formats::ferol::ferol_wire_len;
-use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID};
+use tessera_formats::tcds::{ORBITS_PER_LUMI_SECTION, TCDS_FED_ID, orbit_index};
 
 /// Most FU processes per BU.
 pub const MAX_FU_PROCESSES_PER_BU: u32 = 64;
@@ -457,19 +457,55 @@ impl SystemConfig {
             for (j, spec) in ru.faults.iter().enumerate() {
                 // An orbit mode run's faults are the DTH emulator's, per orbit and source.
                 let parsed = match self.run.mode {
-                    RunMode::Event => spec.parse::<FaultSpec>().map(|f| f.fed),
-                    RunMode::Orbit => spec.parse::<OrbitFaultSpec>().map(|f| f.source),
+                    RunMode::Event => spec.parse::<FaultSpec>().map(|f| (f.fed, f.when)),
+                    RunMode::Orbit => spec.parse::<OrbitFaultSpec>().map(|f| (f.source, f.when)),
                 };
                 match parsed {
                     Err(e) => p.add(key(&format!("faults[{j}]")), format!("{spec:?}: {}", e.reason())),
-                    Ok(fed) => {
+                    Ok((fed, when)) => {
                         if let Some(fed) = fed.filter(|fed| !ru.feds.contains(fed)) {
                             p.add(
                                 key(&format!("faults[{j}]")),
                                 format!("{spec:?} hits FED {fed}, which this RU does not read"),
                             );
                         }
+                        if let Some(why) = self.never_strikes(when) {
+                            p.add(key(&format!("faults[{j}]")), format!("{spec:?} can never strike: {why}"));
+                        }
                     }
+                }
+            }
+        }
+    }
+
+    /// Why a fault at `when` can never strike in this run, if it cannot: an event before the
+    /// run's first or after its last, an orbit number the run's numbering never gives or past
+    /// its last orbit. A fault that silently does nothing would pass a test that meant to see it.
+    fn never_strikes(&self, when: FaultWhen) -> Option<String> {
+        let FaultWhen::At(n) = when else { return None };
+        let run = &self.run;
+        match run.mode {
+            RunMode::Event => {
+                let last = run.events.map(|k| run.first_event.saturating_add(k).saturating_sub(1));
+                if n < run.first_event {
+                    return Some(format!("the run's first event is {} (run.first_event)", run.first_event));
+                }
+                last.filter(|&last| n > last)
+                    .map(|last| format!("the run's last event is {last} (run.events {})", run.events.unwrap_or(0)))
+            }
+            RunMode::Orbit => {
+                let per_ls = run.orbits_per_lumi_section;
+                match orbit_index(n, per_ls) {
+                    None => Some(format!(
+                        "no orbit has number {n}: with run.orbits_per_lumi_section {per_ls}, lumi section L's orbits \
+                         are numbered (L − 1) · {ORBITS_PER_LUMI_SECTION} + 0..={}",
+                        per_ls.saturating_sub(1)
+                    )),
+                    Some(0) => Some("the run's orbits are numbered from 1".to_owned()),
+                    Some(i) => run
+                        .orbits
+                        .filter(|&k| i > k)
+                        .map(|k| format!("orbit {n} is the run's orbit {i}, past its last (run.orbits {k})")),
                 }
             }
         }

@@ -477,3 +477,29 @@ fn the_fragment_crc_check_is_always_never_or_sampled_and_sampled_0_is_refused() 
     let e = error(&format!("{BASE}ru:\n  fragment_crc_check: sometimes\n"));
     assert!(e.contains("unknown variant `sometimes`"), "{e}");
 }
+
+#[test]
+fn a_fault_that_can_never_strike_is_refused_with_why() {
+    let with = |run: &str, faults: &str| {
+        format!(
+            "run: {run}\nrus:\n  - name: ru0\n    feds: \"1024,0-3\"\n  - name: ru1\n    feds: 4-7\n    faults: [{faults}]\n\
+             bus:\n  - name: bu0\n"
+        )
+    };
+    // Event mode: before the first event, or after the last one.
+    let e = error(&with("{events: 1000, first_event: 10}", "\"skip@5/4\""));
+    assert!(e.contains("rus[1].faults[0]") && e.contains("can never strike: the run's first event is 10"), "{e}");
+    let e = error(&with("{events: 1000}", "\"skip@1001/4\""));
+    assert!(e.contains("the run's last event is 1000 (run.events 1000)"), "{e}");
+    assert!(parse(&with("{events: 1000}", "\"skip@1000/4\", \"bad-crc:0.5\"")).is_ok());
+    // Orbit mode: a number the run's orbits never have, and one past its last orbit.
+    let orbit = "{mode: orbit, orbits_per_lumi_section: 16384, seconds: 2}";
+    let e = error(&with(orbit, "\"disconnect@50000/5\""));
+    assert!(e.contains("no orbit has number 50000") && e.contains("0..=16383"), "{e}");
+    let e = error(&with("{mode: orbit, orbits_per_lumi_section: 16384, orbits: 100}", "\"bad-crc@101/5\""));
+    assert!(e.contains("orbit 101 is the run's orbit 101, past its last (run.orbits 100)"), "{e}");
+    let e = error(&with(orbit, "\"bad-crc@0/5\""));
+    assert!(e.contains("numbered from 1"), "{e}");
+    // Lumi section 2's first orbit is 2^18.
+    assert!(parse(&with(orbit, "\"bad-crc@262144/5\", \"bad-crc@16383/5\"")).is_ok());
+}
