@@ -83,7 +83,7 @@ pub fn inspect_path(path: &Path, checks: EventChecks) -> Result<Target, InspectE
     let unreadable = |source| InspectError::Unreadable { path: name.clone(), source };
     if path.is_dir() {
         run_dir::require_run_dir(path)?;
-        return run_dir::inspect_run_dir(path).map(Target::RunDir).map_err(unreadable);
+        return run_dir::inspect_run_dir(path, checks).map(Target::RunDir).map_err(unreadable);
     }
     if path.extension().is_some_and(|x| x == "jsn" || x == "jsd") {
         let text = std::fs::read_to_string(path).map_err(unreadable)?;

@@ -1,7 +1,9 @@
 //! A BU run directory: what is in it (shared by `inspect` and `verify`) and a report per lumi
 //! section.
 
-use crate::event::Problem;
+use crate::event::{EventChecks, Problem};
+use crate::orbit_file::inspect_orbit_file;
+use crate::raw_file::inspect_raw_file;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fs;
@@ -9,8 +11,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc, IndexDoc};
 use tessera_formats::names::{self, BuFileName};
-use tessera_formats::orbit::{OrbitFile, is_orbit_file};
-use tessera_formats::raw::RawFileHeader;
+use tessera_formats::orbit::is_orbit_file;
 
 /// The files of a run directory, sorted by kind.
 #[derive(Debug, Default)]
@@ -214,39 +215,54 @@ impl From<EorDoc> for EorSummary {
     }
 }
 
-/// Reads the headers of a run directory's files and its bookkeeping into a table per lumi
-/// section. Only raw file headers are read, so this is quick on large runs; orbit files, which
-/// have none, are read whole and their orbit headers counted.
-pub fn inspect_run_dir(dir: &Path) -> io::Result<RunDirReport> {
+/// Reads a run directory's files and its bookkeeping into a table per lumi section. Each raw
+/// file is checked as `inspect` checks it alone (its header or orbit headers, every event,
+/// CRCs, with `checks` the seeded payloads), and its `.jsn` against it: any problem names the
+/// file.
+pub fn inspect_run_dir(dir: &Path, checks: EventChecks) -> io::Result<RunDirReport> {
     let scan = scan_run_dir(dir)?;
     let mut rows: BTreeMap<u32, LumiRow> = BTreeMap::new();
     let mut problems = Vec::new();
     let row = |ls| LumiRow { ls, files: 0, events: 0, orbits: None, bytes: 0, lost: None, eols: "missing".into() };
-    for (&(ls, _), path) in &scan.raw_files {
+    for (&(ls, index), path) in &scan.raw_files {
         let r = rows.entry(ls).or_insert_with(|| row(ls));
+        let name = file_name(path);
+        let bytes = fs::read(path)?;
         r.files += 1;
-        r.bytes += fs::metadata(path)?.len();
-        let mut head = [0u8; 32];
-        let n = read_prefix(path, &mut head)?;
-        if is_orbit_file(&head[..n]) {
-            let bytes = fs::read(path)?;
-            for orbit in OrbitFile::new(&bytes) {
-                match orbit {
-                    Ok(o) => {
-                        r.events += u64::from(o.event_count());
-                        *r.orbits.get_or_insert(0) += 1;
-                    }
-                    Err(e) => {
-                        problems.push(Problem::whole(format!("{}: {e}", file_name(path))));
-                        break;
+        r.bytes += bytes.len() as u64;
+        let mut said = |p: &Problem| {
+            let at = p.offset.map_or(String::new(), |o| format!(" byte {o}"));
+            problems.push(Problem::whole(format!("{name}{at}: {}", p.message)));
+        };
+        // The file's events and orbits, when all of it could be read.
+        let (events, orbits) = if is_orbit_file(&bytes) {
+            let report = inspect_orbit_file(&name, &bytes, checks);
+            report.problems.iter().for_each(&mut said);
+            r.events += report.event_count();
+            *r.orbits.get_or_insert(0) += report.orbits.len() as u64;
+            let whole = report.orbits.iter().map(|o| o.bytes).sum::<u64>() == report.actual_bytes;
+            (whole.then(|| report.event_count()), whole.then_some(report.orbits.len() as u64))
+        } else {
+            let report = inspect_raw_file(&name, &bytes, checks);
+            report.all_problems().for_each(&mut said);
+            r.events += report.events.len() as u64;
+            (report.header.is_some().then_some(report.events.len() as u64), None)
+        };
+        match scan.index_jsons.get(&(ls, index)) {
+            None => problems.push(Problem::whole(format!("{name}: published without its .jsn"))),
+            Some(jsn) => match read_doc(jsn, IndexDoc::parse) {
+                Err(e) => problems.push(Problem::whole(format!("{}: {e}", file_name(jsn)))),
+                Ok(doc) => {
+                    let wrong_orbits = doc.orbits.zip(orbits).filter(|(says, holds)| says != holds);
+                    let message = check_index_doc(&doc, events, bytes.len() as u64).or_else(|| {
+                        wrong_orbits
+                            .map(|(says, holds)| format!("NOrbits says {says}; the raw file holds {holds} orbits"))
+                    });
+                    if let Some(m) = message {
+                        problems.push(Problem::whole(format!("{}: {m}", file_name(jsn))));
                     }
                 }
-            }
-            continue;
-        }
-        match RawFileHeader::parse(&head[..n]) {
-            Ok(h) => r.events += u64::from(h.event_count),
-            Err(e) => problems.push(Problem::whole(format!("{}: {e}", file_name(path)))),
+            },
         }
     }
     for (&ls, path) in &scan.end_of_lumis {

@@ -767,3 +767,32 @@ fn the_list_checks_nothing_else_and_misses_nothing_else() {
     let (found, _) = verify_run_dir_expecting(&run.dir, EventChecks::default(), &list).unwrap();
     assert_eq!(found, [v(".", None, "no EoR record: the run did not end")]);
 }
+
+/// `inspect` of a run directory checks each file as `inspect` of the file does: a payload byte
+/// flipped in one raw file, another cut short, and a `.jsn` whose count was changed are each
+/// named, and an untouched directory has no problem.
+#[test]
+fn inspect_of_a_run_directory_names_each_damaged_file_as_inspect_of_the_file_does() {
+    let clean = sample();
+    assert_eq!(tessera_inspect::inspect_path(&clean.dir, EventChecks::default()).unwrap().problem_count(), 0);
+    let run = sample();
+    let raw = |ls: u32, index: u32| run.dir.join(format!("run000007_ls{ls:04}_index{index:06}.raw"));
+    let mut flipped = fs::read(raw(1, 0)).unwrap();
+    let at = flipped.len() - 100;
+    flipped[at] ^= 0x10;
+    fs::write(raw(1, 0), flipped).unwrap();
+    let cut = fs::read(raw(1, 1)).unwrap();
+    fs::write(raw(1, 1), &cut[..cut.len() - 40]).unwrap();
+    let jsn = run.dir.join("run000007_ls0002_index000000.jsn");
+    let text = fs::read_to_string(&jsn).unwrap().replacen("\"2\"", "\"3\"", 1);
+    fs::write(&jsn, text).unwrap();
+    let report = tessera_inspect::inspect_path(&run.dir, EventChecks::default()).unwrap();
+    let tessera_inspect::Target::RunDir(d) = &report else { panic!("a run directory: {report:?}") };
+    let said: Vec<&str> = d.problems.iter().map(|p| p.message.as_str()).collect();
+    for name in
+        ["run000007_ls0001_index000000.raw", "run000007_ls0001_index000001.raw", "run000007_ls0002_index000000.jsn"]
+    {
+        assert!(said.iter().any(|m| m.starts_with(name)), "{name} not named: {said:#?}");
+    }
+    assert!(report.problem_count() >= 3);
+}
