@@ -290,7 +290,8 @@ fn summarize(
             reasons.push(format!("{bu_lost} {}", push_loss::BU_LOST));
         }
         println!(
-            "conservation: triggered {triggered} = built {built} + lost {lost}{}  {}",
+            "conservation: {}triggered {triggered} = built {built} + lost {lost}{}  {}",
+            if cfg.is_orbit_mode() { "orbits " } else { "" },
             if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
             if holds {
                 "holds"
@@ -313,7 +314,11 @@ fn summarize(
     // last incarnation's, so the figure is then a lower bound, and said so.
     let incomplete: u64 = bu_ends.iter().map(|b| b.incomplete_events).sum();
     let at_least = if restarted.is_empty() { "" } else { "at least " };
-    println!("events: {built} built, {} complete, {at_least}{incomplete} incomplete", built.saturating_sub(incomplete));
+    println!(
+        "{}: {built} built, {} complete, {at_least}{incomplete} incomplete",
+        cfg.unit_noun(),
+        built.saturating_sub(incomplete)
+    );
     let incomplete_ok = incomplete_rule.allows(incomplete);
     println!("{}", incomplete_line(incomplete, incomplete_rule, cfg.unit_noun()));
     let mut chain = Value::Null;
@@ -349,6 +354,8 @@ fn summarize(
                 view.and_then(|v| v.stdout.clone()).unwrap_or_default(),
             )
         });
+        // The farm counts events: in orbit mode, those of the orbits the BUs published.
+        let built = if cfg.is_orbit_mode() { bu_ends.iter().map(|b| b.orbit_events).sum() } else { built };
         chain_holds = built == processed && merged.as_ref().is_none_or(|(ok, _)| *ok);
         let storage = match &merged {
             Some((true, _)) => format!(" = processed {built} in storage (tessera merge)"),
@@ -416,12 +423,18 @@ fn failure(role: Role, r: &Value) -> Option<String> {
 fn summary_line(role: Role, r: &Value) -> String {
     match role {
         Role::Bu(_) => match BuEnd::read(r).as_ref().and_then(BuEnd::figures) {
-            Some(b) if !b.blocks_left_out.is_empty() => format!(
-                "{:>10} orbits in {:>6} files, {:>6} incomplete (blocks left out: {})",
+            // Orbit mode: the protocol's units are orbits, and the events are in them.
+            Some(b) if b.orbit_events > 0 || !b.blocks_left_out.is_empty() => format!(
+                "{:>10} orbits ({} events) in {:>6} files, {:>6} incomplete{}",
                 b.events_published,
+                b.orbit_events,
                 b.files_published,
                 b.incomplete_events,
-                blocks_left_out_words(&b.blocks_left_out)
+                if b.blocks_left_out.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (blocks left out: {})", blocks_left_out_words(&b.blocks_left_out))
+                }
             ),
             Some(b) => format!(
                 "{:>10} events in {:>6} files, {:>6} incomplete, {:>6} with a fragment error",

@@ -19,7 +19,7 @@ pub struct FerolArgs {
     /// closes them at the run's end.
     #[arg(long, requires = "ru", conflicts_with_all = ["connect", "output", "feds", "run", "first_event", "size", "size_mean", "size_sigma", "rate_hz", "fault", "orbits_per_ls", "seed"])]
     system: Option<PathBuf>,
-    /// The RU whose FEDs to emulate (with --system).
+    /// The RU whose FEDs to emulate (with --system); in orbit mode, its DTH sources.
     #[arg(long, requires = "system")]
     ru: Option<String>,
     /// FED ids and ranges, e.g. 0-7,1024 (1024 sends the 952-byte trigger fragment).
@@ -84,12 +84,22 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
     use tessera_emu::sender::{self, Limits, SenderConfig, Sink};
     if let (Some(system), Some(ru)) = (&args.system, &args.ru) {
         let limits = options::SystemArgs { events: args.events, seconds: args.seconds, output: None };
-        let mut cfg = unit::ferol_for(system, ru, &limits)?;
-        if let Sink::Connect { wait, .. } = &mut cfg.sink {
-            *wait = args.connect_wait.wait();
+        match unit::ferol_for(system, ru, &limits)? {
+            unit::FrontEnds::Ferol(mut cfg) => {
+                if let Sink::Connect { wait, .. } = &mut cfg.sink {
+                    *wait = args.connect_wait.wait();
+                }
+                eprintln!("sending {} FED streams of {ru} to {}", cfg.streams.len(), cfg.sink);
+                print!("{}", sender::run(cfg)?);
+            }
+            unit::FrontEnds::Dth(mut cfg) => {
+                if let Sink::Connect { wait, .. } = &mut cfg.sink {
+                    *wait = args.connect_wait.wait();
+                }
+                eprintln!("sending {} DTH orbit streams of {ru} to {}", cfg.streams.len(), cfg.sink);
+                print!("{}", tessera_emu::dth::run(cfg)?);
+            }
         }
-        eprintln!("sending {} FED streams of {ru} to {}", cfg.streams.len(), cfg.sink);
-        print!("{}", sender::run(cfg)?);
         return Ok(ExitCode::SUCCESS);
     }
     // Made once every argument is checked: a refused argument creates no directory.

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tessera_config::SystemConfig;
 use tessera_control::plan::{
-    Admission, bind, bind_ferol, bu_node, bu_peers, emulator, require_ports, resolve, ru_node, ru_peers,
+    Admission, bind, bind_ferol, bu_node, bu_peers, dth_emulator, emulator, require_ports, resolve, ru_node, ru_peers,
 };
 use tessera_control::report::{BuEnd, RuEnd};
 use tessera_control::stop::OperatorStop;
@@ -439,30 +439,42 @@ pub fn unit(
 }
 
 /// `tessera ferol --system FILE --ru NAME`: the emulator of one RU's FEDs as the system file
-/// describes them. Its streams end at the run's event limit, at `--seconds` if given, or else
+/// describes them (in orbit mode its DTHs). Its streams end at the run's event limit, at `--seconds` if given, or else
 /// when the RU closes them: the file's `run.seconds` count from the run's start, which only the
 /// EVM sees (it stops the trigger then), so front ends that kept their own clock would end at
 /// different events, and the trigger's stream before the EVM's stop.
-pub fn ferol_for(system: &Path, ru_name: &str, args: &SystemArgs) -> Result<SenderConfig> {
+pub fn ferol_for(system: &Path, ru_name: &str, args: &SystemArgs) -> Result<FrontEnds> {
     let cfg = load(Some(system), args)?;
-    if cfg.is_orbit_mode() {
-        bail!(
-            "{}: run.mode is orbit: its front ends are DTHs, which `tessera ferol --system` does not emulate; \
-             run the whole system with `tessera run`, or DTH streams with `tessera dth --connect`",
-            system.display()
-        );
-    }
     let i = cfg
         .rus
         .iter()
         .position(|r| r.name == ru_name)
         .with_context(|| format!("no RU named {ru_name} in {}", system.display()))?;
     let to = resolve(&cfg.rus[i].host, cfg.rus[i].ferol_port, &format!("{} FEROL port", ru_name))?;
+    if cfg.is_orbit_mode() {
+        // The RU's DTHs: orbits as `tessera run` sends them, its run.orbits or --seconds their
+        // limit; with neither, the RU's close ends them, as it does the FEROL streams below.
+        let mut d = dth_emulator(&cfg, i, to)?;
+        d.orbits = cfg.run.orbits;
+        d.seconds = args.seconds;
+        if d.orbits.is_none() && d.seconds.is_none() {
+            d.stop = Some(tessera_emu::sender::StopLine::new());
+        }
+        return Ok(FrontEnds::Dth(d));
+    }
     let mut s = emulator(&cfg, i, to)?;
     s.limits = Limits { events: cfg.run.events, seconds: args.seconds };
     if s.limits.events.is_none() && s.limits.seconds.is_none() {
         // A stop line nobody draws: the streams run until the RU or a signal ends them.
         s.stop = Some(tessera_emu::sender::StopLine::new());
     }
-    Ok(s)
+    Ok(FrontEnds::Ferol(s))
+}
+
+/// The front ends of one RU of a system file: FEROLs in event mode, DTHs in orbit mode.
+pub enum FrontEnds {
+    /// FEROL streams of FED fragments.
+    Ferol(SenderConfig),
+    /// DTH streams of orbit blocks.
+    Dth(tessera_emu::dth::DthSenderConfig),
 }

@@ -550,3 +550,28 @@ fn a_2x2_push_bu_killed_is_excluded_the_run_goes_on_and_its_unpublished_events_a
     assert_eq!(excluded["bu"], 1, "{summary}");
     assert!(excluded["from_event"].as_u64().unwrap() > 1, "{summary}");
 }
+
+/// Orbit mode through an agent, as in one process: the controller starts each RU's DTHs
+/// (`tessera ferol --system` in orbit mode), and every orbit is built, written and read by the
+/// farm into storage.
+#[test]
+fn a_2x2_orbit_system_with_its_farm_runs_through_an_agent_and_conserves_every_orbit() {
+    let _one_system = one_system_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, d);
+    let system = system_file(d, agent, "orbits: 3000", 3.0);
+    edit(&system, |y| {
+        y.replace("run:\n", "run:\n  mode: orbit\n")
+            .replace("fragment_size: {bytes: 1024}", "fragment_size: {bytes: 256}")
+    });
+    start_run(&mut units, d, &system, &[]);
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
+    assert!(out.contains("conservation: orbits triggered 3000 = built 3000 + lost 0  holds"), "{out}");
+    assert!(out.contains("orbits: 3000 built, 3000 complete, 0 incomplete"), "{out}");
+    // The farm's chain counts the events in those orbits, through the FUs into storage.
+    let chain = out.lines().find(|l| l.starts_with("chain: built ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(chain.ends_with("holds") && !chain.starts_with("chain: built 3000 "), "{out}");
+}

@@ -157,7 +157,16 @@ fn send_stream(
     let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, writer);
     let mut m = Meter::new(start, limits);
     let (mut orbits, mut events, mut faults, mut end) = (0u64, 0u64, 0u64, End::Events);
-    let failed = |bytes, source_error| EmuError::Write { fed: source, bytes, source: source_error };
+    // A stream that only run control or its receiver ends takes the receiver's close as its
+    // end; any other stream was cut short by it.
+    let open_ended = limits.events.is_none() && limits.seconds.is_none();
+    let failed = |bytes, source_error: std::io::Error| {
+        if open_ended && sender::receiver_gone(&source_error) {
+            Ok(End::ReceiverClosed)
+        } else {
+            Err(EmuError::Write { fed: source, bytes, source: source_error })
+        }
+    };
     for _ in 0..limits.events.unwrap_or(u64::MAX) {
         if m.past_deadline() {
             end = End::Deadline;
@@ -174,11 +183,16 @@ fn send_stream(
             let due = start + Duration::from_secs_f64(orbits as f64 / LHC_ORBIT_HZ);
             let now = Instant::now();
             if now < due {
-                if !sender::flush(&mut out, &mut m).map_err(|e| failed(m.bytes, e))?
-                    || m.deadline.is_some_and(|d| d < due)
-                {
-                    end = End::Deadline;
-                    break;
+                match sender::flush(&mut out, &mut m) {
+                    Ok(true) if m.deadline.is_none_or(|d| d >= due) => {}
+                    Ok(_) => {
+                        end = End::Deadline;
+                        break;
+                    }
+                    Err(e) => {
+                        end = failed(m.bytes, e)?;
+                        break;
+                    }
                 }
                 std::thread::sleep(due - now);
             }
@@ -193,19 +207,33 @@ fn send_stream(
         orbits += 1;
         events += u64::from(orbit.events.count());
         // A skipped orbit sends nothing (and an empty write would count as a failed one).
-        let complete = orbit.bytes.is_empty()
-            || write_all(&mut out, &mut [IoSlice::new(orbit.bytes)], &mut m).map_err(|e| failed(m.bytes, e))?;
-        if !complete {
-            end = End::Deadline;
-            break;
+        let complete = if orbit.bytes.is_empty() {
+            Ok(true)
+        } else {
+            write_all(&mut out, &mut [IoSlice::new(orbit.bytes)], &mut m)
+        };
+        match complete {
+            Ok(true) => {}
+            Ok(false) => {
+                end = End::Deadline;
+                break;
+            }
+            Err(e) => {
+                end = failed(m.bytes, e)?;
+                break;
+            }
         }
         if orbit.ends_stream {
             end = End::Disconnect;
             break;
         }
     }
-    if !sender::flush(&mut out, &mut m).map_err(|e| failed(m.bytes, e))? {
-        end = End::Deadline;
+    if end != End::ReceiverClosed {
+        match sender::flush(&mut out, &mut m) {
+            Ok(true) => {}
+            Ok(false) => end = End::Deadline,
+            Err(e) => end = failed(m.bytes, e)?,
+        }
     }
     Ok(DthStreamSummary {
         source,

@@ -689,7 +689,7 @@ fn send_stream(
 }
 
 /// Whether a failed write says that the receiver closed the connection.
-fn receiver_gone(e: &io::Error) -> bool {
+pub(crate) fn receiver_gone(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted)
 }
 
