@@ -805,11 +805,12 @@ impl Bu {
     }
 
     fn close(&mut self, now: Nanos, index: usize) {
-        let f = self.open.remove(index);
+        let mut f = self.open.remove(index);
+        // Written in event order: events given again after a BU was lost come late, and a
+        // reader of orbit files refuses an orbit below the one before it in a file.
+        f.events.sort_unstable_by_key(|e| e.event);
         let mut ranges = Vec::new();
-        let mut sorted: Vec<EventNumber> = f.events.iter().map(|e| e.event).collect();
-        sorted.sort_unstable();
-        for e in sorted {
+        for e in f.events.iter().map(|e| e.event) {
             push_event(&mut ranges, e);
         }
         let count = f.events.len() as u32;
@@ -1004,5 +1005,34 @@ mod tests {
         bu.handle(STARVED_CLOSE_NS + 2, part(0, 2)); // event 2 waits for RU 1
         bu.handle(STARVED_CLOSE_NS + 3, Input::Tick);
         assert_eq!(written(&mut bu), vec![1], "event 1's file closed: it had not grown while event 2 waited");
+    }
+
+    /// Events completed out of order (one given again after a BU was lost comes late) go into
+    /// their file in event order, and the file's orbit-mode input is counted once.
+    #[test]
+    fn a_file_holds_its_events_in_event_order_and_counts_orbits_left_incomplete_once() {
+        let cfg = BuConfig { max_events_per_file: 3, ..BuConfig::new(0, 1) };
+        let mut bu = Bu::new(cfg, 1, BuDisk::default());
+        let welcome = Message::Welcome { epoch: 1, publish: Vec::new(), discard: Vec::new() };
+        bu.handle(0, Input::Message { from: Peer::Evm, msg: welcome });
+        for e in [7, 5, 6] {
+            bu.handle(0, part(0, e));
+        }
+        let (file, order) = std::iter::from_fn(|| bu.poll_output())
+            .find_map(|o| match o {
+                BuOutput::WriteFile { file, events, .. } => {
+                    Some((file, events.iter().map(|e| e.event).collect::<Vec<_>>()))
+                }
+                _ => None,
+            })
+            .expect("the file of three events");
+        assert_eq!(order, [5, 6, 7]);
+        bu.handle(0, Input::OrbitsLeftIncomplete { file, orbits: 2 });
+        bu.handle(0, Input::FileWritten(file));
+        assert_eq!(bu.counters().incomplete_events, 2);
+        bu.handle(0, Input::FilePublished(file));
+        // Told again of a file no longer its own, it counts nothing.
+        bu.handle(0, Input::OrbitsLeftIncomplete { file, orbits: 2 });
+        assert_eq!(bu.counters().incomplete_events, 2);
     }
 }
