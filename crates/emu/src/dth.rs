@@ -157,16 +157,8 @@ fn send_stream(
     let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, writer);
     let mut m = Meter::new(start, limits);
     let (mut orbits, mut events, mut faults, mut end) = (0u64, 0u64, 0u64, End::Events);
-    // A stream that only run control or its receiver ends takes the receiver's close as its
-    // end; any other stream was cut short by it.
+    // Only run control or its receiver ends it ([`sender::write_outcome`]).
     let open_ended = limits.events.is_none() && limits.seconds.is_none();
-    let failed = |bytes, source_error: std::io::Error| {
-        if open_ended && sender::receiver_gone(&source_error) {
-            Ok(End::ReceiverClosed)
-        } else {
-            Err(EmuError::Write { fed: source, bytes, source: source_error })
-        }
-    };
     for _ in 0..limits.events.unwrap_or(u64::MAX) {
         if m.past_deadline() {
             end = End::Deadline;
@@ -183,16 +175,11 @@ fn send_stream(
             let due = start + Duration::from_secs_f64(orbits as f64 / LHC_ORBIT_HZ);
             let now = Instant::now();
             if now < due {
-                match sender::flush(&mut out, &mut m) {
-                    Ok(true) if m.deadline.is_none_or(|d| d >= due) => {}
-                    Ok(_) => {
-                        end = End::Deadline;
-                        break;
-                    }
-                    Err(e) => {
-                        end = failed(m.bytes, e)?;
-                        break;
-                    }
+                // A deadline before the orbit's time ends the stream now.
+                let flushed = sender::flush(&mut out, &mut m).map(|ok| ok && m.deadline.is_none_or(|d| d >= due));
+                if let Some(ended) = sender::write_outcome(flushed, open_ended, source, m.bytes)? {
+                    end = ended;
+                    break;
                 }
                 std::thread::sleep(due - now);
             }
@@ -212,28 +199,19 @@ fn send_stream(
         } else {
             write_all(&mut out, &mut [IoSlice::new(orbit.bytes)], &mut m)
         };
-        match complete {
-            Ok(true) => {}
-            Ok(false) => {
-                end = End::Deadline;
-                break;
-            }
-            Err(e) => {
-                end = failed(m.bytes, e)?;
-                break;
-            }
+        if let Some(ended) = sender::write_outcome(complete, open_ended, source, m.bytes)? {
+            end = ended;
+            break;
         }
         if orbit.ends_stream {
             end = End::Disconnect;
             break;
         }
     }
-    if end != End::ReceiverClosed {
-        match sender::flush(&mut out, &mut m) {
-            Ok(true) => {}
-            Ok(false) => end = End::Deadline,
-            Err(e) => end = failed(m.bytes, e)?,
-        }
+    if end != End::ReceiverClosed
+        && let Some(ended) = sender::write_outcome(sender::flush(&mut out, &mut m), open_ended, source, m.bytes)?
+    {
+        end = ended;
     }
     Ok(DthStreamSummary {
         source,

@@ -577,16 +577,8 @@ fn send_stream(
     let deadline = m.deadline;
     let (mut events, mut faults, mut end) = (0u64, 0u64, End::Events);
     let mut headers = [[0u8; HEADER_BYTES]; MAX_BLOCKS];
-    // A stream that only run control or its receiver ends takes the receiver's close as its
-    // end; any other stream was cut short by it.
+    // Only run control or its receiver ends it ([`write_outcome`]).
     let open_ended = limits.events.is_none() && limits.seconds.is_none();
-    let failed = |bytes, source: io::Error| {
-        if open_ended && receiver_gone(&source) {
-            Ok(End::ReceiverClosed)
-        } else {
-            Err(EmuError::Write { fed, bytes, source })
-        }
-    };
     // Bounded by the event limit, or by the deadline checked on every pass.
     for _ in 0..limits.events.unwrap_or(u64::MAX) {
         if m.past_deadline() {
@@ -609,10 +601,11 @@ fn send_stream(
         if matches!(event.wire, Wire::Stall) {
             faults += 1;
             end = End::Stalled;
-            match flush(&mut out, &mut m) {
-                Ok(true) => stall(&mut out, &m, stop.as_ref().map(|(line, _)| line), events),
-                Ok(false) => {}
-                Err(e) => end = failed(m.bytes, e)?,
+            match write_outcome(flush(&mut out, &mut m), open_ended, fed, m.bytes)? {
+                None => stall(&mut out, &m, stop.as_ref().map(|(line, _)| line), events),
+                // Past the deadline the stall is over before it began: still a stall.
+                Some(End::Deadline) => {}
+                Some(ended) => end = ended,
             }
             break;
         }
@@ -623,16 +616,11 @@ fn send_stream(
             let due = start + Duration::from_secs_f64(event.trigger.time_seconds * 100.0 / f64::from(percent.max(1)));
             let now = Instant::now();
             if now < due {
-                match flush(&mut out, &mut m) {
-                    Ok(flushed) if flushed && deadline.is_none_or(|d| d >= due) => {}
-                    Ok(_) => {
-                        end = End::Deadline;
-                        break;
-                    }
-                    Err(e) => {
-                        end = failed(m.bytes, e)?;
-                        break;
-                    }
+                // A deadline before the event's time ends the stream now.
+                let flushed = flush(&mut out, &mut m).map(|ok| ok && deadline.is_none_or(|d| d >= due));
+                if let Some(ended) = write_outcome(flushed, open_ended, fed, m.bytes)? {
+                    end = ended;
+                    break;
                 }
                 std::thread::sleep(due - now);
             }
@@ -657,24 +645,15 @@ fn send_stream(
                 write_all(&mut out, &mut slices[..2 * count], &mut m)
             }
         };
-        match complete {
-            Ok(true) => {}
-            Ok(false) => {
-                end = End::Deadline;
-                break;
-            }
-            Err(e) => {
-                end = failed(m.bytes, e)?;
-                break;
-            }
+        if let Some(ended) = write_outcome(complete, open_ended, fed, m.bytes)? {
+            end = ended;
+            break;
         }
     }
-    if end != End::ReceiverClosed {
-        match flush(&mut out, &mut m) {
-            Ok(true) => {}
-            Ok(false) => end = End::Deadline,
-            Err(e) => end = failed(m.bytes, e)?,
-        }
+    if end != End::ReceiverClosed
+        && let Some(ended) = write_outcome(flush(&mut out, &mut m), open_ended, fed, m.bytes)?
+    {
+        end = ended;
     }
     Ok(StreamSummary {
         fed,
@@ -688,8 +667,26 @@ fn send_stream(
     })
 }
 
+/// How a write or flush of FED (or source) `fed`'s stream came out, after `bytes` sent: `None`
+/// to go on; the stream's end when the deadline came first, or when the receiver closed a stream
+/// that only run control or its receiver ends (`open_ended`); an error when it cut any other
+/// stream short.
+pub(crate) fn write_outcome(
+    written: io::Result<bool>,
+    open_ended: bool,
+    fed: u16,
+    bytes: u64,
+) -> Result<Option<End>, EmuError> {
+    match written {
+        Ok(true) => Ok(None),
+        Ok(false) => Ok(Some(End::Deadline)),
+        Err(e) if open_ended && receiver_gone(&e) => Ok(Some(End::ReceiverClosed)),
+        Err(source) => Err(EmuError::Write { fed, bytes, source }),
+    }
+}
+
 /// Whether a failed write says that the receiver closed the connection.
-pub(crate) fn receiver_gone(e: &io::Error) -> bool {
+fn receiver_gone(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted)
 }
 
