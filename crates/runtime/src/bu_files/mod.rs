@@ -115,6 +115,10 @@ pub struct RawWriter {
 /// An orbit block a BU left out of its orbit (orbit mode): the orbit is then incomplete.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeftOut {
+    /// The orbit's number.
+    pub orbit: u32,
+    /// The orbit's index in the run: its event number in the protocol.
+    pub index: u64,
     /// The source whose block it is.
     pub source: u16,
     /// Why, as a key: `unreadable`, `crc32c`, `source_id`, `trailer_flags` (CMSSW's reader would
@@ -125,6 +129,16 @@ pub struct LeftOut {
     pub why: String,
 }
 
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "orbit {} (index {}): source {}'s block left out of the file, the orbit counted incomplete: {}",
+            self.orbit, self.index, self.source, self.why
+        )
+    }
+}
+
 /// What writing a file found, besides the file (orbit mode; nothing in event mode).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Written {
@@ -132,8 +146,6 @@ pub struct Written {
     pub orbits_made_incomplete: u32,
     /// The blocks left out.
     pub left_out: Vec<LeftOut>,
-    /// What to say of them, one sentence each.
-    pub notes: Vec<String>,
 }
 
 impl RawWriter {

@@ -45,16 +45,14 @@ pub(super) fn write(
         if !checked.left_out.is_empty() && orbit.flags & flags::INCOMPLETE == 0 {
             written_report.orbits_made_incomplete += 1;
         }
-        for left in checked.left_out {
-            written_report.notes.push(format!(
-                "orbit {} (index {}): source {}'s block left out of the file, the orbit counted incomplete: {}",
-                checked.orbit.unwrap_or_default(),
-                orbit.event,
-                left.source,
-                left.why
-            ));
-            written_report.left_out.push(left);
-        }
+        let number = checked.orbit.unwrap_or_default();
+        written_report.left_out.extend(checked.left_out.into_iter().map(|r| LeftOut {
+            orbit: number,
+            index: orbit.event,
+            source: r.source,
+            reason: r.reason,
+            why: r.why,
+        }));
         if checked.written {
             event_count += u32::from(checked.events);
             written += 1;
@@ -86,7 +84,14 @@ struct CheckedOrbit<'a> {
     /// The blocks to write, in order.
     blocks: Vec<&'a [u8]>,
     /// The blocks left out, and why.
-    left_out: Vec<LeftOut>,
+    left_out: Vec<Refused>,
+}
+
+/// A block of an orbit refused: its source and why, as a key ([`LeftOut::reason`]) and in words.
+struct Refused {
+    source: u16,
+    reason: &'static str,
+    why: String,
 }
 
 /// Checks the blocks of one orbit against its reference, the trigger source's ([`agree`]).
@@ -103,9 +108,9 @@ fn check_orbit<'a>(pieces: &[Piece<'a>]) -> CheckedOrbit<'a> {
     let verdict = agree(&keys, pieces.iter().position(|p| p.source == TCDS_FED_ID));
     let unreadable = walked.iter().zip(pieces).filter_map(|(w, p)| {
         let (reason, why) = w.as_ref().err()?.clone();
-        Some(LeftOut { source: p.source, reason, why })
+        Some(Refused { source: p.source, reason, why })
     });
-    let disagreeing = verdict.left_out.iter().map(|&(i, d)| LeftOut {
+    let disagreeing = verdict.left_out.iter().map(|&(i, d)| Refused {
         source: pieces[i].source,
         reason: match d.field {
             "run" => "run",

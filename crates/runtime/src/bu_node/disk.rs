@@ -124,10 +124,8 @@ impl BuLoop {
                 }
                 Ok((job, result, at, space)) => {
                     let written = result?;
-                    for note in &written.notes {
-                        self.stats.problem(format!("BU {}: {note}", self.cfg.bu.bu));
-                    }
                     for left in &written.left_out {
+                        self.stats.problem(format!("BU {}: {left}", self.cfg.bu.bu));
                         *self.blocks_left_out.entry(left.source).or_default().entry(left.reason).or_default() += 1;
                     }
                     self.stats.orbit_blocks_left_out.add(written.left_out.len() as u64);
