@@ -83,6 +83,13 @@ impl OrbitFileReport {
     pub fn event_count(&self) -> u64 {
         self.orbits.iter().map(|o| u64::from(o.event_count)).sum()
     }
+
+    /// Its events and orbits when the whole file could be read (`None`, `None` otherwise): what
+    /// its bookkeeping is checked against.
+    pub fn whole_counts(&self) -> (Option<u64>, Option<u64>) {
+        let whole = self.orbits.iter().map(|o| o.bytes).sum::<u64>() == self.actual_bytes;
+        (whole.then(|| self.event_count()), whole.then_some(self.orbits.len() as u64))
+    }
 }
 
 /// The first byte of `payload` that differs from the seeded content of (run, source, event), if

@@ -240,8 +240,7 @@ pub fn inspect_run_dir(dir: &Path, checks: EventChecks) -> io::Result<RunDirRepo
             report.problems.iter().for_each(&mut said);
             r.events += report.event_count();
             *r.orbits.get_or_insert(0) += report.orbits.len() as u64;
-            let whole = report.orbits.iter().map(|o| o.bytes).sum::<u64>() == report.actual_bytes;
-            (whole.then(|| report.event_count()), whole.then_some(report.orbits.len() as u64))
+            report.whole_counts()
         } else {
             let report = inspect_raw_file(&name, &bytes, checks);
             report.all_problems().for_each(&mut said);
@@ -253,12 +252,7 @@ pub fn inspect_run_dir(dir: &Path, checks: EventChecks) -> io::Result<RunDirRepo
             Some(jsn) => match read_doc(jsn, IndexDoc::parse) {
                 Err(e) => problems.push(Problem::whole(format!("{}: {e}", file_name(jsn)))),
                 Ok(doc) => {
-                    let wrong_orbits = doc.orbits.zip(orbits).filter(|(says, holds)| says != holds);
-                    let message = check_index_doc(&doc, events, bytes.len() as u64).or_else(|| {
-                        wrong_orbits
-                            .map(|(says, holds)| format!("NOrbits says {says}; the raw file holds {holds} orbits"))
-                    });
-                    if let Some(m) = message {
+                    for m in check_index_doc(&doc, events, orbits, bytes.len() as u64) {
                         problems.push(Problem::whole(format!("{}: {m}", file_name(jsn))));
                     }
                 }
@@ -314,10 +308,11 @@ pub fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
-/// Whether a raw file's `.jsn` agrees with the file: events (unless they could not be counted,
-/// `None`) and bytes.
-pub fn check_index_doc(doc: &IndexDoc, events: Option<u64>, bytes: u64) -> Option<String> {
-    match events {
+/// How a raw file's `.jsn` disagrees with the file, one sentence each (none: it agrees): events
+/// (unless they could not be counted, `None`), bytes, and an orbit file's NOrbits (when both say
+/// one).
+pub fn check_index_doc(doc: &IndexDoc, events: Option<u64>, orbits: Option<u64>, bytes: u64) -> Vec<String> {
+    let counts = match events {
         Some(events) => (doc.events != events || doc.bytes != bytes).then(|| {
             format!(
                 "says {} events and {} bytes; the raw file holds {events} events and {bytes} bytes",
@@ -325,5 +320,11 @@ pub fn check_index_doc(doc: &IndexDoc, events: Option<u64>, bytes: u64) -> Optio
             )
         }),
         None => (doc.bytes != bytes).then(|| format!("says {} bytes; the raw file holds {bytes} bytes", doc.bytes)),
-    }
+    };
+    let orbits = doc
+        .orbits
+        .zip(orbits)
+        .filter(|(says, holds)| says != holds)
+        .map(|(says, holds)| format!("NOrbits says {says}; the raw file holds {holds} orbits"));
+    counts.into_iter().chain(orbits).collect()
 }
