@@ -212,6 +212,15 @@ fn summarize(
                 clean = false;
                 format!("FAILED: {why}")
             }
+            // Push: a lost BU started again to close its lumi sections.
+            (Some(r), _) if c.bus_lost().contains(&p.name) => match BuEnd::read(r).as_ref().and_then(BuEnd::figures) {
+                Some(f) => format!(
+                    "LOST under push, excluded by RU 0, started again to close its lumi sections: {} events \
+                     published in the run, {} lost (BU_LOST, in its end-of-lumi records)",
+                    f.events_published_in_run, f.lost_events
+                ),
+                None => summary_line(p.role, r),
+            },
             (Some(r), _) => summary_line(p.role, r),
             (None, Some(exit)) if exit.success() => {
                 view.and_then(|v| v.stdout.as_deref()).and_then(|s| s.lines().last()).unwrap_or("ended").to_owned()
@@ -256,20 +265,37 @@ fn summarize(
         cfg.bus.iter().map(|b| b.name.as_str()).filter(|b| c.restarts().contains_key(*b)).collect();
     let bu_ends: Vec<BuFigures> =
         cfg.bus.iter().filter_map(|b| BuEnd::read(reports.get(&b.name)?)?.figures().cloned()).collect();
+    let figures_of = |name: &str| BuEnd::read(reports.get(name)?)?.figures().cloned();
     // A BU's report counts what its last incarnation published. When one was started again,
     // the events built are those the EVM committed (each is published exactly once: before its
     // crash, by its restart, or by another BU); the chain's check below proves them in storage.
-    // Push: a lost BU published what it built before it died, in its run directory (read here,
-    // where the hosts share the run's output; on a host not visible here its count is unknown).
+    // Push: a lost BU published what it built before it died. Started again, it says so itself
+    // (its ledger counts every incarnation's files, those its readers deleted too) and closes
+    // its lumi sections counting what it lost; one not started again is read in its run
+    // directory's index documents (here, where the hosts share the run's output; on a host not
+    // visible here its count is unknown).
     let run_output = cfg.run.output.clone().unwrap_or_default();
-    let lost_published: BTreeMap<u16, Option<u64>> = cfg
+    let lost_bus: Vec<(u16, &str)> = cfg
         .bus
         .iter()
         .enumerate()
         .filter(|(_, b)| c.bus_lost().contains(&b.name))
-        .map(|(i, _)| (i as u16, push_loss::published_in(&cfg.bu_directory(i, &run_output), cfg.run.number)))
+        .map(|(i, b)| (i as u16, b.name.as_str()))
         .collect();
-    let mut built: u64 = if restarted.is_empty() {
+    let lost_published: BTreeMap<u16, Option<u64>> = lost_bus
+        .iter()
+        .map(|&(i, name)| {
+            let published = match figures_of(name) {
+                Some(f) => Some(f.events_published_in_run),
+                None => push_loss::published_in(&cfg.bu_directory(usize::from(i), &run_output), cfg.run.number),
+            };
+            (i, published)
+        })
+        .collect();
+    let mut built: u64 = if cfg.is_push() {
+        let kept = cfg.bus.iter().filter(|b| !c.bus_lost().contains(&b.name)).filter_map(|b| figures_of(&b.name));
+        kept.map(|b| b.events_published).sum()
+    } else if restarted.is_empty() {
         bu_ends.iter().map(|b| b.events_published).sum()
     } else {
         println!("  {} started again: events built are those the EVM committed to the BUs", restarted.join(", "));
@@ -279,8 +305,19 @@ fn summarize(
     let excluded = leader.as_ref().map(|f| f.excluded.clone()).unwrap_or_default();
     let bu_lost = push_loss::events_lost(&excluded, |bu| lost_published.get(&bu).copied().flatten().unwrap_or(0));
     let lost_known = lost_published.values().all(Option::is_some);
+    // A lost BU started again counted its loss in its end-of-lumi records: the same figure.
+    let records_disagree: Vec<String> = lost_bus
+        .iter()
+        .filter_map(|&(i, name)| {
+            let f = figures_of(name)?;
+            let given = excluded.iter().find(|x| x.bu == i)?.events_given;
+            let lost = given.saturating_sub(f.events_published_in_run);
+            (f.lost_events != lost)
+                .then(|| format!("{name}'s end-of-lumi records count {} lost, not {lost}", f.lost_events))
+        })
+        .collect();
     let lost = lost_closed + bu_lost;
-    let holds = leader.is_some() && lost_known && triggered == built + lost;
+    let holds = leader.is_some() && lost_known && records_disagree.is_empty() && triggered == built + lost;
     if leader.is_some() {
         let mut reasons = Vec::new();
         if lost_closed > 0 {
@@ -294,11 +331,13 @@ fn summarize(
             if cfg.is_orbit_mode() { "orbits " } else { "" },
             if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
             if holds {
-                "holds"
+                "holds".to_owned()
             } else if !lost_known {
-                "NOT PROVEN: a lost BU's run directory cannot be read here"
+                "NOT PROVEN: a lost BU's run directory cannot be read here".to_owned()
+            } else if !records_disagree.is_empty() {
+                format!("DOES NOT HOLD: {}", records_disagree.join("; "))
             } else {
-                "DOES NOT HOLD"
+                "DOES NOT HOLD".to_owned()
             }
         );
     } else {
@@ -445,13 +484,17 @@ fn summary_line(role: Role, r: &Value) -> String {
         Role::Ru(_) => match RuEnd::read(r) {
             Some(RuEnd { problems, outcome: Ended::Figures(f), .. }) => {
                 let evm = f.evm.map(|e| format!("; triggered {}, committed {}", e.triggered, e.committed));
+                // What its front ends sent past the trigger's last event: no event's, but counted.
+                let past: u64 = f.orphan_fragments.iter().map(|o| o.fragments).sum();
+                let past = (past > 0).then(|| format!("; {past} fragments of events after the run's last, discarded"));
                 format!(
-                    "{:>10} fragments, {:>6} corrupt, {:>6} late, {:>6} problems{}",
+                    "{:>10} fragments, {:>6} corrupt, {:>6} late, {:>6} problems{}{}",
                     f.fragments,
                     f.corrupt_fragments,
                     f.late_fragments,
                     problems,
-                    evm.unwrap_or_default()
+                    evm.unwrap_or_default(),
+                    past.unwrap_or_default()
                 )
             }
             _ => r.to_string(),

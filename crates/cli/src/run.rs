@@ -296,8 +296,9 @@ fn summarize(
             && cfg.is_push()
         {
             println!(
-                "  {:<10} push: {} events aged (shipped incomplete), {} late super-fragments dropped",
-                cfg.bus[i].name, b.counters.aged_events, b.counters.late_parts
+                "  {:<10} push: {} events aged (shipped incomplete), {} late super-fragments dropped, \
+                 {} events past the run's last event dropped unbuilt",
+                cfg.bus[i].name, b.counters.aged_events, b.counters.late_parts, b.counters.events_past_run_end
             );
         }
     }
@@ -400,6 +401,7 @@ fn summarize(
             "events": b.as_ref().map_or(0, |b| b.events_published),
             "push_aged_events": b.as_ref().ok().filter(|_| cfg.is_push()).map(|b| b.counters.aged_events),
             "push_late_parts": b.as_ref().ok().filter(|_| cfg.is_push()).map(|b| b.counters.late_parts),
+            "push_events_past_run_end": b.as_ref().ok().filter(|_| cfg.is_push()).map(|b| b.counters.events_past_run_end),
             "files": b.as_ref().ok().map(|b| b.files_published),
             "incomplete": b.as_ref().ok().map(|b| b.counters.incomplete_events),
             "orbit_blocks_left_out": b.as_ref().ok().filter(|_| cfg.is_orbit_mode()).map(|b| &b.blocks_left_out),

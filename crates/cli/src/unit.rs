@@ -16,6 +16,7 @@ use tessera_control::report::{BuEnd, RuEnd};
 use tessera_control::stop::OperatorStop;
 use tessera_control::{Action, ActionRefused, ControlServer, MaskAction, Served, Unit, UnitKind, mask_at, tell_unit};
 use tessera_emu::sender::{Limits, SenderConfig};
+use tessera_evb::types::FIRST_EPOCH;
 use tessera_runtime::bu_node::BuNode;
 use tessera_runtime::link::{LINK_KEY_ENV, LinkKey};
 use tessera_runtime::ru_node::RuNode;
@@ -427,6 +428,14 @@ pub fn unit(
                         r.epoch,
                         r.run_dir.display()
                     );
+                    if r.counters.lost_events > 0 || (cfg.is_push() && r.epoch > FIRST_EPOCH) {
+                        // Push, started again after its loss: it closed its lumi sections.
+                        println!(
+                            "{}: lost under push and excluded: {} events published in the run, {} given it and \
+                             never published, counted lost (BU_LOST) in its end-of-lumi records",
+                            bu.name, r.events_published_in_run, r.counters.lost_events
+                        );
+                    }
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {

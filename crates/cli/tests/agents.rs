@@ -497,21 +497,41 @@ fn a_host_without_an_agent_is_refused_before_anything_starts() {
     assert!(!d.join("out").exists(), "nothing was started or written");
 }
 
-/// The 2×2 under push through the agent, its farm off (a lost push BU never writes its end of
-/// run, which its FUs would wait for): returns the run's directory and its processes.
+/// The 2×2 under push through the agent with its farm: returns the run's directory and its
+/// processes.
 fn push_run_through_agent(limit: &str) -> (tempfile::TempDir, Processes, u16) {
     let tmp = tempfile::tempdir().unwrap();
     let mut units = Processes(Vec::new());
     let agent = start_agent(&mut units, tmp.path());
     let system = system_file(tmp.path(), agent, limit, 3.0);
     edit(&system, |y| {
-        y.replace("  number: 61\n", "  number: 61\n  protocol: push\n").replace(
-            "fu:\n  processes_per_bu: 1\n",
-            "fu:\n  enabled: false\npush:\n  exclude_margin_events: 512\n  window_events: 1024\n",
-        )
+        y.replace("  number: 61\n", "  number: 61\n  protocol: push\n")
+            .replace("fu:\n", "push:\n  exclude_margin_events: 512\n  window_events: 1024\nfu:\n")
     });
     start_run(&mut units, tmp.path(), &system, &[]);
     (tmp, units, agent)
+}
+
+/// A time-limited run under push: the front ends are separate processes that know nothing of
+/// the stop, and every RU but RU 0 reads its FEDs past the trigger. RU 0 draws the stop line
+/// past all that was read, so no event without its trigger part is built, and the run
+/// conserves every event through the farm.
+#[test]
+fn a_2x2_push_system_runs_through_an_agent_for_a_time_and_conserves_every_event() {
+    let _one_system = one_system_at_a_time();
+    let (tmp, mut units, _) = push_run_through_agent("seconds: 4");
+    let d = tmp.path();
+    let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{out}\n{}", logs(d));
+    let line = out.lines().find(|l| l.starts_with("conservation:")).unwrap();
+    assert!(line.ends_with(" + lost 0  holds"), "{out}");
+    let (triggered, built) = {
+        let n: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+        (n[0], n[1])
+    };
+    assert!(triggered > 1000 && triggered == built, "{out}");
+    assert!(out.contains(&format!("events: {built} built, {built} complete, 0 incomplete")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("chain: built ") && l.ends_with("holds")), "{out}");
 }
 
 #[test]
@@ -525,30 +545,44 @@ fn a_2x2_push_system_runs_through_an_agent_and_conserves_every_event() {
     assert!(out.contains("events: 20000 built, 20000 complete, 0 incomplete\n"), "{out}");
 }
 
-/// Under push a killed BU is not started again: RU 0 excludes it from an event no RU has
-/// reached, the run goes on with the other BU, and the events the lost one was given and did
-/// not publish are counted lost (BU_LOST), so that conservation holds with them.
+/// Under push a killed BU's events cannot go to another BU: RU 0 excludes it from an event no
+/// RU has reached, and the run goes on with the other BU. Started again, it takes no event: it
+/// publishes its whole files and closes its lumi sections, counting what it was given and did
+/// not publish lost (`NLostEvents`), so that its FUs see the run end, conservation holds with
+/// `BU_LOST` named, and the farm's chain holds through storage.
 #[test]
-fn a_2x2_push_bu_killed_is_excluded_the_run_goes_on_and_its_unpublished_events_are_counted_lost() {
+fn a_2x2_push_bu_killed_is_excluded_started_again_to_close_its_lumi_sections_and_its_loss_is_counted() {
     let _one_system = one_system_at_a_time();
     let (tmp, mut units, agent) = push_run_through_agent("events: 60000");
     let d = tmp.path();
     let (out, bu1) = kill_bu1_mid_run(&mut units, d, agent);
-    assert!(bu1.contains("LOST under push"), "{out}");
+    assert!(bu1.contains("LOST under push") && bu1.contains("started again to close its lumi sections"), "{out}");
     let line = out.lines().find(|l| l.starts_with("conservation:")).unwrap();
     assert!(line.starts_with("conservation: triggered 60000 = built ") && line.ends_with("holds"), "{out}");
     assert!(line.contains(" BU_LOST)"), "the lost BU's unpublished events are counted: {out}");
+    assert!(out.lines().any(|l| l.starts_with("chain: built ") && l.ends_with("holds")), "{out}");
     let log = std::fs::read_to_string(d.join("run.log")).unwrap();
-    assert!(log.contains("under push it is not started again"), "{log}");
-    let summary: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(d.join("out").join("summary-run000061.json"))
-            .or_else(|_| std::fs::read_to_string(d.join("summary-run000061.json")))
-            .unwrap(),
-    )
-    .unwrap();
+    assert!(log.contains("it is started again to close its lumi sections"), "{log}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("out").join("summary-run000061.json")).unwrap()).unwrap();
     let excluded = &summary["excluded"][0];
     assert_eq!(excluded["bu"], 1, "{summary}");
     assert!(excluded["from_event"].as_u64().unwrap() > 1, "{summary}");
+    // Its end-of-lumi records count the loss: NEvents + NLostEvents = TotalEvents, the lost
+    // summing to the summary's BU_LOST.
+    let run_dir = d.join("out").join("bu1").join("run000061");
+    let mut lost = 0;
+    for entry in std::fs::read_dir(&run_dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with("_EoLS.jsn") {
+            let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let n: Vec<u64> =
+                doc["data"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().parse().unwrap()).collect();
+            assert_eq!(n[0] + n[3], n[2], "{}: {doc}", path.display());
+            lost += n[3];
+        }
+    }
+    assert!(lost > 0 && summary["lost"]["BU_LOST"] == lost, "{lost} {summary}");
 }
 
 /// Orbit mode through an agent, as in one process: the controller starts each RU's DTHs

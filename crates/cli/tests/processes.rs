@@ -265,6 +265,76 @@ fn bu_killed_and_restarted(more: &str) {
     );
 }
 
+/// A number that follows `after` on a line of `log` that contains it.
+fn number_after(log: &str, after: &str) -> u64 {
+    let at = log.find(after).unwrap_or_else(|| panic!("no {after:?} in\n{log}")) + after.len();
+    log[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+}
+
+/// Push per process, stopped by time: the front ends know nothing of the stop, and RU 1 reads
+/// its FEDs past the trigger. bu1 is killed (SIGKILL) once it has published a file: RU 0
+/// excludes it and the run goes on. Started again (`--restart`), it takes no event, publishes
+/// its whole files and closes its lumi sections, counting what it was given and never
+/// published lost. No event past the trigger's last is built, every event is in at most one
+/// file and verifies, and published + lost = triggered.
+#[test]
+fn two_by_two_push_bu_killed_and_restarted_closes_its_lumi_sections_counting_its_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = system_file(dir.path(), 1, Limit::Seconds(5), Some(5000.0), None, "");
+    let yaml = std::fs::read_to_string(&system).unwrap().replace("run:\n", "run:\n  protocol: push\n");
+    std::fs::write(&system, yaml).unwrap();
+    let d = dir.path();
+    let mut units = Processes(vec![
+        tessera_unit(&system, d, "bu", Some("bu0"), &[]),
+        tessera_unit(&system, d, "ru", Some("ru1"), &[]),
+        tessera_unit(&system, d, "evm", None, &[]),
+        ferol(&system, d, "ru0"),
+        ferol(&system, d, "ru1"),
+    ]);
+    let (_, mut victim) = tessera_unit(&system, d, "bu", Some("bu1"), &[]);
+    let bu1_dir = d.join("bu1").join(format!("run{RUN:06}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_dir(&bu1_dir)
+        .is_ok_and(|r| r.flatten().any(|e| e.path().extension().is_some_and(|x| x == "jsn")))
+    {
+        assert!(Instant::now() < deadline, "bu1 published nothing\n{}", logs(d));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    victim.kill().unwrap(); // SIGKILL
+    victim.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while !std::fs::read_to_string(d.join("evm-evm.log")).unwrap().contains("BU 1 lost: excluded from event") {
+        assert!(Instant::now() < deadline, "the EVM's log does not say it excluded bu1\n{}", logs(d));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    units.0.push(tessera_unit(&system, d, "bu", Some("bu1"), &["--restart"]));
+    units.wait_all(d, Duration::from_secs(120));
+    let evm = std::fs::read_to_string(d.join("evm-evm.log")).unwrap();
+    let triggered = number_after(&evm, "; triggered ");
+    assert!(evm.contains(&format!("triggered {triggered} (push), 1 BUs excluded")), "{evm}");
+    let bu0 = std::fs::read_to_string(d.join("bu-bu0.log")).unwrap();
+    let line = bu0.lines().find(|l| l.contains(" events published in ")).unwrap_or_else(|| panic!("{bu0}"));
+    let published0 = number_after(line, "bu0: ");
+    let bu1 = std::fs::read_to_string(d.join("bu-bu1--restart.log")).unwrap();
+    let published1 = number_after(&bu1, "bu1: lost under push and excluded: ");
+    let lost = number_after(&bu1, "events published in the run, ");
+    assert!(lost > 0 && published1 > 0, "{bu1}");
+    assert_eq!(published0 + published1 + lost, triggered, "published + lost = triggered\n{bu0}\n{bu1}");
+    let events = verified_events(d, RUN, &["bu0", "bu1"]);
+    assert_eq!(events.len() as u64, published0 + published1);
+    assert!(events.iter().all(|&e| u64::from(e) <= triggered), "no event past the trigger's last is built");
+    // Its end-of-lumi records hold the loss.
+    let mut lost_in_records = 0;
+    for entry in std::fs::read_dir(&bu1_dir).unwrap().flatten() {
+        if entry.path().to_string_lossy().ends_with("_EoLS.jsn") {
+            let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(entry.path()).unwrap()).unwrap();
+            lost_in_records += doc["data"][3].as_str().unwrap().parse::<u64>().unwrap();
+        }
+    }
+    assert_eq!(lost_in_records, lost);
+}
+
 /// The processes of a whole 2×2 system.
 fn whole_system(system: &Path, d: &Path) -> Processes {
     let mut units = Processes(vec![

@@ -333,17 +333,26 @@ impl Controller {
                         why: format!("ended with {exit}: {last}"),
                     };
                     let restarts = self.restarts.get(&p.name).copied().unwrap_or(0);
-                    if matches!(p.role, Role::Bu(_)) && self.cfg.is_push() {
+                    if matches!(p.role, Role::Bu(_)) && self.cfg.is_push() && self.bus_lost.insert(p.name.clone()) {
                         // Push has no event manager to give a lost BU's events to another:
                         // RU 0 excludes it, the run goes on, and its events are counted lost.
-                        if self.bus_lost.insert(p.name.clone()) {
-                            tracing::warn!(
-                                unit = %p.name,
-                                host = %p.host,
-                                "{fault}; under push it is not started again: RU 0 excludes it and the run goes on \
-                                 without it; the events it was given and did not publish are lost ({})",
-                                crate::push_loss::BU_LOST
-                            );
+                        // Started again, it takes no event: it publishes its whole files and
+                        // closes its lumi sections with what it lost, so its readers see the run end.
+                        let again = restarts < self.cfg.controller.max_restarts;
+                        tracing::warn!(
+                            unit = %p.name,
+                            host = %p.host,
+                            "{fault}; under push RU 0 excludes it and the run goes on without it; the events it was \
+                             given and did not publish are lost ({}){}",
+                            crate::push_loss::BU_LOST,
+                            if again {
+                                "; it is started again to close its lumi sections, counting them"
+                            } else {
+                                ""
+                            }
+                        );
+                        if again {
+                            crashed.push((p.clone(), fault));
                         }
                     } else if p.role.restartable() && restarts < self.cfg.controller.max_restarts {
                         crashed.push((p.clone(), fault));

@@ -177,6 +177,13 @@ pub struct BuEnd {
 pub struct BuFigures {
     /// Events its last incarnation published.
     pub events_published: u64,
+    /// Events (orbit mode: orbits) every incarnation published in the run, as its ledger says.
+    #[serde(default)]
+    pub events_published_in_run: u64,
+    /// Push, a BU started again after its loss: the events it was given and never published,
+    /// counted lost in its end-of-lumi records.
+    #[serde(default)]
+    pub lost_events: u64,
     /// Files its last incarnation published where readers see them.
     pub files_published: u64,
     /// Published events with a FED missing (orbit mode: orbits, a source's block missing).
@@ -204,6 +211,8 @@ impl BuEnd {
         let outcome = match result {
             Ok(r) => Ended::Figures(BuFigures {
                 events_published: r.events_published,
+                events_published_in_run: r.events_published_in_run,
+                lost_events: r.counters.lost_events,
                 files_published: r.files_published,
                 incomplete_events: r.counters.incomplete_events,
                 orbit_events: r.orbit_events,
@@ -292,6 +301,8 @@ mod tests {
             unit: "bu-1".into(),
             outcome: Ended::Figures(BuFigures {
                 events_published: 500,
+                events_published_in_run: 700,
+                lost_events: 12,
                 files_published: 10,
                 incomplete_events: 3,
                 orbit_events: 0,

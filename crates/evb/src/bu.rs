@@ -5,7 +5,7 @@
 use crate::msg::{BuiltFile, Message, SuperFragment};
 use crate::push::PushBu;
 use crate::ru::message_name;
-use crate::types::{BuId, Epoch, EventNumber, EventRange, FileId, Nanos, Peer, RuId, push_event};
+use crate::types::{BuId, Epoch, EventNumber, EventRange, FIRST_EPOCH, FileId, Nanos, Peer, RuId, push_event};
 use crate::unit::{BuOutput, BuiltEvent, Input, Notice};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use tessera_formats::fed::LV1_MASK;
@@ -155,6 +155,13 @@ pub struct BuCounters {
     pub aged_events: u64,
     /// Push: parts that came after their event was shipped, dropped.
     pub late_parts: u64,
+    /// Push: events after the run's last event (the drain's) of which some RU sent parts,
+    /// dropped unbuilt: no trigger issued them. Only when the trigger ended before the stop
+    /// line its RUs were told.
+    pub events_past_run_end: u64,
+    /// Push, a BU started again after its loss: events it was given and never published,
+    /// counted lost in its end-of-lumi records.
+    pub lost_events: u64,
 }
 
 /// The builder unit's state machine.
@@ -185,6 +192,15 @@ pub struct Bu {
     published: Vec<FileId>,
     report_since: Option<Nanos>,
     draining: bool,
+    /// The run's last event, from the drain (push drops what comes after it).
+    last_event: Option<EventNumber>,
+    /// Push, an incarnation after a crash: RU 0 excluded this BU, and the others hold its
+    /// events no more. It takes no event; it publishes the whole files its last incarnation
+    /// wrote, and closes each lumi section it was given events of, counting those it never
+    /// published lost, so that its readers see the run end ([`Bu::closing`]).
+    closing: bool,
+    /// Units (events, or orbits) published in this run by every incarnation of this BU.
+    published_in_run: u64,
     /// Why the BU asks for no events now (its RAM disk is full, ...), if it does not.
     throttle: Option<&'static str>,
     /// Most events it may hold for the room its disk has left (see [`Bu::set_room`]).
@@ -214,6 +230,7 @@ impl Bu {
     /// file index of each lumi section, and its lumi sections' state. It says Hello to the EVM.
     pub fn new(cfg: BuConfig, epoch: Epoch, disk: BuDisk) -> Self {
         let BuDisk { unpublished, next_index, published_events, lumis_done } = disk;
+        let published_in_run = published_events.values().sum();
         let files = unpublished
             .iter()
             .map(|&(file, count)| {
@@ -239,6 +256,9 @@ impl Bu {
             published: Vec::new(),
             report_since: None,
             draining: false,
+            last_event: None,
+            closing: false,
+            published_in_run,
             throttle: None,
             room_events: u32::MAX,
             out: VecDeque::new(),
@@ -252,7 +272,18 @@ impl Bu {
             largest_event_bytes: 0,
             cfg,
         };
-        if bu.cfg.push.is_some() {
+        if bu.cfg.push.is_some() && epoch > FIRST_EPOCH {
+            // Started again after a crash: RU 0 has excluded it. Its whole files are the only
+            // copy of their events (the RUs freed them as they sent): published now.
+            bu.welcomed = true;
+            bu.closing = true;
+            for (file, entry) in &mut bu.files {
+                entry.state = FileState::Publishing;
+                bu.out.push_back(BuOutput::PublishFile(*file));
+            }
+            let msg = Message::Hello { bu: bu.cfg.bu, epoch, unpublished: Vec::new() };
+            bu.out.push_back(BuOutput::Send { to: Peer::Evm, msg });
+        } else if bu.cfg.push.is_some() {
             // Nobody to greet: the RUs send what the destination function gives this BU.
             bu.welcomed = true;
         } else {
@@ -434,6 +465,18 @@ impl Bu {
         self.draining
     }
 
+    /// Units (events, or in orbit mode orbits) this BU published in the run, every
+    /// incarnation's: what its disk said at its start, and what it published since.
+    pub fn published_in_run(&self) -> u64 {
+        self.published_in_run
+    }
+
+    /// Push: whether this is an incarnation after the BU's loss, which takes no event and only
+    /// closes the lumi sections it was given events of.
+    pub fn closing(&self) -> bool {
+        self.closing
+    }
+
     /// Why the BU asks for no events now, if it does not.
     pub fn throttle(&self) -> Option<&'static str> {
         self.throttle
@@ -480,8 +523,11 @@ impl Bu {
                 }
             }
             Input::Message { from: Peer::Evm, msg: Message::Commit { files, .. } } => self.commits(files),
-            Input::Message { from: Peer::Evm, msg: Message::Drain { .. } } => {
+            Input::Message { from: Peer::Evm, msg: Message::Drain { last_event } } => {
                 self.draining = true;
+                if self.cfg.push.is_some() {
+                    self.drop_past_run_end(last_event.unwrap_or(0));
+                }
                 self.close_if_drained(now);
             }
             Input::FileWritten(file) => {
@@ -511,6 +557,7 @@ impl Bu {
                     self.published.push(file);
                     self.report_since.get_or_insert(now);
                     *self.published_events.entry(file.lumi_section).or_default() += u64::from(entry.count);
+                    self.published_in_run += u64::from(entry.count);
                     self.end_lumis(now);
                 }
             }
@@ -556,16 +603,22 @@ impl Bu {
     /// Writes the end-of-lumi record of every ended lumi section whose events are all published,
     /// then the end-of-run record once the run is over and nothing is left.
     fn end_lumis(&mut self, now: Nanos) {
+        // A closing BU (push, after its loss) publishes nothing more once its files are
+        // published: what it was given and did not publish is lost.
+        let publishing = |ls: u32| self.files.keys().any(|f| f.lumi_section == ls);
         let ready: Vec<(u32, u64)> = self
             .lumis_due
             .iter()
-            .filter(|&(ls, &due)| self.published_events.get(ls).copied().unwrap_or(0) >= due)
+            .filter(|&(&ls, &due)| {
+                self.published_events.get(&ls).copied().unwrap_or(0) >= due || (self.closing && !publishing(ls))
+            })
             .map(|(&ls, &due)| (ls, due))
             .collect();
         for (ls, due) in ready {
             self.lumis_due.remove(&ls);
             let published = self.published_events.remove(&ls).unwrap_or(0);
-            if published != due {
+            let lost = if self.closing { due.saturating_sub(published) } else { 0 };
+            if published + lost != due {
                 self.out.push_back(BuOutput::Notice(Notice::ProtocolError {
                     what: format!(
                         "BU {}: lumi section {ls} has {published} events published, the EVM says {due}",
@@ -576,7 +629,8 @@ impl Bu {
             self.lumis_written.insert(ls);
             self.lumis_done.push(ls);
             self.report_since.get_or_insert(now);
-            self.out.push_back(BuOutput::EndOfLumi { lumi_section: ls, events: published });
+            self.counters.lost_events += lost;
+            self.out.push_back(BuOutput::EndOfLumi { lumi_section: ls, events: published, lost });
         }
         if let Some((last_lumi_section, lumi_sections)) = self.ending
             && !self.ended
@@ -668,6 +722,10 @@ impl Bu {
             self.counters.parts_dropped += 1;
             return;
         }
+        if self.closing || self.last_event.is_some_and(|last| event > last) {
+            self.counters.parts_dropped += 1;
+            return;
+        }
         if !self.building.contains_key(&event) && (event < self.forgotten_below || self.shipped.contains(&event)) {
             self.counters.late_parts += 1;
             self.out.push_back(BuOutput::Notice(Notice::LatePart { ru: ru as RuId, event }));
@@ -736,6 +794,19 @@ impl Bu {
             self.counters.aged_events += 1;
             self.out.push_back(BuOutput::Notice(Notice::EventAged { event, missing_rus, by_time: aged_by_time }));
             self.complete(now, event, parts, b.bytes);
+        }
+    }
+
+    /// Push, at the drain: the run's last event is `last`. Events after it that some RU sent
+    /// (it read its FEDs on to a stop line the trigger did not reach) were never triggered:
+    /// dropped unbuilt and counted, as is any part of one that comes later.
+    fn drop_past_run_end(&mut self, last: EventNumber) {
+        self.last_event = Some(last);
+        let past = self.building.split_off(&(last + 1));
+        self.counters.events_past_run_end += past.len() as u64;
+        for b in past.into_values() {
+            self.held_bytes -= b.bytes;
+            self.counters.parts_dropped += u64::from(b.have);
         }
     }
 

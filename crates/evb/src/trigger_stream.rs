@@ -24,6 +24,12 @@ impl TriggerStream {
         self.limit = Some(self.limit.map_or(events, |n| n.min(events)));
     }
 
+    /// Events the stream may bring at most (the run's event limit or run control's stop line),
+    /// once known.
+    pub fn limit_events(&self) -> Option<u64> {
+        self.limit
+    }
+
     /// Whether the trigger is off.
     pub fn stopped(&self) -> bool {
         self.stopped

@@ -21,6 +21,9 @@ pub type BuId = u16;
 /// incarnation are recognised and dropped.
 pub type Epoch = u32;
 
+/// A BU's first incarnation in a run; each start after a crash is one more.
+pub const FIRST_EPOCH: Epoch = 1;
+
 /// A raw file of a BU: its lumi section and index within it, as in the file's name
 /// (`runRRRRRR_lsLLLL_indexIIIIII.raw`). Never reused by the BU, across restarts too: a
 /// restarted BU numbers on from the files it finds on its disk.

@@ -214,12 +214,14 @@ pub enum BuOutput {
     /// Delete the file from `open/`: its events were given to another BU.
     DiscardFile(FileId),
     /// Write the end-of-lumi record of a lumi section: all of its events given to this BU are
-    /// published.
+    /// published, or (a push BU started again after its loss) lost.
     EndOfLumi {
         /// The lumi section.
         lumi_section: u32,
         /// Events of it in this BU's files.
         events: u64,
+        /// Events of it given to this BU and never published (push: lost with the BU).
+        lost: u64,
     },
     /// Write the end-of-run record: every lumi section is closed.
     EndOfRun {

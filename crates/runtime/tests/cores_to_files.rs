@@ -80,7 +80,7 @@ impl Effects for Disk {
         self.bus[usize::from(bu)].publish(file).unwrap();
     }
     fn end_lumi(&mut self, bu: BuId, lumi_section: u32, events: u64) {
-        self.bus[usize::from(bu)].end_lumi(lumi_section, events).unwrap();
+        self.bus[usize::from(bu)].end_lumi(lumi_section, events, 0).unwrap();
     }
     fn end_run(&mut self, bu: BuId, last_lumi_section: u32, lumi_sections: u32) {
         self.bus[usize::from(bu)].end_run(last_lumi_section, lumi_sections).unwrap();

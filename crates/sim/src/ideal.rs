@@ -157,7 +157,7 @@ impl<F: Effects> IdealSystem<F> {
                 self.files.publish(b, file);
                 self.inputs.push_back((node, Input::FilePublished(file)));
             }
-            BuOutput::EndOfLumi { lumi_section, events } => self.files.end_lumi(b, lumi_section, events),
+            BuOutput::EndOfLumi { lumi_section, events, .. } => self.files.end_lumi(b, lumi_section, events),
             BuOutput::EndOfRun { last_lumi_section, lumi_sections } => {
                 self.files.end_run(b, last_lumi_section, lumi_sections);
                 self.ended[usize::from(b)] = true;

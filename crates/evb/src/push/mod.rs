@@ -125,16 +125,21 @@ mod tests {
             ru.offer_fragment(0, 0, fragment(3, e, 1)).unwrap();
         }
         ru.handle(0, Input::Message { from: Peer::Evm, msg: Message::Exclude { bu: 1, from_event: 7 } });
-        assert_eq!(ru.push_counters(), PushRuCounters { redirected: 2, dropped_for_excluded: 2 });
+        assert_eq!(ru.push_counters(), PushRuCounters { redirected: 2, dropped_for_excluded: 0 });
         let (_, freed) = sent_and_freed(std::iter::from_fn(|| ru.poll_output()).collect());
-        assert_eq!(freed, vec![3, 4], "held for BU 1 before event 7: freed, never sent");
+        assert!(freed.is_empty(), "held for BU 1 before event 7: kept until whole");
         for e in 1..=8 {
             ru.offer_fragment(0, 1, fragment(4, e, 1)).unwrap();
         }
-        let (sent, _) = sent_and_freed(std::iter::from_fn(|| ru.poll_output()).collect());
+        let late = ru.ru().counters().late_fragments;
+        assert_eq!(late, 0, "FED 4's fragments of events 3 and 4 are taken, not late");
+        let (sent, freed) = sent_and_freed(std::iter::from_fn(|| ru.poll_output()).collect());
         let to: Vec<(u16, EventNumber)> =
             sent.into_iter().flat_map(|(b, es)| es.into_iter().map(move |e| (b, e))).collect();
-        assert_eq!(to, vec![(0, 1), (0, 2), (0, 5), (0, 6), (0, 7), (0, 8)]);
+        assert_eq!(to, vec![(0, 1), (0, 2), (0, 5), (0, 6), (0, 7), (0, 8)], "never to BU 1");
+        assert!(freed.contains(&3) && freed.contains(&4), "events 3 and 4 freed once whole, unsent");
+        assert_eq!(ru.push_counters().dropped_for_excluded, 2);
+        assert_eq!(ru.ru().events_buffered(), 0);
     }
 
     #[test]
@@ -408,5 +413,213 @@ mod tests {
         assert!(out.contains(&RuOutput::Send { to: Peer::Ru(1), msg: Message::Drain { last_event: Some(12) } }));
         let end = Message::EndOfRun { last_lumi_section: 2, lumi_sections: 2 };
         assert!(out.contains(&RuOutput::Send { to: Peer::Bu(0), msg: end }));
+    }
+
+    /// Carries RU 0's points to RU 1 and RU 1's back; the rest of their outputs goes nowhere.
+    fn exchange(node: &mut PushNode, ru1: &mut PushRu) {
+        while let Some(o) = node.poll_output() {
+            if let RuOutput::Send { to: Peer::Ru(1), msg: msg @ Message::Progress { .. } } = o {
+                ru1.handle(0, Input::Message { from: Peer::Evm, msg });
+            }
+        }
+        while let Some(o) = ru1.poll_output() {
+            if let RuOutput::Send { to: Peer::Evm, msg } = o {
+                node.handle(0, Input::Message { from: Peer::Ru(1), msg });
+            }
+        }
+    }
+
+    fn node_2x1(window_events: Option<u64>) -> PushNode {
+        let cfg = PushNodeConfig {
+            ru: RuConfig::new(0, vec![TCDS_FED_ID, 3]),
+            n_ru: 2,
+            n_bu: 1,
+            destinations: Destinations::new(1, 4, vec![0]),
+            high_water_events: 1000,
+            exclude_margin_events: 4,
+            window_events,
+            bug: None,
+        };
+        let mut node = PushNode::new(cfg);
+        node.handle(0, Input::Message { from: Peer::Ru(1), msg: Message::StreamsConnected { ru: 1 } });
+        node
+    }
+
+    #[test]
+    fn a_stop_under_push_draws_a_line_past_every_event_an_ru_may_have_sent_and_the_trigger_runs_to_it() {
+        // Window 8: RU 1, told RU 0's point, reads up to 8 events past it.
+        let mut node = node_2x1(Some(8));
+        let mut ru1 = PushRu::new(RuConfig::new(1, vec![4]), Destinations::new(1, 4, vec![0]), 1000).with_window(
+            8,
+            vec![Peer::Evm],
+            false,
+        );
+        ru1.start(0);
+        // Each RU tells the other how far it is; RU 1's FEDs run as far ahead as the window lets.
+        let mut e1 = 1;
+        for e in 1..=40 {
+            node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 1)).unwrap();
+            node.offer_fragment(0, 1, fragment(3, e, 1)).unwrap();
+            while ru1.accepts(0) {
+                ru1.offer_fragment(0, 0, fragment(4, e1, 1)).unwrap();
+                e1 += 1;
+            }
+            exchange(&mut node, &mut ru1);
+        }
+        assert!(e1 - 1 > 40, "RU 1 read past RU 0's last trigger, to event {}", e1 - 1);
+        // Run control stops at event 40: the line is past what RU 1 may have read.
+        node.handle(0, Input::StopTrigger { last_event: Some(40) });
+        assert!(!node.trigger_stopped() && !node.drained(), "the trigger runs on to the line");
+        let told: Vec<Message> = std::iter::from_fn(|| node.poll_output())
+            .filter_map(|o| match o {
+                RuOutput::Send { to: Peer::Ru(1), msg: msg @ Message::Drain { .. } } => Some(msg),
+                _ => None,
+            })
+            .collect();
+        let [Message::Drain { last_event: Some(line) }] = told[..] else { panic!("one drain to RU 1: {told:?}") };
+        assert!(line >= e1 - 1, "line {line} at or past RU 1's last event read, {}", e1 - 1);
+        ru1.handle(0, Input::Message { from: Peer::Evm, msg: Message::Drain { last_event: Some(line) } });
+        while ru1.accepts(0) {
+            ru1.offer_fragment(0, 0, fragment(4, e1, 1)).unwrap();
+            e1 += 1;
+        }
+        assert_eq!(e1 - 1, line, "RU 1 reads to the line and no further");
+        ru1.handle(PARTIAL_BLOCK_WAIT_NS, Input::Tick);
+        let (sent, _) = sent_and_freed(std::iter::from_fn(|| ru1.poll_output()).collect());
+        assert_eq!(sent.iter().flat_map(|(_, es)| es).max(), Some(&line), "nothing past the line is sent");
+        // RU 0 reads its FEDs to the line; the trigger's reaching it ends the run there.
+        for e in 41..=line {
+            assert!(node.ru().accepts(0) && node.ru().accepts(1));
+            node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 1)).unwrap();
+            node.offer_fragment(0, 1, fragment(3, e, 1)).unwrap();
+        }
+        assert!(!node.ru().accepts(0) && !node.ru().accepts(1), "nothing past the line is read");
+        assert!(node.trigger_stopped() && node.drained() && node.last_triggered() == Some(line));
+        let out: Vec<RuOutput> = std::iter::from_fn(|| node.poll_output()).collect();
+        assert!(out.contains(&RuOutput::Send { to: Peer::Bu(0), msg: Message::Drain { last_event: Some(line) } }));
+        assert!(!out.iter().any(|o| matches!(o, RuOutput::Send { to: Peer::Ru(1), msg: Message::Drain { .. } })));
+    }
+
+    #[test]
+    fn a_trigger_that_ends_before_the_stop_line_ends_the_run_at_its_last_event_and_without_a_window_the_stop_is_there()
+    {
+        let mut node = node_2x1(Some(8));
+        for e in 1..=4 {
+            node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 1)).unwrap();
+            node.offer_fragment(0, 1, fragment(3, e, 1)).unwrap();
+        }
+        node.handle(0, Input::StopTrigger { last_event: Some(4) });
+        assert!(!node.drained());
+        node.trigger_stream_ended(0, None);
+        assert!(node.drained() && node.trigger_stopped(), "the run ends at event 4");
+        let out: Vec<RuOutput> = std::iter::from_fn(|| node.poll_output()).collect();
+        assert!(out.contains(&RuOutput::Send { to: Peer::Bu(0), msg: Message::Drain { last_event: Some(4) } }));
+        let mut node = node_2x1(None);
+        node.offer_fragment(0, 0, fragment(TCDS_FED_ID, 1, 1)).unwrap();
+        node.offer_fragment(0, 1, fragment(3, 1, 1)).unwrap();
+        node.handle(0, Input::StopTrigger { last_event: Some(1) });
+        assert!(node.drained(), "no window bounds the RUs: the stop is at the last trigger");
+    }
+
+    #[test]
+    fn a_push_bu_drops_the_events_after_the_runs_last_event_at_the_drain_and_any_part_of_one_after() {
+        let mut bu = push_bu(2);
+        bu.handle(0, data(0, 1));
+        bu.handle(0, data(1, 1));
+        bu.handle(0, data(1, 2)); // RU 1 read past the trigger's end: no trigger part comes
+        bu.handle(0, data(1, 3));
+        let held = bu.events_in_flight();
+        bu.handle(0, Input::Message { from: Peer::Evm, msg: Message::Drain { last_event: Some(1) } });
+        assert_eq!((bu.counters().events_past_run_end, bu.events_in_flight()), (2, held - 2));
+        let dropped = bu.counters().parts_dropped;
+        bu.handle(0, data(1, 4));
+        assert_eq!(bu.counters().parts_dropped, dropped + 1, "a part of an event after the last is dropped");
+        assert_eq!(bu.counters().events_built, 1);
+    }
+
+    #[test]
+    fn a_lost_push_bu_started_again_publishes_its_whole_files_and_closes_its_lumi_sections_counting_the_rest_lost() {
+        let file = crate::types::FileId { bu: 1, lumi_section: 2, index: 3 };
+        let disk = BuDisk {
+            unpublished: vec![(file, 5)],
+            next_index: [(2, 4)].into(),
+            published_events: [(1, 10), (2, 7)].into(),
+            lumis_done: vec![1],
+        };
+        let cfg = BuConfig { push: Some(PushBu::new(100)), ..BuConfig::new(1, 2) };
+        let mut bu = Bu::new(cfg, crate::types::FIRST_EPOCH + 1, disk);
+        assert!(bu.closing());
+        let out: Vec<BuOutput> = std::iter::from_fn(|| bu.poll_output()).collect();
+        assert!(out.contains(&BuOutput::PublishFile(file)), "its whole file is the only copy: published");
+        assert!(out.iter().any(|o| matches!(o, BuOutput::Send { msg: Message::Hello { bu: 1, .. }, .. })));
+        bu.handle(0, data(0, 9));
+        assert_eq!(bu.counters().parts_dropped, 1, "it takes no event");
+        // RU 0: 10 of lumi section 1 were given it (closed already), 15 of section 2.
+        for (lumi_section, events) in [(1, 10), (2, 15)] {
+            bu.handle(0, Input::Message { from: Peer::Evm, msg: Message::EndOfLumi { lumi_section, events } });
+        }
+        assert!(std::iter::from_fn(|| bu.poll_output()).all(|o| !matches!(o, BuOutput::EndOfLumi { .. })));
+        bu.handle(0, Input::FilePublished(file));
+        let out: Vec<BuOutput> = std::iter::from_fn(|| bu.poll_output()).collect();
+        assert_eq!(
+            out.iter().filter(|o| matches!(o, BuOutput::EndOfLumi { .. })).collect::<Vec<_>>(),
+            vec![&BuOutput::EndOfLumi { lumi_section: 2, events: 12, lost: 3 }],
+            "7 + 5 published of 15 given"
+        );
+        assert_eq!((bu.published_in_run(), bu.counters().lost_events), (22, 3));
+        bu.handle(
+            0,
+            Input::Message { from: Peer::Evm, msg: Message::EndOfRun { last_lumi_section: 2, lumi_sections: 2 } },
+        );
+        let end = BuOutput::EndOfRun { last_lumi_section: 2, lumi_sections: 2 };
+        assert!(std::iter::from_fn(|| bu.poll_output()).any(|o| o == end));
+    }
+
+    #[test]
+    fn ru_0_tells_a_lost_bu_that_comes_back_what_it_was_given_per_lumi_section_and_the_end_of_run() {
+        let cfg = PushNodeConfig {
+            ru: RuConfig::new(0, vec![TCDS_FED_ID]),
+            n_ru: 1,
+            n_bu: 2,
+            destinations: Destinations::new(1, 2, vec![0, 1]),
+            high_water_events: 100,
+            exclude_margin_events: 0,
+            window_events: None,
+            bug: None,
+        };
+        let mut node = PushNode::new(cfg);
+        for e in 1..=4 {
+            node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 1)).unwrap();
+        }
+        node.offer_fragment(0, 0, fragment(TCDS_FED_ID, 5, 2)).unwrap();
+        node.handle(0, Input::PeerLost(Peer::Bu(1)));
+        assert_eq!(node.bus_lost(), vec![1], "waited for at the run's end");
+        let _ = std::iter::from_fn(|| node.poll_output()).count();
+        let hello = Message::Hello { bu: 1, epoch: 2, unpublished: vec![] };
+        node.handle(0, Input::Message { from: Peer::Bu(1), msg: hello });
+        assert!(node.bus_lost().is_empty());
+        let to_bu1 = |out: Vec<RuOutput>| -> Vec<Message> {
+            out.into_iter()
+                .filter_map(|o| match o {
+                    RuOutput::Send { to: Peer::Bu(1), msg } => Some(msg),
+                    _ => None,
+                })
+                .collect()
+        };
+        let out = to_bu1(std::iter::from_fn(|| node.poll_output()).collect());
+        assert_eq!(out, vec![Message::EndOfLumi { lumi_section: 1, events: 2 }], "events 3 and 4");
+        node.offer_fragment(0, 0, fragment(TCDS_FED_ID, 6, 2)).unwrap();
+        node.handle(0, Input::StopTrigger { last_event: Some(6) });
+        let out = to_bu1(std::iter::from_fn(|| node.poll_output()).collect());
+        let excluded_from = 7; // seen through 6, margin 0: the next block's start
+        let given_in_2 = u64::from(excluded_from > 7);
+        assert_eq!(
+            out,
+            vec![
+                Message::EndOfLumi { lumi_section: 2, events: given_in_2 },
+                Message::Drain { last_event: Some(6) },
+                Message::EndOfRun { last_lumi_section: 2, lumi_sections: 2 },
+            ]
+        );
     }
 }

@@ -77,6 +77,15 @@ pub struct PushNode {
     /// The trigger is off (run control's stop, the stream's end or break): the run's last event
     /// (none if nothing was triggered).
     stop: Option<Option<EventNumber>>,
+    /// Lumi sections ended: (lumi section, first event, last event), for a BU that comes back
+    /// after its loss to close the sections it was given events of.
+    lumis_ended: Vec<(u32, EventNumber, EventNumber)>,
+    /// Excluded BUs started again (they said Hello): each is told the events it was given per
+    /// lumi section, and the end of the run, and counts lost what it did not publish.
+    closing: Vec<BuId>,
+    /// The stop line drawn at run control's stop ([`PushNode::draw_stop_line`]), told the other
+    /// RUs as their drain: the trigger runs on to it.
+    line: Option<EventNumber>,
     drained: bool,
     out: VecDeque<RuOutput>,
     /// The run's start: events go to BUs, and triggers count, only once every stream of every
@@ -107,6 +116,9 @@ impl PushNode {
             triggered: 0,
             trigger: TriggerStream::default(),
             stop: None,
+            line: None,
+            lumis_ended: Vec::new(),
+            closing: Vec::new(),
             drained: false,
             out: VecDeque::new(),
             barrier: StartBarrier::new(cfg.n_ru),
@@ -191,9 +203,44 @@ impl PushNode {
         self.drained
     }
 
-    /// Whether the trigger is off: stopped by run control, ended cleanly, or broken.
+    /// Whether the trigger is off: stopped by run control (once it reached the stop line),
+    /// ended cleanly, or broken.
     pub fn trigger_stopped(&self) -> bool {
-        self.trigger.stopped()
+        self.trigger.stopped() && !self.awaits_line()
+    }
+
+    /// Whether run control's stop waits for the trigger to reach the stop line.
+    fn awaits_line(&self) -> bool {
+        self.line.is_some_and(|line| self.stop == Some(Some(line)) && self.last_triggered < Some(line))
+    }
+
+    /// Draws the stop line at run control's stop, `last_event` the last event triggered.
+    /// Under push every RU reads its FEDs on past the trigger and sends what it reads, so a
+    /// stop at the last trigger would leave events that some RU sent to its BU without the
+    /// trigger's part. The line is past every event a FED may have delivered
+    /// ([`PushRu::furthest_deliverable`]), and no further than the run's event limit; every
+    /// other RU is told it as its drain, before any point that would let it read further, and
+    /// reads no FED past it; the trigger runs on to it. `None` (the run ends at `last_event`)
+    /// before the run started, or without a window to bound the RUs.
+    fn draw_stop_line(&mut self, now: Nanos, last_event: Option<EventNumber>) -> Option<EventNumber> {
+        if !self.barrier.started() {
+            return None;
+        }
+        let first = self.ru.ru().config().first_event;
+        let mut line = self.ru.furthest_deliverable()?.max(last_event.unwrap_or(first));
+        if let Some(limit) = self.trigger.limit_events() {
+            line = line.min((first + limit).saturating_sub(1));
+        }
+        if last_event.is_some_and(|last| last >= line) {
+            return None;
+        }
+        self.ru.end_at(now, line);
+        let drain = Message::Drain { last_event: Some(line) };
+        for ru in 1..self.n_ru {
+            self.out.push_back(RuOutput::Send { to: Peer::Ru(ru), msg: drain.clone() });
+        }
+        self.line = Some(line);
+        Some(line)
     }
 
     /// How the trigger stream broke before run control stopped the trigger, if it did.
@@ -213,6 +260,12 @@ impl PushNode {
     /// it are drained.
     pub fn trigger_stream_ended(&mut self, now: Nanos, broken: Option<String>) {
         if self.trigger.stopped() {
+            if self.awaits_line() {
+                // Stopped at a line the trigger did not reach (its front end's own limit is
+                // lower): the run ends at the last trigger, and the BUs drop what came after.
+                self.stop = Some(self.barrier.last_deferred().or(self.last_triggered));
+                self.pump(now);
+            }
             return;
         }
         let what = self.trigger.ended(self.triggers_taken(), broken);
@@ -270,11 +323,15 @@ impl PushNode {
                         // with none, and the triggers kept aside are no events.
                         self.barrier.abandon();
                     }
-                    self.stop = Some(last_event);
+                    let line = self.draw_stop_line(now, last_event);
+                    self.stop = Some(line.or(last_event));
                 }
             }
             Input::Message { msg: Message::StreamsConnected { ru }, .. } => self.ru_ready(now, ru),
             Input::PeerLost(Peer::Bu(bu)) => self.exclude(now, bu),
+            Input::Message { from: Peer::Bu(from), msg: Message::Hello { bu, .. } } if from == bu => {
+                self.bu_back(now, bu)
+            }
             Input::PeerLost(_) => {}
             other => self.ru.handle(now, other),
         }
@@ -308,9 +365,46 @@ impl PushNode {
     }
 
     /// Ends the open lumi section at `last`: every BU learns how many of its events it was given.
+    /// A BU lost under push came back (started again, it said Hello): it is excluded (if its
+    /// loss was not seen yet), and it closes the run's lumi sections as far as they are ended,
+    /// each with the events it was given, and the run once it ends. It takes no event: the
+    /// others hold its events no more.
+    fn bu_back(&mut self, now: Nanos, bu: BuId) {
+        if bu >= self.n_bu {
+            return;
+        }
+        self.exclude(now, bu);
+        if !self.closing.contains(&bu) {
+            self.closing.push(bu);
+        }
+        for i in 0..self.lumis_ended.len() {
+            let (lumi_section, first, last) = self.lumis_ended[i];
+            let events = self.ru.destinations().count_for(bu, first, last);
+            self.out.push_back(RuOutput::Send { to: Peer::Bu(bu), msg: Message::EndOfLumi { lumi_section, events } });
+        }
+        if self.drained {
+            self.end_run_of(bu);
+        }
+    }
+
+    /// BUs lost under push that have not come back to close their lumi sections: RU 0 waits a
+    /// while for them at the run's end.
+    pub fn bus_lost(&self) -> Vec<BuId> {
+        (0..self.n_bu).filter(|b| !self.bus.contains(b) && !self.closing.contains(b)).collect()
+    }
+
+    /// Tells `bu` the drain and the end of the run.
+    fn end_run_of(&mut self, bu: BuId) {
+        let last_event = self.stop.flatten();
+        let end = Message::EndOfRun { last_lumi_section: self.last_lumi_section, lumi_sections: self.lumi_sections };
+        self.out.push_back(RuOutput::Send { to: Peer::Bu(bu), msg: Message::Drain { last_event } });
+        self.out.push_back(RuOutput::Send { to: Peer::Bu(bu), msg: end });
+    }
+
     fn end_lumi(&mut self, last: EventNumber) {
         let Some(open) = self.open_lumi.take() else { return };
-        for &bu in &self.bus {
+        self.lumis_ended.push((open.lumi_section, open.first_event, last));
+        for &bu in self.bus.iter().chain(&self.closing) {
             let events = self.ru.destinations().count_for(bu, open.first_event, last);
             let msg = Message::EndOfLumi { lumi_section: open.lumi_section, events };
             self.out.push_back(RuOutput::Send { to: Peer::Bu(bu), msg });
@@ -354,13 +448,12 @@ impl PushNode {
         let drain = Message::Drain { last_event };
         self.ru.handle(now, Input::Message { from: Peer::Evm, msg: drain.clone() });
         self.out.extend(std::iter::from_fn(|| self.ru.poll_output()));
-        for ru in 1..self.n_ru {
+        // RUs told the stop line have their drain.
+        for ru in (1..self.n_ru).filter(|_| self.line.is_none()) {
             self.out.push_back(RuOutput::Send { to: Peer::Ru(ru as RuId), msg: drain.clone() });
         }
-        let end = Message::EndOfRun { last_lumi_section: self.last_lumi_section, lumi_sections: self.lumi_sections };
-        for &bu in &self.bus {
-            self.out.push_back(RuOutput::Send { to: Peer::Bu(bu), msg: drain.clone() });
-            self.out.push_back(RuOutput::Send { to: Peer::Bu(bu), msg: end.clone() });
+        for bu in self.bus.clone().into_iter().chain(self.closing.clone()) {
+            self.end_run_of(bu);
         }
     }
 

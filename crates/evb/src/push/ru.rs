@@ -53,6 +53,9 @@ pub struct PushRu {
     /// connected. Before, nothing is sent: a BU would age the events of RUs still waiting for
     /// a stream.
     started: bool,
+    /// The run's last event once known (the drain, or RU 0's stop line): no event after it is
+    /// assigned, and no FED stream is read past it.
+    last_event: Option<EventNumber>,
 }
 
 /// The window of event numbers within which the RUs stay of each other (see
@@ -91,6 +94,7 @@ impl PushRu {
             counters: PushRuCounters::default(),
             window: None,
             started: false,
+            last_event: None,
         }
     }
 
@@ -130,7 +134,30 @@ impl PushRu {
     /// Whether the RU takes the next fragment of the FED at `fed_index`: the RU has room
     /// ([`Ru::accepts`]) and the fragment's event is within the window.
     pub fn accepts(&self, fed_index: usize) -> bool {
-        self.ru.accepts(fed_index) && self.window.as_ref().is_none_or(|w| self.ru.expected_event(fed_index) <= w.line())
+        let event = self.ru.expected_event(fed_index);
+        self.ru.accepts(fed_index)
+            && self.window.as_ref().is_none_or(|w| event <= w.line())
+            && self.last_event.is_none_or(|last| event <= last)
+    }
+
+    /// The furthest event any RU may have delivered so far, when the window bounds it: this
+    /// RU's FEDs have delivered no further than what it has seen, and another RU no further
+    /// than the window past the point this RU last told it (RU 0 tells every RU). A stop line
+    /// drawn there, and told before any later point, leaves every event that some FED has
+    /// delivered inside the run. `None` without a window, or once every FED stopped sending
+    /// (the point told is then unbounded).
+    pub fn furthest_deliverable(&self) -> Option<EventNumber> {
+        let w = self.window.as_ref()?;
+        let peers = w.told.checked_add(w.events)?;
+        Some(peers.max(self.seen.saturating_sub(1)))
+    }
+
+    /// The run ends at `last` (or earlier, if told so before): no event after it is assigned,
+    /// and no FED stream is read past it. Its fragments that came already stay unsent, counted
+    /// at the run's end as fragments after the run's last event.
+    pub fn end_at(&mut self, now: Nanos, last: EventNumber) {
+        self.last_event = Some(self.last_event.map_or(last, |l| l.min(last)));
+        self.step(now);
     }
 
     /// Whether a FED stream waits for the window: some peer is more than the window behind.
@@ -187,8 +214,11 @@ impl PushRu {
                     p.1 = p.1.max(through);
                 }
             }
-            Input::Message { msg: msg @ Message::Drain { .. }, from } => {
+            Input::Message { msg: msg @ Message::Drain { last_event }, from } => {
                 self.ru.handle(now, Input::Message { from, msg });
+                // No event triggered: none is the run's.
+                let last = last_event.unwrap_or(self.ru.config().first_event.saturating_sub(1));
+                self.last_event = Some(self.last_event.map_or(last, |l| l.min(last)));
             }
             Input::Tick => {
                 self.ru.handle(now, Input::Tick);
@@ -207,7 +237,9 @@ impl PushRu {
     }
 
     /// Excludes `bu` from event `from` on: events from then on that are still held go to their
-    /// new destination; events before it held for `bu` are dropped, never sent to a lost BU.
+    /// new destination. Events before it held for `bu` are never sent to the lost BU: they are
+    /// freed as they would have been sent ([`PushRu::step`]), once whole, so that their
+    /// fragments still to come are taken, not counted late.
     fn exclude(&mut self, now: Nanos, bu: BuId, from: EventNumber) {
         let held_for_bu: Vec<EventNumber> =
             self.ru.held_assignments().filter(|&(_, to)| to == Some(bu)).map(|(e, _)| e).collect();
@@ -216,18 +248,11 @@ impl PushRu {
             self.out.push_back(RuOutput::Notice(Notice::ProtocolError { what }));
             return;
         }
-        let mut dropped = Vec::new();
-        for event in held_for_bu {
-            if event < from {
-                push_event(&mut dropped, event);
-                self.counters.dropped_for_excluded += 1;
-            } else if let Some(to) = self.destinations.of(event) {
+        for event in held_for_bu.into_iter().filter(|&e| e >= from) {
+            if let Some(to) = self.destinations.of(event) {
                 self.counters.redirected += 1;
                 self.assign(now, to, vec![EventRange { first: event, count: 1 }]);
             }
-        }
-        if !dropped.is_empty() {
-            self.ru.handle(now, Input::Message { from: Peer::Evm, msg: Message::Release { events: dropped } });
         }
     }
 
@@ -243,7 +268,7 @@ impl PushRu {
         if !self.started {
             return;
         }
-        let seen = self.seen;
+        let seen = self.last_event.map_or(self.seen, |last| self.seen.min(last.saturating_add(1)));
         let partial = partial && self.waiting_since.is_some_and(|t| now >= t.saturating_add(PARTIAL_BLOCK_WAIT_NS));
         while self.next < seen {
             let block_end = self.destinations.block_start_at_or_after(self.next + 1);

@@ -333,9 +333,10 @@ impl BuFiles {
 
     /// Writes the end-of-lumi record of `lumi_section` (the BU core's `EndOfLumi` output): its
     /// counts are this BU's published files of that section, which must hold `units` of the
-    /// protocol's units (events, or in orbit mode orbits). A BU of the pull protocol loses no
-    /// event it was given, so its lost count is zero.
-    pub fn end_lumi(&mut self, lumi_section: u32, units: u64) -> Result<(), BuFilesError> {
+    /// protocol's units (events, or in orbit mode orbits), and `lost` units it was given and
+    /// never published. A BU of the pull protocol loses no event it was given (`lost` 0); a
+    /// push BU started again after its loss counts what it lost.
+    pub fn end_lumi(&mut self, lumi_section: u32, units: u64, lost: u64) -> Result<(), BuFilesError> {
         let c = self.lumis.get(&lumi_section).copied().unwrap_or_default();
         if c.units != units {
             return Err(BuFilesError::LumiCount { lumi_section, published: c.units, expected: units });
@@ -344,8 +345,8 @@ impl BuFiles {
         let eols = EolsDoc {
             events: c.events,
             files: c.files,
-            total_events: c.events,
-            lost_events: 0,
+            total_events: c.events + lost,
+            lost_events: lost,
             bytes: c.bytes,
             orbits,
         };
@@ -383,6 +384,8 @@ pub enum BookAction {
         lumi_section: u32,
         /// Its events.
         events: u64,
+        /// Its events given to this BU and never published.
+        lost: u64,
     },
     /// [`BuFiles::end_run`].
     EndOfRun {
@@ -421,8 +424,8 @@ impl Bookkeeper {
                 let result = match action {
                     BookAction::Publish(file) => files.publish(file).map(Some),
                     BookAction::Discard(file) => files.discard(file).map(|()| None),
-                    BookAction::EndOfLumi { lumi_section, events } => {
-                        files.end_lumi(lumi_section, events).map(|()| None)
+                    BookAction::EndOfLumi { lumi_section, events, lost } => {
+                        files.end_lumi(lumi_section, events, lost).map(|()| None)
                     }
                     BookAction::EndOfRun { last_lumi_section, lumi_sections } => {
                         files.end_run(last_lumi_section, lumi_sections).map(|()| None)
@@ -492,7 +495,9 @@ mod tests {
         let refused = carry_out(&books, &woke, BookAction::Publish(missing)).unwrap_err();
         assert!(!refused.is_disk_full(), "{refused}");
         let eols = run_dir.join(BuFileName::EndOfLumi { run: 7, ls: 1 }.to_string());
-        assert!(carry_out(&books, &woke, BookAction::EndOfLumi { lumi_section: 1, events: 0 }).unwrap().is_none());
+        assert!(
+            carry_out(&books, &woke, BookAction::EndOfLumi { lumi_section: 1, events: 0, lost: 0 }).unwrap().is_none()
+        );
         assert!(eols.exists(), "the end-of-lumi record is written when its result comes back");
         let end = BookAction::EndOfRun { last_lumi_section: 1, lumi_sections: 1 };
         assert!(carry_out(&books, &woke, end).unwrap().is_none());

@@ -62,7 +62,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_cha
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_config::TransportSection;
-use tessera_evb::types::{Epoch, FileId, Nanos, Peer};
+use tessera_evb::types::{Epoch, FIRST_EPOCH, FileId, Nanos, Peer};
 use tessera_evb::unit::{BuOutput, BuiltEvent, Input};
 use tessera_evb::wire::encode;
 use tessera_evb::{Bu, BuConfig, BuDisk};
@@ -145,6 +145,9 @@ pub struct BuReport {
     /// Events published in files by this incarnation (in orbit mode, orbits: the protocol's
     /// units).
     pub events_published: u64,
+    /// Events (orbit mode: orbits) published in the run by every incarnation of this BU, as its
+    /// disk's ledger and its own publications say.
+    pub events_published_in_run: u64,
     /// Orbit mode: the events in the orbits it published.
     pub orbit_events: u64,
     /// Orbit mode: the orbits it wrote in the files it published (those with events).
@@ -243,8 +246,11 @@ fn epoch_path(directory: &Path, run: u32) -> PathBuf {
 /// The next incarnation of the BU: one more than the last, kept on disk across crashes.
 fn next_epoch(directory: &Path, run: u32, restart: bool) -> Result<Epoch, NodeError> {
     let path = epoch_path(directory, run);
-    let last: Epoch =
-        if restart { std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0) } else { 0 };
+    let last: Epoch = if restart {
+        std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(FIRST_EPOCH - 1)
+    } else {
+        FIRST_EPOCH - 1
+    };
     let epoch = last + 1;
     std::fs::create_dir_all(directory).map_err(io_err(format!("creating {}", directory.display())))?;
     tessera_rundir::write_atomically(&path, epoch.to_string().as_bytes())
@@ -279,7 +285,7 @@ impl BuNode {
         // says restart, or a new RAM disk) has nothing to recover: it starts afresh.
         let restart = cfg.restart && epoch_path(&cfg.directory, cfg.run).exists();
         let (files, disk, epoch) = if cfg.discard {
-            (None, BuDisk::default(), 1)
+            (None, BuDisk::default(), FIRST_EPOCH)
         } else {
             let (files, disk) = if restart {
                 BuFiles::reopen(&cfg.directory, cfg.run, &cfg.name, generated, cfg.orbits, cfg.bu.bu)?

@@ -77,9 +77,10 @@ impl BuLoop {
                         }
                     }
                 }
-                BuOutput::EndOfLumi { lumi_section, events } => match &self.books {
+                BuOutput::EndOfLumi { lumi_section, events, lost } => match &self.books {
                     Some(books) => {
-                        return self.gave_books(books.give(BookAction::EndOfLumi { lumi_section, events }), out);
+                        let action = BookAction::EndOfLumi { lumi_section, events, lost };
+                        return self.gave_books(books.give(action), out);
                     }
                     None => self.lumi_ended(lumi_section, events),
                 },
@@ -137,7 +138,7 @@ impl BuLoop {
             }
             // The watcher's next look sees the room it freed.
             (BookAction::Discard(_), _) => self.update_room(),
-            (BookAction::EndOfLumi { lumi_section, events }, _) => self.lumi_ended(lumi_section, events),
+            (BookAction::EndOfLumi { lumi_section, events, .. }, _) => self.lumi_ended(lumi_section, events),
             (BookAction::EndOfRun { .. }, _) => self.ended = true,
             (BookAction::Publish(_), None) => unreachable!("a publication gives its file"),
         }

@@ -162,6 +162,7 @@ impl Unit for BuLoop {
                 return Ok(Some(BuReport {
                     counters: self.core.counters(),
                     events_published: self.published,
+                    events_published_in_run: self.core.published_in_run(),
                     orbit_events: self.orbit_events,
                     orbits_written: self.orbits_written,
                     files_published: self.files_published,

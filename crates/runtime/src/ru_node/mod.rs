@@ -655,7 +655,13 @@ impl RuLoop {
         if !self.is_evm() {
             return;
         }
-        let last_event = self.core.leader().and_then(|l| l.last_triggered());
+        // The trigger's own end, if it has one, bounds a stop line drawn past it (push).
+        let limit = [self.cfg.event_limit, self.io.control.stop_line()].into_iter().flatten().min();
+        let leader = self.core.leader_mut().expect("the EVM's node");
+        if let Some(n) = limit {
+            leader.limit_trigger(n);
+        }
+        let last_event = leader.last_triggered();
         let now = self.now();
         self.core.handle(now, Input::StopTrigger { last_event });
         self.dispatch(now);

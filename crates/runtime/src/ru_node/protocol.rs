@@ -146,9 +146,10 @@ impl Leader for PushNode {
     fn pending(&self) -> String {
         PushNode::pending(self)
     }
-    /// A BU lost under push is excluded, not waited for.
+    /// A BU lost under push is excluded; it is waited for to come back and close its lumi
+    /// sections.
     fn bus_lost(&self) -> Vec<BuId> {
-        Vec::new()
+        PushNode::bus_lost(self)
     }
     fn n_bu(&self) -> u16 {
         PushNode::n_bu(self)
