@@ -217,11 +217,11 @@ fn summarize(
                 Some(f) => format!(
                     "LOST under push, excluded by RU 0, started again to close its lumi sections: {} events \
                      published in the run, {} lost (BU_LOST, in its end-of-lumi records)",
-                    f.events_published_in_run, f.lost_events
+                    f.published_in_run, f.lost_events
                 ),
-                None => summary_line(p.role, r),
+                None => summary_line(p.role, r, cfg.is_orbit_mode()),
             },
-            (Some(r), _) => summary_line(p.role, r),
+            (Some(r), _) => summary_line(p.role, r, cfg.is_orbit_mode()),
             (None, Some(exit)) if exit.success() => {
                 view.and_then(|v| v.stdout.as_deref()).and_then(|s| s.lines().last()).unwrap_or("ended").to_owned()
             }
@@ -286,7 +286,7 @@ fn summarize(
         .iter()
         .map(|&(i, name)| {
             let published = match figures_of(name) {
-                Some(f) => Some(f.events_published_in_run),
+                Some(f) => Some(f.published_in_run),
                 None => push_loss::published_in(&cfg.bu_directory(usize::from(i), &run_output), cfg.run.number),
             };
             (i, published)
@@ -298,7 +298,11 @@ fn summarize(
     } else if restarted.is_empty() {
         bu_ends.iter().map(|b| b.events_published).sum()
     } else {
-        println!("  {} started again: events built are those the EVM committed to the BUs", restarted.join(", "));
+        println!(
+            "  {} started again: {} built are those the EVM committed to the BUs",
+            restarted.join(", "),
+            cfg.unit_noun()
+        );
         evm_report.map_or(0, |e| e.committed)
     };
     built += lost_published.values().flatten().sum::<u64>();
@@ -311,7 +315,7 @@ fn summarize(
         .filter_map(|&(i, name)| {
             let f = figures_of(name)?;
             let given = excluded.iter().find(|x| x.bu == i)?.events_given;
-            let lost = given.saturating_sub(f.events_published_in_run);
+            let lost = given.saturating_sub(f.published_in_run);
             (f.lost_events != lost)
                 .then(|| format!("{name}'s end-of-lumi records count {} lost, not {lost}", f.lost_events))
         })
@@ -394,7 +398,7 @@ fn summarize(
             )
         });
         // The farm counts events: in orbit mode, those of the orbits the BUs published.
-        let built = if cfg.is_orbit_mode() { bu_ends.iter().map(|b| b.orbit_events).sum() } else { built };
+        let built = if cfg.is_orbit_mode() { bu_ends.iter().map(|b| b.events_in_run).sum() } else { built };
         chain_holds = built == processed && merged.as_ref().is_none_or(|(ok, _)| *ok);
         let storage = match &merged {
             Some((true, _)) => format!(" = processed {built} in storage (tessera merge)"),
@@ -458,16 +462,17 @@ fn failure(role: Role, r: &Value) -> Option<String> {
     }
 }
 
-/// One line of a unit's or FU's report.
-fn summary_line(role: Role, r: &Value) -> String {
+/// One line of a unit's or FU's report (`orbit_mode`: a BU's units are orbits).
+fn summary_line(role: Role, r: &Value, orbit_mode: bool) -> String {
     match role {
         Role::Bu(_) => match BuEnd::read(r).as_ref().and_then(BuEnd::figures) {
             // Orbit mode: the protocol's units are orbits, and the events are in them.
-            Some(b) if b.orbit_events > 0 || !b.blocks_left_out.is_empty() => format!(
+            // Every incarnation's publications: one started again counts its predecessors' too.
+            Some(b) if orbit_mode => format!(
                 "{:>10} orbits ({} events) in {:>6} files, {:>6} incomplete{}",
-                b.events_published,
-                b.orbit_events,
-                b.files_published,
+                b.published_in_run,
+                b.events_in_run,
+                b.files_in_run,
                 b.incomplete_events,
                 if b.blocks_left_out.is_empty() {
                     String::new()
@@ -477,7 +482,7 @@ fn summary_line(role: Role, r: &Value) -> String {
             ),
             Some(b) => format!(
                 "{:>10} events in {:>6} files, {:>6} incomplete, {:>6} with a fragment error",
-                b.events_published, b.files_published, b.incomplete_events, b.error_events
+                b.published_in_run, b.files_in_run, b.incomplete_events, b.error_events
             ),
             None => r.to_string(),
         },

@@ -359,6 +359,22 @@ fn summarize(
         if c.holds { "holds" } else { "DOES NOT HOLD" }
     );
     println!("{}", events_line(unit, &c, &outcome.fed_errors));
+    // What some front end sent past the triggered count: no trigger made it an event or an
+    // orbit, so it is in no count above; said, not dropped silently.
+    let sent = if cfg.is_orbit_mode() {
+        outcome.dth_emulators.iter().flatten().flat_map(|e| &e.streams).map(|s| s.orbits).max()
+    } else {
+        outcome.emulators.iter().flatten().flat_map(|e| &e.streams).map(|s| s.events).max()
+    };
+    let sent_past = sent.map_or(0, |n| n.saturating_sub(c.triggered));
+    if sent_past > 0 {
+        println!(
+            "front ends: some sent up to {} {unit}, {sent_past} past the {} triggered: no trigger made them {unit}, \
+             their fragments were discarded",
+            sent.unwrap_or(0),
+            c.triggered
+        );
+    }
     let incomplete_ok = incomplete_rule.allows(c.built_incomplete);
     println!("{}", incomplete_line(c.built_incomplete, incomplete_rule, cfg.unit_noun()));
     let chain = farm.map(|f| summarize_farm(cfg, outcome, &f.outcome, &f.streams, &f.dirs));
@@ -395,6 +411,7 @@ fn summarize(
         "incomplete_check": incomplete_rule.to_json(c.built_incomplete),
         "lost": c.lost,
         "conservation_holds": c.holds,
+        "front_ends_sent_past_triggered": sent_past,
         "protocol": if cfg.is_push() { "push" } else { "pull" },
         "per_bu": cfg.bus.iter().zip(&outcome.bus).map(|(s, b)| json!({
             "name": s.name,

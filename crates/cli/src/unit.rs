@@ -420,20 +420,28 @@ pub fn unit(
             }
             match result {
                 Ok(r) => {
+                    let noun = cfg.unit_noun();
                     println!(
-                        "{}: {} events published in {} files (incarnation {}), {}",
+                        "{}: {} {noun} published in {} files (incarnation {}), {}",
                         bu.name,
                         r.events_published,
                         r.files_published,
                         r.epoch,
                         r.run_dir.display()
                     );
+                    if r.epoch > FIRST_EPOCH {
+                        // Started again: what the run's incarnations published together.
+                        println!(
+                            "{}: every incarnation together: {} {noun} ({} events) published in {} files",
+                            bu.name, r.published_in_run, r.events_in_run, r.files_in_run
+                        );
+                    }
                     if r.counters.lost_events > 0 || (cfg.is_push() && r.epoch > FIRST_EPOCH) {
                         // Push, started again after its loss: it closed its lumi sections.
                         println!(
-                            "{}: lost under push and excluded: {} events published in the run, {} given it and \
+                            "{}: lost under push and excluded: {} {noun} published in the run, {} given it and \
                              never published, counted lost (BU_LOST) in its end-of-lumi records",
-                            bu.name, r.events_published_in_run, r.counters.lost_events
+                            bu.name, r.published_in_run, r.counters.lost_events
                         );
                     }
                     Ok(ExitCode::SUCCESS)

@@ -609,3 +609,32 @@ fn a_2x2_orbit_system_with_its_farm_runs_through_an_agent_and_conserves_every_or
     let chain = out.lines().find(|l| l.starts_with("chain: built ")).unwrap_or_else(|| panic!("{out}"));
     assert!(chain.ends_with("holds") && !chain.starts_with("chain: built 3000 "), "{out}");
 }
+
+/// Orbit mode through an agent with a BU killed mid-run (SIGKILL): run control starts it again,
+/// the EVM gives its orbits to whom it may, and every orbit is counted once, built and through
+/// the farm into storage; the BU's summary line counts every incarnation's orbits.
+#[test]
+fn a_2x2_orbit_bu_killed_is_started_again_and_every_orbit_is_conserved_through_the_farm() {
+    let _one_system = one_system_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut units = Processes(Vec::new());
+    let agent = start_agent(&mut units, d);
+    let system = system_file(d, agent, "orbits: 60000", 3.0);
+    edit(&system, |y| {
+        y.replace("run:\n", "run:\n  mode: orbit\n")
+            .replace("fragment_size: {bytes: 1024}", "fragment_size: {bytes: 256}")
+    });
+    start_run(&mut units, d, &system, &[]);
+    let (out, bu1) = kill_bu1_mid_run(&mut units, d, agent);
+    assert!(bu1.contains("(started again once after a crash)"), "{out}");
+    assert!(out.contains("conservation: orbits triggered 60000 = built 60000 + lost 0  holds"), "{out}");
+    let orbits: Vec<u64> = out
+        .lines()
+        .filter(|l| ["bu0 ", "bu1 "].iter().any(|b| l.trim_start().starts_with(b)) && l.contains(" orbits ("))
+        .map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(orbits.iter().sum::<u64>(), 60000, "each BU's line counts every incarnation's orbits: {out}");
+    let chain = out.lines().find(|l| l.starts_with("chain: built ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(chain.ends_with("holds"), "{out}");
+}

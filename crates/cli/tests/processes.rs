@@ -335,6 +335,77 @@ fn two_by_two_push_bu_killed_and_restarted_closes_its_lumi_sections_counting_its
     assert_eq!(lost_in_records, lost);
 }
 
+/// Orbit mode per process: bu1 killed (SIGKILL) once it has published a file, started again
+/// (`--restart`). Both BU directories then pass `tessera verify --system` (every file's orbits in
+/// order, indices contiguous, every source of every orbit there), no orbit is in two files,
+/// and the orbits the BUs published in the run, every incarnation's, are those the EVM
+/// triggered.
+#[test]
+fn two_by_two_orbits_bu_killed_and_restarted_every_orbit_once_in_order_and_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = system_file(dir.path(), 1, Limit::Events(1), Some(20000.0), None, "");
+    // 40,000 orbits at the LHC's orbit rate: about 3.6 s.
+    let yaml = std::fs::read_to_string(&system).unwrap().replace("  events: 1\n", "  mode: orbit\n  orbits: 40000\n");
+    std::fs::write(&system, yaml).unwrap();
+    let d = dir.path();
+    let mut units = Processes(vec![
+        tessera_unit(&system, d, "bu", Some("bu0"), &[]),
+        tessera_unit(&system, d, "ru", Some("ru1"), &[]),
+        tessera_unit(&system, d, "evm", None, &[]),
+        ferol(&system, d, "ru0"),
+        ferol(&system, d, "ru1"),
+    ]);
+    let (_, mut victim) = tessera_unit(&system, d, "bu", Some("bu1"), &[]);
+    let bu1_dir = d.join("bu1").join(format!("run{RUN:06}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_dir(&bu1_dir)
+        .is_ok_and(|r| r.flatten().any(|e| e.path().extension().is_some_and(|x| x == "jsn")))
+    {
+        assert!(Instant::now() < deadline, "bu1 published nothing\n{}", logs(d));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    victim.kill().unwrap(); // SIGKILL
+    victim.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    units.0.push(tessera_unit(&system, d, "bu", Some("bu1"), &["--restart"]));
+    units.wait_all(d, Duration::from_secs(120));
+    let evm = std::fs::read_to_string(d.join("evm-evm.log")).unwrap();
+    assert!(evm.contains("triggered 40000, committed 40000"), "{evm}");
+    let bu0 = std::fs::read_to_string(d.join("bu-bu0.log")).unwrap();
+    let line = bu0.lines().find(|l| l.contains(" orbits published in ")).unwrap_or_else(|| panic!("{bu0}"));
+    let orbits0 = number_after(line, "bu0: ");
+    let bu1 = std::fs::read_to_string(d.join("bu-bu1--restart.log")).unwrap();
+    let orbits1 = number_after(&bu1, "bu1: every incarnation together: ");
+    assert_eq!(orbits0 + orbits1, 40000, "every orbit published once\n{bu0}\n{bu1}");
+    let mut seen = BTreeSet::new();
+    for bu in ["bu0", "bu1"] {
+        let run_dir = d.join(bu).join(format!("run{RUN:06}"));
+        let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["verify", run_dir.to_str().unwrap(), "--system", system.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{bu}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for entry in std::fs::read_dir(&run_dir).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|x| x == "raw") {
+                let bytes = std::fs::read(entry.path()).unwrap();
+                let path = entry.path().display().to_string();
+                let report = tessera_inspect::orbit_file::inspect_orbit_file(&path, &bytes, Default::default());
+                assert!(report.problems.is_empty(), "{path}: {:?}", report.problems);
+                for o in report.orbits {
+                    assert!(seen.insert(o.orbit), "orbit {} is in two files", o.orbit);
+                }
+            }
+        }
+    }
+    assert!(seen.len() > 30000, "{} orbits with events written", seen.len());
+}
+
 /// The processes of a whole 2×2 system.
 fn whole_system(system: &Path, d: &Path) -> Processes {
     let mut units = Processes(vec![

@@ -124,7 +124,7 @@ pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "tessera_events_published_total",
         kind: "counter",
-        help: "Events published in raw files (BU).",
+        help: "Events (orbit mode: orbits) published in raw files in the run, by every incarnation (BU).",
         read: |s| s.events_published.get() as f64,
     },
     Family {

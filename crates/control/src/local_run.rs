@@ -200,6 +200,8 @@ impl<'a> LocalRun<'a> {
         let mut stuck = StuckWatch::default();
         let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(cfg.controller.stop_timeout_s));
         let mut stopped = false;
+        // The stop line drawn at the stop: the trigger runs on to it.
+        let mut stop_line: Option<u64> = None;
         // Events built, and when that figure last grew.
         let mut built_last = (0u64, Instant::now());
         let mut last = Progress::default();
@@ -236,8 +238,10 @@ impl<'a> LocalRun<'a> {
                 }
             }
             let interval = trigger.interval(&p);
-            // With an event limit, the trigger ends with its last event: no time after counts.
-            if cfg.run.events.is_some_and(|n| p.triggered >= n) {
+            // With an event limit, or once stopped at the stop line, the trigger ends with its
+            // last event: no time after counts. Until then a trigger held on its way to the
+            // line is dead time like any other.
+            if [cfg.run.events, stop_line].into_iter().flatten().min().is_some_and(|n| p.triggered >= n) {
                 trigger.stop();
             }
             line.show(&p, &last, &interval);
@@ -279,7 +283,7 @@ impl<'a> LocalRun<'a> {
             if !stopped && (time_up || interrupted > 0) {
                 stopped = true;
                 let n = system.stop();
-                trigger.stop();
+                stop_line = Some(n);
                 line.end();
                 let (who, what) = if cfg.is_orbit_mode() { ("source", "orbit") } else { ("FED", "event") };
                 tracing::info!(

@@ -179,7 +179,13 @@ pub struct BuFigures {
     pub events_published: u64,
     /// Events (orbit mode: orbits) every incarnation published in the run, as its ledger says.
     #[serde(default)]
-    pub events_published_in_run: u64,
+    pub published_in_run: u64,
+    /// Events every incarnation published in the run (orbit mode: the events in its orbits).
+    #[serde(default)]
+    pub events_in_run: u64,
+    /// Files every incarnation published in the run.
+    #[serde(default)]
+    pub files_in_run: u64,
     /// Push, a BU started again after its loss: the events it was given and never published,
     /// counted lost in its end-of-lumi records.
     #[serde(default)]
@@ -211,7 +217,9 @@ impl BuEnd {
         let outcome = match result {
             Ok(r) => Ended::Figures(BuFigures {
                 events_published: r.events_published,
-                events_published_in_run: r.events_published_in_run,
+                published_in_run: r.published_in_run,
+                events_in_run: r.events_in_run,
+                files_in_run: r.files_in_run,
                 lost_events: r.counters.lost_events,
                 files_published: r.files_published,
                 incomplete_events: r.counters.incomplete_events,
@@ -301,7 +309,9 @@ mod tests {
             unit: "bu-1".into(),
             outcome: Ended::Figures(BuFigures {
                 events_published: 500,
-                events_published_in_run: 700,
+                published_in_run: 700,
+                events_in_run: 700,
+                files_in_run: 14,
                 lost_events: 12,
                 files_published: 10,
                 incomplete_events: 3,

@@ -194,11 +194,18 @@ fn send_stream(
         orbits += 1;
         events += u64::from(orbit.events.count());
         // A skipped orbit sends nothing (and an empty write would count as a failed one).
+        let watched = stop.as_ref().map(|(_, gauge)| gauge).filter(|_| paced);
+        if let Some(gauge) = watched {
+            gauge.writing(true);
+        }
         let complete = if orbit.bytes.is_empty() {
             Ok(true)
         } else {
             write_all(&mut out, &mut [IoSlice::new(orbit.bytes)], &mut m)
         };
+        if let Some(gauge) = watched {
+            gauge.writing(false);
+        }
         if let Some(ended) = sender::write_outcome(complete, open_ended, source, m.bytes)? {
             end = ended;
             break;

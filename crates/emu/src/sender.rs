@@ -226,6 +226,16 @@ pub struct StreamGauge {
     dead_ns: AtomicU64,
     /// Time spent in write calls, in ns: blocked by the receiver, mostly, when it is large.
     write_ns: AtomicU64,
+    /// While a paced stream is in a write: when the write began, in ns after [`gauge_epoch`]
+    /// (0: in none). A write the receiver holds for long holds the trigger all that while,
+    /// before the stream can count it on its next event.
+    writing_since_ns: AtomicU64,
+}
+
+/// The instant the gauges' times count from.
+fn gauge_epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
 /// What the streams of a run have held so far (see [`StopLine::held`]).
@@ -269,9 +279,10 @@ impl StopLine {
     /// trigger waits for its slowest FED), and how much of it that stream spent writing.
     pub fn held(&self) -> Held {
         let streams = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-        let worst = streams.iter().max_by_key(|g| g.dead_ns.load(Ordering::Relaxed));
-        worst.map_or(Held::default(), |g| Held {
-            dead_seconds: g.dead_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        let now = gauge_epoch().elapsed().as_nanos() as u64;
+        let worst = streams.iter().map(|g| (g.dead_ns_at(now), g)).max_by_key(|&(dead, _)| dead);
+        worst.map_or(Held::default(), |(dead, g)| Held {
+            dead_seconds: dead as f64 / 1e9,
             write_seconds: g.write_ns.load(Ordering::Relaxed) as f64 / 1e9,
         })
     }
@@ -343,6 +354,21 @@ impl StreamGauge {
         self.events.store(events, Ordering::Relaxed);
         self.dead_ns.store(m.dead.as_nanos() as u64, Ordering::Relaxed);
         self.write_ns.store(m.write.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// A paced stream begins a write (`true`) or has ended it (`false`).
+    pub(crate) fn writing(&self, yes: bool) {
+        let since = if yes { (gauge_epoch().elapsed().as_nanos() as u64).max(1) } else { 0 };
+        self.writing_since_ns.store(since, Ordering::Relaxed);
+    }
+
+    /// Its dead time at `now` (ns after [`gauge_epoch`]): what it counted, and a write held
+    /// past [`HOLD_TOLERANCE`] that it has not counted yet.
+    fn dead_ns_at(&self, now: u64) -> u64 {
+        let since = self.writing_since_ns.load(Ordering::Relaxed);
+        let held =
+            if since == 0 { 0 } else { now.saturating_sub(since).saturating_sub(HOLD_TOLERANCE.as_nanos() as u64) };
+        self.dead_ns.load(Ordering::Relaxed) + held
     }
 }
 
@@ -628,6 +654,10 @@ fn send_stream(
         }
         events += 1;
         faults += u64::from(event.fault.is_some());
+        let watched = stop.as_ref().map(|(_, gauge)| gauge).filter(|_| pace_percent.is_some());
+        if let Some(gauge) = watched {
+            gauge.writing(true);
+        }
         let complete = match &event.wire {
             Wire::Nothing | Wire::Disconnect | Wire::Stall => Ok(true),
             Wire::Raw => write_all(&mut out, &mut [IoSlice::new(event.bytes)], &mut m),
@@ -645,6 +675,9 @@ fn send_stream(
                 write_all(&mut out, &mut slices[..2 * count], &mut m)
             }
         };
+        if let Some(gauge) = watched {
+            gauge.writing(false);
+        }
         if let Some(ended) = write_outcome(complete, open_ended, fed, m.bytes)? {
             end = ended;
             break;
@@ -747,6 +780,20 @@ pub(crate) fn flush(out: &mut BufWriter<Box<dyn StreamOut>>, m: &mut Meter) -> i
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_held_by_the_receiver_is_dead_time_while_it_lasts() {
+        let gauge = StreamGauge::default();
+        gauge.dead_ns.store(5, Ordering::Relaxed);
+        assert_eq!(gauge.dead_ns_at(1_000_000_000), 5, "in no write: what it counted");
+        gauge.writing(true);
+        let since = gauge.writing_since_ns.load(Ordering::Relaxed);
+        let tolerance = HOLD_TOLERANCE.as_nanos() as u64;
+        assert_eq!(gauge.dead_ns_at(since + tolerance), 5, "within the tolerance: not held");
+        assert_eq!(gauge.dead_ns_at(since + tolerance + 60_000_000_000), 5 + 60_000_000_000, "held a minute");
+        gauge.writing(false);
+        assert_eq!(gauge.dead_ns_at(since + 120_000_000_000), 5, "the write ended: its next event counts it");
+    }
 
     #[test]
     fn dead_time_counts_overlapping_late_triggers_once() {

@@ -158,6 +158,9 @@ mod tests {
         let units: Vec<u32> = recovery.published.values().map(FileSummary::units).collect();
         assert_eq!(units, vec![5, 3]);
         assert_eq!(recovery.published[&(1, 0)].orbits, Some(counts));
+        // A whole file the EVM gives to another BU after a restart is discarded with its counts.
+        dir.write_orbit_file(2, 0, &[&[0x48u8; 16]], 4, counts).unwrap();
+        dir.discard(2, 0).unwrap();
         // Nothing is left in open/ but the ledger: the run's end removes it.
         dir.end_run(&Default::default()).unwrap();
     }

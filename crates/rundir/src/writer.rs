@@ -297,7 +297,9 @@ impl RunDirectory {
     /// Deletes the unpublished file `ls`/`index` from `open/` (its events went to another BU).
     pub fn discard(&self, ls: u32, index: u32) -> Result<()> {
         let path = self.path.join(names::OPEN_DIR).join(BuFileName::Raw { run: self.run, ls, index }.to_string());
-        fs::remove_file(&path).map_err(io_err("discarding", &path))
+        fs::remove_file(&path).map_err(io_err("discarding", &path))?;
+        // An orbit file's counts beside it go with it: `open/` must be empty at the run's end.
+        remove_summary(&path)
     }
 
     /// Reopens the run directory of a BU that restarted: deletes the partial files in `open/`

@@ -374,7 +374,7 @@ pub struct UnitStats {
     /// Push: events the destination function gave the BUs excluded before their exclusion
     /// (RU 0): those each did not publish are lost with it.
     pub events_to_excluded: Gauge,
-    /// Events published in files (BU).
+    /// Events (orbit mode: orbits) published in files in the run, every incarnation's (BU).
     pub events_published: Gauge,
     /// Files published where readers see them (BU).
     pub files_published: Gauge,

@@ -326,6 +326,12 @@ impl BuFiles {
         Ok(p)
     }
 
+    /// The files published so far in the run, every incarnation's (as the ledger says), and
+    /// the events in them (in orbit mode the events in their orbits).
+    pub fn published_so_far(&self) -> (u64, u64) {
+        self.lumis.values().fold((0, 0), |(files, events), c| (files + c.files, events + c.events))
+    }
+
     /// Deletes the unpublished `file` (its events went to another BU).
     pub fn discard(&mut self, file: FileId) -> Result<(), BuFilesError> {
         Ok(self.writer.dir.discard(file.lumi_section, file.index)?)

@@ -145,9 +145,14 @@ pub struct BuReport {
     /// Events published in files by this incarnation (in orbit mode, orbits: the protocol's
     /// units).
     pub events_published: u64,
-    /// Events (orbit mode: orbits) published in the run by every incarnation of this BU, as its
-    /// disk's ledger and its own publications say.
-    pub events_published_in_run: u64,
+    /// The protocol's units (events, or in orbit mode orbits) published in the run by every
+    /// incarnation of this BU, as its disk's ledger and its own publications say.
+    pub published_in_run: u64,
+    /// Events published in the run by every incarnation (in orbit mode, the events in its
+    /// orbits): what its readers see in all.
+    pub events_in_run: u64,
+    /// Files published in the run by every incarnation, where readers see them.
+    pub files_in_run: u64,
     /// Orbit mode: the events in the orbits it published.
     pub orbit_events: u64,
     /// Orbit mode: the orbits it wrote in the files it published (those with events).
@@ -312,6 +317,7 @@ impl BuNode {
             })
             .collect();
         drop(done_tx);
+        let (files_before, events_before) = files.as_ref().map_or((0, 0), BuFiles::published_so_far);
         let core = Bu::new(cfg.bu.clone(), epoch, disk);
         // Under pull the core keeps the store within its budget by what it asks for; the frames
         // that come for its requests are always taken.
@@ -385,6 +391,8 @@ impl BuNode {
             writing: 0,
             ended: false,
             published: 0,
+            files_before,
+            events_before,
             orbit_events: 0,
             orbits_written: 0,
             files_published: 0,
@@ -451,6 +459,9 @@ struct BuLoop {
     deferred: Option<BuOutput>,
     ended: bool,
     published: u64,
+    /// Files, and events in them, that earlier incarnations published, as the ledger says.
+    files_before: u64,
+    events_before: u64,
     /// Orbit mode: events in the orbits published, and those orbits.
     orbit_events: u64,
     orbits_written: u64,
@@ -539,7 +550,9 @@ impl BuLoop {
         self.stats.incomplete_events.set(c.incomplete_events);
         self.stats.aged_events.set(c.aged_events);
         self.stats.late_parts.set(c.late_parts);
-        self.stats.events_published.set(self.published);
+        // The run's, every incarnation's: a BU started again goes on from its predecessors'
+        // count, so what a controller sums never goes back.
+        self.stats.events_published.set(self.core.published_in_run());
         self.stats.store_bytes.set(self.store.held() as u64);
         self.stats.events_in_flight.set(u64::from(self.core.events_in_flight()));
         // Under push the store's budget bounds what is read; under pull the core's credits do.

@@ -162,7 +162,10 @@ impl Unit for BuLoop {
                 return Ok(Some(BuReport {
                     counters: self.core.counters(),
                     events_published: self.published,
-                    events_published_in_run: self.core.published_in_run(),
+                    published_in_run: self.core.published_in_run(),
+                    events_in_run: self.events_before
+                        + if self.cfg.orbits { self.orbit_events } else { self.published },
+                    files_in_run: self.files_before + self.files_published,
                     orbit_events: self.orbit_events,
                     orbits_written: self.orbits_written,
                     files_published: self.files_published,
