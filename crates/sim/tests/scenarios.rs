@@ -210,7 +210,9 @@ fn scenario_4x4_push_late_connect() {
 }
 
 /// A BU crashes and is excluded: what it was given and did not publish is counted lost, never
-/// silent (the check's conservation), and the run goes on with the other BU.
+/// silent (the check's conservation), and the run goes on with the other BU. Started again, it
+/// takes no event and closes its lumi sections, its records counting the same loss (the check's
+/// end), and the run drains only once it has ended.
 #[test]
 fn scenario_2x2_push_bu_crash() {
     for r in check("2x2_push_bu_crash", 5) {

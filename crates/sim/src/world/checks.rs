@@ -238,6 +238,13 @@ impl World {
                      {lost_here} lost are more"
                 ));
             }
+            // Started again, it counted the same loss in its end-of-lumi records.
+            let in_records = self.bus[usize::from(bu)].lost_in_records;
+            if self.bus[usize::from(bu)].ended && in_records != lost_here {
+                self.violation(format!(
+                    "BU {bu}'s end-of-lumi records count {in_records} events lost, the run {lost_here}"
+                ));
+            }
         }
         if let Some((&event, file)) = self.published.range(first + events..).next() {
             self.violation(format!("event {event}, after the run's last, published in file {file}"));

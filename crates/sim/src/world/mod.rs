@@ -202,6 +202,8 @@ struct BuSlot {
     published_events: BTreeMap<u32, u64>,
     /// End-of-lumi records written: lumi section → events.
     end_of_lumis: BTreeMap<u32, u64>,
+    /// Push: events its end-of-lumi records count lost (a lost BU started again).
+    lost_in_records: u64,
     ended: bool,
 }
 
@@ -362,12 +364,11 @@ impl World {
     fn drained(&self) -> bool {
         let events = self.run_events();
         let end = self.sc.first_event + events;
-        let excluded = |b: usize| self.push.excluded.iter().any(|x| usize::from(x.0) == b);
         // The lost events, which walk the whole run, are counted last and only when needed.
+        // Every BU ends, a lost one too: started again, it closes its lumi sections.
         self.readout.drained()
             && (0..self.readout.len()).all(|r| self.readout.ru(r).drain_seen())
-            && (0..self.bus.len())
-                .all(|b| excluded(b) || (self.bus[b].ended && self.bus[b].unit.as_ref().is_some_and(Bu::idle)))
+            && (0..self.bus.len()).all(|b| self.bus[b].ended && self.bus[b].unit.as_ref().is_some_and(Bu::idle))
             && self.buffers.values().all(|&(_, _, event)| event >= end)
             && (self.published.len() as u64 == events
                 || self.published.len() as u64 + self.lost_with_bus().len() as u64 == events)
@@ -455,11 +456,10 @@ impl World {
                     self.tick_generation.remove(&Peer::Bu(bu as u16));
                     self.push.unread.retain(|&(_, to), _| to != Peer::Bu(bu as u16));
                     self.schedule(self.now + 3_000_000, Ev::BuLost { bu });
-                    // Under push a lost BU is excluded for the rest of the run.
-                    if self.sc.push.is_none() {
-                        let back = self.now + self.rng.between(1_000_000, 30_000_000);
-                        self.schedule(back, Ev::BuRestart { bu });
-                    }
+                    // Under push a lost BU is excluded for the rest of the run; started again,
+                    // it takes no event and closes its lumi sections, counting what it lost.
+                    let back = self.now + self.rng.between(1_000_000, 30_000_000);
+                    self.schedule(back, Ev::BuRestart { bu });
                 }
             }
             Ev::BuLost { bu } => {

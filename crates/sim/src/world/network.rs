@@ -187,8 +187,9 @@ impl World {
                     self.violation(format!("BU {b} discarded file {file} that it does not hold"));
                 }
             }
-            BuOutput::EndOfLumi { lumi_section, events, .. } => {
+            BuOutput::EndOfLumi { lumi_section, events, lost } => {
                 let slot = &mut self.bus[usize::from(b)];
+                slot.lost_in_records += lost;
                 let published = slot.published_events.remove(&lumi_section).unwrap_or(0);
                 let again = slot.end_of_lumis.insert(lumi_section, events).is_some();
                 if again {

@@ -203,6 +203,7 @@ impl World {
                 next_index: BTreeMap::new(),
                 published_events: BTreeMap::new(),
                 end_of_lumis: BTreeMap::new(),
+                lost_in_records: 0,
                 ended: false,
             })
             .collect();
