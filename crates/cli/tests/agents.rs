@@ -90,10 +90,20 @@ fn start_run(units: &mut Processes, dir: &Path, system: &Path, args: &[&str]) {
 /// A 2×2 run (`limit`, `heartbeat_timeout_s`) through an agent, started: its directory, its
 /// processes (the agent's, then the controller's) and the agent's port.
 fn run_through_agent(limit: &str, heartbeat_timeout_s: f64) -> (tempfile::TempDir, Processes, u16) {
+    edited_run_through_agent(limit, heartbeat_timeout_s, |y| y)
+}
+
+/// As [`run_through_agent`], its system file rewritten by `edit` first.
+fn edited_run_through_agent(
+    limit: &str,
+    heartbeat_timeout_s: f64,
+    edit_file: impl FnOnce(String) -> String,
+) -> (tempfile::TempDir, Processes, u16) {
     let tmp = tempfile::tempdir().unwrap();
     let mut units = Processes(Vec::new());
     let agent = start_agent(&mut units, tmp.path());
     let system = system_file(tmp.path(), agent, limit, heartbeat_timeout_s);
+    edit(&system, edit_file);
     start_run(&mut units, tmp.path(), &system, &[]);
     (tmp, units, agent)
 }
@@ -500,16 +510,10 @@ fn a_host_without_an_agent_is_refused_before_anything_starts() {
 /// The 2×2 under push through the agent with its farm: returns the run's directory and its
 /// processes.
 fn push_run_through_agent(limit: &str) -> (tempfile::TempDir, Processes, u16) {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut units = Processes(Vec::new());
-    let agent = start_agent(&mut units, tmp.path());
-    let system = system_file(tmp.path(), agent, limit, 3.0);
-    edit(&system, |y| {
+    edited_run_through_agent(limit, 3.0, |y| {
         y.replace("  number: 61\n", "  number: 61\n  protocol: push\n")
             .replace("fu:\n", "push:\n  exclude_margin_events: 512\n  window_events: 1024\nfu:\n")
-    });
-    start_run(&mut units, tmp.path(), &system, &[]);
-    (tmp, units, agent)
+    })
 }
 
 /// A time-limited run under push: the front ends are separate processes that know nothing of
@@ -585,22 +589,23 @@ fn a_2x2_push_bu_killed_is_excluded_started_again_to_close_its_lumi_sections_and
     assert!(lost > 0 && summary["lost"]["BU_LOST"] == lost, "{lost} {summary}");
 }
 
+/// The 2×2 in orbit mode through the agent with its farm (`limit` its orbits): returns the run's
+/// directory, its processes and the agent's port.
+fn orbit_run_through_agent(limit: &str) -> (tempfile::TempDir, Processes, u16) {
+    edited_run_through_agent(limit, 3.0, |y| {
+        y.replace("run:\n", "run:\n  mode: orbit\n")
+            .replace("fragment_size: {bytes: 1024}", "fragment_size: {bytes: 256}")
+    })
+}
+
 /// Orbit mode through an agent, as in one process: the controller starts each RU's DTHs
 /// (`tessera ferol --system` in orbit mode), and every orbit is built, written and read by the
 /// farm into storage.
 #[test]
 fn a_2x2_orbit_system_with_its_farm_runs_through_an_agent_and_conserves_every_orbit() {
     let _one_system = one_system_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, mut units, _) = orbit_run_through_agent("orbits: 3000");
     let d = tmp.path();
-    let mut units = Processes(Vec::new());
-    let agent = start_agent(&mut units, d);
-    let system = system_file(d, agent, "orbits: 3000", 3.0);
-    edit(&system, |y| {
-        y.replace("run:\n", "run:\n  mode: orbit\n")
-            .replace("fragment_size: {bytes: 1024}", "fragment_size: {bytes: 256}")
-    });
-    start_run(&mut units, d, &system, &[]);
     let (code, out) = wait_run(&mut units, d, Duration::from_secs(120));
     assert_eq!(code, Some(0), "{out}\n{}", logs(d));
     assert!(out.contains("conservation: orbits triggered 3000 = built 3000 + lost 0  holds"), "{out}");
@@ -616,16 +621,8 @@ fn a_2x2_orbit_system_with_its_farm_runs_through_an_agent_and_conserves_every_or
 #[test]
 fn a_2x2_orbit_bu_killed_is_started_again_and_every_orbit_is_conserved_through_the_farm() {
     let _one_system = one_system_at_a_time();
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, mut units, agent) = orbit_run_through_agent("orbits: 60000");
     let d = tmp.path();
-    let mut units = Processes(Vec::new());
-    let agent = start_agent(&mut units, d);
-    let system = system_file(d, agent, "orbits: 60000", 3.0);
-    edit(&system, |y| {
-        y.replace("run:\n", "run:\n  mode: orbit\n")
-            .replace("fragment_size: {bytes: 1024}", "fragment_size: {bytes: 256}")
-    });
-    start_run(&mut units, d, &system, &[]);
     let (out, bu1) = kill_bu1_mid_run(&mut units, d, agent);
     assert!(bu1.contains("(started again once after a crash)"), "{out}");
     assert!(out.contains("conservation: orbits triggered 60000 = built 60000 + lost 0  holds"), "{out}");

@@ -207,24 +207,18 @@ fn two_by_two_ucx_shared_memory_bu_killed_and_restarted_loses_and_duplicates_not
     bu_killed_and_restarted("transport:\n  ru_bu: ucx\n  evm_ru: ucx\n  ucx_transports: \"sm,self\"\n");
 }
 
-/// The 2×2 with `more` in its file: a BU killed (SIGKILL) once it has published a file, the RU
-/// `BLOCKED` meanwhile, the BU started again; every event built once.
-fn bu_killed_and_restarted(more: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    // 4 s of triggers at 5 kHz: the BU dies after about 1 s and is back after about 1.5 s.
-    let (first_event, events) = ((1u64 << 24) - 3000, 20_000);
-    let system = system_file(dir.path(), first_event, Limit::Events(events), Some(5000.0), None, more);
-    let d = dir.path();
-    let mut units = Processes(vec![
-        tessera_unit(&system, d, "bu", Some("bu0"), &[]),
-        tessera_unit(&system, d, "ru", Some("ru1"), &[]),
-        tessera_unit(&system, d, "evm", None, &[]),
-        ferol(&system, d, "ru0"),
-        ferol(&system, d, "ru1"),
+/// The 2×2 of `system` as processes, bu1 among them, once bu1 has published a file of its own
+/// (so that it has something to recover when it is started again): the others, and bu1.
+fn bu1_with_a_file_published(system: &Path, d: &Path) -> (Processes, Child) {
+    let units = Processes(vec![
+        tessera_unit(system, d, "bu", Some("bu0"), &[]),
+        tessera_unit(system, d, "ru", Some("ru1"), &[]),
+        tessera_unit(system, d, "evm", None, &[]),
+        ferol(system, d, "ru0"),
+        ferol(system, d, "ru1"),
     ]);
-    let (_, mut victim) = tessera_unit(&system, d, "bu", Some("bu1"), &[]);
+    let (_, bu1) = tessera_unit(system, d, "bu", Some("bu1"), &[]);
     let bu1_dir = d.join("bu1").join(format!("run{RUN:06}"));
-    // Kill it once it has published a file of its own, so that it has something to recover.
     let deadline = Instant::now() + Duration::from_secs(30);
     while !std::fs::read_dir(&bu1_dir)
         .is_ok_and(|r| r.flatten().any(|e| e.path().extension().is_some_and(|x| x == "jsn")))
@@ -233,6 +227,18 @@ fn bu_killed_and_restarted(more: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
+    (units, bu1)
+}
+
+/// The 2×2 with `more` in its file: a BU killed (SIGKILL) once it has published a file, the RU
+/// `BLOCKED` meanwhile, the BU started again; every event built once.
+fn bu_killed_and_restarted(more: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    // 4 s of triggers at 5 kHz: the BU dies after about 1 s and is back after about 1.5 s.
+    let (first_event, events) = ((1u64 << 24) - 3000, 20_000);
+    let system = system_file(dir.path(), first_event, Limit::Events(events), Some(5000.0), None, more);
+    let d = dir.path();
+    let (mut units, mut victim) = bu1_with_a_file_published(&system, d);
     let ru1 = control_address(&d.join("ru-ru1.log"));
     let before = metrics(ru1);
     assert!(before.contains(r#"tessera_sub_state{unit="ru1",kind="ru",reason="BLOCKED"} 0"#), "{before}");
@@ -284,23 +290,8 @@ fn two_by_two_push_bu_killed_and_restarted_closes_its_lumi_sections_counting_its
     let yaml = std::fs::read_to_string(&system).unwrap().replace("run:\n", "run:\n  protocol: push\n");
     std::fs::write(&system, yaml).unwrap();
     let d = dir.path();
-    let mut units = Processes(vec![
-        tessera_unit(&system, d, "bu", Some("bu0"), &[]),
-        tessera_unit(&system, d, "ru", Some("ru1"), &[]),
-        tessera_unit(&system, d, "evm", None, &[]),
-        ferol(&system, d, "ru0"),
-        ferol(&system, d, "ru1"),
-    ]);
-    let (_, mut victim) = tessera_unit(&system, d, "bu", Some("bu1"), &[]);
+    let (mut units, mut victim) = bu1_with_a_file_published(&system, d);
     let bu1_dir = d.join("bu1").join(format!("run{RUN:06}"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_dir(&bu1_dir)
-        .is_ok_and(|r| r.flatten().any(|e| e.path().extension().is_some_and(|x| x == "jsn")))
-    {
-        assert!(Instant::now() < deadline, "bu1 published nothing\n{}", logs(d));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
     victim.kill().unwrap(); // SIGKILL
     victim.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(4);
@@ -348,23 +339,7 @@ fn two_by_two_orbits_bu_killed_and_restarted_every_orbit_once_in_order_and_verif
     let yaml = std::fs::read_to_string(&system).unwrap().replace("  events: 1\n", "  mode: orbit\n  orbits: 40000\n");
     std::fs::write(&system, yaml).unwrap();
     let d = dir.path();
-    let mut units = Processes(vec![
-        tessera_unit(&system, d, "bu", Some("bu0"), &[]),
-        tessera_unit(&system, d, "ru", Some("ru1"), &[]),
-        tessera_unit(&system, d, "evm", None, &[]),
-        ferol(&system, d, "ru0"),
-        ferol(&system, d, "ru1"),
-    ]);
-    let (_, mut victim) = tessera_unit(&system, d, "bu", Some("bu1"), &[]);
-    let bu1_dir = d.join("bu1").join(format!("run{RUN:06}"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_dir(&bu1_dir)
-        .is_ok_and(|r| r.flatten().any(|e| e.path().extension().is_some_and(|x| x == "jsn")))
-    {
-        assert!(Instant::now() < deadline, "bu1 published nothing\n{}", logs(d));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    let (mut units, mut victim) = bu1_with_a_file_published(&system, d);
     victim.kill().unwrap(); // SIGKILL
     victim.wait().unwrap();
     std::thread::sleep(Duration::from_millis(500));

@@ -69,6 +69,27 @@ mod tests {
     use tessera_formats::frd::flags;
     use tessera_formats::tcds::TCDS_FED_ID;
 
+    /// RU 0's node reading `feds`, of `n_ru` RUs and `n_bu` BUs given blocks of `block_events`.
+    fn node_cfg(
+        feds: Vec<FedId>,
+        n_ru: u16,
+        n_bu: u16,
+        block_events: u64,
+        exclude_margin_events: u64,
+        window_events: Option<u64>,
+    ) -> PushNodeConfig {
+        PushNodeConfig {
+            ru: RuConfig::new(0, feds),
+            n_ru,
+            n_bu,
+            destinations: Destinations::new(1, block_events, (0..n_bu).collect()),
+            high_water_events: 1000,
+            exclude_margin_events,
+            window_events,
+            bug: None,
+        }
+    }
+
     fn fragment(fed: FedId, event: EventNumber, lumi_section: u32) -> FragmentRef {
         FragmentRef {
             fed,
@@ -201,16 +222,7 @@ mod tests {
 
     #[test]
     fn a_trigger_whose_event_was_dropped_with_an_excluded_bu_is_still_counted() {
-        let cfg = PushNodeConfig {
-            ru: RuConfig::new(0, vec![TCDS_FED_ID, 3]),
-            n_ru: 1,
-            n_bu: 2,
-            destinations: Destinations::new(1, 2, vec![0, 1]),
-            high_water_events: 100,
-            exclude_margin_events: 0,
-            window_events: None,
-            bug: None,
-        };
+        let cfg = node_cfg(vec![TCDS_FED_ID, 3], 1, 2, 2, 0, None);
         let mut node = PushNode::new(cfg);
         // FED 3 delivers events 1-4; the trigger only 1 and 2. BU 1 (events 3, 4) is lost.
         for e in 1..=4 {
@@ -228,16 +240,7 @@ mod tests {
 
     #[test]
     fn ru_0_and_another_ru_telling_each_other_their_progress_run_on_for_many_windows() {
-        let cfg = PushNodeConfig {
-            ru: RuConfig::new(0, vec![TCDS_FED_ID]),
-            n_ru: 2,
-            n_bu: 1,
-            destinations: Destinations::new(1, 8, vec![0]),
-            high_water_events: 1000,
-            exclude_margin_events: 10,
-            window_events: Some(16),
-            bug: None,
-        };
+        let cfg = node_cfg(vec![TCDS_FED_ID], 2, 1, 8, 10, Some(16));
         let mut node = PushNode::new(cfg);
         let mut ru1 = PushRu::new(RuConfig::new(1, vec![3]), Destinations::new(1, 8, vec![0]), 1000).with_window(
             16,
@@ -368,16 +371,7 @@ mod tests {
 
     #[test]
     fn the_push_node_ends_lumi_sections_with_each_bus_count_drains_and_excludes_a_lost_bu() {
-        let cfg = PushNodeConfig {
-            ru: RuConfig::new(0, vec![TCDS_FED_ID]),
-            n_ru: 2,
-            n_bu: 2,
-            destinations: Destinations::new(1, 2, vec![0, 1]),
-            high_water_events: 100,
-            exclude_margin_events: 3,
-            window_events: None,
-            bug: None,
-        };
+        let cfg = node_cfg(vec![TCDS_FED_ID], 2, 2, 2, 3, None);
         let mut node = PushNode::new(cfg);
         for e in 1..=5 {
             node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 1)).unwrap();
@@ -430,17 +424,7 @@ mod tests {
     }
 
     fn node_2x1(window_events: Option<u64>) -> PushNode {
-        let cfg = PushNodeConfig {
-            ru: RuConfig::new(0, vec![TCDS_FED_ID, 3]),
-            n_ru: 2,
-            n_bu: 1,
-            destinations: Destinations::new(1, 4, vec![0]),
-            high_water_events: 1000,
-            exclude_margin_events: 4,
-            window_events,
-            bug: None,
-        };
-        let mut node = PushNode::new(cfg);
+        let mut node = PushNode::new(node_cfg(vec![TCDS_FED_ID, 3], 2, 1, 4, 4, window_events));
         node.handle(0, Input::Message { from: Peer::Ru(1), msg: Message::StreamsConnected { ru: 1 } });
         node
     }
@@ -577,16 +561,7 @@ mod tests {
 
     #[test]
     fn ru_0_tells_a_lost_bu_that_comes_back_what_it_was_given_per_lumi_section_and_the_end_of_run() {
-        let cfg = PushNodeConfig {
-            ru: RuConfig::new(0, vec![TCDS_FED_ID]),
-            n_ru: 1,
-            n_bu: 2,
-            destinations: Destinations::new(1, 2, vec![0, 1]),
-            high_water_events: 100,
-            exclude_margin_events: 0,
-            window_events: None,
-            bug: None,
-        };
+        let cfg = node_cfg(vec![TCDS_FED_ID], 1, 2, 2, 0, None);
         let mut node = PushNode::new(cfg);
         for e in 1..=4 {
             node.offer_fragment(0, 0, fragment(TCDS_FED_ID, e, 1)).unwrap();
