@@ -53,18 +53,18 @@ pub fn run(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<Exi
     let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
     match suite {
         BenchSuite::Formats => {
-            print!("{}", tessera_bench::formats::report(&tessera_bench::formats::run(budget)))
+            say_part!("{}", tessera_bench::formats::report(&tessera_bench::formats::run(budget)))
         }
         BenchSuite::Protocols => bench_protocols(quick, out, json)?,
-        BenchSuite::Wire => print!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget))),
+        BenchSuite::Wire => say_part!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget))),
         BenchSuite::Net => bench_net(quick, out, json)?,
         BenchSuite::Evb => bench_evb(quick, out, json)?,
         BenchSuite::Orbit => bench_orbit(quick, out, json)?,
         BenchSuite::Fu => bench_fu(quick, json)?,
         BenchSuite::Broker => {
-            eprintln!("bench broker: files granted per second to many readers{}", if quick { " (quick)" } else { "" });
-            let rates = tessera_bench::broker::run(if quick { 1024 } else { 8192 }, &mut |what| eprintln!("  {what}"))?;
-            print!("{}", tessera_bench::broker::report(&rates));
+            say_err!("bench broker: files granted per second to many readers{}", if quick { " (quick)" } else { "" });
+            let rates = tessera_bench::broker::run(if quick { 1024 } else { 8192 }, &mut |what| say_err!("  {what}"))?;
+            say_part!("{}", tessera_bench::broker::report(&rates));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -73,16 +73,16 @@ pub fn run(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<Exi
 /// The pull-and-push suite.
 fn bench_protocols(quick: bool, out: &Path, json: bool) -> Result<()> {
     use tessera_bench::protocols;
-    eprintln!(
+    say_err!(
         "bench protocols: pull and push, the same system and sender for both{}; writing the plots to {}",
         if quick { " (quick)" } else { "" },
         out.display()
     );
-    let suite = protocols::run(quick, out, &mut |what| eprintln!("  {what}"))?;
+    let suite = protocols::run(quick, out, &mut |what| say_err!("  {what}"))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&protocols::json(&suite))?);
+        say!("{}", serde_json::to_string_pretty(&protocols::json(&suite))?);
     } else {
-        print!("{}", protocols::report(&suite));
+        say_part!("{}", protocols::report(&suite));
     }
     Ok(())
 }
@@ -90,13 +90,13 @@ fn bench_protocols(quick: bool, out: &Path, json: bool) -> Result<()> {
 /// The filter farm suite.
 fn bench_fu(quick: bool, json: bool) -> Result<()> {
     use tessera_bench::fu;
-    eprintln!("bench fu: the filter farm against plain file operations{}", if quick { " (quick)" } else { "" });
+    say_err!("bench fu: the filter farm against plain file operations{}", if quick { " (quick)" } else { "" });
     let config = if quick { fu::FuBenchConfig::QUICK } else { fu::FuBenchConfig::FULL };
-    let bench = fu::run(&config, &mut |what| eprintln!("  {what}"))?;
+    let bench = fu::run(&config, &mut |what| say_err!("  {what}"))?;
     if json {
-        println!("{}", fu::json(&bench));
+        say!("{}", fu::json(&bench));
     } else {
-        print!("{}", fu::report(&bench));
+        say_part!("{}", fu::report(&bench));
     }
     Ok(())
 }
@@ -105,14 +105,14 @@ fn bench_fu(quick: bool, json: bool) -> Result<()> {
 fn bench_net(quick: bool, out: &Path, json: bool) -> Result<()> {
     use tessera_bench::net::Measured;
     use tessera_bench::net_suite;
-    eprintln!(
+    say_err!(
         "bench net: raw TCP over loopback{}; writing the scan to {}",
         if quick { " (quick)" } else { "" },
         out.display()
     );
     let suite = net_suite::run(quick, out)?;
     if !json {
-        print!("{}", net_suite::report(&suite));
+        say_part!("{}", net_suite::report(&suite));
         return Ok(());
     }
     let case = |m: &Measured| {
@@ -144,7 +144,7 @@ fn bench_net(quick: bool, out: &Path, json: bool) -> Result<()> {
         "scan": { "raw_ingest": cases(&suite.scan_ingest), "raw_relay": cases(&suite.scan_relay) },
         "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
     });
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    say!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }
 
@@ -195,14 +195,14 @@ fn evb_json(m: &tessera_bench::evb::EvbMeasured) -> serde_json::Value {
 /// The event-builder suite.
 fn bench_evb(quick: bool, out: &Path, json: bool) -> Result<()> {
     use tessera_bench::evb_suite;
-    eprintln!(
+    say_err!(
         "bench evb: the event builder on loopback against raw TCP{}; writing the scans to {}",
         if quick { " (quick)" } else { "" },
         out.display()
     );
-    let suite = evb_suite::run(quick, out, &mut |what| eprintln!("  {what}"))?;
+    let suite = evb_suite::run(quick, out, &mut |what| say_err!("  {what}"))?;
     if !json {
-        print!("{}", evb_suite::report(&suite));
+        say_part!("{}", evb_suite::report(&suite));
         return Ok(());
     }
     let ratio = |a: f64, b: f64| a / b.max(1e-12);
@@ -240,21 +240,21 @@ fn bench_evb(quick: bool, out: &Path, json: bool) -> Result<()> {
         },
         "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
     });
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    say!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }
 
 /// The orbit-mode suite.
 fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<()> {
     use tessera_bench::orbit_suite::{self, OrbitPoint};
-    eprintln!(
+    say_err!(
         "bench orbit: orbit mode on loopback against raw TCP of the same DTH streams{}; writing the plots to {}",
         if quick { " (quick)" } else { "" },
         out.display()
     );
-    let suite = orbit_suite::run(quick, out, &mut |what| eprintln!("  {what}"))?;
+    let suite = orbit_suite::run(quick, out, &mut |what| say_err!("  {what}"))?;
     if !json {
-        print!("{}", orbit_suite::report(&suite));
+        say_part!("{}", orbit_suite::report(&suite));
         return Ok(());
     }
     let point = |p: &OrbitPoint| {
@@ -288,6 +288,6 @@ fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<()> {
         })).collect::<Vec<_>>(),
         "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
     });
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    say!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }

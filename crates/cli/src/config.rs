@@ -38,7 +38,7 @@ pub fn pipestream_check(file: &Path) -> ExitCode {
     match PipestreamConfig::load(file) {
         Ok(cfg) => {
             let topologies: Vec<String> = cfg.scan_topologies().iter().map(|t| t.name()).collect();
-            println!(
+            say!(
                 "{}: OK: a pipestream file of {} point(s): message sizes {:?} B, threads {:?}, topologies {}",
                 file.display(),
                 cfg.scan_message_bytes().len() * cfg.scan_threads().len() * topologies.len(),
@@ -49,7 +49,7 @@ pub fn pipestream_check(file: &Path) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(errors) => {
-            eprintln!("{errors}");
+            say_err!("{errors}");
             ExitCode::from(1)
         }
     }
@@ -57,7 +57,7 @@ pub fn pipestream_check(file: &Path) -> ExitCode {
 
 /// `tessera config default`: the system `tessera run` runs without a file, as YAML.
 pub fn print_default() -> ExitCode {
-    print!("{}", tessera_config::SystemConfig::default().to_yaml());
+    say_part!("{}", tessera_config::SystemConfig::default().to_yaml());
     ExitCode::SUCCESS
 }
 
@@ -67,7 +67,7 @@ fn system_check(file: &Path) -> ExitCode {
     let cfg = match tessera_config::SystemConfig::load(file) {
         Ok(cfg) => cfg,
         Err(errors) => {
-            eprintln!("{errors}");
+            say_err!("{errors}");
             return ExitCode::from(1);
         }
     };
@@ -77,14 +77,14 @@ fn system_check(file: &Path) -> ExitCode {
     {
         // The menu's mistakes are the system file's, through its `fu.menu`.
         for line in errors.to_string().lines() {
-            eprintln!("{}: fu.menu: {line}", file.display());
+            say_err!("{}: fu.menu: {line}", file.display());
         }
         return ExitCode::from(1);
     }
     let beyond = crate::run::beyond_this_machine(&cfg);
     if !beyond.is_empty() {
         for why in beyond {
-            eprintln!("{}: this machine cannot run it: {why}", file.display());
+            say_err!("{}: this machine cannot run it: {why}", file.display());
         }
         return ExitCode::from(1);
     }
@@ -103,7 +103,7 @@ fn system_check(file: &Path) -> ExitCode {
         }
         None => String::new(),
     };
-    println!(
+    say!(
         "{}: OK: run {}, {} RUs, {} BUs, {} FEDs, {}{placement}",
         file.display(),
         cfg.run.number,
@@ -113,7 +113,7 @@ fn system_check(file: &Path) -> ExitCode {
         farm
     );
     for advice in cfg.advice() {
-        println!("{}: advice: {advice}", file.display());
+        say!("{}: advice: {advice}", file.display());
     }
     ExitCode::SUCCESS
 }
@@ -122,7 +122,7 @@ fn system_check(file: &Path) -> ExitCode {
 fn menu_check(file: &Path) -> ExitCode {
     match tessera_fu::menu::Menu::load(file) {
         Ok(menu) => {
-            println!(
+            say!(
                 "{}: OK: a selection menu of {} streams ({}) and {} paths ({})",
                 file.display(),
                 menu.streams.len(),
@@ -133,7 +133,7 @@ fn menu_check(file: &Path) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(errors) => {
-            eprintln!("{errors}");
+            say_err!("{errors}");
             ExitCode::from(1)
         }
     }

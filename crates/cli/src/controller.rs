@@ -196,11 +196,7 @@ fn summarize(
 ) -> Result<bool> {
     let cfg = c.cfg();
     let hosts = c.host_count();
-    println!(
-        "run {} ended after {seconds:.1} s across {hosts} host{}",
-        cfg.run.number,
-        if hosts == 1 { "" } else { "s" }
-    );
+    say!("run {} ended after {seconds:.1} s across {hosts} host{}", cfg.run.number, if hosts == 1 { "" } else { "s" });
     let mut clean = faults.is_empty();
     let mut reports = BTreeMap::new();
     for p in c.placed() {
@@ -251,7 +247,7 @@ fn summarize(
             Some(n) => format!(" (started again {n} times after crashes)"),
             None => String::new(),
         };
-        println!("  {:<12} {:<16} {line}{again}", p.name, p.host);
+        say!("  {:<12} {:<16} {line}{again}", p.name, p.host);
         if let Some(r) = r {
             reports.insert(p.name.clone(), r);
         }
@@ -298,7 +294,7 @@ fn summarize(
     } else if restarted.is_empty() {
         bu_ends.iter().map(|b| b.events_published).sum()
     } else {
-        println!(
+        say!(
             "  {} started again: {} built are those the EVM committed to the BUs",
             restarted.join(", "),
             cfg.unit_noun()
@@ -330,7 +326,7 @@ fn summarize(
         if bu_lost > 0 {
             reasons.push(format!("{bu_lost} {}", push_loss::BU_LOST));
         }
-        println!(
+        say!(
             "conservation: {}triggered {triggered} = built {built} + lost {lost}{}  {}",
             if cfg.is_orbit_mode() { "orbits " } else { "" },
             if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
@@ -348,7 +344,7 @@ fn summarize(
         // The EVM never reported its end: the run was cut short, and what was in flight is
         // not accounted for. Say so, with the figures as the units last showed them.
         let (seen_triggered, seen_built) = c.progress();
-        println!(
+        say!(
             "conservation: NOT PROVEN: the run was ended before the EVM's report; last seen triggered {seen_triggered}, built {seen_built} ({} in flight)",
             seen_triggered.saturating_sub(seen_built)
         );
@@ -357,18 +353,18 @@ fn summarize(
     // last incarnation's, so the figure is then a lower bound, and said so.
     let incomplete: u64 = bu_ends.iter().map(|b| b.incomplete_events).sum();
     let at_least = if restarted.is_empty() { "" } else { "at least " };
-    println!(
+    say!(
         "{}: {built} built, {} complete, {at_least}{incomplete} incomplete",
         cfg.unit_noun(),
         built.saturating_sub(incomplete)
     );
     let incomplete_ok = incomplete_rule.allows(incomplete);
-    println!("{}", incomplete_line(incomplete, incomplete_rule, cfg.unit_noun()));
+    say!("{}", incomplete_line(incomplete, incomplete_rule, cfg.unit_noun()));
     let mut chain = Value::Null;
     let mut chain_holds = true;
     if cfg.fu.enabled && leader.is_none() {
         chain_holds = false;
-        println!("chain: NOT PROVEN: the run was ended before the builder's end");
+        say!("chain: NOT PROVEN: the run was ended before the builder's end");
     } else if cfg.fu.enabled {
         // Readers: the events of the files they deleted, as each BU's broker counted them.
         // FUs: per BU, the ledger its FUs' output directory holds: every incarnation's
@@ -408,7 +404,7 @@ fn summarize(
         };
         let by =
             if readers { "the readers (the files they deleted, as the BUs' brokers counted them)" } else { "the FUs" };
-        println!(
+        say!(
             "chain: built {built} = processed {processed} by {by}{storage}  {}",
             if chain_holds { "holds" } else { "DOES NOT HOLD" }
         );
@@ -416,7 +412,7 @@ fn summarize(
             "merged": merged.map(|(ok, out)| json!({"holds": ok, "said": out.trim()})) });
     }
     for f in faults {
-        println!("fault: {f}");
+        say!("fault: {f}");
     }
     let summary = json!({
         "run": cfg.run.number,
@@ -442,7 +438,7 @@ fn summarize(
     let path = dir.join(format!("summary-run{:06}.json", cfg.run.number));
     std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
-    println!("summary: {}", path.display());
+    say!("summary: {}", path.display());
     Ok(clean && holds && chain_holds && incomplete_ok)
 }
 

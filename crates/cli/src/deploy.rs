@@ -132,7 +132,7 @@ pub fn deploy(action: DeployAction) -> Result<()> {
             match output {
                 Some(path) => {
                     write_secret_file(&path, &text)?;
-                    eprintln!("wrote {} objects to {}", docs.len(), path.display());
+                    say_err!("wrote {} objects to {}", docs.len(), path.display());
                 }
                 None => std::io::stdout().write_all(text.as_bytes()).context("writing the manifests")?,
             }
@@ -161,7 +161,7 @@ pub fn deploy(action: DeployAction) -> Result<()> {
                 write_secret_file(&path, &f.text)?;
             }
             let hosts: std::collections::BTreeSet<&str> = files.iter().map(|f| f.host.as_str()).collect();
-            eprintln!("wrote {} files for {} hosts under {}", files.len(), hosts.len(), output.display());
+            say_err!("wrote {} files for {} hosts under {}", files.len(), hosts.len(), output.display());
         }
     }
     Ok(())

@@ -117,7 +117,7 @@ pub fn dth(args: DthArgs) -> Result<ExitCode> {
         }
         (None, None) => bail!("give --connect HOST:PORT or --output DIR"),
     };
-    eprintln!(
+    say_err!(
         "sending {} DTH orbit streams at a mean of {:.2} events per orbit ({})",
         streams.len(),
         streams.first().map_or(0.0, OrbitStreamConfig::mean_events),
@@ -131,6 +131,6 @@ pub fn dth(args: DthArgs) -> Result<ExitCode> {
         seconds: args.seconds,
         stop: None,
     })?;
-    print!("{summary}");
+    say_part!("{summary}");
     Ok(ExitCode::SUCCESS)
 }

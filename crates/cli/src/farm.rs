@@ -241,7 +241,7 @@ pub fn merge(args: &MergeArgs) -> Result<bool> {
     if let MergerPart::Bu { index, .. } = part {
         // Each lumi section was proven against the BU's NEvents before it reached storage; the
         // whole chain is checked where the macro merger runs.
-        println!("merged {}'s share of run {} into {}", cfg.bus[index].name, cfg.run.number, dirs.storage.display());
+        say!("merged {}'s share of run {} into {}", cfg.bus[index].name, cfg.run.number, dirs.storage.display());
         return Ok(true);
     }
     let bu_run_dirs: Vec<PathBuf> = (0..cfg.bus.len())
@@ -255,9 +255,9 @@ pub fn merge(args: &MergeArgs) -> Result<bool> {
     let check = check_chain(&bu_run_dirs, &storage, cfg.run.number, &with_error_stream(&streams));
     let (built, processed) = check.totals();
     for p in check.problems.iter().take(10) {
-        println!("chain problem: {p}");
+        say!("chain problem: {p}");
     }
-    println!(
+    say!(
         "merged run {} into {}: {} files, {:.1} MB; built {built} = processed {processed} over {} lumi sections  {}",
         cfg.run.number,
         storage.display(),

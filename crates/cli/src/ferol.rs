@@ -89,15 +89,15 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
                 if let Sink::Connect { wait, .. } = &mut cfg.sink {
                     *wait = args.connect_wait.wait();
                 }
-                eprintln!("sending {} FED streams of {ru} to {}", cfg.streams.len(), cfg.sink);
-                print!("{}", sender::run(cfg)?);
+                say_err!("sending {} FED streams of {ru} to {}", cfg.streams.len(), cfg.sink);
+                say_part!("{}", sender::run(cfg)?);
             }
             unit::FrontEnds::Dth(mut cfg) => {
                 if let Sink::Connect { wait, .. } = &mut cfg.sink {
                     *wait = args.connect_wait.wait();
                 }
-                eprintln!("sending {} DTH orbit streams of {ru} to {}", cfg.streams.len(), cfg.sink);
-                print!("{}", tessera_emu::dth::run(cfg)?);
+                say_err!("sending {} DTH orbit streams of {ru} to {}", cfg.streams.len(), cfg.sink);
+                say_part!("{}", tessera_emu::dth::run(cfg)?);
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -114,7 +114,7 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
     let limits = Limits { events: args.events, seconds: args.seconds };
     if let Some(dir) = &args.replay {
         let capture = tessera_emu::replay::Capture::load(dir).context("--replay")?;
-        eprintln!(
+        say_err!(
             "replaying {} FED streams of {} events ({} bytes a pass) from {}",
             capture.feds().len(),
             capture.events(),
@@ -124,7 +124,7 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
         let (replay, sink) = (Some(std::sync::Arc::new(capture)), sink()?);
         let config =
             SenderConfig { streams: Vec::new(), replay, sink, paced: false, pace_percent: 100, limits, stop: None };
-        print!("{}", sender::run(config)?);
+        say_part!("{}", sender::run(config)?);
         return Ok(ExitCode::SUCCESS);
     }
     let feds = tessera_config::parse_fed_list(&args.feds).with_context(|| format!("--feds {}", args.feds))?;
@@ -155,7 +155,7 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
         })
         .collect::<Result<Vec<_>>>()?;
     let sink = sink()?;
-    eprintln!(
+    say_err!(
         "sending {} FED streams ({})",
         streams.len(),
         if args.rate_hz.is_some() { "paced" } else { "free running" }
@@ -169,7 +169,7 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
         limits,
         stop: None,
     })?;
-    print!("{summary}");
+    say_part!("{summary}");
     Ok(ExitCode::SUCCESS)
 }
 

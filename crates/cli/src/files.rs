@@ -67,9 +67,9 @@ fn checks(no_seed_check: bool) -> EventChecks {
 pub fn inspect(path: &Path, json: bool, feds: bool, no_seed_check: bool) -> Result<ExitCode> {
     let report = inspect_path(path, checks(no_seed_check))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        say!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", render::target(&report, feds));
+        say_part!("{}", render::target(&report, feds));
     }
     Ok(if report.problem_count() == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -120,17 +120,17 @@ fn verify_farm_outputs(run_dir: &Path, built: &[PathBuf], json: bool, fed_list_g
             "bytes": check.bytes,
             "problems": check.problems,
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        say!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(if check.holds() { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
     let (b, p) = check.totals();
     for problem in &check.problems {
-        println!("{}: {problem}", run_dir.display());
+        say!("{}: {problem}", run_dir.display());
     }
     for (ls, (built, processed)) in check.per_ls.iter().filter(|(_, (b, p))| b != p) {
-        println!("{}: lumi section {ls}: built {built}, processed {processed}", run_dir.display());
+        say!("{}: lumi section {ls}: built {built}, processed {processed}", run_dir.display());
     }
-    println!(
+    say!(
         "{}: {} lumi sections, {} events processed{}, {} files, {:.1} MB; {}",
         run_dir.display(),
         check.per_ls.len(),
@@ -161,19 +161,19 @@ fn verify_bu_run_dir(
     let Some(expected) = expected else {
         let violations = verify::verify_run_dir(run_dir, checks(no_seed_check))?;
         if json {
-            println!("{}", serde_json::to_string_pretty(&violations)?);
+            say!("{}", serde_json::to_string_pretty(&violations)?);
         } else {
-            print!("{}", render::violations(run_dir, &violations));
+            say_part!("{}", render::violations(run_dir, &violations));
         }
         return Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) });
     };
     let (violations, coverage) = verify::verify_run_dir_expecting(run_dir, checks(no_seed_check), &expected)?;
     if json {
         let report = serde_json::json!({ "violations": violations, "fed_coverage": coverage });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        say!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", render::fed_coverage(run_dir, &coverage));
-        print!("{}", render::violations(run_dir, &violations));
+        say_part!("{}", render::fed_coverage(run_dir, &coverage));
+        say_part!("{}", render::violations(run_dir, &violations));
     }
     Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -181,7 +181,7 @@ fn verify_bu_run_dir(
 /// `tessera sample`: a sample run written into `--output`; prints its run directory.
 pub fn sample(args: &SampleArgs) -> Result<ExitCode> {
     let summary = write_sample(&args.output, &args.spec()?)?;
-    println!("{}", summary.display());
+    say!("{}", summary.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -193,7 +193,7 @@ fn write_sample(bu_dir: &Path, spec: &SampleSpec) -> Result<PathBuf> {
     }
     let summary =
         write_sample_run(bu_dir, spec).with_context(|| format!("writing a sample run into {}", bu_dir.display()))?;
-    eprintln!(
+    say_err!(
         "wrote run {}: {} events in {} files, {} bytes",
         spec.run,
         summary.events,
@@ -211,21 +211,21 @@ pub fn demo(output: Option<PathBuf>) -> Result<ExitCode> {
     };
     let spec = SampleSpec::default();
     let run_dir = write_sample(&bu_dir, &spec)?;
-    println!("== tessera inspect {}\n", run_dir.display());
+    say!("== tessera inspect {}\n", run_dir.display());
     let report = inspect_path(&run_dir, EventChecks::default())?;
-    print!("{}", render::target(&report, false));
+    say_part!("{}", render::target(&report, false));
     let first_raw = std::fs::read_dir(&run_dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "raw"))
         .min();
     if let Some(raw) = first_raw {
-        println!("\n== tessera inspect --feds {}\n", raw.display());
+        say!("\n== tessera inspect --feds {}\n", raw.display());
         let report = inspect_path(&raw, EventChecks::default())?;
-        print!("{}", render::target(&report, true));
+        say_part!("{}", render::target(&report, true));
         debug_assert!(matches!(report, Target::RawFile(_)));
     }
-    println!("\n== tessera verify {}\n", run_dir.display());
+    say!("\n== tessera verify {}\n", run_dir.display());
     let violations = verify::verify_run_dir(&run_dir, EventChecks::default())?;
-    print!("{}", render::violations(&run_dir, &violations));
+    say_part!("{}", render::violations(&run_dir, &violations));
     Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -6,6 +6,9 @@ use clap::{CommandFactory, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+#[macro_use]
+mod out;
+
 mod bench;
 mod config;
 mod controller;
@@ -46,7 +49,9 @@ enum LogFormat {
 fn init_log(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A log nobody reads any more (a closed pipe) is dropped, never said on standard error,
+    // which is that pipe: that would end the process.
+    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).log_internal_errors(false);
     match format {
         // The message alone, as people read it; the fields are for machines.
         LogFormat::Text => log
@@ -317,8 +322,10 @@ fn main() -> ExitCode {
     tessera_control::capacity::raise_open_files_limit();
     match run(cli) {
         Ok(code) => code,
+        // Its reader has gone: nothing to say, and nobody to say it to.
+        Err(e) if out::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tessera: {e:#}");
+            say_err!("tessera: {e:#}");
             ExitCode::from(2)
         }
     }
@@ -326,6 +333,20 @@ fn main() -> ExitCode {
 
 /// Carries out the subcommand `cli` names.
 fn run(cli: Cli) -> Result<ExitCode> {
+    // Commands whose output is all they do end quietly when their reader goes; the others run
+    // on (see `out`).
+    if matches!(
+        cli.command,
+        Command::Inspect { .. }
+            | Command::Verify { .. }
+            | Command::Sim { .. }
+            | Command::Config { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. }
+            | Command::Deploy { .. }
+    ) {
+        out::one_shot();
+    }
     match cli.command {
         Command::Inspect { path, json, feds, no_seed_check } => files::inspect(&path, json, feds, no_seed_check),
         Command::Verify { run_dir, built, json, no_seed_check, expect_feds, system } => {
@@ -345,12 +366,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Fu(args) => {
             let report = farm::fu(&args)?;
-            println!("{}", farm::report_json(&report));
+            say!("{}", farm::report_json(&report));
             Ok(ExitCode::SUCCESS)
         }
         Command::Reader(args) => {
             let report = farm::reader(&args)?;
-            println!("{}", farm::reader_json(&report));
+            say!("{}", farm::reader_json(&report));
             Ok(if report.deviations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Merge(args) => Ok(if farm::merge(&args)? { ExitCode::SUCCESS } else { ExitCode::from(1) }),
@@ -390,7 +411,7 @@ fn man(output: Option<&Path>) -> Result<ExitCode> {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             clap_mangen::generate_to(command, dir)
                 .with_context(|| format!("writing the manual pages into {}", dir.display()))?;
-            println!("{}: tessera.1 and a page per subcommand", dir.display());
+            say!("{}: tessera.1 and a page per subcommand", dir.display());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -38,7 +38,7 @@ pub fn count_interrupts() -> Result<Arc<AtomicU32>> {
     let counter = interrupts.clone();
     ctrlc::set_handler(move || {
         if counter.fetch_add(1, Ordering::SeqCst) + 1 >= 3 {
-            eprintln!("tessera: a third interrupt: leaving at once");
+            say_err!("tessera: a third interrupt: leaving at once");
             std::process::exit(i32::from(CUT_SHORT_EXIT));
         }
     })

@@ -54,7 +54,7 @@ pub fn pipestream(action: PipestreamAction) -> Result<ExitCode> {
             let mut cfg = match PipestreamConfig::load(&config) {
                 Ok(cfg) => cfg,
                 Err(errors) => {
-                    eprintln!("{errors}");
+                    say_err!("{errors}");
                     return Ok(ExitCode::from(2));
                 }
             };
@@ -67,22 +67,22 @@ pub fn pipestream(action: PipestreamAction) -> Result<ExitCode> {
             let stop = Arc::new(AtomicBool::new(false));
             let flag = stop.clone();
             ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;
-            let outcome = match Scan::new(&cfg, &output, &program, &stop).run(|step| eprintln!("pipestream: {step}")) {
+            let outcome = match Scan::new(&cfg, &output, &program, &stop).run(|step| say_err!("pipestream: {step}")) {
                 Ok(outcome) => outcome,
                 Err(ScanError::Stopped) => {
-                    eprintln!("tessera: {}", ScanError::Stopped);
+                    say_err!("tessera: {}", ScanError::Stopped);
                     return Ok(ExitCode::from(130));
                 }
                 Err(e) => return Err(e.into()),
             };
-            print!("{}", outcome.table);
-            println!("results: {}", outcome.csv.display());
+            say_part!("{}", outcome.table);
+            say!("results: {}", outcome.csv.display());
             for plot in &outcome.plots {
-                println!("plot: {}", plot.display());
+                say!("plot: {}", plot.display());
             }
             let errors: u64 = outcome.results.iter().map(|r| r.errors).sum();
             if errors > 0 {
-                println!("{errors} message(s) lost, repeated, damaged or unaccounted for: see the errors column");
+                say!("{errors} message(s) lost, repeated, damaged or unaccounted for: see the errors column");
                 return Ok(ExitCode::from(1));
             }
             Ok(ExitCode::SUCCESS)
@@ -96,7 +96,7 @@ pub fn pipestream(action: PipestreamAction) -> Result<ExitCode> {
                     .and_then(|()| std::fs::rename(&partial, path))
                     .with_context(|| format!("writing {}", path.display()))?;
             }
-            eprintln!("pipestream instance {name}: serving on http://{}", served.local_addr());
+            say_err!("pipestream instance {name}: serving on http://{}", served.local_addr());
             let stop = Arc::new(AtomicBool::new(false));
             let flag = stop.clone();
             ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("installing the signal handler")?;

@@ -41,11 +41,11 @@ pub fn run(
     let cfg = load(system, args)?;
     let incomplete_rule = IncompleteRule::new(&cfg, max_incomplete);
     if print_config {
-        print!("{}", cfg.to_yaml());
+        say_part!("{}", cfg.to_yaml());
         return Ok(ExitCode::SUCCESS);
     }
     for advice in cfg.advice() {
-        println!("advice: {advice}");
+        say!("advice: {advice}");
     }
     if cfg.controller.agent_port.is_some() {
         require_ports(&cfg, system.unwrap_or(Path::new("the default system")))?;
@@ -87,7 +87,7 @@ pub fn run(
     // Storage proves it holds every built event only through the mergers' chain check.
     let merged = cfg.fu.enabled && cfg.fu.merge && !readers;
     let proven = ok && !end.cut_short && merged;
-    println!("{}", tidy(&cfg, &output, if merged { keep } else { Keep::All }, proven)?);
+    say!("{}", tidy(&cfg, &output, if merged { keep } else { Keep::All }, proven)?);
     end.record(ok);
     Ok(if end.cut_short {
         ExitCode::from(CUT_SHORT_EXIT)
@@ -127,7 +127,7 @@ impl ProgressLine for Shown {
 
     fn end(&mut self) {
         if self.tty {
-            eprintln!();
+            say_err!();
         }
     }
 }
@@ -230,11 +230,11 @@ fn summarize(
     let cut = outcome.cut_short || farm.is_some_and(|f| f.outcome.cut_short);
     // A unit aborted because the operator cut the run short has not failed.
     let failed = if cut { "cut short" } else { "FAILED" };
-    println!("run {} ended after {:.1} s", cfg.run.number, outcome.seconds);
+    say!("run {} ended after {:.1} s", cfg.run.number, outcome.seconds);
     for (i, r) in outcome.rus.iter().enumerate() {
         match r {
             Ok(r) => {
-                println!(
+                say!(
                     "  {:<10} {:>10} fragments, {:>6} corrupt, {:>6} late, {:>8} super-fragments sent, {:>6} incomplete",
                     cfg.rus[i].name,
                     r.ru.fragments,
@@ -244,25 +244,25 @@ fn summarize(
                     r.ru.incomplete_parts
                 );
                 if let Some(fault) = &r.trigger_fault {
-                    println!("  {:<10} FAILED ({}): {fault}", cfg.rus[i].name, fault.what.key());
+                    say!("  {:<10} FAILED ({}): {fault}", cfg.rus[i].name, fault.what.key());
                 }
                 if !r.orphan_fragments.is_empty() {
                     let per_fed: Vec<String> =
                         r.orphan_fragments.iter().map(|(fed, n)| format!("FED {fed}: {n}")).collect();
-                    println!(
+                    say!(
                         "  {:<10} orphan fragments (sent for events after the run's last): {}",
                         cfg.rus[i].name,
                         per_fed.join(", ")
                     );
                 }
             }
-            Err(e) => println!("  {:<10} {failed}: {e}", cfg.rus[i].name),
+            Err(e) => say!("  {:<10} {failed}: {e}", cfg.rus[i].name),
         }
     }
     for (i, b) in outcome.bus.iter().enumerate() {
         match b {
             Ok(b) if cfg.is_orbit_mode() => {
-                println!(
+                say!(
                     "  {:<10} {:>10} orbits ({} with events, {} events) in {:>6} files, {:>6} incomplete  {}",
                     cfg.bus[i].name,
                     b.events_published,
@@ -273,14 +273,14 @@ fn summarize(
                     b.run_dir.display()
                 );
                 if !b.blocks_left_out.is_empty() {
-                    println!(
+                    say!(
                         "  {:<10} blocks left out of their orbits (each orbit counted incomplete): {}",
                         cfg.bus[i].name,
                         blocks_left_out_words(&b.blocks_left_out)
                     );
                 }
             }
-            Ok(b) => println!(
+            Ok(b) => say!(
                 "  {:<10} {:>10} events in {:>6} files, {:>6} incomplete, {:>6} with a fragment error  {}",
                 cfg.bus[i].name,
                 b.events_published,
@@ -289,16 +289,19 @@ fn summarize(
                 b.counters.error_events,
                 b.run_dir.display()
             ),
-            Err(e) => println!("  {:<10} {failed}: {e}", cfg.bus[i].name),
+            Err(e) => say!("  {:<10} {failed}: {e}", cfg.bus[i].name),
         }
         // Push: what ageing shipped incomplete and what came too late, per BU.
         if let Ok(b) = b
             && cfg.is_push()
         {
-            println!(
+            say!(
                 "  {:<10} push: {} events aged (shipped incomplete), {} late super-fragments dropped, \
                  {} events past the run's last event dropped unbuilt",
-                cfg.bus[i].name, b.counters.aged_events, b.counters.late_parts, b.counters.events_past_run_end
+                cfg.bus[i].name,
+                b.counters.aged_events,
+                b.counters.late_parts,
+                b.counters.events_past_run_end
             );
         }
     }
@@ -306,7 +309,7 @@ fn summarize(
         && cfg.is_push()
     {
         for x in &r.excluded {
-            println!(
+            say!(
                 "  {:<10} push: excluded after its loss from event {}; it was given {} events before",
                 cfg.bus.get(usize::from(x.bu)).map_or("?", |b| b.name.as_str()),
                 x.from_event,
@@ -316,40 +319,40 @@ fn summarize(
     }
     for (i, e) in outcome.emulators.iter().enumerate() {
         if let Err(e) = e {
-            println!("  emulator {i} {failed}: {e}");
+            say!("  emulator {i} {failed}: {e}");
         }
     }
     for (i, e) in outcome.dth_emulators.iter().enumerate() {
         if let Err(e) = e {
-            println!("  DTH emulator {i} {failed}: {e}");
+            say!("  DTH emulator {i} {failed}: {e}");
         }
     }
     if outcome.problem_count > 0 {
-        println!("  {} problems reported; the first ones:", outcome.problem_count);
+        say!("  {} problems reported; the first ones:", outcome.problem_count);
         for p in outcome.problems.iter().take(10) {
-            println!("    {p}");
+            say!("    {p}");
         }
     }
     let gb = p.fragment_bytes as f64 / 1e9;
-    println!(
+    say!(
         "  {:.3} GB of fragments, {:.2} GB/s, {:.1} kHz of {} built",
         gb,
         gb / outcome.seconds.max(1e-9),
         c.built as f64 / outcome.seconds.max(1e-9) / 1e3,
         cfg.unit_noun()
     );
-    println!("{}", trigger_line(trigger, cfg));
+    say!("{}", trigger_line(trigger, cfg));
     if let Some(o) = &trigger.overload {
-        println!("  machine: {}", o.sentence());
+        say!("  machine: {}", o.sentence());
     }
     if let Some(bottleneck) = &trigger.bottleneck {
-        println!("  {bottleneck}");
+        say!("  {bottleneck}");
     }
     let lost: u64 = c.lost.values().sum();
     let reasons: Vec<String> = c.lost.iter().map(|(k, v)| format!("{v} {k}")).collect();
     // Orbit mode: the protocol's units, triggered and built, are orbits.
     let unit = if cfg.is_orbit_mode() { "orbits" } else { "events" };
-    println!(
+    say!(
         "conservation: {}triggered {} = built {} + lost {}{}  {}",
         if cfg.is_orbit_mode() { "orbits " } else { "" },
         c.triggered,
@@ -358,7 +361,7 @@ fn summarize(
         if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
         if c.holds { "holds" } else { "DOES NOT HOLD" }
     );
-    println!("{}", events_line(unit, &c, &outcome.fed_errors));
+    say!("{}", events_line(unit, &c, &outcome.fed_errors));
     // What some front end sent past the triggered count: no trigger made it an event or an
     // orbit, so it is in no count above; said, not dropped silently.
     let sent = if cfg.is_orbit_mode() {
@@ -368,7 +371,7 @@ fn summarize(
     };
     let sent_past = sent.map_or(0, |n| n.saturating_sub(c.triggered));
     if sent_past > 0 {
-        println!(
+        say!(
             "front ends: some sent up to {} {unit}, {sent_past} past the {} triggered: no trigger made them {unit}, \
              their fragments were discarded",
             sent.unwrap_or(0),
@@ -376,7 +379,7 @@ fn summarize(
         );
     }
     let incomplete_ok = incomplete_rule.allows(c.built_incomplete);
-    println!("{}", incomplete_line(c.built_incomplete, incomplete_rule, cfg.unit_noun()));
+    say!("{}", incomplete_line(c.built_incomplete, incomplete_rule, cfg.unit_noun()));
     let chain = farm.map(|f| summarize_farm(cfg, outcome, &f.outcome, &f.streams, &f.dirs));
     let cut_short = cut.then(|| {
         let not_built = c.lost.get("CUT_SHORT").copied().unwrap_or(0);
@@ -398,7 +401,7 @@ fn summarize(
         )
     });
     if let Some(line) = &cut_short {
-        println!("{line}");
+        say!("{line}");
     }
     let mut summary = json!({
         "run": cfg.run.number,
@@ -447,7 +450,7 @@ fn summarize(
     let path = output.join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
-    println!("summary: {}", path.display());
+    say!("summary: {}", path.display());
     Ok(outcome.clean() && c.holds && incomplete_ok && chain.is_none_or(|(_, ok)| ok))
 }
 
@@ -511,7 +514,7 @@ fn summarize_farm(
     for (name, r) in &farm.fus {
         match r {
             Ok(report) => {
-                println!(
+                say!(
                     "  {name:<10} {:>10} events{} from {:>6} files, {:>6} set aside, {:>4} claims of dead FUs taken back",
                     report["events"].as_u64().unwrap_or(0),
                     orbits_of(report),
@@ -520,17 +523,17 @@ fn summarize_farm(
                     report["returned_claims"].as_u64().unwrap_or(0)
                 );
                 for reason in report["reasons"].as_array().into_iter().flatten().take(3) {
-                    println!("    set aside: {}", reason.as_str().unwrap_or_default());
+                    say!("    set aside: {}", reason.as_str().unwrap_or_default());
                 }
             }
             Err(e) => {
                 clean = false;
-                println!("  {name:<10} {}: {e}", if farm.cut_short { "cut short" } else { "FAILED" });
+                say!("  {name:<10} {}: {e}", if farm.cut_short { "cut short" } else { "FAILED" });
             }
         }
     }
     for (name, why) in &farm.replaced {
-        println!("  {name} ended with {why}; started again, its published work counted from the ledger");
+        say!("  {name} ended with {why}; started again, its published work counted from the ledger");
     }
     // Every incarnation's published work, the killed ones' included, is in the ledgers.
     let (mut fu_events, mut fu_orbits) = (0, 0);
@@ -540,7 +543,7 @@ fn summarize_farm(
             Ok((events, orbits)) => (fu_events, fu_orbits) = (fu_events + events, fu_orbits + orbits),
             Err(e) => {
                 clean = false;
-                println!("  ledger of {}: {e}", dir.display());
+                say!("  ledger of {}: {e}", dir.display());
             }
         }
     }
@@ -548,12 +551,12 @@ fn summarize_farm(
     let built_events = outcome.built_events(orbit_mode);
     clean &= orbits_processed(orbit_mode, outcome, fu_orbits, "FUs");
     if let Some(e) = &farm.merger_error {
-        println!("  mergers {}: {e}", if farm.cut_short { "cut short" } else { "FAILED" });
+        say!("  mergers {}: {e}", if farm.cut_short { "cut short" } else { "FAILED" });
     }
     if !cfg.fu.merge {
         // `tessera merge` merges the run later: only what the FUs processed can be checked now.
         let holds = built_events == fu_events;
-        println!(
+        say!(
             "chain: built {built_events} = processed {fu_events} by the FUs  {}; storage is left to `tessera merge`",
             if holds { "holds" } else { "DOES NOT HOLD" }
         );
@@ -566,13 +569,13 @@ fn summarize_farm(
     let check = check_chain(&bu_run_dirs, &storage, cfg.run.number, streams);
     let (built, processed) = check.totals();
     let accepted: Vec<String> = check.accepted.iter().map(|(s, n)| format!("{s} {n}")).collect();
-    println!("  storage: {} files, {:.1} MB in {}", check.files, check.bytes as f64 / 1e6, storage.display());
-    println!("  accepted: {}", accepted.join(", "));
+    say!("  storage: {} files, {:.1} MB in {}", check.files, check.bytes as f64 / 1e6, storage.display());
+    say!("  accepted: {}", accepted.join(", "));
     for p in check.problems.iter().take(10) {
-        println!("  chain problem: {p}");
+        say!("  chain problem: {p}");
     }
     let holds = check.holds() && built == built_events && built == fu_events;
-    println!(
+    say!(
         "chain: built {} = processed {} by the FUs = processed {} in storage, over {} lumi sections  {}",
         built_events,
         fu_events,
@@ -608,7 +611,7 @@ fn orbits_processed(orbit_mode: bool, outcome: &Outcome, processed: u64, who: &s
         return true;
     }
     let holds = outcome.orbits_written() == processed;
-    println!(
+    say!(
         "orbits: written {} by the BUs = processed {processed} by the {who}  {}",
         outcome.orbits_written(),
         if holds { "holds" } else { "DOES NOT HOLD" }
@@ -641,7 +644,7 @@ fn summarize_readers(
         match r {
             Ok(report) => {
                 let deviations = report["deviations"].as_array().cloned().unwrap_or_default();
-                println!(
+                say!(
                     "  {name:<14} {:>10} events{} from {:>6} files, ended in lumi section {}, {} deviations",
                     report["events"].as_u64().unwrap_or(0),
                     orbits_of(report),
@@ -650,19 +653,19 @@ fn summarize_readers(
                     deviations.len()
                 );
                 for deviation in deviations.iter().take(3) {
-                    println!("    DEVIATION: {}", deviation.as_str().unwrap_or_default());
+                    say!("    DEVIATION: {}", deviation.as_str().unwrap_or_default());
                 }
                 clean &= deviations.is_empty();
                 read_orbits += report["orbits"].as_u64().unwrap_or(0);
             }
             Err(e) => {
                 clean = false;
-                println!("  {name:<14} {}: {e}", if cut { "cut short" } else { "FAILED" });
+                say!("  {name:<14} {}: {e}", if cut { "cut short" } else { "FAILED" });
             }
         }
     }
     for (name, why) in &farm.replaced {
-        println!("  {name} ended with {why}; started again");
+        say!("  {name} ended with {why}; started again");
     }
     let sum = |f: fn(&BrokerTally) -> u64| tallies.iter().map(f).sum::<u64>();
     let (granted, deleted, events, returned, out) = (
@@ -672,13 +675,13 @@ fn summarize_readers(
         sum(|t| t.claims_returned),
         sum(|t| t.files_out),
     );
-    println!(
+    say!(
         "  brokers: {granted} files granted, {deleted} deleted by their readers, {returned} taken back after a lease, {out} still out"
     );
     clean &= orbits_processed(orbit_mode, outcome, read_orbits, "readers");
     let built = outcome.built_events(orbit_mode);
     let holds = built == events && out == 0;
-    println!(
+    say!(
         "chain: built {built} = processed {events} by the readers (the files they deleted, as the BUs' brokers counted them)  {}",
         chain_verdict(holds, cut)
     );

@@ -19,9 +19,18 @@ pub fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
     };
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let mut failed = false;
-    println!(
+    say!(
         "{:<32} {:>6} {:>10} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>8}  result",
-        "scenario", "seeds", "built", "in orbits", "crashes", "slow", "FED", "corrupt", "orphans", "steps"
+        "scenario",
+        "seeds",
+        "built",
+        "in orbits",
+        "crashes",
+        "slow",
+        "FED",
+        "corrupt",
+        "orphans",
+        "steps"
     );
     for sc in &chosen {
         // Seeds are independent: run them on every core, report in seed order.
@@ -42,7 +51,7 @@ pub fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
         });
         let sum = |f: fn(&tessera_sim::SimReport) -> u64| reports.iter().map(f).sum::<u64>();
         let bad: Vec<&tessera_sim::SimReport> = reports.iter().filter(|r| !r.violations.is_empty()).collect();
-        println!(
+        say!(
             "{:<32} {:>6} {:>10} {:>10} {:>8} {:>6} {:>6} {:>7} {:>7} {:>8}  {}",
             sc.name,
             reports.len(),
@@ -57,7 +66,7 @@ pub fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
             if bad.is_empty() { "ok".to_string() } else { format!("{} FAILED", bad.len()) }
         );
         if sc.push.is_some() {
-            println!(
+            say!(
                 "  push: {} events aged, {} late parts dropped, {} events lost with lost BUs, {:.1} ms dead time, {} data \
                  messages left unread for a while",
                 sum(|r| r.tally.aged_events),
@@ -69,11 +78,11 @@ pub fn sim(names: &[String], seeds: u64, first_seed: u64) -> Result<ExitCode> {
         }
         for r in bad.iter().take(3) {
             failed = true;
-            println!("  seed {} broke an invariant:", r.seed);
+            say!("  seed {} broke an invariant:", r.seed);
             for v in r.violations.iter().take(5) {
-                println!("    {v}");
+                say!("    {v}");
             }
-            println!("  replay: {}", tessera_sim::replay_command(sc.name, r.seed));
+            say!("  replay: {}", tessera_sim::replay_command(sc.name, r.seed));
         }
         failed |= !bad.is_empty();
     }

@@ -325,7 +325,7 @@ pub fn unit(
             // A trigger stream that broke fails the run, though the EVM drained it.
             let failed = result.as_ref().map_or(true, |r| r.trigger_fault.is_some());
             if json {
-                println!("{}", RuEnd::of(&ru.name, &result, count));
+                say!("{}", RuEnd::of(&ru.name, &result, count));
                 return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
             }
             match result {
@@ -333,7 +333,7 @@ pub fn unit(
                     if let Some(fault) = &r.trigger_fault {
                         tracing::error!(unit = %ru.name, "{}: {fault}", ru.name);
                     }
-                    println!(
+                    say!(
                         "{}: {} fragments ({} corrupt), {} super-fragments sent, {} problems{}",
                         ru.name,
                         r.ru.fragments,
@@ -415,13 +415,13 @@ pub fn unit(
             let tally = broker.as_ref().map(tessera_fu::broker::Broker::tally);
             drop(broker);
             if json {
-                println!("{}", BuEnd::of(&bu.name, &result, tally));
+                say!("{}", BuEnd::of(&bu.name, &result, tally));
                 return Ok(if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE });
             }
             match result {
                 Ok(r) => {
                     let noun = cfg.unit_noun();
-                    println!(
+                    say!(
                         "{}: {} {noun} published in {} files (incarnation {}), {}",
                         bu.name,
                         r.events_published,
@@ -431,17 +431,22 @@ pub fn unit(
                     );
                     if r.epoch > FIRST_EPOCH {
                         // Started again: what the run's incarnations published together.
-                        println!(
+                        say!(
                             "{}: every incarnation together: {} {noun} ({} events) published in {} files",
-                            bu.name, r.published_in_run, r.events_in_run, r.files_in_run
+                            bu.name,
+                            r.published_in_run,
+                            r.events_in_run,
+                            r.files_in_run
                         );
                     }
                     if r.counters.lost_events > 0 || (cfg.is_push() && r.epoch > FIRST_EPOCH) {
                         // Push, started again after its loss: it closed its lumi sections.
-                        println!(
+                        say!(
                             "{}: lost under push and excluded: {} {noun} published in the run, {} given it and \
                              never published, counted lost (BU_LOST) in its end-of-lumi records",
-                            bu.name, r.published_in_run, r.counters.lost_events
+                            bu.name,
+                            r.published_in_run,
+                            r.counters.lost_events
                         );
                     }
                     Ok(ExitCode::SUCCESS)
