@@ -61,15 +61,13 @@ pub fn run(
     let readers = cfg.fu.read_by_readers();
     let streams = if cfg.fu.enabled && !readers { Some(system_streams(&cfg)?) } else { None };
     let output = output_dir(&cfg);
-    for i in 0..cfg.bus.len() {
-        let run_dir = cfg.bu_directory(i, &output).join(format!("run{:06}", cfg.run.number));
-        if run_dir.exists() {
-            bail!(
-                "{} exists: run {} was already written there; choose another --output or remove it",
-                run_dir.display(),
-                cfg.run.number
-            );
-        }
+    if let Some(earlier) = earlier_run_in(&cfg, &output) {
+        bail!(
+            "{} exists: run {} was already written into {}; choose another --output or remove it",
+            earlier.display(),
+            cfg.run.number,
+            output.display()
+        );
     }
     announce_and_check(&cfg, &output, keep)?;
     let l = Listeners::bind_all(&cfg)?;
@@ -212,6 +210,22 @@ fn events_line(unit: &str, c: &Conservation, fed_errors: &[FedErrorCounts]) -> S
         c.built_incomplete,
         if feds.is_empty() { String::new() } else { format!(" ({})", feds.join("; ")) }
     )
+}
+
+/// What an earlier run of the same number left in `output`, if anything: a BU's run directory,
+/// the merged storage (all that `--keep storage` leaves), or a summary of that run (all that
+/// `--keep summary` leaves). A second run there would mix its files and counts with the first's.
+fn earlier_run_in(cfg: &SystemConfig, output: &Path) -> Option<PathBuf> {
+    let run = format!("run{:06}", cfg.run.number);
+    let bus = (0..cfg.bus.len()).map(|i| cfg.bu_directory(i, output).join(&run));
+    let storage = output.join("storage").join(&run);
+    let summary = output.join("summary.json");
+    let same_run = || {
+        let text = std::fs::read_to_string(&summary).ok()?;
+        let doc: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (doc["run"].as_u64() == Some(u64::from(cfg.run.number))).then_some(())
+    };
+    bus.chain([storage]).find(|p| p.exists()).or_else(|| same_run().map(|()| summary.clone()))
 }
 
 /// Prints the run's summary, ending with the conservation check, and writes

@@ -377,7 +377,24 @@ fn run_writes_a_summary_that_proves_conservation_and_refuses_to_overwrite_a_run(
     }
     let again = tessera(&["run", "--events", "10", "--output", output.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(2));
-    assert!(text(&again).1.contains("run000001 exists: run 1 was already written there"), "{:?}", text(&again));
+    assert!(text(&again).1.contains("run000001 exists: run 1 was already written into"), "{:?}", text(&again));
+}
+
+/// The default `--keep storage` leaves only storage and the summary; `--keep summary` only the
+/// summary. A second run of the same number into either is refused, naming what is there,
+/// instead of merging into the first run's storage.
+#[test]
+fn a_second_run_into_an_output_that_keeps_only_storage_or_the_summary_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (keep, left) in [("storage", "storage/run000001 exists"), ("summary", "summary.json exists")] {
+        let output = dir.path().join(keep);
+        let out = tessera(&["run", "--events", "500", "--keep", keep, "--output", output.to_str().unwrap()]);
+        assert!(out.status.success(), "{:?}", text(&out));
+        let again = tessera(&["run", "--events", "500", "--output", output.to_str().unwrap()]);
+        assert_eq!(again.status.code(), Some(2), "{:?}", text(&again));
+        let said = text(&again).1;
+        assert!(said.contains(left) && said.contains("choose another --output or remove it"), "{said}");
+    }
 }
 
 /// An orbit-mode run directory as a BU writes it (run 1, 2 lumi sections, files of 3 orbits).
