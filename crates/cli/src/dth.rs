@@ -112,6 +112,13 @@ pub fn dth(args: DthArgs) -> Result<ExitCode> {
     let sink = match (&args.connect, &args.output) {
         (Some(address), _) => args.connect_wait.sink(address),
         (None, Some(dir)) => {
+            // An orbit: its header, and per event a fragment with its header and trailer; a
+            // block header per block, at most a few per orbit.
+            let orbit_bytes = streams.first().map_or(0.0, |s| s.mean_events() * (size.mean_bytes() + 32.0) + 64.0);
+            let by_time =
+                args.seconds.filter(|_| args.paced).map(|s| (s * tessera_emu::orbit::LHC_ORBIT_HZ).ceil() as u64);
+            let orbits = [args.orbits, by_time].into_iter().flatten().min();
+            crate::space::check_capture_room(dir, streams.len(), orbits, "orbits", orbit_bytes)?;
             std::fs::create_dir_all(dir).with_context(|| format!("--output {}: cannot create it", dir.display()))?;
             Sink::Directory(dir.clone())
         }

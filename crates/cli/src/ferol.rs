@@ -154,6 +154,13 @@ pub fn ferol(args: FerolArgs) -> Result<ExitCode> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    if let Some(dir) = &args.output {
+        // A fragment with its FEROL block headers (one per 4 kB of it, at least one).
+        let fragment_bytes = size.mean_bytes() + 16.0 * (size.mean_bytes() / 4096.0).ceil().max(1.0);
+        let by_time = args.seconds.zip(args.rate_hz).map(|(s, hz)| (s * hz).ceil() as u64);
+        let events = [args.events, by_time].into_iter().flatten().min();
+        crate::space::check_capture_room(dir, streams.len(), events, "events", fragment_bytes)?;
+    }
     let sink = sink()?;
     say_err!(
         "sending {} FED streams ({})",

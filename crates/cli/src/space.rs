@@ -122,6 +122,39 @@ pub fn announce_and_check(cfg: &SystemConfig, output: &Path, keep: Keep) -> Resu
     Ok(())
 }
 
+/// Capture files of `streams` front-end streams into `dir` (`tessera ferol` or `tessera dth`
+/// with `--output`): says what they will take, `units` of `unit` (events, orbits) per stream of
+/// `unit_bytes` each on average when the run's length is known, and refuses, with the figures,
+/// when the file system cannot hold them.
+pub fn check_capture_room(dir: &Path, streams: usize, units: Option<u64>, unit: &str, unit_bytes: f64) -> Result<()> {
+    let (free, fs) = free_bytes(dir)?;
+    let Some(units) = units else {
+        say_err!(
+            "{}: free running for a time, so the captures' size is not known in advance ({} a {unit} and stream on \
+             average); {} free on {}",
+            dir.display(),
+            size(unit_bytes as u64),
+            size(free),
+            fs.display()
+        );
+        return Ok(());
+    };
+    let bytes = (units as f64 * unit_bytes * streams as f64).ceil() as u64;
+    if bytes > free {
+        bail!(
+            "{}: {streams} streams of {units} {unit} ({} each on average) take about {} but {} has {} free; give \
+             --output on a larger file system, or fewer {unit} or streams",
+            dir.display(),
+            size(unit_bytes as u64),
+            size(bytes),
+            fs.display(),
+            size(free)
+        );
+    }
+    say_err!("{}: about {} of captures; {} free on {}", dir.display(), size(bytes), size(free), fs.display());
+    Ok(())
+}
+
 /// A size for people: B, kB, MB or GB.
 fn size(bytes: u64) -> String {
     match bytes {

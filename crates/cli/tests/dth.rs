@@ -114,3 +114,33 @@ fn dth_errors_name_the_bad_argument() {
     }
     assert!(!dir.path().join("dth0.dth").exists(), "nothing is sent after a refused argument");
 }
+
+/// Captures that cannot fit are refused before anything is written, with the figures, for DTH
+/// and FEROL streams alike; a run that fits says what it will take.
+#[test]
+fn captures_larger_than_the_free_space_are_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("captures");
+    let o = out.to_str().unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["dth", "--sources", "0-7", "--orbits", "100000000000", "--output", o])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("8 streams of 100000000000 orbits") && said.contains("free; give --output"), "{said}");
+    let refused = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["ferol", "--feds", "0-3", "--events", "100000000000", "--output", o])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("4 streams of 100000000000 events"), "{said}");
+    assert!(!out.exists(), "nothing was created");
+    let fits = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["dth", "--sources", "0-1", "--orbits", "10", "--output", o])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&fits.stderr);
+    assert!(fits.status.success() && said.contains("of captures;"), "{said}");
+}

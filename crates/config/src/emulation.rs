@@ -78,6 +78,15 @@ pub enum SizeModel {
 }
 
 impl SizeModel {
+    /// The mean fragment the model gives, in bytes (a fixed size rounded up to whole 8-byte
+    /// words, as the emulator sends it).
+    pub fn mean_bytes(&self) -> f64 {
+        match *self {
+            SizeModel::Fixed(b) => b.next_multiple_of(8) as f64,
+            SizeModel::LogNormal { mean_bytes, .. } => mean_bytes,
+        }
+    }
+
     /// Checks the model's parameters: sizes within [16, 2^20] bytes, a finite sigma ≥ 0.
     pub fn validate(&self) -> Result<(), EmulationError> {
         let range = MIN_FRAGMENT_BYTES as f64..=MAX_FRAGMENT_BYTES as f64;

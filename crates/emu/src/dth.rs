@@ -5,7 +5,7 @@
 //! stops every source after the same orbit. Paced, an orbit sent after its time holds the LHC's
 //! orbits back: that delay is counted as dead time, as the FEROL sender counts a late trigger.
 
-use crate::error::EmuError;
+use crate::error::{EmuError, StreamName};
 use crate::orbit::{LHC_ORBIT_HZ, OrbitGenerator, OrbitStreamConfig};
 use crate::sender::{
     self, End, Meter, STREAM_BUFFER_BYTES, Sink, StopLine, StreamGauge, StreamOut, check_stream_count, open_named,
@@ -126,7 +126,7 @@ pub fn run(config: DthSenderConfig) -> Result<DthRunSummary, EmuError> {
     let polled = seconds.is_some();
     let writers = generators
         .iter()
-        .map(|g| open_named(&sink, g.source(), dth_capture_path, polled))
+        .map(|g| open_named(&sink, StreamName::Source(g.source()), dth_capture_path, polled))
         .collect::<Result<Vec<_>, _>>()?;
     let start = Instant::now();
     let limits = sender::Limits { events: orbits, seconds };
@@ -177,7 +177,7 @@ fn send_stream(
             if now < due {
                 // A deadline before the orbit's time ends the stream now.
                 let flushed = sender::flush(&mut out, &mut m).map(|ok| ok && m.deadline.is_none_or(|d| d >= due));
-                if let Some(ended) = sender::write_outcome(flushed, open_ended, source, m.bytes)? {
+                if let Some(ended) = sender::write_outcome(flushed, open_ended, StreamName::Source(source), m.bytes)? {
                     end = ended;
                     break;
                 }
@@ -206,7 +206,7 @@ fn send_stream(
         if let Some(gauge) = watched {
             gauge.writing(false);
         }
-        if let Some(ended) = sender::write_outcome(complete, open_ended, source, m.bytes)? {
+        if let Some(ended) = sender::write_outcome(complete, open_ended, StreamName::Source(source), m.bytes)? {
             end = ended;
             break;
         }
@@ -216,7 +216,8 @@ fn send_stream(
         }
     }
     if end != End::ReceiverClosed
-        && let Some(ended) = sender::write_outcome(sender::flush(&mut out, &mut m), open_ended, source, m.bytes)?
+        && let Some(ended) =
+            sender::write_outcome(sender::flush(&mut out, &mut m), open_ended, StreamName::Source(source), m.bytes)?
     {
         end = ended;
     }

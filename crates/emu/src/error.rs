@@ -3,6 +3,24 @@
 
 use std::path::PathBuf;
 
+/// The stream an I/O failure happened on: a FEROL stream's FED, or a DTH stream's source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamName {
+    /// A FEROL stream of FED fragments.
+    Fed(u16),
+    /// A DTH stream of one source's orbit blocks.
+    Source(u16),
+}
+
+impl std::fmt::Display for StreamName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StreamName::Fed(id) => write!(f, "FED {id}"),
+            StreamName::Source(id) => write!(f, "source {id}"),
+        }
+    }
+}
+
 /// An emulator error.
 #[derive(Debug, thiserror::Error)]
 pub enum EmuError {
@@ -39,31 +57,31 @@ pub enum EmuError {
         /// Why.
         source: std::io::Error,
     },
-    /// Connecting a FED's stream failed.
-    #[error("FED {fed}: cannot connect to {address}")]
+    /// Connecting a stream failed.
+    #[error("{stream}: cannot connect to {address}")]
     Connect {
-        /// The FED.
-        fed: u16,
+        /// The stream.
+        stream: StreamName,
         /// The address.
         address: String,
         /// Why.
         source: std::io::Error,
     },
-    /// Creating a FED's capture file failed.
-    #[error("FED {fed}: cannot create {}", path.display())]
+    /// Creating a stream's capture file failed.
+    #[error("{stream}: cannot create {}", path.display())]
     Create {
-        /// The FED.
-        fed: u16,
+        /// The stream.
+        stream: StreamName,
         /// The file.
         path: PathBuf,
         /// Why.
         source: std::io::Error,
     },
-    /// Writing a FED's stream failed.
-    #[error("FED {fed}: write failed after {bytes} bytes")]
+    /// Writing a stream failed.
+    #[error("{stream}: write failed after {bytes} bytes")]
     Write {
-        /// The FED.
-        fed: u16,
+        /// The stream.
+        stream: StreamName,
         /// Bytes written before the failure.
         bytes: u64,
         /// Why.

@@ -32,4 +32,4 @@ pub mod orbit;
 pub mod replay;
 pub mod sender;
 
-pub use error::EmuError;
+pub use error::{EmuError, StreamName};

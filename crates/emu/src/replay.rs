@@ -39,7 +39,7 @@
 //! in user space. A replay is free running; it ends on the run's events limit, time limit or stop
 //! line, as the generating sender does.
 
-use crate::error::EmuError;
+use crate::error::{EmuError, StreamName};
 use crate::generator::{StreamConfig, StreamGenerator, Wire};
 use crate::orbit::{OrbitGenerator, OrbitStreamConfig};
 use crate::sender::{
@@ -468,8 +468,11 @@ pub(crate) fn run(
     check_stream_count(capture.streams.len())?;
     let polled = limits.seconds.is_some();
     let name = if capture.is_orbits() { crate::dth::dth_capture_path } else { capture_path };
-    let writers =
-        capture.streams.iter().map(|s| open_named(sink, s.fed, name, polled)).collect::<Result<Vec<_>, EmuError>>()?;
+    let writers = capture
+        .streams
+        .iter()
+        .map(|s| open_named(sink, StreamName::Fed(s.fed), name, polled))
+        .collect::<Result<Vec<_>, EmuError>>()?;
     let (events, lumi_span) = (capture.events, capture.lumi_span);
     let start = Instant::now();
     let results: Vec<Result<StreamSummary, EmuError>> = std::thread::scope(|scope| {
@@ -537,7 +540,7 @@ fn send_stream(
         }
         let batch = &stream.bytes[from..stream.slots[last - 1].end];
         let complete = write_all(&mut out, &mut [IoSlice::new(batch)], &mut m).map_err(|source| EmuError::Write {
-            fed,
+            stream: StreamName::Fed(fed),
             bytes: m.bytes,
             source,
         })?;

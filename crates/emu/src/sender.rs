@@ -23,7 +23,7 @@
 //! defined; both modes report the fraction of wall time spent inside write calls ("busy").
 //! Both figures are also published while the run goes on, through the run's [`StopLine`].
 
-use crate::error::EmuError;
+use crate::error::{EmuError, StreamName};
 use crate::generator::{StreamConfig, StreamGenerator, Wire};
 use crate::replay::Capture;
 use std::fmt;
@@ -506,19 +506,19 @@ pub fn capture_path(dir: &Path, fed: u16) -> PathBuf {
 /// Opens one FED's stream. With `polled`, a TCP write wakes up every [`WRITE_POLL`] to look at
 /// the run's deadline.
 pub(crate) fn open(sink: &Sink, fed: u16, polled: bool) -> Result<Box<dyn StreamOut>, EmuError> {
-    open_named(sink, fed, capture_path, polled)
+    open_named(sink, StreamName::Fed(fed), capture_path, polled)
 }
 
 /// [`open`] with the capture file of a source in a directory named by `capture`.
 pub(crate) fn open_named(
     sink: &Sink,
-    fed: u16,
+    stream: StreamName,
     capture: fn(&Path, u16) -> PathBuf,
     polled: bool,
 ) -> Result<Box<dyn StreamOut>, EmuError> {
     match sink {
         Sink::Connect { address, wait } => {
-            let failed = |source| EmuError::Connect { fed, address: address.clone(), source };
+            let failed = |source| EmuError::Connect { stream, address: address.clone(), source };
             let deadline = Instant::now() + *wait;
             loop {
                 let mut last = io::Error::new(io::ErrorKind::NotFound, "the address resolves to nothing");
@@ -547,10 +547,11 @@ pub(crate) fn open_named(
             }
         }
         Sink::Directory(dir) => {
-            let path = capture(dir, fed);
+            let (StreamName::Fed(id) | StreamName::Source(id)) = stream;
+            let path = capture(dir, id);
             match File::create(&path) {
                 Ok(file) => Ok(Box::new(file)),
-                Err(source) => Err(EmuError::Create { fed, path, source }),
+                Err(source) => Err(EmuError::Create { stream, path, source }),
             }
         }
     }
@@ -627,7 +628,7 @@ fn send_stream(
         if matches!(event.wire, Wire::Stall) {
             faults += 1;
             end = End::Stalled;
-            match write_outcome(flush(&mut out, &mut m), open_ended, fed, m.bytes)? {
+            match write_outcome(flush(&mut out, &mut m), open_ended, StreamName::Fed(fed), m.bytes)? {
                 None => stall(&mut out, &m, stop.as_ref().map(|(line, _)| line), events),
                 // Past the deadline the stall is over before it began: still a stall.
                 Some(End::Deadline) => {}
@@ -644,7 +645,7 @@ fn send_stream(
             if now < due {
                 // A deadline before the event's time ends the stream now.
                 let flushed = flush(&mut out, &mut m).map(|ok| ok && deadline.is_none_or(|d| d >= due));
-                if let Some(ended) = write_outcome(flushed, open_ended, fed, m.bytes)? {
+                if let Some(ended) = write_outcome(flushed, open_ended, StreamName::Fed(fed), m.bytes)? {
                     end = ended;
                     break;
                 }
@@ -678,13 +679,13 @@ fn send_stream(
         if let Some(gauge) = watched {
             gauge.writing(false);
         }
-        if let Some(ended) = write_outcome(complete, open_ended, fed, m.bytes)? {
+        if let Some(ended) = write_outcome(complete, open_ended, StreamName::Fed(fed), m.bytes)? {
             end = ended;
             break;
         }
     }
     if end != End::ReceiverClosed
-        && let Some(ended) = write_outcome(flush(&mut out, &mut m), open_ended, fed, m.bytes)?
+        && let Some(ended) = write_outcome(flush(&mut out, &mut m), open_ended, StreamName::Fed(fed), m.bytes)?
     {
         end = ended;
     }
@@ -707,14 +708,14 @@ fn send_stream(
 pub(crate) fn write_outcome(
     written: io::Result<bool>,
     open_ended: bool,
-    fed: u16,
+    stream: StreamName,
     bytes: u64,
 ) -> Result<Option<End>, EmuError> {
     match written {
         Ok(true) => Ok(None),
         Ok(false) => Ok(Some(End::Deadline)),
         Err(e) if open_ended && receiver_gone(&e) => Ok(Some(End::ReceiverClosed)),
-        Err(source) => Err(EmuError::Write { fed, bytes, source }),
+        Err(source) => Err(EmuError::Write { stream, bytes, source }),
     }
 }
 

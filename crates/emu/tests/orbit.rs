@@ -221,3 +221,24 @@ fn each_fault_shows_as_itself() {
     let (bytes, _, _, err) = faulty("garbage@101/10", 6);
     assert_eq!((bytes, err), (clean, None));
 }
+
+/// A DTH stream's failure names its source, not a FED.
+#[test]
+fn a_dth_stream_that_cannot_connect_is_named_by_its_source() {
+    use tessera_emu::dth::{self, DthSenderConfig};
+    use tessera_emu::sender::Sink;
+    let address = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let e = dth::run(DthSenderConfig {
+        streams: vec![config(5, SizeModel::Fixed(64))],
+        sink: Sink::Connect { address: address.clone(), wait: std::time::Duration::ZERO },
+        paced: false,
+        orbits: Some(10),
+        seconds: None,
+        stop: None,
+    })
+    .unwrap_err();
+    assert_eq!(e.to_string(), format!("source 5: cannot connect to {address}"));
+}
