@@ -65,6 +65,11 @@ fn checks(no_seed_check: bool) -> EventChecks {
 /// `tessera inspect`: what a raw file, a stream capture or a run directory holds; exit status 1
 /// if anything is wrong with it.
 pub fn inspect(path: &Path, json: bool, feds: bool, no_seed_check: bool) -> Result<ExitCode> {
+    // The filter farm's outputs (storage, an FU's or a merger's run directory) are checked as
+    // `verify` checks them: their files follow the farm's rules, not a BU's.
+    if path.is_dir() && tessera_control::chain::is_output_dir(path) {
+        return verify_farm_outputs(path, &[], json, false);
+    }
     let report = inspect_path(path, checks(no_seed_check))?;
     if json {
         say!("{}", serde_json::to_string_pretty(&report)?);

@@ -390,6 +390,18 @@ fn a_second_run_into_an_output_that_keeps_only_storage_or_the_summary_is_refused
         let output = dir.path().join(keep);
         let out = tessera(&["run", "--events", "500", "--keep", keep, "--output", output.to_str().unwrap()]);
         assert!(out.status.success(), "{:?}", text(&out));
+        if keep == "storage" {
+            // What `run` names can be checked: the output directory points at its run, and
+            // storage passes `inspect` as it passes `verify`.
+            let verify = tessera(&["verify", output.to_str().unwrap()]);
+            assert!(text(&verify).1.contains("it holds storage/run000001: name that"), "{:?}", text(&verify));
+            let storage = output.join("storage").join("run000001");
+            for command in ["inspect", "verify"] {
+                let checked = tessera(&[command, storage.to_str().unwrap()]);
+                assert!(checked.status.success(), "{command}: {:?}", text(&checked));
+                assert!(text(&checked).0.contains("no violations"), "{command}: {:?}", text(&checked));
+            }
+        }
         let again = tessera(&["run", "--events", "500", "--output", output.to_str().unwrap()]);
         assert_eq!(again.status.code(), Some(2), "{:?}", text(&again));
         let said = text(&again).1;

@@ -61,13 +61,23 @@ pub fn require_run_dir(dir: &Path) -> Result<(), NotARunDir> {
     if is_run {
         return Ok(());
     }
-    let mut runs: Vec<String> = fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-        .filter(|n| names::parse_run_dir_name(n).is_ok())
-        .collect();
+    let runs_in = |dir: &Path| -> Vec<String> {
+        fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .filter(|n| names::parse_run_dir_name(n).is_ok())
+            .collect()
+    };
+    let mut runs = runs_in(dir);
+    if runs.is_empty() {
+        // A run's output directory (`tessera run --output`): its BUs' and storage's runs.
+        for sub in fs::read_dir(dir).into_iter().flatten().flatten().filter(|e| e.path().is_dir()) {
+            let name = sub.file_name().to_string_lossy().into_owned();
+            runs.extend(runs_in(&sub.path()).into_iter().map(|r| format!("{name}/{r}")));
+        }
+    }
     runs.sort();
     Err(NotARunDir { path: dir.display().to_string(), runs })
 }
