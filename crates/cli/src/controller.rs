@@ -20,7 +20,7 @@ use tessera_control::{RunState, Served, UnitSource, UnitView};
 
 use crate::options::{ControlArgs, count_interrupts, serve_control};
 use tessera_control::farm::fu_args;
-use tessera_control::incomplete::{IncompleteRule, incomplete_line};
+use tessera_control::incomplete::{IncompleteRule, incomplete_line_if_any};
 use tessera_control::report::{BuEnd, BuFigures, Ended, RuEnd, blocks_left_out_words};
 use tessera_control::stop::{OperatorStop, stop_action};
 
@@ -359,7 +359,9 @@ fn summarize(
         built.saturating_sub(incomplete)
     );
     let incomplete_ok = incomplete_rule.allows(incomplete);
-    say!("{}", incomplete_line(incomplete, incomplete_rule, cfg.unit_noun()));
+    if let Some(line) = incomplete_line_if_any(incomplete, incomplete_rule, cfg.unit_noun()) {
+        say!("{line}");
+    }
     let mut chain = Value::Null;
     let mut chain_holds = true;
     if cfg.fu.enabled && leader.is_none() {

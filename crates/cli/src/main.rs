@@ -51,7 +51,8 @@ fn init_log(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // A log nobody reads any more (a closed pipe) is dropped, never said on standard error,
     // which is that pipe: that would end the process.
-    let log = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).log_internal_errors(false);
+    let log =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(|| out::LogWriter).log_internal_errors(false);
     match format {
         // The message alone, as people read it; the fields are for machines.
         LogFormat::Text => log

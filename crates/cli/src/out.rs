@@ -39,6 +39,38 @@ pub fn gone(e: &std::io::Error) {
     }
 }
 
+/// Whether a progress line is shown in place on the terminal (written without its newline).
+static LINE_SHOWN: AtomicBool = AtomicBool::new(false);
+
+/// Shows `line` in place of the last progress line on the terminal.
+pub fn show_in_place(line: &str) {
+    // Back to the line's start; what is left of a longer line before is cleared.
+    write_stderr(format_args!("\r{line}\x1b[K"));
+    LINE_SHOWN.store(true, Ordering::Relaxed);
+}
+
+/// Ends the progress line shown in place, if one is: what is said next starts a line of its own.
+pub fn end_line() {
+    if LINE_SHOWN.swap(false, Ordering::Relaxed) {
+        write_stderr(format_args!("\n"));
+    }
+}
+
+/// The log's writer: standard error, the progress line shown in place ended first, so that a
+/// message from any thread never lands in the middle of it.
+pub struct LogWriter;
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        end_line();
+        std::io::stderr().write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 /// Whether `e` comes from a reader that has gone (a closed pipe) somewhere in its chain.
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == ErrorKind::BrokenPipe))

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,7 +27,7 @@ use crate::options::{CUT_SHORT_EXIT, ControlArgs, SystemArgs, count_interrupts, 
 use crate::space::{Keep, announce_and_check, tidy};
 use tessera_control::chain::{check_chain, storage_run_dir};
 use tessera_control::farm::{FarmDirs, FarmOutcome, system_streams};
-use tessera_control::incomplete::{IncompleteRule, incomplete_line};
+use tessera_control::incomplete::{IncompleteRule, incomplete_line_if_any};
 
 /// `tessera run`: the whole system in this process.
 pub fn run(
@@ -81,11 +81,13 @@ pub fn run(
     let tty = std::io::stderr().is_terminal();
     let mut line = Shown { requested_hz: cfg.unit_rate_hz(), orbits: cfg.is_orbit_mode(), tty };
     let end = local.supervise(Duration::from_millis(if tty { 250 } else { 1000 }), &mut line);
-    let ok = summarize(&cfg, &output, &end.system, &end.trigger, &incomplete_rule, end.farm.as_ref())?;
-    // Storage proves it holds every built event only through the mergers' chain check.
+    let failed = summarize(&cfg, &output, &end.system, &end.trigger, &incomplete_rule, end.farm.as_ref())?;
+    // Storage proves it holds every built event only through the mergers' chain check; a run
+    // that failed otherwise keeps everything too, for its diagnosis.
     let merged = cfg.fu.enabled && cfg.fu.merge && !readers;
-    let proven = ok && !end.cut_short && merged;
-    say!("{}", tidy(&cfg, &output, if merged { keep } else { Keep::All }, proven)?);
+    let kept_for = if end.cut_short { Some("the run was cut short") } else { failed };
+    say!("{}", tidy(&cfg, &output, if merged { keep } else { Keep::All }, kept_for)?);
+    let ok = failed.is_none();
     end.record(ok);
     Ok(if end.cut_short {
         ExitCode::from(CUT_SHORT_EXIT)
@@ -124,9 +126,7 @@ impl ProgressLine for Shown {
     }
 
     fn end(&mut self) {
-        if self.tty {
-            say_err!();
-        }
+        crate::out::end_line();
     }
 }
 
@@ -169,9 +169,8 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
         p.problems,
         overloaded.unwrap_or_default()
     );
-    let mut err = std::io::stderr();
     if tty {
-        let _ = write!(err, "\r{line}");
+        crate::out::show_in_place(&line);
     } else {
         tracing::info!(
             seconds = p.seconds,
@@ -185,7 +184,6 @@ fn show(p: &Progress, last: &Progress, trigger: &Interval, requested_hz: Option<
             "{line}"
         );
     }
-    let _ = err.flush();
 }
 
 /// The summary's line of built events: complete, incomplete, and per FED the events that went
@@ -229,8 +227,8 @@ fn earlier_run_in(cfg: &SystemConfig, output: &Path) -> Option<PathBuf> {
 }
 
 /// Prints the run's summary, ending with the conservation check, and writes
-/// `<output>/summary.json`. True if every unit ended cleanly, conservation holds and the
-/// incomplete events are within `incomplete_rule`.
+/// `<output>/summary.json`. `None` if every unit ended cleanly, conservation holds, the chain
+/// holds and the incomplete events are within `incomplete_rule`; else what did not, in words.
 fn summarize(
     cfg: &SystemConfig,
     output: &Path,
@@ -238,7 +236,7 @@ fn summarize(
     trigger: &TriggerSummary,
     incomplete_rule: &IncompleteRule,
     farm: Option<&FarmEnd>,
-) -> Result<bool> {
+) -> Result<Option<&'static str>> {
     let c = outcome.conservation();
     let p = &outcome.progress;
     let cut = outcome.cut_short || farm.is_some_and(|f| f.outcome.cut_short);
@@ -349,11 +347,12 @@ fn summarize(
     }
     let gb = p.fragment_bytes as f64 / 1e9;
     say!(
-        "  {:.3} GB of fragments, {:.2} GB/s, {:.1} kHz of {} built",
+        "  {:.3} GB of fragments, {:.2} GB/s, {:.1} kHz of {} built, over the run's {:.1} s (its drain included)",
         gb,
         gb / outcome.seconds.max(1e-9),
         c.built as f64 / outcome.seconds.max(1e-9) / 1e3,
-        cfg.unit_noun()
+        cfg.unit_noun(),
+        outcome.seconds
     );
     say!("{}", trigger_line(trigger, cfg));
     if let Some(o) = &trigger.overload {
@@ -393,7 +392,9 @@ fn summarize(
         );
     }
     let incomplete_ok = incomplete_rule.allows(c.built_incomplete);
-    say!("{}", incomplete_line(c.built_incomplete, incomplete_rule, cfg.unit_noun()));
+    if let Some(line) = incomplete_line_if_any(c.built_incomplete, incomplete_rule, cfg.unit_noun()) {
+        say!("{line}");
+    }
     let chain = farm.map(|f| summarize_farm(cfg, outcome, &f.outcome, &f.streams, &f.dirs));
     let cut_short = cut.then(|| {
         let not_built = c.lost.get("CUT_SHORT").copied().unwrap_or(0);
@@ -465,7 +466,17 @@ fn summarize(
     std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
     say!("summary: {}", path.display());
-    Ok(outcome.clean() && c.holds && incomplete_ok && chain.is_none_or(|(_, ok)| ok))
+    Ok(if !outcome.clean() {
+        Some("a unit did not end cleanly")
+    } else if !c.holds {
+        Some("conservation does not hold")
+    } else if !chain.is_none_or(|(_, ok)| ok) {
+        Some("the run did not prove that storage holds every built event")
+    } else if !incomplete_ok {
+        Some("more events were incomplete than allowed")
+    } else {
+        None
+    })
 }
 
 /// The summary's line of the trigger: the rate asked for and got, and the dead time per reason.
@@ -492,13 +503,20 @@ fn trigger_line(t: &TriggerSummary, cfg: &SystemConfig) -> String {
         .map(|(k, v)| format!("{k} {:.1} %", 100.0 * v))
         .collect();
     format!(
-        "  trigger: {what}{:.1} kHz asked for{}, {:.1} kHz got ({:.0} %){l1}; dead time {:.1} %{}",
+        "  trigger: {what}{:.1} kHz asked for{}, {:.1} kHz got ({:.0} %) while it ran{l1}; dead time {:.1} %{}{}",
         requested / 1e3,
         if orbits { " (the LHC orbit rate)" } else { "" },
         t.achieved_hz / 1e3,
         100.0 * t.achieved_hz / requested.max(1e-9),
         100.0 * t.dead_fraction,
-        if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) }
+        if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join(", ")) },
+        // Much dead time beside most of the rate got reads as a contradiction: say what each is.
+        if t.dead_fraction > 0.05 && t.achieved_hz >= 0.9 * requested {
+            "; dead time is the share of that time some front end was more than 10 ms behind the trigger, \
+             which it then caught up: the rate got stays high"
+        } else {
+            ""
+        }
     )
 }
 

@@ -165,18 +165,15 @@ fn size(bytes: u64) -> String {
     }
 }
 
-/// After a run whose chain's check `proven` holds, removes from `output` what `keep` does not
-/// keep: the BUs' directories that lie under `output`, the FUs' and the mergers'. Returns a
-/// sentence saying what stays.
-pub fn tidy(cfg: &SystemConfig, output: &Path, keep: Keep, proven: bool) -> Result<String> {
+/// After a run, removes from `output` what `keep` does not keep (the BUs' directories that lie
+/// under `output`, the FUs' and the mergers'), unless `kept_for` says why the run keeps
+/// everything (it failed, or was cut short). Returns a sentence saying what stays.
+pub fn tidy(cfg: &SystemConfig, output: &Path, keep: Keep, kept_for: Option<&str>) -> Result<String> {
     if keep == Keep::All {
         return Ok(format!("kept: everything in {}", output.display()));
     }
-    if !proven {
-        return Ok(format!(
-            "kept: everything in {}, since the run did not prove that storage holds every built event",
-            output.display()
-        ));
+    if let Some(why) = kept_for {
+        return Ok(format!("kept: everything in {}, for its diagnosis: {why}", output.display()));
     }
     let mut remove: Vec<PathBuf> = (0..cfg.bus.len())
         .map(|i| cfg.bu_directory(i, output))
@@ -249,15 +246,15 @@ mod tests {
             std::fs::write(out.join("summary.json"), "{}").unwrap();
         };
         make();
-        tidy(&cfg, out, Keep::Storage, false).unwrap();
+        tidy(&cfg, out, Keep::Storage, Some("a unit did not end cleanly")).unwrap();
         assert!(out.join("bu0").exists(), "not proven: everything stays");
-        tidy(&cfg, out, Keep::All, true).unwrap();
+        tidy(&cfg, out, Keep::All, None).unwrap();
         assert!(out.join("bu0").exists() && out.join("fu").exists());
-        tidy(&cfg, out, Keep::Storage, true).unwrap();
+        tidy(&cfg, out, Keep::Storage, None).unwrap();
         assert!(!out.join("bu0").exists() && !out.join("bu1").exists() && !out.join("fu").exists());
         assert!(!out.join("merge").exists() && out.join("storage/run000001").exists());
         make();
-        tidy(&cfg, out, Keep::Summary, true).unwrap();
+        tidy(&cfg, out, Keep::Summary, None).unwrap();
         assert!(!out.join("storage").exists() && out.join("summary.json").exists());
     }
 }

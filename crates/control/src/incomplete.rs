@@ -55,6 +55,13 @@ impl IncompleteRule {
     }
 }
 
+/// The summary's line on incomplete events, when it says anything: some were built, or a rule
+/// other than "none, no fault being configured" applies. `None` on a clean run (the `events:`
+/// line says 0 incomplete already).
+pub fn incomplete_line_if_any(incomplete: u64, rule: &IncompleteRule, noun: &str) -> Option<String> {
+    (incomplete > 0 || rule.max != Some(0)).then(|| incomplete_line(incomplete, rule, noun))
+}
+
 /// The summary's line of the incomplete-event rule: how many there are, how many are allowed
 /// and by which rule, and whether the run keeps to it. `noun` names the protocol's units
 /// (`events`, or in orbit mode `orbits`, which the rule counts alike).

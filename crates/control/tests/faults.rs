@@ -406,7 +406,7 @@ fn assert_trigger_failed(dir: &Path, outcome: &Outcome, stats: &[Arc<UnitStats>]
         assert_eq!(orphans.iter().map(|o| o.0).collect::<Vec<_>>(), data, "RU {r}: {orphans:?}");
         assert!(orphans.iter().all(|&(_, n)| n > 0 && n <= EVENTS - before), "RU {r}: {orphans:?}");
     }
-    let said = format!("fragments received of events after the run's last event Some({before}), discarded");
+    let said = format!("fragments received of events after the run's last event, {before}, discarded");
     assert_eq!(problems_with(outcome, &said).len(), 2, "{:#?}", outcome.problems);
     fault
 }

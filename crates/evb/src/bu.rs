@@ -593,7 +593,7 @@ impl Bu {
                 self.close_if_drained(now);
             }
             Input::Message { from, msg } => self.out.push_back(BuOutput::Notice(Notice::ProtocolError {
-                what: format!("BU {}: unexpected {} from {from:?}", self.cfg.bu, message_name(&msg)),
+                what: format!("BU {}: unexpected {} from {from}", self.cfg.bu, message_name(&msg)),
             })),
             _ => {}
         }

@@ -250,7 +250,8 @@ impl Evm {
             parts.push(format!("{} unassigned, {} to reassign", self.triggered.len(), self.reassign.len()));
         }
         if !self.pending_release.is_empty() {
-            parts.push(format!("releases of {:?} not yet sent to the RUs", self.pending_release));
+            let ranges: Vec<String> = self.pending_release.iter().map(ToString::to_string).collect();
+            parts.push(format!("releases of {} not yet sent to the RUs", ranges.join(", ")));
         }
         for (b, s) in self.bus.iter().enumerate() {
             if s.assigned > 0 || !s.committed.is_empty() || !s.unacked_lumis.is_empty() {
@@ -371,7 +372,7 @@ impl Evm {
                 self.assign(now);
             }
             (from, msg) => self.out.push_back(EvmOutput::Notice(Notice::ProtocolError {
-                what: format!("EVM: unexpected {} from {from:?}", message_name(&msg)),
+                what: format!("EVM: unexpected {} from {from}", message_name(&msg)),
             })),
         }
     }

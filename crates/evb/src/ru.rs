@@ -511,7 +511,7 @@ impl Ru {
                 self.flush(|_| true);
             }
             Input::Message { from, msg } => self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
-                what: format!("RU {}: unexpected message from {from:?}: {}", self.cfg.ru, message_name(&msg)),
+                what: format!("RU {}: unexpected message from {from}: {}", self.cfg.ru, message_name(&msg)),
             })),
             _ => {}
         }

@@ -54,6 +54,17 @@ pub enum Peer {
     Bu(BuId),
 }
 
+impl std::fmt::Display for Peer {
+    /// As people name the unit: `EVM`, `RU 1`, `BU 0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Evm => write!(f, "EVM"),
+            Peer::Ru(r) => write!(f, "RU {r}"),
+            Peer::Bu(b) => write!(f, "BU {b}"),
+        }
+    }
+}
+
 /// A run of consecutive event numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct EventRange {
@@ -61,6 +72,16 @@ pub struct EventRange {
     pub first: EventNumber,
     /// Number of events, at least 1.
     pub count: u32,
+}
+
+impl std::fmt::Display for EventRange {
+    /// `event 5`, or `events 5-12`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.count {
+            1 => write!(f, "event {}", self.first),
+            n => write!(f, "events {}-{}", self.first, self.first + u64::from(n) - 1),
+        }
+    }
 }
 
 impl EventRange {

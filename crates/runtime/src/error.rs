@@ -21,7 +21,7 @@ pub enum NodeError {
     #[error("{0}")]
     Transport(String),
     /// A peer could not be reached in time.
-    #[error("{peer:?} at {address} could not be reached within {seconds} s: {source}")]
+    #[error("{peer} at {address} could not be reached within {seconds} s: {source}")]
     Unreachable {
         /// The peer.
         peer: Peer,

@@ -132,7 +132,7 @@ pub enum LinkError {
     #[error("peer kind {0} is none of 1 (EVM), 2 (RU), 3 (BU)")]
     Kind(u16),
     /// The peer is in another run.
-    #[error("{peer:?} is in run {found}, this unit in run {expected}")]
+    #[error("{peer} is in run {found}, this unit in run {expected}")]
     Run {
         /// The peer.
         peer: Peer,
@@ -143,7 +143,7 @@ pub enum LinkError {
     },
     /// The tag is not the run's key's over this opening, this connection's challenge and this
     /// unit: a caller without the run's key, or an opening recorded elsewhere.
-    #[error("the opening naming {peer:?} carries no proof of this run's link key")]
+    #[error("the opening naming {peer} carries no proof of this run's link key")]
     Tag {
         /// Whom the opening names.
         peer: Peer,

@@ -226,7 +226,7 @@ impl PushRu {
             }
             Input::Message { from, msg } => self.out.push_back(RuOutput::Notice(Notice::ProtocolError {
                 what: format!(
-                    "push RU {}: unexpected message from {from:?}: {}",
+                    "push RU {}: unexpected message from {from}: {}",
                     self.ru.config().ru,
                     message_name(&msg)
                 ),

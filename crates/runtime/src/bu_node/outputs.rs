@@ -95,7 +95,7 @@ impl BuLoop {
                 // A BU speaks to the EVM only.
                 BuOutput::Send { to, .. } => {
                     debug_assert!(false, "a BU core addressed {to:?}");
-                    self.stats.problem(format!("BU {}: a message to {to:?} not sent", self.cfg.bu.bu))
+                    self.stats.problem(format!("BU {}: a message to {to} not sent", self.cfg.bu.bu))
                 }
             }
         }

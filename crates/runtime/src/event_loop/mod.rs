@@ -280,7 +280,7 @@ impl EventLoop {
         let deadline = Instant::now() + timeout;
         loop {
             if self.control.aborted() {
-                return Err(NodeError::Aborted(format!("the connection to {peer:?} at {address}")));
+                return Err(NodeError::Aborted(format!("the connection to {peer} at {address}")));
             }
             match std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)) {
                 Ok(s) => {
@@ -406,7 +406,7 @@ impl EventLoop {
     pub fn refuse(&mut self, token: Token, unit: &str, peer: Peer) {
         let address = self.conns.get(&token).map(|c| c.address.clone()).unwrap_or_default();
         self.stats.links_refused.add(1);
-        self.stats.problem(format!("{unit}: refused {peer:?} calling from {address}"));
+        self.stats.problem(format!("{unit}: refused {peer} calling from {address}"));
         self.close(token);
     }
 

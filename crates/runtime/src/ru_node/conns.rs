@@ -32,7 +32,7 @@ impl RuLoop {
                 let old_address = c.address.clone();
                 self.sent(c.into_unwritten());
                 self.stats.problem(format!(
-                    "{:?}: {peer:?} called again from {address}: its connection from {old_address} is replaced",
+                    "{}: {peer} called again from {address}: its connection from {old_address} is replaced",
                     self.me(),
                 ));
                 let now = self.now();
@@ -52,7 +52,7 @@ impl RuLoop {
             // core. One that closed without a byte is no caller (a port probe).
             if let Some(why) = why {
                 self.stats.links_refused.add(1);
-                self.stats.problem(format!("{:?}: refused a connection: {why}", self.me()));
+                self.stats.problem(format!("{}: refused a connection: {why}", self.me()));
             }
             return Ok(());
         };
@@ -108,7 +108,7 @@ impl RuLoop {
                 RuOutput::Send { to, msg } => {
                     let mut frame = Vec::new();
                     if let Err(e) = encode(&msg, &mut frame) {
-                        self.stats.problem(format!("{:?}: message not sent: {e}", self.me()));
+                        self.stats.problem(format!("{}: message not sent: {e}", self.me()));
                         continue;
                     }
                     self.stats.control_messages.add(1);
@@ -120,7 +120,7 @@ impl RuLoop {
                             self.evm_pending.push(frame);
                         } else {
                             self.stats
-                                .problem(format!("{:?}: a message for the EVM dropped: it has not called", self.me()));
+                                .problem(format!("{}: a message for the EVM dropped: it has not called", self.me()));
                         }
                     }
                 }
@@ -155,7 +155,7 @@ impl RuLoop {
                         }
                         _ => n.to_string(),
                     };
-                    self.stats.problem(format!("{:?}: {text}", self.me()))
+                    self.stats.problem(format!("{}: {text}", self.me()))
                 }
                 // The EVM's node hands its RU's triggers to its EVM; no other RU reads the
                 // trigger FED.
@@ -273,7 +273,7 @@ impl RuLoop {
                 self.parts_unreachable += parts.len() as u64;
                 if self.unreachable_said.insert(b) {
                     self.stats.problem(format!(
-                        "{:?}: cannot reach BU {b}: its super-fragments are dropped until RU 0 excludes it",
+                        "{}: cannot reach BU {b}: its super-fragments are dropped until RU 0 excludes it",
                         self.me()
                     ));
                 }

@@ -558,10 +558,10 @@ impl RuLoop {
         let orphan_fragments = self.orphan_fragments();
         if !orphan_fragments.is_empty() {
             let per_fed: Vec<String> = orphan_fragments.iter().map(|(fed, n)| format!("FED {fed}: {n}")).collect();
+            let last = self.last_event_of_run().map_or("none (no event was triggered)".to_owned(), |e| e.to_string());
             self.stats.problem(format!(
-                "{:?}: fragments received of events after the run's last event {:?}, discarded at the end of the run: {}",
+                "{}: fragments received of events after the run's last event, {last}, discarded at the end of the run: {}",
                 self.me(),
-                self.last_event_of_run(),
                 per_fed.join(", ")
             ));
         }
@@ -742,7 +742,7 @@ impl RuLoop {
         for fed in self.io.control.take_masks() {
             let me = self.me();
             let Some(i) = self.cfg.ru.feds.iter().position(|&f| f == fed) else {
-                self.stats.problem(format!("{me:?}: cannot mask FED {fed}: it is not one of {:?}", self.cfg.ru.feds));
+                self.stats.problem(format!("{me}: cannot mask FED {fed}: it is not one of {:?}", self.cfg.ru.feds));
                 continue;
             };
             if fed == TCDS_FED_ID && self.is_evm() {

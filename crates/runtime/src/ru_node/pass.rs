@@ -105,7 +105,7 @@ impl Unit for RuLoop {
                 self.ending.drain_reports += 1;
                 let pending = evm.pending();
                 self.stats.problem(format!(
-                    "{:?}: still draining after {:.0} s: {pending}",
+                    "{}: still draining after {:.0} s: {pending}",
                     self.me(),
                     since.elapsed().as_secs_f64()
                 ));
