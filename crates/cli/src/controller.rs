@@ -262,10 +262,9 @@ fn summarize(
     let bu_ends: Vec<BuFigures> =
         cfg.bus.iter().filter_map(|b| BuEnd::read(reports.get(&b.name)?)?.figures().cloned()).collect();
     let figures_of = |name: &str| BuEnd::read(reports.get(name)?)?.figures().cloned();
-    // A BU's report counts what its last incarnation published. When one was started again,
-    // the events built are those the EVM committed (each is published exactly once: before its
-    // crash, by its restart, or by another BU); the chain's check below proves them in storage.
-    // Push: a lost BU published what it built before it died. Started again, it says so itself
+    // Each BU's report counts what every incarnation of it published (its ledger), so a BU
+    // started again counts its predecessors' files too; the chain's check below proves them in
+    // storage. Push: a lost BU published what it built before it died. Started again, it says so itself
     // (its ledger counts every incarnation's files, those its readers deleted too) and closes
     // its lumi sections counting what it lost; one not started again is read in its run
     // directory's index documents (here, where the hosts share the run's output; on a host not
@@ -288,19 +287,8 @@ fn summarize(
             (i, published)
         })
         .collect();
-    let mut built: u64 = if cfg.is_push() {
-        let kept = cfg.bus.iter().filter(|b| !c.bus_lost().contains(&b.name)).filter_map(|b| figures_of(&b.name));
-        kept.map(|b| b.events_published).sum()
-    } else if restarted.is_empty() {
-        bu_ends.iter().map(|b| b.events_published).sum()
-    } else {
-        say!(
-            "  {} started again: {} built are those the EVM committed to the BUs",
-            restarted.join(", "),
-            cfg.unit_noun()
-        );
-        evm_report.map_or(0, |e| e.committed)
-    };
+    let kept = cfg.bus.iter().filter(|b| !c.bus_lost().contains(&b.name)).filter_map(|b| figures_of(&b.name));
+    let mut built: u64 = kept.map(|b| b.published_in_run).sum();
     built += lost_published.values().flatten().sum::<u64>();
     let excluded = leader.as_ref().map(|f| f.excluded.clone()).unwrap_or_default();
     let bu_lost = push_loss::events_lost(&excluded, |bu| lost_published.get(&bu).copied().flatten().unwrap_or(0));

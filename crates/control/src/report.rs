@@ -194,9 +194,6 @@ pub struct BuFigures {
     pub files_published: u64,
     /// Published events with a FED missing (orbit mode: orbits, a source's block missing).
     pub incomplete_events: u64,
-    /// Orbit mode: the events in the orbits it published (`events_published` counts orbits).
-    #[serde(default)]
-    pub orbit_events: u64,
     /// Orbit mode: blocks it left out of their orbits, per source (its id in decimal: a report
     /// is read back through a flattened map, whose keys are strings) and reason key.
     #[serde(default)]
@@ -223,7 +220,6 @@ impl BuEnd {
                 lost_events: r.counters.lost_events,
                 files_published: r.files_published,
                 incomplete_events: r.counters.incomplete_events,
-                orbit_events: r.orbit_events,
                 blocks_left_out: r
                     .blocks_left_out
                     .iter()
@@ -315,7 +311,6 @@ mod tests {
                 lost_events: 12,
                 files_published: 10,
                 incomplete_events: 3,
-                orbit_events: 0,
                 blocks_left_out: BTreeMap::from([("5".to_owned(), BTreeMap::from([("crc32c".to_owned(), 1)]))]),
                 error_events: 0,
                 incarnation: 1,

@@ -82,7 +82,8 @@ pub struct BuDisk {
     pub unpublished: Vec<(FileId, u32)>,
     /// Next free file index per lumi section.
     pub next_index: BTreeMap<u32, u32>,
-    /// Events in published files, per lumi section whose end-of-lumi record is not written.
+    /// Events in published files, per lumi section, those whose end-of-lumi record is written
+    /// included (the BU counts its run's publications from them).
     pub published_events: BTreeMap<u32, u64>,
     /// Lumi sections whose end-of-lumi record is written.
     pub lumis_done: Vec<u32>,

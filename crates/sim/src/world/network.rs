@@ -22,7 +22,8 @@ impl World {
         let disk = BuDisk {
             unpublished: slot.files.iter().map(|(&id, f)| (id, f.events.len() as u32)).collect(),
             next_index: slot.next_index.clone(),
-            published_events: slot.published_events.clone(),
+            // As the runtime's ledger gives them: every lumi section's, the ended ones too.
+            published_events: slot.end_of_lumis.iter().chain(&slot.published_events).map(|(&ls, &n)| (ls, n)).collect(),
             lumis_done: slot.end_of_lumis.keys().copied().collect(),
         };
         slot.unit = Some(Bu::new(self.bu_cfgs[bu].clone(), slot.incarnation, disk));
