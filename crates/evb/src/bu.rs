@@ -157,8 +157,8 @@ pub struct BuCounters {
     /// Push: parts that came after their event was shipped, dropped.
     pub late_parts: u64,
     /// Push: events after the run's last event (the drain's) of which some RU sent parts,
-    /// dropped unbuilt: no trigger issued them. Only when the trigger ended before the stop
-    /// line its RUs were told.
+    /// dropped unbuilt: no trigger issued them. None when RU 0's stop line bounded the RUs;
+    /// some when the trigger ended before that line, or no window let RU 0 draw one.
     pub events_past_run_end: u64,
     /// Push, a BU started again after its loss: events it was given and never published,
     /// counted lost in its end-of-lumi records.
