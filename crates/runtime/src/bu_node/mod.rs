@@ -455,8 +455,10 @@ struct BuLoop {
     /// A full disk has been reported and no file written since.
     disk_full_said: bool,
     /// The core's output that found the disk full (a publication, an end-of-lumi or end-of-run
-    /// record), to be carried out again before any later one.
-    deferred: Option<BuOutput>,
+    /// record), to be carried out again at the time given, before any later one. Not at
+    /// `retry_at`: a file that waits for room keeps putting that off, and only publishing makes
+    /// room for it.
+    deferred: Option<(BuOutput, Instant)>,
     ended: bool,
     published: u64,
     /// Files, and events in them, that earlier incarnations published, as the ledger says.
@@ -592,5 +594,101 @@ mod tests {
         intake.update(ms(1000), 120);
         intake.update(ms(1000), 126);
         assert!(!intake.open(), "{intake:?}");
+    }
+
+    /// A BU's loop with a RAM disk of `free` bytes (as last looked at), no threads and no
+    /// connection; the sender of `done` must live while a file is at the writers.
+    fn bu_loop(free: u64, done: Receiver<Done>) -> (BuLoop, Receiver<Job>) {
+        let (poll, control) = poller().unwrap();
+        let stats = Arc::new(UnitStats::default());
+        let key = LinkKey::from_bytes([7; 32]);
+        let side = LinkSide { me: Peer::Bu(0), run: 1, key: key.clone(), transport: TransportSection::default() };
+        let links =
+            Links { side, max_frame_bytes: 1 << 20, connect_timeout: Duration::from_secs(5), allowed_peers: None };
+        let io = EventLoop::new(poll, control, stats.clone(), 16, links).unwrap();
+        let cfg = BuNodeConfig {
+            run: 1,
+            link_key: key,
+            bu: BuConfig::new(0, 1),
+            data_listener: std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+            evm: "127.0.0.1:1".parse().unwrap(),
+            directory: std::env::temp_dir(),
+            name: "bu0".into(),
+            restart: false,
+            generated: false,
+            writer_threads: 1,
+            frame_store_bytes: usize::MAX,
+            ramdisk_high_water_percent: 80,
+            ramdisk_low_water_percent: 70,
+            connect_timeout: Duration::from_secs(5),
+            max_frame_bytes: 1 << 20,
+            allowed_peers: None,
+            discard: false,
+            orbits: false,
+            check_orbit_crc: false,
+            pin_core: None,
+            transport: TransportSection::default(),
+            farm_limits: None,
+            intake_events_per_s: None,
+        };
+        let mut room = Room::new(&cfg.directory, cfg.ramdisk_high_water_percent);
+        room.look(Instant::now(), Space { free_bytes: free, total_bytes: 6 << 20 });
+        let (jobs, queued) = sync_channel(2);
+        let lp = BuLoop {
+            core: Bu::new(cfg.bu.clone(), FIRST_EPOCH, BuDisk::default()),
+            io,
+            evm_conn: None,
+            books: None,
+            at_books: None,
+            discarded: BTreeMap::new(),
+            store: FrameStore::new(usize::MAX),
+            unread: BTreeMap::new(),
+            stats,
+            jobs: Some(jobs),
+            backlog: VecDeque::new(),
+            done,
+            writing: 0,
+            room: Some(room),
+            watcher: None,
+            writing_bytes: 0,
+            retry_at: None,
+            waits_for_room: false,
+            disk_full_said: false,
+            deferred: None,
+            ended: false,
+            published: 0,
+            files_before: 0,
+            events_before: 0,
+            orbit_events: 0,
+            orbits_written: 0,
+            files_published: 0,
+            blocks_left_out: BTreeMap::new(),
+            held: Held::default(),
+            intake: None,
+            run_dir: PathBuf::new(),
+            epoch: FIRST_EPOCH,
+            cfg,
+        };
+        (lp, queued)
+    }
+
+    #[test]
+    fn a_publication_that_found_the_disk_full_is_retried_while_a_file_waits_for_room() {
+        let (_done, done) = sync_channel(1);
+        let (mut lp, queued) = bu_loop(1 << 20, done);
+        let file = |index| FileId { bu: 0, lumi_section: 1, index };
+        // The next file does not fit in what is free; only publishing the file before it (which
+        // found the disk full) makes room, for readers then take it away.
+        let job = Job { file: file(1), events: Vec::new(), frames: lp.store.share(&[]), bytes: 600_000 };
+        lp.backlog.push_back(job);
+        lp.writing = 1;
+        lp.deferred = Some((BuOutput::PublishFile(file(0)), Instant::now()));
+        for _ in 0..3 {
+            lp.prepare().unwrap();
+            lp.step(lp.now()).unwrap();
+        }
+        assert!(lp.deferred.is_none(), "the publication was carried out again");
+        assert_eq!(lp.files_published, 1);
+        assert!(lp.waits_for_room && lp.backlog.len() == 1 && queued.try_recv().is_err(), "the file still waits");
     }
 }

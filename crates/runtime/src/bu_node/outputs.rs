@@ -13,11 +13,11 @@ impl BuLoop {
             // An output that found the disk full is carried out again first, in its turn: the
             // core's outputs keep their order (a file's publication before its lumi section's end).
             let out = match self.deferred.take() {
-                Some(out) if self.retry_at.is_some_and(|t| Instant::now() < t) => {
-                    self.deferred = Some(out);
+                Some((out, at)) if Instant::now() < at => {
+                    self.deferred = Some((out, at));
                     return Ok(());
                 }
-                Some(out) => out,
+                Some((out, _)) => out,
                 None => match self.core.poll_output() {
                     Some(out) => out,
                     None => return Ok(()),
@@ -188,8 +188,7 @@ impl BuLoop {
     /// Keeps `out`, which found the disk full, to carry it out again after [`DISK_FULL_RETRY`]
     /// (and every output after it in its turn); says so once until a file is written again.
     pub(super) fn defer(&mut self, out: BuOutput, e: &BuFilesError) {
-        self.deferred = Some(out);
-        self.retry_at = Some(Instant::now() + DISK_FULL_RETRY);
+        self.deferred = Some((out, Instant::now() + DISK_FULL_RETRY));
         if !std::mem::replace(&mut self.disk_full_said, true) {
             self.stats.problem(format!(
                 "BU {}: RAM disk full: {e}; tried again when there is room (RAMDISK_FULL)",
