@@ -29,10 +29,10 @@ pub struct DthArgs {
     #[arg(long, default_value_t = 1)]
     first_event: u64,
     /// Stop after this many orbits per source.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::options::count_arg)]
     orbits: Option<u64>,
     /// Stop after this many seconds.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::options::seconds_arg)]
     seconds: Option<f64>,
     /// Mean L1 rate in Hz: the events of an orbit are Poisson of mean this rate over the LHC
     /// orbit rate (11245.5 Hz), drawn alike by every source.

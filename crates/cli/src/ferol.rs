@@ -32,10 +32,10 @@ pub struct FerolArgs {
     #[arg(long, default_value_t = 1)]
     first_event: u64,
     /// Stop after this many events per FED.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::options::count_arg)]
     events: Option<u64>,
     /// Stop after this many seconds.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::options::seconds_arg)]
     seconds: Option<f64>,
     /// Poisson triggers at this mean rate (all FEDs of an event share the trigger time); free
     /// running when absent (orbits and BXs then come from a 100 kHz clock that nobody waits for).

@@ -10,6 +10,23 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tessera_config::SystemConfig;
 use tessera_control::{ControlConfig, ControlServer, Served};
 
+/// A limit of seconds on the command line: a number above 0 (a negative one is read as a
+/// number, to be refused by name, not taken for an option).
+pub fn seconds_arg(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
+        _ => Err(format!("{text:?} is not a number of seconds above 0 (e.g. 10 or 0.5)")),
+    }
+}
+
+/// A limit of events or orbits on the command line: a whole number above 0.
+pub fn count_arg(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{text:?} is not a whole number above 0")),
+    }
+}
+
 /// Why a `HOST:PORT` argument names no address.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketAddressError {
@@ -50,10 +67,10 @@ pub fn count_interrupts() -> Result<Arc<AtomicU32>> {
 #[derive(clap::Args, Debug, Clone)]
 pub struct SystemArgs {
     /// Stop after this many events (per FED stream); overrides the system file.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = count_arg)]
     pub events: Option<u64>,
     /// Stop after this many seconds; overrides the system file.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = seconds_arg)]
     pub seconds: Option<f64>,
     /// Put every unit's files under this directory; overrides the system file.
     #[arg(long)]
@@ -107,7 +124,7 @@ pub fn serve_control(args: &ControlArgs, served: Served) -> Result<ControlServer
     if let Some(path) = &args.control_file {
         server.write_address(path).with_context(|| format!("--control-file {}", path.display()))?;
     }
-    tracing::info!(address = %server.local_addr(), "monitoring: http://{}/metrics and /api/v1/units", server.local_addr());
+    tracing::info!(address = %server.local_addr(), "monitoring: http://{}/ (the dashboard), /metrics and /api/v1/units", server.local_addr());
     Ok(server)
 }
 

@@ -354,12 +354,20 @@ fn summarize(
         cfg.unit_noun(),
         outcome.seconds
     );
-    say!("{}", trigger_line(trigger, cfg));
-    if let Some(o) = &trigger.overload {
-        say!("  machine: {}", o.sentence());
-    }
-    if let Some(bottleneck) = &trigger.bottleneck {
-        say!("  {bottleneck}");
+    if p.started {
+        say!("{}", trigger_line(trigger, cfg));
+        if let Some(o) = &trigger.overload {
+            say!("  machine: {}", o.sentence());
+        }
+        if let Some(bottleneck) = &trigger.bottleneck {
+            say!("  {bottleneck}");
+        }
+    } else {
+        // No rate nor bottleneck to speak of: what kept it from starting is the story.
+        say!(
+            "  trigger: it never started (it starts once every stream of every RU has connected){}",
+            if outcome.clean() { "" } else { "; a unit failed first, as said above" }
+        );
     }
     let lost: u64 = c.lost.values().sum();
     let reasons: Vec<String> = c.lost.iter().map(|(k, v)| format!("{v} {k}")).collect();

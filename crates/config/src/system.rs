@@ -23,7 +23,7 @@ pub struct SystemConfig {
     #[serde(default)]
     pub evm: EvmParams,
     /// The push protocol's tuning (`run.protocol: push`).
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(default)]
     pub push: PushParams,
     /// The readout units, at least one; `rus[0]` reads the trigger FED and hosts the EVM.
     pub rus: Vec<RuSection>,
@@ -39,10 +39,10 @@ pub struct SystemConfig {
     #[serde(default)]
     pub fu: FuParams,
     /// How `tessera run` places the units: in its own process, or on hosts through agents.
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(default)]
     pub controller: ControllerSection,
     /// What the protocol links travel on, per link class: TCP (the default) or UCX.
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(default)]
     pub transport: TransportSection,
 }
 
@@ -498,6 +498,22 @@ impl TransportSection {
     /// Whether any link class travels on UCX.
     pub fn uses_ucx(&self) -> bool {
         self.ru_bu == Transport::Ucx || self.evm_ru == Transport::Ucx
+    }
+
+    /// What the links travel on, in words for a run's first lines: "links on TCP", "links on
+    /// UCX (transports tcp)", or per class when they differ. `unset` says which transports the
+    /// UCX links take when the file names none (`UCX_TLS` of the process that starts them).
+    pub fn words(&self, unset: &str) -> String {
+        let ucx = match &self.ucx_transports {
+            Some(t) => format!("UCX (transports {t})"),
+            None => format!("UCX (transports {unset})"),
+        };
+        let on = |t: Transport| if t == Transport::Ucx { ucx.clone() } else { "TCP".to_owned() };
+        if self.ru_bu == self.evm_ru {
+            format!("links on {}", on(self.ru_bu))
+        } else {
+            format!("links to the BUs on {}, between the EVM and the RUs on {}", on(self.ru_bu), on(self.evm_ru))
+        }
     }
 }
 

@@ -345,7 +345,7 @@ fn an_unreadable_file_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("none.yaml");
     let e = SystemConfig::load(&missing).unwrap_err();
-    assert_eq!(e.to_string(), format!("{}: cannot read it", missing.display()));
+    assert_eq!(e.to_string(), format!("{}: cannot read it: No such file or directory (os error 2)", missing.display()));
     let written = dir.path().join("system.yaml");
     std::fs::write(&written, BASE.replace("name: bu0", "name: bu0\n    colour: red")).unwrap();
     let e = SystemConfig::load(&written).unwrap_err().to_string();
@@ -502,4 +502,15 @@ fn a_fault_that_can_never_strike_is_refused_with_why() {
     assert!(e.contains("numbered from 1"), "{e}");
     // Lumi section 2's first orbit is 2^18.
     assert!(parse(&with(orbit, "\"bad-crc@262144/5\", \"bad-crc@16383/5\"")).is_ok());
+}
+
+#[test]
+fn the_links_transport_is_said_per_class_and_with_its_ucx_transports() {
+    use tessera_config::{Transport, TransportSection};
+    let tcp = TransportSection::default();
+    assert_eq!(tcp.words("x"), "links on TCP");
+    let ucx = TransportSection { ru_bu: Transport::Ucx, evm_ru: Transport::Ucx, ucx_transports: None };
+    assert_eq!(ucx.words("rc_x, from UCX_TLS"), "links on UCX (transports rc_x, from UCX_TLS)");
+    let mixed = TransportSection { evm_ru: Transport::Tcp, ucx_transports: Some("sm,self".into()), ..ucx };
+    assert_eq!(mixed.words("x"), "links to the BUs on UCX (transports sm,self), between the EVM and the RUs on TCP");
 }

@@ -495,7 +495,23 @@ impl Controller {
 
     /// A figure of a unit as last seen (0 if never).
     fn figure(&self, unit: &str, key: &str) -> u64 {
-        self.last_units.get(unit).and_then(|u| u["figures"][key].as_f64()).unwrap_or(0.0) as u64
+        self.figure_f64(unit, key) as u64
+    }
+
+    /// A figure as the unit last showed it, unrounded (0 if not shown).
+    fn figure_f64(&self, unit: &str, key: &str) -> f64 {
+        self.last_units.get(unit).and_then(|u| u["figures"][key].as_f64()).unwrap_or(0.0)
+    }
+
+    /// The trigger's clock, read from the EVM's figures (its host's clock): how long ago it
+    /// began as this host's clock has it, at most `poll` (one look late, the most a clock
+    /// between hosts may move it); and the seconds from its beginning to its latest event.
+    fn trigger_clock(&self, evm: &str, poll: Duration) -> (Duration, f64) {
+        let began = self.figure_f64(evm, "trigger_began_timestamp_seconds");
+        let latest = self.figure_f64(evm, "trigger_latest_timestamp_seconds");
+        let now = std::time::SystemTime::UNIX_EPOCH.elapsed().map_or(0.0, |d| d.as_secs_f64());
+        let ago = if began > 0.0 { (now - began).clamp(0.0, poll.as_secs_f64()) } else { 0.0 };
+        (Duration::from_secs_f64(ago), if began > 0.0 { (latest - began).max(0.0) } else { 0.0 })
     }
 
     /// Events triggered and published, as the units last showed them.
@@ -718,7 +734,10 @@ pub fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>, 
     c.wait_for("configuring the units", start_timeout, |c| {
         units.iter().all(|p| c.unit_state(&p.name).as_deref() == Some("Ready"))
     })?;
-    tracing::info!("every unit is configured (Ready): enabling the BUs, the RUs, then the EVM");
+    tracing::info!(
+        "every unit is configured (Ready), {}: enabling the BUs, the RUs, then the EVM",
+        c.cfg.transport.words("of each host's UCX_TLS, else UCX's own choice")
+    );
     // Enable in the same order: whoever receives is taking data before whoever sends.
     for p in &units {
         let a = c.call(&p.host, "POST", &format!("/api/v1/processes/{}/enable", p.name), None)?;
@@ -745,14 +764,25 @@ pub fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>, 
     // the run's seconds count from then.
     let mut started: Option<Instant> = None;
     let mut stuck = StuckWatch::default();
+    let poll = Duration::from_secs(1);
     loop {
-        std::thread::sleep(Duration::from_secs(1));
+        // The poll, or less to stop at the run's time limit.
+        let left = c
+            .cfg
+            .run
+            .seconds
+            .zip(started)
+            .filter(|_| !c.stopping)
+            .map(|(s, t)| Duration::from_secs_f64(s).saturating_sub(t.elapsed()));
+        std::thread::sleep(left.map_or(poll, |l| poll.min(l)));
         let faults = c.poll();
         if !faults.is_empty() {
             return Ok(faults);
         }
         if started.is_none() && c.figure(&evm.name, "run_started") == 1 {
-            started = Some(Instant::now());
+            // When the trigger began, not when this look saw it.
+            let now = Instant::now();
+            started = Some(now.checked_sub(c.trigger_clock(&evm.name, poll).0).unwrap_or(now));
             stuck.started();
             tracing::info!(
                 run = c.cfg.run.number,
@@ -798,7 +828,11 @@ pub fn drive(c: &mut Controller, operator: &OperatorStop) -> Result<Vec<Fault>, 
                 v.elapsed_s = elapsed_s;
                 v.requested_rate_hz = requested_hz;
                 v.achieved_rate_hz = rate_hz;
-                v.mean_rate_hz = triggered as f64 / elapsed_s.max(1e-3);
+                // Over the trigger's own time, once it has one: not its drain.
+                let trigger_s = c.trigger_clock(&evm.name, poll).1;
+                v.mean_rate_hz = triggered as f64 / if trigger_s > 0.0 { trigger_s } else { elapsed_s.max(1e-3) };
+                v.lumi_sections_built =
+                    c.cfg.bus.iter().map(|b| c.figure(&b.name, "lumi_sections_closed_total")).min().unwrap_or(0);
                 v.stop_requested = stopping;
             });
         } else {

@@ -266,6 +266,18 @@ pub(crate) const FAMILIES: &[Family] = &[
         read: |s| s.run_started.get() as f64,
     },
     Family {
+        name: "tessera_trigger_began_timestamp_seconds",
+        kind: "gauge",
+        help: "When the trigger began, in seconds since the Unix epoch (EVM; 0 before).",
+        read: |s| s.trigger_began_unix_us.get() as f64 / 1e6,
+    },
+    Family {
+        name: "tessera_trigger_latest_timestamp_seconds",
+        kind: "gauge",
+        help: "When the trigger last triggered an event, in seconds since the Unix epoch (EVM; 0 before).",
+        read: |s| s.trigger_latest_unix_us.get() as f64 / 1e6,
+    },
+    Family {
         name: "tessera_streams_missing",
         kind: "gauge",
         help: "FED streams of an RU not yet connected: the run starts once none is.",

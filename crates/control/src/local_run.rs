@@ -124,11 +124,14 @@ impl<'a> LocalRun<'a> {
         };
         tracing::info!(
             run = cfg.run.number,
-            "tessera run {}: {} RUs ({} FEDs), {} BUs, {}; until {limit} (Ctrl-C drains and stops); output in {}",
+            "tessera run {}: {} RUs ({} FEDs), {} BUs, {}, {}; until {limit} (Ctrl-C drains and stops); output in {}",
             cfg.run.number,
             cfg.rus.len(),
             cfg.all_feds().len(),
             cfg.bus.len(),
+            cfg.transport.words(
+                &std::env::var("UCX_TLS").map_or("of UCX's own choice".into(), |t| format!("{t}, from UCX_TLS"))
+            ),
             trigger_words(cfg),
             output.display()
         );
@@ -194,9 +197,10 @@ impl<'a> LocalRun<'a> {
         let units = self.units();
         let LocalRun { cfg, output, readers, brokers, mut farm, system, interrupts, status } = self;
         let begun = Instant::now();
-        // When every stream of every RU had connected and the trigger started: the run's
-        // seconds count from then.
-        let mut started: Option<Instant> = None;
+        // Whether every stream of every RU has connected and the trigger started.
+        let mut started = false;
+        // Until the next look: the poll, or less to stop on time.
+        let mut wait = poll;
         let mut stuck = StuckWatch::default();
         let operator = OperatorStop::new(interrupts.clone(), Duration::from_secs(cfg.controller.stop_timeout_s));
         let mut stopped = false;
@@ -219,14 +223,14 @@ impl<'a> LocalRun<'a> {
         // Bounded: the run ends by its limit or a stop; after a stop within controller.stop_timeout_s,
         // after its limit as soon as it builds nothing for DRAIN_TIMEOUT.
         while !system.finished() {
-            std::thread::sleep(poll);
+            std::thread::sleep(wait);
             watch_heartbeats(&named, &mut watch, &mut stalled);
             if let Some(farm) = &mut farm {
                 farm.restart_failed();
             }
             let p = system.progress();
-            if started.is_none() && p.started {
-                started = Some(Instant::now());
+            if !started && p.started {
+                started = true;
                 stuck.started();
                 if begun.elapsed() > START_SAID_AFTER {
                     line.end();
@@ -262,7 +266,7 @@ impl<'a> LocalRun<'a> {
                 v.streams_missing = p.streams_missing.clone();
                 v.waiting = waiting.map(|w| w.holds);
                 v.machine_overloaded = interval.load.filter(|_| interval.overloaded).map(|l| l.figures());
-                v.elapsed_s = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+                v.elapsed_s = p.since_trigger_began_s.unwrap_or(0.0);
                 v.requested_rate_hz = requested_hz;
                 v.achieved_rate_hz = interval.achieved_hz;
                 v.dead_time_fraction = interval.dead_fraction;
@@ -278,7 +282,14 @@ impl<'a> LocalRun<'a> {
                 v.stop_requested = interrupts.load(Ordering::SeqCst) > 0;
             });
             last = p;
-            let time_up = cfg.run.seconds.is_some_and(|s| started.is_some_and(|t| t.elapsed().as_secs_f64() >= s));
+            // The trigger's own clock, not the look's: the run lasts what was asked, within a
+            // few ms, however the poll falls.
+            let left_s = cfg.run.seconds.zip(last.since_trigger_began_s).map(|(s, t)| s - t);
+            let time_up = left_s.is_some_and(|left| left <= 0.0);
+            wait = match left_s {
+                Some(left) if left > 0.0 && !stopped => poll.min(Duration::from_secs_f64(left)),
+                _ => poll,
+            };
             let interrupted = interrupts.load(Ordering::SeqCst);
             if !stopped && (time_up || interrupted > 0) {
                 stopped = true;

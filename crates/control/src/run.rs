@@ -79,8 +79,8 @@ pub struct RunView {
     /// while it is below nine tenths of it; `None` otherwise. The runtime's trigger account
     /// (`crate::trigger`) writes it, the same sentence as the run's summary.
     pub bottleneck: Option<String>,
-    /// Lumi sections the BUs have closed (end-of-lumi record written), over all BUs: what the
-    /// mergers have to merge.
+    /// Lumi sections every BU has closed (end-of-lumi record written; the fewest any BU has):
+    /// what the mergers can merge.
     pub lumi_sections_built: u64,
     /// Lumi sections the mergers have finished (the final files of every stream written).
     pub lumi_sections_merged: u64,
@@ -160,7 +160,7 @@ const RUN_GAUGES: &[RunGauge] = &[
     },
     RunGauge {
         name: "tessera_lumi_sections_built",
-        help: "Lumi sections the BUs have closed, over all BUs: what the mergers have to merge.",
+        help: "Lumi sections every BU has closed (the fewest any BU has): what the mergers can merge.",
         read: |v| Some(v.lumi_sections_built as f64),
     },
     RunGauge {

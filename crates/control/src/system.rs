@@ -72,16 +72,34 @@ pub struct Progress {
     pub problems: u64,
     /// How long the emulated front ends have held the trigger so far (paced runs).
     pub held: Held,
-    /// Lumi sections the BUs have closed, over all BUs.
+    /// Lumi sections every BU has closed (the fewest any BU has): each BU closes every lumi
+    /// section, so this is what the mergers can merge, counted as the run counts them.
     pub lumi_sections_closed: u64,
     /// Whether the run has started: every stream of every RU connected (the EVM says it).
     pub started: bool,
+    /// How long ago the trigger began (`None` before): the run's seconds count from then, not
+    /// from the units' start, which the streams' connecting follows.
+    pub since_trigger_began_s: Option<f64>,
+    /// Seconds from the trigger's beginning to its latest event: what its rate is over (the
+    /// wait for the streams before, and the drain after, are not).
+    pub trigger_seconds: f64,
     /// The FEDs whose streams have not connected yet, over all RUs.
     pub streams_missing: Vec<FedId>,
     /// The FED an event has waited for longest, over all RUs, and for how long.
     pub waiting: Option<(FedId, Duration)>,
     /// The machine and this process, as read at the figures' time (none where `/proc` is not).
     pub cpu: Option<crate::host_load::CpuSample>,
+}
+
+/// The trigger's clock from the EVM's figures: how long ago it began, and the seconds from then
+/// to its latest event.
+fn trigger_clock(evm: &UnitStats) -> (Option<f64>, f64) {
+    let (began, latest) = (evm.trigger_began_unix_us.get(), evm.trigger_latest_unix_us.get());
+    if began == 0 {
+        return (None, 0.0);
+    }
+    let now = std::time::SystemTime::UNIX_EPOCH.elapsed().map_or(0, |d| d.as_micros() as u64);
+    (Some(now.saturating_sub(began) as f64 / 1e6), latest.saturating_sub(began) as f64 / 1e6)
 }
 
 /// Why a unit of a system did not end with its report.
@@ -355,8 +373,10 @@ impl RunningSystem {
             throttles,
             problems: self.ru_stats.iter().chain(&self.bu_stats).map(|s| s.problem_count()).sum(),
             held: self.stop_line.held(),
-            lumi_sections_closed: sum(&self.bu_stats, |s| s.lumi_sections_closed.get()),
+            lumi_sections_closed: self.bu_stats.iter().map(|s| s.lumi_sections_closed.get()).min().unwrap_or(0),
             started: self.ru_stats.first().is_some_and(|s| s.run_started.get() == 1),
+            since_trigger_began_s: self.ru_stats.first().and_then(|s| trigger_clock(s).0),
+            trigger_seconds: self.ru_stats.first().map_or(0.0, |s| trigger_clock(s).1),
             streams_missing: self.ru_stats.iter().flat_map(|s| s.streams_missing()).collect(),
             waiting: self.ru_stats.iter().filter_map(|s| s.waiting()).max_by_key(|&(_, waited)| waited),
             cpu: crate::host_load::CpuSample::now(),

@@ -192,7 +192,11 @@ impl TriggerAccount {
             load,
             overloaded,
         };
-        if !self.stopped {
+        // The EVM's own clock of the trigger where it has one; else the intervals' ends up to
+        // the stop.
+        if now.trigger_seconds > 0.0 {
+            self.triggering = (now.trigger_seconds, now.triggered);
+        } else if !self.stopped {
             self.triggering = (now.seconds, now.triggered);
         }
         self.last = now.clone();
@@ -304,6 +308,24 @@ mod tests {
         let bottleneck = s.bottleneck.expect("20 kHz of 100 kHz is short");
         assert!(bottleneck.starts_with("bottleneck: RU_BUFFERS_FULL (20 % of the run held)"), "{bottleneck}");
         assert!(bottleneck.contains("20.0 kHz of the 100.0 kHz asked for"), "{bottleneck}");
+    }
+
+    #[test]
+    fn the_rate_is_over_the_triggers_own_clock_not_the_looks() {
+        // The streams took 0.4 s to connect, and the look after the stop line came 0.9 s after
+        // the trigger's last event: neither counts.
+        let mut account = TriggerAccount::new(Some(20_000.0));
+        let look = |seconds, triggered, trigger_seconds| Progress {
+            trigger_seconds,
+            ..at(seconds, triggered, 0.0, 0.0, vec![])
+        };
+        account.interval(&look(1.0, 12_000, 0.6));
+        account.interval(&look(5.0, 92_000, 4.6));
+        account.stop();
+        account.interval(&look(6.0, 92_000, 4.6));
+        let s = account.summary();
+        assert!((s.achieved_hz - 20_000.0).abs() < 1.0, "{s:?}");
+        assert_eq!(s.bottleneck, None);
     }
 
     #[test]

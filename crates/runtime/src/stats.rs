@@ -425,6 +425,12 @@ pub struct UnitStats {
     pub loop_cpu_ns: Gauge,
     /// EVM (RU 0's node): 1 once the run has started, every stream of every RU connected.
     pub run_started: Gauge,
+    /// EVM: when the trigger began (the run started), in µs since the Unix epoch; 0 before.
+    pub trigger_began_unix_us: Gauge,
+    /// EVM: when the trigger last triggered an event, in µs since the Unix epoch; 0 before.
+    /// With `trigger_began_unix_us` it gives the time the trigger ran, which rates are over:
+    /// the drain after its last event and the wait for the streams before its first are not.
+    pub trigger_latest_unix_us: Gauge,
     /// RU: the FED an event has waited for longest, plus one (0 while no event waits).
     pub waiting_fed: Gauge,
     /// RU: how long that event has waited for it, in ms, as last published.

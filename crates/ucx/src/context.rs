@@ -107,7 +107,12 @@ impl Context {
         match config.init() {
             Ok(handle) => Ok(Context { inner: Rc::new(ContextInner { handle }) }),
             Err(status) => Err(Error::Init {
-                asked: transports.map_or_else(|| "(UCX's own choice)".to_owned(), str::to_owned),
+                asked: transports.map(str::to_owned).or_else(|| std::env::var("UCX_TLS").ok()).unwrap_or("all".into()),
+                from: match (transports, std::env::var_os("UCX_TLS")) {
+                    (Some(_), _) => "as configured",
+                    (None, Some(_)) => "from UCX_TLS",
+                    (None, None) => "UCX's own choice: UCX_TLS is not set",
+                },
                 status,
                 available: Context::available_transports().unwrap_or_default(),
                 version: Context::ucx_version(),

@@ -95,13 +95,15 @@ pub enum ErrorHandling {
 pub enum Error {
     /// UCX could not start with the transports asked for (e.g. none of them exists here).
     #[error(
-        "UCX {version} could not start with transports {asked:?}: {status}; the transports UCX \
+        "UCX {version} could not start with transports {asked:?} ({from}): {status}; the transports UCX \
          finds on this machine (transport/device): {}",
         if available.is_empty() { "none".to_owned() } else { available.join(", ") }
     )]
     Init {
-        /// The transports asked for (`UCX_TLS`), or `"(UCX's own choice)"`.
+        /// The transports asked for: the configuration's, else `UCX_TLS`'s, else `"all"`.
         asked: String,
+        /// Where they come from: `"as configured"`, `"from UCX_TLS"` or UCX's own choice.
+        from: &'static str,
         /// UCX's answer.
         status: Status,
         /// Every transport/device pair UCX finds on this machine with all its transports

@@ -407,8 +407,8 @@ fn an_unknown_transport_fails_naming_the_transports_found() {
     let available = Context::available_transports().expect("the transports of this machine");
     eprintln!("UCX {} finds: {}", Context::ucx_version(), available.join(", "));
     let error = Context::new(Some("nosuch")).err().expect("UCX started with the transport \"nosuch\"");
-    let Error::Init { asked, status, available: named, .. } = &error else { panic!("{error:?}") };
-    assert_eq!((asked.as_str(), *status), ("nosuch", Status::NO_DEVICE));
+    let Error::Init { asked, from, status, available: named, .. } = &error else { panic!("{error:?}") };
+    assert_eq!((asked.as_str(), *from, *status), ("nosuch", "as configured", Status::NO_DEVICE));
     assert_eq!(*named, available);
     let text = error.to_string();
     eprintln!("{text}");

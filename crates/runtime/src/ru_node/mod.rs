@@ -640,6 +640,14 @@ impl RuLoop {
         let used: usize = self.buffers.0.iter().map(|b| b.occupancy().0).sum();
         self.stats.chunks_used.set(used as u64);
         if let Some(l) = self.core.leader() {
+            // Read at each pass, so within a pass of the event: well inside a millisecond.
+            let now_us = || std::time::SystemTime::UNIX_EPOCH.elapsed().map_or(0, |d| d.as_micros() as u64);
+            if l.started() && self.stats.run_started.get() == 0 {
+                self.stats.trigger_began_unix_us.set(now_us());
+            }
+            if l.triggered() > self.stats.triggered.get() {
+                self.stats.trigger_latest_unix_us.set(now_us());
+            }
             self.stats.triggered.set(l.triggered());
             self.stats.run_started.set(u64::from(l.started()));
         }
