@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use tessera_config::{SystemConfig, yaml};
 use tessera_fu::menu::FileKind;
 use tessera_pipestream::config::PipestreamConfig;
+use tessera_pipestream::report::count;
 
 /// `tessera config check`: `file` checked as a selection menu (`menu`), as a system file
 /// (`system`), or as what its top-level keys say it is (a pipestream file when one is
@@ -39,9 +40,9 @@ pub fn pipestream_check(file: &Path) -> ExitCode {
         Ok(cfg) => {
             let topologies: Vec<String> = cfg.scan_topologies().iter().map(|t| t.name()).collect();
             say!(
-                "{}: OK: a pipestream file of {} point(s): message sizes {:?} B, threads {:?}, topologies {}",
+                "{}: OK: a pipestream file of {}: message sizes {:?} B, threads {:?}, topologies {}",
                 file.display(),
-                cfg.scan_message_bytes().len() * cfg.scan_threads().len() * topologies.len(),
+                count((cfg.scan_message_bytes().len() * cfg.scan_threads().len() * topologies.len()) as u64, "point"),
                 cfg.scan_message_bytes(),
                 cfg.scan_threads(),
                 topologies.join(", ")
@@ -89,7 +90,7 @@ fn system_check(file: &Path) -> ExitCode {
         return ExitCode::from(1);
     }
     let farm = if cfg.fu.enabled {
-        format!("filter farm of {} FU processes per BU", cfg.fu.processes_per_bu)
+        format!("filter farm of {} per BU", count(cfg.fu.processes_per_bu, "FU process"))
     } else {
         "no filter farm".to_owned()
     };

@@ -86,8 +86,9 @@ enum Command {
         #[arg(long)]
         no_seed_check: bool,
     },
-    /// Check a BU run directory against every rule of the file contract; print each violation
-    /// with file and offset; exit status 1 if there is any.
+    /// Check a run directory Tessera wrote (a BU's event or orbit files, or the merged files in
+    /// storage) against every rule of the file contract; print each violation with file and
+    /// offset; exit status 1 if there is any.
     Verify {
         /// The run directory (`.../runRRRRRR`): a BU's, or the storage run directory of the
         /// filter farm's mergers.
@@ -135,10 +136,11 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         first_seed: u64,
     },
-    /// Run a whole event builder on this machine: emulated front ends, the RUs (the first one
-    /// with the EVM) and the BUs; show progress; stop after the configured events or seconds or
-    /// on Ctrl-C, drain, and print a summary ending with the conservation check (exit status 1
-    /// if any unit failed, it does not hold, or more events are incomplete than allowed).
+    /// Run a whole event builder, on this machine or on many hosts through their agents:
+    /// emulated front ends, the RUs (the first one with the EVM), the BUs, the filter farm and
+    /// its mergers; show progress; stop after the configured events or seconds or on Ctrl-C,
+    /// drain, and print a summary ending with the conservation checks (exit status 1 if any unit
+    /// failed, one does not hold, or more events are incomplete than allowed).
     Run {
         /// The system file (default: 2 RUs, one of them the EVM, and 2 BUs on this machine).
         system: Option<PathBuf>,

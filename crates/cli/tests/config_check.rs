@@ -225,6 +225,10 @@ fn every_key_of_the_default_system_is_documented() {
     let value: serde_json::Value = serde_saphyr::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
     let mut all = Vec::new();
     keys(&value, "", &mut all);
+    // Every section is printed, those a laptop leaves at their defaults too.
+    for section in ["run", "trigger", "evm", "push", "rus", "bus", "ru", "bu", "fu", "controller", "transport"] {
+        assert!(all.iter().any(|k| k == section), "config default leaves out {section}: {all:?}");
+    }
     let docs = fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
     for key in all {
         // A key is documented by itself or by a documented ancestor (`rus[i].fragment_size`
@@ -242,5 +246,20 @@ fn every_key_of_the_default_system_is_documented() {
             }
         }
         assert!(documented, "{key} is not in docs/configuration.md");
+    }
+}
+
+#[test]
+fn a_missing_file_and_a_negative_limit_are_refused_with_their_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, stderr) = tessera(dir.path(), &["config", "check", "nosuch.yaml"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("nosuch.yaml: cannot read it: No such file or directory"), "{stderr}");
+    for (option, said) in
+        [("--seconds", "is not a number of seconds above 0"), ("--events", "is not a whole number above 0")]
+    {
+        let (code, _, stderr) = tessera(dir.path(), &["run", option, "-1"]);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains(&format!("\"-1\" {said}")) && !stderr.contains("tip:"), "{stderr}");
     }
 }

@@ -38,12 +38,13 @@ impl fmt::Display for Place {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file cannot be read.
-    #[error("{}: cannot read it", file.display())]
+    #[error("{}: cannot read it: {reason}", file.display())]
     Read {
         /// The file.
         file: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why, as the system says it (said in the message: an error's source is not printed
+        /// everywhere this one is).
+        reason: std::io::Error,
     },
     /// The text is not YAML.
     #[error("{place}: not valid YAML: {message}")]

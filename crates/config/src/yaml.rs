@@ -223,7 +223,7 @@ fn with_found(message: String, text: &str, (line, column): Position) -> String {
 /// [`ConfigError::Read`] when it cannot be read.
 pub fn read_text(path: &Path) -> Result<String, ConfigErrors> {
     std::fs::read_to_string(path)
-        .map_err(|source| ConfigErrors::new(path, vec![ConfigError::Read { file: path.to_owned(), source }]))
+        .map_err(|reason| ConfigErrors::new(path, vec![ConfigError::Read { file: path.to_owned(), reason }]))
 }
 
 /// The parser's line and column of `e`, if it knows them.

@@ -92,7 +92,7 @@ fn range_bounds_have_defaults() {
 #[test]
 fn missing_file_is_named() {
     let e = Menu::load(&PathBuf::from("/nonexistent/menu.yaml")).unwrap_err();
-    assert_eq!(e.to_string(), "/nonexistent/menu.yaml: cannot read it");
+    assert_eq!(e.to_string(), "/nonexistent/menu.yaml: cannot read it: No such file or directory (os error 2)");
 }
 
 #[test]
