@@ -149,6 +149,14 @@ fn padded(values: impl Iterator<Item = f64> + Clone, log: bool) -> (f64, f64) {
     }
 }
 
+/// The chart's margin, x-label area and caption, in pixels.
+const MARGIN_PX: f64 = 20.0;
+const X_LABELS_PX: f64 = 45.0;
+const CAPTION_PX: f64 = 30.0;
+/// The height of a row of the legend, in pixels (its font, 12 px, and the space between), with
+/// some to spare.
+const LEGEND_ROW_PX: f64 = 22.0;
+
 /// Plots `series` into an SVG file at `path`: measured series as lines with dots, reference
 /// series as triangles, requirements as lines, limits as dashed lines, a legend, axes from the
 /// points (y from 0 unless a value is negative; x logarithmic with `log_x`, which needs every
@@ -179,6 +187,10 @@ pub fn plot_svg(
     let (x0, x1) = padded(points().map(|p| p.0), log_x);
     let (y0, y1) = padded(points().map(|p| p.1).chain([0.0]), false);
     let y0 = if y0 < 0.0 && points().all(|p| p.1 >= 0.0) { 0.0 } else { y0 };
+    // Room above the data for the legend (upper right), so that it covers no point.
+    let plot_px = f64::from(PLOT_SIZE.1) - CAPTION_PX - 2.0 * MARGIN_PX - X_LABELS_PX;
+    let legend_px = LEGEND_ROW_PX * series.len() as f64 + LEGEND_ROW_PX;
+    let y1 = y0 + (y1 - y0) / (1.0 - (legend_px / plot_px).min(0.6));
     let root = SVGBackend::new(path, PLOT_SIZE).into_drawing_area();
     let drawn = if log_x {
         draw::<LogCoord<f64>>(&root, title, x_label, y_label, series, (x0..x1).log_scale(), y0..y1)
@@ -204,8 +216,8 @@ where
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 20))
-        .margin(20)
-        .x_label_area_size(45)
+        .margin(MARGIN_PX as u32)
+        .x_label_area_size(X_LABELS_PX as u32)
         .y_label_area_size(70)
         .build_cartesian_2d(x.into(), RangedCoordf64::from(y))?;
     chart
@@ -349,6 +361,34 @@ mod tests {
         assert!(svg.contains("<circle cx=") && svg.contains(&format!("fill=\"{measured}\"")));
         assert!(!svg.contains(&format!("fill=\"{limit}\"")), "a marker in the limit's colour");
         assert!(svg.contains("link 100 Gb/s"));
+    }
+
+    #[test]
+    fn the_legend_covers_no_point() {
+        // Six series whose highest points are at the right, where the legend is.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("legend.svg");
+        let series: Vec<Series> = (1..=6)
+            .map(|i| Series::measured(&format!("series {i}"), vec![(256.0, 1.0), (65536.0, 40.0 + f64::from(i))]))
+            .collect();
+        plot_svg(&path, "t", "bytes", "Gb/s", &series, true).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        // The legend's box is the one rectangle with a black border.
+        let rect = svg
+            .split("<rect")
+            .skip(1)
+            .map(|tail| &tail[..tail.find("/>").unwrap()])
+            .find(|r| r.contains("stroke=\"#000000\""))
+            .expect("a legend box");
+        let attr = |tail: &str, name: &str| -> f64 {
+            tail.split(&format!(" {name}=\"")).nth(1).unwrap().split('"').next().unwrap().parse().unwrap()
+        };
+        let legend_bottom = attr(rect, "y") + attr(rect, "height");
+        let highest_point = svg.split("<circle").skip(1).map(|c| attr(c, "cy")).fold(f64::MAX, f64::min);
+        assert!(
+            highest_point > legend_bottom,
+            "a point at y {highest_point} under the legend, down to {legend_bottom}"
+        );
     }
 
     #[test]

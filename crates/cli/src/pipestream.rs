@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tessera_pipestream::config::PipestreamConfig;
 use tessera_pipestream::instance::Instance;
+use tessera_pipestream::report::count;
 use tessera_pipestream::scan::{Scan, ScanError};
 
 /// What `tessera pipestream` does.
@@ -82,7 +83,7 @@ pub fn pipestream(action: PipestreamAction) -> Result<ExitCode> {
             }
             let errors: u64 = outcome.results.iter().map(|r| r.errors).sum();
             if errors > 0 {
-                say!("{errors} message(s) lost, repeated, damaged or unaccounted for: see the errors column");
+                say!("{} lost, repeated, damaged or unaccounted for: see the errors column", count(errors, "message"));
                 return Ok(ExitCode::from(1));
             }
             Ok(ExitCode::SUCCESS)

@@ -441,6 +441,7 @@ pub fn point(
         bytes: figure.bytes,
         cpu_ns_per_message: None,
         errors: 0,
+        socket_buffer_bytes: None,
     }
 }
 
@@ -585,6 +586,7 @@ mod tests {
                 bytes: 10 * 4096 + 100,
                 cpu_ns_per_message: None,
                 errors: 0,
+                socket_buffer_bytes: None,
             }
         );
         assert_eq!(point(figure, 1, 1, false, 1, 0).messages, 0);

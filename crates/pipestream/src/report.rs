@@ -238,7 +238,9 @@ pub fn table(results: &[PointResult]) -> String {
     };
     let mut out = String::from(
         "client Gb/s: the average client's payload; total: all clients'. \
-         ps/raw compares client figures, ps/iperf3 totals.\n",
+         ps/raw compares client figures, ps/iperf3 totals.\n\
+         raw-tcp: the same connections, plain bytes, no acknowledgement; the better of the file's socket buffers \
+         and of buffers of what pipestream keeps in flight (burst x message).\n",
     );
     let header = line(&COLUMNS.map(String::from));
     for (title, rows) in blocks {
@@ -272,8 +274,11 @@ fn line_points(results: &[PointResult], sender: Sender, topology: Topology, thre
         .collect()
 }
 
-fn threads_text(threads: u32) -> String {
-    format!("{threads} thread{}", if threads == 1 { "" } else { "s" })
+/// `n` and `noun`, in the plural unless `n` is 1: "1 thread", "2 threads", "2 FU processes".
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    let plural = if noun.ends_with('s') { "es" } else { "s" };
+    format!("{n} {noun}{}", if n == 1 { "" } else { plural })
 }
 
 /// The link speed as a dashed line across `range`.
@@ -303,11 +308,11 @@ fn plot_specs(results: &[PointResult], link_gbps: Option<f64>) -> Vec<PlotSpec> 
         let mut series = Vec::new();
         for threads in at(Sender::Pipestream) {
             let points = line_points(results, Sender::Pipestream, topology, threads);
-            series.push(Series::measured(format!("pipestream, {}", threads_text(threads)), points));
+            series.push(Series::measured(format!("pipestream, {}", count(threads, "thread")), points));
         }
         for threads in at(Sender::RawTcp) {
             let points = line_points(results, Sender::RawTcp, topology, threads);
-            series.push(Series::measured(format!("raw TCP, {}", threads_text(threads)), points));
+            series.push(Series::measured(format!("raw TCP, {}", count(threads, "thread")), points));
         }
         let iperf3_threads = at(Sender::Iperf3);
         for &threads in &iperf3_threads {
@@ -315,7 +320,7 @@ fn plot_specs(results: &[PointResult], link_gbps: Option<f64>) -> Vec<PlotSpec> 
             let points = line_points(results, Sender::Iperf3, topology, threads);
             let mut name = format!("iperf3 total / {} clients", topology.0);
             if iperf3_threads.len() > 1 {
-                let _ = write!(name, ", {}", threads_text(threads));
+                let _ = write!(name, ", {}", count(threads, "thread"));
             }
             series.push(Series::measured(name, points));
         }
@@ -337,8 +342,10 @@ fn plot_specs(results: &[PointResult], link_gbps: Option<f64>) -> Vec<PlotSpec> 
                 .max();
             if let Some(threads) = most {
                 let points = line_points(results, Sender::Pipestream, topology, threads);
-                series
-                    .push(Series::measured(format!("{}, {}", topology_text(topology), threads_text(threads)), points));
+                series.push(Series::measured(
+                    format!("{}, {}", topology_text(topology), count(threads, "thread")),
+                    points,
+                ));
             }
         }
         // Without a pipestream point there is nothing to compare across topologies (and no
@@ -404,6 +411,7 @@ mod tests {
             bytes,
             cpu_ns_per_message: None,
             errors: 0,
+            socket_buffer_bytes: None,
         }
     }
 

@@ -56,6 +56,11 @@ pub struct PointResult {
     /// Messages found lost, duplicated, out of order or corrupt by the servers over the whole
     /// point (pipestream only; zero for a sound transport).
     pub errors: u64,
+    /// The sockets' send and receive buffers, in bytes: the file's `buffer_bytes` for
+    /// pipestream; for raw TCP, those of the better of its two measurements (the file's, and
+    /// what pipestream keeps in flight, `burst` × the message); none for iperf3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_buffer_bytes: Option<u32>,
 }
 
 impl PointResult {

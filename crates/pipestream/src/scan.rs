@@ -3,7 +3,7 @@
 //! their states for every point (thread count × message size), measures pipestream and its
 //! baselines in the same run, and leaves CSV, JSON, a table and plots in the output directory.
 
-use crate::config::{PipestreamConfig, Topology, is_local};
+use crate::config::{BUFFER_BYTES_RANGE, PipestreamConfig, Topology, is_local};
 use crate::engine::{Assignment, Figures, Mode, ServerPart, Transport};
 use crate::fsm::State;
 use crate::instance::{ConnectRequest, Status, StopRequest};
@@ -193,9 +193,14 @@ impl<'a> Scan<'a> {
             }
             found
         };
-        for topology in self.cfg.scan_topologies() {
+        let topologies = self.cfg.scan_topologies();
+        let sizes = self.cfg.scan_message_bytes().len();
+        let per_topology = self.cfg.scan_threads().len() * sizes * (1 + usize::from(self.cfg.baselines.raw_tcp))
+            + if iperf.is_some() { sizes } else { 0 };
+        let (mut done, total) = (0, topologies.len() * per_topology);
+        for topology in topologies {
             let handles = self.launch(&topology)?;
-            let measured = self.measure_topology(&topology, &handles, progress);
+            let measured = self.measure_topology(&topology, &handles, (&mut done, total), progress);
             for h in handles {
                 h.end();
             }
@@ -203,22 +208,24 @@ impl<'a> Scan<'a> {
             if let Some(program) = &iperf {
                 for &size in &self.cfg.scan_message_bytes() {
                     pause(self.stop, Duration::ZERO)?;
-                    progress(&format!(
-                        "{}: iperf3, {} streams of {size} B writes",
-                        topology.name(),
-                        topology.clients * topology.servers
-                    ));
                     let streams = topology.clients * topology.servers;
+                    done += 1;
+                    let at = format!(
+                        "{done} of {total}: {}, iperf3, {} of {size} B writes",
+                        topology.name(),
+                        report::count(streams, "stream")
+                    );
                     match iperf3::run(program, streams, size, self.cfg.duration_s, None) {
-                        Ok(figure) => self.results.push(iperf3::point(
-                            figure,
-                            topology.clients,
-                            topology.servers,
-                            topology.folded,
-                            1,
-                            size,
-                        )),
-                        Err(e) => self.notes.push(format!("iperf3 at {size} B, {}: {e}", topology.name())),
+                        Ok(figure) => {
+                            let point =
+                                iperf3::point(figure, topology.clients, topology.servers, topology.folded, 1, size);
+                            progress(&format!("{at}: {:.2} Gb/s in all", point.total_gbps()));
+                            self.results.push(point);
+                        }
+                        Err(e) => {
+                            progress(&format!("{at}: not measured: {e}"));
+                            self.notes.push(format!("iperf3 at {size} B, {}: {e}", topology.name()));
+                        }
                     }
                 }
             }
@@ -331,10 +338,36 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// Socket buffers of what pipestream keeps in flight per connection at `size`: `burst`
+    /// messages, within the buffers' range.
+    fn in_flight_buffer_bytes(&self, size: u32) -> u32 {
+        let (lo, hi) = BUFFER_BYTES_RANGE;
+        u32::try_from(u64::from(self.cfg.burst) * u64::from(size)).unwrap_or(hi).clamp(lo, hi)
+    }
+
+    /// Measures a point, and halts the instances whatever happened: the next starts from Halted.
+    fn point(
+        &mut self,
+        topology: &Topology,
+        handles: &[Handle],
+        threads: u32,
+        size: u32,
+        mode: Mode,
+        buffer_bytes: u32,
+    ) -> Result<PointResult, ScanError> {
+        let result = self.measure_point(topology, handles, threads, size, mode, buffer_bytes);
+        for h in handles {
+            let _ = h.call(Some("disconnect"), None);
+        }
+        result
+    }
+
+    /// Measures `topology`'s points, saying each with its figure as "`done` of `total`".
     fn measure_topology(
         &mut self,
         topology: &Topology,
         handles: &[Handle],
+        (done, total): (&mut usize, usize),
         progress: &mut impl FnMut(&str),
     ) -> Result<(), ScanError> {
         for threads in self.cfg.scan_threads() {
@@ -344,13 +377,35 @@ impl<'a> Scan<'a> {
                     modes.push(Mode::RawTcp);
                 }
                 for mode in modes {
-                    progress(&format!("{}: {threads} thread(s), {size} B messages, {mode:?}", topology.name()));
-                    let result = self.measure_point(topology, handles, threads, size, mode);
-                    // Whatever happened, the next point starts from Halted.
-                    for h in handles {
-                        let _ = h.call(Some("disconnect"), None);
+                    let mut result = self.point(topology, handles, threads, size, mode, self.cfg.buffer_bytes);
+                    // The raw stream's bound is the better of the file's socket buffers and of
+                    // buffers of what pipestream keeps in flight (burst × message): with large
+                    // buffers it moves more bytes than fit in cache, and a baseline below the
+                    // thing it bounds says nothing of it.
+                    let in_flight = self.in_flight_buffer_bytes(size);
+                    if mode == Mode::RawTcp && in_flight != self.cfg.buffer_bytes {
+                        let bounded = result.and_then(|r| {
+                            let b = self.point(topology, handles, threads, size, mode, in_flight)?;
+                            Ok(if b.bytes > r.bytes { b } else { r })
+                        });
+                        result = bounded;
                     }
-                    self.results.push(result?);
+                    let result = result?;
+                    *done += 1;
+                    progress(&format!(
+                        "{done} of {total}: {}, {}, {} B, {}: {:.2} Gb/s per client{}",
+                        topology.name(),
+                        report::count(threads, "thread"),
+                        size,
+                        result.sender.name(),
+                        result.client_gbps(),
+                        match (mode, result.socket_buffer_bytes) {
+                            (Mode::RawTcp, Some(b)) =>
+                                format!(" (with {} socket buffers)", report::size_text(u64::from(b))),
+                            _ => String::new(),
+                        }
+                    ));
+                    self.results.push(result);
                 }
             }
         }
@@ -435,6 +490,7 @@ impl<'a> Scan<'a> {
         threads: u32,
         size: u32,
         mode: Mode,
+        buffer_bytes: u32,
     ) -> Result<PointResult, ScanError> {
         self.points += 1;
         let session = (self.id << 24) | self.points;
@@ -442,7 +498,7 @@ impl<'a> Scan<'a> {
         let mut ucx_servers = vec![Vec::new(); topology.servers as usize];
         let over_ucx = mode == Mode::Pipestream && self.cfg.transport == Transport::Ucx;
         for (i, h) in handles.iter().enumerate() {
-            let a = self.assignment(topology, i as u32, session, threads, size, mode);
+            let a = Assignment { buffer_bytes, ..self.assignment(topology, i as u32, session, threads, size, mode) };
             let index = a.server.as_ref().map(|s| s.index as usize);
             let status = h.post("configure", &a)?;
             match index {
@@ -515,6 +571,7 @@ impl<'a> Scan<'a> {
             bytes,
             cpu_ns_per_message: (messages > 0).then(|| cpu as f64 / messages as f64),
             errors,
+            socket_buffer_bytes: Some(buffer_bytes),
         })
     }
 }
@@ -565,13 +622,19 @@ pub fn targets(results: &[PointResult]) -> Vec<String> {
     let verdict = |met: bool| if met { "met" } else { "MISSED" };
     let mut lines = Vec::new();
     for r in results.iter().filter(|r| r.sender == Sender::Pipestream) {
-        let at = format!("{}, {} thread(s)", r.topology(), r.threads);
+        let at = format!("{}, {}", r.topology(), report::count(r.threads, "thread"));
         if r.message_bytes == 64 << 10
             && let Some(raw) = find(r, Sender::RawTcp)
             && raw.bytes > 0
         {
             let ratio = r.total_gbps() / raw.total_gbps();
-            lines.push(format!("target at 64 KiB >= 0.95 of raw TCP ({at}): {ratio:.2} {}", verdict(ratio >= 0.95)));
+            // A baseline below what it should bound is no bound: its "met" says nothing.
+            let caveat =
+                if ratio > 1.05 { " (raw TCP is below pipestream here: no bound, so this says little)" } else { "" };
+            lines.push(format!(
+                "target at 64 KiB >= 0.95 of raw TCP ({at}): {ratio:.2} {}{caveat}",
+                verdict(ratio >= 0.95)
+            ));
         }
         if r.message_bytes == 4 << 10
             && let Some(ip) = find(r, Sender::Iperf3)
