@@ -339,8 +339,8 @@ impl PipestreamConfig {
 mod tests {
     use super::*;
 
-    fn read(text: &str) -> Result<PipestreamConfig, String> {
-        PipestreamConfig::from_yaml(text, Path::new("ps.yaml")).map_err(|e| e.to_string())
+    fn read(text: &str) -> Result<PipestreamConfig, ConfigErrors> {
+        PipestreamConfig::from_yaml(text, Path::new("ps.yaml"))
     }
 
     #[test]
@@ -354,16 +354,16 @@ mod tests {
 
     #[test]
     fn a_wrong_key_and_wrong_values_are_named_with_their_lines() {
-        let e = read("clients: 2\nburts: 3\n").unwrap_err();
+        let e = read("clients: 2\nburts: 3\n").unwrap_err().to_string();
         assert!(e.contains("ps.yaml:2") && e.contains("burts"), "{e}");
-        let e = read("threads: 0\nscan:\n  topologies: [2x2, four]\n").unwrap_err();
+        let e = read("threads: 0\nscan:\n  topologies: [2x2, four]\n").unwrap_err().to_string();
         assert!(e.contains("ps.yaml:1") && e.contains("threads"), "{e}");
         assert!(e.contains("scan.topologies[1]") && e.contains("\"four\""), "{e}");
-        let e = read("clients: 2\nhosts: [localhost, bu-host-1]\n").unwrap_err();
+        let e = read("clients: 2\nhosts: [localhost, bu-host-1]\n").unwrap_err().to_string();
         assert!(e.contains("ps.yaml:2") && e.contains("hosts[1]") && e.contains("agent_port"), "{e}");
-        let e = read("hosts:\n  - localhost\n  - 10.1.2.3\nagent_port: 0\n").unwrap_err();
+        let e = read("hosts:\n  - localhost\n  - 10.1.2.3\nagent_port: 0\n").unwrap_err().to_string();
         assert!(e.contains("ps.yaml:4") && e.contains("agent_port"), "{e}");
-        let e = read("hosts:\n  - localhost\n  - 10.1.2.3\n").unwrap_err();
+        let e = read("hosts:\n  - localhost\n  - 10.1.2.3\n").unwrap_err().to_string();
         assert!(e.contains("ps.yaml:3") && e.contains("\"10.1.2.3\"") && e.contains("agent_port"), "{e}");
         read("hosts: [127.0.0.1, localhost]\n").unwrap();
     }

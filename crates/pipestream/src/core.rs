@@ -20,6 +20,7 @@ pub struct SendConn {
 
 /// Why an acknowledgement cannot be true.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AckError {
     /// It acknowledges messages never sent.
     #[error("acknowledges {received} messages, {sent} were sent")]

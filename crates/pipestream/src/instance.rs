@@ -13,8 +13,8 @@
 //! | `POST /api/v1/pipestream/disconnect` | drops connections and threads: back to Halted |
 //! | `GET /metrics` | the figures and rates in Prometheus text |
 
-use crate::engine::{Assignment, Counters, Engine, Figures};
-use crate::fsm::{State, Transition};
+use crate::engine::{Assignment, Counters, Engine, EngineError, Figures};
+use crate::fsm::{State, Transition, TransitionError};
 use axum::extract::State as Shared;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -25,6 +25,30 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+/// Why an instance refuses a request (the text its status then carries), or cannot serve.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InstanceError {
+    /// The request is not one its state takes.
+    #[error(transparent)]
+    State(#[from] TransitionError),
+    /// Its engine refused the assignment, or could not bind its listener.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A connect request's UCX worker address is not hex.
+    #[error("a UCX worker address that is not hex")]
+    NotHex,
+    /// The instance has no engine to act on.
+    #[error("no engine")]
+    NoEngine,
+    /// It was asked to serve beyond loopback.
+    #[error("{0}: an instance listens on loopback only; reach it from elsewhere through `tessera agent`")]
+    NotLoopback(SocketAddr),
+    /// Its API could not be served.
+    #[error(transparent)]
+    Serve(#[from] tessera_control::ControlError),
+}
 
 /// What `connect` takes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -183,17 +207,17 @@ impl Instance {
     }
 
     /// Makes `transition`, or says why not.
-    fn step(inner: &mut Inner, transition: Transition) -> Result<(), String> {
-        inner.state = inner.state.apply(transition).map_err(|e| e.to_string())?;
+    fn step(inner: &mut Inner, transition: Transition) -> Result<(), InstanceError> {
+        inner.state = inner.state.apply(transition)?;
         Ok(())
     }
 
     /// Takes its part of a point.
-    pub fn configure(&self, assignment: Assignment) -> Result<(), String> {
+    pub fn configure(&self, assignment: Assignment) -> Result<(), InstanceError> {
         let mut inner = self.lock();
-        inner.state.apply(Transition::Configure).map_err(|e| e.to_string())?;
+        inner.state.apply(Transition::Configure)?;
         inner.engine = None;
-        let engine = Engine::configure(assignment).map_err(|e| e.to_string())?;
+        let engine = Engine::configure(assignment)?;
         inner.data_address = engine.data_address();
         inner.ucx_addresses = engine.ucx_addresses().iter().map(|a| hex(a)).collect();
         inner.counters = engine.counters();
@@ -203,17 +227,17 @@ impl Instance {
     }
 
     /// Connects in the background.
-    pub fn connect(&self, request: ConnectRequest) -> Result<(), String> {
+    pub fn connect(&self, request: ConnectRequest) -> Result<(), InstanceError> {
         let ucx_servers: Vec<Vec<Vec<u8>>> = request
             .ucx_servers
             .iter()
             .map(|s| s.iter().map(|a| unhex(a)).collect::<Option<_>>())
             .collect::<Option<_>>()
-            .ok_or("a UCX worker address that is not hex")?;
+            .ok_or(InstanceError::NotHex)?;
         let mut engine = {
             let mut inner = self.lock();
             Instance::step(&mut inner, Transition::Connect)?;
-            inner.engine.take().ok_or("no engine")?
+            inner.engine.take().ok_or(InstanceError::NoEngine)?
         };
         let me = self.clone();
         std::thread::spawn(move || {
@@ -234,19 +258,19 @@ impl Instance {
     }
 
     /// Lets the clients send.
-    pub fn start(&self) -> Result<(), String> {
+    pub fn start(&self) -> Result<(), InstanceError> {
         let mut inner = self.lock();
         Instance::step(&mut inner, Transition::Start)?;
-        inner.engine.as_ref().ok_or("no engine")?.start();
+        inner.engine.as_ref().ok_or(InstanceError::NoEngine)?.start();
         Ok(())
     }
 
     /// Stops the clients; they drain in the background.
-    pub fn stop(&self, request: StopRequest) -> Result<(), String> {
+    pub fn stop(&self, request: StopRequest) -> Result<(), InstanceError> {
         let engine = {
             let mut inner = self.lock();
             Instance::step(&mut inner, Transition::Stop)?;
-            inner.engine.take().ok_or("no engine")?
+            inner.engine.take().ok_or(InstanceError::NoEngine)?
         };
         let me = self.clone();
         std::thread::spawn(move || {
@@ -327,10 +351,11 @@ impl Instance {
 
     /// The REST API of the instance.
     pub fn router(&self) -> Router {
-        fn answer(instance: &Instance, result: Result<(), String>) -> Response {
+        fn answer(instance: &Instance, result: Result<(), InstanceError>) -> Response {
             match result {
                 Ok(()) => Json(instance.status()).into_response(),
-                Err(e) => (StatusCode::CONFLICT, Json(Status { error: Some(e), ..instance.status() })).into_response(),
+                Err(e) => (StatusCode::CONFLICT, Json(Status { error: Some(e.to_string()), ..instance.status() }))
+                    .into_response(),
             }
         }
         Router::new()
@@ -376,13 +401,11 @@ impl Instance {
     }
 
     /// Serves the API on `listen` (loopback only) until the returned handle is dropped.
-    pub fn serve(&self, listen: SocketAddr) -> Result<tessera_control::Serving, String> {
+    pub fn serve(&self, listen: SocketAddr) -> Result<tessera_control::Serving, InstanceError> {
         if !listen.ip().is_loopback() {
-            return Err(format!(
-                "{listen}: an instance listens on loopback only; reach it from elsewhere through `tessera agent`"
-            ));
+            return Err(InstanceError::NotLoopback(listen));
         }
-        let serving = tessera_control::serve(listen, self.router()).map_err(|e| e.to_string())?;
+        let serving = tessera_control::serve(listen, self.router())?;
         self.sample_rates();
         Ok(serving)
     }

@@ -49,6 +49,7 @@ pub struct Iperf3Figure {
 /// Why the baseline could not be measured. Where a process had said something on stderr, the
 /// message ends with its tail.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Iperf3Error {
     /// The arguments make no test iperf3 runs.
     #[error("iperf3: bad argument: {0}")]

@@ -21,6 +21,7 @@ use tessera_bench::scan::{Series, plot_svg};
 
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReportError {
     /// A file or directory could not be written.
     #[error("{what}: {source}")]

@@ -26,6 +26,7 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// Why a scan failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScanError {
     /// An instance could not be started.
     #[error("{instance}: cannot start it: {why}")]

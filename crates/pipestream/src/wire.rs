@@ -54,6 +54,7 @@ pub struct Header {
 
 /// Why a header is not one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// The magic is wrong: the peer speaks something else, or the stream lost its place.
     #[error("bad magic {0:02x?}: not a pipestream frame")]

@@ -41,7 +41,7 @@ pub(super) struct UcxThreads {
     /// Each thread's worker address.
     pub addresses: Vec<Vec<u8>>,
     orders: Vec<mpsc::Sender<ConnectOrder>>,
-    connected: mpsc::Receiver<Result<(), String>>,
+    connected: mpsc::Receiver<Result<(), EngineError>>,
     pub threads: Vec<JoinHandle<()>>,
 }
 
@@ -87,7 +87,7 @@ impl UcxThreads {
                     let worker = match UcxWorker::new(&a, t, shared.clone()) {
                         Ok(w) => w,
                         Err(e) => {
-                            let _ = address_tx.send((t, Err(e.to_string())));
+                            let _ = address_tx.send((t, Err(e)));
                             return;
                         }
                     };
@@ -97,7 +97,7 @@ impl UcxThreads {
                     let mut worker = worker;
                     let result = worker.connect(order);
                     let ok = result.is_ok();
-                    let _ = connected_tx.send(result.map_err(|e| e.to_string()));
+                    let _ = connected_tx.send(result);
                     if ok && let Err(e) = worker.run() {
                         worker.shared.fail(format!("UCX thread {t}: {e}"));
                     }

@@ -34,6 +34,13 @@ mod none;
 #[cfg(not(feature = "ucx"))]
 pub(crate) use none::{Channel, Fabric};
 
+/// What UCX said when a call of the seam failed; a build without UCX makes no such call.
+#[cfg(feature = "ucx")]
+pub(crate) type TransportError = tessera_ucx::Error;
+/// What UCX said when a call of the seam failed; a build without UCX makes no such call.
+#[cfg(not(feature = "ucx"))]
+pub(crate) type TransportError = std::convert::Infallible;
+
 /// Most frames of one connection handed to UCX and not yet finished.
 #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
 pub(crate) const MAX_SENDS_IN_FLIGHT: usize = 64;

@@ -1,6 +1,6 @@
 //! A build without the feature `ucx`: the transport seam's UCX types, which cannot be made.
 
-use super::Arrival;
+use super::{Arrival, TransportError};
 use crate::error::NodeError;
 use mio::{Registry, Token};
 use std::convert::Infallible;
@@ -35,7 +35,7 @@ impl Fabric {
         match self.0 {}
     }
 
-    pub fn may_sleep(&self) -> Result<bool, String> {
+    pub fn may_sleep(&self) -> Result<bool, TransportError> {
         match self.0 {}
     }
 }

@@ -1,6 +1,6 @@
 //! The UCX side of the transport seam: a worker per unit's loop, an endpoint per connection.
 
-use super::{Arrival, MAX_SENDS_IN_FLIGHT};
+use super::{Arrival, MAX_SENDS_IN_FLIGHT, TransportError};
 use crate::error::NodeError;
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
@@ -114,8 +114,8 @@ impl Fabric {
     /// Whether the loop may sleep on the worker's event file descriptor: false while UCX has
     /// work left (pump again first). An arm that fails says why; the loop then sleeps its
     /// shortest (and pumps at every pass).
-    pub fn may_sleep(&self) -> Result<bool, String> {
-        self.worker.arm().map_err(|e| e.to_string())
+    pub fn may_sleep(&self) -> Result<bool, TransportError> {
+        self.worker.arm()
     }
 }
 
