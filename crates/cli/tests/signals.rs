@@ -33,6 +33,8 @@ fn start_run_of(system: Option<&Path>, output: &Path, env: &[(&str, &str)]) -> C
         // 30 s bounds the run (the tests stop it long before) and what it may write.
         .args(["--seconds", "30", "--keep", "all", "--output", output.to_str().unwrap()])
         .envs(env.iter().copied())
+        // Every process of the run inherits it: `assert_no_fu_left` finds what outlived it.
+        .env(LEFT_BEHIND_MARK, output)
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -102,13 +104,31 @@ fn tessera(args: &[&str]) -> std::process::Output {
 
 /// No FU process of the run is left behind (they are in groups of their own, so the group's
 /// signal did not end them: `tessera run` did).
+/// The variable that marks the processes of a run these tests start, FUs and HLT programs too.
+const LEFT_BEHIND_MARK: &str = "TESSERA_TEST_RUN_OUTPUT";
+
+/// Asserts that no process of the run into `output` outlived `tessera run`: no FU, and no HLT
+/// program an FU started (given a second for the signals to land).
 fn assert_no_fu_left(output: &Path) {
-    let needle = output.to_str().unwrap();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        assert!(!(cmdline.contains(" fu ") && cmdline.contains(needle)), "an FU outlived tessera run: {cmdline}");
+    let mark = format!("{LEFT_BEHIND_MARK}={}", output.display());
+    let left = || -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                let environ = std::fs::read(e.path().join("environ")).unwrap_or_default();
+                environ.split(|&b| b == 0).any(|v| v == mark.as_bytes())
+            })
+            .map(|e| {
+                String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).unwrap_or_default()).replace('\0', " ")
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(left().is_empty(), "outlived tessera run: {:?}", left());
 }
 
 fn drains_cleanly(signal: Signal) {

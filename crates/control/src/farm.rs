@@ -538,10 +538,8 @@ impl Farm {
                 self.stop.store(true, Ordering::SeqCst);
                 deadline = deadline.min(Instant::now() + CUT_SHORT_GRACE);
                 for slot in &mut self.fus {
-                    if matches!(slot.child.try_wait(), Ok(None))
-                        && let Some(pid) = rustix::process::Pid::from_raw(slot.child.id() as i32)
-                    {
-                        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                    if matches!(slot.child.try_wait(), Ok(None)) {
+                        end_group(&mut slot.child, rustix::process::Signal::TERM);
                     }
                 }
             }
@@ -550,7 +548,7 @@ impl Farm {
         let mut outcome = FarmOutcome { replaced: std::mem::take(&mut self.replaced), ..FarmOutcome::default() };
         for FuSlot { name, mut child, log, .. } in std::mem::take(&mut self.fus) {
             let status = child.try_wait().ok().flatten().or_else(|| {
-                let _ = child.kill();
+                end_group(&mut child, rustix::process::Signal::KILL);
                 let _ = child.wait();
                 None
             });
@@ -591,9 +589,21 @@ impl Drop for Farm {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         for slot in &mut self.fus {
-            let _ = slot.child.kill();
+            end_group(&mut slot.child, rustix::process::Signal::KILL);
             let _ = slot.child.wait();
         }
+    }
+}
+
+/// Sends `signal` to an FU process's group, its HLT program with it (the HLT is the FU's child,
+/// in the group [`FuSlot::spawn`] gave the FU): an HLT left behind would judge on for as long
+/// as its file takes, with nobody to read it. The group goes once its leader is reaped: a
+/// child already waited for is not signalled.
+fn end_group(child: &mut Child, signal: rustix::process::Signal) {
+    if matches!(child.try_wait(), Ok(None))
+        && let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32)
+    {
+        let _ = rustix::process::kill_process_group(pid, signal);
     }
 }
 
