@@ -210,9 +210,15 @@ fn write_sample(bu_dir: &Path, spec: &SampleSpec) -> Result<PathBuf> {
 
 /// `tessera demo`: a sample run written, inspected and verified.
 pub fn demo(output: Option<PathBuf>) -> Result<ExitCode> {
-    let bu_dir = match output {
-        Some(dir) => dir,
-        None => std::env::temp_dir().join(format!("tessera-demo-{}", std::process::id())),
+    // Without --output the sample lives in a temporary directory, removed when the demo ends
+    // (its guard is dropped then), however it ends.
+    let (bu_dir, temporary) = match output {
+        Some(dir) => (dir, None),
+        None => {
+            let t =
+                tempfile::Builder::new().prefix("tessera-demo-").tempdir().context("creating a temporary directory")?;
+            (t.path().to_owned(), Some(t))
+        }
     };
     let spec = SampleSpec::default();
     let run_dir = write_sample(&bu_dir, &spec)?;
@@ -232,5 +238,8 @@ pub fn demo(output: Option<PathBuf>) -> Result<ExitCode> {
     say!("\n== tessera verify {}\n", run_dir.display());
     let violations = verify::verify_run_dir(&run_dir, EventChecks::default())?;
     say_part!("{}", render::violations(&run_dir, &violations));
+    if temporary.is_some() {
+        say!("\n(the sample is removed now; `tessera demo --output DIR` keeps it)");
+    }
     Ok(if violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

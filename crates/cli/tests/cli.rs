@@ -24,6 +24,21 @@ fn demo_writes_inspects_and_verifies_a_run() {
 }
 
 #[test]
+fn demo_without_output_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .arg("demo")
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success() && stdout.contains("OK, every rule holds"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("the sample is removed now"), "{stdout}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "the demo left {left:?}");
+}
+
+#[test]
 fn verify_fails_with_the_file_and_offset_of_a_corrupt_byte() {
     let dir = tempfile::tempdir().unwrap();
     let out = tessera(&["sample", "--output", dir.path().to_str().unwrap(), "--run", "42", "--lumi-sections", "1"]);
@@ -396,6 +411,14 @@ fn a_second_run_into_an_output_that_keeps_only_storage_or_the_summary_is_refused
             let verify = tessera(&["verify", output.to_str().unwrap()]);
             assert!(text(&verify).1.contains("it holds storage/run000001: name that"), "{:?}", text(&verify));
             let storage = output.join("storage").join("run000001");
+            // Storage holds the run's files and their definitions, no empty working directory.
+            let dirs: Vec<String> = std::fs::read_dir(&storage)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(dirs, ["jsd"], "{storage:?}");
             for command in ["inspect", "verify"] {
                 let checked = tessera(&[command, storage.to_str().unwrap()]);
                 assert!(checked.status.success(), "{command}: {:?}", text(&checked));

@@ -114,12 +114,38 @@ pub fn max_frame_bytes(cfg: &SystemConfig) -> u32 {
     u32::try_from(largest).unwrap_or(u32::MAX).max(MIN_MAX_FRAME_BYTES)
 }
 
-/// The run's output directory: the one given, or a new one under the current directory.
+/// The run's output directory: the one given, or a new one under the current directory named
+/// by the run and the UTC time, `tessera-run000001-20261128-201034` (with `-2`, `-3`... should
+/// one of that second exist).
 pub fn output_dir(cfg: &SystemConfig) -> PathBuf {
     cfg.run.output.clone().unwrap_or_else(|| {
         let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        PathBuf::from(format!("tessera-run{:06}-{secs}", cfg.run.number))
+        let base = format!("tessera-run{:06}-{}", cfg.run.number, utc_stamp(secs));
+        // Bounded: past 100 runs of one second the last name is taken, and the run's own
+        // check of its output refuses it.
+        (1..=100)
+            .map(|n| PathBuf::from(if n == 1 { base.clone() } else { format!("{base}-{n}") }))
+            .find(|p| !p.exists())
+            .unwrap_or_else(|| PathBuf::from(base))
     })
+}
+
+/// `secs` since the Unix epoch as the UTC date and time `YYYYMMDD-HHMMSS`, for names that sort
+/// by time and read as one.
+pub fn utc_stamp(secs: u64) -> String {
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // The civil date of a day count, by 400-year eras counted from 0000-03-01 (the leap day
+    // last in its year).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 { month_from_march + 3 } else { month_from_march - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}{month:02}{day:02}-{:02}{:02}{:02}", rest / 3_600, rest % 3_600 / 60, rest % 60)
 }
 
 /// Listens on `host:port`, `what` naming the port in the system file's words.
@@ -528,6 +554,18 @@ pub fn plan(cfg: &SystemConfig, l: Listeners, output: &Path, link_key: &LinkKey)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_directories_are_named_by_the_utc_time() {
+        for (secs, stamp) in [
+            (0, "19700101-000000"),
+            (951_782_400, "20000229-000000"),
+            (1_795_896_634, "20261128-201034"),
+            (4_107_542_399, "21000228-235959"),
+        ] {
+            assert_eq!(utc_stamp(secs), stamp, "{secs}");
+        }
+    }
 
     #[test]
     fn the_default_system_on_loopback_is_planned_unit_by_unit_as_the_file_says() {

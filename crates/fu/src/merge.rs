@@ -578,6 +578,7 @@ impl MacroMerger {
         }
         let eor_path = storage.path().join(BuFileName::EndOfRun { run: self.run }.to_string());
         if eor_path.exists() {
+            storage.remove_empty_work_dirs();
             pass.finished = true;
             return Ok(pass);
         }
@@ -630,6 +631,7 @@ impl MacroMerger {
         for name in left.iter().filter(|n| names::is_temporary(n)) {
             remove_if_present(&open.join(name))?;
         }
+        storage.remove_empty_work_dirs();
         pass.finished = true;
         Ok(pass)
     }

@@ -118,6 +118,23 @@ impl FuOutputDir {
         &self.dir
     }
 
+    /// Removes the working directories ([`create`](Self::create) makes them) that are empty,
+    /// once the run is over here: what is left is the run's files. One that is not empty stays
+    /// (what is in it is worth a look); a later `create` makes them again.
+    pub fn remove_empty_work_dirs(&self) {
+        let spool = self.dir.join(SPOOL_DIR);
+        for dir in [
+            spool.join(UNPACKED_DIR),
+            spool,
+            self.dir.join(names::OPEN_DIR),
+            self.dir.join(LEDGER_DIR),
+            self.dir.join(instance::INSTANCES_DIR),
+        ] {
+            // remove_dir fails on a directory that is not empty, as wanted.
+            let _ = fs::remove_dir(&dir);
+        }
+    }
+
     /// Where files fetched from a broker are kept while they are processed.
     pub fn spool(&self) -> PathBuf {
         self.dir.join(SPOOL_DIR)

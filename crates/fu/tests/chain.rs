@@ -255,9 +255,14 @@ fn fu_2x1_chain_two_bus_write_one_final_file_per_lumi_section_and_stream() {
     }
     farm.merge_all();
     farm.check_storage();
-    // Nothing is left behind in storage's open/.
-    let open: Vec<_> = fs::read_dir(farm.run_dir(farm.storage()).join("open")).unwrap().collect();
-    assert!(open.is_empty(), "{open:?}");
+    // Nothing is left behind: storage's open/ and its other working directories, empty, are gone.
+    let left: Vec<_> = fs::read_dir(farm.run_dir(farm.storage()))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(left, ["jsd"], "{left:?}");
 }
 
 /// The producers of the ledger entries of an FU output run directory: which ids published.
@@ -587,6 +592,8 @@ fn fu_2x1_mergers_killed_anywhere_resume_without_loss_or_duplicate() {
             fs::remove_file(storage_run.join(name)).unwrap();
         }
     }
+    // The finished pass removed open/, empty; the killed one had not.
+    fs::create_dir_all(&open).unwrap();
     for entry in fs::read_dir(before.join("open")).unwrap() {
         let entry = entry.unwrap();
         let name = entry.file_name().into_string().unwrap();
@@ -616,6 +623,8 @@ fn fu_2x1_macro_merger_killed_while_clearing_a_published_file_ends_the_run() {
     // neither bu1's nor the ledgers, so before the run's end. What is left names published files
     // and must be cleared, not waited for: a merger killed there once waited for good.
     fs::remove_file(storage_run.join("run000001_ls0000_EoR.jsn")).unwrap();
+    // The finished pass removed open/, empty; the killed one had not.
+    fs::create_dir_all(&open).unwrap();
     let mut left = 0;
     for entry in fs::read_dir(&before).unwrap() {
         let entry = entry.unwrap();
@@ -633,8 +642,12 @@ fn fu_2x1_macro_merger_killed_while_clearing_a_published_file_ends_the_run() {
     fs::write(open.join("run000001_ls0002_streamPhysics_bu0.jsn.4242.tmp"), b"{\"da").unwrap();
     farm.merge_all();
     farm.check_storage();
-    let leftovers: Vec<_> = fs::read_dir(&open).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Everything cleared: open/, empty, is gone.
+    assert!(
+        !open.exists(),
+        "{:?}",
+        fs::read_dir(&open).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+    );
 }
 
 #[test]
