@@ -354,11 +354,11 @@ impl StreamBuffer {
         // A `wire_len` past the chunk's end means "as long as the fragment is".
         let end = (handle.offset as usize).saturating_add(handle.wire_len as usize).min(data.len());
         let blocks = data.get(handle.offset as usize..end).unwrap_or_default();
+        // Read and checked when received (`next_fragment`): only the block headers' lengths are
+        // read again here, not every check of the framing.
         match self.framing {
-            Framing::Ferol => {
-                Segments::Ferol(FerolFragment::parse_framed(blocks).into_iter().flat_map(|(f, _)| f.segments()))
-            }
-            Framing::Dth { .. } => Segments::Dth(DthOrbit::parse(blocks).into_iter().flat_map(|o| o.segments())),
+            Framing::Ferol => Segments::Ferol(FerolFragment::segments_of(blocks)),
+            Framing::Dth { .. } => Segments::Dth(DthOrbit::segments_of(blocks)),
         }
     }
 

@@ -292,6 +292,14 @@ impl<'a> FerolFragment<'a> {
         segments::<FerolBlockHeader>(self.bytes)
     }
 
+    /// As [`FerolFragment::segments`], of the blocks `blocks` of a fragment read before (by
+    /// [`FerolFragment::parse`] or [`FerolFragment::parse_framed`]): for a receiver that keeps
+    /// only where the fragment lies, and need not check its blocks again to hand them on.
+    /// Blocks not so read give pieces up to the first that does not hold together.
+    pub fn segments_of(blocks: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + Clone + use<'a> {
+        segments::<FerolBlockHeader>(blocks)
+    }
+
     /// Copies the FED fragment contiguously to the start of `out`; returns its length.
     pub fn copy_to(&self, out: &mut [u8]) -> Result<usize> {
         copy_segments(self.segments(), self.fragment_len, out, "FED fragment")

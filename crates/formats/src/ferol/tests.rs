@@ -159,6 +159,8 @@ fn multi_block_round_trip() {
     assert_eq!(f.trailer.length_words as usize, frag.len() / 8);
     assert_eq!(f.segments().map(<[u8]>::len).collect::<Vec<_>>(), vec![4080, 4080, 4080, frag.len() - 3 * 4080]);
     assert_eq!(f.segments().flatten().copied().collect::<Vec<u8>>(), frag);
+    // The blocks as a receiver keeps them give the same pieces without being read again.
+    assert!(FerolFragment::segments_of(f.as_bytes()).eq(f.segments()));
     let mut copy = vec![0; frag.len()];
     assert_eq!(f.copy_to(&mut copy).unwrap(), frag.len());
     assert_eq!(copy, frag);

@@ -327,6 +327,14 @@ impl<'a> DthOrbit<'a> {
         ferol::segments::<DthBlockHeader>(self.bytes)
     }
 
+    /// As [`DthOrbit::segments`], of the stream blocks `blocks` of an orbit read before (by
+    /// [`DthOrbit::parse`]): for a receiver that keeps only where the orbit lies, and need not
+    /// check its blocks again to hand them on. Blocks not so read give pieces up to the first
+    /// that does not hold together.
+    pub fn segments_of(blocks: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + Clone + use<'a> {
+        ferol::segments::<DthBlockHeader>(blocks)
+    }
+
     /// Copies the orbit block contiguously to the start of `out`; returns its length. Parse the
     /// copy with [`OrbitBlock::parse`] to walk its fragments.
     pub fn copy_to(&self, out: &mut [u8]) -> Result<usize> {
