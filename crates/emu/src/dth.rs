@@ -7,13 +7,13 @@
 
 use crate::error::{EmuError, StreamName};
 use crate::orbit::{LHC_ORBIT_HZ, OrbitGenerator, OrbitStreamConfig};
-use crate::sender::{
+pub use crate::stream::dth_capture_path;
+use crate::stream::{
     self, End, Meter, STREAM_BUFFER_BYTES, Sink, StopLine, StreamGauge, StreamOut, check_stream_count, open_named,
     write_all,
 };
 use std::fmt;
 use std::io::{BufWriter, IoSlice};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -103,11 +103,6 @@ impl fmt::Display for DthRunSummary {
     }
 }
 
-/// The capture file of `source` in `dir`: `dth<SOURCE>.dth`, the stream exactly as sent on TCP.
-pub fn dth_capture_path(dir: &Path, source: u16) -> PathBuf {
-    dir.join(format!("dth{source}.dth"))
-}
-
 /// Runs the DTH emulator: opens every stream (a bad address or directory fails before anything
 /// is sent), then sends each on its own thread until the limits; returns when all streams have
 /// ended. The first stream error is returned.
@@ -129,7 +124,7 @@ pub fn run(config: DthSenderConfig) -> Result<DthRunSummary, EmuError> {
         .map(|g| open_named(&sink, StreamName::Source(g.source()), dth_capture_path, polled))
         .collect::<Result<Vec<_>, _>>()?;
     let start = Instant::now();
-    let limits = sender::Limits { events: orbits, seconds };
+    let limits = stream::Limits { events: orbits, seconds };
     let results: Vec<Result<DthStreamSummary, EmuError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = generators
             .into_iter()
@@ -150,14 +145,14 @@ fn send_stream(
     writer: Box<dyn StreamOut>,
     start: Instant,
     paced: bool,
-    limits: sender::Limits,
+    limits: stream::Limits,
     stop: Option<(Arc<StopLine>, Arc<StreamGauge>)>,
 ) -> Result<DthStreamSummary, EmuError> {
     let source = generator.source();
     let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, writer);
     let mut m = Meter::new(start, limits);
     let (mut orbits, mut events, mut faults, mut end) = (0u64, 0u64, 0u64, End::Events);
-    // Only run control or its receiver ends it ([`sender::write_outcome`]).
+    // Only run control or its receiver ends it ([`stream::write_outcome`]).
     let open_ended = limits.events.is_none() && limits.seconds.is_none();
     for _ in 0..limits.events.unwrap_or(u64::MAX) {
         if m.past_deadline() {
@@ -176,8 +171,8 @@ fn send_stream(
             let now = Instant::now();
             if now < due {
                 // A deadline before the orbit's time ends the stream now.
-                let flushed = sender::flush(&mut out, &mut m).map(|ok| ok && m.deadline.is_none_or(|d| d >= due));
-                if let Some(ended) = sender::write_outcome(flushed, open_ended, StreamName::Source(source), m.bytes)? {
+                let flushed = stream::flush(&mut out, &mut m).map(|ok| ok && m.deadline.is_none_or(|d| d >= due));
+                if let Some(ended) = stream::write_outcome(flushed, open_ended, StreamName::Source(source), m.bytes)? {
                     end = ended;
                     break;
                 }
@@ -206,7 +201,7 @@ fn send_stream(
         if let Some(gauge) = watched {
             gauge.writing(false);
         }
-        if let Some(ended) = sender::write_outcome(complete, open_ended, StreamName::Source(source), m.bytes)? {
+        if let Some(ended) = stream::write_outcome(complete, open_ended, StreamName::Source(source), m.bytes)? {
             end = ended;
             break;
         }
@@ -217,7 +212,7 @@ fn send_stream(
     }
     if end != End::ReceiverClosed
         && let Some(ended) =
-            sender::write_outcome(sender::flush(&mut out, &mut m), open_ended, StreamName::Source(source), m.bytes)?
+            stream::write_outcome(stream::flush(&mut out, &mut m), open_ended, StreamName::Source(source), m.bytes)?
     {
         end = ended;
     }

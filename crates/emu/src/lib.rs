@@ -31,5 +31,6 @@ pub mod generator;
 pub mod orbit;
 pub mod replay;
 pub mod sender;
+mod stream;
 
 pub use error::{EmuError, StreamName};

@@ -42,9 +42,9 @@
 use crate::error::{EmuError, StreamName};
 use crate::generator::{StreamConfig, StreamGenerator, Wire};
 use crate::orbit::{OrbitGenerator, OrbitStreamConfig};
-use crate::sender::{
+use crate::stream::{
     End, Limits, Meter, RunSummary, STREAM_BUFFER_BYTES, Sink, StopLine, StreamGauge, StreamOut, StreamSummary,
-    capture_path, check_stream_count, open_named, write_all,
+    capture_path, check_stream_count, dth_capture_path, open_named, write_all,
 };
 use std::fmt;
 use std::io::IoSlice;
@@ -467,7 +467,7 @@ pub(crate) fn run(
 ) -> Result<RunSummary, EmuError> {
     check_stream_count(capture.streams.len())?;
     let polled = limits.seconds.is_some();
-    let name = if capture.is_orbits() { crate::dth::dth_capture_path } else { capture_path };
+    let name = if capture.is_orbits() { dth_capture_path } else { capture_path };
     let writers = capture
         .streams
         .iter()

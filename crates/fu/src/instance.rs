@@ -11,16 +11,15 @@
 //! containers on one host (and on network file systems that support `flock`).
 //!
 //! Whether id `P` runs: its lock is held. A process that finds it free holds it itself while it
-//! finishes what `P` left ([`FuOutputDir::finish_dead`](crate::output::FuOutputDir::finish_dead)),
+//! finishes what `P` left (`FuOutputDir::finish_dead`, in the output module above this one),
 //! so no new process can take `P` meanwhile. An id without a registration (a process that does
 //! not register, such as a reader) is judged by `/proc`, as before.
 
 use crate::claim::process_alive;
-use crate::output::FuOutputDir;
 use crate::{FuError, io_error};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The directory of registered ids, in an output run directory (made with it).
 pub const INSTANCES_DIR: &str = "instances";
@@ -51,18 +50,18 @@ pub struct DeadId {
     _lock: File,
 }
 
-fn lock_path(outputs: &FuOutputDir, id: u32) -> PathBuf {
-    outputs.path().join(INSTANCES_DIR).join(format!("pid{id:05}.lock"))
+fn lock_path(run_dir: &Path, id: u32) -> PathBuf {
+    run_dir.join(INSTANCES_DIR).join(format!("pid{id:05}.lock"))
 }
 
 impl Instance {
-    /// Registers this process in the output run directory `outputs` under `preferred` (its
+    /// Registers this process in the output run directory `run_dir` under `preferred` (its
     /// process id) if no process of the run has had that id there, or else under the first free
     /// id above Linux's process-id limit.
-    pub fn register(outputs: &FuOutputDir, preferred: u32) -> Result<Instance, FuError> {
+    pub fn register(run_dir: &Path, preferred: u32) -> Result<Instance, FuError> {
         let spares = (1..=SPARE_IDS).map(|n| PID_LIMIT + n);
         for id in std::iter::once(preferred).filter(|&p| p != NON_FU_ID).chain(spares) {
-            let path = lock_path(outputs, id);
+            let path = lock_path(run_dir, id);
             match OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
                 Ok(mut file) => {
                     // A process judging the id may hold the lock for a moment: this id has no
@@ -76,7 +75,7 @@ impl Instance {
             }
         }
         Err(FuError::Bookkeeping {
-            path: outputs.path().join(INSTANCES_DIR),
+            path: run_dir.join(INSTANCES_DIR),
             problem: format!("every id this FU may take is used ({SPARE_IDS} above {PID_LIMIT}): start a new run"),
         })
     }
@@ -88,9 +87,9 @@ impl Instance {
 }
 
 /// Whether the process of id `id` has ended, for the processes sharing the output run directory
-/// `outputs`: if so, what holds the id while its work is finished; `None` while it runs.
-pub fn dead(outputs: &FuOutputDir, id: u32) -> Result<Option<DeadId>, FuError> {
-    let path = lock_path(outputs, id);
+/// `run_dir`: if so, what holds the id while its work is finished; `None` while it runs.
+pub fn dead(run_dir: &Path, id: u32) -> Result<Option<DeadId>, FuError> {
+    let path = lock_path(run_dir, id);
     // Created if absent, so that no FU registers the id while its claims are judged.
     let mut file = OpenOptions::new()
         .read(true)
@@ -120,7 +119,8 @@ mod tests {
     #[test]
     fn a_registered_id_runs_until_its_process_lets_it_go() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = FuOutputDir::create(tmp.path(), 1).unwrap();
+        let dir = tmp.path().to_owned();
+        std::fs::create_dir(dir.join(INSTANCES_DIR)).unwrap();
         let fu = Instance::register(&dir, 4242).unwrap();
         assert_eq!(fu.id(), 4242);
         assert!(dead(&dir, 4242).unwrap().is_none(), "a held id runs");
@@ -136,7 +136,8 @@ mod tests {
     fn processes_with_the_same_process_id_get_different_ids() {
         // Two FUs in two containers, both process 1.
         let tmp = tempfile::tempdir().unwrap();
-        let dir = FuOutputDir::create(tmp.path(), 1).unwrap();
+        let dir = tmp.path().to_owned();
+        std::fs::create_dir(dir.join(INSTANCES_DIR)).unwrap();
         let first = Instance::register(&dir, 1).unwrap();
         let second = Instance::register(&dir, 1).unwrap();
         assert_eq!(first.id(), 1);
@@ -152,7 +153,8 @@ mod tests {
     #[test]
     fn an_id_nobody_registered_is_judged_by_proc_and_then_cannot_be_taken() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = FuOutputDir::create(tmp.path(), 1).unwrap();
+        let dir = tmp.path().to_owned();
+        std::fs::create_dir(dir.join(INSTANCES_DIR)).unwrap();
         // This test's own process runs; it registered nothing.
         assert!(dead(&dir, std::process::id()).unwrap().is_none());
         // A process id that no process has (above the limit) is dead.

@@ -179,7 +179,7 @@ impl FuOutputDir {
         let mut returned = Vec::new();
         for pid in others {
             // Held until its claims are given back: no process takes the id meanwhile.
-            let Some(_held) = instance::dead(self, pid)? else { continue };
+            let Some(_held) = instance::dead(&self.dir, pid)? else { continue };
             self.finish_dead(pid, source)?;
             for claim in state.claimed.iter().filter(mine).filter(|c| c.pid == pid) {
                 // A listing is a moment's: the claim may have been finished since.

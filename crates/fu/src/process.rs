@@ -111,7 +111,7 @@ impl FuReport {
 pub fn run_fu(cfg: &FuConfig, hlt: &mut dyn Hlt, stop: &AtomicBool) -> Result<FuReport, FuError> {
     let outputs = FuOutputDir::create(&cfg.output_dir, cfg.run)?;
     // Held for the process's life: its id among the processes sharing the output directory.
-    let instance = Instance::register(&outputs, cfg.pid)?;
+    let instance = Instance::register(outputs.path(), cfg.pid)?;
     if instance.id() != cfg.pid {
         tracing::info!(
             "FU process {} takes the id pid{} in {}: another process of the run had its process id there",

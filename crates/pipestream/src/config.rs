@@ -19,6 +19,17 @@ pub const BUFFER_BYTES_RANGE: (u32, u32) = (4 << 10, 256 << 20);
 /// Most points of one scan (sizes × thread counts × topologies).
 pub const MAX_SCAN_POINTS: usize = 1024;
 
+/// What a point's messages travel on (the raw-TCP baseline is always TCP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// TCP sockets.
+    #[default]
+    Tcp,
+    /// UCX active messages (a build with the feature `ucx`).
+    Ucx,
+}
+
 /// How a client chooses its next message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -137,7 +148,7 @@ pub struct PipestreamConfig {
     pub checksum: bool,
     /// What pipestream's messages travel on: `tcp`, or `ucx` (UCX active messages; a build
     /// with the feature `ucx`). The raw-TCP baseline is TCP either way.
-    pub transport: crate::engine::Transport,
+    pub transport: Transport,
     /// UCX's transports, as `UCX_TLS` lists them (`tcp`, `sm,self`, ...); absent: UCX's own
     /// choice (or `UCX_TLS`).
     pub ucx_transports: Option<String>,
@@ -176,7 +187,7 @@ impl Default for PipestreamConfig {
             policy: Policy::BestEffort,
             fair_window: 4,
             checksum: false,
-            transport: crate::engine::Transport::Tcp,
+            transport: Transport::Tcp,
             ucx_transports: None,
             duration_s: 2.0,
             warmup_s: 0.5,
@@ -301,7 +312,7 @@ impl PipestreamConfig {
         if !(1..=MAX_BURST).contains(&self.burst) {
             p.add("burst", format!("must be 1..={MAX_BURST}"));
         }
-        if self.transport == crate::engine::Transport::Ucx && !tessera_ucx::ENABLED {
+        if self.transport == Transport::Ucx && !tessera_ucx::ENABLED {
             p.add("transport", "ucx: this tessera was built without UCX (build it with `--features ucx`)");
         }
         if self.ucx_transports.as_ref().is_some_and(|t| t.trim().is_empty() || t.contains(char::is_whitespace)) {

@@ -36,7 +36,8 @@ mod tests;
 mod ucx;
 mod worker;
 
-pub use assignment::{Assignment, Mode, ServerPart, Transport};
+pub use crate::config::Transport;
+pub use assignment::{Assignment, Mode, ServerPart};
 pub use counters::{Counters, Figures};
 
 use crate::core::Sender;

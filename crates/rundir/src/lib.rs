@@ -11,14 +11,16 @@
 
 #![warn(missing_docs)]
 
+mod error;
 mod orbit_files;
 pub mod orbit_sample;
 pub mod resources;
 pub mod sample;
+mod summary;
 mod writer;
 
-pub use orbit_files::{FileSummary, OrbitCounts};
+pub use error::RunDirError;
+pub use summary::{FileSummary, OrbitCounts};
 pub use writer::{
-    ClosedFile, EventPieces, PUBLISHED_LEDGER, PublishedFile, RawFileWriter, Recovery, RunDirError, RunDirectory,
-    write_atomically,
+    ClosedFile, EventPieces, PUBLISHED_LEDGER, PublishedFile, RawFileWriter, Recovery, RunDirectory, write_atomically,
 };

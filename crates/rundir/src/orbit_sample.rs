@@ -9,8 +9,8 @@
 //! event counts and BXs here are simple functions of the orbit and event, not the emulator's
 //! draws: readers check payload bytes against their seeds, which do not depend on them.
 
-use crate::orbit_files::OrbitCounts as FileOrbits;
-use crate::writer::{RunDirError, RunDirectory};
+use crate::summary::OrbitCounts as FileOrbits;
+use crate::{RunDirError, RunDirectory};
 use std::path::{Path, PathBuf};
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc, OrbitCounts};
 use tessera_formats::fed::{BX_PER_ORBIT, event_type};

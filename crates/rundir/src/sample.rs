@@ -5,7 +5,7 @@
 //! number, and one seeded fragment per FED whose size varies from event to event around the
 //! configured mean. Every byte can be recomputed from (run, FED, event).
 
-use crate::{PublishedFile, RunDirectory, writer::RunDirError};
+use crate::{PublishedFile, RunDirError, RunDirectory};
 use std::path::{Path, PathBuf};
 use tessera_formats::bookkeeping::{EolsDoc, EorDoc};
 use tessera_formats::fed::{BX_PER_ORBIT, event_type};

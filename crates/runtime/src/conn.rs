@@ -21,7 +21,7 @@
 use crate::link::{
     CHALLENGE_BYTES, LINK_BYTES, LinkKey, SIGNED_LINK_BYTES, answer_challenge, check_link, new_challenge, parse_link,
 };
-use crate::transport::{Channel, Fabric, UcxHello, frame_header, uses_ucx};
+use crate::transport::{Channel, Fabric, ReachError, SendFailure, TransportError, UcxHello, frame_header, uses_ucx};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use std::collections::{BTreeMap, VecDeque};
@@ -449,7 +449,7 @@ impl Conn {
     }
 
     /// Sends of this connection finished on UCX (`Err`: one failed, and the link with it).
-    pub(crate) fn sent(&mut self, result: Result<(), String>) {
+    pub(crate) fn sent(&mut self, result: Result<(), SendFailure>) {
         if let Path::Ucx { channel, .. } = &mut self.path {
             let finished = channel.finished();
             self.queued_bytes -= finished;
@@ -468,7 +468,11 @@ impl Conn {
 
     /// Ends the connection's UCX channel, if it has one: its frames in flight reach the peer
     /// first (within `timeout`) unless the peer has gone or ended the link.
-    pub(crate) fn close_transport(&mut self, fabric: Option<&mut Fabric>, timeout: Duration) -> Result<(), String> {
+    pub(crate) fn close_transport(
+        &mut self,
+        fabric: Option<&mut Fabric>,
+        timeout: Duration,
+    ) -> Result<(), TransportError> {
         let Some(fabric) = fabric else { return Ok(()) };
         match std::mem::replace(&mut self.path, Path::Tcp) {
             Path::Ucx { channel, .. } => {
@@ -645,18 +649,24 @@ impl Conn {
                         } else {
                             UcxHello::decode(bytes)
                         };
-                        let channel = hello.map_err(|e| e.to_string()).and_then(|hello| {
+                        let channel = hello.map_err(ReachError::from).and_then(|hello| {
                             let fabric = fabric.expect("a link on UCX has its unit's fabric");
                             let header = frame_header(hello.token, hello.nonce);
-                            fabric.connect(hello.address, self.token.0).map(|channel| (channel, header))
+                            fabric
+                                .connect(hello.address, self.token.0)
+                                .map(|channel| (channel, header))
+                                .map_err(ReachError::from)
                         });
                         match channel {
                             Ok((channel, header)) => {
                                 self.path = Path::Ucx { channel, header };
                                 pass.more = true;
                             }
-                            Err(what) => {
-                                pass.closed = Some(Some(ConnError::Transport { address: self.address.clone(), what }))
+                            Err(e) => {
+                                pass.closed = Some(Some(ConnError::Transport {
+                                    address: self.address.clone(),
+                                    what: e.to_string(),
+                                }))
                             }
                         }
                         return pass;
@@ -930,4 +940,24 @@ pub enum ConnError {
 /// a caller that never proves itself is refused, a callee that never challenges is lost.
 pub fn overdue_links(conns: &BTreeMap<Token, Conn>, timeout: Duration, not_before: Instant) -> Vec<(Token, ConnError)> {
     conns.iter().filter_map(|(t, c)| c.link_overdue(timeout, not_before).map(|why| (*t, why))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_received_frame_notes_its_memory_while_it_lives() {
+        if crate::copies::copied_bytes(crate::copies::Unit::Bu).is_none() {
+            let why = "received memory is noted in debug builds only; this is a release build";
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let frame = ReceivedFrame::from_wire((0..100u8).collect());
+        let start = frame.bytes().as_ptr();
+        assert!(crate::copies::noted(start), "a frame notes its memory as received");
+        drop(frame);
+        assert!(!crate::copies::noted(start), "a dropped frame is forgotten");
+    }
 }

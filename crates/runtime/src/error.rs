@@ -84,7 +84,7 @@ pub enum NodeError {
         /// The BU.
         bu: u16,
         /// How far over it was.
-        source: crate::frame_store::StoreFull,
+        source: StoreFull,
     },
     /// A BU lost the EVM before its end of run.
     #[error("BU {bu}: lost the EVM before the end of run{} ({pending})", why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
@@ -118,4 +118,17 @@ pub enum NodeError {
     /// The unit's thread panicked; what it said.
     #[error("the unit panicked: {0}")]
     Panicked(String),
+}
+
+/// A data frame that would take the store past its byte budget: the BU stops reading its RU
+/// connections until files are written and frames freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the BU's data store holds {held} bytes; a frame of {frame} would pass its budget of {budget}")]
+pub struct StoreFull {
+    /// Bytes held now.
+    pub held: usize,
+    /// Bytes of the refused frame.
+    pub frame: usize,
+    /// The budget.
+    pub budget: usize,
 }

@@ -5,25 +5,13 @@
 
 use crate::bu_files::FragmentBytes;
 use crate::conn::ReceivedFrame;
+pub use crate::error::StoreFull;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use tessera_evb::msg::{BufferRef, FragmentRef, Message};
 use tessera_evb::unit::BuiltEvent;
 use tessera_evb::wire::Decoded;
-
-/// A data frame that would take the store past its byte budget: the BU stops reading its RU
-/// connections until files are written and frames freed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the BU's data store holds {held} bytes; a frame of {frame} would pass its budget of {budget}")]
-pub struct StoreFull {
-    /// Bytes held now.
-    pub held: usize,
-    /// Bytes of the refused frame.
-    pub frame: usize,
-    /// The budget.
-    pub budget: usize,
-}
 
 /// A frame's bytes as received and where its fragments are in them; shared with the writer
 /// threads that write the fragments into files.

@@ -2,19 +2,8 @@
 //! anything is bound: it comes over REST, so it is held to the same bounds as the file.
 
 use super::EngineError;
-use crate::config::{BUFFER_BYTES_RANGE, MAX_BURST, MAX_PEERS, MAX_THREADS, MESSAGE_BYTES_RANGE, Policy};
+use crate::config::{BUFFER_BYTES_RANGE, MAX_BURST, MAX_PEERS, MAX_THREADS, MESSAGE_BYTES_RANGE, Policy, Transport};
 use serde::{Deserialize, Serialize};
-
-/// What a point's messages travel on (the raw-TCP baseline is always TCP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Transport {
-    /// TCP sockets.
-    #[default]
-    Tcp,
-    /// UCX active messages (a build with the feature `ucx`).
-    Ucx,
-}
 
 /// What carries the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

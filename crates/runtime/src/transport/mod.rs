@@ -41,6 +41,27 @@ pub(crate) type TransportError = tessera_ucx::Error;
 #[cfg(not(feature = "ucx"))]
 pub(crate) type TransportError = std::convert::Infallible;
 
+/// Why UCX ended a send with an error (its status, as `UCS_ERR_CANCELED`); a build without UCX
+/// sends nothing.
+#[cfg(feature = "ucx")]
+pub(crate) type SendFailure = tessera_ucx::Status;
+/// Why UCX ended a send with an error (its status, as `UCS_ERR_CANCELED`); a build without UCX
+/// sends nothing.
+#[cfg(not(feature = "ucx"))]
+pub(crate) type SendFailure = std::convert::Infallible;
+
+/// Why a link whose frames travel on UCX could not reach its peer's worker: the peer's hello
+/// was not one, or UCX could not make the endpoint.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReachError {
+    /// The peer's hello.
+    #[error(transparent)]
+    Hello(#[from] HelloError),
+    /// UCX's endpoint to the peer's worker.
+    #[error(transparent)]
+    Connect(#[from] TransportError),
+}
+
 /// Most frames of one connection handed to UCX and not yet finished.
 #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
 pub(crate) const MAX_SENDS_IN_FLIGHT: usize = 64;
@@ -66,7 +87,7 @@ pub(crate) enum Arrival {
     /// must be the connection's own).
     Frame { token: usize, nonce: u64, bytes: Vec<u8> },
     /// A send of connection `token` finished; `Err` when it failed.
-    Sent { token: usize, result: Result<(), String> },
+    Sent { token: usize, result: Result<(), SendFailure> },
     /// The endpoint of connection `token` failed: its peer is gone.
     Failed { token: usize, why: String },
     /// Something for no connection of this unit: a message whose header names none, a fault.

@@ -27,7 +27,7 @@ impl Fabric {
         match self.0 {}
     }
 
-    pub fn connect(&mut self, _: Vec<u8>, _: usize) -> Result<Channel, String> {
+    pub fn connect(&mut self, _: Vec<u8>, _: usize) -> Result<Channel, TransportError> {
         match self.0 {}
     }
 
@@ -56,7 +56,7 @@ impl Channel {
         match self.0 {}
     }
 
-    pub fn close(self, _: &mut Fabric, _: bool, _: Duration) -> Result<(), String> {
+    pub fn close(self, _: &mut Fabric, _: bool, _: Duration) -> Result<(), TransportError> {
         match self.0 {}
     }
 }

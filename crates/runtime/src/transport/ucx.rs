@@ -62,13 +62,13 @@ impl Fabric {
 
     /// A channel to the worker at `address`, for connection `token`, with UCX's peer-failure
     /// handling where the transports have it ([`error_handling_for`]).
-    pub fn connect(&mut self, address: Vec<u8>, token: usize) -> Result<Channel, String> {
+    pub fn connect(&mut self, address: Vec<u8>, token: usize) -> Result<Channel, TransportError> {
         // SAFETY: the address is the one the peer's hello carried, on a TCP connection whose link
         // the peer opened with the run's key (`crate::link`): a unit of this run, which sends its
         // worker's address as `ucp_worker_get_address` gave it.
         #[allow(unsafe_code)]
         let address = unsafe { WorkerAddress::from_bytes_unchecked(address) };
-        let endpoint = self.worker.connect(&address, self.error_handling).map_err(|e| e.to_string())?;
+        let endpoint = self.worker.connect(&address, self.error_handling)?;
         self.endpoints.insert(endpoint.id(), token);
         Ok(Channel { endpoint, in_flight: VecDeque::new() })
     }
@@ -97,7 +97,7 @@ impl Fabric {
                 }
                 Event::Sent { id, result } => {
                     if let Some(token) = self.sends.remove(&id) {
-                        arrivals.push(Arrival::Sent { token, result: result.map_err(|s| s.to_string()) });
+                        arrivals.push(Arrival::Sent { token, result });
                     }
                 }
                 Event::EndpointFailed { endpoint, status } => {
@@ -151,13 +151,13 @@ impl Channel {
 
     /// Closes the endpoint: `graceful`, its sends in flight reach the peer first, within `timeout`
     /// (said if they did not); otherwise at once.
-    pub fn close(self, fabric: &mut Fabric, graceful: bool, timeout: Duration) -> Result<(), String> {
+    pub fn close(self, fabric: &mut Fabric, graceful: bool, timeout: Duration) -> Result<(), TransportError> {
         fabric.endpoints.remove(&self.endpoint.id());
         for (send, _) in &self.in_flight {
             fabric.sends.remove(&send.id());
         }
         if graceful {
-            self.endpoint.close(CloseMode::Flush, timeout).map_err(|e| e.to_string())
+            self.endpoint.close(CloseMode::Flush, timeout)
         } else {
             // A failed endpoint is closed at once; one to a peer that went over shared memory
             // closes with the worker.
