@@ -175,6 +175,10 @@ enum Command {
     /// the menu (or an external HLT), write the accepted events per lumi section and stream, and
     /// leave when the run has ended and every file is processed. Prints its report as JSON.
     Fu(farm::FuArgs),
+    /// Check the file of `tessera fu --alive-file`, as a container's probe: status 0 while the
+    /// FU is alive (written recently, no HLT call too long; with --ready, its HLT started),
+    /// status 1 and why not otherwise.
+    FuAlive(farm::FuAliveArgs),
     /// Read a BU's files through its file broker exactly as CMS's HLT does (docs/formats.md
     /// §16): ask `/popfile`, move only forward in lumi sections, count each file's events from
     /// its header, check them, delete the file, never call back. A stand-in for an unchanged
@@ -372,6 +376,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             say!("{}", farm::report_json(&report));
             Ok(ExitCode::SUCCESS)
         }
+        Command::FuAlive(args) => farm::fu_alive(&args),
         Command::Reader(args) => {
             let report = farm::reader(&args)?;
             say!("{}", farm::reader_json(&report));

@@ -18,7 +18,8 @@
 //!   (copying its bookkeeping to the shared volume), and the mergers' Pod runs the macro merger
 //!   and the check;
 //! - readiness and liveness probes on every unit's `/api/v1/health`, Prometheus scrape
-//!   annotations on its `/metrics`.
+//!   annotations on its `/metrics`; an FU, which serves nothing, keeps a file of its own
+//!   ([`FU_ALIVE_FILE`]) that `tessera fu-alive` checks as its probes (see [`FU_HLT_LIMIT_S`]).
 //!
 //! Least privilege: every container runs as user 10001, without privilege escalation, with a
 //! read-only root file system and every capability dropped; a unit whose links travel on UCX
@@ -33,6 +34,28 @@ use tessera_config::SystemConfig;
 /// bookkeeping (`BU/runRRRRRR/`), for the macro merger's check. Not `/data/BU`: there the RAM
 /// disk is mounted in their container, on a directory the container runtime made for it.
 pub const BOOKKEEPING_COPIES: &str = "/data/bookkeeping";
+
+/// The binary in the image, as probes run it.
+pub const TESSERA_BINARY: &str = "/usr/local/bin/tessera";
+
+/// The file an FU keeps while it lives (`tessera fu --alive-file`), on a small memory-backed
+/// volume of its pod's own, which its probes check (`tessera fu-alive`).
+pub const FU_ALIVE_FILE: &str = "/run/tessera/fu-alive.json";
+
+/// How long one HLT call of an FU may last before its liveness probe fails, in s, at least: an
+/// external HLT has 60 s for a file and, failing on a record, is started again (30 s) up to twice
+/// more, 270 s in all; the menu decides a batch of events in milliseconds. A system whose BUs'
+/// brokers wait longer for a silent FU (`fu.claim_lease_s`, 300 s by default; an FU on an HLT
+/// call asks its broker nothing) waits as long: until then the FU's files are still its own.
+pub const FU_HLT_LIMIT_S: u64 = 300;
+
+/// How long one HLT call of an FU may last while it is ready, in s: one attempt of an external
+/// HLT (30 s to start, 60 s for a file). Longer, it is retrying, or hangs.
+pub const FU_READY_HLT_S: u64 = 90;
+
+/// How old an FU's alive file may be, in s: it is written every second by a thread of its own,
+/// whatever the HLT does; 30 missed, the process is frozen.
+pub const FU_ALIVE_STALE_S: u64 = 30;
 
 /// User and group every container runs as.
 pub const RUN_AS: u64 = 10001;
@@ -451,6 +474,8 @@ impl Render<'_> {
             json!(self.run.to_string()),
             json!("--log-format"),
             json!("json"),
+            json!("--alive-file"),
+            json!(FU_ALIVE_FILE),
         ];
         if self.d.menu.is_some() {
             args.extend([json!("--menu"), json!(MENU_PATH)]);
@@ -458,7 +483,37 @@ impl Render<'_> {
         let component = format!("fu-{}", section.name);
         let mut labels = self.labels("fu");
         labels["tessera.io/bu"] = json!(section.name);
-        let container = self.helper_container("fu", json!(args), ("1", "512Mi", "1Gi"), true);
+        let mut container = self.helper_container("fu", json!(args), ("1", "512Mi", "1Gi"), true);
+        // The FU serves nothing over HTTP: its probes check the file it keeps, on a volume of its
+        // pod's own. Named after the Deployment, as a BU's RAM disk is ([`Self::ramdisk_volume`]):
+        // podman would give the FUs of two BUs on one host one volume, and one file.
+        let alive_volume = format!("{}-alive", self.name(&component));
+        let alive_dir = std::path::Path::new(FU_ALIVE_FILE).parent().expect("a directory").display().to_string();
+        container["volumeMounts"]
+            .as_array_mut()
+            .expect("a list")
+            .push(json!({ "name": alive_volume, "mountPath": alive_dir }));
+        let probe = |ready: bool, max_hlt_s: u64, delay: u32, period: u32| {
+            let mut command = vec![json!(TESSERA_BINARY), json!("fu-alive"), json!("--file"), json!(FU_ALIVE_FILE)];
+            if ready {
+                command.push(json!("--ready"));
+            }
+            command.extend([
+                json!("--max-age-s"),
+                json!(FU_ALIVE_STALE_S.to_string()),
+                json!("--max-hlt-s"),
+                json!(max_hlt_s.to_string()),
+            ]);
+            json!({
+                "exec": { "command": command },
+                "initialDelaySeconds": delay,
+                "periodSeconds": period,
+                "timeoutSeconds": 5,
+                "failureThreshold": 3,
+            })
+        };
+        container["readinessProbe"] = probe(true, FU_READY_HLT_S, 1, 5);
+        container["livenessProbe"] = probe(false, FU_HLT_LIMIT_S.max(s.fu.claim_lease_s), 10, 10);
         json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -471,7 +526,11 @@ impl Render<'_> {
                     "spec": self.pod_spec(
                         section.fu_host(),
                         json!([container]),
-                        json!([self.config_volume(), self.output_volume()]),
+                        json!([
+                            self.config_volume(),
+                            self.output_volume(),
+                            { "name": alive_volume, "emptyDir": { "medium": "Memory", "sizeLimit": "1Mi" } },
+                        ]),
                         "Always",
                     ),
                 },
@@ -636,6 +695,55 @@ mod tests {
             front_end["containers"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
         let wait = args.iter().position(|&a| a == "--connect-wait-s").expect("a wait for its RU");
         assert_eq!(args[wait + 1], FRONT_END_WAIT_S.to_string());
+    }
+
+    #[test]
+    fn an_fu_is_probed_through_the_file_it_keeps_so_that_a_hung_hlt_restarts_it() {
+        let mut cfg = SystemConfig::default();
+        let docs = kubernetes(&cfg, &options()).unwrap();
+        let spec = &kind(&docs, "Deployment")[0]["spec"]["template"]["spec"];
+        assert_eq!(spec["restartPolicy"], "Always", "a failed liveness probe restarts the container");
+        let fu = &spec["containers"][0];
+        let args = fu["args"].as_array().unwrap();
+        assert!(args.windows(2).any(|w| w == [json!("--alive-file"), json!(FU_ALIVE_FILE)]), "{args:?}");
+        // The file lives on a memory-backed volume of the pod's own (the root file system is
+        // read-only, and the shared volume is every replica's), named for its BU's FUs (podman
+        // would share volumes named alike).
+        assert_eq!(FU_ALIVE_FILE, "/run/tessera/fu-alive.json");
+        let mount = json!({ "name": "tessera-1-fu-bu0-alive", "mountPath": "/run/tessera" });
+        assert!(fu["volumeMounts"].as_array().unwrap().contains(&mount), "{}", fu["volumeMounts"]);
+        let volumes = spec["volumes"].as_array().unwrap();
+        let alive = volumes.iter().find(|v| v["name"] == "tessera-1-fu-bu0-alive").expect("its volume");
+        assert_eq!(alive["emptyDir"]["medium"], "Memory");
+        let other = &kind(&docs, "Deployment")[1]["spec"]["template"]["spec"]["volumes"];
+        assert!(other.as_array().unwrap().iter().any(|v| v["name"] == "tessera-1-fu-bu1-alive"), "{other}");
+        let command = |probe: &Value| -> Vec<String> {
+            assert!(probe["httpGet"].is_null(), "an FU serves nothing: {probe}");
+            probe["exec"]["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect()
+        };
+        let (ready, live) = (&fu["readinessProbe"], &fu["livenessProbe"]);
+        let probe = "/usr/local/bin/tessera fu-alive --file /run/tessera/fu-alive.json";
+        assert_eq!(command(ready).join(" "), format!("{probe} --ready --max-age-s 30 --max-hlt-s 90"));
+        assert_eq!(command(live).join(" "), format!("{probe} --max-age-s 30 --max-hlt-s 300"));
+        assert_eq!(
+            [ready["initialDelaySeconds"].clone(), ready["periodSeconds"].clone(), ready["failureThreshold"].clone()],
+            [json!(1), json!(5), json!(3)]
+        );
+        assert_eq!(
+            [live["initialDelaySeconds"].clone(), live["periodSeconds"].clone(), live["failureThreshold"].clone()],
+            [json!(10), json!(10), json!(3)]
+        );
+        assert_eq!((ready["timeoutSeconds"].as_u64(), live["timeoutSeconds"].as_u64()), (Some(5), Some(5)));
+        // Never before the HLT's own recovery (270 s) has had its chance, nor before the broker
+        // gives a silent FU's files to others.
+        assert!(FU_HLT_LIMIT_S >= 3 * (30 + 60) && FU_HLT_LIMIT_S >= cfg.fu.claim_lease_s);
+        cfg.fu.claim_lease_s = 900;
+        let docs = kubernetes(&cfg, &options()).unwrap();
+        let live = &kind(&docs, "Deployment")[1]["spec"]["template"]["spec"]["containers"][0]["livenessProbe"];
+        assert_eq!(command(live).last().unwrap(), "900", "as long as the broker's lease");
+        // The units keep their HTTP probes.
+        let evm = &kind(&docs, "Pod")[0]["spec"]["containers"][0];
+        assert_eq!(evm["livenessProbe"]["httpGet"]["path"], "/api/v1/health");
     }
 
     #[test]
