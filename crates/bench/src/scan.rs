@@ -369,7 +369,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("legend.svg");
         let series: Vec<Series> = (1..=6)
-            .map(|i| Series::measured(&format!("series {i}"), vec![(256.0, 1.0), (65536.0, 40.0 + f64::from(i))]))
+            .map(|i| Series::measured(format!("series {i}"), vec![(256.0, 1.0), (65536.0, 40.0 + f64::from(i))]))
             .collect();
         plot_svg(&path, "t", "bytes", "Gb/s", &series, true).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();

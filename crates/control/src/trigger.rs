@@ -128,6 +128,10 @@ pub struct TriggerAccount {
     /// Set once the trigger is stopped: the streams then catch up to the stop line, which holds
     /// no trigger.
     stopped: bool,
+    /// Seconds of the intervals taken before the stop: what dead time and overload were counted
+    /// over, and so the share's denominator (the trigger's own clock may be shorter: the
+    /// streams' connecting is in the first interval).
+    counted_s: f64,
     dead_by_reason: BTreeMap<String, f64>,
     loads: LoadWatch,
     /// Seconds overloaded while the trigger ran, and the sum of their loads weighted by them.
@@ -143,6 +147,7 @@ impl TriggerAccount {
             last: Progress::default(),
             triggering: (0.0, 0),
             stopped: false,
+            counted_s: 0.0,
             dead_by_reason: BTreeMap::new(),
             loads: LoadWatch::default(),
             overloaded: (0.0, None),
@@ -173,6 +178,9 @@ impl TriggerAccount {
         };
         for key in &reasons {
             *self.dead_by_reason.entry(key.clone()).or_default() += dead / reasons.len() as f64;
+        }
+        if !self.stopped {
+            self.counted_s += seconds;
         }
         if let Some(l) = load.filter(|_| overloaded && !self.stopped) {
             let (secs, sum) = &mut self.overloaded;
@@ -210,14 +218,15 @@ impl TriggerAccount {
 
     /// The run so far, up to the last interval taken, over the time the trigger ran.
     pub fn summary(&self) -> TriggerSummary {
-        let seconds = self.triggering.0.max(1e-9);
-        let achieved_hz = self.triggering.1 as f64 / seconds;
+        let achieved_hz = self.triggering.1 as f64 / self.triggering.0.max(1e-9);
+        // Shares over the time they were counted over, so that they add up to at most 1.
+        let seconds = self.triggering.0.max(self.counted_s).max(1e-9);
         let dead_by_reason: BTreeMap<String, f64> =
             self.dead_by_reason.iter().map(|(k, &v)| (k.clone(), (v / seconds).min(1.0))).collect();
         let overload = match self.overloaded {
             (secs, Some(sum)) if secs > 0.0 => Some(Overload {
                 seconds: secs,
-                of_seconds: self.triggering.0,
+                of_seconds: seconds,
                 load: Load {
                     busy: sum.busy / secs,
                     runnable: sum.runnable / secs,
