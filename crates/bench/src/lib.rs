@@ -26,6 +26,7 @@ use std::path::PathBuf;
 
 /// Why a benchmark could not run or could not write its results.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BenchError {
     /// A system call failed.
     #[error("{what}: {source}")]

@@ -26,6 +26,7 @@ pub const MAX_POINTS: usize = 100_000;
 
 /// Why a plot could not be drawn.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PlotError {
     /// No series has a point.
     #[error("no points to plot")]

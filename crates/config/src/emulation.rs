@@ -24,6 +24,7 @@ pub const MAX_STREAMS: usize = 512;
 
 /// A description of emulated front ends outside its bounds.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EmulationError {
     /// A FED id that the emulator cannot send.
     #[error("FED id {fed}: {reason}")]

@@ -36,6 +36,7 @@ impl fmt::Display for Place {
 
 /// A system or menu file that cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The file cannot be read.
     #[error("{}: cannot read it: {reason}", file.display())]

@@ -6,6 +6,7 @@ use tessera_formats::fed::MAX_FED_ID;
 /// Why a FED list cannot be read. The message names the offending item, not the whole list:
 /// callers prefix it with where the list came from (`--feds 0-5000: ...`, `rus[1].feds: ...`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FedListError {
     /// An item that is not a decimal number.
     #[error("{item:?}: expected a FED id (0 to 4095) or a range such as 0-7")]

@@ -15,6 +15,7 @@ use crate::farm::FarmDirs;
 
 /// Why a directory could not be verified.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ChainError {
     /// Its name is no run directory's.
     #[error("{}", path.display())]

@@ -26,6 +26,7 @@ impl Answer {
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The connection could not be made in time.
     #[error("{addr}: cannot connect: {error}")]

@@ -27,6 +27,7 @@ use crate::{HeartbeatWatch, RunState, RunStatus, UnitView};
 
 /// Why the controller could not place, start or watch a run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ControllerError {
     /// `controller.agent_port` is not set.
     #[error("controller.agent_port is not set")]

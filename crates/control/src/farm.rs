@@ -22,6 +22,7 @@ use tessera_rundir::resources::{now_unix_ms, read_summaries};
 
 /// Why the farm, its HLT or a BU's broker could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FarmError {
     /// The external HLT program did not start.
     #[error("starting the HLT {exec}")]
@@ -114,6 +115,7 @@ pub enum FarmError {
 
 /// Why the mergers did not merge the run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum MergeError {
     /// Their deadline passed.
     #[error("the run was not merged in time")]

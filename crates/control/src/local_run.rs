@@ -32,6 +32,7 @@ const START_SAID_AFTER: Duration = Duration::from_secs(2);
 
 /// Why a run in this process could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LocalRunError {
     /// A BU's broker or the filter farm did not start.
     #[error(transparent)]

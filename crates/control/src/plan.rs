@@ -33,6 +33,7 @@ const MIN_MAX_FRAME_BYTES: u32 = 64 << 20;
 
 /// Why a system file could not be turned into units.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PlanError {
     /// A port could not be bound.
     #[error("{what}: cannot listen on {host}:{port}")]

@@ -44,6 +44,7 @@ pub struct ControlConfig {
 
 /// Why the server cannot start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ControlError {
     /// A non-loopback address without a token.
     #[error("{0}: a control address other than loopback needs a token")]

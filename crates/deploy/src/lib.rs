@@ -30,6 +30,7 @@ pub const FRONT_END_WAIT_S: u64 = 300;
 
 /// What a deployment cannot be rendered from.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DeployError {
     /// The system file cannot run across hosts as written.
     #[error("{key}: {why}")]

@@ -23,6 +23,7 @@ impl std::fmt::Display for StreamName {
 
 /// An emulator error.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EmuError {
     /// A description of the front ends outside the emulator's bounds (FED id, sizes, clock,
     /// fault).

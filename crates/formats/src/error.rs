@@ -8,6 +8,7 @@ use std::fmt;
 
 /// What went wrong while reading a byte format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FormatError {
     /// The buffer ends before the structure does.
     #[error("{what} truncated at byte {offset}: needs {needed} bytes, {available} available")]

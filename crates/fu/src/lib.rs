@@ -108,6 +108,7 @@ pub trait Hlt {
 
 /// What can stop an FU or a merger.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FuError {
     /// A file system operation failed.
     #[error("{action} {}: {source}", path.display())]

@@ -70,6 +70,7 @@ pub struct ReaderReport {
 
 /// Why a reader could not go on.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReaderError {
     /// The run did not end in time.
     #[error("run {run}: not ended after {timeout:?}")]

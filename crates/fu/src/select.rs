@@ -48,6 +48,7 @@ pub struct EventSummary {
 
 /// An event that cannot be summarized.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SummaryError {
     /// The payload does not split into FED fragments, or the trigger fragment is malformed.
     #[error("run {run} event {event}: {source}")]

@@ -52,6 +52,7 @@ impl Target {
 
 /// Errors that keep `inspect` from reading a path at all.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InspectError {
     /// The path cannot be read.
     #[error("cannot read {path}")]

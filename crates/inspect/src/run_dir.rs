@@ -138,6 +138,7 @@ pub fn scan_run_dir(dir: &Path) -> io::Result<RunDirScan> {
 /// Why a JSON bookkeeping file could not be read into its typed form. A report shows it as its
 /// sentence (in JSON too).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DocError {
     /// The file could not be read: the reason as the operating system gives it.
     #[error("cannot read: {0}")]

@@ -52,6 +52,7 @@ pub struct Violation {
 
 /// Errors that stop `verify` before it can check anything.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum VerifyError {
     /// The run directory cannot be listed.
     #[error("cannot read run directory {path}")]

@@ -7,6 +7,7 @@ use tessera_formats::FormatError;
 
 /// What can go wrong while writing a run directory.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunDirError {
     /// A file system operation failed; the message ends with the operating system's cause
     /// ("No space left on device").

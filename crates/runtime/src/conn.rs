@@ -874,6 +874,7 @@ impl Drop for ReceivedFrame {
 
 /// What ends a connection.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConnError {
     /// The peer closed inside its link opening.
     #[error("{address}: closed inside its link opening, after {got} bytes")]

@@ -7,6 +7,7 @@ use tessera_evb::types::{FedId, Peer};
 
 /// What ended a node (an RU, the EVM's node, a BU) with an error.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NodeError {
     /// A socket could not be set up.
     #[error("{what}: {source}")]

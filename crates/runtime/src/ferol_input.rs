@@ -95,6 +95,7 @@ pub struct StreamError {
 
 /// The pool's shape is impossible.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A chunk smaller than the largest fragment could never hold it.
     #[error("chunk of {chunk_bytes} bytes is smaller than the largest fragment on the wire ({max_wire_bytes} bytes)")]

@@ -68,6 +68,7 @@ impl<'de> serde::Deserialize<'de> for LinkKey {
 
 /// A link key that could not be made or read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LinkKeyError {
     /// The system's random source failed.
     #[error("no random bytes for the run's link key: {0}")]
@@ -117,6 +118,7 @@ impl LinkKey {
 
 /// A connection's opening that cannot be accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LinkError {
     /// The bytes are not a Tessera link opening (a stray client, or a FEROL stream sent to a
     /// protocol port).

@@ -212,6 +212,7 @@ impl SubState {
 
 /// Why a FED's fragment counts as an error, as a stable key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FedError {
     /// The fragment failed a check (CRC-16, FED id, trailer) and was passed on flagged.
     Corrupt = 0,

@@ -92,6 +92,7 @@ pub enum ErrorHandling {
 
 /// What went wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// UCX could not start with the transports asked for (e.g. none of them exists here).
     #[error(

@@ -16,6 +16,7 @@ pub struct Destinations {
 
 /// Why a BU cannot be excluded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExcludeError {
     /// It is not among the enabled BUs.
     #[error("BU {0} is not a destination")]

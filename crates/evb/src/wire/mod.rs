@@ -154,6 +154,7 @@ impl MessageType {
 /// Offsets count bytes from the start of the stream a [`FrameDecoder`] was fed, or from the start
 /// of the buffer given to [`Frame::parse`]; they point at the field in question.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// The frame body ends before the fields it must hold (the frame itself is complete: its
     /// header's length says so).

@@ -11,6 +11,7 @@ use tessera_formats::names::{self, ClaimedRawName};
 
 /// What went wrong talking to a broker; every variant names the URL.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BrokerError {
     /// Connecting, sending or receiving failed (a timeout included).
     #[error("{url}: {source}")]

@@ -27,6 +27,7 @@ pub trait FragmentBytes {
 
 /// What can go wrong with a BU's files.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuFilesError {
     /// The run directory refused an operation.
     #[error(transparent)]
