@@ -2,6 +2,7 @@
 //! the super-fragments of every RU, writes events into raw files, and publishes a file only once
 //! the EVM has committed it.
 
+use crate::invariant::InvariantViolation;
 use crate::msg::{BuiltFile, Message, SuperFragment};
 use crate::push::PushBu;
 use crate::ru::message_name;
@@ -223,6 +224,14 @@ pub struct Bu {
     built_bytes: u64,
     /// The largest event built so far, in fragment bytes.
     largest_event_bytes: u64,
+    /// Credits this incarnation asked the EVM for, summed (pull).
+    asked: u64,
+    /// Events in the unpublished files found on its disk at its start.
+    found_events: u64,
+    /// `published_in_run` at its start.
+    published_at_start: u64,
+    /// Events in files discarded at the EVM's word.
+    discarded_events: u64,
 }
 
 impl Bu {
@@ -232,6 +241,7 @@ impl Bu {
     pub fn new(cfg: BuConfig, epoch: Epoch, disk: BuDisk) -> Self {
         let BuDisk { unpublished, next_index, published_events, lumis_done } = disk;
         let published_in_run = published_events.values().sum();
+        let found_events = unpublished.iter().map(|&(_, count)| u64::from(count)).sum();
         let files = unpublished
             .iter()
             .map(|&(file, count)| {
@@ -271,6 +281,10 @@ impl Bu {
             held_bytes: 0,
             built_bytes: 0,
             largest_event_bytes: 0,
+            asked: 0,
+            found_events,
+            published_at_start: published_in_run,
+            discarded_events: 0,
             cfg,
         };
         if bu.cfg.push.is_some() && epoch > FIRST_EPOCH {
@@ -381,15 +395,27 @@ impl Bu {
         room < u64::from(batch)
     }
 
-    /// Checks the BU's bounds: it holds at most `max_events_in_flight` events, and at most its
-    /// store's bytes or one event, whichever is more (events larger than any before may take it
-    /// further: the simulator's are not). Cheap; the simulator calls it after every step.
-    pub fn check_invariants(&self) -> Result<(), crate::invariant::InvariantViolation> {
-        use crate::invariant::InvariantViolation;
+    /// Checks the BU's laws from its state alone; says the first broken. It walks what the BU
+    /// holds (events, files, lumi sections), and the simulator calls it after every step.
+    ///
+    /// - It holds at most `max_events_in_flight` events, and at most its store's bytes or one
+    ///   event, whichever is more (an event larger than any before may take it further: the
+    ///   simulator's are not).
+    /// - The bytes it holds are those of its events being built, in open files and in files
+    ///   being written: a file's are let go once it is written.
+    /// - Every event it built, or found in a file on its disk, is in an open file, in a file not
+    ///   yet published, published, or discarded; and an event it holds is in one place only.
+    /// - Under pull, it holds no more events than it asked the EVM for.
+    /// - Each file it holds has an index its lumi section issued, and is held once; one file is
+    ///   open per lumi section at most, and `max_open_files` in all.
+    /// - A lumi section whose end-of-lumi record is written is never due again and holds no
+    ///   file: the record follows the publication of all its files.
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        let bu = self.cfg.bu;
         let in_flight = self.events_in_flight();
         if in_flight > self.cfg.max_events_in_flight {
             return Err(InvariantViolation::BuEventsOverBound {
-                bu: self.cfg.bu,
+                bu,
                 events: in_flight,
                 bound: self.cfg.max_events_in_flight,
             });
@@ -397,12 +423,83 @@ impl Bu {
         if let Some(store) = self.cfg.store_bytes {
             let bound = store.max(self.largest_event_bytes);
             if self.held_bytes > bound {
-                return Err(InvariantViolation::BuStoreOverBound {
-                    bu: self.cfg.bu,
-                    held_bytes: self.held_bytes,
-                    bound,
+                return Err(InvariantViolation::BuStoreOverBound { bu, held_bytes: self.held_bytes, bound });
+            }
+        }
+        let building: u64 = self.building.values().map(|b| b.bytes).sum();
+        let writing: u64 =
+            self.files.values().filter(|f| matches!(f.state, FileState::Writing { .. })).map(|f| f.held_bytes).sum();
+        let built = self.open.iter().map(|f| f.bytes).sum::<u64>() + writing;
+        if self.held_bytes != building + built || self.built_bytes != built {
+            return Err(InvariantViolation::BuBytesNotConserved {
+                bu,
+                held_bytes: self.held_bytes,
+                built_bytes: self.built_bytes,
+                building,
+                built,
+            });
+        }
+        let open = self.open.iter().map(|f| f.events.len() as u64).sum::<u64>();
+        let unpublished = self.files.values().map(|f| u64::from(f.count)).sum::<u64>();
+        let published = self.published_in_run.saturating_sub(self.published_at_start);
+        if self.counters.events_built + self.found_events != open + unpublished + published + self.discarded_events {
+            return Err(InvariantViolation::BuEventsNotConserved {
+                bu,
+                built: self.counters.events_built,
+                found: self.found_events,
+                open,
+                unpublished,
+                published,
+                discarded: self.discarded_events,
+            });
+        }
+        // Files found on disk list no events: theirs were built by an earlier incarnation.
+        let mut held: Vec<EventNumber> = self
+            .building
+            .keys()
+            .copied()
+            .chain(self.open.iter().flat_map(|f| f.events.iter().map(|e| e.event)))
+            .chain(self.files.values().flat_map(|f| f.events.iter().flat_map(EventRange::iter)))
+            .collect();
+        held.sort_unstable();
+        if let Some(w) = held.windows(2).find(|w| w[0] == w[1]) {
+            return Err(InvariantViolation::BuEventHeldTwice { bu, event: w[0] });
+        }
+        if self.cfg.push.is_none() {
+            let holds = u64::from(self.outstanding) + self.building.len() as u64 + self.counters.events_built;
+            if holds > self.asked {
+                return Err(InvariantViolation::BuHoldsUnasked {
+                    bu,
+                    asked: self.asked,
+                    outstanding: self.outstanding,
+                    building: self.building.len(),
+                    built: self.counters.events_built,
                 });
             }
+        }
+        let open_files = self.open.iter().map(|f| (f.file, true));
+        for (file, is_open) in open_files.chain(self.files.keys().map(|&f| (f, false))) {
+            let next_index = self.next_index.get(&file.lumi_section).copied().unwrap_or(0);
+            if file.index >= next_index || (is_open && self.files.contains_key(&file)) {
+                return Err(InvariantViolation::BuFileMisnumbered { bu, file, next_index });
+            }
+            if self.lumis_written.contains(&file.lumi_section) {
+                let lumi_section = file.lumi_section;
+                let what = format!("file {file} is held");
+                return Err(InvariantViolation::BuEndedLumiSectionReopened { bu, lumi_section, what });
+            }
+        }
+        let bound = self.cfg.max_open_files.max(1);
+        if self.open.len() > bound {
+            return Err(InvariantViolation::BuOpenFilesOverBound { bu, open: self.open.len(), bound });
+        }
+        for (i, f) in self.open.iter().enumerate() {
+            if self.open[..i].iter().any(|g| g.lumi_section == f.lumi_section) {
+                return Err(InvariantViolation::BuLumiSectionOpenTwice { bu, lumi_section: f.lumi_section });
+            }
+        }
+        if let Some(&lumi_section) = self.lumis_due.keys().find(|ls| self.lumis_written.contains(ls)) {
+            return Err(InvariantViolation::BuEndedLumiSectionReopened { bu, lumi_section, what: "due again".into() });
         }
         Ok(())
     }
@@ -508,7 +605,8 @@ impl Bu {
                     }
                 }
                 for file in discard {
-                    if self.files.remove(&file).is_some() {
+                    if let Some(entry) = self.files.remove(&file) {
+                        self.discarded_events += u64::from(entry.count);
                         self.out.push_back(BuOutput::DiscardFile(file));
                     }
                 }
@@ -944,6 +1042,7 @@ impl Bu {
             return;
         }
         self.outstanding += credits;
+        self.asked += u64::from(credits);
         self.counters.requests += 1;
         self.report_since = None;
         let msg = Message::Request {
@@ -993,15 +1092,23 @@ mod tests {
     use super::*;
     use crate::msg::BufferRef;
     use crate::msg::FragmentRef;
+    use crate::msg::TriggerInfo;
 
     fn part(ru: u16, event: EventNumber) -> Input {
+        part_in(ru, event, None)
+    }
+
+    /// RU `ru`'s part of `event`, of 64 bytes; RU 0's carries the trigger of `lumi_section`.
+    fn part_in(ru: u16, event: EventNumber, lumi_section: Option<u32>) -> Input {
+        let trigger =
+            lumi_section.filter(|_| ru == 0).map(|lumi_section| TriggerInfo { lumi_section, orbit: 1, bx: 1 });
         let fragment = FragmentRef {
             fed: ru,
             lv1: event as u32,
             bytes: 64,
             corrupt: false,
             buffer: BufferRef { offset: event as u32, ..BufferRef::default() },
-            trigger: None,
+            trigger,
         };
         let part = SuperFragment { event, fragments: vec![fragment], missing: Vec::new() };
         Input::Message {
@@ -1106,5 +1213,232 @@ mod tests {
         // Told again of a file no longer its own, it counts nothing.
         bu.handle(0, Input::OrbitsLeftIncomplete { file, orbits: 2 });
         assert_eq!(bu.counters().incomplete_events, 2);
+    }
+
+    fn from_evm(msg: Message) -> Input {
+        Input::Message { from: Peer::Evm, msg }
+    }
+
+    fn welcome() -> Input {
+        from_evm(Message::Welcome { epoch: 1, publish: Vec::new(), discard: Vec::new() })
+    }
+
+    /// Handles `input` and checks the laws after it, as the simulator does after each step.
+    fn step(bu: &mut Bu, now: Nanos, input: Input) {
+        bu.handle(now, input);
+        while bu.poll_output().is_some() {}
+        assert_eq!(bu.check_invariants(), Ok(()), "after an input at {now} ns");
+    }
+
+    /// A pull BU of two RUs, files of two events: events 1-2 of lumi section 1 in a file being
+    /// written, event 3 of section 2 in an open file, event 4 being built (RU 1's part to come).
+    fn holding() -> Bu {
+        let cfg = BuConfig { max_events_per_file: 2, request_batch_events: 8, ..BuConfig::new(0, 2) };
+        let mut bu = Bu::new(cfg, 1, BuDisk::default());
+        step(&mut bu, 0, welcome());
+        for (event, ls) in [(1, 1), (2, 1), (3, 2)] {
+            step(&mut bu, 0, part_in(0, event, Some(ls)));
+            step(&mut bu, 0, part_in(1, event, Some(ls)));
+        }
+        step(&mut bu, 0, part_in(0, 4, Some(2)));
+        assert_eq!((bu.building.len(), bu.open.len(), bu.files.len()), (1, 1, 1));
+        bu
+    }
+
+    fn ls1_file() -> FileId {
+        FileId { bu: 0, lumi_section: 1, index: 0 }
+    }
+
+    /// A pull run through: events built, files written, committed and published, lumi sections
+    /// ended, the run ended; every law holds after every input.
+    #[test]
+    fn the_laws_hold_through_a_pull_run() {
+        let mut bu = holding();
+        step(&mut bu, 1, part_in(1, 4, Some(2)));
+        step(&mut bu, 2, Input::FileWritten(ls1_file()));
+        step(&mut bu, 3, from_evm(Message::Commit { epoch: 1, files: vec![ls1_file()] }));
+        step(&mut bu, 4, Input::FilePublished(ls1_file()));
+        step(&mut bu, 5, from_evm(Message::EndOfLumi { lumi_section: 1, events: 2 }));
+        assert!(bu.lumis_written.contains(&1));
+        // A second EndOfLumi of an ended section is acknowledged, not due again.
+        step(&mut bu, 6, from_evm(Message::EndOfLumi { lumi_section: 1, events: 2 }));
+        let ls2 = FileId { bu: 0, lumi_section: 2, index: 0 };
+        step(&mut bu, 7, Input::FileWritten(ls2));
+        step(&mut bu, 8, from_evm(Message::Commit { epoch: 1, files: vec![ls2] }));
+        step(&mut bu, 9, Input::FilePublished(ls2));
+        step(&mut bu, 9, Input::FilePublished(ls2)); // told twice: counted once
+        step(&mut bu, 10, from_evm(Message::EndOfLumi { lumi_section: 2, events: 2 }));
+        step(&mut bu, 11, from_evm(Message::EndOfRun { last_lumi_section: 2, lumi_sections: 2 }));
+        assert!(bu.run_ended());
+        assert_eq!((bu.published_in_run(), bu.held_bytes()), (4, 0));
+    }
+
+    /// A restarted BU publishes one file found on its disk and discards the other at the
+    /// EVM's word: its events are counted published and discarded (the count of those found
+    /// must add up, or the check fails).
+    #[test]
+    fn the_laws_hold_for_a_restarted_bu_that_publishes_and_discards_what_it_found() {
+        let (keep, drop) = (FileId { bu: 0, lumi_section: 3, index: 0 }, FileId { bu: 0, lumi_section: 3, index: 1 });
+        let disk = BuDisk {
+            unpublished: vec![(keep, 5), (drop, 7)],
+            next_index: [(3, 2)].into(),
+            published_events: [(2, 10)].into(),
+            lumis_done: vec![2],
+        };
+        let mut bu = Bu::new(BuConfig::new(0, 1), 2, disk);
+        assert_eq!(bu.check_invariants(), Ok(()));
+        step(&mut bu, 0, from_evm(Message::Welcome { epoch: 2, publish: vec![keep], discard: vec![drop] }));
+        assert_eq!(bu.discarded_events, 7);
+        step(&mut bu, 1, Input::FilePublished(keep));
+        let Input::Message { msg: Message::Data { parts, .. }, .. } = part_in(0, 40, Some(3)) else { unreachable!() };
+        let data = Message::Data { ru: 0, epoch: 2, parts, commits: Vec::new() };
+        step(&mut bu, 2, Input::Message { from: Peer::Ru(0), msg: data });
+        let next = bu.open[0].file;
+        assert_eq!(next.index, 2, "numbered on from the files found");
+        step(&mut bu, 3, from_evm(Message::EndOfLumi { lumi_section: 2, events: 10 }));
+        assert_eq!(bu.published_in_run(), 15);
+    }
+
+    /// Push: events built unasked, aged incomplete, files published without a commit.
+    #[test]
+    fn the_laws_hold_for_a_push_bu() {
+        let cfg = BuConfig {
+            max_events_per_file: 2,
+            push: Some(crate::push::PushBu { age_events: 2, ..crate::push::PushBu::new(100) }),
+            ..BuConfig::new(0, 2)
+        };
+        let mut bu = Bu::new(cfg, 1, BuDisk::default());
+        assert_eq!(bu.check_invariants(), Ok(()));
+        step(&mut bu, 0, part_in(0, 1, Some(1)));
+        for event in 2..=4 {
+            step(&mut bu, 0, part_in(0, event, Some(1)));
+            step(&mut bu, 0, part_in(1, event, Some(1)));
+        }
+        assert_eq!(bu.counters().aged_events, 1, "event 1 shipped without RU 1's part");
+        step(&mut bu, 0, part_in(1, 1, Some(1))); // late: dropped
+        let file = ls1_file();
+        step(&mut bu, 1, Input::FileWritten(file));
+        step(&mut bu, 2, Input::FilePublished(file));
+    }
+
+    // Below, each law is broken in turn on a sound BU (`holding`), and the check must name it.
+
+    #[test]
+    fn a_bu_whose_bytes_held_are_not_its_events_is_caught() {
+        let mut bu = holding();
+        bu.held_bytes += 1;
+        assert!(matches!(bu.check_invariants(), Err(InvariantViolation::BuBytesNotConserved { .. })));
+        // A file marked written without letting its bytes go.
+        let mut bu = holding();
+        bu.files.get_mut(&ls1_file()).expect("held").state = FileState::Written;
+        assert!(matches!(
+            bu.check_invariants(),
+            Err(InvariantViolation::BuBytesNotConserved {
+                held_bytes: 448,
+                built_bytes: 384,
+                building: 64,
+                built: 128,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_bu_that_loses_a_file_is_caught() {
+        let mut bu = holding();
+        bu.files.remove(&ls1_file());
+        bu.held_bytes -= 256;
+        bu.built_bytes -= 256;
+        assert_eq!(
+            bu.check_invariants(),
+            Err(InvariantViolation::BuEventsNotConserved {
+                bu: 0,
+                built: 3,
+                found: 0,
+                open: 1,
+                unpublished: 0,
+                published: 0,
+                discarded: 0
+            })
+        );
+    }
+
+    #[test]
+    fn an_event_held_in_two_places_is_caught() {
+        let mut bu = holding();
+        // Event 2, in the file being written, begun again.
+        let b = Building { parts: vec![None, None], have: 0, first_at: 0, bytes: 0 };
+        bu.building.insert(2, b);
+        bu.outstanding -= 1;
+        assert_eq!(bu.check_invariants(), Err(InvariantViolation::BuEventHeldTwice { bu: 0, event: 2 }));
+    }
+
+    #[test]
+    fn a_pull_bu_holding_more_than_it_asked_for_is_caught() {
+        let mut bu = holding();
+        bu.cfg.max_events_in_flight += 1; // not the bound's law
+        bu.outstanding += 1;
+        assert_eq!(
+            bu.check_invariants(),
+            Err(InvariantViolation::BuHoldsUnasked { bu: 0, asked: 1024, outstanding: 1021, building: 1, built: 3 })
+        );
+    }
+
+    #[test]
+    fn a_file_numbered_past_its_lumi_sections_index_or_held_twice_is_caught() {
+        let mut bu = holding();
+        bu.next_index.insert(1, 0);
+        assert_eq!(
+            bu.check_invariants(),
+            Err(InvariantViolation::BuFileMisnumbered { bu: 0, file: ls1_file(), next_index: 0 })
+        );
+        let mut bu = holding();
+        let open = bu.open[0].file;
+        let entry = FileEntry { state: FileState::Written, events: Vec::new(), count: 0, held_bytes: 0 };
+        bu.files.insert(open, entry);
+        assert!(
+            matches!(bu.check_invariants(), Err(InvariantViolation::BuFileMisnumbered { file, .. }) if file == open)
+        );
+    }
+
+    #[test]
+    fn too_many_open_files_or_two_of_one_lumi_section_are_caught() {
+        let mut bu = holding();
+        let file = FileId { bu: 0, lumi_section: 2, index: 1 };
+        bu.next_index.insert(2, 2);
+        bu.open.push(OpenFile { file, lumi_section: 2, events: Vec::new(), opened_at: 0, grown_at: 0, bytes: 0 });
+        assert_eq!(bu.check_invariants(), Err(InvariantViolation::BuLumiSectionOpenTwice { bu: 0, lumi_section: 2 }));
+        bu.cfg.max_open_files = 1;
+        assert_eq!(bu.check_invariants(), Err(InvariantViolation::BuOpenFilesOverBound { bu: 0, open: 2, bound: 1 }));
+    }
+
+    #[test]
+    fn an_ended_lumi_section_with_a_file_or_due_again_is_caught() {
+        let mut bu = holding();
+        bu.lumis_written.insert(1);
+        assert!(matches!(
+            bu.check_invariants(),
+            Err(InvariantViolation::BuEndedLumiSectionReopened { lumi_section: 1, .. })
+        ));
+        let mut bu = holding();
+        bu.lumis_written.insert(7);
+        bu.lumis_due.insert(7, 0);
+        assert_eq!(
+            bu.check_invariants(),
+            Err(InvariantViolation::BuEndedLumiSectionReopened { bu: 0, lumi_section: 7, what: "due again".into() })
+        );
+    }
+
+    #[test]
+    fn a_bu_over_its_bounds_is_caught() {
+        let mut bu = holding();
+        bu.cfg.max_events_in_flight = 3;
+        assert!(matches!(bu.check_invariants(), Err(InvariantViolation::BuEventsOverBound { bound: 3, .. })));
+        let mut bu = holding();
+        bu.cfg.store_bytes = Some(300);
+        assert_eq!(
+            bu.check_invariants(),
+            Err(InvariantViolation::BuStoreOverBound { bu: 0, held_bytes: 448, bound: 300 })
+        );
     }
 }

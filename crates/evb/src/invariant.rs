@@ -2,7 +2,7 @@
 //! [`crate::Ru::check_invariants`], [`crate::Bu::check_invariants`]), and how one is broken,
 //! with the figures that break it.
 
-use crate::types::{BuId, RuId};
+use crate::types::{BuId, EventNumber, FileId, RuId};
 
 /// A conservation law of a core broken: which law, and the figures that break it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,5 +84,108 @@ pub enum InvariantViolation {
         held_bytes: u64,
         /// The bound (`BuConfig::store_bytes`, or its largest event if larger).
         bound: u64,
+    },
+    /// A BU: the bytes it holds are those of its events being built, in open files, and in
+    /// files being written.
+    #[error(
+        "BU {bu}: {held_bytes} bytes held ({built_bytes} of events built) != {building} being built + {built} \
+         in open files and files being written"
+    )]
+    BuBytesNotConserved {
+        /// The BU.
+        bu: BuId,
+        /// Fragment bytes it counts held.
+        held_bytes: u64,
+        /// Of those, the bytes it counts of events built.
+        built_bytes: u64,
+        /// Bytes of the events being built, summed.
+        building: u64,
+        /// Bytes of the open files and the files being written, summed.
+        built: u64,
+    },
+    /// A BU: every event it built, or found in a file on its disk, is in an open file, in a
+    /// file not yet published, published, or discarded.
+    #[error(
+        "BU {bu}: {built} built + {found} found on disk != {open} in open files + {unpublished} in files \
+         unpublished + {published} published + {discarded} discarded"
+    )]
+    BuEventsNotConserved {
+        /// The BU.
+        bu: BuId,
+        /// Events built by this incarnation.
+        built: u64,
+        /// Events in the unpublished files it found on its disk at its start.
+        found: u64,
+        /// Events in its open files.
+        open: u64,
+        /// Events in its files not yet published.
+        unpublished: u64,
+        /// Events published by this incarnation.
+        published: u64,
+        /// Events in files discarded at the EVM's word.
+        discarded: u64,
+    },
+    /// A BU: an event it holds is in one place only: being built, in an open file, or in a
+    /// file not yet published.
+    #[error("BU {bu}: event {event} held twice")]
+    BuEventHeldTwice {
+        /// The BU.
+        bu: BuId,
+        /// The event.
+        event: EventNumber,
+    },
+    /// A BU (pull): it holds no event it did not ask the EVM for.
+    #[error("BU {bu}: {outstanding} awaited + {building} being built + {built} built > {asked} asked for")]
+    BuHoldsUnasked {
+        /// The BU.
+        bu: BuId,
+        /// Events asked for by this incarnation (its credits, summed).
+        asked: u64,
+        /// Events asked for and not yet seen.
+        outstanding: u32,
+        /// Events being built.
+        building: usize,
+        /// Events built by this incarnation.
+        built: u64,
+    },
+    /// A BU: each file it holds (open or unpublished) has an index its lumi section issued, and
+    /// is held once: indices are never reused.
+    #[error("BU {bu}: file {file} held twice or numbered past its lumi section's next index {next_index}")]
+    BuFileMisnumbered {
+        /// The BU.
+        bu: BuId,
+        /// The file.
+        file: FileId,
+        /// The next index of its lumi section.
+        next_index: u32,
+    },
+    /// A BU: at most `BuConfig::max_open_files` files open at once.
+    #[error("BU {bu}: {open} files open, bound {bound}")]
+    BuOpenFilesOverBound {
+        /// The BU.
+        bu: BuId,
+        /// Files open.
+        open: usize,
+        /// The bound (`BuConfig::max_open_files`, at least 1).
+        bound: usize,
+    },
+    /// A BU: one file open per lumi section at most, which takes all its events built.
+    #[error("BU {bu}: two files open for lumi section {lumi_section}")]
+    BuLumiSectionOpenTwice {
+        /// The BU.
+        bu: BuId,
+        /// The lumi section.
+        lumi_section: u32,
+    },
+    /// A BU: a lumi section whose end-of-lumi record is written is never due again, and holds
+    /// no file: its record is written only once all its files are published.
+    #[error("BU {bu}: lumi section {lumi_section} ended, yet {what}")]
+    BuEndedLumiSectionReopened {
+        /// The BU.
+        bu: BuId,
+        /// The lumi section.
+        lumi_section: u32,
+        /// What it still has: `due again`, or the file it holds.
+        what: String,
     },
 }

@@ -1,5 +1,5 @@
 //! The invariants: every event published once, whole and correctly flagged, and only once
-//! written; every unit within its bounds; at the end, every event of the run accounted for. In
+//! written; every unit within its bounds and keeping its own laws; at the end, every event of the run accounted for. In
 //! orbit mode also each orbit's blocks as the BU's writer judges them, and every event of every
 //! orbit in a file (or its orbit counted empty).
 
@@ -188,6 +188,8 @@ impl World {
         }
     }
 
+    /// Every unit's own laws (the EVM's, each RU's and each live BU's `check_invariants`), and
+    /// the bounds seen from outside; run after every step (every few, in large systems).
     pub(super) fn check_bounds(&mut self) {
         let mut found: Vec<String> = self.readout.check_invariants().iter().map(ToString::to_string).collect();
         for r in 0..self.readout.len() {
