@@ -193,7 +193,7 @@ impl StopLine {
         })
     }
 
-    /// When each generating sender of the run ([`run`], not a replay) started its trigger
+    /// When each generating sender of the run ([`run`](crate::sender::run), not a replay) started its trigger
     /// clock, in the order they started: its trigger at `time_seconds` of the clock is due at
     /// that moment plus `time_seconds` (paced, it is sent then). A benchmark puts the trigger's
     /// times on the wall clock with it (`tessera bench protocols`' latency).
