@@ -242,13 +242,14 @@ impl<'a> LocalRun<'a> {
                     );
                 }
             }
-            let interval = trigger.interval(&p);
             // With an event limit, or once stopped at the stop line, the trigger ends with its
-            // last event: no time after counts. Until then a trigger held on its way to the
-            // line is dead time like any other.
+            // last event: no time after counts, this interval's neither (the account is told
+            // before it takes it). Until then a trigger held on its way to the line is dead
+            // time like any other.
             if [cfg.run.events, stop_line].into_iter().flatten().min().is_some_and(|n| p.triggered >= n) {
                 trigger.stop();
             }
+            let interval = trigger.interval(&p);
             line.show(&p, &last, &interval);
             // Nothing built for a while, with events in flight or the run not started: say which
             // units hold what, and wait for whom.

@@ -362,6 +362,7 @@ impl RunningSystem {
             .collect();
         throttles.sort_unstable();
         throttles.dedup();
+        let (since_trigger_began_s, trigger_seconds) = self.ru_stats.first().map_or((None, 0.0), |s| trigger_clock(s));
         Progress {
             seconds: self.started.elapsed().as_secs_f64(),
             triggered: self.ru_stats.first().map_or(0, |s| s.triggered.get()),
@@ -375,8 +376,8 @@ impl RunningSystem {
             held: self.stop_line.held(),
             lumi_sections_closed: self.bu_stats.iter().map(|s| s.lumi_sections_closed.get()).min().unwrap_or(0),
             started: self.ru_stats.first().is_some_and(|s| s.run_started.get() == 1),
-            since_trigger_began_s: self.ru_stats.first().and_then(|s| trigger_clock(s).0),
-            trigger_seconds: self.ru_stats.first().map_or(0.0, |s| trigger_clock(s).1),
+            since_trigger_began_s,
+            trigger_seconds,
             streams_missing: self.ru_stats.iter().flat_map(|s| s.streams_missing()).collect(),
             waiting: self.ru_stats.iter().filter_map(|s| s.waiting()).max_by_key(|&(_, waited)| waited),
             cpu: crate::host_load::CpuSample::now(),

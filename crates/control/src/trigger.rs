@@ -200,13 +200,15 @@ impl TriggerAccount {
             load,
             overloaded,
         };
-        // The EVM's own clock of the trigger where it has one; else the intervals' ends up to
-        // the stop.
-        if now.trigger_seconds > 0.0 {
-            self.triggering = (now.trigger_seconds, now.triggered);
-        } else if !self.stopped {
-            self.triggering = (now.seconds, now.triggered);
-        }
+        // The time the trigger ran, on the EVM's own clock where it has one: up to this look
+        // while it runs (a trigger held to the end ran all that time, triggering nothing), and
+        // once stopped up to its last event, the stop line's, not the drain after it.
+        self.triggering = match (self.stopped, now.since_trigger_began_s) {
+            (false, Some(running)) => (running, now.triggered),
+            (false, None) => (now.seconds, now.triggered),
+            (true, _) if now.trigger_seconds > 0.0 => (self.triggering.0.max(now.trigger_seconds), now.triggered),
+            (true, _) => self.triggering,
+        };
         self.last = now.clone();
         interval
     }
@@ -319,22 +321,42 @@ mod tests {
         assert!(bottleneck.contains("20.0 kHz of the 100.0 kHz asked for"), "{bottleneck}");
     }
 
+    /// A look at `seconds` since the units started, the trigger having begun at 0.4 s and
+    /// triggered its last event at `latest` s.
+    fn look(seconds: f64, triggered: u64, latest: f64) -> Progress {
+        Progress {
+            since_trigger_began_s: Some(seconds - 0.4),
+            trigger_seconds: latest - 0.4,
+            ..at(seconds, triggered, 0.0, 0.0, vec![])
+        }
+    }
+
     #[test]
     fn the_rate_is_over_the_triggers_own_clock_not_the_looks() {
-        // The streams took 0.4 s to connect, and the look after the stop line came 0.9 s after
-        // the trigger's last event: neither counts.
+        // The streams took 0.4 s to connect; the stop came at the look at 5.0 s, the trigger
+        // reached the stop line at 5.1 s, and the look after it came at 6.0 s: neither the
+        // connecting nor the drain counts.
         let mut account = TriggerAccount::new(Some(20_000.0));
-        let look = |seconds, triggered, trigger_seconds| Progress {
-            trigger_seconds,
-            ..at(seconds, triggered, 0.0, 0.0, vec![])
-        };
-        account.interval(&look(1.0, 12_000, 0.6));
-        account.interval(&look(5.0, 92_000, 4.6));
+        account.interval(&look(1.0, 12_000, 1.0));
+        account.interval(&look(5.0, 92_000, 5.0));
         account.stop();
-        account.interval(&look(6.0, 92_000, 4.6));
+        account.interval(&look(6.0, 94_000, 5.1));
         let s = account.summary();
         assert!((s.achieved_hz - 20_000.0).abs() < 1.0, "{s:?}");
         assert_eq!(s.bottleneck, None);
+    }
+
+    #[test]
+    fn a_trigger_held_to_the_end_ran_all_that_time() {
+        // A FED paused from 2.4 s on: the trigger triggers nothing more, yet it runs.
+        let mut account = TriggerAccount::new(Some(20_000.0));
+        account.interval(&look(2.4, 40_000, 2.4));
+        account.interval(&look(4.4, 40_000, 2.4));
+        account.stop();
+        account.interval(&look(5.4, 40_000, 2.4));
+        let s = account.summary();
+        assert!((s.achieved_hz - 10_000.0).abs() < 1.0, "{s:?}");
+        assert!(s.bottleneck.is_some(), "{s:?}");
     }
 
     #[test]
