@@ -281,8 +281,7 @@ pub fn run_reader(cfg: &ReaderConfig, stop: &AtomicBool) -> Result<ReaderReport,
                     answer.get("fileprefix").unwrap_or_default().trim_matches('"'),
                     answer.get("file").unwrap_or_default().trim_matches('"')
                 ));
-                process_file(&path, ls, &mut report)?;
-                std::thread::sleep(cfg.file_delay);
+                process_file(&path, ls, cfg.file_delay, &mut report)?;
             }
             state @ ("READY" | "STARTING" | "EOLS") => {
                 let told = if state == "EOLS" {
@@ -317,8 +316,14 @@ pub fn run_reader(cfg: &ReaderConfig, stop: &AtomicBool) -> Result<ReaderReport,
     Ok(report)
 }
 
-/// Reads a granted file, counts and checks its events against its header, and deletes it.
-fn process_file(path: &std::path::Path, ls: u32, report: &mut ReaderReport) -> Result<(), ReaderError> {
+/// Reads a granted file, counts and checks its events against its header, spends `delay` on it
+/// as a selection would (the file still held), and deletes it.
+fn process_file(
+    path: &std::path::Path,
+    ls: u32,
+    delay: Duration,
+    report: &mut ReaderReport,
+) -> Result<(), ReaderError> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -329,10 +334,18 @@ fn process_file(path: &std::path::Path, ls: u32, report: &mut ReaderReport) -> R
     };
     if is_orbit_file(&bytes) {
         read_orbit_file(path, &bytes, report);
-        report.files += 1;
-        return fs::remove_file(path).map_err(|source| ReaderError::File { path: path.to_owned(), source });
+    } else {
+        read_event_file(path, &bytes, ls, report);
     }
-    match RawFile::parse(&bytes) {
+    report.files += 1;
+    std::thread::sleep(delay);
+    fs::remove_file(path).map_err(|source| ReaderError::File { path: path.to_owned(), source })
+}
+
+/// Counts an event file's events as CMSSW's FRD mode reads them, checking each one's CRC-32C and
+/// the header's version, lumi section (`ls`, as the broker answered) and event count.
+fn read_event_file(path: &std::path::Path, bytes: &[u8], ls: u32, report: &mut ReaderReport) {
+    match RawFile::parse(bytes) {
         Ok(file) => {
             if file.header.version != 2 || file.header.header_bytes != 32 {
                 report.deviations.push(format!("{}: not a RAW_0002 header of 32 bytes", path.display()));
@@ -370,8 +383,6 @@ fn process_file(path: &std::path::Path, ls: u32, report: &mut ReaderReport) -> R
         }
         Err(e) => report.deviations.push(format!("{}: {e}", path.display())),
     }
-    report.files += 1;
-    fs::remove_file(path).map_err(|source| ReaderError::File { path: path.to_owned(), source })
 }
 
 /// Counts an orbit file's orbits and events as CMSSW's DTH mode reads them: anything it would
