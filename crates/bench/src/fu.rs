@@ -33,8 +33,10 @@ use tessera_rundir::sample::{SampleSpec, write_sample_run};
 
 /// The target of (b) over (a).
 pub const FU_TARGET: f64 = 0.70;
-/// The target of (d) over (c).
-pub const MERGE_TARGET: f64 = 0.80;
+/// The target of (b) over (a2), its own file I/O (issue #37).
+pub const FU_IO_TARGET: f64 = 0.80;
+/// The target of (d) over (c) (issue #37; 0.80 in issue #5).
+pub const MERGE_TARGET: f64 = 0.85;
 
 /// The run number of the sample run.
 const RUN: u32 = 1;
@@ -458,15 +460,9 @@ pub fn report(b: &FuBench) -> String {
     let _ = writeln!(out, "{:<40} {:>47.2} ÷(a2)", "    (b) against its own file I/O", b.fu_over_io_ratio());
     row(&mut out, "(c) plain copy of FU outputs (baseline)", &b.copy, 1.0, "(c)");
     row(&mut out, "(d) micro + mini + macro merge", &b.merge, b.merge_ratio(), "(c)");
-    let verdict = |met: bool| if met { "met" } else { "missed" };
-    let _ = writeln!(
-        out,
-        "target (b)/(a) >= {FU_TARGET:.2}: {:.2} {}\ntarget (d)/(c) >= {MERGE_TARGET:.2}: {:.2} {}",
-        b.fu_ratio(),
-        verdict(b.fu_ratio() >= FU_TARGET),
-        b.merge_ratio(),
-        verdict(b.merge_ratio() >= MERGE_TARGET)
-    );
+    for t in targets(b) {
+        let _ = writeln!(out, "target {}: {}, {}", t.name, t.figure, t.verdict());
+    }
     let accepted: Vec<String> = b.fu_report.accepted.iter().map(|(s, n)| format!("{s} {n}")).collect();
     let _ = writeln!(
         out,
@@ -484,6 +480,31 @@ pub fn report(b: &FuBench) -> String {
     );
     let _ = writeln!(out, "{}", json(b));
     out
+}
+
+/// The targets: the FU against a plain read (issue #5) and against its own file I/O (issue
+/// #37), the mergers against a plain copy.
+pub fn targets(b: &FuBench) -> Vec<crate::Target> {
+    vec![
+        crate::Target {
+            name: format!("FU (b)/(a) >= {FU_TARGET:.2}"),
+            figure: format!("{:.2}", b.fu_ratio()),
+            baseline: "(a) a plain read of the same files".into(),
+            met: b.fu_ratio() >= FU_TARGET,
+        },
+        crate::Target {
+            name: format!("FU (b)/(a2) >= {FU_IO_TARGET:.2}"),
+            figure: format!("{:.2}", b.fu_over_io_ratio()),
+            baseline: "(a2) a plain read and write of (b)'s share".into(),
+            met: b.fu_over_io_ratio() >= FU_IO_TARGET,
+        },
+        crate::Target {
+            name: format!("mergers (d)/(c) >= {MERGE_TARGET:.2}"),
+            figure: format!("{:.2}", b.merge_ratio()),
+            baseline: "(c) a plain copy of the FU outputs".into(),
+            met: b.merge_ratio() >= MERGE_TARGET,
+        },
+    ]
 }
 
 /// The results as one JSON object.
@@ -511,6 +532,6 @@ pub fn json(b: &FuBench) -> serde_json::Value {
         "output_files": b.output_files,
         "merged_files": b.merged_files,
         "ratios": { "fu_over_read": b.fu_ratio(), "fu_over_read_write": b.fu_over_io_ratio(), "merge_over_copy": b.merge_ratio() },
-        "targets": { "fu_over_read": FU_TARGET, "merge_over_copy": MERGE_TARGET },
+        "targets": { "fu_over_read": FU_TARGET, "fu_over_read_write": FU_IO_TARGET, "merge_over_copy": MERGE_TARGET },
     })
 }

@@ -12,6 +12,7 @@ pub mod evb_suite;
 pub mod formats;
 pub mod fu;
 pub mod links;
+pub mod minimal;
 pub mod net;
 pub mod net_suite;
 pub mod orbit_suite;
@@ -23,6 +24,27 @@ pub mod watched;
 pub mod wire;
 
 use std::path::PathBuf;
+
+/// A target a suite is measured against: what is asked, what was measured, of what baseline
+/// (measured in the same run), and whether it is met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// What is asked.
+    pub name: String,
+    /// What was measured.
+    pub figure: String,
+    /// What the figure is a ratio of, or the fixed bound it is held to.
+    pub baseline: String,
+    /// Whether it is met.
+    pub met: bool,
+}
+
+impl Target {
+    /// "met", or "MISSED" so that a miss stands out in a table.
+    pub fn verdict(&self) -> &'static str {
+        if self.met { "met" } else { "MISSED" }
+    }
+}
 
 /// Why a benchmark could not run or could not write its results.
 #[derive(Debug, thiserror::Error)]

@@ -75,13 +75,13 @@ pub const SLACK: Duration = Duration::from_secs(20);
 /// enough for a thread of a loaded machine to be scheduled and drain what is left.
 pub const GRACE: Duration = Duration::from_secs(10);
 /// Longest sleep in `poll`, so that bounds are looked at even when nothing happens.
-const POLL_INTERVAL: Duration = Duration::from_millis(50);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Reads from one connection before turning to the next.
-const READS_PER_TURN: usize = 16;
+pub(crate) const READS_PER_TURN: usize = 16;
 /// Events one `poll` returns at most.
-const EVENTS_CAPACITY: usize = 1024;
+pub(crate) const EVENTS_CAPACITY: usize = 1024;
 /// The listening socket's token; connection `i` has token `i + 1`.
-const LISTENER: Token = Token(0);
+pub(crate) const LISTENER: Token = Token(0);
 /// Tokens of relay outputs start here.
 const OUTPUT_BASE: usize = 1 << 20;
 
@@ -372,7 +372,7 @@ pub struct Bounds<'a> {
 impl Bounds<'_> {
     /// Errors if a bound is passed; `ended` remembers when the upstream was first seen done;
     /// `state` describes what is still awaited.
-    fn check(&self, ended: &mut Option<Instant>, state: impl FnOnce() -> String) -> Result<(), BenchError> {
+    pub(crate) fn check(&self, ended: &mut Option<Instant>, state: impl FnOnce() -> String) -> Result<(), BenchError> {
         let now = Instant::now();
         if now >= self.deadline {
             return Err(BenchError::Timeout(format!("the run's deadline passed; {}", state())));
@@ -387,13 +387,13 @@ impl Bounds<'_> {
     }
 }
 
-fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> BenchError {
+pub(crate) fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> BenchError {
     let what = what.into();
     move |source| BenchError::Io { what, source }
 }
 
 /// A listening socket on 127.0.0.1 with an ephemeral port, non-blocking, for `mio`.
-fn listen() -> Result<(std::net::TcpListener, SocketAddr), BenchError> {
+pub(crate) fn listen() -> Result<(std::net::TcpListener, SocketAddr), BenchError> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io_error("binding 127.0.0.1:0"))?;
     listener.set_nonblocking(true).map_err(io_error("making the listener non-blocking"))?;
     let addr = listener.local_addr().map_err(io_error("reading the listener's address"))?;
@@ -401,7 +401,7 @@ fn listen() -> Result<(std::net::TcpListener, SocketAddr), BenchError> {
 }
 
 /// Waits for readiness events, at most `timeout`; an interrupted wait returns no events.
-fn poll_events(poll: &mut Poll, events: &mut Events, timeout: Duration) -> Result<(), BenchError> {
+pub(crate) fn poll_events(poll: &mut Poll, events: &mut Events, timeout: Duration) -> Result<(), BenchError> {
     match poll.poll(events, Some(timeout)) {
         Err(e) if e.kind() == io::ErrorKind::Interrupted => {
             events.clear();
@@ -413,7 +413,12 @@ fn poll_events(poll: &mut Poll, events: &mut Events, timeout: Duration) -> Resul
 
 /// Accepts pending connections while fewer than `expected` were accepted, registers each for
 /// reading with token `index + 1`, and returns them.
-fn accept(poll: &Poll, listener: &TcpListener, accepted: usize, expected: usize) -> Result<Vec<TcpStream>, BenchError> {
+pub(crate) fn accept(
+    poll: &Poll,
+    listener: &TcpListener,
+    accepted: usize,
+    expected: usize,
+) -> Result<Vec<TcpStream>, BenchError> {
     let mut new = Vec::new();
     while accepted + new.len() < expected {
         match listener.accept() {
@@ -431,11 +436,11 @@ fn accept(poll: &Poll, listener: &TcpListener, accepted: usize, expected: usize)
 }
 
 /// An inbound connection.
-struct Inbound {
-    stream: TcpStream,
+pub(crate) struct Inbound {
+    pub(crate) stream: TcpStream,
     /// May have bytes (readiness reported, no `WouldBlock` since).
-    ready: bool,
-    open: bool,
+    pub(crate) ready: bool,
+    pub(crate) open: bool,
 }
 
 /// Where a [`DiscardReceiver`] reads: `memory_bytes` used in turn, at most `read_bytes` a call.
@@ -791,9 +796,51 @@ pub fn raw_ingest(case: &NetCase) -> Result<Measured, BenchError> {
 /// [`raw_ingest`] with the receiver reading where `into` says: (a2) with
 /// [`ReadInto::ru_memory`].
 pub fn raw_ingest_into(case: &NetCase, into: ReadInto) -> Result<Measured, BenchError> {
+    ingest_through(case, DiscardReceiver::bind()?.reading_into(into))
+}
+
+/// The thread the emulator's connections go to in an ingest case: it reads them all, and is
+/// the thread measured.
+pub(crate) trait Ingest: Send {
+    /// The address the emulator connects to.
+    fn local_addr(&self) -> SocketAddr;
+    /// Serves `connections` connections until each has ended.
+    fn run(self, connections: usize, bounds: Bounds<'_>) -> Result<ReceiverReport, BenchError>;
+}
+
+impl Ingest for DiscardReceiver {
+    fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn run(self, connections: usize, bounds: Bounds<'_>) -> Result<ReceiverReport, BenchError> {
+        DiscardReceiver::run(self, connections, bounds)
+    }
+}
+
+/// The thread between the emulator and a [`DiscardReceiver`] in a relay case, the one measured.
+pub(crate) trait Hop: Send {
+    /// The address the emulator connects to.
+    fn local_addr(&self) -> SocketAddr;
+    /// Serves `inputs` connections until each has ended, writing to `outputs` connections it
+    /// makes to `to`, and closes those.
+    fn run(self, inputs: usize, to: SocketAddr, outputs: usize, bounds: Bounds<'_>) -> Result<RelayReport, BenchError>;
+}
+
+impl Hop for Relay {
+    fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn run(self, inputs: usize, to: SocketAddr, outputs: usize, bounds: Bounds<'_>) -> Result<RelayReport, BenchError> {
+        Relay::run(self, inputs, to, outputs, bounds)
+    }
+}
+
+/// An ingest case: the emulator's `case.streams` connections into `receiver`.
+pub(crate) fn ingest_through(case: &NetCase, receiver: impl Ingest) -> Result<Measured, BenchError> {
     case.validate()?;
-    let receiver = DiscardReceiver::bind()?.reading_into(into);
-    let config = case.sender_config(receiver.local_addr())?;
+    let config = case.sender_config(Ingest::local_addr(&receiver))?;
     let wire = replayed_wire_bytes_per_unit(&config, case.wire_bytes_per_fragment());
     let sender_done = AtomicBool::new(false);
     let deadline = Instant::now() + Duration::from_secs_f64(case.budget.seconds) + SLACK;
@@ -802,7 +849,7 @@ pub fn raw_ingest_into(case: &NetCase, into: ReadInto) -> Result<Measured, Bench
         let bounds = Bounds { deadline, upstream_done: &sender_done };
         let rx = std::thread::Builder::new()
             .name("discard-receiver".into())
-            .spawn_scoped(s, move || receiver.run(case.streams, bounds))
+            .spawn_scoped(s, move || Ingest::run(receiver, case.streams, bounds))
             .map_err(io_error("starting the receiver thread"))?;
         let sent = sender::run(config);
         sender_done.store(true, Ordering::Release);
@@ -835,11 +882,16 @@ pub fn raw_ingest_into(case: &NetCase, into: ReadInto) -> Result<Measured, Bench
 /// writes to `relay_outputs` connections read by one [`DiscardReceiver`] thread. The measured
 /// thread is the relay; bytes and time are the final receiver's.
 pub fn raw_relay(case: &NetCase) -> Result<Measured, BenchError> {
+    relay_through(case, Relay::bind()?)
+}
+
+/// A relay case: the emulator's `case.streams` connections into `relay`, which writes to
+/// `case.relay_outputs` connections read by one [`DiscardReceiver`].
+pub(crate) fn relay_through(case: &NetCase, relay: impl Hop) -> Result<Measured, BenchError> {
     case.validate()?;
     let receiver = DiscardReceiver::bind()?;
-    let relay = Relay::bind()?;
     let to = receiver.local_addr();
-    let config = case.sender_config(relay.local_addr())?;
+    let config = case.sender_config(Hop::local_addr(&relay))?;
     let wire = replayed_wire_bytes_per_unit(&config, case.wire_bytes_per_fragment());
     let (sender_done, relay_done) = (AtomicBool::new(false), AtomicBool::new(false));
     let deadline = Instant::now() + Duration::from_secs_f64(case.budget.seconds) + SLACK;
@@ -850,13 +902,13 @@ pub fn raw_relay(case: &NetCase) -> Result<Measured, BenchError> {
         let relay_bounds = Bounds { deadline, upstream_done: &sender_done };
         let rx = std::thread::Builder::new()
             .name("discard-receiver".into())
-            .spawn_scoped(s, move || receiver.run(outputs, rx_bounds))
+            .spawn_scoped(s, move || DiscardReceiver::run(receiver, outputs, rx_bounds))
             .map_err(io_error("starting the receiver thread"))?;
         let relay_done = &relay_done;
         let rl = std::thread::Builder::new()
             .name("relay".into())
             .spawn_scoped(s, move || {
-                let report = relay.run(streams, to, outputs, relay_bounds);
+                let report = Hop::run(relay, streams, to, outputs, relay_bounds);
                 relay_done.store(true, Ordering::Release);
                 report
             })

@@ -22,11 +22,11 @@
 //! rate, [`LHC_ORBIT_HZ`]; every case prints its orbits per second per RU against it, and
 //! [`RATE_FILE`] plots them over block size with the requirement as a line.
 
-use crate::BenchError;
 use crate::evb::{BuOutput, EvbCase, EvbMeasured, run_case};
-use crate::evb_suite::{ScanPlot, Target, write_plots};
+use crate::evb_suite::{ScanPlot, write_plots};
 use crate::net::{Measured, NetBudget, NetCase, ReadInto, StreamMode, raw_ingest, raw_ingest_into};
 use crate::scan::Series;
+use crate::{BenchError, Target};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tessera_emu::orbit::{DEFAULT_L1_RATE_HZ, LHC_ORBIT_HZ};
@@ -268,6 +268,7 @@ pub fn targets(suite: &OrbitSuite) -> Vec<Target> {
         Target {
             name: format!("RU ingest in orbit mode >= {INGEST_TARGET} of raw ingest, same streams, CRC-32C {crc}"),
             figure: format!("{} (worst {w:.2} at {} kB)", all(f), size / 1000),
+            baseline: "(a) raw TCP ingest of the same DTH streams".into(),
             met: w >= INGEST_TARGET,
         }
     };
@@ -291,6 +292,7 @@ pub fn targets(suite: &OrbitSuite) -> Vec<Target> {
                 STREAMS / CHAIN_RUS,
                 rate(&|p| p.chain.events_per_s())
             ),
+            baseline: "the LHC orbit rate".into(),
             met: worst_rate >= LHC_ORBIT_HZ,
         },
     ]
@@ -421,7 +423,7 @@ pub fn report(suite: &OrbitSuite) -> String {
     );
     let _ = writeln!(s, "\ntargets:");
     for t in targets(suite) {
-        let _ = writeln!(s, "  {}: {}, {}", t.name, t.figure, if t.met { "met" } else { "MISSED" });
+        let _ = writeln!(s, "  {}: {}, {}", t.name, t.figure, t.verdict());
     }
     for f in &suite.files {
         let _ = writeln!(s, "wrote {}", f.display());

@@ -3,6 +3,7 @@
 use anyhow::{Result, bail};
 use std::path::Path;
 use std::process::ExitCode;
+use tessera_bench::Target;
 
 /// The suites of `tessera bench`.
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -37,11 +38,33 @@ pub enum BenchSuite {
     /// The BU's file broker on loopback: files granted per second to 1, 64 and 512 readers
     /// that keep to CMS's HLT's rules, against one thread claiming the same files locally.
     Broker,
+    /// Every suite above in turn, each printed as it is alone, then one table of every target:
+    /// its figure, the baseline it is measured against, and whether it is met.
+    All,
 }
+
+/// The suites `all` runs, in its order: the cheap ones first.
+const ALL: [(BenchSuite, &str); 8] = [
+    (BenchSuite::Formats, "formats"),
+    (BenchSuite::Wire, "wire"),
+    (BenchSuite::Protocols, "protocols"),
+    (BenchSuite::Net, "net"),
+    (BenchSuite::Evb, "evb"),
+    (BenchSuite::Orbit, "orbit"),
+    (BenchSuite::Fu, "fu"),
+    (BenchSuite::Broker, "broker"),
+];
 
 /// `tessera bench SUITE`: runs the suite and prints its figures, each with its ratio to a
 /// baseline measured in the same run.
 pub fn run(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<ExitCode> {
+    if matches!(suite, BenchSuite::All) {
+        if json {
+            bail!("--json is supported by the net, evb, orbit, protocols and fu suites only");
+        }
+        bench_all(quick, out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if json
         && !matches!(
             suite,
@@ -50,14 +73,28 @@ pub fn run(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<Exi
     {
         bail!("--json is supported by the net, evb, orbit, protocols and fu suites only");
     }
+    run_one(suite, quick, out, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs one suite and prints it; its targets.
+fn run_one(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<Vec<Target>> {
     let budget = if quick { tessera_bench::timing::Budget::QUICK } else { tessera_bench::timing::Budget::FULL };
-    match suite {
+    Ok(match suite {
         BenchSuite::Formats => {
-            say_part!("{}", tessera_bench::formats::report(&tessera_bench::formats::run(budget)))
+            let rows = tessera_bench::formats::run(budget);
+            say_part!("{}", tessera_bench::formats::report(&rows));
+            tessera_bench::formats::targets(&rows)
         }
         BenchSuite::Protocols => bench_protocols(quick, out, json)?,
-        BenchSuite::Wire => say_part!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget))),
-        BenchSuite::Net => bench_net(quick, out, json)?,
+        BenchSuite::Wire => {
+            say_part!("{}", tessera_bench::wire::report(&tessera_bench::wire::run(budget)));
+            Vec::new()
+        }
+        BenchSuite::Net => {
+            bench_net(quick, out, json)?;
+            Vec::new()
+        }
         BenchSuite::Evb => bench_evb(quick, out, json)?,
         BenchSuite::Orbit => bench_orbit(quick, out, json)?,
         BenchSuite::Fu => bench_fu(quick, json)?,
@@ -65,13 +102,41 @@ pub fn run(suite: BenchSuite, quick: bool, out: &Path, json: bool) -> Result<Exi
             say_err!("bench broker: files granted per second to many readers{}", if quick { " (quick)" } else { "" });
             let rates = tessera_bench::broker::run(if quick { 1024 } else { 8192 }, &mut |what| say_err!("  {what}"))?;
             say_part!("{}", tessera_bench::broker::report(&rates));
+            Vec::new()
         }
+        BenchSuite::All => bail!("bench all runs the other suites, not itself"),
+    })
+}
+
+/// `tessera bench all`: every suite, then every target in one table.
+fn bench_all(quick: bool, out: &Path) -> Result<()> {
+    let mut every = Vec::new();
+    for (suite, name) in ALL {
+        say_err!("== bench {name}{}", if quick { " --quick" } else { "" });
+        say!("== bench {name}");
+        let targets = run_one(suite, quick, out, false)?;
+        every.extend(targets.into_iter().map(|t| (name, t)));
+        say!("");
     }
-    Ok(ExitCode::SUCCESS)
+    say_part!("{}", targets_table(&every));
+    Ok(())
+}
+
+/// Every target of `bench all`, one line each, and how many were met.
+fn targets_table(every: &[(&str, Target)]) -> String {
+    use std::fmt::Write;
+    let mut s = String::from("every target of this run (figures over baselines measured in it):\n");
+    let _ = writeln!(s, "{:<10} {:<7} target: figure [baseline]", "suite", "verdict");
+    for (suite, t) in every {
+        let _ = writeln!(s, "{suite:<10} {:<7} {}: {} [{}]", t.verdict(), t.name, t.figure, t.baseline);
+    }
+    let met = every.iter().filter(|(_, t)| t.met).count();
+    let _ = writeln!(s, "{met} of {} met, {} missed", every.len(), every.len() - met);
+    s
 }
 
 /// The pull-and-push suite.
-fn bench_protocols(quick: bool, out: &Path, json: bool) -> Result<()> {
+fn bench_protocols(quick: bool, out: &Path, json: bool) -> Result<Vec<Target>> {
     use tessera_bench::protocols;
     say_err!(
         "bench protocols: pull and push, the same system and sender for both{}; writing the plots to {}",
@@ -84,11 +149,11 @@ fn bench_protocols(quick: bool, out: &Path, json: bool) -> Result<()> {
     } else {
         say_part!("{}", protocols::report(&suite));
     }
-    Ok(())
+    Ok(tessera_bench::protocol::targets(&suite.cores))
 }
 
 /// The filter farm suite.
-fn bench_fu(quick: bool, json: bool) -> Result<()> {
+fn bench_fu(quick: bool, json: bool) -> Result<Vec<Target>> {
     use tessera_bench::fu;
     say_err!("bench fu: the filter farm against plain file operations{}", if quick { " (quick)" } else { "" });
     let config = if quick { fu::FuBenchConfig::QUICK } else { fu::FuBenchConfig::FULL };
@@ -98,7 +163,7 @@ fn bench_fu(quick: bool, json: bool) -> Result<()> {
     } else {
         say_part!("{}", fu::report(&bench));
     }
-    Ok(())
+    Ok(fu::targets(&bench))
 }
 
 /// The raw TCP suite.
@@ -193,7 +258,7 @@ fn evb_json(m: &tessera_bench::evb::EvbMeasured) -> serde_json::Value {
 }
 
 /// The event-builder suite.
-fn bench_evb(quick: bool, out: &Path, json: bool) -> Result<()> {
+fn bench_evb(quick: bool, out: &Path, json: bool) -> Result<Vec<Target>> {
     use tessera_bench::evb_suite;
     say_err!(
         "bench evb: the event builder on loopback against raw TCP{}; writing the scans to {}",
@@ -201,22 +266,27 @@ fn bench_evb(quick: bool, out: &Path, json: bool) -> Result<()> {
         out.display()
     );
     let suite = evb_suite::run(quick, out, &mut |what| say_err!("  {what}"))?;
+    let targets = evb_suite::targets(&suite);
     if !json {
         say_part!("{}", evb_suite::report(&suite));
-        return Ok(());
+        return Ok(targets);
     }
     let ratio = |a: f64, b: f64| a / b.max(1e-12);
     let report = serde_json::json!({
         "suite": "evb",
         "quick": quick,
         "raw_ingest": net_json(&suite.ingest),
+        "minimal_ingest": net_json(&suite.minimal_ingest),
         "ru_ingest": evb_json(&suite.ru),
         "chain": evb_json(&suite.chain),
         "chain_ramdisk": evb_json(&suite.disk),
         "raw_relay": net_json(&suite.relay),
+        "minimal_relay": net_json(&suite.minimal_relay),
         "ratios": {
             "ru_ingest_over_raw_ingest": ratio(suite.ru.gb_per_s(), suite.ingest.gb_per_s()),
+            "ru_ingest_over_minimal_ingest": ratio(suite.ru.gb_per_s(), suite.minimal_ingest.gb_per_s()),
             "chain_over_raw_relay": ratio(suite.chain.gb_per_s(), suite.relay.gb_per_s()),
+            "chain_over_minimal_relay": ratio(suite.chain.gb_per_s(), suite.minimal_relay.gb_per_s()),
             "chain_ramdisk_over_raw_relay": ratio(suite.disk.gb_per_s(), suite.relay.gb_per_s()),
         },
         "ru_cpu_ns_beyond_kernel_copy": suite.ru.ru_cpu_ns_per_fragment() - suite.ingest.cpu_ns_per_fragment(),
@@ -225,12 +295,11 @@ fn bench_evb(quick: bool, out: &Path, json: bool) -> Result<()> {
             "ru_chunk_bytes": tessera_bench::evb::CHUNK_BYTES,
             "bu_frame_store_bytes": tessera_bench::evb::FRAME_STORE_BYTES,
         },
-        "targets": evb_suite::targets(&suite).iter().map(|t| serde_json::json!({
-            "target": t.name, "figure": t.figure, "met": t.met,
-        })).collect::<Vec<_>>(),
+        "targets": targets.iter().map(target_json).collect::<Vec<_>>(),
         "scans": {
             "size": suite.sizes.iter().map(|p| serde_json::json!({
-                "raw_ingest": net_json(&p.raw), "ru_ingest": evb_json(&p.ru), "chain": evb_json(&p.chain),
+                "raw_ingest": net_json(&p.raw), "minimal_ingest": net_json(&p.minimal_ingest),
+                "ru_ingest": evb_json(&p.ru), "chain": evb_json(&p.chain), "minimal_relay": net_json(&p.minimal_relay),
             })).collect::<Vec<_>>(),
             "sources": suite.sources.iter().map(|(a, b)| serde_json::json!({
                 "raw_ingest": net_json(a), "built": evb_json(b),
@@ -241,11 +310,16 @@ fn bench_evb(quick: bool, out: &Path, json: bool) -> Result<()> {
         "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
     });
     say!("{}", serde_json::to_string_pretty(&report)?);
-    Ok(())
+    Ok(targets)
+}
+
+/// A target as JSON.
+fn target_json(t: &Target) -> serde_json::Value {
+    serde_json::json!({ "target": t.name, "figure": t.figure, "baseline": t.baseline, "met": t.met })
 }
 
 /// The orbit-mode suite.
-fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<()> {
+fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<Vec<Target>> {
     use tessera_bench::orbit_suite::{self, OrbitPoint};
     say_err!(
         "bench orbit: orbit mode on loopback against raw TCP of the same DTH streams{}; writing the plots to {}",
@@ -253,9 +327,10 @@ fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<()> {
         out.display()
     );
     let suite = orbit_suite::run(quick, out, &mut |what| say_err!("  {what}"))?;
+    let targets = orbit_suite::targets(&suite);
     if !json {
         say_part!("{}", orbit_suite::report(&suite));
-        return Ok(());
+        return Ok(targets);
     }
     let point = |p: &OrbitPoint| {
         serde_json::json!({
@@ -283,11 +358,9 @@ fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<()> {
         "l1_rate_hz": orbit_suite::L1_RATE_HZ,
         "lhc_orbit_hz": tessera_emu::orbit::LHC_ORBIT_HZ,
         "points": suite.points.iter().map(point).collect::<Vec<_>>(),
-        "targets": orbit_suite::targets(&suite).iter().map(|t| serde_json::json!({
-            "target": t.name, "figure": t.figure, "met": t.met,
-        })).collect::<Vec<_>>(),
+        "targets": targets.iter().map(target_json).collect::<Vec<_>>(),
         "files": suite.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
     });
     say!("{}", serde_json::to_string_pretty(&report)?);
-    Ok(())
+    Ok(targets)
 }

@@ -152,7 +152,7 @@ fn bench_fu_quick_prints_both_ratios() {
     for row in ["(a) plain read", "(b) FU read, CRC, select, write", "(c) plain copy", "(d) micro + mini + macro"] {
         assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
     }
-    for line in ["target (b)/(a) >= 0.70: ", "target (d)/(c) >= 0.80: "] {
+    for line in ["target FU (b)/(a) >= 0.70: ", "target FU (b)/(a2) >= 0.80: ", "target mergers (d)/(c) >= 0.85: "] {
         let rest =
             stdout.lines().find_map(|l| l.strip_prefix(line)).unwrap_or_else(|| panic!("no {line:?} in\n{stdout}"));
         let ratio: f64 = rest.split(' ').next().unwrap().parse().unwrap();
@@ -178,12 +178,25 @@ fn bench_evb_quick_prints_every_case_and_writes_the_scans() {
     let out = tessera(&["bench", "evb", "--quick", "--out", out_dir.to_str().unwrap()]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    for row in
-        ["(a) raw ingest", "(b) RU ingest, nothing sent", "(c) chain, no disk", "(d) chain, RAM disk", "(e) raw relay"]
-    {
+    for row in [
+        "(a) raw ingest",
+        "(a+) minimal ingest",
+        "(b) RU ingest, nothing sent",
+        "(c) chain, no disk",
+        "(d) chain, RAM disk",
+        "(e) raw relay",
+        "(e+) minimal relay",
+    ] {
         assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
     }
-    for line in ["(b)/(a) >= 0.9", "(c)/(e) >= 0.75", "beyond the kernel's copy <= 50 ns", "memory bounded"] {
+    for line in [
+        "(b)/(a) >= 0.9",
+        "(b)/(a+) >= 0.9 from 1 to 16 kB",
+        "(c)/(e+) >= 0.85 from 1 to 16 kB",
+        "(c)/(e) >= 0.75",
+        "beyond the kernel's copy <= 50 ns",
+        "memory bounded",
+    ] {
         assert!(stdout.contains(line), "no target {line:?} in\n{stdout}");
     }
     for file in [
