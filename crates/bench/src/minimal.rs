@@ -20,11 +20,17 @@
 //!   counted are those the final receiver got. A stream whose next chunk still holds fragments
 //!   not sent is not read until they are: the senders feel the back-pressure through TCP.
 //!
+//! - **(a+) in orbit mode** ([`minimal_ingest`] of DTH streams): the same, each stream read
+//!   [`DTH_READ_BYTES`] at most a call into [`CHUNKS_PER_FED`] chunks of [`ORBIT_CHUNK_BYTES`]
+//!   (the RU's shape in `tessera bench orbit`), and of each orbit block its stream block headers
+//!   and orbit header checked ([`DthOrbit::parse`]) and its CRC-32C compared, then indexed. The
+//!   fragments inside are not looked at, as the RU does not.
+//!
 //! Any fragment that fails a check ends the case with [`BenchError::BadCase`] naming the stream
 //! and its byte: the emulator sends none, so one would be a fault of the baseline.
 
 use crate::BenchError;
-use crate::evb::{CHUNK_BYTES, CHUNKS_PER_FED};
+use crate::evb::{CHUNK_BYTES, CHUNKS_PER_FED, ORBIT_CHUNK_BYTES};
 use crate::net::{
     Bounds, CONNECT_TIMEOUT, EVENTS_CAPACITY, Hop, Inbound, Ingest, LISTENER, Measured, NetCase, POLL_INTERVAL,
     READS_PER_TURN, ReceiverReport, RelayReport, accept, ingest_through, io_error, listen, poll_events, relay_through,
@@ -38,7 +44,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 use tessera_formats::fed;
 use tessera_formats::ferol::{FerolFragment, HEADER_BYTES, MAX_DATA_WORDS, SIGNATURE};
-use tessera_runtime::ferol_input::FEROL_READ_BYTES;
+use tessera_formats::orbit::DthOrbit;
+use tessera_runtime::ferol_input::{DTH_READ_BYTES, FEROL_READ_BYTES};
 
 /// Events a batch of the minimal relay carries to one output.
 pub const BATCH_EVENTS: usize = 64;
@@ -58,7 +65,11 @@ struct Entry {
 
 /// One stream's receive memory and index.
 struct StreamMemory {
+    /// FEROL fragments, or DTH orbit blocks.
+    orbits: bool,
     chunks: Vec<Box<[u8]>>,
+    chunk_bytes: usize,
+    read_bytes: usize,
     /// Sequence number of the chunk being filled.
     seq: u64,
     /// Parse position and fill level in that chunk.
@@ -70,11 +81,13 @@ struct StreamMemory {
 }
 
 impl StreamMemory {
-    fn new() -> StreamMemory {
+    fn new(orbits: bool) -> StreamMemory {
+        let (chunk_bytes, read_bytes) =
+            if orbits { (ORBIT_CHUNK_BYTES, DTH_READ_BYTES) } else { (CHUNK_BYTES, FEROL_READ_BYTES) };
         // Written, so that every page is there before the first read (as the RU's memory is).
-        let chunks = (0..CHUNKS_PER_FED).map(|_| vec![0xA5u8; CHUNK_BYTES].into_boxed_slice()).collect();
-        let index = VecDeque::with_capacity(CHUNKS_PER_FED * CHUNK_BYTES / MIN_WIRE_BYTES);
-        StreamMemory { chunks, seq: 0, start: 0, end: 0, offset: 0, index }
+        let chunks = (0..CHUNKS_PER_FED).map(|_| vec![0xA5u8; chunk_bytes].into_boxed_slice()).collect();
+        let index = VecDeque::with_capacity(CHUNKS_PER_FED * chunk_bytes / MIN_WIRE_BYTES);
+        StreamMemory { orbits, chunks, chunk_bytes, read_bytes, seq: 0, start: 0, end: 0, offset: 0, index }
     }
 
     fn chunk(&self, seq: u64) -> usize {
@@ -85,7 +98,7 @@ impl StreamMemory {
     /// not sent (`keep`). Without `keep`, the index is emptied as a chunk is left.
     fn spare(&mut self, keep: bool) -> Option<&mut [u8]> {
         let cur = self.chunk(self.seq);
-        if self.end == CHUNK_BYTES {
+        if self.end == self.chunk_bytes {
             let next_seq = self.seq + 1;
             if keep {
                 if self.index.front().is_some_and(|oldest| next_seq - oldest.seq >= self.chunks.len() as u64) {
@@ -103,7 +116,7 @@ impl StreamMemory {
             (self.seq, self.start, self.end) = (next_seq, 0, tail);
         }
         let cur = self.chunk(self.seq);
-        let limit = (self.end + FEROL_READ_BYTES).min(CHUNK_BYTES);
+        let limit = (self.end + self.read_bytes).min(self.chunk_bytes);
         Some(&mut self.chunks[cur][self.end..limit])
     }
 
@@ -111,7 +124,8 @@ impl StreamMemory {
     /// stream's byte.
     fn parse(&mut self, stream: usize) -> Result<(), BenchError> {
         let cur = self.chunk(self.seq);
-        while let Some((len, event)) = parse_fragment(&self.chunks[cur][self.start..self.end]).map_err(|what| {
+        let parse = if self.orbits { parse_orbit } else { parse_fragment };
+        while let Some((len, event)) = parse(&self.chunks[cur][self.start..self.end]).map_err(|what| {
             BenchError::BadCase(format!("minimal ingest: stream {stream}, byte {}: {what}", self.offset))
         })? {
             self.index.push_back(Entry { seq: self.seq, offset: self.start as u32, len: len as u32, event });
@@ -180,6 +194,17 @@ fn parse_fragment(buf: &[u8]) -> Result<Option<(usize, u32)>, &'static str> {
     Ok(Some((at, event as u32)))
 }
 
+/// The orbit block at the start of `buf`: its bytes on the wire and its orbit number, `None`
+/// when `buf` ends before it does, or the check it failed.
+fn parse_orbit(buf: &[u8]) -> Result<Option<(usize, u32)>, &'static str> {
+    match DthOrbit::parse(buf) {
+        Ok(orbit) if orbit.check_crc().is_ok() => Ok(Some((orbit.wire_len(), orbit.header.orbit))),
+        Ok(_) => Err("CRC-32C"),
+        Err(e) if e.is_truncated() => Ok(None),
+        Err(_) => Err("DTH stream block or orbit header"),
+    }
+}
+
 /// The thread of (a+) and (e+): see the module's documentation.
 #[derive(Debug)]
 pub struct MinimalUnit {
@@ -198,10 +223,10 @@ impl std::fmt::Debug for StreamMemory {
 
 impl MinimalUnit {
     /// Listens on 127.0.0.1, on a port the system chooses, with receive memory for `streams`
-    /// streams.
-    pub fn bind(streams: usize) -> Result<MinimalUnit, BenchError> {
+    /// streams of FEROL fragments or, with `orbits`, of DTH orbit blocks.
+    pub fn bind(streams: usize, orbits: bool) -> Result<MinimalUnit, BenchError> {
         let (listener, addr) = listen()?;
-        Ok(MinimalUnit { listener, addr, memory: (0..streams).map(|_| StreamMemory::new()).collect() })
+        Ok(MinimalUnit { listener, addr, memory: (0..streams).map(|_| StreamMemory::new(orbits)).collect() })
     }
 
     /// Accepts `inputs` connections and reads them until every one has ended, checking and
@@ -360,26 +385,18 @@ impl Hop for MinimalRelay {
     }
 }
 
-/// (a+) minimal ingest of `case`'s FEROL streams (event mode only).
+/// (a+) minimal ingest of `case`'s streams: FEROL streams of events, or DTH streams of orbits.
 pub fn minimal_ingest(case: &NetCase) -> Result<Measured, BenchError> {
-    event_mode(case)?;
-    ingest_through(case, MinimalIngest(MinimalUnit::bind(case.streams)?))
+    ingest_through(case, MinimalIngest(MinimalUnit::bind(case.streams, case.mode.is_orbit())?))
 }
 
 /// (e+) minimal relay of `case`'s FEROL streams to `case.relay_outputs` outputs (event mode
-/// only).
+/// only: an orbit's relay is not a target).
 pub fn minimal_relay(case: &NetCase) -> Result<Measured, BenchError> {
-    event_mode(case)?;
-    relay_through(case, MinimalRelay(MinimalUnit::bind(case.streams)?))
-}
-
-fn event_mode(case: &NetCase) -> Result<(), BenchError> {
-    match case.mode {
-        crate::net::StreamMode::Event => Ok(()),
-        crate::net::StreamMode::Orbit { .. } => {
-            Err(BenchError::BadCase("the minimal baselines read FEROL streams of events, not orbits".into()))
-        }
+    if case.mode.is_orbit() {
+        return Err(BenchError::BadCase("the minimal relay relays FEROL streams of events, not orbits".into()));
     }
+    relay_through(case, MinimalRelay(MinimalUnit::bind(case.streams, false)?))
 }
 
 #[cfg(test)]
@@ -466,8 +483,28 @@ mod tests {
     }
 
     #[test]
-    fn orbit_streams_are_refused() {
-        let case = NetCase { mode: StreamMode::Orbit { l1_rate_hz: 750_000.0 }, ..tiny(2, 1024) };
-        assert!(matches!(minimal_ingest(&case), Err(BenchError::BadCase(_))));
+    fn minimal_ingest_of_orbits_checks_every_orbit_block_and_a_relay_of_orbits_is_refused() {
+        let case = NetCase { mode: StreamMode::Orbit { l1_rate_hz: 750_000.0 }, ..tiny(3, 1024) };
+        let m = minimal_ingest(&case).unwrap();
+        // Whole orbit blocks of a capture the byte budget sized (as raw ingest's test has it).
+        assert!((m.bytes as f64 - m.fragments as f64 * m.wire_bytes_per_fragment).abs() < 1.0, "{m:?}");
+        assert!(m.bytes > (20 << 20) && m.bytes <= 24 << 20, "{m:?}");
+        assert!(matches!(minimal_relay(&case), Err(BenchError::BadCase(_))));
+    }
+
+    #[test]
+    fn a_corrupt_orbit_block_is_named() {
+        let config = crate::net::orbit_stream(3, tessera_config::emulation::SizeModel::Fixed(1024), 750_000.0);
+        let mut generator = tessera_emu::orbit::OrbitGenerator::new(config).unwrap();
+        let orbit = generator.next_orbit().unwrap();
+        let stream = orbit.bytes;
+        let (len, _) = parse_orbit(stream).unwrap().unwrap();
+        assert_eq!(len, stream.len());
+        let mut bad = stream[..len].to_vec();
+        bad[len - 1] ^= 1;
+        assert_eq!(parse_orbit(&bad), Err("CRC-32C"));
+        bad[0] ^= 1;
+        assert_eq!(parse_orbit(&bad), Err("DTH stream block or orbit header"));
+        assert_eq!(parse_orbit(&stream[..len - 1]), Ok(None));
     }
 }

@@ -24,6 +24,7 @@
 
 use crate::evb::{BuOutput, EvbCase, EvbMeasured, run_case};
 use crate::evb_suite::{ScanPlot, write_plots};
+use crate::minimal::minimal_ingest;
 use crate::net::{Measured, NetBudget, NetCase, ReadInto, StreamMode, raw_ingest, raw_ingest_into};
 use crate::scan::Series;
 use crate::{BenchError, Target};
@@ -72,6 +73,10 @@ pub struct OrbitPoint {
     pub raw: Measured,
     /// (a2) the same into memory as large as (b)'s RU's receive memory, at its read size.
     pub raw_memory: Measured,
+    /// (a+) the least an RU must do with the same streams: read into receive memory of the
+    /// RU's shape, each orbit block's headers and CRC-32C checked and indexed
+    /// ([`crate::minimal`]).
+    pub minimal: Measured,
     /// (b) RU ingest, CRC-32C never checked.
     pub ingest: EvbMeasured,
     /// (b) RU ingest, CRC-32C of every orbit block checked.
@@ -128,6 +133,8 @@ pub fn run_point(
     let memory = ReadInto::ru_memory(ingest.ru_memory_bytes(), DTH_READ_BYTES);
     progress(&format!("(a2) raw ingest into {} MiB of receive memory", memory.memory_bytes >> 20));
     let raw_memory = raw_ingest_into(&raw_case, memory)?;
+    progress("(a+) minimal ingest: headers and CRC-32C of each orbit block checked, indexed");
+    let minimal = minimal_ingest(&raw_case)?;
     let mut sys = |what: &str, case: EvbCase| {
         progress(&format!("{what}: {}, {} streams, {kb:.0} kB orbit blocks", case.label(), case.streams));
         run_case(&case)
@@ -136,6 +143,7 @@ pub fn run_point(
         block_bytes,
         raw,
         raw_memory,
+        minimal,
         ingest: sys("(b) RU ingest", ingest)?,
         ingest_crc: sys("(b) RU ingest", ingest_crc)?,
         chain: sys("(c) chain", chain)?,
@@ -184,6 +192,11 @@ impl OrbitPoint {
         ratio(self.ingest_crc.gb_per_s(), self.raw_memory.gb_per_s())
     }
 
+    /// (b) with the CRC-32C over (a+), which checks it too.
+    pub fn ingest_crc_over_minimal(&self) -> f64 {
+        ratio(self.ingest_crc.gb_per_s(), self.minimal.gb_per_s())
+    }
+
     /// What checking the CRC-32C costs the RU thread per orbit block, in ns: (b) with it minus
     /// (b) without.
     pub fn crc_ns_per_block(&self) -> f64 {
@@ -204,6 +217,7 @@ pub fn plots(suite: &OrbitSuite) -> Vec<ScanPlot> {
             pts(&|p| p.raw.events_per_s()),
         ),
         Series::measured("(a2) raw TCP ingest into RU-sized receive memory", pts(&|p| p.raw_memory.events_per_s())),
+        Series::measured("(a+) minimal ingest: headers and CRC-32C checked", pts(&|p| p.minimal.events_per_s())),
         Series::measured(format!("(b) RU ingest, {STREAMS} sources, CRC-32C never"), pts(&|p| p.ingest.events_per_s())),
         Series::measured(
             format!("(b) RU ingest, {STREAMS} sources, CRC-32C always"),
@@ -221,6 +235,7 @@ pub fn plots(suite: &OrbitSuite) -> Vec<ScanPlot> {
     let throughput = vec![
         Series::measured(format!("(a) raw TCP ingest, {STREAMS} DTH streams"), pts(&|p| p.raw.gb_per_s())),
         Series::measured("(a2) raw TCP ingest into RU-sized receive memory", pts(&|p| p.raw_memory.gb_per_s())),
+        Series::measured("(a+) minimal ingest: headers and CRC-32C checked", pts(&|p| p.minimal.gb_per_s())),
         Series::measured("(b) RU ingest, CRC-32C never", pts(&|p| p.ingest.gb_per_s())),
         Series::measured("(b) RU ingest, CRC-32C always", pts(&|p| p.ingest_crc.gb_per_s())),
         Series::measured(format!("(c) chain {CHAIN_RUS} RUs x {CHAIN_BUS} BUs, all RUs"), pts(&|p| p.chain.gb_per_s())),
@@ -374,20 +389,29 @@ pub fn report(suite: &OrbitSuite) -> String {
         raw_row(&mut s, "(a) raw TCP ingest", &p.raw, 1.0);
         let memory = ratio(p.raw_memory.gb_per_s(), p.raw.gb_per_s());
         raw_row(&mut s, "(a2) raw, into RU-sized memory", &p.raw_memory, memory);
+        let minimal = ratio(p.minimal.gb_per_s(), p.raw.gb_per_s());
+        raw_row(&mut s, "(a+) minimal ingest", &p.minimal, minimal);
         evb_row(&mut s, "(b) RU ingest, CRC-32C never", &p.ingest, block, p.ingest_ratio());
         evb_row(&mut s, "(b) RU ingest, CRC-32C always", &p.ingest_crc, block, p.ingest_crc_ratio());
         evb_row(&mut s, &format!("(c) chain {CHAIN_RUS}x{CHAIN_BUS}, discarding"), &p.chain, block, p.chain_ratio());
     }
-    let _ = writeln!(s, "\n(b) against (a2), the raw receiver reading into memory as large as the RU's (a reference):");
+    let _ = writeln!(
+        s,
+        "\n(b) against (a2), the raw receiver reading into memory as large as the RU's, and against (a+), the least an RU\n\
+         must do (references):"
+    );
     for p in &suite.points {
         let _ = writeln!(
             s,
-            "  {:>3} kB: CRC-32C never {:.2} ÷(a2), always {:.2} ÷(a2); receiver {:.0} ns per block into memory, {:.0} into one buffer",
+            "  {:>3} kB: CRC-32C never {:.2} ÷(a2), always {:.2} ÷(a2) and {:.2} ÷(a+); receiver {:.0} ns per block into memory, \
+             {:.0} into one buffer, {:.0} checking it",
             p.block_bytes / 1000,
             p.ingest_over_memory(),
             p.ingest_crc_over_memory(),
+            p.ingest_crc_over_minimal(),
             p.raw_memory.cpu_ns_per_fragment(),
             p.raw.cpu_ns_per_fragment(),
+            p.minimal.cpu_ns_per_fragment(),
         );
     }
     let _ = writeln!(s, "\nCRC-32C of every orbit block, on the RU thread (b): always minus never");

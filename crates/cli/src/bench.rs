@@ -338,6 +338,7 @@ fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<Vec<Target>> {
             "mean_block_wire_bytes": p.raw.wire_bytes_per_fragment,
             "raw_ingest": net_json(&p.raw),
             "raw_ingest_into_ru_memory": net_json(&p.raw_memory),
+            "minimal_ingest": net_json(&p.minimal),
             "ru_ingest_crc_never": evb_json(&p.ingest),
             "ru_ingest_crc_always": evb_json(&p.ingest_crc),
             "chain": evb_json(&p.chain),
@@ -347,6 +348,7 @@ fn bench_orbit(quick: bool, out: &Path, json: bool) -> Result<Vec<Target>> {
                 "chain_over_raw_ingest": p.chain_ratio(),
                 "ru_ingest_crc_never_over_raw_into_memory": p.ingest_over_memory(),
                 "ru_ingest_crc_always_over_raw_into_memory": p.ingest_crc_over_memory(),
+                "ru_ingest_crc_always_over_minimal_ingest": p.ingest_crc_over_minimal(),
             },
             "crc32c_ns_per_block": p.crc_ns_per_block(),
         })
