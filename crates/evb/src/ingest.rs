@@ -71,6 +71,7 @@ impl IngestRu {
                     for p in &parts {
                         push_event(&mut done, p.event);
                     }
+                    self.ru.recycle(parts);
                 }
                 // Nobody waits for the streams: an RU alone starts at once.
                 RuOutput::Send { msg: Message::StreamsConnected { .. }, .. } => {}

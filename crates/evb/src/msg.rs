@@ -77,10 +77,16 @@ pub fn data_batches(
     max_bytes: usize,
 ) -> impl Iterator<Item = Vec<SuperFragment>> {
     let max_parts = max_parts.max(1);
-    let mut parts = parts.into_iter().peekable();
+    let fits = parts.len() <= max_parts && parts.iter().map(SuperFragment::bytes).sum::<usize>() <= max_bytes;
+    // The common case, every part in one message: the list itself, not a copy of it.
+    let (mut whole, rest) = if fits { (Some(parts).filter(|p| !p.is_empty()), Vec::new()) } else { (None, parts) };
+    let mut parts = rest.into_iter().peekable();
     std::iter::from_fn(move || {
+        if let Some(whole) = whole.take() {
+            return Some(whole);
+        }
         parts.peek()?;
-        let (mut batch, mut bytes) = (Vec::new(), 0usize);
+        let (mut batch, mut bytes) = (Vec::with_capacity(max_parts.min(parts.len())), 0usize);
         while let Some(p) = parts.peek() {
             let b = p.bytes();
             if !batch.is_empty() && (batch.len() >= max_parts || bytes + b > max_bytes) {

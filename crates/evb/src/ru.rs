@@ -187,6 +187,10 @@ pub struct Ru {
     drain: Option<Option<EventNumber>>,
     /// Every stream has connected, and RU 0's node has been told so.
     connected_told: bool,
+    /// Emptied fragment lists of released events and of sent super-fragments
+    /// ([`Ru::recycle`]), at most `max_events_buffered`: an event's list and its
+    /// super-fragment's are taken from here, not allocated, once the run is under way.
+    spare: Vec<Vec<FragmentRef>>,
 }
 
 impl Ru {
@@ -211,6 +215,24 @@ impl Ru {
             freed: 0,
             drain: None,
             connected_told: false,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Takes back the super-fragments of a data message the driver has sent, to reuse their
+    /// fragment lists.
+    pub fn recycle(&mut self, parts: Vec<SuperFragment>) {
+        for part in parts {
+            self.keep_spare(part.fragments);
+        }
+    }
+
+    /// Keeps `list`, emptied, for a later event or super-fragment, while there are fewer spare
+    /// lists than events this RU may hold.
+    fn keep_spare(&mut self, mut list: Vec<FragmentRef>) {
+        if self.spare.len() < self.cfg.max_events_buffered && list.capacity() > 0 {
+            list.clear();
+            self.spare.push(list);
         }
     }
 
@@ -445,7 +467,8 @@ impl Ru {
             self.feds[fed_index].state = FedState::Normal;
         }
         let e = self.events.entry(event).expect("not removed: checked above");
-        if e.fragments.is_empty() {
+        if e.fragments.capacity() == 0 {
+            e.fragments = self.spare.pop().unwrap_or_default();
             e.fragments.reserve_exact(self.feds.len());
         }
         e.fragments.push(fragment);
@@ -463,7 +486,7 @@ impl Ru {
         match input {
             Input::Message { msg: Message::Assign { bu, epoch, events, release }, .. } => {
                 self.release(&release);
-                let mut assigned = Vec::new();
+                let mut assigned = Vec::with_capacity(self.events_in(&events));
                 for range in events {
                     for event in range.iter() {
                         let Some(e) = self.events.entry(event) else {
@@ -518,14 +541,15 @@ impl Ru {
     }
 
     fn release(&mut self, ranges: &[EventRange]) {
-        let mut freed = Vec::new();
+        let mut freed = Vec::with_capacity(self.events_in(ranges) * self.feds.len());
         for range in ranges {
             for event in range.iter() {
-                if let Some(e) = self.events.remove(event) {
+                if let Some(mut e) = self.events.remove(event) {
                     if let Some((bu, epoch, _)) = e.assigned.filter(|_| !e.sent) {
                         self.unsent.entry((bu, epoch)).and_modify(|n| *n = n.saturating_sub(1));
                     }
-                    freed.extend(e.fragments);
+                    freed.append(&mut e.fragments);
+                    self.keep_spare(e.fragments);
                     self.counters.released += 1;
                 }
             }
@@ -534,6 +558,11 @@ impl Ru {
             self.free(freed);
         }
         self.trim_waiting();
+    }
+
+    /// Events in `ranges`, as many as this RU may hold at most: the room to make for them.
+    fn events_in(&self, ranges: &[EventRange]) -> usize {
+        ranges.iter().map(|r| r.count as usize).sum::<usize>().min(self.cfg.max_events_buffered)
     }
 
     /// Moves each of `events` that is assigned, unsent, and complete or timed out to its
@@ -571,12 +600,16 @@ impl Ru {
             if wait {
                 continue;
             }
-            let part = SuperFragment { event, fragments: e.fragments.clone(), missing: missing.clone() };
+            let mut fragments = self.spare.pop().unwrap_or_default();
+            fragments.extend_from_slice(&e.fragments);
+            let part = SuperFragment { event, fragments, missing: missing.clone() };
             if let Some(e) = self.events.get_mut(event) {
                 e.sent = true;
             }
+            // Sized for the events of its assignment not yet sent, so that it does not grow.
+            let batch = self.unsent.get(&(bu, epoch)).map_or(1, |&n| n.clamp(1, self.cfg.max_events_buffered));
             self.unsent.entry((bu, epoch)).and_modify(|n| *n = n.saturating_sub(1));
-            self.ready.entry((bu, epoch)).or_default().push(part);
+            self.ready.entry((bu, epoch)).or_insert_with(|| Vec::with_capacity(batch)).push(part);
             self.ready_since.get_or_insert(now);
             self.counters.parts_sent += 1;
             if !missing.is_empty() {
@@ -607,9 +640,11 @@ impl Ru {
     /// Sends the batches whose assigned events are all ready, and any batch that is full.
     fn flush_complete_batches(&mut self) {
         let max = self.cfg.max_parts_per_message.max(1);
-        let unsent = std::mem::take(&mut self.unsent);
+        let mut unsent = std::mem::take(&mut self.unsent);
         self.flush(|(dest, parts)| parts.len() >= max || unsent.get(dest).is_none_or(|&n| n == 0));
-        self.unsent = unsent.into_iter().filter(|&(_, n)| n > 0).collect();
+        // Kept in place, not collected anew: this runs for every fragment of an assigned event.
+        unsent.retain(|_, n| *n > 0);
+        self.unsent = unsent;
     }
 
     /// Sends the ready batches that `pick` selects.

@@ -370,7 +370,16 @@ impl Conn {
     fn write_stream(&mut self, source: &impl PieceSource, link_only: bool) -> io::Result<()> {
         let on_stream = |f: &OutFrame| !link_only || matches!(f, OutFrame::Link(_));
         while self.out.front().is_some_and(|(f, _)| on_stream(f)) {
-            let mut pieces: Vec<&[u8]> = Vec::new();
+            // Sized for the frames taken below, a piece per frame and per fragment (more for a
+            // fragment of several blocks), so that it does not grow piece by piece.
+            let mut room = 0;
+            for (frame, _) in self.out.iter().take_while(|(f, _)| on_stream(f)) {
+                room += if let OutFrame::Data { fragments, .. } = frame { 1 + fragments.len() } else { 1 };
+                if room >= MAX_SLICES {
+                    break;
+                }
+            }
+            let mut pieces: Vec<&[u8]> = Vec::with_capacity(room);
             let mut frames = 0;
             for (frame, _) in self.out.iter().take_while(|(f, _)| on_stream(f)) {
                 match frame {

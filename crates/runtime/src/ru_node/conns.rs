@@ -103,7 +103,9 @@ impl RuLoop {
         while let Some(out) = self.core.poll_output() {
             match out {
                 RuOutput::Send { to, msg: Message::Data { ru, epoch, parts, commits } } => {
-                    self.send_data(to, ru, epoch, &parts, &commits)
+                    self.send_data(to, ru, epoch, &parts, &commits);
+                    // Encoded, or copied to send again later: their lists go back to the core.
+                    self.core.ru_mut().recycle(parts);
                 }
                 RuOutput::Send { to, msg } => {
                     let mut frame = Vec::new();
@@ -239,7 +241,9 @@ impl RuLoop {
     /// Queues one data frame of `parts` to `to`.
     pub(super) fn send_data(&mut self, to: Peer, ru: u16, epoch: u32, parts: &[SuperFragment], commits: &[FileId]) {
         let bytes = parts.iter().map(SuperFragment::bytes).sum();
-        let handles: Vec<BufferRef> = parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer).collect();
+        // Sized first: collected from `flat_map`, it would grow a few times per message.
+        let mut handles = Vec::with_capacity(parts.iter().map(|p| p.fragments.len()).sum());
+        handles.extend(parts.iter().flat_map(|p| &p.fragments).map(|f| f.buffer));
         let mut pieces: Vec<&[u8]> = Vec::with_capacity(handles.len());
         for &h in &handles {
             self.buffers.pieces(h, &mut pieces);

@@ -46,7 +46,7 @@ use tessera_evb::{EvmConfig, EvmNode, Ru, RuConfig};
 use tessera_formats::fed::CrcCheck;
 use tessera_formats::ferol::{FerolBlockHeader, HEADER_BYTES};
 use tessera_formats::orbit::DthBlockHeader;
-use tessera_formats::tcds::{TCDS_FED_ID, TcdsRecord, lumi_section_of_orbit};
+use tessera_formats::tcds::{TCDS_FED_ID, TCDS_FRAGMENT_BYTES, TcdsRecord, lumi_section_of_orbit};
 
 mod conns;
 mod pass;

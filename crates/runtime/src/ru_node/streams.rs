@@ -353,19 +353,15 @@ fn to_fragment_ref(
             *last = Some(info);
             return info;
         }
-        let mut bytes = Vec::with_capacity(r.fragment_len);
-        for piece in buffer.segments(r.handle) {
-            bytes.extend_from_slice(piece);
-        }
-        match TcdsRecord::parse(&bytes) {
-            Ok((rec, _)) => {
+        match trigger_record(buffer, r.handle) {
+            Some(rec) => {
                 let info = TriggerInfo { lumi_section: rec.lumi_section, orbit: rec.orbit, bx: rec.bx };
                 *last = Some(info);
                 info
             }
             // A trigger fragment that does not parse still makes an event: it is flagged corrupt
             // and takes the lumi section of the trigger before it.
-            Err(_) => {
+            None => {
                 corrupt = true;
                 let previous = last.unwrap_or(TriggerInfo { lumi_section: 1, orbit: 0, bx: 0 });
                 TriggerInfo { bx: r.bx, ..previous }
@@ -380,4 +376,17 @@ fn to_fragment_ref(
         buffer: buffer_ref(stream, r.handle),
         trigger,
     }
+}
+
+/// The trigger record of the fragment at `handle`, if it is one: its blocks' data gathered on the
+/// stack (a record is [`TCDS_FRAGMENT_BYTES`]; a longer fragment is none), not on the heap, as
+/// this is done for every event.
+fn trigger_record(buffer: &StreamBuffer, handle: FragmentHandle) -> Option<TcdsRecord> {
+    let mut bytes = [0u8; TCDS_FRAGMENT_BYTES];
+    let mut len = 0;
+    for piece in buffer.segments(handle) {
+        bytes.get_mut(len..len + piece.len())?.copy_from_slice(piece);
+        len += piece.len();
+    }
+    TcdsRecord::parse(&bytes[..len]).ok().map(|(record, _)| record)
 }
