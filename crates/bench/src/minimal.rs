@@ -304,12 +304,18 @@ impl MinimalUnit {
                     }
                 }
             }
-            // Every stream sends every event: none goes out before every stream is here. Once
-            // all have ended, the events every stream sent go; the rest, of streams that ran on
-            // past the others (each stops on its own clock), were never whole.
+            // Every stream sends every event: none goes out before every stream is here. Each
+            // stream stops on its own clock: once the one holding the fewest has ended, the
+            // events it holds go out, and the rest, of streams that ran on past it, are never
+            // whole and are dropped (else a stream whose memory they fill would never be read
+            // to its end).
             while keep && conns.len() == inputs {
                 let fewest = conns.iter().map(|(_, m)| m.index.len()).min().unwrap_or(0);
-                let batch = if open == 0 { fewest.min(BATCH_EVENTS) } else { BATCH_EVENTS };
+                let limited_by_an_end = conns.iter().any(|(c, m)| !c.open && m.index.len() == fewest);
+                let batch = if limited_by_an_end { fewest.min(BATCH_EVENTS) } else { BATCH_EVENTS };
+                if batch == 0 && limited_by_an_end {
+                    conns.iter_mut().for_each(|(_, m)| m.index.clear());
+                }
                 if batch == 0 || fewest < batch {
                     break;
                 }
