@@ -155,7 +155,7 @@ fn bench_fu_quick_prints_both_ratios() {
     for line in ["target FU (b)/(a) >= 0.70: ", "target FU (b)/(a2) >= 0.80: ", "target mergers (d)/(c) >= 0.85: "] {
         let rest =
             stdout.lines().find_map(|l| l.strip_prefix(line)).unwrap_or_else(|| panic!("no {line:?} in\n{stdout}"));
-        let ratio: f64 = rest.split(' ').next().unwrap().parse().unwrap();
+        let ratio: f64 = rest.split(',').next().unwrap().parse().unwrap();
         // Printed to two decimals, a debug build's ratio can read 0.00 (CI's did); the JSON
         // below carries it in full and must be above 0.
         assert!(ratio.is_finite() && ratio >= 0.0, "{line}{rest}");
