@@ -284,9 +284,7 @@ impl MinimalUnit {
                     let Some(room) = memory.spare(keep) else { break };
                     match c.stream.read(room) {
                         Ok(0) => {
-                            poll.registry().deregister(&mut c.stream).map_err(io_error("deregistering"))?;
-                            (c.open, c.ready) = (false, false);
-                            open -= 1;
+                            c.close(&poll, &mut open)?;
                             break;
                         }
                         Ok(n) => {

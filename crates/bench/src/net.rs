@@ -443,6 +443,16 @@ pub(crate) struct Inbound {
     pub(crate) open: bool,
 }
 
+impl Inbound {
+    /// The peer has closed the connection: it is read no more, and `open` counts one fewer.
+    pub(crate) fn close(&mut self, poll: &Poll, open: &mut usize) -> Result<(), BenchError> {
+        poll.registry().deregister(&mut self.stream).map_err(io_error("deregistering"))?;
+        (self.open, self.ready) = (false, false);
+        *open -= 1;
+        Ok(())
+    }
+}
+
 /// Where a [`DiscardReceiver`] reads: `memory_bytes` used in turn, at most `read_bytes` a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadInto {
@@ -549,9 +559,7 @@ impl DiscardReceiver {
                     }
                     match c.stream.read(&mut buffer[at..at + read_bytes]) {
                         Ok(0) => {
-                            poll.registry().deregister(&mut c.stream).map_err(io_error("deregistering"))?;
-                            (c.open, c.ready) = (false, false);
-                            open -= 1;
+                            c.close(&poll, &mut open)?;
                             break;
                         }
                         Ok(n) => {
@@ -737,11 +745,7 @@ impl Relay {
                 let (c, o) = (&mut ins[i], &mut outs[j]);
                 let limit = (o.end + READ_BUFFER_BYTES).min(o.buffer.len());
                 match c.stream.read(&mut o.buffer[o.end..limit]) {
-                    Ok(0) => {
-                        poll.registry().deregister(&mut c.stream).map_err(io_error("deregistering"))?;
-                        (c.open, c.ready) = (false, false);
-                        open -= 1;
-                    }
+                    Ok(0) => c.close(&poll, &mut open)?,
                     Ok(n) => {
                         o.end += n;
                         bytes_in += n as u64;
