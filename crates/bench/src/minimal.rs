@@ -94,17 +94,23 @@ impl StreamMemory {
         (seq % self.chunks.len() as u64) as usize
     }
 
+    /// Whether [`StreamMemory::spare`] would give room to read into.
+    fn can_read(&self, keep: bool) -> bool {
+        self.end < self.chunk_bytes
+            || !keep
+            || self.index.front().is_none_or(|oldest| self.seq + 1 - oldest.seq < self.chunks.len() as u64)
+    }
+
     /// Room for the next read, or `None` when the next chunk still holds fragments a relay has
     /// not sent (`keep`). Without `keep`, the index is emptied as a chunk is left.
     fn spare(&mut self, keep: bool) -> Option<&mut [u8]> {
         let cur = self.chunk(self.seq);
         if self.end == self.chunk_bytes {
             let next_seq = self.seq + 1;
-            if keep {
-                if self.index.front().is_some_and(|oldest| next_seq - oldest.seq >= self.chunks.len() as u64) {
-                    return None;
-                }
-            } else {
+            if !self.can_read(keep) {
+                return None;
+            }
+            if !keep {
                 self.index.clear();
             }
             let next = self.chunk(next_seq);
@@ -264,7 +270,9 @@ impl MinimalUnit {
             bounds.check(&mut ended, || {
                 format!("minimal unit: {} of {inputs} connected, {open} still open, {bytes_in} bytes", conns.len())
             })?;
-            let busy = conns.iter().any(|(c, _)| c.ready && c.open);
+            // A stream whose memory waits for a batch to go is not read: it does not keep the
+            // poll from sleeping, or the thread would spin on it.
+            let busy = conns.iter().any(|(c, m)| c.ready && c.open && m.can_read(keep));
             poll_events(&mut poll, &mut events, if busy { Duration::ZERO } else { POLL_INTERVAL })?;
             for event in &events {
                 if event.token() == LISTENER {
