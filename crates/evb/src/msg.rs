@@ -30,6 +30,10 @@ pub struct BufferRef {
     pub offset: u32,
     /// The bytes it takes there: at an RU, its FEROL blocks, headers included.
     pub len: u32,
+    /// Where its data starts in those bytes when they hold it in one piece: at an RU, the block
+    /// header's length for a fragment that came in one block; 0 when the driver must read its
+    /// framing to find the pieces.
+    pub head: u32,
 }
 
 /// A fragment held by an RU, as the protocol sees it: its bytes stay in the RU's buffer, named by

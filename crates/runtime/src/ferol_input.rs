@@ -30,8 +30,9 @@ pub enum Framing {
 }
 
 /// Most bytes one read of a FEROL stream takes: its fragments are parsed and their CRC-16
-/// checked right after the read, while the bytes the kernel copied are still in the caches.
-pub const FEROL_READ_BYTES: usize = 128 << 10;
+/// checked right after the read. Fewer, larger reads cost less CPU per fragment (BENCHMARKS.md:
+/// 32 KiB, 128 KiB, 512 KiB and 1 MiB tried); 512 KiB still fits a core's L2 cache.
+pub const FEROL_READ_BYTES: usize = 512 << 10;
 
 /// Most bytes one read of a DTH stream takes: the RU reads only headers of it, and an orbit
 /// block's CRC-32C runs at tens of GB/s, so larger reads (fewer system calls) pay.
@@ -56,6 +57,9 @@ pub struct FragmentHandle {
     pub offset: u32,
     /// Bytes of the blocks, headers included.
     pub wire_len: u32,
+    /// [`HEADER_BYTES`] when the fragment (or orbit block) came in one block, its data then the
+    /// rest of `wire_len`; 0 when it came in several, whose headers say where the data is.
+    pub head: u32,
 }
 
 /// A fragment taken off the stream.
@@ -117,16 +121,18 @@ struct Chunk {
 
 /// The pieces of a fragment or of an orbit block: one iterator type for both framings, so that
 /// sending a fragment allocates nothing.
-enum Segments<F, D> {
+enum Segments<'a, F, D> {
+    One(std::option::IntoIter<&'a [u8]>),
     Ferol(F),
     Dth(D),
 }
 
-impl<'a, F: Iterator<Item = &'a [u8]>, D: Iterator<Item = &'a [u8]>> Iterator for Segments<F, D> {
+impl<'a, F: Iterator<Item = &'a [u8]>, D: Iterator<Item = &'a [u8]>> Iterator for Segments<'a, F, D> {
     type Item = &'a [u8];
 
     fn next(&mut self) -> Option<&'a [u8]> {
         match self {
+            Segments::One(one) => one.next(),
             Segments::Ferol(f) => f.next(),
             Segments::Dth(d) => d.next(),
         }
@@ -288,6 +294,7 @@ impl StreamBuffer {
                 chunk: self.current,
                 offset: self.start as u32,
                 wire_len: orbit.wire_len() as u32,
+                head: one_block_head(orbit.wire_len(), orbit.orbit_len()),
             },
             stream_offset: self.stream_offset,
             source_id: header.source_id,
@@ -335,6 +342,7 @@ impl StreamBuffer {
                 chunk: self.current,
                 offset: self.start as u32,
                 wire_len: fragment.wire_len() as u32,
+                head: one_block_head(fragment.wire_len(), fragment.fragment_len()),
             },
             stream_offset: self.stream_offset,
             source_id: fragment.header.source_id.into(),
@@ -355,8 +363,13 @@ impl StreamBuffer {
         // A `wire_len` past the chunk's end means "as long as the fragment is".
         let end = (handle.offset as usize).saturating_add(handle.wire_len as usize).min(data.len());
         let blocks = data.get(handle.offset as usize..end).unwrap_or_default();
-        // Read and checked when received (`next_fragment`): only the block headers' lengths are
-        // read again here, not every check of the framing.
+        // Read and checked when received (`next_fragment`). A fragment of one block, the common
+        // case, is found without touching its header again: at send time its bytes have long left
+        // the caches, and that read cost a miss per fragment (BENCHMARKS.md). One of several
+        // blocks has only its block headers' lengths read again, not every check of the framing.
+        if handle.head != 0 {
+            return Segments::One(blocks.get(handle.head as usize..).into_iter());
+        }
         match self.framing {
             Framing::Ferol => Segments::Ferol(FerolFragment::segments_of(blocks)),
             Framing::Dth { .. } => Segments::Dth(DthOrbit::segments_of(blocks)),
@@ -400,4 +413,11 @@ impl StreamBuffer {
     pub fn occupancy(&self) -> (usize, usize) {
         (self.chunks.len() - self.free.len(), self.chunks.len())
     }
+}
+
+/// [`FragmentHandle::head`] of what takes `wire_len` bytes on the wire to carry `data_len`: one
+/// block's header in front of the data, or 0 for several blocks (FEROL and DTH stream blocks
+/// have headers of the same size).
+fn one_block_head(wire_len: usize, data_len: usize) -> u32 {
+    if wire_len == HEADER_BYTES + data_len { HEADER_BYTES as u32 } else { 0 }
 }

@@ -38,6 +38,10 @@ fn receive(buf: &mut StreamBuffer, wire: &[u8], sizes: &[usize], keep: usize) ->
             assert!(r.problem.is_none(), "{:?}", r.problem);
             out.push(buf.segments(r.handle).flatten().copied().collect::<Vec<u8>>());
             assert_eq!(out.last().unwrap().len(), r.fragment_len);
+            // A fragment of one block is found without reading its header again; one of several
+            // has its headers read.
+            let one_block = r.handle.wire_len as usize == HEADER_BYTES + r.fragment_len;
+            assert_eq!(r.handle.head, if one_block { HEADER_BYTES as u32 } else { 0 });
             held.push_back(r.handle);
             if held.len() > keep {
                 buf.release(held.pop_front().unwrap());
@@ -66,6 +70,9 @@ fn fragments_come_out_whole_whatever_the_read_sizes() {
         let mut buf = StreamBuffer::new(7, 64 * 1024, 8, ferol_wire_len(12_100)).unwrap();
         let (out, _) = receive(&mut buf, &wire, sizes, 4);
         assert_eq!(out, fragments, "read sizes {sizes:?}");
+        // Both ways of finding a fragment's data were taken.
+        let one_block = |f: &Vec<u8>| ferol_wire_len(f.len()) == HEADER_BYTES + f.len();
+        assert!(fragments.iter().any(one_block) && !fragments.iter().all(one_block));
     }
 }
 

@@ -243,12 +243,15 @@ const LOST_BU_GRACE: Duration = Duration::from_secs(10);
 /// stream's own handle, field for field.
 fn buffer_ref(stream: usize, handle: FragmentHandle) -> BufferRef {
     let area = u32::try_from(stream).expect("an RU's FED streams are counted in u32");
-    BufferRef { area, chunk: handle.chunk, offset: handle.offset, len: handle.wire_len }
+    BufferRef { area, chunk: handle.chunk, offset: handle.offset, len: handle.wire_len, head: handle.head }
 }
 
 /// The stream's handle of a fragment, as [`buffer_ref`] gave it.
 fn stream_handle(buffer: BufferRef) -> (usize, FragmentHandle) {
-    (buffer.area as usize, FragmentHandle { chunk: buffer.chunk, offset: buffer.offset, wire_len: buffer.len })
+    (
+        buffer.area as usize,
+        FragmentHandle { chunk: buffer.chunk, offset: buffer.offset, wire_len: buffer.len, head: buffer.head },
+    )
 }
 
 /// The receive memory of every FEROL stream of the RU, by FED index.
@@ -785,9 +788,9 @@ mod tests {
     #[test]
     fn a_fragment_in_chunk_65536_or_on_stream_65536_is_named_as_itself() {
         for (stream, chunk) in [(0, 65_535), (0, 65_536), (1, 65_537), (65_536, 3), (70_000, u32::MAX)] {
-            let handle = FragmentHandle { chunk, offset: 4096, wire_len: 2064 };
+            let handle = FragmentHandle { chunk, offset: 4096, wire_len: 2064, head: 16 };
             let back = stream_handle(buffer_ref(stream, handle));
-            assert_eq!((back.0, back.1.chunk, back.1.offset, back.1.wire_len), (stream, chunk, 4096, 2064));
+            assert_eq!((back.0, back.1), (stream, handle));
         }
     }
 }

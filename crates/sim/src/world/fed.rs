@@ -155,7 +155,7 @@ impl World {
             lv1: (event as u32) & LV1_MASK,
             bytes,
             corrupt,
-            buffer: BufferRef { area: ru as u32, chunk: fed as u32, offset: self.next_buffer, len: bytes },
+            buffer: BufferRef { area: ru as u32, chunk: fed as u32, offset: self.next_buffer, len: bytes, head: 0 },
             trigger,
         };
         let offered = self.readout.offer(self.now, ru, fed, fragment);
