@@ -3,9 +3,11 @@
 //! the EVM has committed it.
 
 use crate::invariant::InvariantViolation;
-use crate::msg::{BuiltFile, Message, SuperFragment};
+use crate::msg::{BuiltFile, FragmentRef, Message, SuperFragment};
 use crate::push::PushBu;
 use crate::ru::message_name;
+use crate::spare::Spare;
+use crate::table::EventTable;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FIRST_EPOCH, FileId, Nanos, Peer, RuId, push_event};
 use crate::unit::{BuOutput, BuiltEvent, Input, Notice};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -187,7 +189,7 @@ pub struct Bu {
     ended: bool,
     /// Events asked for and not yet seen.
     outstanding: u32,
-    building: BTreeMap<EventNumber, Building>,
+    building: EventTable<Building>,
     open: Vec<OpenFile>,
     files: BTreeMap<FileId, FileEntry>,
     built: Vec<BuiltFile>,
@@ -232,6 +234,15 @@ pub struct Bu {
     published_at_start: u64,
     /// Events in files discarded at the EVM's word.
     discarded_events: u64,
+    /// Emptied lists of the events of written files ([`Bu::recycle`]), each pool at most as
+    /// many as the BU may hold at once: the fragment lists of super-fragments (which the
+    /// driver's decoder fills, [`Bu::fragment_lists`]), the lists of an event's parts, and the
+    /// lists of a file's events. Once the run is under way none of them is allocated.
+    spare_fragments: Spare<FragmentRef>,
+    spare_parts: Spare<SuperFragment>,
+    spare_files: Spare<BuiltEvent>,
+    /// Emptied lists of the event ranges of published files, for the next files closed.
+    spare_ranges: Spare<EventRange>,
 }
 
 impl Bu {
@@ -249,6 +260,7 @@ impl Bu {
             })
             .collect();
         let unpublished: Vec<FileId> = unpublished.into_iter().map(|(f, _)| f).collect();
+        let events = cfg.max_events_in_flight as usize;
         let mut bu = Bu {
             epoch,
             welcomed: false,
@@ -260,7 +272,7 @@ impl Bu {
             ending: None,
             ended: false,
             outstanding: 0,
-            building: BTreeMap::new(),
+            building: EventTable::new(),
             open: Vec::new(),
             files,
             built: Vec::new(),
@@ -285,6 +297,11 @@ impl Bu {
             found_events,
             published_at_start: published_in_run,
             discarded_events: 0,
+            spare_fragments: Spare::new(events.saturating_mul(usize::from(cfg.n_ru))),
+            spare_parts: Spare::new(events),
+            // A file holds an event at least.
+            spare_files: Spare::new(events),
+            spare_ranges: Spare::new(events),
             cfg,
         };
         if bu.cfg.push.is_some() && epoch > FIRST_EPOCH {
@@ -325,9 +342,7 @@ impl Bu {
         let Message::Data { parts, .. } = msg else { return true };
         self.accepts_parts()
             || parts.iter().all(|p| {
-                self.building.contains_key(&p.event)
-                    || p.event < self.forgotten_below
-                    || self.shipped.contains(&p.event)
+                self.building.contains(p.event) || p.event < self.forgotten_below || self.shipped.contains(&p.event)
             })
     }
 
@@ -457,7 +472,6 @@ impl Bu {
         let mut held: Vec<EventNumber> = self
             .building
             .keys()
-            .copied()
             .chain(self.open.iter().flat_map(|f| f.events.iter().map(|e| e.event)))
             .chain(self.files.values().flat_map(|f| f.events.iter().flat_map(EventRange::iter)))
             .collect();
@@ -580,6 +594,24 @@ impl Bu {
         self.throttle
     }
 
+    /// Takes back the events of a file it asked to write ([`BuOutput::WriteFile`]), once the
+    /// driver is done with them, to reuse their lists.
+    pub fn recycle(&mut self, mut events: Vec<BuiltEvent>) {
+        for mut event in events.drain(..) {
+            for part in event.parts.drain(..) {
+                self.spare_fragments.keep(part.fragments);
+            }
+            self.spare_parts.keep(event.parts);
+        }
+        self.spare_files.keep(events);
+    }
+
+    /// The emptied fragment lists it keeps, for the driver to decode the super-fragments of the
+    /// data messages it receives into ([`crate::wire::Frame::decode_with`]).
+    pub fn fragment_lists(&mut self) -> &mut Spare<FragmentRef> {
+        &mut self.spare_fragments
+    }
+
     /// Handles one input.
     pub fn handle(&mut self, now: Nanos, input: Input) {
         self.handle_input(now, input);
@@ -657,6 +689,7 @@ impl Bu {
                     self.report_since.get_or_insert(now);
                     *self.published_events.entry(file.lumi_section).or_default() += u64::from(entry.count);
                     self.published_in_run += u64::from(entry.count);
+                    self.spare_ranges.keep(entry.events);
                     self.end_lumis(now);
                 }
             }
@@ -766,7 +799,7 @@ impl Bu {
         }
         let n_ru = usize::from(self.cfg.n_ru);
         let event = part.event;
-        let Some(b) = self.building.get_mut(&event) else {
+        let Some(b) = self.building.get_mut(event) else {
             if self.outstanding == 0 {
                 self.counters.parts_dropped += 1;
                 self.out.push_back(BuOutput::Notice(Notice::ProtocolError {
@@ -781,9 +814,11 @@ impl Bu {
             }
             if n_ru == 1 && ru == 0 {
                 // The only part: the event is complete without waiting in the table.
-                self.complete(now, event, vec![part], bytes);
+                let mut parts = self.spare_parts.take();
+                parts.push(part);
+                self.complete(now, event, parts, bytes);
             } else if ru < n_ru {
-                let mut parts = vec![None; n_ru];
+                let mut parts = self.building_slots(n_ru);
                 parts[ru] = Some(part);
                 self.building.insert(event, Building { parts, have: 1, first_at: now, bytes });
             } else {
@@ -805,7 +840,7 @@ impl Bu {
             }
         }
         if usize::from(b.have) == n_ru {
-            let b = self.building.remove(&event).expect("present");
+            let b = self.building.remove(event).expect("present");
             // Every slot is filled (have == n_ru); collecting in place reuses the allocation.
             let parts = b.parts.into_iter().map(|p| p.expect("every RU's part is present")).collect();
             self.complete(now, event, parts, b.bytes);
@@ -825,17 +860,16 @@ impl Bu {
             self.counters.parts_dropped += 1;
             return;
         }
-        if !self.building.contains_key(&event) && (event < self.forgotten_below || self.shipped.contains(&event)) {
+        if !self.building.contains(event) && (event < self.forgotten_below || self.shipped.contains(&event)) {
             self.counters.late_parts += 1;
             self.out.push_back(BuOutput::Notice(Notice::LatePart { ru: ru as RuId, event }));
             return;
         }
-        let b = self.building.entry(event).or_insert_with(|| Building {
-            parts: vec![None; n_ru],
-            have: 0,
-            first_at: now,
-            bytes: 0,
-        });
+        if !self.building.contains(event) {
+            let parts = self.building_slots(n_ru);
+            self.building.insert(event, Building { parts, have: 0, first_at: now, bytes: 0 });
+        }
+        let b = self.building.get_mut(event).expect("present");
         match &mut b.parts[ru] {
             slot @ None => {
                 let bytes = part.bytes() as u64;
@@ -847,7 +881,7 @@ impl Bu {
             Some(_) => self.counters.parts_dropped += 1,
         }
         if usize::from(b.have) == n_ru {
-            let b = self.building.remove(&event).expect("present");
+            let b = self.building.remove(event).expect("present");
             let parts = b.parts.into_iter().map(|p| p.expect("every RU's part is present")).collect();
             self.complete(now, event, parts, b.bytes);
         }
@@ -873,16 +907,16 @@ impl Bu {
             b.parts[0].is_some() && (by_number || by_time)
         };
         let due: Vec<(EventNumber, bool)> = if by_time {
-            self.building.iter().filter(|&(&e, b)| old(e, b)).map(|(&e, _)| (e, e >= horizon)).collect()
+            self.building.iter().filter(|&(e, b)| old(e, b)).map(|(e, _)| (e, e >= horizon)).collect()
         } else {
             self.building
-                .range(..horizon.saturating_add(1))
-                .filter(|&(&e, b)| old(e, b))
-                .map(|(&e, _)| (e, false))
+                .below(horizon.saturating_add(1))
+                .filter(|&(e, b)| old(e, b))
+                .map(|(e, _)| (e, false))
                 .collect()
         };
         for (event, aged_by_time) in due {
-            let Some(b) = self.building.remove(&event) else { continue };
+            let Some(b) = self.building.remove(event) else { continue };
             let missing_rus: Vec<RuId> =
                 b.parts.iter().enumerate().filter(|(_, p)| p.is_none()).map(|(r, _)| r as RuId).collect();
             let parts = b
@@ -901,9 +935,8 @@ impl Bu {
     /// dropped unbuilt and counted, as is any part of one that comes later.
     fn drop_past_run_end(&mut self, last: EventNumber) {
         self.last_event = Some(last);
-        let past = self.building.split_off(&(last + 1));
-        self.counters.events_past_run_end += past.len() as u64;
-        for b in past.into_values() {
+        for b in self.building.split_off(last + 1) {
+            self.counters.events_past_run_end += 1;
             self.held_bytes -= b.bytes;
             self.counters.parts_dropped += u64::from(b.have);
         }
@@ -912,6 +945,15 @@ impl Bu {
     /// Push: whether every RU whose part of `event` is missing has sent a part of a later one.
     fn passed(&self, event: EventNumber, b: &Building) -> bool {
         b.parts.iter().enumerate().all(|(r, p)| p.is_some() || self.newest_from.get(r).is_some_and(|&n| n > event))
+    }
+
+    /// `n_ru` empty slots for the parts of an event, in a spare list of parts: an
+    /// `Option<SuperFragment>` is as large as a `SuperFragment`, so the list is reused in place,
+    /// and so it is again when the event is complete.
+    fn building_slots(&mut self, n_ru: usize) -> Vec<Option<SuperFragment>> {
+        let mut slots: Vec<Option<SuperFragment>> = self.spare_parts.take().into_iter().map(Some).collect();
+        slots.resize(n_ru, None);
+        slots
     }
 
     /// Builds `event` of `parts`, `bytes` of fragments in all, into its lumi section's open file.
@@ -960,7 +1002,8 @@ impl Bu {
                 let next = self.next_index.entry(lumi_section).or_default();
                 let file = FileId { bu: self.cfg.bu, lumi_section, index: *next };
                 *next += 1;
-                let open = OpenFile { file, lumi_section, events: Vec::new(), opened_at: now, grown_at: now, bytes: 0 };
+                let events = self.spare_files.take();
+                let open = OpenFile { file, lumi_section, events, opened_at: now, grown_at: now, bytes: 0 };
                 self.open.push(open);
                 self.open.len() - 1
             }
@@ -979,7 +1022,7 @@ impl Bu {
         // Written in event order: events given again after a BU was lost come late, and a
         // reader of orbit files refuses an orbit below the one before it in a file.
         f.events.sort_unstable_by_key(|e| e.event);
-        let mut ranges = Vec::new();
+        let mut ranges = self.spare_ranges.take();
         for e in f.events.iter().map(|e| e.event) {
             push_event(&mut ranges, e);
         }
@@ -1073,7 +1116,7 @@ impl Bu {
             let first = self
                 .building
                 .iter()
-                .filter(|&(&e, b)| b.parts[0].is_some() && self.passed(e, b))
+                .filter(|&(e, b)| b.parts[0].is_some() && self.passed(e, b))
                 .map(|(_, b)| b.first_at)
                 .min()?;
             Some(first.saturating_add(p.age_ns))
@@ -1167,6 +1210,33 @@ mod tests {
         assert_eq!(bu.held_bytes(), 3 * 64, "the three open events are still held");
         assert_eq!(credits(&mut bu).iter().sum::<u32>(), 12, "(1000 - 192) / 64, as each file's room came");
         assert!(!bu.short_of_store(), "what it asked for and has not begun to receive does not fill it");
+    }
+
+    /// Events written and handed back build the next ones: their lists of parts are reused in
+    /// the building table, and their fragment lists are kept for the decoder.
+    #[test]
+    fn a_bu_builds_events_into_the_lists_of_those_handed_back() {
+        let cfg = BuConfig { max_events_per_file: 1, ..BuConfig::new(0, 2) };
+        let mut bu = Bu::new(cfg, 1, BuDisk::default());
+        step(&mut bu, 0, welcome());
+        let built = |bu: &mut Bu, event| {
+            bu.handle(0, part(0, event));
+            bu.handle(0, part(1, event));
+            std::iter::from_fn(|| bu.poll_output())
+                .find_map(|o| match o {
+                    BuOutput::WriteFile { events, .. } => Some(events),
+                    _ => None,
+                })
+                .expect("a file of one event")
+        };
+        let first = built(&mut bu, 1);
+        let parts = first[0].parts.as_ptr();
+        bu.recycle(first);
+        assert_eq!(bu.fragment_lists().take().capacity(), 1, "a fragment list of the event kept");
+        let second = built(&mut bu, 2);
+        assert!(std::ptr::eq(second[0].parts.as_ptr(), parts), "its list of parts reused");
+        assert_eq!(second[0].parts.iter().map(|p| p.event).collect::<Vec<_>>(), [2, 2]);
+        assert_eq!(bu.check_invariants(), Ok(()));
     }
 
     /// A file that stops growing while an event waits for data (an RU short of room waits for

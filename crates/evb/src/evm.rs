@@ -508,8 +508,8 @@ impl Evm {
             let release = std::mem::take(&mut self.pending_release);
             self.release_since = None;
             let (bu, epoch) = (b as BuId, state.epoch);
-            for ru in 0..self.cfg.n_ru {
-                let msg = Message::Assign { bu, epoch, events: events.clone(), release: release.clone() };
+            for (ru, (events, release)) in to_every_ru(self.cfg.n_ru, (events, release)) {
+                let msg = Message::Assign { bu, epoch, events, release };
                 self.out.push_back(EvmOutput::Send { to: Peer::Ru(ru), msg });
             }
         }
@@ -522,9 +522,8 @@ impl Evm {
         if due(self.release_since) && !self.pending_release.is_empty() {
             let events = std::mem::take(&mut self.pending_release);
             self.release_since = None;
-            for ru in 0..self.cfg.n_ru {
-                self.out
-                    .push_back(EvmOutput::Send { to: Peer::Ru(ru), msg: Message::Release { events: events.clone() } });
+            for (ru, events) in to_every_ru(self.cfg.n_ru, events) {
+                self.out.push_back(EvmOutput::Send { to: Peer::Ru(ru), msg: Message::Release { events } });
             }
         }
         for b in 0..self.bus.len() {
@@ -637,6 +636,16 @@ impl Evm {
 
     /// Index of the RU next to the EVM.
     pub const LOCAL_RU: RuId = 0;
+}
+
+/// `lists` for each of `n_ru` RUs: copies for all but the last, which takes them (with one RU,
+/// nothing is copied).
+fn to_every_ru<T: Clone>(n_ru: u16, lists: T) -> impl Iterator<Item = (RuId, T)> {
+    let mut lists = Some(lists);
+    (0..n_ru).map(move |ru| {
+        let mine = if ru + 1 == n_ru { lists.take() } else { lists.clone() };
+        (ru, mine.expect("taken by the last RU only"))
+    })
 }
 
 #[cfg(test)]

@@ -212,7 +212,13 @@ impl EvmNode {
                         }
                     }
                     RuOutput::Send { to: Peer::Bu(bu), msg: Message::Data { ru, epoch, parts, mut commits } } => {
-                        commits.extend(self.evm.take_commits(bu));
+                        // The RU has none of its own: the EVM's list is taken, not copied.
+                        let pending = self.evm.take_commits(bu);
+                        if commits.is_empty() {
+                            commits = pending;
+                        } else {
+                            commits.extend(pending);
+                        }
                         self.out.push_back(RuOutput::Send {
                             to: Peer::Bu(bu),
                             msg: Message::Data { ru, epoch, parts, commits },

@@ -4,6 +4,7 @@
 use crate::invariant::InvariantViolation;
 use crate::msg::{FragmentRef, Message, SuperFragment, data_batches};
 use crate::ring::EventRing;
+use crate::spare::Spare;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FedId, Lv1Unwrapper, Nanos, Peer, RuId};
 use crate::unit::{Input, Notice, RuOutput};
 use std::collections::{BTreeMap, VecDeque};
@@ -190,7 +191,11 @@ pub struct Ru {
     /// Emptied fragment lists of released events and of sent super-fragments
     /// ([`Ru::recycle`]), at most `max_events_buffered`: an event's list and its
     /// super-fragment's are taken from here, not allocated, once the run is under way.
-    spare: Vec<Vec<FragmentRef>>,
+    spare: Spare<FragmentRef>,
+    /// Emptied lists of the super-fragments of sent data messages ([`Ru::recycle`]), for the
+    /// next batches ready to send; at most `max_events_buffered` (a batch holds an event at
+    /// least).
+    spare_batches: Spare<SuperFragment>,
 }
 
 impl Ru {
@@ -203,7 +208,6 @@ impl Ru {
             .collect();
         Ru {
             events: EventRing::new(cfg.first_event),
-            cfg,
             feds,
             waiting: VecDeque::new(),
             unsent: BTreeMap::new(),
@@ -215,25 +219,19 @@ impl Ru {
             freed: 0,
             drain: None,
             connected_told: false,
-            spare: Vec::new(),
+            spare: Spare::new(cfg.max_events_buffered),
+            spare_batches: Spare::new(cfg.max_events_buffered),
+            cfg,
         }
     }
 
     /// Takes back the super-fragments of a data message the driver has sent, to reuse their
-    /// fragment lists.
-    pub fn recycle(&mut self, parts: Vec<SuperFragment>) {
-        for part in parts {
-            self.keep_spare(part.fragments);
+    /// fragment lists and the list that held them.
+    pub fn recycle(&mut self, mut parts: Vec<SuperFragment>) {
+        for part in parts.drain(..) {
+            self.spare.keep(part.fragments);
         }
-    }
-
-    /// Keeps `list`, emptied, for a later event or super-fragment, while there are fewer spare
-    /// lists than events this RU may hold.
-    fn keep_spare(&mut self, mut list: Vec<FragmentRef>) {
-        if self.spare.len() < self.cfg.max_events_buffered && list.capacity() > 0 {
-            list.clear();
-            self.spare.push(list);
-        }
+        self.spare_batches.keep(parts);
     }
 
     /// Hands `fragments` back to the driver.
@@ -468,7 +466,7 @@ impl Ru {
         }
         let e = self.events.entry(event).expect("not removed: checked above");
         if e.fragments.capacity() == 0 {
-            e.fragments = self.spare.pop().unwrap_or_default();
+            e.fragments = self.spare.take();
             e.fragments.reserve_exact(self.feds.len());
         }
         e.fragments.push(fragment);
@@ -549,7 +547,7 @@ impl Ru {
                         self.unsent.entry((bu, epoch)).and_modify(|n| *n = n.saturating_sub(1));
                     }
                     freed.append(&mut e.fragments);
-                    self.keep_spare(e.fragments);
+                    self.spare.keep(e.fragments);
                     self.counters.released += 1;
                 }
             }
@@ -600,7 +598,7 @@ impl Ru {
             if wait {
                 continue;
             }
-            let mut fragments = self.spare.pop().unwrap_or_default();
+            let mut fragments = self.spare.take();
             fragments.extend_from_slice(&e.fragments);
             let part = SuperFragment { event, fragments, missing: missing.clone() };
             if let Some(e) = self.events.get_mut(event) {
@@ -609,7 +607,13 @@ impl Ru {
             // Sized for the events of its assignment not yet sent, so that it does not grow.
             let batch = self.unsent.get(&(bu, epoch)).map_or(1, |&n| n.clamp(1, self.cfg.max_events_buffered));
             self.unsent.entry((bu, epoch)).and_modify(|n| *n = n.saturating_sub(1));
-            self.ready.entry((bu, epoch)).or_insert_with(|| Vec::with_capacity(batch)).push(part);
+            let spare_batches = &mut self.spare_batches;
+            let ready = self.ready.entry((bu, epoch)).or_insert_with(|| {
+                let mut list = spare_batches.take();
+                list.reserve_exact(batch);
+                list
+            });
+            ready.push(part);
             self.ready_since.get_or_insert(now);
             self.counters.parts_sent += 1;
             if !missing.is_empty() {
@@ -649,9 +653,9 @@ impl Ru {
 
     /// Sends the ready batches that `pick` selects.
     fn flush(&mut self, pick: impl Fn((&(BuId, Epoch), &Vec<SuperFragment>)) -> bool) {
-        let dests: Vec<(BuId, Epoch)> = self.ready.iter().filter(|(d, p)| pick((d, p))).map(|(d, _)| *d).collect();
-        for (bu, epoch) in dests {
-            let Some(parts) = self.ready.remove(&(bu, epoch)) else { continue };
+        // One destination at a time, each sent leaving the map: no list of them is collected.
+        while let Some(&(bu, epoch)) = self.ready.iter().find(|&(d, p)| pick((d, p))).map(|(d, _)| d) {
+            let parts = self.ready.remove(&(bu, epoch)).expect("just found");
             if self.cfg.bug == Some(RuBug::ReleaseBeforeCommit) {
                 let ranges: Vec<EventRange> = parts.iter().map(|p| EventRange { first: p.event, count: 1 }).collect();
                 self.release(&ranges);

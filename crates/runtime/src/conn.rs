@@ -27,7 +27,8 @@ use mio::{Interest, Registry, Token};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::time::{Duration, Instant};
-use tessera_evb::msg::BufferRef;
+use tessera_evb::msg::{BufferRef, FragmentRef};
+use tessera_evb::spare::Spare;
 use tessera_evb::types::Peer;
 use tessera_evb::wire::{Decoded, Frame, HEADER_BYTES, WireError};
 
@@ -500,17 +501,19 @@ impl Conn {
     /// frame header, or the rest of the frame body being read, straight into the
     /// [`ReceivedFrame`] that keeps it. No byte is copied after the kernel's copy; a small frame's
     /// body is read together with the next header (one system call a frame), a large one on its
-    /// own into memory that is not cleared first.
+    /// own into memory that is not cleared first. The super-fragments of data frames are decoded
+    /// into fragment lists taken from `lists`.
     pub(crate) fn read(
         &mut self,
         mut fabric: Option<&mut Fabric>,
+        lists: &mut Spare<FragmentRef>,
         mut on_frame: impl FnMut(Peer, Decoded, ReceivedFrame),
     ) -> ReadPass {
         let mut pass = ReadPass::default();
         let mut taken = 0;
         while taken < READ_TURN_BYTES {
             if !matches!(self.path, Path::Tcp) {
-                return self.read_ucx(fabric, pass, on_frame);
+                return self.read_ucx(fabric, pass, lists, on_frame);
             }
             let n = match self.read_some() {
                 Ok(0) => {
@@ -594,7 +597,7 @@ impl Conn {
                 }
             }
             let peer = self.peer.expect("a linked connection names its peer");
-            if let Err(e) = self.take_frames(peer, n, &mut on_frame) {
+            if let Err(e) = self.take_frames(peer, n, lists, &mut on_frame) {
                 pass.closed = Some(Some(e));
                 return pass;
             }
@@ -610,6 +613,7 @@ impl Conn {
         &mut self,
         fabric: Option<&mut Fabric>,
         mut pass: ReadPass,
+        lists: &mut Spare<FragmentRef>,
         mut on_frame: impl FnMut(Peer, Decoded, ReceivedFrame),
     ) -> ReadPass {
         let peer = self.peer.expect("a linked connection names its peer");
@@ -618,7 +622,7 @@ impl Conn {
             && let Some(bytes) = self.inbox.pop_front()
         {
             taken += bytes.len();
-            if let Err(e) = self.take_message(peer, bytes, &mut on_frame) {
+            if let Err(e) = self.take_message(peer, bytes, lists, &mut on_frame) {
                 pass.closed = Some(Some(e));
                 return pass;
             }
@@ -719,6 +723,7 @@ impl Conn {
         &mut self,
         peer: Peer,
         bytes: Vec<u8>,
+        lists: &mut Spare<FragmentRef>,
         on_frame: &mut impl FnMut(Peer, Decoded, ReceivedFrame),
     ) -> Result<(), ConnError> {
         let length = match bytes.get(..HEADER_BYTES).map(|h| Frame::parse(h, self.max_body_bytes)) {
@@ -739,7 +744,7 @@ impl Conn {
                 ),
             });
         }
-        self.deliver(peer, ReceivedFrame::new(bytes), on_frame)
+        self.deliver(peer, ReceivedFrame::new(bytes), lists, on_frame)
     }
 
     /// One read of the bytes whose place is known (see [`Conn::read`]).
@@ -770,6 +775,7 @@ impl Conn {
         &mut self,
         peer: Peer,
         mut n: usize,
+        lists: &mut Spare<FragmentRef>,
         on_frame: &mut impl FnMut(Peer, Decoded, ReceivedFrame),
     ) -> Result<(), ConnError> {
         if let Some(body) = &mut self.body {
@@ -780,7 +786,7 @@ impl Conn {
                 return Ok(());
             }
             let Body { bytes, .. } = self.body.take().expect("a frame being read");
-            self.deliver(peer, ReceivedFrame::new(bytes), on_frame)?;
+            self.deliver(peer, ReceivedFrame::new(bytes), lists, on_frame)?;
         }
         // What a read took after a body went into the next header.
         self.head_got += n;
@@ -789,7 +795,7 @@ impl Conn {
         }
         self.head_got = 0;
         let length = match Frame::parse(&self.head, self.max_body_bytes) {
-            Ok(Some(_)) => return self.deliver(peer, ReceivedFrame::new(self.head.to_vec()), on_frame),
+            Ok(Some(_)) => return self.deliver(peer, ReceivedFrame::new(self.head.to_vec()), lists, on_frame),
             Ok(None) => HEADER_BYTES + u32::from_le_bytes(self.head[8..12].try_into().expect("4 bytes")) as usize,
             Err(source) => return Err(self.frame_error(source)),
         };
@@ -804,15 +810,17 @@ impl Conn {
         Ok(())
     }
 
-    /// Decodes a whole frame and hands it to `on_frame`.
+    /// Decodes a whole frame, its super-fragments into lists taken from `lists`, and hands it to
+    /// `on_frame`.
     fn deliver(
         &mut self,
         peer: Peer,
         frame: ReceivedFrame,
+        lists: &mut Spare<FragmentRef>,
         on_frame: &mut impl FnMut(Peer, Decoded, ReceivedFrame),
     ) -> Result<(), ConnError> {
         let decoded = match Frame::parse(frame.bytes(), self.max_body_bytes) {
-            Ok(Some(f)) => f.decode(),
+            Ok(Some(f)) => f.decode_with(lists),
             Ok(None) => unreachable!("a frame is delivered whole"),
             Err(e) => Err(e),
         };

@@ -128,19 +128,32 @@ impl<T: Wire> Wire for Vec<T> {
     }
 
     fn get(r: &mut Reader<'_>, f: Field) -> Result<Self, WireError> {
-        let offset = r.offset();
-        let count = u32::get(r, f)? as usize;
-        let fits = r.left() / T::MIN_BYTES;
-        if count > fits {
-            let expected = format!("at most {fits} items ({} bytes left, {} or more per item)", r.left(), T::MIN_BYTES);
-            return Err(r.bad(f, offset, Value::Text(expected), Value::Dec(count as u64)));
-        }
-        let mut items = Vec::with_capacity(count);
-        for _ in 0..count {
-            items.push(T::get(r, f)?);
-        }
+        let mut items = Vec::new();
+        get_vec_into(r, f, &mut items, |r| T::get(r, f))?;
         Ok(items)
     }
+}
+
+/// Reads a vector into `items`, an empty list whose memory is reused: its count, checked against
+/// the bytes left before anything is allocated, then each item with `get`.
+fn get_vec_into<T: Wire>(
+    r: &mut Reader<'_>,
+    f: Field,
+    items: &mut Vec<T>,
+    mut get: impl FnMut(&mut Reader<'_>) -> Result<T, WireError>,
+) -> Result<(), WireError> {
+    let offset = r.offset();
+    let count = u32::get(r, f)? as usize;
+    let fits = r.left() / T::MIN_BYTES;
+    if count > fits {
+        let expected = format!("at most {fits} items ({} bytes left, {} or more per item)", r.left(), T::MIN_BYTES);
+        return Err(r.bad(f, offset, Value::Text(expected), Value::Dec(count as u64)));
+    }
+    items.reserve_exact(count);
+    for _ in 0..count {
+        items.push(get(r)?);
+    }
+    Ok(())
 }
 
 /// (u16 bu, u32 lumi section, u32 index).
@@ -237,12 +250,17 @@ impl Wire for SuperFragment {
     }
 
     fn get(r: &mut Reader<'_>, _f: Field) -> Result<Self, WireError> {
-        Ok(SuperFragment {
-            event: EventNumber::get(r, at("SuperFragment", "event"))?,
-            fragments: Vec::get(r, at("SuperFragment", "fragments"))?,
-            missing: Vec::get(r, at("SuperFragment", "missing"))?,
-        })
+        get_super_fragment(r, &mut Spare::default())
     }
+}
+
+/// Reads a super-fragment, its fragments into a list taken from `lists`.
+fn get_super_fragment(r: &mut Reader<'_>, lists: &mut Spare<FragmentRef>) -> Result<SuperFragment, WireError> {
+    let event = EventNumber::get(r, at("SuperFragment", "event"))?;
+    let mut fragments = lists.take();
+    let f = at("SuperFragment", "fragments");
+    get_vec_into(r, f, &mut fragments, |r| FragmentRef::get(r, f))?;
+    Ok(SuperFragment { event, fragments, missing: Vec::get(r, at("SuperFragment", "missing"))? })
 }
 
 /// (file id, vector of event ranges).
@@ -314,8 +332,13 @@ pub(super) fn put_control_body(msg: &Message, out: &mut Vec<u8>) -> Result<(), W
     }
 }
 
-/// Reads the fields of a body of type `kind`: for a data message, the descriptors only.
-pub(super) fn get_body(kind: MessageType, r: &mut Reader<'_>) -> Result<Message, WireError> {
+/// Reads the fields of a body of type `kind`: for a data message, the descriptors only, each
+/// super-fragment's fragments into a list taken from `lists`.
+pub(super) fn get_body(
+    kind: MessageType,
+    r: &mut Reader<'_>,
+    lists: &mut Spare<FragmentRef>,
+) -> Result<Message, WireError> {
     Ok(match kind {
         MessageType::Hello => Message::Hello {
             bu: BuId::get(r, at("Hello", "bu"))?,
@@ -341,7 +364,7 @@ pub(super) fn get_body(kind: MessageType, r: &mut Reader<'_>) -> Result<Message,
             events: Vec::get(r, at("Assign", "events"))?,
             release: Vec::get(r, at("Assign", "release"))?,
         },
-        MessageType::Data => get_data_descriptors(r)?,
+        MessageType::Data => get_data_descriptors(r, lists)?,
         MessageType::Commit => {
             Message::Commit { epoch: Epoch::get(r, at("Commit", "epoch"))?, files: Vec::get(r, at("Commit", "files"))? }
         }
@@ -387,14 +410,14 @@ pub(super) fn put_slice<T: Wire>(items: &[T], out: &mut Vec<u8>, f: Field) -> Re
     items.iter().try_for_each(|item| item.put(out, f))
 }
 
-/// Reads the descriptors of a data message; fragment `buffer`s are 0.
-pub(super) fn get_data_descriptors(r: &mut Reader<'_>) -> Result<Message, WireError> {
-    Ok(Message::Data {
-        ru: RuId::get(r, at("Data", "ru"))?,
-        epoch: Epoch::get(r, at("Data", "epoch"))?,
-        parts: Vec::get(r, at("Data", "parts"))?,
-        commits: Vec::get(r, at("Data", "commits"))?,
-    })
+/// Reads the descriptors of a data message, each super-fragment's fragments into a list taken
+/// from `lists`; fragment `buffer`s are 0.
+fn get_data_descriptors(r: &mut Reader<'_>, lists: &mut Spare<FragmentRef>) -> Result<Message, WireError> {
+    let ru = RuId::get(r, at("Data", "ru"))?;
+    let epoch = Epoch::get(r, at("Data", "epoch"))?;
+    let mut parts = Vec::new();
+    get_vec_into(r, at("Data", "parts"), &mut parts, |r| get_super_fragment(r, lists))?;
+    Ok(Message::Data { ru, epoch, parts, commits: Vec::get(r, at("Data", "commits"))? })
 }
 
 /// Takes the fragment bytes that follow a data message's descriptors: the range of each within

@@ -27,6 +27,7 @@ use tessera_formats::Value;
 use tessera_formats::crc::crc32c;
 
 use crate::msg::{BufferRef, BuiltFile, FragmentRef, Message, SuperFragment, TriggerInfo};
+use crate::spare::Spare;
 use crate::types::{BuId, Epoch, EventNumber, EventRange, FedId, FileId, RuId};
 
 mod body;
@@ -46,6 +47,9 @@ pub const HEADER_BYTES: usize = 16;
 
 /// Default bound on a frame's body length: 64 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: u32 = 64 << 20;
+
+/// The bytes [`encode`] makes room for at once: most control frames fit.
+const CONTROL_FRAME_BYTES: usize = 256;
 
 /// The message type field of a frame header: one code per [`Message`] variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -258,6 +262,9 @@ pub enum WireError {
 /// messages within it (control messages are small).
 pub fn encode(msg: &Message, out: &mut Vec<u8>) -> Result<(), WireError> {
     let start = out.len();
+    // Room for most control frames at once (a request that reports a few files, an assignment of
+    // a few ranges), rather than growing into it field by field; a larger one grows from there.
+    out.reserve(CONTROL_FRAME_BYTES);
     out.extend_from_slice(&[0; HEADER_BYTES]);
     let result = put_control_body(msg, out).and_then(|()| {
         let body = &out[start + HEADER_BYTES..];
@@ -400,9 +407,16 @@ impl<'a> Frame<'a> {
     /// fragment's bytes within [`Frame::body`], and each [`FragmentRef::buffer`] is set to that
     /// fragment's index in it (the sender's buffer handles are not sent).
     pub fn decode(&self) -> Result<Decoded, WireError> {
+        self.decode_with(&mut Spare::default())
+    }
+
+    /// Decodes the body as [`Frame::decode`] does, each super-fragment of a data message into a
+    /// fragment list taken from `lists`: a BU that keeps the lists of the events it has written
+    /// allocates none per super-fragment.
+    pub fn decode_with(&self, lists: &mut Spare<FragmentRef>) -> Result<Decoded, WireError> {
         let mut r = Reader { buf: self.body, at: 0, base: self.offset + HEADER_BYTES as u64 };
         let what = self.kind.name();
-        let mut message = get_body(self.kind, &mut r)?;
+        let mut message = get_body(self.kind, &mut r, lists)?;
         let fragments = match &mut message {
             Message::Data { parts, .. } => {
                 // The CRC covers the descriptors, whose end is known now.

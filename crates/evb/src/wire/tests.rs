@@ -219,6 +219,24 @@ fn data_frame_is_header_descriptors_and_fragment_slices_in_order() {
     assert_eq!(reencode(&decoded, frame.body()), wire);
 }
 
+/// `decode_with` decodes as `decode` does, each super-fragment's fragments into a list it was
+/// given: the memory of the list kept is the first super-fragment's.
+#[test]
+fn a_data_frame_is_decoded_into_the_fragment_lists_given() {
+    let (msg, fragments) = examples().into_iter().find(|(m, _)| !m.is_control()).unwrap();
+    let mut wire = Vec::new();
+    encode_any(&msg, &fragments, &mut wire);
+    let frame = Frame::parse(&wire, DEFAULT_MAX_BODY_BYTES).unwrap().unwrap();
+    let list = Vec::with_capacity(8);
+    let at = list.as_ptr();
+    let mut lists = Spare::new(1);
+    lists.keep(list);
+    let decoded = frame.decode_with(&mut lists).unwrap();
+    assert_eq!(decoded, frame.decode().unwrap());
+    let Message::Data { parts, .. } = &decoded.message else { unreachable!() };
+    assert!(std::ptr::eq(parts[0].fragments.as_ptr(), at));
+}
+
 #[test]
 fn data_fragment_slices_must_match_the_descriptors() {
     let (msg, fragments) = examples().into_iter().find(|(m, _)| !m.is_control()).unwrap();

@@ -13,33 +13,43 @@ impl BuLoop {
 
     /// Reads the connection `token` into the store and the core; true if it has more.
     pub(super) fn read_conn(&mut self, token: Token) -> Result<bool, NodeError> {
-        let mut inputs = Vec::new();
         let mut refused = None;
         let store = &mut self.store;
-        let Some(pass) = self.io.read(token, |peer, decoded, frame| match store.insert(decoded, frame) {
-            Ok(msg) => inputs.push((peer, msg)),
+        // Straight into the connection's queue, which stays while the connection does: no list
+        // per read.
+        let queue = self.unread.entry(token).or_default();
+        let before = queue.len();
+        // Into the lists of the events the writers are done with.
+        let lists = self.core.fragment_lists();
+        let Some(pass) = self.io.read_with(token, lists, |peer, decoded, frame| match store.insert(decoded, frame) {
+            Ok(msg) => queue.push_back((peer, msg)),
             Err(e) => refused = Some(e),
         }) else {
+            // Closed: the queue goes unless it holds the EVM's messages, taken after its close.
+            if self.unread.get(&token).is_some_and(VecDeque::is_empty) {
+                self.unread.remove(&token);
+            }
             return Ok(false);
         };
         if let Some(peer) = pass.linked
             && (!matches!(peer, Peer::Ru(r) if r > 0 && r < self.cfg.bu.n_ru) || !self.io.admits(token))
         {
+            self.unread.remove(&token);
             self.io.refuse(token, &format!("BU {}", self.cfg.bu.bu), peer);
             return Ok(pass.more);
         }
         if let Some(e) = refused {
             return Err(NodeError::StoreFull { bu: self.cfg.bu.bu, source: e });
         }
-        self.stats.data_messages.add(inputs.iter().filter(|(_, m)| !m.is_control()).count() as u64);
+        let read = self.unread.get(&token).into_iter().flat_map(|q| q.range(before..)).map(|(_, m)| m);
+        self.stats.data_messages.add(read.clone().filter(|m| !m.is_control()).count() as u64);
         if let Some(room) = self.room.as_mut().filter(|r| r.counts_parts()) {
-            for (_, msg) in &inputs {
+            for msg in read {
                 if let tessera_evb::msg::Message::Data { ru, parts, .. } = msg {
                     room.saw_parts(*ru, parts);
                 }
             }
         }
-        self.unread.entry(token).or_default().extend(inputs);
         self.feed_unread();
         if let Some(why) = pass.closed {
             self.close_conn(token, why.map(|w| w.to_string()))?;
@@ -62,7 +72,6 @@ impl BuLoop {
                 self.core.handle(now, Input::Message { from, msg });
             }
         }
-        self.unread.retain(|_, q| !q.is_empty());
     }
 
     /// A connection ended: losing the EVM before the end of run fails the BU; a caller that

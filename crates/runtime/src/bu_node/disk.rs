@@ -147,6 +147,7 @@ impl BuLoop {
                         self.core.handle(now, Input::OrbitsLeftIncomplete { file, orbits });
                     }
                     self.core.handle(now, Input::FileWritten(file));
+                    self.core.recycle(events);
                     self.hand_to_writers()?;
                     self.dispatch()?;
                 }

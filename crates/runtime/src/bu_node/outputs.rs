@@ -44,6 +44,7 @@ impl BuLoop {
                     self.store.written(fragments());
                     let now = self.now();
                     self.core.handle(now, Input::FileWritten(file));
+                    self.core.recycle(events);
                 }
                 BuOutput::WriteFile { file, events, .. } => {
                     let frames = self.store.share(&events);

@@ -52,6 +52,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tessera_evb::msg::FragmentRef;
+use tessera_evb::spare::Spare;
 use tessera_evb::types::{Nanos, Peer};
 use tessera_evb::wire::Decoded;
 
@@ -413,8 +415,19 @@ impl EventLoop {
     /// Reads the connection `token`, handing each frame to `on_frame` as it comes; `None` if it
     /// is closed.
     pub fn read(&mut self, token: Token, on_frame: impl FnMut(Peer, Decoded, ReceivedFrame)) -> Option<ReadPass> {
+        self.read_with(token, &mut Spare::default(), on_frame)
+    }
+
+    /// As [`EventLoop::read`], decoding the super-fragments of data frames into fragment lists
+    /// taken from `lists` (a BU's, [`tessera_evb::Bu::fragment_lists`]).
+    pub fn read_with(
+        &mut self,
+        token: Token,
+        lists: &mut Spare<FragmentRef>,
+        on_frame: impl FnMut(Peer, Decoded, ReceivedFrame),
+    ) -> Option<ReadPass> {
         let fabric = self.fabric.as_mut();
-        self.conns.get_mut(&token).map(|c| c.read(fabric, on_frame))
+        self.conns.get_mut(&token).map(|c| c.read(fabric, lists, on_frame))
     }
 
     /// Writes what is queued on every connection, data frames from `source`, until done or a
