@@ -33,7 +33,7 @@ pub enum BenchSuite {
     Orbit,
     /// The filter farm on a RAM disk, one thread each: an FU process with the default menu over
     /// a sample run against a plain read of its files, and the micro, mini and macro mergers
-    /// against a plain copy of the FU outputs.
+    /// against a plain copy of the FU outputs that then removes them, as the mergers do.
     Fu,
     /// The BU's file broker on loopback: files granted per second to 1, 64 and 512 readers
     /// that keep to CMS's HLT's rules, against one thread claiming the same files locally.

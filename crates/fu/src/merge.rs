@@ -58,6 +58,42 @@ fn read_doc(path: &Path) -> Result<(JsonDoc, FuOutputDoc), FuError> {
     Ok((doc, values))
 }
 
+/// One input of a merge: its JSON's path and contents, read once for the merge and the removal.
+#[derive(Debug)]
+struct Input {
+    json: PathBuf,
+    doc: JsonDoc,
+    values: FuOutputDoc,
+}
+
+impl Input {
+    fn read(json: PathBuf) -> Result<Self, FuError> {
+        let (doc, values) = read_doc(&json)?;
+        Ok(Input { json, doc, values })
+    }
+
+    /// Removes the input's data file (named by its JSON, in `dir`), then its JSON.
+    fn remove(&self, dir: &Path) -> Result<(), FuError> {
+        if !self.values.file_list.is_empty() {
+            remove_if_present(&dir.join(&self.values.file_list))?;
+        }
+        remove_if_present(&self.json)
+    }
+}
+
+/// The documents and record bodies of `inputs`, whose data files are in `dir`.
+fn docs_and_bodies(dir: &Path, inputs: &[Input]) -> Result<(Vec<JsonDoc>, Vec<Body>), FuError> {
+    let mut docs = Vec::with_capacity(inputs.len());
+    let mut bodies = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        if let Some(body) = body_of(dir, &input.values, &input.json)? {
+            bodies.push(body);
+        }
+        docs.push(input.doc.clone());
+    }
+    Ok((docs, bodies))
+}
+
 fn done_marker(dir: &Path, run: u32, ls: u32, level: &str) -> PathBuf {
     dir.join(format!("run{run:06}_ls{ls:04}_{level}.done"))
 }
@@ -205,24 +241,28 @@ impl MicroMerger {
         if !outputs.return_dead_claims(source, &state)?.is_empty() {
             state = source.state()?.unwrap_or_default();
         }
+        let streams = with_error_stream(&self.streams);
         let mut pass = MergePass::default();
+        // Listed once, after the state: a drained section's outputs were all published by then.
+        let mut names = None;
         for &ls in &state.ended_lumi_sections {
             let marker = done_marker(outputs.path(), self.run, ls, "micro");
             if marker.exists() || !state.drained(ls) {
                 continue;
             }
-            for stream in with_error_stream(&self.streams) {
-                self.merge_stream(&outputs, &target, ls, &stream)?;
+            let names = match &names {
+                Some(names) => names,
+                None => names.insert(list(outputs.path())?),
+            };
+            let inputs: Vec<Vec<Input>> =
+                streams.iter().map(|stream| self.inputs(&outputs, names, ls, stream)).collect::<Result<_, _>>()?;
+            for (stream, inputs) in streams.iter().zip(&inputs) {
+                self.merge_stream(&outputs, &target, ls, stream, inputs)?;
             }
             write_atomically(&marker, b"")?;
             // The per-process outputs are in the merged files now.
-            for stream in with_error_stream(&self.streams) {
-                for (json, doc) in self.inputs(&outputs, ls, &stream)? {
-                    if !doc.file_list.is_empty() {
-                        remove_if_present(&outputs.path().join(&doc.file_list))?;
-                    }
-                    remove_if_present(&json)?;
-                }
+            for input in inputs.iter().flatten() {
+                input.remove(outputs.path())?;
             }
             pass.lumi_sections.push(ls);
         }
@@ -231,43 +271,41 @@ impl MicroMerger {
         Ok(pass)
     }
 
-    fn inputs(&self, outputs: &FuOutputDir, ls: u32, stream: &str) -> Result<Vec<(PathBuf, FuOutputDoc)>, FuError> {
+    /// The per-process outputs of lumi section `ls` and `stream` among `names` (the output
+    /// directory's listing), in name order.
+    fn inputs(&self, outputs: &FuOutputDir, names: &[String], ls: u32, stream: &str) -> Result<Vec<Input>, FuError> {
         let mut found = Vec::new();
-        for name in list(outputs.path())? {
-            if let Ok(n) = StreamFileName::parse(&name)
+        for name in names {
+            if let Ok(n) = StreamFileName::parse(name)
                 && n.run == self.run
                 && n.ls == ls
                 && n.stream == stream
                 && n.ext == "jsn"
                 && n.producer.pid().is_some()
             {
-                let path = outputs.path().join(&name);
-                let (_, doc) = read_doc(&path)?;
-                found.push((path, doc));
+                found.push(outputs.path().join(name));
             }
         }
-        found.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(found)
+        found.sort();
+        found.into_iter().map(Input::read).collect()
     }
 
-    fn merge_stream(&self, outputs: &FuOutputDir, target: &FuOutputDir, ls: u32, stream: &str) -> Result<(), FuError> {
+    fn merge_stream(
+        &self,
+        outputs: &FuOutputDir,
+        target: &FuOutputDir,
+        ls: u32,
+        stream: &str,
+        inputs: &[Input],
+    ) -> Result<(), FuError> {
         let producer = Producer::Named(self.node.clone());
         let data_name = stream_file(self.run, ls, stream, producer.clone(), DATA_EXT);
         let json_path = target.path().join(stream_file(self.run, ls, stream, producer, "jsn"));
         if json_path.exists() {
             return Ok(());
         }
-        let mut docs = Vec::new();
-        let mut bodies = Vec::new();
-        let mut accepted = 0u64;
-        for (path, _) in self.inputs(outputs, ls, stream)? {
-            let (doc, values) = read_doc(&path)?;
-            accepted += values.accepted;
-            if let Some(body) = body_of(outputs.path(), &values, &path)? {
-                bodies.push(body);
-            }
-            docs.push(doc);
-        }
+        let accepted: u64 = inputs.iter().map(|i| i.values.accepted).sum();
+        let (mut docs, bodies) = docs_and_bodies(outputs.path(), inputs)?;
         let definition = target.path().join(FU_OUTPUT_JSD).display().to_string();
         if docs.is_empty() {
             // No process of this node had an event of this lumi section.
@@ -381,20 +419,18 @@ impl MiniMerger {
                 continue;
             }
             self.copy_bookkeeping(&bu_run_dir, &BuFileName::EndOfLumi { run: self.run, ls })?;
-            for stream in &streams {
-                self.merge_stream(&inputs, &storage, ls, stream, eols)?;
+            let micro: Vec<Vec<Input>> = streams
+                .iter()
+                .map(|s| {
+                    self.nodes.iter().map(|n| Input::read(inputs.path().join(self.micro_json(ls, s, n)))).collect()
+                })
+                .collect::<Result<_, _>>()?;
+            for (stream, micro) in streams.iter().zip(&micro) {
+                self.merge_stream(&inputs, &storage, ls, stream, micro, eols)?;
             }
             write_atomically(&marker, b"")?;
-            for stream in &streams {
-                for node in &self.nodes {
-                    let json = inputs.path().join(self.micro_json(ls, stream, node));
-                    if let Ok((_, doc)) = read_doc(&json)
-                        && !doc.file_list.is_empty()
-                    {
-                        remove_if_present(&inputs.path().join(&doc.file_list))?;
-                    }
-                    remove_if_present(&json)?;
-                }
+            for input in micro.iter().flatten() {
+                input.remove(inputs.path())?;
             }
             pass.lumi_sections.push(ls);
         }
@@ -444,6 +480,7 @@ impl MiniMerger {
         storage: &FuOutputDir,
         ls: u32,
         stream: &str,
+        micro: &[Input],
         eols: &EolsDoc,
     ) -> Result<(), FuError> {
         let open = storage.path().join(names::OPEN_DIR);
@@ -452,16 +489,7 @@ impl MiniMerger {
         if piece_json.exists() || storage.path().join(final_json_name(self.run, ls, stream)).exists() {
             return Ok(());
         }
-        let mut docs = Vec::new();
-        let mut bodies = Vec::new();
-        for node in &self.nodes {
-            let path = inputs.path().join(self.micro_json(ls, stream, node));
-            let (doc, values) = read_doc(&path)?;
-            if let Some(body) = body_of(inputs.path(), &values, &path)? {
-                bodies.push(body);
-            }
-            docs.push(doc);
-        }
+        let (docs, bodies) = docs_and_bodies(inputs.path(), micro)?;
         let doc = merged_doc(&docs, &bodies, &final_name, None)?;
         // The proof: every event the BU built in this lumi section was processed, once.
         if doc.processed != eols.events {
