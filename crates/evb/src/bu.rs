@@ -217,7 +217,7 @@ pub struct Bu {
     newest_from: Vec<EventNumber>,
     /// Push: events shipped lately, to tell a late part from a new event's first; events
     /// below `forgotten_below` were shipped long ago, and a part of one is late.
-    shipped: BTreeSet<EventNumber>,
+    shipped: EventTable<()>,
     forgotten_below: EventNumber,
     /// Fragment bytes received of events not yet written: being built, in open files, or in
     /// files being written.
@@ -288,7 +288,7 @@ impl Bu {
             counters: BuCounters::default(),
             newest: 0,
             newest_from: Vec::new(),
-            shipped: BTreeSet::new(),
+            shipped: EventTable::new(),
             forgotten_below: 0,
             held_bytes: 0,
             built_bytes: 0,
@@ -342,7 +342,7 @@ impl Bu {
         let Message::Data { parts, .. } = msg else { return true };
         self.accepts_parts()
             || parts.iter().all(|p| {
-                self.building.contains(p.event) || p.event < self.forgotten_below || self.shipped.contains(&p.event)
+                self.building.contains(p.event) || p.event < self.forgotten_below || self.shipped.contains(p.event)
             })
     }
 
@@ -860,7 +860,7 @@ impl Bu {
             self.counters.parts_dropped += 1;
             return;
         }
-        if !self.building.contains(event) && (event < self.forgotten_below || self.shipped.contains(&event)) {
+        if !self.building.contains(event) && (event < self.forgotten_below || self.shipped.contains(event)) {
             self.counters.late_parts += 1;
             self.out.push_back(BuOutput::Notice(Notice::LatePart { ru: ru as RuId, event }));
             return;
@@ -960,10 +960,10 @@ impl Bu {
     fn complete(&mut self, now: Nanos, event: EventNumber, parts: Vec<SuperFragment>, bytes: u64) {
         if let Some(push) = self.cfg.push {
             // A part of an event shipped is late while it is remembered, and long after.
-            self.shipped.insert(event);
+            self.shipped.insert(event, ());
             let keep_from = self.newest.saturating_sub(push.age_events.saturating_mul(4));
-            while let Some(&oldest) = self.shipped.first().filter(|&&e| e < keep_from) {
-                self.shipped.remove(&oldest);
+            while let Some(oldest) = self.shipped.first().filter(|&e| e < keep_from) {
+                self.shipped.remove(oldest);
                 self.forgotten_below = self.forgotten_below.max(oldest + 1);
             }
         }

@@ -63,6 +63,11 @@ impl<T> EventTable<T> {
         self.iter().take_while(move |&(e, _)| e < end)
     }
 
+    /// The oldest event.
+    pub fn first(&self) -> Option<EventNumber> {
+        self.entries.front().map(|&(e, _)| e)
+    }
+
     pub fn keys(&self) -> impl Iterator<Item = EventNumber> {
         self.entries.iter().map(|&(e, _)| e)
     }
@@ -96,6 +101,6 @@ mod tests {
         *t.get_mut(9).expect("held") += 1;
         assert_eq!(t.below(9).map(|(e, _)| e).collect::<Vec<_>>(), [1, 7]);
         assert_eq!(t.split_off(2).collect::<Vec<_>>(), [71, 91]);
-        assert_eq!((t.len(), t.keys().collect::<Vec<_>>()), (1, vec![1]));
+        assert_eq!((t.len(), t.keys().collect::<Vec<_>>(), t.first()), (1, vec![1], Some(1)));
     }
 }
