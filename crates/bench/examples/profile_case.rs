@@ -14,11 +14,10 @@
 //! 4). The figures printed are those of the suite: GB/s and CPU ns per fragment.
 
 use std::process::ExitCode;
-use tessera_bench::evb::{BuOutput, EvbCase, Tuning, run_case};
-use tessera_bench::evb_suite::{MAIN_BUS, MAIN_FRAGMENT_BYTES, MAIN_STREAMS, MAIN_WRITER_THREADS};
+use tessera_bench::evb::{BuOutput, run_case};
+use tessera_bench::evb_suite::{MAIN_BUS, MAIN_FRAGMENT_BYTES, MAIN_STREAMS, MAIN_WRITER_THREADS, event_case};
 use tessera_bench::minimal::{minimal_ingest, minimal_relay};
 use tessera_bench::net::{NetBudget, NetCase, StreamMode, raw_ingest, raw_relay};
-use tessera_formats::fed::CrcCheck;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -42,20 +41,7 @@ fn main() -> ExitCode {
         relay_outputs: MAIN_BUS,
         budget,
     };
-    let evb = |bus, output| EvbCase {
-        rus: 1,
-        bus,
-        streams: MAIN_STREAMS,
-        fragment_bytes: MAIN_FRAGMENT_BYTES,
-        mode: StreamMode::Event,
-        crc_check: CrcCheck::Always,
-        output,
-        budget,
-        protocol: tessera_config::Protocol::Pull,
-        slow_bu_events_per_s: None,
-        tuning: Tuning::Bench,
-        ucx: None,
-    };
+    let evb = |bus, output| event_case(1, bus, MAIN_STREAMS, MAIN_FRAGMENT_BYTES, output, budget);
     // GB/s, CPU ns per fragment of the receiving thread (the RU's loop thread), fragments.
     let raw = |m: tessera_bench::net::Measured| (m.gb_per_s(), m.cpu_ns_per_fragment(), m.fragments);
     let measured = match which.as_str() {

@@ -160,6 +160,31 @@ pub struct EvbSuite {
     pub files: Vec<PathBuf>,
 }
 
+/// A case of the suite on FEROL streams: pull, every CRC-16 checked, the bench's tuning.
+pub fn event_case(
+    rus: usize,
+    bus: usize,
+    streams: usize,
+    fragment_bytes: usize,
+    output: BuOutput,
+    budget: NetBudget,
+) -> EvbCase {
+    EvbCase {
+        rus,
+        bus,
+        streams,
+        fragment_bytes,
+        mode: StreamMode::Event,
+        crc_check: CrcCheck::Always,
+        output,
+        budget,
+        protocol: tessera_config::Protocol::Pull,
+        slow_bu_events_per_s: None,
+        ucx: None,
+        tuning: crate::evb::Tuning::Bench,
+    }
+}
+
 /// Runs the suite, telling `progress` about each case before it runs, and writes the scans
 /// into `out` (created if missing).
 pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<EvbSuite, BenchError> {
@@ -178,20 +203,7 @@ pub fn run(quick: bool, out: &Path, progress: &mut dyn FnMut(&str)) -> Result<Ev
         relay_outputs: MAIN_BUS,
         budget,
     };
-    let evb = |rus, bus, streams, fragment_bytes, output, budget| EvbCase {
-        rus,
-        bus,
-        streams,
-        fragment_bytes,
-        mode: StreamMode::Event,
-        crc_check: CrcCheck::Always,
-        output,
-        budget,
-        protocol: tessera_config::Protocol::Pull,
-        slow_bu_events_per_s: None,
-        ucx: None,
-        tuning: crate::evb::Tuning::Bench,
-    };
+    let evb = event_case;
     let mut raw = |what: &str, case: NetCase, baseline: fn(&NetCase) -> Result<Measured, BenchError>| {
         progress(&format!("{what}: {} streams, {} B", case.streams, case.fragment_bytes));
         baseline(&case)
