@@ -17,10 +17,11 @@
 //!   files in storage over the time.
 //!
 //! The FU and the mergers consume their inputs, so every repetition works on a fresh copy
-//! (not timed); (a) and (b), then (c) and (d), alternate within each repetition and the median
-//! time of each is kept. (c) and (d) each read a copy made just before them in the same way, so
-//! that both find their inputs' pages, and the page allocator, in the same state (a copy of the
-//! FU's own outputs, read in every repetition, ran 10–20 % faster than one of a copy just made).
+//! (not timed); (a), (b) and (a2), then (c) and (d), alternate within each repetition and the
+//! median time of each is kept. Every case reads a copy made just before it in the same way
+//! (removed after it), so that all find their inputs' pages, and the page allocator, in the same
+//! state (a copy of the FU's own outputs, read in every repetition, ran 10–20 % faster than one
+//! of a copy just made); (a) and (a2) read the template itself before issue #37.
 //!
 //! The mergers' work per lumi section and stream (listings, JSON, ledger, links, renames) costs
 //! about 2 ms per run here whatever the data; real FU outputs are MBs to GBs per lumi section,
@@ -357,13 +358,24 @@ pub fn run(config: &FuBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<FuB
     let merge_input = root.join("merge-input");
     for rep in 0..config.repetitions.max(1) {
         progress(&format!("(a) plain read and (b) FU, repetition {}", rep + 1));
+        // Each case reads a copy of the template made just before it (see the module docs).
+        let fresh = |name: &str| -> Result<(PathBuf, Vec<PathBuf>), BenchError> {
+            let dir = root.join(format!("{name}-rep{rep}"));
+            copy_tree(&template, &dir)?;
+            let files = raw_files
+                .iter()
+                .map(|f| dir.join(f.strip_prefix(&template).expect("the sample run is in the template")))
+                .collect();
+            Ok((dir, files))
+        };
+        let (plain, files) = fresh("read")?;
+        let start = Instant::now();
+        let bytes = plain_read(&files)?;
+        read.push(bytes, start.elapsed());
+        remove_tree(&plain)?;
+
         let farm = root.join(format!("fu-rep{rep}"));
         copy_tree(&template, &farm)?;
-
-        let start = Instant::now();
-        let bytes = plain_read(&raw_files)?;
-        read.push(bytes, start.elapsed());
-
         let mut hlt = MenuHlt::new(&menu)?;
         let cfg = fu_config(&farm.join("bu"), &farm.join("fu"));
         let start = Instant::now();
@@ -379,11 +391,13 @@ pub fn run(config: &FuBenchConfig, progress: &mut dyn FnMut(&str)) -> Result<FuB
             )));
         }
         let share = report.output_bytes as f64 / raw_bytes as f64;
-        let rw = root.join(format!("read-write-rep{rep}"));
+        let (plain, files) = fresh("read-write")?;
+        let rw = root.join(format!("read-write-out-rep{rep}"));
         let start = Instant::now();
-        let bytes = plain_read_write(&raw_files, share, &rw)?;
+        let bytes = plain_read_write(&files, share, &rw)?;
         read_write.push(bytes, start.elapsed());
         remove_tree(&rw)?;
+        remove_tree(&plain)?;
         if rep == 0 {
             fu_report = Some(report);
             fs::rename(&farm, &merge_input).map_err(io("keeping the FU outputs"))?;

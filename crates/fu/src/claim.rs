@@ -258,6 +258,21 @@ pub trait FileSource {
     fn remove_summary(&self) -> Result<(), FuError>;
 }
 
+/// Reads the file at `path` into `buf`, replacing what it held. A buffer too small for the file
+/// is replaced, not grown: growing one reallocates it, which copies all its old bytes, stale
+/// as they are, and touches as many new pages; room to spare keeps a slightly larger file
+/// from replacing it again.
+fn read_into(path: &Path, buf: &mut Vec<u8>) -> io::Result<()> {
+    let mut file = File::open(path)?;
+    let len = usize::try_from(file.metadata()?.len()).unwrap_or(usize::MAX);
+    buf.clear();
+    if buf.capacity() <= len {
+        *buf = Vec::with_capacity(len.saturating_add(len / 16).saturating_add(4096));
+    }
+    file.read_to_end(buf)?;
+    Ok(())
+}
+
 impl FileSource for Claimer {
     fn host(&self) -> &str {
         &self.host
@@ -279,8 +294,7 @@ impl FileSource for Claimer {
 
     fn claim(&self, state: &BuRunState, _spool: &Path, buf: &mut Vec<u8>) -> Result<Option<ClaimedFile>, FuError> {
         let Some(claim) = self.claim_first(&state.unclaimed)? else { return Ok(None) };
-        buf.clear();
-        File::open(&claim.path).and_then(|mut f| f.read_to_end(buf)).map_err(io_error("reading", &claim.path))?;
+        read_into(&claim.path, buf).map_err(io_error("reading", &claim.path))?;
         let index = claim.name.raw().index_json().map(|j| self.run_dir.join(j.to_string()));
         let indexed_events = index
             .and_then(|path| fs::read_to_string(path).ok())
