@@ -160,8 +160,8 @@ fn chain_2x2_allocates_nothing_per_fragment_at_steady_state() {
 
 /// Under push the BUs build what the RUs send unasked, and remember the events they shipped
 /// lately to tell a late part from a new event's first: that memory allocates nothing per event
-/// either: a `BTreeSet` of them made the chain 0.12 per fragment, 0.056–0.081 since (a loaded
-/// machine sends more, smaller messages). The bound is the pull chain's: it catches an allocation
+/// either: a `BTreeSet` of them made the chain 0.12 per fragment, 0.056–0.081 since (four runs,
+/// the higher ones beside other jobs). The bound is the pull chain's: it catches an allocation
 /// per event, not one every few events.
 #[test]
 fn chain_2x2_push_allocates_nothing_per_fragment_at_steady_state() {
